@@ -1,0 +1,3 @@
+from c4.cli import main
+
+main()

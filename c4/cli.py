@@ -1,0 +1,43 @@
+"""The ``c4`` command. Each part of c4 registers its own subcommands from its ``cli`` module;
+heavy libraries are imported inside the commands so that ``c4 --help`` stays fast."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+
+import typer
+
+# Modules with a ``register(app: typer.Typer) -> None`` function, in help order.
+COMMAND_MODULES = [
+    "collectors.cli",
+    "diagnosis.cli",
+]
+
+app = typer.Typer(
+    name="c4",
+    help="Watch a training job's collective communication; find, report and recover from faults.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output."),
+) -> None:
+    level = os.environ.get("C4_LOG_LEVEL") or ("DEBUG" if verbose > 1 else
+                                               "INFO" if verbose else "WARNING")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def build_app() -> typer.Typer:
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+    return app
+
+
+def main() -> None:
+    build_app()(prog_name="c4")

@@ -1,0 +1,1 @@
+"""Diagnosis: detect, localize and report faults from collective telemetry."""

@@ -1,0 +1,153 @@
+"""The store contract shared by the SQLite (embedded default) and ClickHouse backends.
+
+Writes are idempotent: every write carries the (sidecar, seq) of the ingest request it came from,
+and a store applies each such pair at most once, even across daemon restarts, so a sidecar may
+resend anything it has no acknowledgement for. An op row is identified by
+(job, attempt, rank, pg, op, peer, seq): an open row (``t_end_ns == -1``, the call had not
+completed when it was shipped) is replaced by the completed row that follows it, never doubled.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from diagnosis.report import FaultReport
+from proto.codec import Columns
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    job: str
+    attempt: int
+    rank: int
+    world_size: int
+    host: str
+    local_rank: int = -1
+    pid: int = 0
+    gpu: str = ""
+    nic: str = ""
+    backend: str = ""
+    t_ns: int = 0
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    job: str
+    attempt: int
+    pg: str
+    ranks: tuple[int, ...]
+    desc: str = ""
+
+
+@dataclass
+class OpRows:
+    """Op records of one job attempt; string columns index ``cols.strings``."""
+
+    job: str
+    attempt: int
+    cols: Columns
+
+
+@dataclass
+class ConnRows:
+    """Raw connection counter samples of one job attempt (proto.codec.CONN_COLUMNS)."""
+
+    job: str
+    attempt: int
+    cols: Columns
+
+
+@dataclass(frozen=True)
+class Write:
+    """One ingest request's payload, identified by the sidecar that sent it and its number."""
+
+    sidecar: str
+    seq: int
+    body: RankRecord | GroupRecord | OpRows | ConnRows
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job: str
+    attempt: int
+    world_size: int
+    ranks_seen: int
+    hosts: tuple[str, ...]
+    ops: int
+    first_ns: int
+    last_ns: int
+
+
+class Store(ABC):
+    """Durable telemetry and fault reports. Implementations are safe to call from one writer
+    thread and any number of reader threads."""
+
+    name: str = "store"
+
+    @abstractmethod
+    def write(self, writes: Sequence[Write]) -> list[bool]:
+        """Store every write not stored before; return, per write, whether it was a duplicate.
+
+        Returns only once everything is durable: the daemon acknowledges after this call.
+        Raises StoreError when the backend cannot be reached (nothing is acknowledged then).
+        """
+
+    @abstractmethod
+    def jobs(self) -> list[JobRecord]:
+        """Every job attempt with at least one registered rank, newest first."""
+
+    @abstractmethod
+    def ranks(self, job: str, attempt: int | None = None) -> list[RankRecord]:
+        """The registered ranks of a job (latest attempt when ``attempt`` is None)."""
+
+    @abstractmethod
+    def groups(self, job: str, attempt: int | None = None) -> list[GroupRecord]:
+        """The communicators of a job (latest attempt when ``attempt`` is None)."""
+
+    @abstractmethod
+    def ops(self, job: str, attempt: int | None = None, *, rank: int | None = None,
+            pg: str | None = None, limit: int = 0) -> Columns:
+        """Op records ordered by (t_enter_ns, rank), one row per call; ``limit`` 0: all."""
+
+    @abstractmethod
+    def count_ops(self, job: str, attempt: int | None = None) -> int:
+        """How many distinct calls are stored for the job."""
+
+    @abstractmethod
+    def conns(self, job: str, attempt: int | None = None) -> Columns:
+        """Connection samples ordered by time."""
+
+    @abstractmethod
+    def put_fault(self, report: FaultReport) -> None:
+        """Insert or replace a report by ``report.id`` (the higher ``revision`` wins)."""
+
+    @abstractmethod
+    def get_fault(self, fault_id: str) -> FaultReport | None: ...
+
+    @abstractmethod
+    def list_faults(self, job: str | None = None, *, open_only: bool = False,
+                    limit: int = 0) -> list[FaultReport]:
+        """Newest first."""
+
+    def close(self) -> None:  # noqa: B027 - optional for backends without resources
+        """Release connections; writes already returned are durable."""
+
+
+def open_store(url: str) -> Store:
+    """Open a store from a URL: ``sqlite:///path/to/c4.db``, ``sqlite://:memory:``,
+    ``clickhouse://user:password@host:port/database``."""
+    if url.startswith("sqlite:"):
+        from diagnosis.store.sqlite import SQLiteStore
+
+        return SQLiteStore.from_url(url)
+    if url.startswith("clickhouse:"):
+        from diagnosis.store.clickhouse import ClickHouseStore
+
+        return ClickHouseStore.from_url(url)
+    from diagnosis.errors import StoreError
+
+    raise StoreError(
+        f"unknown store URL {url!r}: use sqlite:///PATH or clickhouse://HOST:PORT/DB"
+    )

@@ -1,0 +1,364 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OpStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OP_OK: _ClassVar[OpStatus]
+    OP_TIMEOUT: _ClassVar[OpStatus]
+    OP_ERROR: _ClassVar[OpStatus]
+OP_OK: OpStatus
+OP_TIMEOUT: OpStatus
+OP_ERROR: OpStatus
+
+class OpBatch(_message.Message):
+    __slots__ = ("job", "attempt", "count", "strings", "rank", "pg", "seq", "op", "nbytes", "dtype", "t_enter_ns", "t_start_ns", "t_end_ns", "status", "peer", "error_text")
+    class ErrorTextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    PG_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    T_ENTER_NS_FIELD_NUMBER: _ClassVar[int]
+    T_START_NS_FIELD_NUMBER: _ClassVar[int]
+    T_END_NS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TEXT_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    count: int
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    rank: bytes
+    pg: bytes
+    seq: bytes
+    op: bytes
+    nbytes: bytes
+    dtype: bytes
+    t_enter_ns: bytes
+    t_start_ns: bytes
+    t_end_ns: bytes
+    status: bytes
+    peer: bytes
+    error_text: _containers.ScalarMap[int, str]
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., pg: _Optional[bytes] = ..., seq: _Optional[bytes] = ..., op: _Optional[bytes] = ..., nbytes: _Optional[bytes] = ..., dtype: _Optional[bytes] = ..., t_enter_ns: _Optional[bytes] = ..., t_start_ns: _Optional[bytes] = ..., t_end_ns: _Optional[bytes] = ..., status: _Optional[bytes] = ..., peer: _Optional[bytes] = ..., error_text: _Optional[_Mapping[int, str]] = ...) -> None: ...
+
+class ConnSampleBatch(_message.Message):
+    __slots__ = ("job", "attempt", "count", "strings", "rank", "local", "remote", "t_ns", "bytes_acked", "bytes_received", "rtt_us", "delivery_rate", "retrans")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_ACKED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    RTT_US_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_RATE_FIELD_NUMBER: _ClassVar[int]
+    RETRANS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    count: int
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    rank: bytes
+    local: bytes
+    remote: bytes
+    t_ns: bytes
+    bytes_acked: bytes
+    bytes_received: bytes
+    rtt_us: bytes
+    delivery_rate: bytes
+    retrans: bytes
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., local: _Optional[bytes] = ..., remote: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., bytes_acked: _Optional[bytes] = ..., bytes_received: _Optional[bytes] = ..., rtt_us: _Optional[bytes] = ..., delivery_rate: _Optional[bytes] = ..., retrans: _Optional[bytes] = ...) -> None: ...
+
+class RankInfo(_message.Message):
+    __slots__ = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic", "backend", "t_ns")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    NIC_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    rank: int
+    world_size: int
+    host: str
+    local_rank: int
+    pid: int
+    gpu: str
+    nic: str
+    backend: str
+    t_ns: int
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., local_rank: _Optional[int] = ..., pid: _Optional[int] = ..., gpu: _Optional[str] = ..., nic: _Optional[str] = ..., backend: _Optional[str] = ..., t_ns: _Optional[int] = ...) -> None: ...
+
+class GroupInfo(_message.Message):
+    __slots__ = ("job", "attempt", "pg", "ranks", "desc")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PG_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    DESC_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    pg: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    desc: str
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., pg: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., desc: _Optional[str] = ...) -> None: ...
+
+class CollectorStats(_message.Message):
+    __slots__ = ("job", "rank", "recorded", "dropped", "shipped")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    SHIPPED_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    recorded: int
+    dropped: int
+    shipped: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., recorded: _Optional[int] = ..., dropped: _Optional[int] = ..., shipped: _Optional[int] = ...) -> None: ...
+
+class SidecarStats(_message.Message):
+    __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    SHIPPED_FIELD_NUMBER: _ClassVar[int]
+    SPILLED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    SPILL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COLLECTORS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    received: int
+    shipped: int
+    spilled: int
+    dropped: int
+    rejected: int
+    spill_bytes: int
+    collectors: _containers.RepeatedCompositeFieldContainer[CollectorStats]
+    def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ...) -> None: ...
+
+class IngestRequest(_message.Message):
+    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats")
+    SIDECAR_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    CONNS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    sidecar: str
+    seq: int
+    rank: RankInfo
+    group: GroupInfo
+    ops: OpBatch
+    conns: ConnSampleBatch
+    stats: SidecarStats
+    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ...) -> None: ...
+
+class IngestAck(_message.Message):
+    __slots__ = ("seq", "code", "error", "duplicate")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    code: int
+    error: str
+    duplicate: bool
+    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class Suspect(_message.Message):
+    __slots__ = ("type", "id", "score", "rank")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    id: str
+    score: float
+    rank: int
+    def __init__(self, type: _Optional[str] = ..., id: _Optional[str] = ..., score: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class FaultReport(_message.Message):
+    __slots__ = ("id", "job", "kind", "suspects", "first_seen_ns", "last_seen_ns", "pg", "seq", "summary", "evidence_json", "state", "revision")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SUSPECTS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_NS_FIELD_NUMBER: _ClassVar[int]
+    PG_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_JSON_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job: str
+    kind: str
+    suspects: _containers.RepeatedCompositeFieldContainer[Suspect]
+    first_seen_ns: int
+    last_seen_ns: int
+    pg: str
+    seq: int
+    summary: str
+    evidence_json: str
+    state: str
+    revision: int
+    def __init__(self, id: _Optional[str] = ..., job: _Optional[str] = ..., kind: _Optional[str] = ..., suspects: _Optional[_Iterable[_Union[Suspect, _Mapping]]] = ..., first_seen_ns: _Optional[int] = ..., last_seen_ns: _Optional[int] = ..., pg: _Optional[str] = ..., seq: _Optional[int] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., state: _Optional[str] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class ListFaultsRequest(_message.Message):
+    __slots__ = ("job", "open_only", "limit")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    OPEN_ONLY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    open_only: bool
+    limit: int
+    def __init__(self, job: _Optional[str] = ..., open_only: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListFaultsResponse(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[FaultReport]
+    def __init__(self, reports: _Optional[_Iterable[_Union[FaultReport, _Mapping]]] = ...) -> None: ...
+
+class GetFaultRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class WatchFaultsRequest(_message.Message):
+    __slots__ = ("job", "include_open")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_OPEN_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    include_open: bool
+    def __init__(self, job: _Optional[str] = ..., include_open: _Optional[bool] = ...) -> None: ...
+
+class JobSummary(_message.Message):
+    __slots__ = ("job", "attempt", "world_size", "ranks_seen", "hosts", "ops", "first_ns", "last_ns", "open_faults")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANKS_SEEN_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_NS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    world_size: int
+    ranks_seen: int
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    ops: int
+    first_ns: int
+    last_ns: int
+    open_faults: int
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_seen: _Optional[int] = ..., hosts: _Optional[_Iterable[str]] = ..., ops: _Optional[int] = ..., first_ns: _Optional[int] = ..., last_ns: _Optional[int] = ..., open_faults: _Optional[int] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobSummary]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobSummary, _Mapping]]] = ...) -> None: ...
+
+class OpsRequest(_message.Message):
+    __slots__ = ("job", "rank", "pg", "limit")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    PG_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    pg: str
+    limit: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., pg: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GroupsRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class GroupSummary(_message.Message):
+    __slots__ = ("pg", "ranks", "desc")
+    PG_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    DESC_FIELD_NUMBER: _ClassVar[int]
+    pg: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    desc: str
+    def __init__(self, pg: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., desc: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SidecarSeen(_message.Message):
+    __slots__ = ("sidecar", "host", "last_seen_ns", "stats")
+    SIDECAR_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_NS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    sidecar: str
+    host: str
+    last_seen_ns: int
+    stats: SidecarStats
+    def __init__(self, sidecar: _Optional[str] = ..., host: _Optional[str] = ..., last_seen_ns: _Optional[int] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ...) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("version", "store", "started_ns", "records_ingested", "records_per_second", "batches_rejected", "duplicates", "sidecars", "jobs", "open_faults")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_NS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_INGESTED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_REJECTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    SIDECARS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    store: str
+    started_ns: int
+    records_ingested: int
+    records_per_second: float
+    batches_rejected: int
+    duplicates: int
+    sidecars: _containers.RepeatedCompositeFieldContainer[SidecarSeen]
+    jobs: int
+    open_faults: int
+    def __init__(self, version: _Optional[str] = ..., store: _Optional[str] = ..., started_ns: _Optional[int] = ..., records_ingested: _Optional[int] = ..., records_per_second: _Optional[float] = ..., batches_rejected: _Optional[int] = ..., duplicates: _Optional[int] = ..., sidecars: _Optional[_Iterable[_Union[SidecarSeen, _Mapping]]] = ..., jobs: _Optional[int] = ..., open_faults: _Optional[int] = ...) -> None: ...

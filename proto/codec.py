@@ -1,0 +1,142 @@
+"""Columnar batches <-> numpy, without a Python loop per record.
+
+Every ``bytes`` column of an ``OpBatch`` / ``ConnSampleBatch`` is a raw little-endian array; a
+decoded batch is a dict of numpy arrays of equal length plus the batch's string table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from proto import c4_pb2
+
+# name -> little-endian numpy dtype, in proto field order
+OP_COLUMNS: dict[str, np.dtype] = {
+    "rank": np.dtype("<i4"),
+    "pg": np.dtype("<u4"),
+    "seq": np.dtype("<i8"),
+    "op": np.dtype("<u4"),
+    "nbytes": np.dtype("<i8"),
+    "dtype": np.dtype("<u4"),
+    "t_enter_ns": np.dtype("<i8"),
+    "t_start_ns": np.dtype("<i8"),
+    "t_end_ns": np.dtype("<i8"),
+    "status": np.dtype("u1"),
+    "peer": np.dtype("<i4"),
+}
+
+CONN_COLUMNS: dict[str, np.dtype] = {
+    "rank": np.dtype("<i4"),
+    "local": np.dtype("<u4"),
+    "remote": np.dtype("<u4"),
+    "t_ns": np.dtype("<i8"),
+    "bytes_acked": np.dtype("<i8"),
+    "bytes_received": np.dtype("<i8"),
+    "rtt_us": np.dtype("<i8"),
+    "delivery_rate": np.dtype("<i8"),
+    "retrans": np.dtype("<i8"),
+}
+
+STATUS_NAMES = ("ok", "timeout", "error")
+STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
+
+
+class BatchError(ValueError):
+    """A batch whose columns cannot be decoded; the message names the column."""
+
+
+@dataclass
+class Columns:
+    """A decoded batch: equal-length numpy columns and the string table they index."""
+
+    columns: dict[str, np.ndarray]
+    strings: list[str] = field(default_factory=list)
+    error_text: dict[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def names(self, column: str) -> np.ndarray:
+        """The strings a string-indexed column points at, as an object array."""
+        table = np.asarray(self.strings, dtype=object)
+        return table[self.columns[column]] if len(table) else np.empty(0, dtype=object)
+
+
+def _encode(msg, spec: dict[str, np.dtype], cols: Columns) -> None:
+    n = len(cols)
+    msg.count = n
+    msg.strings.extend(cols.strings)
+    for name, dtype in spec.items():
+        arr = np.ascontiguousarray(cols.columns[name], dtype=dtype)
+        if arr.shape != (n,):
+            raise BatchError(f"column {name!r} has shape {arr.shape}, expected ({n},)")
+        setattr(msg, name, arr.tobytes())
+
+
+def _decode(msg, spec: dict[str, np.dtype], kind: str) -> Columns:
+    n = msg.count
+    out: dict[str, np.ndarray] = {}
+    for name, dtype in spec.items():
+        raw = getattr(msg, name)
+        if len(raw) != n * dtype.itemsize:
+            raise BatchError(
+                f"{kind} column {name!r} holds {len(raw)} bytes; {n} records of "
+                f"{dtype.itemsize}-byte {dtype.name} need {n * dtype.itemsize}"
+            )
+        out[name] = np.frombuffer(raw, dtype=dtype)
+    return Columns(out, list(msg.strings))
+
+
+def encode_ops(job: str, cols: Columns, attempt: int = 0) -> c4_pb2.OpBatch:
+    msg = c4_pb2.OpBatch(job=job, attempt=attempt)
+    _encode(msg, OP_COLUMNS, cols)
+    for row, text in cols.error_text.items():
+        msg.error_text[row] = text
+    return msg
+
+
+def decode_ops(msg: c4_pb2.OpBatch) -> Columns:
+    """Decode and validate an OpBatch; raises BatchError naming what is wrong."""
+    cols = _decode(msg, OP_COLUMNS, "OpBatch")
+    nstr = len(cols.strings)
+    for name in ("pg", "op", "dtype"):
+        col = cols.columns[name]
+        if len(col) and int(col.max()) >= nstr:
+            raise BatchError(
+                f"OpBatch column {name!r} points at string {int(col.max())}, "
+                f"but the batch has {nstr} strings"
+            )
+    if len(cols) and int(cols.columns["status"].max()) >= len(STATUS_NAMES):
+        raise BatchError("OpBatch column 'status' holds a value other than 0 (ok), 1, 2")
+    if len(cols) and int(cols.columns["rank"].min()) < 0:
+        raise BatchError("OpBatch column 'rank' holds a negative rank")
+    for row in msg.error_text:
+        if row >= len(cols):
+            raise BatchError(f"OpBatch error_text names row {row} of a {len(cols)}-row batch")
+    cols.error_text = dict(msg.error_text)
+    return cols
+
+
+def encode_conns(job: str, cols: Columns, attempt: int = 0) -> c4_pb2.ConnSampleBatch:
+    msg = c4_pb2.ConnSampleBatch(job=job, attempt=attempt)
+    _encode(msg, CONN_COLUMNS, cols)
+    return msg
+
+
+def decode_conns(msg: c4_pb2.ConnSampleBatch) -> Columns:
+    cols = _decode(msg, CONN_COLUMNS, "ConnSampleBatch")
+    nstr = len(cols.strings)
+    for name in ("local", "remote"):
+        col = cols.columns[name]
+        if len(col) and int(col.max()) >= nstr:
+            raise BatchError(f"ConnSampleBatch column {name!r} points past the string table")
+    return cols
+
+
+def empty_columns(spec: dict[str, np.dtype]) -> Columns:
+    return Columns({name: np.empty(0, dtype=dt) for name, dt in spec.items()})

@@ -1,0 +1,1 @@
+"""Shared fixtures. Test helpers live in tests/support/."""
