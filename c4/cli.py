@@ -10,9 +10,7 @@ import os
 import typer
 
 # Modules with a ``register(app: typer.Typer) -> None`` function, in help order.
-COMMAND_MODULES = [
-    "collectors.cli",
-    "diagnosis.cli",
+COMMAND_MODULES: list[str] = [
 ]
 
 app = typer.Typer(
