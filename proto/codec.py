@@ -140,3 +140,25 @@ def decode_conns(msg: c4_pb2.ConnSampleBatch) -> Columns:
 
 def empty_columns(spec: dict[str, np.dtype]) -> Columns:
     return Columns({name: np.empty(0, dtype=dt) for name, dt in spec.items()})
+
+
+STRING_COLUMNS = ("pg", "op", "dtype", "local", "remote")
+
+
+def concat(parts: list[Columns]) -> Columns:
+    """Join batches that each carry their own string table into one batch with one table."""
+    if len(parts) == 1:
+        return parts[0]
+    index: dict[str, int] = {}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in parts[0].columns}
+    errors: dict[int, str] = {}
+    offset = 0
+    for part in parts:
+        remap = np.array([index.setdefault(s, len(index)) for s in part.strings] or [0],
+                         dtype=np.uint32)
+        for name, col in part.columns.items():
+            is_str = name in STRING_COLUMNS and len(col)
+            cols[name].append(remap[col].astype(col.dtype, copy=False) if is_str else col)
+        errors.update({offset + row: text for row, text in part.error_text.items()})
+        offset += len(part)
+    return Columns({k: np.concatenate(v) for k, v in cols.items()}, list(index), errors)

@@ -17,9 +17,8 @@ GENERATED = ["proto/c4_pb2.py", "proto/c4_pb2.pyi", "proto/c4_pb2_grpc.py"]
 
 def generate(out_dir: Path) -> None:
     """Write the generated modules under ``out_dir`` (the repository root for the real ones)."""
-    from grpc_tools import protoc  # dev dependency: only needed to regenerate
-
     import grpc_tools
+    from grpc_tools import protoc  # dev dependency: only needed to regenerate
 
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     args = [

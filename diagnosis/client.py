@@ -1,0 +1,109 @@
+"""A typed client for the daemon, used by the CLI, the recovery controller and tests.
+
+Every gRPC failure surfaces as ``DaemonError`` (or ``DaemonUnavailable``) with a message that
+says what to do, never as a raw ``grpc.RpcError``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from diagnosis.daemon.config import daemon_address
+from diagnosis.errors import DiagnosisError
+from diagnosis.report import FaultReport
+from diagnosis.report_proto import from_proto
+from proto import c4_pb2, c4_pb2_grpc
+from proto.codec import OP_COLUMNS, Columns, concat, decode_ops, empty_columns
+
+
+class DaemonError(DiagnosisError):
+    """The daemon answered with an error."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class DaemonUnavailable(DaemonError):
+    """No daemon answers at the address."""
+
+
+def _wrap(exc: grpc.RpcError, address: str) -> DaemonError:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return DaemonUnavailable(
+            f"no c4 daemon answers at {address}: start one with `c4 daemon`, or point "
+            f"--daemon / C4_DAEMON at the right address ({details})", code)
+    return DaemonError(f"the daemon at {address} says: {details}", code)
+
+
+class DaemonClient:
+    def __init__(self, address: str | None = None, *, timeout: float = 10.0) -> None:
+        self.address = address or daemon_address()
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(self.address)
+        self._faults = c4_pb2_grpc.FaultsStub(self._channel)
+        self._query = c4_pb2_grpc.QueryStub(self._channel)
+        self._ingest = c4_pb2_grpc.IngestStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _call(self, fn: Any, request: Any) -> Any:
+        try:
+            return fn(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise _wrap(exc, self.address) from None
+
+    def faults(self, job: str = "", *, open_only: bool = False, limit: int = 0
+               ) -> list[FaultReport]:
+        resp = self._call(self._faults.List, c4_pb2.ListFaultsRequest(
+            job=job, open_only=open_only, limit=limit))
+        return [from_proto(r) for r in resp.reports]
+
+    def fault(self, fault_id: str) -> FaultReport:
+        return from_proto(self._call(self._faults.Get, c4_pb2.GetFaultRequest(id=fault_id)))
+
+    def watch(self, job: str = "", *, include_open: bool = False) -> Iterator[FaultReport]:
+        """Fault reports as the daemon files or updates them; ends when the daemon stops."""
+        try:
+            for msg in self._faults.Watch(c4_pb2.WatchFaultsRequest(
+                    job=job, include_open=include_open)):
+                yield from_proto(msg)
+        except grpc.RpcError as exc:
+            raise _wrap(exc, self.address) from None
+
+    def jobs(self) -> list[c4_pb2.JobSummary]:
+        return list(self._call(self._query.Jobs, c4_pb2.ListJobsRequest()).jobs)
+
+    def status(self) -> c4_pb2.StatusResponse:
+        return self._call(self._query.Status, c4_pb2.StatusRequest())
+
+    def groups(self, job: str) -> list[c4_pb2.GroupSummary]:
+        try:
+            return list(self._query.Groups(c4_pb2.GroupsRequest(job=job), timeout=self.timeout))
+        except grpc.RpcError as exc:
+            raise _wrap(exc, self.address) from None
+
+    def ops(self, job: str, *, rank: int = -1, pg: str = "", limit: int = 0) -> Columns:
+        """Every stored call of a job, one row per call, as columns with string names."""
+        try:
+            parts = [decode_ops(b) for b in self._query.Ops(
+                c4_pb2.OpsRequest(job=job, rank=rank, pg=pg, limit=limit),
+                timeout=max(self.timeout, 60.0))]
+        except grpc.RpcError as exc:
+            raise _wrap(exc, self.address) from None
+        return concat(parts) if parts else empty_columns(OP_COLUMNS)
+
+    def send(self, request: c4_pb2.IngestRequest) -> c4_pb2.IngestAck:
+        return self._call(self._ingest.Send, request)
+

@@ -1,0 +1,1 @@
+"""The central diagnosis daemon: ingest over gRPC, store, live detection, fault stream."""

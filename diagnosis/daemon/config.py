@@ -1,0 +1,48 @@
+"""Daemon settings: command-line flags with ``C4_*`` environment fallbacks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_ADDRESS = "127.0.0.1:7444"
+
+
+def default_store_url() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return f"sqlite:///{Path(base) / 'c4' / 'c4.db'}"
+
+
+def daemon_address() -> str:
+    """Where clients find the daemon: ``C4_DAEMON`` or the default loopback address."""
+    return os.environ.get("C4_DAEMON") or DEFAULT_ADDRESS
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    listen: str = DEFAULT_ADDRESS
+    store: str = ""
+    # Group commit: the writer waits at most this long to gather requests into one transaction.
+    commit_interval_s: float = 0.02
+    # Requests waiting to be stored; past this the ingest stream stops reading (backpressure).
+    max_pending_requests: int = 512
+    max_message_bytes: int = 64 * 1024 * 1024
+    max_records_per_batch: int = 1_000_000
+    # How often the live detectors look at every job, and how much history they keep.
+    analyze_interval_s: float = 1.0
+    window_records: int = 2_000_000
+    workers: int = 16
+
+    def __post_init__(self) -> None:
+        if not self.store:
+            object.__setattr__(self, "store", default_store_url())
+        if ":" not in self.listen:
+            raise ValueError(f"listen address {self.listen!r} needs HOST:PORT")
+        for name in ("commit_interval_s", "analyze_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("max_pending_requests", "max_message_bytes", "max_records_per_batch",
+                     "window_records", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -1,0 +1,82 @@
+"""Turn an ingest request into a store write, or reject it with a gRPC status that says why."""
+
+from __future__ import annotations
+
+import grpc
+
+from diagnosis.store import ConnRows, GroupRecord, OpRows, RankRecord, Write
+from proto import c4_pb2
+from proto.codec import BatchError, decode_conns, decode_ops
+
+
+class Rejected(Exception):
+    """A request that will never be stored; resending it will not help."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
+             max_records: int) -> Write:
+    """Validate ``req`` and convert it. ``known_jobs`` are jobs with a registered rank."""
+    _need(bool(req.sidecar), "IngestRequest.sidecar is empty: name the sending sidecar")
+    _need(req.seq > 0, "IngestRequest.seq must be a positive per-sidecar request number")
+    kind = req.WhichOneof("body")
+    if kind == "rank":
+        r = req.rank
+        _need(bool(r.job), "RankInfo.job is empty")
+        _need(r.rank >= 0, f"RankInfo.rank is {r.rank}; ranks are >= 0")
+        _need(r.world_size > r.rank,
+              f"RankInfo.world_size {r.world_size} must exceed rank {r.rank}")
+        _need(bool(r.host), "RankInfo.host is empty")
+        return Write(req.sidecar, req.seq, RankRecord(
+            job=r.job, attempt=r.attempt, rank=r.rank, world_size=r.world_size, host=r.host,
+            local_rank=r.local_rank, pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend,
+            t_ns=r.t_ns))
+    if kind == "group":
+        g = req.group
+        _need(bool(g.job), "GroupInfo.job is empty")
+        _need(bool(g.pg), "GroupInfo.pg is empty")
+        _need(len(g.ranks) > 0, f"GroupInfo {g.pg!r} has no ranks")
+        _need(min(g.ranks) >= 0, f"GroupInfo {g.pg!r} lists a negative rank")
+        _need(len(set(g.ranks)) == len(g.ranks), f"GroupInfo {g.pg!r} repeats a rank")
+        _known(g.job, known_jobs)
+        return Write(req.sidecar, req.seq,
+                     GroupRecord(g.job, g.attempt, g.pg, tuple(g.ranks), g.desc))
+    if kind == "ops":
+        b = req.ops
+        _need(bool(b.job), "OpBatch.job is empty")
+        _need(b.count <= max_records,
+              f"OpBatch holds {b.count} records; the limit is {max_records}: send smaller batches")
+        _known(b.job, known_jobs)
+        try:
+            cols = decode_ops(b)
+        except BatchError as exc:
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        return Write(req.sidecar, req.seq, OpRows(b.job, b.attempt, cols))
+    if kind == "conns":
+        b = req.conns
+        _need(bool(b.job), "ConnSampleBatch.job is empty")
+        _need(b.count <= max_records,
+              f"ConnSampleBatch holds {b.count} records; the limit is {max_records}")
+        _known(b.job, known_jobs)
+        try:
+            cols = decode_conns(b)
+        except BatchError as exc:
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        return Write(req.sidecar, req.seq, ConnRows(b.job, b.attempt, cols))
+    raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
+                   "IngestRequest has no body: set one of rank, group, ops, conns, stats")
+
+
+def _known(job: str, known_jobs: set[str]) -> None:
+    if job not in known_jobs:
+        raise Rejected(grpc.StatusCode.NOT_FOUND,
+                       f"job {job!r} is unknown: send its RankInfo before its records")

@@ -1,0 +1,99 @@
+"""The Faults and Query services: what the CLI and the recovery controller ask the daemon."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator
+
+import grpc
+import numpy as np
+
+from diagnosis.daemon.faults import FaultHub
+from diagnosis.report_proto import to_proto
+from diagnosis.store import Store
+from proto import c4_pb2, c4_pb2_grpc
+from proto.codec import Columns, encode_ops
+
+OPS_CHUNK = 65536
+
+
+class FaultsService(c4_pb2_grpc.FaultsServicer):
+    def __init__(self, store: Store, hub: FaultHub) -> None:
+        self._store = store
+        self._hub = hub
+
+    def List(self, request: c4_pb2.ListFaultsRequest, context: grpc.ServicerContext
+             ) -> c4_pb2.ListFaultsResponse:
+        reports = self._store.list_faults(request.job or None, open_only=request.open_only,
+                                          limit=request.limit)
+        return c4_pb2.ListFaultsResponse(reports=[to_proto(r) for r in reports])
+
+    def Get(self, request: c4_pb2.GetFaultRequest, context: grpc.ServicerContext
+            ) -> c4_pb2.FaultReport:
+        report = self._store.get_fault(request.id)
+        if report is None:
+            context.abort(grpc.StatusCode.NOT_FOUND,
+                          f"no fault {request.id!r}: `c4 faults list` shows the ids")
+        return to_proto(report)
+
+    def Watch(self, request: c4_pb2.WatchFaultsRequest, context: grpc.ServicerContext
+              ) -> Iterator[c4_pb2.FaultReport]:
+        q = self._hub.subscribe()
+        context.add_callback(lambda: q.put(None))
+        try:
+            if request.include_open:
+                for r in reversed(self._store.list_faults(request.job or None, open_only=True)):
+                    yield to_proto(r)
+            while context.is_active():
+                try:
+                    report = q.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if report is None:
+                    return
+                if not request.job or report.job == request.job:
+                    yield to_proto(report)
+        finally:
+            self._hub.unsubscribe(q)
+
+
+class QueryService(c4_pb2_grpc.QueryServicer):
+    def __init__(self, store: Store, status: Callable[[], c4_pb2.StatusResponse]) -> None:
+        self._store = store
+        self._status = status
+
+    def Jobs(self, request: c4_pb2.ListJobsRequest, context: grpc.ServicerContext
+             ) -> c4_pb2.ListJobsResponse:
+        open_by_job: dict[str, int] = {}
+        for r in self._store.list_faults(open_only=True):
+            open_by_job[r.job] = open_by_job.get(r.job, 0) + 1
+        return c4_pb2.ListJobsResponse(jobs=[
+            c4_pb2.JobSummary(job=j.job, attempt=j.attempt, world_size=j.world_size,
+                              ranks_seen=j.ranks_seen, hosts=list(j.hosts), ops=j.ops,
+                              first_ns=j.first_ns, last_ns=j.last_ns,
+                              open_faults=open_by_job.get(j.job, 0))
+            for j in self._store.jobs()])
+
+    def Ops(self, request: c4_pb2.OpsRequest, context: grpc.ServicerContext
+            ) -> Iterator[c4_pb2.OpBatch]:
+        if not any(j.job == request.job for j in self._store.jobs()):
+            context.abort(grpc.StatusCode.NOT_FOUND,
+                          f"job {request.job!r} is unknown: `c4 jobs` lists the jobs")
+        cols = self._store.ops(request.job, rank=None if request.rank < 0 else request.rank,
+                               pg=request.pg or None, limit=request.limit)
+        for start in range(0, max(len(cols), 1), OPS_CHUNK):
+            part = Columns({k: np.ascontiguousarray(v[start:start + OPS_CHUNK])
+                            for k, v in cols.columns.items()}, cols.strings,
+                           {i - start: t for i, t in cols.error_text.items()
+                            if start <= i < start + OPS_CHUNK})
+            yield encode_ops(request.job, part)
+
+    def Groups(self, request: c4_pb2.GroupsRequest, context: grpc.ServicerContext
+               ) -> Iterator[c4_pb2.GroupSummary]:
+        for g in self._store.groups(request.job):
+            yield c4_pb2.GroupSummary(pg=g.pg, ranks=list(g.ranks), desc=g.desc)
+
+    def Status(self, request: c4_pb2.StatusRequest, context: grpc.ServicerContext
+               ) -> c4_pb2.StatusResponse:
+        return self._status()
+

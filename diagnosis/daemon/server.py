@@ -1,0 +1,122 @@
+"""Assemble the daemon: store, writer, live view, gRPC services, health, clean shutdown."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+import c4
+from diagnosis.daemon.config import DaemonConfig
+from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.ingest import IngestService
+from diagnosis.daemon.live import LiveView
+from diagnosis.daemon.queries import FaultsService, QueryService
+from diagnosis.daemon.writer import Writer
+from diagnosis.errors import DiagnosisError
+from diagnosis.store import open_store
+from proto import c4_pb2, c4_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query")
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, *, topology: Any = None) -> None:
+        self.config = config
+        self.store = open_store(config.store)
+        self.hub = FaultHub(self.store)
+        self.live = LiveView(self.hub, topology=topology)
+        self.writer = Writer(self.store, on_stored=self.live.apply,
+                             commit_interval_s=config.commit_interval_s,
+                             max_pending=config.max_pending_requests)
+        known = {j.job for j in self.store.jobs()}
+        self.ingest = IngestService(self.writer, known, max_records=config.max_records_per_batch)
+        self.started_ns = time.time_ns()
+        self._stop = threading.Event()
+        self._health = health.HealthServicer()
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="c4-rpc"),
+            options=[("grpc.max_receive_message_length", config.max_message_bytes),
+                     ("grpc.max_send_message_length", config.max_message_bytes)])
+        c4_pb2_grpc.add_IngestServicer_to_server(self.ingest, self._server)
+        c4_pb2_grpc.add_FaultsServicer_to_server(FaultsService(self.store, self.hub),
+                                                 self._server)
+        c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status),
+                                                self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        self.port = self._server.add_insecure_port(config.listen)
+        if self.port == 0:
+            raise DiagnosisError(f"cannot listen on {config.listen}: is another daemon running?")
+        self._analyzer = threading.Thread(target=self._analyze_loop, name="c4-analyze",
+                                          daemon=True)
+
+    def status(self) -> c4_pb2.StatusResponse:
+        resp = c4_pb2.StatusResponse(
+            version=c4.__version__, store=self.config.store.split(":", 1)[0],
+            started_ns=self.started_ns, records_ingested=self.live.records_total,
+            records_per_second=self.live.rate(), batches_rejected=self.ingest.rejected,
+            duplicates=self.writer.duplicates, jobs=len(self.store.jobs()),
+            open_faults=len(self.store.list_faults(open_only=True)))
+        for info in list(self.ingest.sidecars.values()):
+            seen = resp.sidecars.add(sidecar=info.sidecar, host=info.host,
+                                     last_seen_ns=info.last_seen_ns)
+            if info.stats is not None:
+                seen.stats.CopyFrom(info.stats)
+        return resp
+
+    def start(self) -> None:
+        self.writer.start()
+        self._server.start()
+        self._analyzer.start()
+        for name in ("", *SERVICES):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("c4 daemon listening on port %d, store %s", self.port, self.config.store)
+
+    def _analyze_loop(self) -> None:
+        while not self._stop.wait(self.config.analyze_interval_s):
+            try:
+                self.live.analyze()
+            except Exception:  # a detector bug must not take the daemon down
+                log.exception("live analysis failed")
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop taking requests, store everything acknowledged or pending, close the store."""
+        self._health.enter_graceful_shutdown()
+        self._stop.set()
+        done = self._server.stop(grace)
+        self.writer.stop()
+        done.wait(grace)
+        self.hub.close()
+        self.store.close()
+        log.info("c4 daemon stopped")
+
+    def wait(self) -> None:
+        self._stop.wait()
+
+
+def serve(config: DaemonConfig, *, topology: Any = None,
+          on_ready: Callable[[Daemon], None] | None = None) -> None:
+    """Run until SIGTERM or SIGINT."""
+    daemon = Daemon(config, topology=topology)
+    daemon.start()
+    if on_ready is not None:
+        on_ready(daemon)
+    stop = threading.Event()
+
+    def _signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: shutting down", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _signal)
+    signal.signal(signal.SIGINT, _signal)
+    stop.wait()
+    daemon.stop()

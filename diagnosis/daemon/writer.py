@@ -1,0 +1,110 @@
+"""Group commit: gather ingest requests, store them in one call, then acknowledge them.
+
+A request is acknowledged only after the store has made it durable, so a daemon killed at any
+moment loses nothing that a sidecar believes delivered. While the store is down the writer keeps
+retrying the same requests and acknowledges none of them; the ingest streams stop reading once
+``max_pending`` requests wait, which pushes back on the sidecars (they spill to disk).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from diagnosis.errors import StoreError
+from diagnosis.store import Store, Write
+
+log = logging.getLogger(__name__)
+
+Done = Callable[[bool], None]  # called with "was a duplicate" once the write is durable
+
+
+@dataclass
+class _Item:
+    write: Write
+    done: Done
+
+
+class Writer:
+    def __init__(self, store: Store, *, on_stored: Callable[[list[Write]], None],
+                 commit_interval_s: float = 0.02, max_pending: int = 512) -> None:
+        self._store = store
+        self._on_stored = on_stored
+        self._interval = commit_interval_s
+        self._max_pending = max_pending
+        self._items: list[_Item] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="c4-writer", daemon=True)
+        self.stored = 0
+        self.duplicates = 0
+        self.store_errors = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, write: Write, done: Done) -> None:
+        """Queue a write; blocks while too many are pending (backpressure)."""
+        with self._cond:
+            while len(self._items) >= self._max_pending and not self._stopping:
+                self._cond.wait(0.1)
+            self._items.append(_Item(write, done))
+            self._cond.notify_all()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Store everything submitted so far, then stop."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("writer did not drain within %.0f s; %d requests stay unacknowledged "
+                      "(sidecars will resend them)", timeout, self.pending())
+
+    def _take(self) -> list[_Item]:
+        with self._cond:
+            while not self._items and not self._stopping:
+                self._cond.wait()
+            if not self._items:
+                return []
+        # Let a few more requests arrive so that one transaction carries many of them.
+        if not self._stopping:
+            time.sleep(self._interval)
+        with self._cond:
+            items, self._items = self._items, []
+            self._cond.notify_all()
+            return items
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while True:
+            items = self._take()
+            if not items:
+                return
+            while True:
+                try:
+                    dups = self._store.write([it.write for it in items])
+                    break
+                except StoreError as exc:
+                    self.store_errors += 1
+                    log.warning("store unavailable (%s); retrying %d requests in %.1f s",
+                                exc, len(items), backoff)
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+            backoff = 0.2
+            fresh = [it.write for it, dup in zip(items, dups) if not dup]
+            self.stored += len(fresh)
+            self.duplicates += len(items) - len(fresh)
+            try:
+                self._on_stored(fresh)
+            except Exception:  # the live view must never stop acknowledgements
+                log.exception("live analysis failed on a stored batch")
+            for it, dup in zip(items, dups):
+                it.done(dup)
