@@ -1,0 +1,7 @@
+"""The one exception of the link-counter samplers."""
+
+from __future__ import annotations
+
+
+class LinkStatsError(RuntimeError):
+    """The kernel refused or garbled a link-counter query; the message says what to check."""

@@ -1,0 +1,237 @@
+"""Kernel TCP_INFO of the TCP sockets that given processes own, through netlink sock_diag.
+
+A socket is tied to a process by its inode: ``/proc/<pid>/fd/<n>`` links to ``socket:[<inode>]``
+and inet_diag reports the same inode for each socket. Processes in another network namespace
+(containers, test namespaces) are sampled through a diag socket opened inside their namespace,
+which needs CAP_SYS_ADMIN; without it those processes are skipped with a warning.
+
+Older kernels return a shorter ``struct tcp_info``; fields beyond its end read as 0
+(``bytes_acked``/``bytes_received`` arrived in Linux 4.1, ``delivery_rate`` in 4.9).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from collectors.linkstats._netlink import TCP_STATE_CODES, TCP_STATES, DiagRecord, DiagSocket
+from collectors.linkstats.errors import LinkStatsError
+from proto.codec import CONN_COLUMNS, Columns, empty_columns
+
+log = logging.getLogger(__name__)
+
+# The struct tcp_info fields we keep (uapi linux/tcp.h, native byte order):
+# tcpi_rtt @68 (us), tcpi_total_retrans @100 (segments), tcpi_bytes_acked @120,
+# tcpi_bytes_received @128, tcpi_delivery_rate @160 (bytes/s).
+_TCP_INFO = struct.Struct("=68xI28xI16xQQ24xQ")
+_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+_SOCKET_LINK = "socket:["
+
+
+@dataclass(frozen=True)
+class SocketSample:
+    """One TCP socket of one process at one instant; byte and retransmit counts are cumulative."""
+
+    pid: int  # owning process; 0 when no scanned process holds the socket
+    inode: int
+    local: str  # "ip:port", IPv6 as "[addr]:port"
+    remote: str
+    t_ns: int  # wall clock, ns
+    bytes_acked: int
+    bytes_received: int
+    rtt_us: int  # smoothed RTT
+    delivery_rate: int  # bytes per second, the kernel's latest delivery-rate estimate
+    retrans: int  # total retransmitted segments
+    state: str  # kernel state name, e.g. "ESTABLISHED"
+
+
+def parse_tcp_info(info: bytes) -> tuple[int, int, int, int, int]:
+    """(rtt_us, retrans, bytes_acked, bytes_received, delivery_rate) from a raw tcp_info.
+
+    A struct shorter than ours (older kernel, or no INET_DIAG_INFO at all) reads missing fields
+    as 0; a longer one (newer kernel) has its extra fields ignored.
+    """
+    if len(info) < _TCP_INFO.size:
+        info = info + bytes(_TCP_INFO.size - len(info))
+    return _TCP_INFO.unpack_from(info)
+
+
+def endpoint(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def socket_inodes(pid: int, proc_root: str = "/proc") -> list[int]:
+    """Inodes of the sockets ``pid`` holds open; [] when the process is gone or unreadable."""
+    out: list[int] = []
+    try:
+        with os.scandir(f"{proc_root}/{pid}/fd") as entries:
+            for entry in entries:
+                try:
+                    target = os.readlink(entry.path)
+                except OSError:  # fd closed while we looked
+                    continue
+                if target.startswith(_SOCKET_LINK):
+                    out.append(int(target[len(_SOCKET_LINK):-1]))
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        pass
+    except PermissionError:
+        log.warning("cannot read %s/%s/fd: run the sampler as the ranks' user or root",
+                    proc_root, pid)
+    return out
+
+
+def _all_pids(proc_root: str) -> list[int]:
+    return [int(name) for name in os.listdir(proc_root) if name.isdigit()]
+
+
+def _netns_id(proc_root: str, pid: int | str) -> int | None:
+    try:
+        return os.stat(f"{proc_root}/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+class TcpSampler:
+    """Samples TCP_INFO repeatedly, keeping one diag socket per network namespace open.
+
+    Not thread-safe: one sampler per sampling loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        proc_root: str = "/proc",
+        states: Iterable[str] = ("ESTABLISHED",),
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        try:
+            self._states_mask = sum(1 << TCP_STATE_CODES[name] for name in states)
+        except KeyError as exc:
+            raise ValueError(f"unknown TCP state {exc}; known: {', '.join(TCP_STATES)}") from None
+        self.proc_root = proc_root
+        self._clock = clock
+        self._own_ns = _netns_id(proc_root, "self")
+        self._diag: dict[int | None, DiagSocket] = {}
+        self._unreachable: set[int] = set()  # namespaces we failed to join; warned once
+
+    def close(self) -> None:
+        for diag in self._diag.values():
+            diag.close()
+        self._diag.clear()
+
+    def __enter__(self) -> TcpSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _diag_for(self, ns: int | None, pid: int) -> DiagSocket | None:
+        key = None if ns == self._own_ns else ns
+        if key in self._diag:
+            return self._diag[key]
+        if key is None:
+            diag = DiagSocket()
+        else:
+            try:
+                diag = DiagSocket(f"{self.proc_root}/{pid}/ns/net")
+            except LinkStatsError as exc:
+                if key not in self._unreachable:
+                    self._unreachable.add(key)
+                    log.warning("skipping the sockets of pid %s: %s", pid, exc)
+                return None
+        self._diag[key] = diag
+        return diag
+
+    def sample(self, pids: Iterable[int] | None = None) -> list[SocketSample]:
+        """Sockets (in the sampler's states) owned by ``pids``; ``None``: every socket of this
+        network namespace, with ``pid`` 0 where no process could be found for it."""
+        if pids is None:
+            owners = {ino: pid for pid in _all_pids(self.proc_root)
+                      for ino in socket_inodes(pid, self.proc_root)}
+            diag = self._diag_for(self._own_ns, 0)
+            assert diag is not None  # our own namespace needs no setns
+            return self._dump(diag, owners, None)
+        # Group the wanted sockets by network namespace: one diag socket can only see its own.
+        groups: dict[int | None, tuple[int, dict[int, int]]] = {}
+        for pid in dict.fromkeys(pids):
+            inodes = socket_inodes(pid, self.proc_root)
+            if not inodes:
+                continue
+            ns = _netns_id(self.proc_root, pid)
+            owners = groups.setdefault(ns, (pid, {}))[1]
+            for ino in inodes:
+                owners.setdefault(ino, pid)
+        out: list[SocketSample] = []
+        used: set[int | None] = set()
+        for ns, (first_pid, owners) in groups.items():
+            diag = self._diag_for(ns, first_pid)
+            if diag is None:
+                continue
+            used.add(None if ns == self._own_ns else ns)
+            out.extend(self._dump(diag, owners, owners))
+        # A namespace none of our processes uses any more: let it go rather than pin it.
+        for key in [k for k in self._diag if k is not None and k not in used]:
+            self._diag.pop(key).close()
+        return out
+
+    def _dump(
+        self, diag: DiagSocket, owners: Mapping[int, int], only: Mapping[int, int] | None
+    ) -> list[SocketSample]:
+        out: list[SocketSample] = []
+        for family in _FAMILIES:
+            records = diag.dump_tcp(family, self._states_mask, only)
+            t_ns = self._clock()
+            out.extend(_to_sample(rec, owners.get(rec.inode, 0), t_ns) for rec in records)
+        return out
+
+
+def _to_sample(rec: DiagRecord, pid: int, t_ns: int) -> SocketSample:
+    rtt, retrans, acked, received, rate = parse_tcp_info(rec.info)
+    state = TCP_STATES[rec.state] if rec.state < len(TCP_STATES) else str(rec.state)
+    return SocketSample(
+        pid, rec.inode, endpoint(rec.src, rec.sport), endpoint(rec.dst, rec.dport), t_ns,
+        acked, received, rtt, rate, retrans, state,
+    )
+
+
+def sample_tcp(
+    pids: Iterable[int] | None = None, *, proc_root: str = "/proc"
+) -> list[SocketSample]:
+    """Established TCP sockets owned by ``pids`` (``None``: all of this namespace), sampled once.
+
+    Raises:
+        LinkStatsError: the kernel has no sock_diag, or refused the dump.
+    """
+    with TcpSampler(proc_root=proc_root) as sampler:
+        return sampler.sample(pids)
+
+
+def to_columns(samples: Sequence[SocketSample], rank_of_pid: Mapping[int, int]) -> Columns:
+    """CONN_COLUMNS for the samples whose pid is a known rank (the others are dropped);
+    ``local``/``remote`` index a string table of endpoints."""
+    rows = [s for s in samples if s.pid in rank_of_pid]
+    if not rows:
+        return empty_columns(CONN_COLUMNS)
+    table: dict[str, int] = {}
+    local = [table.setdefault(s.local, len(table)) for s in rows]
+    remote = [table.setdefault(s.remote, len(table)) for s in rows]
+    values = {
+        "rank": [rank_of_pid[s.pid] for s in rows],
+        "local": local,
+        "remote": remote,
+        "t_ns": [s.t_ns for s in rows],
+        "bytes_acked": [s.bytes_acked for s in rows],
+        "bytes_received": [s.bytes_received for s in rows],
+        "rtt_us": [s.rtt_us for s in rows],
+        "delivery_rate": [s.delivery_rate for s in rows],
+        "retrans": [s.retrans for s in rows],
+    }
+    return Columns({name: np.asarray(values[name], dtype=dt) for name, dt in CONN_COLUMNS.items()},
+                   list(table))
