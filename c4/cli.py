@@ -11,6 +11,8 @@ import typer
 
 # Modules with a ``register(app: typer.Typer) -> None`` function, in help order.
 COMMAND_MODULES: list[str] = [
+    "diagnosis.daemon.cli",
+    "diagnosis.query_cli",
 ]
 
 app = typer.Typer(
