@@ -182,16 +182,18 @@ class IngestRequest(_message.Message):
     def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ...) -> None: ...
 
 class IngestAck(_message.Message):
-    __slots__ = ("seq", "code", "error", "duplicate")
+    __slots__ = ("seq", "code", "error", "duplicate", "sidecar")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    SIDECAR_FIELD_NUMBER: _ClassVar[int]
     seq: int
     code: int
     error: str
     duplicate: bool
-    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    sidecar: str
+    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ..., sidecar: _Optional[str] = ...) -> None: ...
 
 class Suspect(_message.Message):
     __slots__ = ("type", "id", "score", "rank")

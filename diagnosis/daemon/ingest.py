@@ -43,7 +43,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         """Reply now (rejected, or statistics) or once the request is stored."""
         self._seen(req)
         if req.WhichOneof("body") == "stats":
-            reply(c4_pb2.IngestAck(seq=req.seq))
+            reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
             return
         try:
             with self._lock:
@@ -53,10 +53,12 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         except Rejected as exc:
             self.rejected += 1
             log.warning("rejected request %d from %s: %s", req.seq, req.sidecar, exc.message)
-            reply(c4_pb2.IngestAck(seq=req.seq, code=exc.code.value[0], error=exc.message))
+            reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar, code=exc.code.value[0],
+                                    error=exc.message))
             return
-        seq = req.seq
-        self._writer.submit(write, lambda dup: reply(c4_pb2.IngestAck(seq=seq, duplicate=dup)))
+        seq, sidecar = req.seq, req.sidecar
+        self._writer.submit(write, lambda dup: reply(
+            c4_pb2.IngestAck(seq=seq, sidecar=sidecar, duplicate=dup)))
 
     def _seen(self, req: c4_pb2.IngestRequest) -> None:
         if not req.sidecar:
