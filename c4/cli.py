@@ -13,6 +13,7 @@ import typer
 COMMAND_MODULES: list[str] = [
     "diagnosis.daemon.cli",
     "diagnosis.query_cli",
+    "diagnosis.topology.cli",
 ]
 
 app = typer.Typer(

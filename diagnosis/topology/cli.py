@@ -1,0 +1,94 @@
+"""``c4 topology``: generate a fabric description and summarise one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+topology_app = typer.Typer(help="Generate and inspect cluster topologies (node-link JSON).",
+                           no_args_is_help=True)
+
+
+@topology_app.command("gen")
+def gen(
+    kind: str = typer.Argument("rail", help="Fabric: 'rail' (rail-optimized leaf/spine) or "
+                               "'single' (every NIC on one switch)."),
+    hosts: int = typer.Option(16, "--hosts", help="Number of hosts."),
+    gpus_per_host: int = typer.Option(8, "--gpus-per-host", help="GPUs per host."),
+    rails: int | None = typer.Option(None, "--rails", help="NICs (rails) per host "
+                                     "[default: one per GPU]. Rail fabrics only."),
+    hosts_per_leaf: int = typer.Option(16, "--hosts-per-leaf", help="Hosts under each leaf."),
+    spines: int | None = typer.Option(None, "--spines", help="Spine switches "
+                                      "[default: hosts per leaf, non-blocking]."),
+    nic_gbps: float = typer.Option(400, "--nic-gbps", help="NIC speed in Gbit/s."),
+    uplink_gbps: float | None = typer.Option(None, "--uplink-gbps", help="Leaf-spine link "
+                                             "speed [default: non-blocking]."),
+    dual_port: bool = typer.Option(False, "--dual-port", help="Each NIC has two ports on two "
+                                   "leaves (rail fabrics only)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Write the topology JSON here."),
+) -> None:
+    """Write a generated topology as node-link JSON."""
+    from diagnosis.topology import rail_optimized, single_switch
+
+    if kind == "rail":
+        topo = rail_optimized(hosts, gpus_per_host, rails=rails, hosts_per_leaf=hosts_per_leaf,
+                              spines=spines, nic_gbps=nic_gbps, uplink_gbps=uplink_gbps,
+                              dual_port=dual_port)
+    elif kind == "single":
+        topo = single_switch(hosts, gpus_per_host, nic_gbps=nic_gbps)
+    else:
+        raise typer.BadParameter(f"unknown kind {kind!r}; use 'rail' or 'single'")
+    topo.save(output)
+    typer.echo(f"wrote {output}: {len(topo.hosts())} hosts, {len(topo.gpus())} GPUs, "
+               f"{len(topo.nics())} NICs, {len(topo.switches())} switches, "
+               f"{len(topo.links())} links")
+
+
+@topology_app.command("show")
+def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link).")) -> None:
+    """Summarise a topology: counts by kind and tier, link speeds."""
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.topology import Topology
+
+    try:
+        topo = Topology.load(path)
+    except DiagnosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    g = topo.graph
+    table = Table(title=f"{path.name}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    table.add_column("detail")
+    table.add_row("hosts", str(len(topo.hosts())), "")
+    table.add_row("gpus", str(len(topo.gpus())), "")
+    rails = Counter(topo.rail(n) for n in topo.nics())
+    table.add_row("nics", str(sum(rails.values())),
+                  f"{len(rails)} rails" if None not in rails else "")
+    tiers = Counter(g.nodes[s].get("tier") or "-" for s in topo.switches())
+    for tier, n in sorted(tiers.items()):
+        table.add_row(f"switches ({tier})", str(n), "")
+    speeds: Counter[tuple[str, float]] = Counter()
+    for lk in topo.links():
+        u, v = topo.endpoints(lk)
+        pair = "-".join(sorted((_role(g, u), _role(g, v))))
+        speeds[(pair, topo.capacity(lk))] += 1
+    for (pair, gbps), n in sorted(speeds.items()):
+        table.add_row(f"links {pair}", str(n), f"{gbps:g} Gbit/s")
+    table.add_row("two-tier paths", "", "structural" if topo.index.two_tier else "graph search")
+    Console().print(table)
+
+
+def _role(g, node: str) -> str:
+    d = g.nodes[node]
+    return d.get("tier") or d["kind"] if d["kind"] == "switch" else d["kind"]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(topology_app, name="topology")
