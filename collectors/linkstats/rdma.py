@@ -4,8 +4,8 @@ Reads ``<sysfs>/class/infiniband/<dev>/ports/<n>/counters/*`` (the IB PMA port c
 ``port_xmit_data``/``port_rcv_data`` count 4-byte words, ``port_xmit_wait``, ``symbol_error``,
 ``link_downed``, ...) and ``.../hw_counters/*`` where the driver provides them (mlx5:
 ``local_ack_timeout_err``, ``packet_seq_err``, ``out_of_sequence``, ``np_cnp_sent``, ...).
-Every file holds one decimal integer and a newline; a counter the device cannot read (some
-drivers fail the read with EINVAL, or write "N/A") is left out rather than reported as 0.
+Every file holds one decimal integer and a newline; a counter that cannot be read (the read
+fails, or the file holds something other than an integer) is left out rather than reported as 0.
 
 UNTESTED ON REAL HARDWARE: the machine this was written on has no RDMA device. The tests run
 on a directory tree that copies the real sysfs file names and value formats.
@@ -84,7 +84,7 @@ def _read_counters(directory: str, out: dict[str, int]) -> None:
             continue
         try:
             out[name] = int(text)
-        except ValueError:  # "N/A (no PMA)" and the like
+        except ValueError:
             log.debug("RDMA counter %s/%s is unreadable: %r", directory, name, text)
 
 
