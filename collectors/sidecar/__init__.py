@@ -1,0 +1,1 @@
+"""The per-node sidecar: gathers local ranks' records and ships them to the daemon, losing none."""

@@ -1,0 +1,62 @@
+"""``c4 sidecar``: run the node's sidecar."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import typer
+
+
+def sidecar(
+    daemon: str = typer.Option("127.0.0.1:7444", "--daemon", envvar="C4_DAEMON",
+                               help="The diagnosis daemon, HOST:PORT."),
+    socket_path: Path = typer.Option(None, "--socket", envvar="C4_SIDECAR_SOCKET",
+                                     help="Unix socket the node's ranks write to "
+                                          "(default $XDG_RUNTIME_DIR/c4/sidecar.sock or /tmp)."),
+    host: str = typer.Option(None, "--host", envvar="C4_HOST",
+                             help="This node's id in the topology (default: hostname)."),
+    spill_dir: Path = typer.Option(None, "--spill-dir", envvar="C4_SPILL_DIR",
+                                   help="Where unacknowledged records wait while the daemon is "
+                                        "away (default ~/.local/state/c4/spill)."),
+    spill_max_bytes: int = typer.Option(1 << 30, "--spill-max-bytes", envvar="C4_SPILL_MAX_BYTES",
+                                        help="Disk the spill may use; beyond it records drop."),
+    batch_records: int = typer.Option(16384, "--batch-records", envvar="C4_BATCH_RECORDS",
+                                      help="Records per batch sent to the daemon."),
+    link_interval: float = typer.Option(1.0, "--link-interval", envvar="C4_LINK_INTERVAL",
+                                        help="Seconds between samples of connection counters."),
+) -> None:
+    """Run the per-node sidecar: take the local ranks' records and ship them to the daemon."""
+    import signal
+    import threading
+
+    from collectors.sidecar.config import SidecarConfig
+    from collectors.sidecar.sidecar import Sidecar
+    from collectors.wire import default_socket_path
+
+    kwargs = {}
+    if spill_dir is not None:
+        kwargs["spill_dir"] = spill_dir
+    try:
+        config = SidecarConfig(daemon=daemon, socket_path=socket_path or default_socket_path(),
+                               host=host or socket.gethostname(), spill_max_bytes=spill_max_bytes,
+                               batch_records=batch_records, link_interval_s=link_interval,
+                               **kwargs)
+        car = Sidecar(config)
+        car.start()
+    except (ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    typer.echo(f"c4 sidecar {car.id} listening on {config.socket_path}, daemon {daemon}")
+    stop.wait()
+    car.stop()
+    s = car.stats()
+    typer.echo(f"c4 sidecar stopped: received {s.received}, shipped {s.shipped} batches, "
+               f"spilled {s.spilled}, dropped {s.dropped}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sidecar")(sidecar)
