@@ -1,0 +1,426 @@
+"""The embedded store: one SQLite file in WAL mode, one transaction per ``write()`` call.
+
+Strings (process groups, op names, dtypes, endpoints) live once in a ``strings`` table and rows
+hold their integer ids, so a batch turns into rows by numpy indexing alone and the op key is six
+integers. The (sidecar, seq) of every stored request goes into ``applied`` in the same
+transaction as its rows, which makes a resend a no-op even after a restart.
+
+Threads: ``write`` and ``put_fault`` serialise on a lock; every reader thread gets its own
+connection (WAL lets it read while the writer writes). An in-memory store has one connection,
+shared under that lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from itertools import repeat
+
+import numpy as np
+
+from diagnosis.errors import StoreError
+from diagnosis.report import FaultReport
+from diagnosis.store import _common
+from diagnosis.store.api import (
+    ConnRows,
+    GroupRecord,
+    JobRecord,
+    OpRows,
+    RankRecord,
+    Store,
+    Write,
+)
+from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS applied (
+  sidecar TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (sidecar, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS attempts (
+  aid INTEGER PRIMARY KEY, job TEXT NOT NULL, attempt INTEGER NOT NULL,
+  first_ns INTEGER NOT NULL DEFAULT 0, last_ns INTEGER NOT NULL DEFAULT 0,
+  UNIQUE (job, attempt));
+CREATE TABLE IF NOT EXISTS ranks (
+  aid INTEGER NOT NULL, rank INTEGER NOT NULL, world_size INTEGER, host TEXT,
+  local_rank INTEGER, pid INTEGER, gpu TEXT, nic TEXT, backend TEXT, t_ns INTEGER,
+  PRIMARY KEY (aid, rank)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pgroups (
+  aid INTEGER NOT NULL, pg TEXT NOT NULL, ranks TEXT NOT NULL, description TEXT,
+  PRIMARY KEY (aid, pg)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ops (
+  aid INTEGER NOT NULL, rank INTEGER NOT NULL, pg INTEGER NOT NULL, op INTEGER NOT NULL,
+  peer INTEGER NOT NULL, seq INTEGER NOT NULL, nbytes INTEGER, dtype INTEGER,
+  t_enter_ns INTEGER, t_start_ns INTEGER, t_end_ns INTEGER, status INTEGER, error TEXT,
+  PRIMARY KEY (aid, rank, pg, op, peer, seq)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ops_by_time ON ops (aid, t_enter_ns, rank);
+CREATE TABLE IF NOT EXISTS conns (
+  aid INTEGER NOT NULL, rank INTEGER NOT NULL, local INTEGER NOT NULL, remote INTEGER NOT NULL,
+  t_ns INTEGER NOT NULL, bytes_acked INTEGER, bytes_received INTEGER, rtt_us INTEGER,
+  delivery_rate INTEGER, retrans INTEGER,
+  PRIMARY KEY (aid, rank, local, remote, t_ns)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS faults (
+  id TEXT PRIMARY KEY, job TEXT NOT NULL, state TEXT NOT NULL, revision INTEGER NOT NULL,
+  first_seen_ns INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS faults_by_job ON faults (job);
+"""
+
+# A completed row (t_end_ns != -1) replaces an open one; an open row never replaces a completed one.
+_UPSERT_OPS = """
+INSERT INTO ops (aid, rank, pg, op, peer, seq, nbytes, dtype, t_enter_ns, t_start_ns, t_end_ns,
+                 status, error)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (aid, rank, pg, op, peer, seq) DO UPDATE SET
+  nbytes = excluded.nbytes, dtype = excluded.dtype, t_enter_ns = excluded.t_enter_ns,
+  t_start_ns = excluded.t_start_ns, t_end_ns = excluded.t_end_ns, status = excluded.status,
+  error = excluded.error
+WHERE ops.t_end_ns = -1 OR excluded.t_end_ns != -1
+"""
+
+_OP_SELECT = ", ".join(OP_COLUMNS) + ", error"
+_CONN_SELECT = ", ".join(CONN_COLUMNS)
+
+
+def _seq64(seq: int) -> int:
+    """Ingest seq is uint64; SQLite integers are int64: fold the top half onto negatives."""
+    return seq - (1 << 64) if seq >= 1 << 63 else seq
+
+
+class SQLiteStore(Store):
+    name = "sqlite"
+
+    def __init__(self, path: str, *, synchronous: str = "FULL") -> None:
+        self.path = path
+        self._memory = path == ":memory:"
+        self._synchronous = synchronous
+        self._local = threading.local()
+        self._opened: list[sqlite3.Connection] = []
+        self._opened_lock = threading.Lock()
+        self._write_lock = threading.RLock()
+        self._closed = False
+        # Writer-side caches, valid only for committed data: cleared when a transaction fails.
+        self._aids: dict[tuple[str, int], int] = {}
+        self._sids: dict[str, int] = {}
+        # Reader-side id -> string; ids never change once committed, so sharing is safe.
+        self._names: dict[int, str] = {}
+        self._shared = self._connect() if self._memory else None
+        conn = self._conn()
+        try:
+            with self._write_lock:
+                conn.executescript(_SCHEMA)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot create the tables of SQLite store {path}: {exc}") from exc
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteStore:
+        path = url.removeprefix("sqlite://")
+        if not path:
+            raise StoreError(f"store URL {url!r} names no file: use sqlite:///PATH or "
+                             "sqlite://:memory:")
+        return cls(path)
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=30.0)
+            if not self._memory:
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite store {self.path}: {exc}; check that its "
+                             "directory exists and is writable") from exc
+        with self._opened_lock:
+            self._opened.append(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"SQLite store {self.path} is closed")
+        if self._shared is not None:
+            return self._shared
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            if self._memory:
+                with self._write_lock:
+                    yield conn
+            else:
+                yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading SQLite store {self.path} failed: {exc}") from exc
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._write_lock:
+            conn = self._conn()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                self._aids.clear()
+                self._sids.clear()
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"writing SQLite store {self.path} failed: {exc}; nothing "
+                                     "of this write was stored") from exc
+                raise
+
+    def close(self) -> None:
+        with self._write_lock, self._opened_lock:
+            self._closed = True
+            for conn in self._opened:
+                conn.close()
+            self._opened.clear()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, writes: Sequence[Write]) -> list[bool]:
+        duplicate: list[bool] = []
+        with self._transaction() as conn:
+            for w in writes:
+                cur = conn.execute("INSERT OR IGNORE INTO applied (sidecar, seq) VALUES (?, ?)",
+                                   (w.sidecar, _seq64(w.seq)))
+                if cur.rowcount == 0:
+                    duplicate.append(True)
+                    continue
+                duplicate.append(False)
+                self._apply(conn, w.body)
+        return duplicate
+
+    def _apply(self, conn: sqlite3.Connection,
+               body: RankRecord | GroupRecord | OpRows | ConnRows) -> None:
+        aid = self._aid(conn, body.job, body.attempt)
+        if isinstance(body, OpRows):
+            self._put_ops(conn, aid, body.cols)
+        elif isinstance(body, ConnRows):
+            self._put_conns(conn, aid, body.cols)
+        elif isinstance(body, RankRecord):
+            conn.execute(
+                "INSERT OR REPLACE INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (aid, body.rank, body.world_size, body.host, body.local_rank, body.pid,
+                 body.gpu, body.nic, body.backend, body.t_ns))
+        elif isinstance(body, GroupRecord):
+            conn.execute("INSERT OR REPLACE INTO pgroups VALUES (?, ?, ?, ?)",
+                         (aid, body.pg, json.dumps(list(body.ranks)), body.desc))
+        else:
+            raise TypeError(f"cannot store a {type(body).__name__}")
+
+    def _aid(self, conn: sqlite3.Connection, job: str, attempt: int) -> int:
+        key = (job, int(attempt))
+        aid = self._aids.get(key)
+        if aid is None:
+            conn.execute("INSERT OR IGNORE INTO attempts (job, attempt) VALUES (?, ?)", key)
+            aid = conn.execute("SELECT aid FROM attempts WHERE job = ? AND attempt = ?",
+                               key).fetchone()[0]
+            self._aids[key] = aid
+        return aid
+
+    def _string_ids(self, conn: sqlite3.Connection, strings: list[str]) -> np.ndarray:
+        """A batch's string table -> the global ids of its strings (index with a column)."""
+        ids = np.empty(len(strings), dtype=np.int64)
+        for i, s in enumerate(strings):
+            sid = self._sids.get(s)
+            if sid is None:
+                conn.execute("INSERT OR IGNORE INTO strings (s) VALUES (?)", (s,))
+                sid = conn.execute("SELECT id FROM strings WHERE s = ?", (s,)).fetchone()[0]
+                self._sids[s] = sid
+            ids[i] = sid
+        return ids
+
+    def _put_ops(self, conn: sqlite3.Connection, aid: int, cols: Columns) -> None:
+        n = len(cols)
+        if n == 0:
+            return
+        c = cols.columns
+        gid = self._string_ids(conn, cols.strings)
+        errors: list[str | None] = [None] * n
+        for row, text in cols.error_text.items():
+            errors[row] = text
+        conn.executemany(_UPSERT_OPS, zip(
+            repeat(aid, n), c["rank"].tolist(), gid[c["pg"]].tolist(), gid[c["op"]].tolist(),
+            c["peer"].tolist(), c["seq"].tolist(), c["nbytes"].tolist(),
+            gid[c["dtype"]].tolist(), c["t_enter_ns"].tolist(), c["t_start_ns"].tolist(),
+            c["t_end_ns"].tolist(), c["status"].tolist(), errors, strict=True))
+        first = int(c["t_enter_ns"].min())
+        last = int(max(c["t_enter_ns"].max(), c["t_end_ns"].max()))
+        conn.execute(
+            "UPDATE attempts SET first_ns = CASE WHEN first_ns = 0 THEN ?1 ELSE min(first_ns, ?1)"
+            " END, last_ns = max(last_ns, ?2) WHERE aid = ?3", (first, last, aid))
+
+    def _put_conns(self, conn: sqlite3.Connection, aid: int, cols: Columns) -> None:
+        n = len(cols)
+        if n == 0:
+            return
+        c = cols.columns
+        gid = self._string_ids(conn, cols.strings)
+        conn.executemany(
+            "INSERT OR REPLACE INTO conns (aid, " + _CONN_SELECT + ") "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            zip(repeat(aid, n), c["rank"].tolist(), gid[c["local"]].tolist(),
+                gid[c["remote"]].tolist(), *(c[k].tolist() for k in list(CONN_COLUMNS)[3:]),
+                strict=True))
+
+    def put_fault(self, report: FaultReport) -> None:
+        if not report.id:
+            raise StoreError("a fault report needs an id to be stored; the daemon assigns one")
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO faults (id, job, state, revision, first_seen_ns, body) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET job = excluded.job, "
+                "state = excluded.state, revision = excluded.revision, "
+                "first_seen_ns = excluded.first_seen_ns, body = excluded.body "
+                "WHERE excluded.revision >= faults.revision",
+                (report.id, report.job, report.state, int(report.revision),
+                 int(report.first_seen_ns), _common.fault_to_text(report)))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _find_attempt(conn: sqlite3.Connection, job: str, attempt: int | None) -> int | None:
+        if attempt is None:
+            row = conn.execute("SELECT aid FROM attempts WHERE job = ? ORDER BY attempt DESC "
+                               "LIMIT 1", (job,)).fetchone()
+        else:
+            row = conn.execute("SELECT aid FROM attempts WHERE job = ? AND attempt = ?",
+                               (job, attempt)).fetchone()
+        return row[0] if row else None
+
+    def _lookup_names(self, conn: sqlite3.Connection, ids: np.ndarray) -> list[str]:
+        missing = [int(i) for i in ids if int(i) not in self._names]
+        if missing:
+            marks = ",".join("?" * len(missing))
+            self._names.update(conn.execute(
+                f"SELECT id, s FROM strings WHERE id IN ({marks})", missing).fetchall())
+        return [self._names[int(i)] for i in ids]
+
+    def _to_columns(self, conn: sqlite3.Connection, rows: list[tuple], spec: dict[str, np.dtype],
+                    string_columns: Sequence[str]) -> Columns:
+        names = list(spec)
+        if not rows:
+            return Columns({k: np.empty(0, dtype=dt) for k, dt in spec.items()})
+        data = list(zip(*rows, strict=True))
+        out = {k: np.asarray(data[i], dtype=spec[k]) for i, k in enumerate(names)
+               if k not in string_columns}
+        n = len(rows)
+        ids = np.concatenate([np.asarray(data[names.index(k)], dtype=np.int64)
+                              for k in string_columns])
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        inverse = inverse.reshape(-1).astype(np.uint32)
+        for j, k in enumerate(string_columns):
+            out[k] = inverse[j * n:(j + 1) * n]
+        cols = Columns({k: out[k] for k in names}, self._lookup_names(conn, uniq))
+        if len(data) > len(names):
+            cols.error_text = {i: e for i, e in enumerate(data[len(names)]) if e}
+        return cols
+
+    def ops(self, job: str, attempt: int | None = None, *, rank: int | None = None,
+            pg: str | None = None, limit: int = 0) -> Columns:
+        with self._reading() as conn:
+            aid = self._find_attempt(conn, job, attempt)
+            if aid is None:
+                return self._to_columns(conn, [], OP_COLUMNS, _common.OP_STRING_COLUMNS)
+            sql = f"SELECT {_OP_SELECT} FROM ops WHERE aid = ?"
+            args: list[object] = [aid]
+            if rank is not None:
+                sql += " AND rank = ?"
+                args.append(rank)
+            if pg is not None:
+                sql += " AND pg = (SELECT id FROM strings WHERE s = ?)"
+                args.append(pg)
+            sql += " ORDER BY t_enter_ns, rank, seq"
+            if limit > 0:
+                sql += f" LIMIT {int(limit)}"
+            rows = conn.execute(sql, args).fetchall()
+            return self._to_columns(conn, rows, OP_COLUMNS, _common.OP_STRING_COLUMNS)
+
+    def count_ops(self, job: str, attempt: int | None = None) -> int:
+        with self._reading() as conn:
+            aid = self._find_attempt(conn, job, attempt)
+            if aid is None:
+                return 0
+            return conn.execute("SELECT count(*) FROM ops WHERE aid = ?", (aid,)).fetchone()[0]
+
+    def conns(self, job: str, attempt: int | None = None) -> Columns:
+        with self._reading() as conn:
+            aid = self._find_attempt(conn, job, attempt)
+            rows = [] if aid is None else conn.execute(
+                f"SELECT {_CONN_SELECT} FROM conns WHERE aid = ? ORDER BY t_ns, rank",
+                (aid,)).fetchall()
+            return self._to_columns(conn, rows, CONN_COLUMNS, _common.CONN_STRING_COLUMNS)
+
+    def ranks(self, job: str, attempt: int | None = None) -> list[RankRecord]:
+        with self._reading() as conn:
+            aid = self._find_attempt(conn, job, attempt)
+            rows = [] if aid is None else conn.execute(
+                "SELECT a.job, a.attempt, r.rank, r.world_size, r.host, r.local_rank, r.pid, "
+                "r.gpu, r.nic, r.backend, r.t_ns FROM ranks r JOIN attempts a USING (aid) "
+                "WHERE aid = ? ORDER BY r.rank", (aid,)).fetchall()
+        return [RankRecord(*row) for row in rows]
+
+    def groups(self, job: str, attempt: int | None = None) -> list[GroupRecord]:
+        with self._reading() as conn:
+            aid = self._find_attempt(conn, job, attempt)
+            rows = [] if aid is None else conn.execute(
+                "SELECT a.job, a.attempt, g.pg, g.ranks, g.description FROM pgroups g "
+                "JOIN attempts a USING (aid) WHERE aid = ? ORDER BY g.pg", (aid,)).fetchall()
+        return [GroupRecord(j, a, pg, tuple(json.loads(r)), d) for j, a, pg, r, d in rows]
+
+    def jobs(self) -> list[JobRecord]:
+        with self._reading() as conn:
+            rank_rows = conn.execute(
+                "SELECT a.job, a.attempt, max(r.world_size), count(*), "
+                "min(CASE WHEN r.t_ns > 0 THEN r.t_ns END), max(r.t_ns) "
+                "FROM ranks r JOIN attempts a USING (aid) GROUP BY aid").fetchall()
+            host_rows = conn.execute(
+                "SELECT DISTINCT a.job, a.attempt, r.host FROM ranks r JOIN attempts a "
+                "USING (aid)").fetchall()
+            op_rows = conn.execute(
+                "SELECT a.job, a.attempt, (SELECT count(*) FROM ops o WHERE o.aid = a.aid), "
+                "a.first_ns, a.last_ns FROM attempts a "
+                "WHERE EXISTS (SELECT 1 FROM ranks r WHERE r.aid = a.aid)").fetchall()
+        hosts: dict[tuple[str, int], set[str]] = {}
+        for job, attempt, host in host_rows:
+            hosts.setdefault((job, attempt), set()).add(host)
+        ranks = {(j, a): _common.RankAgg(w, n, hosts.get((j, a), set()), lo or 0, hi or 0)
+                 for j, a, w, n, lo, hi in rank_rows}
+        ops = {(j, a): _common.OpAgg(n, lo, hi) for j, a, n, lo, hi in op_rows}
+        return _common.build_jobs(ranks, ops)
+
+    def get_fault(self, fault_id: str) -> FaultReport | None:
+        with self._reading() as conn:
+            row = conn.execute("SELECT body FROM faults WHERE id = ?", (fault_id,)).fetchone()
+        return _common.fault_from_text(row[0]) if row else None
+
+    def list_faults(self, job: str | None = None, *, open_only: bool = False,
+                    limit: int = 0) -> list[FaultReport]:
+        sql = "SELECT body FROM faults WHERE 1"
+        args: list[object] = []
+        if job is not None:
+            sql += " AND job = ?"
+            args.append(job)
+        if open_only:
+            sql += " AND state = 'open'"
+        sql += " ORDER BY first_seen_ns DESC, id"
+        if limit > 0:
+            sql += f" LIMIT {int(limit)}"
+        with self._reading() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        return [_common.fault_from_text(r[0]) for r in rows]
