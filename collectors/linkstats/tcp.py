@@ -16,7 +16,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +120,11 @@ class TcpSampler:
         self._own_ns = _netns_id(proc_root, "self")
         self._diag: dict[int | None, DiagSocket] = {}
         self._unreachable: set[int] = set()  # namespaces we failed to join; warned once
+        # The fd scan is cached: pid -> its socket inodes and network namespace at last scan,
+        # and per namespace the sockets known to belong to none of our processes.
+        self._inodes: dict[int, list[int]] = {}
+        self._ns_of: dict[int, int | None] = {}
+        self._foreign: dict[int | None, set[int]] = {}
 
     def close(self) -> None:
         for diag in self._diag.values():
@@ -158,31 +163,72 @@ class TcpSampler:
             diag = self._diag_for(self._own_ns, 0)
             assert diag is not None  # our own namespace needs no setns
             return self._dump(diag, owners, None)
-        # Group the wanted sockets by network namespace: one diag socket can only see its own.
-        groups: dict[int | None, tuple[int, dict[int, int]]] = {}
-        for pid in dict.fromkeys(pids):
-            inodes = socket_inodes(pid, self.proc_root)
-            if not inodes:
-                continue
-            ns = _netns_id(self.proc_root, pid)
-            owners = groups.setdefault(ns, (pid, {}))[1]
-            for ino in inodes:
-                owners.setdefault(ino, pid)
+        pids = list(dict.fromkeys(pids))
+        wanted = set(pids)
+        for gone in [p for p in self._inodes if p not in wanted]:
+            del self._inodes[gone], self._ns_of[gone]
+        fresh: set[int] = set()
+        for pid in pids:
+            if pid not in self._inodes:
+                fresh.add(pid)
+                self._scan(pid)
+        # One diag socket sees one network namespace: group the processes by theirs.
+        groups: dict[int | None, list[int]] = {}
+        for pid in pids:
+            if pid in self._inodes:
+                groups.setdefault(self._ns_of[pid], []).append(pid)
         out: list[SocketSample] = []
         used: set[int | None] = set()
-        for ns, (first_pid, owners) in groups.items():
-            diag = self._diag_for(ns, first_pid)
+        for ns, members in groups.items():
+            diag = self._diag_for(ns, members[0])
             if diag is None:
                 continue
-            used.add(None if ns == self._own_ns else ns)
-            out.extend(self._dump(diag, owners, owners))
+            key = None if ns == self._own_ns else ns
+            used.add(key)
+            out.extend(self._sample_group(diag, key, members, fresh))
         # A namespace none of our processes uses any more: let it go rather than pin it.
         for key in [k for k in self._diag if k is not None and k not in used]:
             self._diag.pop(key).close()
+            self._foreign.pop(key, None)
+        return out
+
+    def _scan(self, pid: int) -> None:
+        inodes = socket_inodes(pid, self.proc_root)
+        if inodes:
+            self._inodes[pid] = inodes
+            self._ns_of[pid] = _netns_id(self.proc_root, pid)
+        else:  # no sockets yet (or gone): looked at afresh next time
+            self._inodes.pop(pid, None)
+            self._ns_of.pop(pid, None)
+
+    def _owners(self, members: Iterable[int]) -> dict[int, int]:
+        owners: dict[int, int] = {}
+        for pid in members:
+            for ino in self._inodes.get(pid, ()):
+                owners.setdefault(ino, pid)
+        return owners
+
+    def _sample_group(
+        self, diag: DiagSocket, key: int | None, members: list[int], fresh: set[int]
+    ) -> list[SocketSample]:
+        """Dump one namespace, rescanning the members' fds only when a socket shows up that
+        no earlier scan has seen: reading every fd link every second costs more than the dump."""
+        owners = self._owners(members)
+        watch = _Watch(owners, self._foreign.get(key, set()))
+        out = self._dump(diag, owners, watch)
+        if watch.unknown and not fresh.issuperset(members):
+            for pid in members:
+                if pid not in fresh:
+                    self._scan(pid)
+            owners = self._owners(members)
+            if not watch.unknown.isdisjoint(owners):
+                watch = _Watch(owners, set())
+                out = self._dump(diag, owners, watch)
+        self._foreign[key] = watch.seen.difference(owners)
         return out
 
     def _dump(
-        self, diag: DiagSocket, owners: Mapping[int, int], only: Mapping[int, int] | None
+        self, diag: DiagSocket, owners: Mapping[int, int], only: Container[int] | None
     ) -> list[SocketSample]:
         out: list[SocketSample] = []
         for family in _FAMILIES:
@@ -190,6 +236,25 @@ class TcpSampler:
             t_ns = self._clock()
             out.extend(_to_sample(rec, owners.get(rec.inode, 0), t_ns) for rec in records)
         return out
+
+
+class _Watch:
+    """The dump filter: keeps our sockets, remembers every inode seen and those never seen."""
+
+    __slots__ = ("foreign", "owners", "seen", "unknown")
+
+    def __init__(self, owners: Mapping[int, int], foreign: set[int]) -> None:
+        self.owners, self.foreign = owners, foreign
+        self.seen: set[int] = set()
+        self.unknown: set[int] = set()
+
+    def __contains__(self, inode: object) -> bool:
+        self.seen.add(inode)  # type: ignore[arg-type]
+        if inode in self.owners:
+            return True
+        if inode not in self.foreign:
+            self.unknown.add(inode)  # type: ignore[arg-type]
+        return False
 
 
 def _to_sample(rec: DiagRecord, pid: int, t_ns: int) -> SocketSample:

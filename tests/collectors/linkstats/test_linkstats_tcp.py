@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from collectors.linkstats import LinkSampler, concat_columns
-from collectors.linkstats.tcp import SocketSample, parse_tcp_info, sample_tcp, to_columns
+from collectors.linkstats.tcp import (
+    SocketSample,
+    TcpSampler,
+    parse_tcp_info,
+    sample_tcp,
+    to_columns,
+)
 from proto import codec
 
 pytestmark = pytest.mark.network
@@ -155,6 +161,31 @@ def test_other_pids_sockets_are_not_reported(link4: Link) -> None:
     everything = {s.inode: s.pid for s in sample_tcp()}
     assert everything[link4.inode] == os.getpid()
     assert everything[child_only[0].inode] == link4.child.pid
+
+
+def test_sampler_notices_sockets_opened_and_closed_between_samples(link4: Link) -> None:
+    # The sampler caches which sockets each process holds; a new one must still show up.
+    me, child = os.getpid(), link4.child.pid
+    with TcpSampler() as sampler:
+        first = {s.inode for s in sampler.sample([me])}
+        assert link4.inode in first
+        srv = socket.create_server(("127.0.0.1", 0))
+        a = socket.create_connection(srv.getsockname())
+        b, _ = srv.accept()
+        new = {os.fstat(a.fileno()).st_ino, os.fstat(b.fileno()).st_ino}
+        second = sampler.sample([me])
+        assert new <= {s.inode for s in second}
+        assert all(s.pid == me for s in second)
+        a.close()
+        b.close()
+        srv.close()
+        third = poll(lambda: sampler.sample([me]),
+                     lambda out: new.isdisjoint(s.inode for s in out))
+        assert new.isdisjoint(s.inode for s in third)  # no longer established
+        assert link4.inode in {s.inode for s in third}
+        # A pid added later is scanned afresh; the child's socket was foreign until now.
+        both = sampler.sample([me, child])
+        assert {s.pid for s in both} == {me, child}
 
 
 def test_proc_root_is_injectable(tmp_path, link4: Link) -> None:
