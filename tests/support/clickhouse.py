@@ -2,7 +2,7 @@
 
 Use the fixtures from a test module (fixtures must be visible in the module's namespace)::
 
-    from support.clickhouse import clickhouse_server, clickhouse_url  # noqa: F401
+    from tests.support.clickhouse import clickhouse_server, clickhouse_url  # noqa: F401
 
 ``clickhouse_server`` (session) is the running server; ``clickhouse_url`` (function) is a store
 URL naming a database of its own, so tests sharing the server do not see each other's rows.

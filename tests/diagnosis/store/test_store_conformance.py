@@ -1,0 +1,331 @@
+"""One suite, every backend: SQLite (file and memory) and a real clickhouse-server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from diagnosis.errors import StoreError
+from diagnosis.report import FaultReport, Suspect
+from diagnosis.store import (
+    ConnRows,
+    GroupRecord,
+    OpRows,
+    RankRecord,
+    Store,
+    Write,
+    open_store,
+)
+from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
+from tests.support.clickhouse import clickhouse_server, clickhouse_url  # noqa: F401
+
+T0 = 1_700_000_000_000_000_000
+OPS = ["all_reduce", "broadcast", "send", "recv"]
+PGS = ["0", "dp.1", "tp.0"]
+
+
+def make_ops(n: int, *, rank0: int = 0, seq0: int = 0, done: bool = True, seed: int = 0,
+             ranks: int = 8) -> Columns:
+    """``n`` calls with distinct keys, each column from a seeded generator, strings shuffled so
+    that the batch's string table order is not the stores' order."""
+    rng = np.random.default_rng(seed)
+    strings = ["float32", *OPS, *PGS, "bfloat16"]
+    rng.shuffle(strings)
+    pos = {s: i for i, s in enumerate(strings)}
+    i = np.arange(n)
+    c = {
+        "rank": (rank0 + i % ranks).astype(np.int32),
+        "pg": np.array([pos[p] for p in PGS], dtype=np.uint32)[i % len(PGS)],
+        "seq": (seq0 + i // ranks).astype(np.int64),
+        "op": np.array([pos[o] for o in OPS], dtype=np.uint32)[rng.integers(0, 4, n)],
+        "nbytes": rng.integers(1, 1 << 30, n).astype(np.int64),
+        "dtype": np.full(n, pos["float32"], dtype=np.uint32),
+        "t_enter_ns": T0 + rng.permutation(n).astype(np.int64) * 1000,
+        "t_start_ns": np.full(n, -1, dtype=np.int64),
+        "status": np.zeros(n, dtype=np.uint8),
+        "peer": np.where(i % 5 == 0, (i + 1) % ranks, -1).astype(np.int32),
+    }
+    c["t_end_ns"] = c["t_enter_ns"] + 500 if done else np.full(n, -1, dtype=np.int64)
+    return Columns({k: c[k] for k in OP_COLUMNS}, strings)
+
+
+def make_conns(n: int, seed: int = 0) -> Columns:
+    rng = np.random.default_rng(seed)
+    strings = ["10.0.0.1:5000", "10.0.0.2:6000", "10.0.0.3:7000"]
+    c = {name: rng.integers(0, 1 << 40, n).astype(dt) for name, dt in CONN_COLUMNS.items()}
+    c["rank"] = rng.integers(0, 4, n).astype(np.int32)
+    c["local"] = rng.integers(0, 3, n).astype(np.uint32)
+    c["remote"] = ((c["local"] + 1) % 3).astype(np.uint32)
+    c["t_ns"] = T0 + rng.permutation(n).astype(np.int64)
+    return Columns(c, strings)
+
+
+def as_records(cols: Columns, columns: dict) -> list[tuple]:
+    """Rows with strings resolved, sorted: compares batches whatever their string tables."""
+    names = {k: cols.names(k) if k in ("pg", "op", "dtype", "local", "remote") else cols[k]
+             for k in columns}
+    rows = list(zip(*(names[k].tolist() for k in columns), strict=True))
+    return sorted(rows)
+
+
+def head(cols: Columns, n: int) -> Columns:
+    return Columns({k: v[:n] for k, v in cols.columns.items()}, cols.strings)
+
+
+def ranks_of(job: str, attempt: int, n: int, hosts: int = 2) -> list[RankRecord]:
+    return [RankRecord(job, attempt, r, n, f"node{r % hosts}", local_rank=r // hosts, pid=100 + r,
+                       gpu=f"node{r % hosts}/gpu{r // hosts}", nic="mlx5_0", backend="gloo",
+                       t_ns=T0 - 10_000 + r) for r in range(n)]
+
+
+def writes_of(sidecar: str, seq0: int, bodies: list) -> list[Write]:
+    return [Write(sidecar, seq0 + k, b) for k, b in enumerate(bodies)]
+
+
+BACKENDS = ["sqlite", "sqlite-memory", pytest.param("clickhouse", marks=pytest.mark.clickhouse)]
+
+
+@pytest.fixture(params=BACKENDS)
+def opener(request: pytest.FixtureRequest, tmp_path) -> Iterator[Callable[[], Store]]:
+    """Opens the backend under test; calling it again re-opens the same store (a restart)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/c4.db"
+    elif request.param == "sqlite-memory":
+        url = "sqlite://:memory:"
+    else:
+        url = request.getfixturevalue("clickhouse_url")
+    opened: list[Store] = []
+
+    def open_it() -> Store:
+        if opened and url.endswith(":memory:"):
+            pytest.skip("an in-memory store does not outlive its process")
+        opened.append(open_store(url))
+        return opened[-1]
+
+    yield open_it
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(opener: Callable[[], Store]) -> Store:
+    return opener()
+
+
+def test_resend_after_restart_is_a_duplicate(opener):
+    s = opener()
+    first = writes_of("host-a", 1, [*ranks_of("j", 0, 4), OpRows("j", 0, make_ops(1000)),
+                                    ConnRows("j", 0, make_conns(50))])
+    assert s.write(first) == [False] * len(first)
+    s.close()
+    s = opener()  # the daemon restarted: the sidecar resends what it had no ack for
+    more = Write("host-a", 100, OpRows("j", 0, make_ops(10, seq0=10_000)))
+    assert s.write([*first, more]) == [True] * len(first) + [False]
+    assert s.count_ops("j") == 1010
+    assert len(s.conns("j")) == 50
+    assert len(s.ranks("j")) == 4
+    # the same seq from another sidecar is another request
+    assert s.write([Write("host-b", 1, OpRows("j", 0, make_ops(5, rank0=100)))]) == [False]
+    assert s.count_ops("j") == 1015
+
+
+def test_duplicates_within_one_call(store):
+    w = Write("host-a", 7, OpRows("j", 0, make_ops(100)))
+    assert store.write([w, w, Write("host-a", 8, ranks_of("j", 0, 1)[0]), w]) == [
+        False, True, False, True]
+    assert store.count_ops("j") == 100
+    assert store.write([]) == []
+
+
+def test_open_row_is_replaced_by_completed_and_never_the_reverse(store):
+    open_rows = make_ops(200, done=False, seed=1)
+    done_rows = make_ops(200, done=True, seed=1)
+    store.write([Write("s", 1, ranks_of("j", 0, 8)[0]), Write("s", 2, OpRows("j", 0, open_rows))])
+    assert (store.ops("j")["t_end_ns"] == -1).all()
+    store.write([Write("s", 3, OpRows("j", 0, done_rows))])
+    got = store.ops("j")
+    assert len(got) == 200 and store.count_ops("j") == 200
+    assert as_records(got, OP_COLUMNS) == as_records(done_rows, OP_COLUMNS)
+    # a late open copy (e.g. a resend from a restarted sidecar) loses to the completed row
+    store.write([Write("s", 4, OpRows("j", 0, open_rows))])
+    assert as_records(store.ops("j"), OP_COLUMNS) == as_records(done_rows, OP_COLUMNS)
+    # both in one call, completed first: the open one still loses
+    more_open = make_ops(50, done=False, seed=2, seq0=5000)
+    more_done = make_ops(50, done=True, seed=2, seq0=5000)
+    store.write([Write("s", 5, OpRows("j", 0, more_done)),
+                 Write("s", 6, OpRows("j", 0, more_open))])
+    assert store.count_ops("j") == 250
+    assert (store.ops("j")["t_end_ns"] != -1).all()
+
+
+def test_queries(store):
+    ops = make_ops(600, seed=3)
+    err = make_ops(3, seq0=9000, seed=4)
+    err.columns["status"][:] = [2, 1, 0]
+    err.error_text = {0: "NCCL error: unhandled system error", 1: "timeout after 600 s"}
+    conns = make_conns(40, seed=5)
+    bodies = [*ranks_of("j", 0, 8), *ranks_of("j", 1, 4, hosts=4),
+              GroupRecord("j", 1, "dp.1", (3, 1, 2), "data parallel"),
+              GroupRecord("j", 1, "0", (0, 1, 2, 3)),
+              OpRows("j", 0, make_ops(30, seed=6)), OpRows("j", 1, ops), OpRows("j", 1, err),
+              ConnRows("j", 1, conns)]
+    assert store.write(writes_of("sc", 1, bodies)) == [False] * len(bodies)
+
+    # latest attempt unless told
+    assert [r.rank for r in store.ranks("j")] == [0, 1, 2, 3]
+    assert store.ranks("j", 0) == ranks_of("j", 0, 8)
+    assert store.ranks("j") == ranks_of("j", 1, 4, hosts=4)
+    assert store.groups("j") == [GroupRecord("j", 1, "0", (0, 1, 2, 3)),
+                                 GroupRecord("j", 1, "dp.1", (3, 1, 2), "data parallel")]
+    assert store.groups("j", 0) == []
+    assert store.count_ops("j") == 603 and store.count_ops("j", 0) == 30
+
+    got = store.ops("j")
+    assert as_records(got, OP_COLUMNS) == sorted(as_records(ops, OP_COLUMNS)
+                                                 + as_records(err, OP_COLUMNS))
+    key = np.lexsort((got["seq"], got["rank"], got["t_enter_ns"]))
+    assert (key == np.arange(len(got))).all(), "ops are ordered by (t_enter_ns, rank)"
+    assert {k: v.dtype for k, v in got.columns.items()} == OP_COLUMNS
+    assert len(got.strings) == len(set(got.strings)) == len(set(got.strings) & {
+        "float32", *OPS, *PGS}), "a fresh table of the strings in use"
+    by_status = {int(got["status"][r]): t for r, t in got.error_text.items()}
+    assert by_status == {2: "NCCL error: unhandled system error", 1: "timeout after 600 s"}
+
+    r3 = store.ops("j", rank=3)
+    assert len(r3) == (ops["rank"] == 3).sum() + (err["rank"] == 3).sum()
+    assert set(r3["rank"].tolist()) == {3}
+    dp = store.ops("j", pg="dp.1")
+    assert set(dp.names("pg").tolist()) == {"dp.1"}
+    assert len(dp) == sum(1 for row in as_records(ops, OP_COLUMNS) + as_records(err, OP_COLUMNS)
+                          if row[list(OP_COLUMNS).index("pg")] == "dp.1")
+    both = store.ops("j", rank=3, pg="dp.1")
+    assert len(both) > 0 and set(both["rank"].tolist()) == {3}
+    first10 = store.ops("j", limit=10)
+    assert as_records(first10, OP_COLUMNS) == as_records(head(got, 10), OP_COLUMNS)
+    assert len(store.ops("j", pg="no-such-group")) == 0
+
+    c = store.conns("j")
+    assert as_records(c, CONN_COLUMNS) == as_records(conns, CONN_COLUMNS)
+    assert (np.diff(c["t_ns"]) >= 0).all()
+    assert {k: v.dtype for k, v in c.columns.items()} == CONN_COLUMNS
+    assert len(store.conns("j", 0)) == 0
+
+    assert store.ranks("unknown") == [] and store.groups("unknown") == []
+    assert len(store.ops("unknown")) == 0 and store.count_ops("unknown") == 0
+    assert len(store.conns("unknown")) == 0
+    assert store.ops("unknown").columns.keys() == OP_COLUMNS.keys()
+
+
+def test_jobs_summary(store):
+    assert store.jobs() == []
+    a = make_ops(100, seed=7)
+    bodies = [*ranks_of("alpha", 0, 4), OpRows("alpha", 0, a),
+              *ranks_of("beta", 0, 3),
+              OpRows("gamma", 0, make_ops(5))]  # no rank registered: not listed
+    later = [RankRecord("alpha", 1, 0, 4, "node9", t_ns=T0 + 10**12)]
+    store.write(writes_of("s", 1, bodies + later))
+    jobs = store.jobs()
+    assert [(j.job, j.attempt) for j in jobs] == [("alpha", 1), ("alpha", 0), ("beta", 0)]
+    a1, a0, b0 = jobs
+    assert (a1.world_size, a1.ranks_seen, a1.hosts, a1.ops) == (4, 1, ("node9",), 0)
+    assert a1.first_ns == a1.last_ns == T0 + 10**12
+    assert (a0.world_size, a0.ranks_seen, a0.hosts, a0.ops) == (4, 4, ("node0", "node1"), 100)
+    assert a0.first_ns == T0 - 10_000  # the first registration precedes the first op
+    assert a0.last_ns == int(max(a["t_end_ns"].max(), a["t_enter_ns"].max()))
+    assert (b0.ranks_seen, b0.ops, b0.hosts) == (3, 0, ("node0", "node1"))
+
+
+def report(fid: str, revision: int, **kw) -> FaultReport:
+    base = dict(
+        kind="comm_slow",
+        suspects=(Suspect("link", "sw1:p3-node2:eth0", 0.123456789),
+                  Suspect("gpu", "node2/gpu1", 1 / 3, rank=5),
+                  Suspect("rank", "7", 0.0, rank=7)),
+        first_seen_ns=T0, summary="all_reduce on dp.1 runs 4x slower over sw1:p3",
+        pg="dp.1", seq=0,
+        evidence={"ratio": 4.25, "ranks": [1, 2], "nested": {"a": None, "b": [1.5, "x"]},
+                  "unicode": "ü→"},
+        id=fid, job="j", last_seen_ns=T0 + 5, state="open", revision=revision)
+    base.update(kw)
+    return FaultReport(**base)
+
+
+def test_faults_round_trip_and_upsert_by_revision(store):
+    r0 = report("f1", 0)
+    store.put_fault(r0)
+    assert store.get_fault("f1") == r0
+    bare = report("f2", 0, pg=None, seq=None, evidence={}, suspects=(), kind="error",
+                  first_seen_ns=T0 + 1, job="other")
+    store.put_fault(bare)
+    assert store.get_fault("f2") == bare
+    assert store.get_fault("f2").seq is None and store.get_fault("f1").seq == 0
+
+    r2 = report("f1", 2, last_seen_ns=T0 + 99, summary="worse")
+    store.put_fault(r2)
+    store.put_fault(report("f1", 1, summary="stale"))  # an older revision arriving late
+    assert store.get_fault("f1") == r2
+    store.put_fault(report("f3", 0, first_seen_ns=T0 + 2))
+    assert [r.id for r in store.list_faults()] == ["f3", "f2", "f1"]
+    assert [r.id for r in store.list_faults("j")] == ["f3", "f1"]
+    assert [r.id for r in store.list_faults(limit=2)] == ["f3", "f2"]
+
+    closed = r2.with_updates(state="resolved", revision=3)
+    store.put_fault(closed)
+    assert [r.id for r in store.list_faults(open_only=True)] == ["f3", "f2"]
+    assert [r.id for r in store.list_faults("j", open_only=True, limit=1)] == ["f3"]
+    assert store.list_faults("j")[1] == closed
+    assert store.get_fault("nope") is None
+    assert store.list_faults("nope") == []
+
+
+def test_large_batch_round_trip(store):
+    cols = make_ops(100_000, seed=11, ranks=64)
+    cols.columns["t_end_ns"][::7] = -1
+    store.write([Write("s", 1, ranks_of("big", 0, 1)[0]), Write("s", 2, OpRows("big", 0, cols))])
+    assert store.count_ops("big") == 100_000
+    got = store.ops("big")
+    assert as_records(got, OP_COLUMNS) == as_records(cols, OP_COLUMNS)
+    assert (np.diff(got["t_enter_ns"]) > 0).all()
+
+
+def test_one_writer_many_readers(store):
+    store.write([Write("s", 0, ranks_of("j", 0, 1)[0])])
+    failures: list[BaseException] = []
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            last = 0
+            while not stop.is_set():
+                n = store.count_ops("j")
+                assert n >= last, "a reader saw the count go down"
+                assert len(store.ops("j", limit=50)) >= min(n, 50), "rows went missing"
+                last = n
+                seen.append(n)
+        except BaseException as exc:
+            failures.append(exc)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for k in range(20):
+            store.write([Write("s", 1 + k, OpRows("j", 0, make_ops(500, seq0=1000 * k)))])
+    finally:
+        stop.set()
+        for t in readers:
+            t.join(timeout=60)
+    assert not failures, failures
+    assert store.count_ops("j") == 10_000
+    assert seen, "the readers ran"
+
+
+def test_bad_url_and_unwritable_path(tmp_path):
+    with pytest.raises(StoreError, match="unknown store URL"):
+        open_store("postgres://x")
+    with pytest.raises(StoreError, match="directory exists"):
+        open_store(f"sqlite:///{tmp_path}/missing/dir/c4.db")
