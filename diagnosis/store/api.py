@@ -137,11 +137,15 @@ class Store(ABC):
 
 def open_store(url: str) -> Store:
     """Open a store from a URL: ``sqlite:///path/to/c4.db``, ``sqlite://:memory:``,
-    ``clickhouse://user:password@host:port/database``."""
+    ``clickhouse://user:password@host:port/database``, ``memory://`` (nothing persists)."""
     if url.startswith("sqlite:"):
         from diagnosis.store.sqlite import SQLiteStore
 
         return SQLiteStore.from_url(url)
+    if url.startswith("memory:"):
+        from diagnosis.store.memory import MemoryStore
+
+        return MemoryStore.from_url(url)
     if url.startswith("clickhouse:"):
         from diagnosis.store.clickhouse import ClickHouseStore
 
@@ -149,5 +153,5 @@ def open_store(url: str) -> Store:
     from diagnosis.errors import StoreError
 
     raise StoreError(
-        f"unknown store URL {url!r}: use sqlite:///PATH or clickhouse://HOST:PORT/DB"
+        f"unknown store URL {url!r}: use sqlite:///PATH, clickhouse://HOST:PORT/DB or memory://"
     )

@@ -1,0 +1,161 @@
+"""A store that keeps everything in process memory: for benchmarks of the daemon's own path,
+for tests, and for a throwaway daemon. Nothing survives a restart (``memory://``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from diagnosis.report import FaultReport
+from diagnosis.store import _common
+from diagnosis.store.api import (
+    ConnRows,
+    GroupRecord,
+    JobRecord,
+    OpRows,
+    RankRecord,
+    Store,
+    Write,
+)
+from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, concat, empty_columns
+
+_KEY = ("rank", "pg", "op", "peer", "seq")
+
+
+class MemoryStore(Store):
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._applied: set[tuple[str, int]] = set()
+        self._ranks: dict[tuple[str, int], dict[int, RankRecord]] = {}
+        self._groups: dict[tuple[str, int], dict[str, GroupRecord]] = {}
+        self._ops: dict[tuple[str, int], list[Columns]] = {}
+        self._conns: dict[tuple[str, int], list[Columns]] = {}
+        self._faults: dict[str, FaultReport] = {}
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryStore:
+        return cls()
+
+    def write(self, writes: Sequence[Write]) -> list[bool]:
+        dups = []
+        with self._lock:
+            for w in writes:
+                key = (w.sidecar, w.seq)
+                dup = key in self._applied
+                dups.append(dup)
+                if dup:
+                    continue
+                self._applied.add(key)
+                b = w.body
+                if isinstance(b, RankRecord):
+                    self._ranks.setdefault((b.job, b.attempt), {})[b.rank] = b
+                elif isinstance(b, GroupRecord):
+                    self._groups.setdefault((b.job, b.attempt), {})[b.pg] = b
+                elif isinstance(b, OpRows):
+                    self._ops.setdefault((b.job, b.attempt), []).append(b.cols)
+                elif isinstance(b, ConnRows):
+                    self._conns.setdefault((b.job, b.attempt), []).append(b.cols)
+        return dups
+
+    def _attempt(self, job: str, attempt: int | None) -> tuple[str, int] | None:
+        attempts = [a for (j, a) in self._ranks if j == job]
+        if attempt is None:
+            return (job, max(attempts)) if attempts else None
+        return (job, attempt) if attempt in attempts else None
+
+    def _all_ops(self, key: tuple[str, int] | None) -> Columns:
+        parts = self._ops.get(key, []) if key else []
+        if not parts:
+            return empty_columns(OP_COLUMNS)
+        cols = concat(list(parts))
+        # One row per call: the last completed row wins over open ones.
+        names = np.asarray(cols.strings, dtype=object)
+        keys = [cols[k] if k not in ("pg", "op") else names[cols[k]].astype(str) for k in _KEY]
+        done = cols["t_end_ns"] >= 0
+        order = np.lexsort((done, *reversed(keys)))
+        sorted_keys = [k[order] for k in keys]
+        last = np.ones(len(order), dtype=bool)
+        same = np.ones(len(order) - 1, dtype=bool)
+        for k in sorted_keys:
+            same &= k[1:] == k[:-1]
+        last[:-1] = ~same
+        pick = order[last]
+        pick = pick[np.lexsort((cols["rank"][pick], cols["t_enter_ns"][pick]))]
+        errors = {new: cols.error_text[old] for new, old in enumerate(pick.tolist())
+                  if old in cols.error_text}
+        return Columns({k: v[pick] for k, v in cols.columns.items()}, cols.strings, errors)
+
+    def ops(self, job: str, attempt: int | None = None, *, rank: int | None = None,
+            pg: str | None = None, limit: int = 0) -> Columns:
+        with self._lock:
+            cols = self._all_ops(self._attempt(job, attempt))
+        mask = np.ones(len(cols), dtype=bool)
+        if rank is not None:
+            mask &= cols["rank"] == rank
+        if pg is not None:
+            mask &= np.asarray(cols.names("pg") == pg, dtype=bool) if len(cols) else mask
+        rows = np.flatnonzero(mask)[: limit or None]
+        errors = {i: cols.error_text[r] for i, r in enumerate(rows.tolist())
+                  if r in cols.error_text}
+        return Columns({k: v[rows] for k, v in cols.columns.items()}, cols.strings, errors)
+
+    def count_ops(self, job: str, attempt: int | None = None) -> int:
+        return len(self.ops(job, attempt))
+
+    def conns(self, job: str, attempt: int | None = None) -> Columns:
+        with self._lock:
+            key = self._attempt(job, attempt)
+            parts = list(self._conns.get(key, [])) if key else []
+        if not parts:
+            return empty_columns(CONN_COLUMNS)
+        cols = concat(parts)
+        order = np.argsort(cols["t_ns"], kind="stable")
+        return Columns({k: v[order] for k, v in cols.columns.items()}, cols.strings)
+
+    def ranks(self, job: str, attempt: int | None = None) -> list[RankRecord]:
+        with self._lock:
+            key = self._attempt(job, attempt)
+            return sorted(self._ranks.get(key, {}).values(), key=lambda r: r.rank) if key else []
+
+    def groups(self, job: str, attempt: int | None = None) -> list[GroupRecord]:
+        with self._lock:
+            key = self._attempt(job, attempt)
+            return sorted(self._groups.get(key, {}).values(), key=lambda g: g.pg) if key else []
+
+    def jobs(self) -> list[JobRecord]:
+        with self._lock:
+            keys = list(self._ranks)
+        ranks: dict[tuple[str, int], _common.RankAgg] = {}
+        ops: dict[tuple[str, int], _common.OpAgg] = {}
+        for key in keys:
+            recs = list(self._ranks[key].values())
+            ranks[key] = _common.RankAgg(
+                world_size=max(r.world_size for r in recs), ranks_seen=len(recs),
+                hosts={r.host for r in recs},
+                first_ns=min((r.t_ns for r in recs if r.t_ns > 0), default=0),
+                last_ns=max(r.t_ns for r in recs))
+            cols = self.ops(key[0], key[1])
+            if len(cols):
+                ops[key] = _common.OpAgg(len(cols), int(cols["t_enter_ns"].min()),
+                                         int(cols["t_enter_ns"].max()))
+        return _common.build_jobs(ranks, ops)
+
+    def put_fault(self, report: FaultReport) -> None:
+        with self._lock:
+            old = self._faults.get(report.id)
+            if old is None or report.revision >= old.revision:
+                self._faults[report.id] = report
+
+    def get_fault(self, fault_id: str) -> FaultReport | None:
+        with self._lock:
+            return self._faults.get(fault_id)
+
+    def list_faults(self, job: str | None = None, *, open_only: bool = False,
+                    limit: int = 0) -> list[FaultReport]:
+        with self._lock:
+            found = [r for r in self._faults.values() if job is None or r.job == job]
+        return _common.newest_first(found, open_only=open_only, limit=limit)
