@@ -79,18 +79,18 @@ class LinkSampler:
     def set_ranks(
         self, pids: Mapping[int, int], rdma_ports: Mapping[int, str] | None = None
     ) -> None:
-        """Replace the set of local ranks (a rank joined, exited or restarted)."""
-        self._rank_of_pid = {}
+        """Replace the set of local ranks (a rank joined, exited or restarted); cheap enough to
+        call before every sample. ``rdma_ports`` None keeps the current ports."""
+        rank_of_pid: dict[int, int] = {}
         for rank, pid in sorted(pids.items()):
-            self._rank_of_pid.setdefault(pid, rank)
-        self._rank_of_port = {}
-        for rank, name in sorted((rdma_ports or {}).items()):
-            dev, port = rdma.parse_port(name)
-            self._rank_of_port.setdefault(f"{dev}/{port}", rank)
-
-    def add_rank(self, rank: int, pid: int) -> None:
-        self._rank_of_pid = {p: r for p, r in self._rank_of_pid.items() if r != rank}
-        self._rank_of_pid[pid] = rank
+            rank_of_pid.setdefault(pid, rank)
+        self._rank_of_pid = rank_of_pid
+        if rdma_ports is not None:
+            rank_of_port: dict[str, int] = {}
+            for rank, name in sorted(rdma_ports.items()):
+                dev, port = rdma.parse_port(name)
+                rank_of_port.setdefault(f"{dev}/{port}", rank)
+            self._rank_of_port = rank_of_port
 
     def sample(self) -> Columns:
         """One row per established TCP socket of the ranks' processes, plus one per RDMA port.

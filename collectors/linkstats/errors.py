@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collectors.errors import CollectorError
 
-class LinkStatsError(RuntimeError):
+
+class LinkStatsError(CollectorError):
     """The kernel refused or garbled a link-counter query; the message says what to check."""

@@ -137,19 +137,24 @@ class TcpSampler:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _diag_for(self, ns: int | None, pid: int) -> DiagSocket | None:
+    def _diag_for(self, ns: int | None, pids: Sequence[int]) -> DiagSocket | None:
         key = None if ns == self._own_ns else ns
         if key in self._diag:
             return self._diag[key]
         if key is None:
             diag = DiagSocket()
         else:
-            try:
-                diag = DiagSocket(f"{self.proc_root}/{pid}/ns/net")
-            except LinkStatsError as exc:
-                if key not in self._unreachable:
+            # Enter the namespace through any member: one may have exited since its scan.
+            for pid in pids:
+                try:
+                    diag = DiagSocket(f"{self.proc_root}/{pid}/ns/net")
+                    break
+                except LinkStatsError as exc:
+                    error = exc
+            else:
+                if key not in self._unreachable:  # retried every sample, reported once
                     self._unreachable.add(key)
-                    log.warning("skipping the sockets of pid %s: %s", pid, exc)
+                    log.warning("skipping the sockets of pids %s: %s", list(pids), error)
                 return None
         self._diag[key] = diag
         return diag
@@ -160,7 +165,7 @@ class TcpSampler:
         if pids is None:
             owners = {ino: pid for pid in _all_pids(self.proc_root)
                       for ino in socket_inodes(pid, self.proc_root)}
-            diag = self._diag_for(self._own_ns, 0)
+            diag = self._diag_for(self._own_ns, ())
             assert diag is not None  # our own namespace needs no setns
             return self._dump(diag, owners, None)
         pids = list(dict.fromkeys(pids))
@@ -180,7 +185,7 @@ class TcpSampler:
         out: list[SocketSample] = []
         used: set[int | None] = set()
         for ns, members in groups.items():
-            diag = self._diag_for(ns, members[0])
+            diag = self._diag_for(ns, members)
             if diag is None:
                 continue
             key = None if ns == self._own_ns else ns

@@ -124,6 +124,9 @@ def test_link_sampler_reports_each_port_once(sysfs: Path) -> None:
         (0, "rdma:mlx5_0/1"), (2, "rdma:mlx5_1/1")
     ]
     assert sorted(cols["bytes_acked"].tolist()) == [4_000_000, 4_000_000]
+    # The sidecar refreshes the ranks' pids before each sample; that keeps the ports.
+    sampler.set_ranks({})
+    assert len(sampler.sample()) == 2
 
 
 def test_parse_port() -> None:

@@ -198,6 +198,25 @@ def test_proc_root_is_injectable(tmp_path, link4: Link) -> None:
     assert [(s.pid, s.inode, s.local) for s in samples] == [(4242, link4.inode, link4.local())]
 
 
+def test_unjoinable_namespace_is_skipped_with_a_warning(tmp_path, link4: Link, caplog) -> None:
+    # Fake pid 4242's ns/net is no namespace file, so setns() fails for real; fake pid 4343
+    # (no ns/net: our namespace) is still sampled.
+    for pid, fd, ino in ((4242, 3, link4.inode), (4343, 4, _child_inode(link4))):
+        (tmp_path / str(pid) / "fd").mkdir(parents=True)
+        (tmp_path / str(pid) / "fd" / str(fd)).symlink_to(f"socket:[{ino}]")
+    (tmp_path / "4242" / "ns").mkdir()
+    (tmp_path / "4242" / "ns" / "net").write_text("")
+    with caplog.at_level("WARNING"):
+        samples = sample_tcp([4242, 4343], proc_root=str(tmp_path))
+    assert [(s.pid, s.local) for s in samples] == [(4343, link4.remote())]
+    assert "skipping the sockets of pids [4242]" in caplog.text
+
+
+def _child_inode(link: Link) -> int:
+    (only,) = sample_tcp([link.child.pid])
+    return only.inode
+
+
 def test_short_tcp_info_reads_missing_fields_as_zero(link4: Link) -> None:
     raw = link4.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512)
     rtt, retrans, acked, received, rate = parse_tcp_info(raw)
