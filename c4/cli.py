@@ -14,6 +14,7 @@ COMMAND_MODULES: list[str] = [
     "collectors.sidecar.cli",
     "diagnosis.daemon.cli",
     "diagnosis.query_cli",
+    "diagnosis.sim.cli",
     "diagnosis.topology.cli",
 ]
 
