@@ -1,0 +1,62 @@
+"""``c4 sim``: simulate a training job and write its trace, topology and ground truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from diagnosis.sim.config import FAULT_KINDS
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sim", help="Simulate a 3D-parallel training job (with injected faults) and "
+                "write trace.jsonl, topology.json and truth.json into --out.")(sim)
+
+
+def sim(
+    out: Path = typer.Option(..., "--out", "-o", help="Directory for trace.jsonl, topology.json "
+                             "and truth.json (created if missing)."),
+    gpus: int = typer.Option(512, help="World size (GPUs, one rank each)."),
+    gpus_per_host: int = typer.Option(8, help="GPUs per host (one NIC, one rail, per GPU)."),
+    tp: int = typer.Option(8, help="Tensor-parallel size (inside a host)."),
+    pp: int = typer.Option(4, help="Pipeline stages (across hosts)."),
+    iterations: int = typer.Option(40, help="Training iterations to simulate."),
+    microbatches: int = typer.Option(4, help="Microbatches per iteration (pipeline)."),
+    fault: list[str] = typer.Option(
+        [], "--fault", "-f",
+        help="Fault to inject, repeatable: KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]."
+             f" KIND: {', '.join(FAULT_KINDS)}. TARGET: auto, cable/uplink (links), "
+             "leaf/spine (switches), a topology id, or a rank (GPU faults). ONSET/END: "
+             "iterations. slow: time multiplier (1.15 = 15% slower). every/on: intermittent."),
+    seed: int = typer.Option(0, help="Seed: the same options and seed give the same files."),
+    conns: bool = typer.Option(True, "--conns/--no-conns",
+                               help="Emit conn records (one per transfer per connection)."),
+    gzip: bool = typer.Option(False, "--gzip", help="Write trace.jsonl.gz instead."),
+    hosts_per_leaf: int = typer.Option(16, help="Hosts under one leaf switch per rail."),
+    nic_gbps: float = typer.Option(400.0, help="NIC and cable speed."),
+    uplink_gbps: float = typer.Option(0.0, help="Leaf-spine link speed (0: non-blocking)."),
+    gc_rate: float = typer.Option(0.002, help="One-off pauses per rank per iteration."),
+    checkpoint_every: int = typer.Option(25, help="Slow checkpoint step every N iterations "
+                                         "(0: never)."),
+    hang_wait: float = typer.Option(60.0, help="Seconds recorded after the job stops moving."),
+    job: str = typer.Option("sim", help="Job name in the trace's meta record."),
+) -> None:
+    from rich.console import Console
+
+    from diagnosis.sim.config import FaultSpec, SimConfig, SimError
+    from diagnosis.sim.run import simulate
+
+    try:
+        cfg = SimConfig(gpus=gpus, gpus_per_host=gpus_per_host, tp=tp, pp=pp,
+                        iterations=iterations, microbatches=microbatches, seed=seed,
+                        conns=conns, faults=tuple(FaultSpec.parse(f) for f in fault),
+                        hosts_per_leaf=hosts_per_leaf, nic_gbps=nic_gbps,
+                        uplink_gbps=uplink_gbps or None, gc_rate=gc_rate,
+                        checkpoint_every=checkpoint_every, hang_wait_s=hang_wait, job=job)
+        res = simulate(cfg, out, compress=gzip)
+    except SimError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    con = Console()
+    con.print(f"{res.iterations} iterations, {res.ops:,} op and {res.conns:,} conn records")
+    con.print(f"trace    {res.trace}\ntopology {res.topology}\ntruth    {res.truth}")

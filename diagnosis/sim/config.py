@@ -1,0 +1,180 @@
+"""What to simulate: the job's shape, its timing model, its noise, and the faults to inject."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from diagnosis.errors import DiagnosisError
+
+
+class SimError(DiagnosisError):
+    """A simulation that cannot be set up as asked; the message names the bad option."""
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """A fault the simulator can inject: what component it strikes and what report it calls for."""
+
+    name: str
+    component: str     # topology node kind (gpu, host, nic, link, switch)
+    report: str        # the report kind (shared specs section 3) a detector should file
+    slows: bool        # takes a ``slow`` factor
+
+
+FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
+    FaultKind("slow_gpu", "gpu", "noncomm_slow", True),
+    FaultKind("slow_host", "host", "noncomm_slow", True),
+    FaultKind("slow_nic", "nic", "comm_slow", True),
+    FaultKind("dead_nic", "nic", "comm_hang", False),
+    FaultKind("slow_link", "link", "comm_slow", True),
+    FaultKind("dead_link", "link", "comm_hang", False),
+    FaultKind("slow_switch", "switch", "comm_slow", True),
+    # a rank stops computing: it never enters its next operation
+    FaultKind("rank_hang", "gpu", "noncomm_hang", False),
+    # a rank's transport stalls: its outgoing transfer in a data-parallel all-reduce never
+    # completes although every member entered (a stuck proxy or queue pair, no link fault)
+    FaultKind("comm_hang", "gpu", "comm_hang", False),
+    # a rank's operation fails (status error) and the rank exits; its peers wait for ever
+    FaultKind("error", "gpu", "error", False),
+)}
+
+# Target keywords besides "auto": pick a random component of one sort, seeded.
+TARGET_KEYWORDS = {
+    "link": ("auto", "cable", "uplink"),   # cable: nic~leaf, uplink: switch~switch
+    "switch": ("auto", "leaf", "spine"),
+}
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One injected fault, as given on the command line.
+
+    ``KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]``: TARGET is ``auto`` (a random
+    component of the right kind that carries the job's traffic), a keyword (``cable``, ``uplink``
+    for links; ``leaf``, ``spine`` for switches), a topology id, or for GPU faults a rank number.
+    ONSET and END are iteration numbers (the fault is active in iterations ONSET .. END-1);
+    ``slow`` multiplies compute time or divides bandwidth; ``every``/``on`` make it intermittent
+    (active ``on`` iterations out of every ``every``, starting at ONSET).
+    """
+
+    kind: str
+    target: str = "auto"
+    onset: int | None = None
+    end: int | None = None
+    slow: float = 2.0
+    every: int = 0
+    on: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise SimError(f"unknown fault kind {self.kind!r}; choose one of "
+                           f"{', '.join(FAULT_KINDS)}")
+        if not self.slow >= 1.0:
+            raise SimError(f"fault {self.kind}: slow={self.slow} must be >= 1 (a time multiplier)")
+        if self.every < 0 or self.on < 0 or (self.every and not 0 < self.on <= self.every):
+            raise SimError(f"fault {self.kind}: intermittent needs 0 < on <= every, got "
+                           f"every={self.every} on={self.on}")
+        if self.onset is not None and self.onset < 0:
+            raise SimError(f"fault {self.kind}: onset {self.onset} is negative")
+        if self.end is not None and self.onset is not None and self.end <= self.onset:
+            raise SimError(f"fault {self.kind}: end {self.end} is not after onset {self.onset}")
+
+    @property
+    def info(self) -> FaultKind:
+        return FAULT_KINDS[self.kind]
+
+    @classmethod
+    def parse(cls, text: str) -> FaultSpec:
+        head, *opts = text.strip().split(",")
+        onset: int | None = None
+        if "@" in head:
+            head, at = head.split("@", 1)
+            onset = _int(at, text, "onset")
+        kind, _, target = head.partition(":")
+        kw: dict[str, object] = {}
+        for opt in opts:
+            key, sep, value = opt.partition("=")
+            if not sep or key not in ("slow", "end", "every", "on"):
+                raise SimError(f"fault {text!r}: option {opt!r} is not one of slow=, end=, "
+                               "every=, on=")
+            kw[key] = float(value) if key == "slow" else _int(value, text, key)
+        return cls(kind=kind, target=target or "auto", onset=onset, **kw)  # type: ignore[arg-type]
+
+    def active(self, iteration: int, onset: int) -> bool:
+        if iteration < onset or (self.end is not None and iteration >= self.end):
+            return False
+        return not self.every or (iteration - onset) % self.every < self.on
+
+
+def _int(value: str, text: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise SimError(f"fault {text!r}: {what} {value!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """A simulated training job. Times are milliseconds, sizes bytes, unless named otherwise."""
+
+    gpus: int = 512
+    gpus_per_host: int = 8
+    tp: int = 8
+    pp: int = 4
+    iterations: int = 40
+    microbatches: int = 4
+    seed: int = 0
+    conns: bool = True
+    faults: tuple[FaultSpec, ...] = ()
+    # topology
+    hosts_per_leaf: int = 16
+    nic_gbps: float = 400.0
+    uplink_gbps: float | None = None
+    nvlink_gbps: float = 2400.0
+    # work per rank
+    fwd_ms: float = 40.0          # forward compute of one microbatch on one stage
+    bwd_ms: float = 80.0
+    optimizer_ms: float = 30.0
+    tp_bytes: int = 32 << 20      # tensor-parallel all-reduce per microbatch per direction
+    p2p_bytes: int = 64 << 20     # activations / gradients between pipeline stages
+    dp_bytes: int = 512 << 20     # gradient all-reduce per iteration
+    latency_us: float = 8.0       # per ring step / per message
+    # noise
+    jitter: float = 0.03          # lognormal sigma of each compute and transfer
+    gpu_spread: float = 0.01      # persistent per-GPU speed spread (sigma)
+    warmup: tuple[float, ...] = (2.5, 1.4, 1.1)
+    checkpoint_every: int = 25    # 0: never
+    checkpoint_ms: float = 1500.0
+    gc_rate: float = 0.002        # one-off pauses per rank per iteration
+    gc_ms: tuple[float, float] = (40.0, 400.0)
+    clock_skew_us: float = 200.0  # per-host clock offset, uniform in +-this
+    hang_wait_s: float = 60.0     # recording goes on this long after the job stops moving
+    t0_ns: int = 1_700_000_000_000_000_000
+    job: str = "sim"
+    net_jitter: float = 0.02      # lognormal sigma of each transfer
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> SimError:
+            return SimError(msg)
+        for name in ("gpus", "gpus_per_host", "tp", "pp", "iterations", "microbatches"):
+            if getattr(self, name) < 1:
+                raise bad(f"--{name.replace('_', '-')} must be at least 1")
+        if self.gpus_per_host % self.tp:
+            raise bad(f"--tp {self.tp} must divide --gpus-per-host {self.gpus_per_host}: tensor "
+                      "parallelism stays inside a host")
+        if self.gpus % (self.tp * self.pp):
+            raise bad(f"--gpus {self.gpus} is not a multiple of tp*pp = {self.tp * self.pp}")
+        if self.gpus % self.gpus_per_host:
+            raise bad(f"--gpus {self.gpus} is not a multiple of --gpus-per-host "
+                      f"{self.gpus_per_host}")
+        if (self.tp * self.pp) % self.gpus_per_host and self.dp > 1:
+            raise bad(f"tp*pp = {self.tp * self.pp} must be a multiple of --gpus-per-host "
+                      f"{self.gpus_per_host} so that data-parallel rings stay on one rail")
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+    @property
+    def hosts(self) -> int:
+        return self.gpus // self.gpus_per_host

@@ -1,0 +1,192 @@
+"""Injected faults resolved against a job: which component, which ranks, which links, and what
+each one does in a given iteration. Also what a correct report would name (ground truth)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from diagnosis.sim.config import TARGET_KEYWORDS, FaultSpec, SimConfig, SimError
+from diagnosis.sim.layout import Layout
+from diagnosis.sim.network import Connections
+from diagnosis.topology import Topology, TopologyError
+
+
+@dataclass
+class Fault:
+    spec: FaultSpec
+    component: dict[str, str]           # {"type": ..., "id": ...}
+    accept: list[dict[str, str]]        # components a correct report may name for it
+    onset: int                          # iteration
+    rank: int = -1                      # the rank of a GPU fault
+    ranks: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # compute-slowed
+    links: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # into conns table
+    step: int = -1                      # compute step in which a rank hangs
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    def active(self, iteration: int) -> bool:
+        return self.spec.active(iteration, self.onset)
+
+    @property
+    def network(self) -> bool:
+        return self.spec.info.component in ("nic", "link", "switch")
+
+    def link_factor(self) -> float:
+        return 0.0 if self.kind.startswith("dead_") else 1.0 / self.spec.slow
+
+
+def resolve(cfg: SimConfig, lay: Layout, conns: Connections, topo: Topology,
+            rng: np.random.Generator) -> list[Fault]:
+    return [_resolve_one(spec, cfg, lay, conns, topo, rng) for spec in cfg.faults]
+
+
+def _resolve_one(spec: FaultSpec, cfg: SimConfig, lay: Layout, conns: Connections,
+                 topo: Topology, rng: np.random.Generator) -> Fault:
+    comp = spec.info.component
+    onset = spec.onset if spec.onset is not None else cfg.iterations // 2
+    if onset >= cfg.iterations:
+        raise SimError(f"fault {spec.kind}: onset {onset} is past the last iteration "
+                       f"({cfg.iterations - 1})")
+    used = conns.link_ids
+    if comp == "gpu":
+        if spec.kind in ("comm_hang", "error") and lay.dp < 2:
+            raise SimError(f"fault {spec.kind} strikes a data-parallel all-reduce; this job has "
+                           "no data parallelism (raise --gpus or lower --tp/--pp)")
+        if spec.target == "auto":
+            rank = int(rng.integers(lay.world))
+        elif spec.target.isdigit():
+            rank = int(spec.target)
+            if rank >= lay.world:
+                raise SimError(f"fault {spec.kind}: rank {rank} is not in a {lay.world}-rank job")
+        else:
+            try:
+                rank = lay.rank_of_gpu(spec.target)
+            except KeyError as exc:
+                raise SimError(f"fault {spec.kind}: {exc.args[0]}") from None
+        gpu = lay.gpu[rank]
+        steps = 2 * cfg.microbatches + 1
+        return Fault(spec, {"type": "gpu", "id": gpu},
+                     [{"type": "gpu", "id": gpu}, {"type": "rank", "id": str(rank)}], onset,
+                     rank=rank, ranks=np.array([rank]),
+                     step=int(rng.integers(steps)) if spec.kind == "rank_hang" else -1)
+    if comp == "host":
+        host = lay.hosts[int(rng.integers(len(lay.hosts)))] if spec.target == "auto" \
+            else spec.target
+        if host not in lay.hosts:
+            raise SimError(f"fault {spec.kind}: host {host!r} runs no rank of this job")
+        ranks = np.flatnonzero(lay.host_of == lay.hosts.index(host))
+        return Fault(spec, {"type": "host", "id": host}, [{"type": "host", "id": host}], onset,
+                     ranks=ranks)
+    if not used:
+        raise SimError(f"fault {spec.kind}: this job sends nothing over the network "
+                       "(one host, or no data/pipeline parallelism across hosts)")
+    ends = [lid.split("~") for lid in used]
+    if comp == "nic":
+        nics = sorted({e for pair in ends for e in pair if _kind(topo, e) == "nic"})
+        nic = nics[int(rng.integers(len(nics)))] if spec.target == "auto" else spec.target
+        _check(topo, nic, "nic", spec)
+        cables = [lk for lk in topo.links_of(nic) if _kind(topo, _other(lk, nic)) == "switch"]
+        return Fault(spec, {"type": "nic", "id": nic},
+                     [{"type": "nic", "id": nic}] + [{"type": "link", "id": c} for c in cables],
+                     onset, links=conns.links_of_node(nic))
+    if comp == "link":
+        if spec.target in TARGET_KEYWORDS["link"]:
+            pool = [lid for lid, (a, b) in zip(used, ends)
+                    if spec.target == "auto"
+                    or (spec.target == "cable") == ("nic" in (_kind(topo, a), _kind(topo, b)))]
+            if not pool:
+                raise SimError(f"fault {spec.kind}: the job's traffic crosses no {spec.target} "
+                               "link")
+            link = pool[int(rng.integers(len(pool)))]
+        else:
+            link = spec.target
+            try:
+                topo.endpoints(link)
+            except TopologyError as exc:
+                raise SimError(f"fault {spec.kind}: {exc}") from None
+        accept = [{"type": "link", "id": link}]
+        accept += [{"type": "nic", "id": e} for e in link.split("~") if _kind(topo, e) == "nic"]
+        idx = np.array([used.index(link)] if link in used else [], dtype=np.int64)
+        return Fault(spec, {"type": "link", "id": link}, accept, onset, links=idx)
+    # switch
+    switches = sorted({e for pair in ends for e in pair if _kind(topo, e) == "switch"})
+    if spec.target in TARGET_KEYWORDS["switch"]:
+        pool = [s for s in switches
+                if spec.target == "auto" or topo.graph.nodes[s].get("tier") == spec.target]
+        if not pool:
+            raise SimError(f"fault {spec.kind}: the job's traffic crosses no {spec.target} switch")
+        sw = pool[int(rng.integers(len(pool)))]
+    else:
+        sw = spec.target
+        _check(topo, sw, "switch", spec)
+    return Fault(spec, {"type": "switch", "id": sw}, [{"type": "switch", "id": sw}], onset,
+                 links=conns.links_of_node(sw))
+
+
+def _kind(topo: Topology, node: str) -> str:
+    return topo.graph.nodes[node].get("kind", "")
+
+
+def _other(link: str, node: str) -> str:
+    a, b = link.split("~")
+    return b if a == node else a
+
+
+def _check(topo: Topology, node: str, kind: str, spec: FaultSpec) -> None:
+    if node not in topo.graph or _kind(topo, node) != kind:
+        raise SimError(f"fault {spec.kind}: {node!r} is not a {kind} of the topology")
+
+
+def link_factors(faults: list[Fault], n_links: int, which: list[Fault]) -> np.ndarray:
+    factor = np.ones(n_links)
+    for f in which:
+        if len(f.links):
+            factor[f.links] = np.minimum(factor[f.links], f.link_factor())
+    return factor
+
+
+def truth_entry(f: Fault, conns: Connections, iteration_start: list[int],
+                end_ns: int) -> dict[str, Any]:
+    """The ground-truth record of one fault (see diagnosis/sim/README.md)."""
+    onset_ns = iteration_start[f.onset] if f.onset < len(iteration_start) else None
+    stop = f.spec.end
+    end = (iteration_start[stop] if stop is not None and stop < len(iteration_start) else None)
+    observable = True
+    ranks = f.ranks
+    if f.network:
+        alone = conns.bandwidth(link_factors([f], len(conns.link_ids), [f]))
+        base = conns.bandwidth(np.ones(len(conns.link_ids)))
+        hit = (alone < base * 0.995) & conns.inter
+        observable = bool(hit.any())
+        ranks = np.unique(np.concatenate([conns.src[hit], conns.dst[hit]]))
+    return {
+        "kind": f.kind,
+        "component": f.component,
+        "accept": f.accept,
+        "expected_report": f.spec.info.report,
+        "ranks": [int(r) for r in ranks],
+        "onset_iteration": f.onset,
+        "onset_ns": onset_ns,
+        "end_iteration": stop,
+        "end_ns": end,
+        "slow": f.spec.slow if f.spec.info.slows else None,
+        "intermittent": {"every": f.spec.every, "on": f.spec.on} if f.spec.every else None,
+        "observable": observable and onset_ns is not None and onset_ns < end_ns,
+        "spec": _spec_text(f.spec),
+    }
+
+
+def _spec_text(s: FaultSpec) -> str:
+    out = f"{s.kind}:{s.target}@{s.onset}"
+    if s.info.slows:
+        out += f",slow={s.slow:g}"
+    if s.end is not None:
+        out += f",end={s.end}"
+    if s.every:
+        out += f",every={s.every},on={s.on}"
+    return out

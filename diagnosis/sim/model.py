@@ -1,0 +1,333 @@
+"""The timing model: one training iteration at a time, vectorized over ranks.
+
+Per iteration (GPipe schedule): every microbatch runs forward through the stages, then backward;
+each stage's compute ends in a tensor-parallel all-reduce; stages hand activations and gradients
+on with blocking send/recv; then every data-parallel ring all-reduces the gradients, and the
+optimizer steps. Causality: a collective's transfer starts when its last member enters; a
+send/recv pair starts when both sides have entered; a rank enters its next call when its previous
+call ended plus its compute. A time of +inf means "never": a hung rank never enters its next
+call, so it has no op line, and peers that entered wait for ever (no ``t_end_ns``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnosis.sim import faults as faultmod
+from diagnosis.sim.config import SimConfig
+from diagnosis.sim.layout import Layout
+from diagnosis.sim.network import Connections
+from diagnosis.topology import Topology, rail_optimized
+
+log = logging.getLogger(__name__)
+
+OP_NAMES = ["all_reduce", "send", "recv"]
+AR, SEND, RECV = 0, 1, 2
+STATUS_OK, STATUS_ERROR = 0, 2
+ERROR_DELAY_NS = 2e6   # a failing transport reports within a couple of ms
+
+
+@dataclass
+class Batch:
+    """The records of one iteration, sorted by time: op columns as ``proto.codec.OP_COLUMNS``
+    (absolute ns, -1 for unknown) and conn columns (``conn`` indexes :class:`Connections`)."""
+
+    iteration: int
+    ops: dict[str, np.ndarray]
+    conns: dict[str, np.ndarray]
+
+
+def build_topology(cfg: SimConfig) -> Topology:
+    return rail_optimized(cfg.hosts, cfg.gpus_per_host, hosts_per_leaf=cfg.hosts_per_leaf,
+                          nic_gbps=cfg.nic_gbps, uplink_gbps=cfg.uplink_gbps)
+
+
+class _Acc:
+    """Column chunks of one iteration."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.chunks: list[list[np.ndarray]] = []
+
+    def add(self, n: int, **cols: object) -> None:
+        self.chunks.append([np.asarray(cols[k]).reshape(-1) if np.ndim(cols[k])
+                            else np.full(n, cols[k]) for k in self.names])
+
+    def columns(self) -> dict[str, np.ndarray]:
+        if not self.chunks:
+            return {k: np.empty(0) for k in self.names}
+        return {k: np.concatenate([c[i] for c in self.chunks]) for i, k in enumerate(self.names)}
+
+
+_OP_FIELDS = ("rank", "pg", "seq", "op", "nbytes", "t_enter_ns", "t_start_ns", "t_end_ns",
+              "status", "peer")
+_CONN_FIELDS = ("conn", "bytes", "t_start_ns", "t_end_ns", "pg", "seq")
+
+
+class Simulation:
+    """A seeded simulated job; iterate :meth:`run` for its records, one :class:`Batch` per
+    iteration, then read :attr:`end_ns` and :meth:`truth`."""
+
+    def __init__(self, cfg: SimConfig, topo: Topology | None = None) -> None:
+        self.cfg = cfg
+        self.topo = topo if topo is not None else build_topology(cfg)
+        self.lay = Layout.build(cfg, self.topo)
+        self.conns = Connections.build(self.lay, self.topo, np.random.default_rng([cfg.seed, 1]),
+                                       cfg.nvlink_gbps)
+        self.faults = faultmod.resolve(cfg, self.lay, self.conns, self.topo,
+                                       np.random.default_rng([cfg.seed, 2]))
+        self.rng = np.random.default_rng([cfg.seed, 3])
+        W, D, P, T = self.lay.world, self.lay.dp, self.lay.pp, self.lay.tp
+        self.shape = (D, P, T)
+        self.strings = OP_NAMES + [name for name, _ in self.lay.groups]
+        tp_g, pp_g, dp_g = self.lay.group_ids()
+        off = len(OP_NAMES)
+        self.tp_g = (tp_g + off).reshape(self.shape)
+        self.pp_g = (pp_g + off).reshape(self.shape)
+        self.dp_g = (dp_g + off).reshape(self.shape)
+        self.ranks3 = np.arange(W).reshape(self.shape)
+        self.speed = np.exp(self.rng.normal(0.0, cfg.gpu_spread, W))
+        host_skew = self.rng.uniform(-cfg.clock_skew_us, cfg.clock_skew_us, len(self.lay.hosts))
+        self.skew = np.round(host_skew[self.lay.host_of] * 1e3).astype(np.int64)
+        self.free = self.rng.uniform(0.0, 2e6, W)       # ranks start within 2 ms
+        self.iteration_start: list[int] = []
+        self.last = 0.0
+        self.stalled = False
+        self._bw_cache: dict[tuple[int, ...], np.ndarray] = {}
+        self.done = False
+
+    # ----- public ---------------------------------------------------------------------------
+    def run(self) -> Iterator[Batch]:
+        for i in range(self.cfg.iterations):
+            if not np.isfinite(self.free).any():
+                break
+            yield self._iteration(i)
+        self.done = True
+
+    @property
+    def end_ns(self) -> int:
+        """When recording stopped: shortly after the last event, or ``hang_wait_s`` after the
+        job stopped moving."""
+        wait = self.cfg.hang_wait_s * 1e9 if self.stalled else 1e6
+        return self.cfg.t0_ns + int(self.last + wait)
+
+    def truth(self) -> list[dict]:
+        return [faultmod.truth_entry(f, self.conns, self.iteration_start, self.end_ns)
+                for f in self.faults]
+
+    # ----- one iteration --------------------------------------------------------------------
+    def _iteration(self, i: int) -> Batch:
+        cfg, rng = self.cfg, self.rng
+        D, P, T = self.shape
+        M, W = cfg.microbatches, self.lay.world
+        finite = self.free[np.isfinite(self.free)]
+        self.iteration_start.append(cfg.t0_ns + int(finite.min()))
+        active = [f for f in self.faults if f.active(i)]
+        onset_now = [f for f in self.faults if f.onset == i]
+
+        mult = self.speed * (cfg.warmup[i] if i < len(cfg.warmup) else 1.0)
+        for f in active:
+            if f.kind in ("slow_gpu", "slow_host"):
+                mult[f.ranks] *= f.spec.slow
+        n_steps = 2 * M + 1
+        gc_amt = np.where(rng.random(W) < cfg.gc_rate, rng.uniform(*cfg.gc_ms, W) * 1e6, 0.0)
+        gc_step = rng.integers(0, n_steps, W)
+        hang_step = np.full(W, -1)
+        for f in onset_now:
+            if f.kind == "rank_hang":
+                hang_step[f.rank] = f.step
+        self.mult3, self.gc_amt3 = mult.reshape(self.shape), gc_amt.reshape(self.shape)
+        self.gc_step3, self.hang3 = gc_step.reshape(self.shape), hang_step.reshape(self.shape)
+        self.bw = self._bandwidth(active)
+        ops, cons = _Acc(_OP_FIELDS), _Acc(_CONN_FIELDS)
+        free = self.free.reshape(self.shape).copy()
+
+        for m in range(M):                                  # forward
+            arrived = None
+            for s in range(P):
+                ready = free[:, s, :] if s == 0 else arrived
+                end = self._tp(ops, s, self._compute(s, m, ready, cfg.fwd_ms), i * 2 * M + m)
+                if s < P - 1:
+                    arrived = self._p2p(ops, cons, s, s + 1, i * M + m, end, free)
+                    free[:, s, :] = arrived
+                else:
+                    free[:, s, :] = end
+        for m in range(M):                                  # backward
+            arrived = None
+            for s in reversed(range(P)):
+                ready = free[:, s, :] if s == P - 1 else arrived
+                end = self._tp(ops, s, self._compute(s, M + m, ready, cfg.bwd_ms),
+                               i * 2 * M + M + m)
+                if s > 0:
+                    arrived = self._p2p(ops, cons, s, s - 1, i * M + m, end, free)
+                    free[:, s, :] = arrived
+                else:
+                    free[:, s, :] = end
+        if D > 1:
+            free = self._dp(ops, cons, i, free, onset_now)
+        free = self._compute(slice(None), 2 * M, free, cfg.optimizer_ms)
+        if cfg.checkpoint_every and (i + 1) % cfg.checkpoint_every == 0:
+            free = free + cfg.checkpoint_ms * 1e6 * (1 + np.abs(rng.normal(0, 0.05, free.shape)))
+        self.free = free.ravel()
+        if not np.isfinite(self.free).all():
+            self.stalled = True
+        return self._finish(i, ops.columns(), cons.columns())
+
+    def _bandwidth(self, active: list[faultmod.Fault]) -> np.ndarray:
+        net = [f for f in active if f.network]
+        key = tuple(sorted(self.faults.index(f) for f in net))
+        bw = self._bw_cache.get(key)
+        if bw is None:
+            factor = faultmod.link_factors(self.faults, len(self.conns.link_ids), net)
+            bw = self._bw_cache[key] = self.conns.bandwidth(factor)
+        return bw
+
+    def _jit(self, shape: tuple[int, ...], sigma: float) -> np.ndarray:
+        return np.exp(self.rng.normal(0.0, sigma, shape))
+
+    def _compute(self, s: int | slice, k: int, ready: np.ndarray, ms: float) -> np.ndarray:
+        mult = self.mult3[:, s, :]
+        dur = ms * 1e6 * mult * self._jit(mult.shape, self.cfg.jitter)
+        dur = dur + self.gc_amt3[:, s, :] * (self.gc_step3[:, s, :] == k)
+        dur[self.hang3[:, s, :] == k] = np.inf
+        return ready + dur
+
+    def _tp(self, ops: _Acc, s: int, enter: np.ndarray, seq: int) -> np.ndarray:
+        T = self.shape[2]
+        if T == 1:
+            return enter
+        cfg = self.cfg
+        base = (2 * (T - 1) / T * cfg.tp_bytes / (cfg.nvlink_gbps / 8)
+                + 2 * (T - 1) * cfg.latency_us * 1e3)
+        start = np.broadcast_to(enter.max(axis=1, keepdims=True), enter.shape)
+        end = start + base * self._jit((enter.shape[0], 1), self.cfg.net_jitter)
+        ops.add(enter.size, rank=self.ranks3[:, s, :], pg=self.tp_g[:, s, :], seq=seq, op=AR,
+                nbytes=cfg.tp_bytes, t_enter_ns=enter, t_start_ns=start, t_end_ns=end,
+                status=STATUS_OK, peer=-1)
+        return end
+
+    def _p2p(self, ops: _Acc, cons: _Acc, s: int, to: int, seq: int, send_enter: np.ndarray,
+             free: np.ndarray) -> np.ndarray:
+        """Stage ``s`` sends to stage ``to`` (= s+1 forward, s-1 backward); returns the time the
+        transfer ends (the sender's free time and the receiver's data arrival)."""
+        cfg, (D, P, T) = self.cfg, self.shape
+        recv_enter = free[:, to, :]
+        start = np.maximum(send_enter, recv_enter)
+        lo = min(s, to)
+        block = self.conns.fwd0 if to > s else self.conns.bwd0
+        c = block + (np.arange(D)[:, None] * (P - 1) + lo) * T + np.arange(T)[None, :]
+        with np.errstate(divide="ignore"):
+            dur = cfg.p2p_bytes / self.bw[c] * self._jit(c.shape, cfg.net_jitter)
+        end = start + dur + cfg.latency_us * 1e3
+        src, dst = self.ranks3[:, s, :], self.ranks3[:, to, :]
+        pg = self.pp_g[:, s, :]
+        ops.add(src.size, rank=src, pg=pg, seq=seq, op=SEND, nbytes=cfg.p2p_bytes,
+                t_enter_ns=send_enter, t_start_ns=start, t_end_ns=end, status=STATUS_OK, peer=dst)
+        ops.add(dst.size, rank=dst, pg=pg, seq=seq, op=RECV, nbytes=cfg.p2p_bytes,
+                t_enter_ns=recv_enter, t_start_ns=start, t_end_ns=end, status=STATUS_OK, peer=src)
+        if self.cfg.conns:
+            keep = self.conns.inter[c] & np.isfinite(start)
+            cons.add(int(keep.sum()), conn=c[keep], bytes=cfg.p2p_bytes, t_start_ns=start[keep],
+                     t_end_ns=end[keep], pg=pg[keep], seq=seq)
+        return end
+
+    def _dp(self, ops: _Acc, cons: _Acc, i: int, free: np.ndarray,
+            onset_now: list[faultmod.Fault]) -> np.ndarray:
+        """Every data-parallel ring all-reduces its gradients (ring over D members)."""
+        cfg, (D, P, T) = self.cfg, self.shape
+        enter = free
+        start = np.broadcast_to(enter.max(axis=0, keepdims=True), enter.shape)
+        per_conn = 2 * (D - 1) / D * cfg.dp_bytes
+        bw = self.bw[self.conns.dp0:self.conns.dp0 + self.lay.world].reshape(self.shape)
+        with np.errstate(divide="ignore"):
+            dur = per_conn / bw * self._jit(bw.shape, cfg.net_jitter)
+        dur = dur + 2 * (D - 1) * cfg.latency_us * 1e3
+        failed = np.zeros(self.shape, dtype=bool)
+        for f in onset_now:
+            if f.kind in ("comm_hang", "error"):
+                dur.reshape(-1)[f.rank] = np.inf
+            if f.kind == "error":
+                failed.reshape(-1)[f.rank] = True
+        end = np.broadcast_to(start + dur.max(axis=0, keepdims=True), enter.shape).copy()
+        status = np.where(failed, STATUS_ERROR, STATUS_OK)
+        end[failed] = start[failed] + ERROR_DELAY_NS
+        ops.add(enter.size, rank=self.ranks3, pg=self.dp_g, seq=i, op=AR, nbytes=cfg.dp_bytes,
+                t_enter_ns=enter, t_start_ns=start, t_end_ns=end, status=status, peer=-1)
+        if cfg.conns:
+            nbytes = np.full(self.shape, per_conn)
+            t_end = start + dur
+            for p, t in zip(*np.nonzero(~np.isfinite(dur).all(axis=0))):
+                self._stalled_ring(nbytes[:, p, t], t_end[:, p, t], dur[:, p, t], start[0, p, t],
+                                   bw[:, p, t], failed[:, p, t])
+            keep = self.conns.inter[self.conns.dp0:self.conns.dp0 + self.lay.world]
+            keep = keep.reshape(self.shape) & np.isfinite(start) & (nbytes > 0)
+            cons.add(int(keep.sum()), conn=self.conns.dp0 + self.ranks3[keep], bytes=nbytes[keep],
+                     t_start_ns=start[keep], t_end_ns=t_end[keep], pg=self.dp_g[keep], seq=i)
+        out = end.copy()
+        out[failed] = np.inf          # the failed rank exits
+        return out
+
+    def _stalled_ring(self, nbytes: np.ndarray, t_end: np.ndarray, dur: np.ndarray,
+                      start: float, bw: np.ndarray, failed: np.ndarray) -> None:
+        """A ring with a stuck connection: each other connection forwards only the chunks that
+        reach it without crossing the stuck one, then idles (its transfers completed); the stuck
+        one keeps its bytes in flight (no end). A failed rank's connections carry nothing."""
+        D = len(nbytes)
+        stuck = np.flatnonzero(~np.isfinite(dur))
+        chunk = self.cfg.dp_bytes / D
+        for j in range(D):
+            if j in stuck:
+                continue
+            k = min((j - d) % D for d in stuck)
+            nbytes[j] = k * chunk
+            t_end[j] = start + k * chunk / bw[j] if bw[j] > 0 else np.inf
+        for j in np.flatnonzero(failed):
+            nbytes[j] = 0
+            nbytes[(j - 1) % D] = 0
+
+    # ----- output -----------------------------------------------------------------------------
+    def _finish(self, i: int, o: dict[str, np.ndarray], c: dict[str, np.ndarray]) -> Batch:
+        t0 = self.cfg.t0_ns
+        entered = np.isfinite(o["t_enter_ns"])
+        o = {k: v[entered] for k, v in o.items()}
+        skew = self.skew[o["rank"].astype(np.int64)]
+        ops: dict[str, np.ndarray] = {
+            "rank": o["rank"].astype("<i4"),
+            "pg": o["pg"].astype("<u4"),
+            "seq": o["seq"].astype("<i8"),
+            "op": o["op"].astype("<u4"),
+            "nbytes": o["nbytes"].astype("<i8"),
+            "dtype": np.zeros(len(skew), "<u4"),
+        }
+        for name in ("t_enter_ns", "t_start_ns", "t_end_ns"):
+            ops[name] = self._abs(o[name], skew)
+        ops["status"] = o["status"].astype("u1")
+        ops["peer"] = o["peer"].astype("<i4")
+        order = np.argsort(ops["t_enter_ns"], kind="stable")
+        ops = {k: v[order] for k, v in ops.items()}
+        conn_idx = c["conn"].astype(np.int64)
+        cskew = self.skew[self.conns.src[conn_idx]] if len(conn_idx) else np.empty(0, np.int64)
+        conns = {
+            "conn": conn_idx,
+            "bytes": np.round(c["bytes"]).astype(np.int64),
+            "t_start_ns": self._abs(c["t_start_ns"], cskew),
+            "t_end_ns": self._abs(c["t_end_ns"], cskew),
+            "pg": c["pg"].astype(np.int64),
+            "seq": c["seq"].astype(np.int64),
+        }
+        order = np.argsort(conns["t_start_ns"], kind="stable")
+        conns = {k: v[order] for k, v in conns.items()}
+        return Batch(i, ops, conns)
+
+    def _abs(self, t: np.ndarray, skew: np.ndarray) -> np.ndarray:
+        t = t.astype(np.float64)
+        ok = np.isfinite(t)
+        if ok.any():
+            self.last = max(self.last, float(t[ok].max()))
+        out = np.full(len(t), -1, dtype=np.int64)
+        out[ok] = self.cfg.t0_ns + np.round(t[ok]).astype(np.int64) + skew[ok]
+        return out

@@ -1,0 +1,108 @@
+"""Streams a simulation to a trace file (shared specs section 2, JSON Lines), batch by batch."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from diagnosis.sim.model import Batch, Simulation
+from proto.codec import STATUS_NAMES
+
+_OP = ('{"type":"op","rank":%d,"pg":"%s","seq":%d,"op":"%s","bytes":%d,"t_enter_ns":%d,'
+       '"t_start_ns":%d,"t_end_ns":%d}\n')
+_OP_PEER = ('{"type":"op","rank":%d,"pg":"%s","seq":%d,"op":"%s","bytes":%d,"t_enter_ns":%d,'
+            '"t_start_ns":%d,"t_end_ns":%d,"peer":%d}\n')
+_CONN = ('{"type":"conn","src":%d,"dst":%d,"bytes":%d,"t_start_ns":%d,"t_end_ns":%d,'
+         '"pg":"%s","seq":%d,"path":%s}\n')
+
+
+def open_trace(path: str | Path, compress: bool = False) -> TextIO:
+    if compress or str(path).endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "wb", compresslevel=1), encoding="utf-8")
+    return open(path, "w", encoding="utf-8", buffering=1 << 20)
+
+
+class TraceWriter:
+    """Writes the header (meta, rank and group records), one iteration's records at a time, and
+    the closing ``end`` record. Counts what it wrote."""
+
+    def __init__(self, out: TextIO, sim: Simulation) -> None:
+        self.out, self.sim = out, sim
+        self.strings = np.asarray(sim.strings, dtype=object)
+        self.n_ops = self.n_conns = 0
+
+    def header(self) -> None:
+        lay, w = self.sim.lay, self.out.write
+        w(json.dumps({"type": "meta", "version": 1, "job": self.sim.cfg.job}) + "\n")
+        w("".join('{"type":"rank","rank":%d,"host":"%s","gpu":"%s","nic":"%s"}\n'
+                  % (r, lay.hosts[h], g, n)
+                  for r, (h, g, n) in enumerate(zip(lay.host_of.tolist(), lay.gpu, lay.nic))))
+        w("".join(json.dumps({"type": "group", "pg": pg, "ranks": ranks},
+                             separators=(",", ":")) + "\n" for pg, ranks in lay.groups))
+
+    def batch(self, b: Batch) -> None:
+        self._ops(b.ops)
+        self._conns(b.conns)
+
+    def end(self) -> None:
+        self.out.write('{"type":"end","t_ns":%d}\n' % self.sim.end_ns)
+
+    def _ops(self, o: dict[str, np.ndarray]) -> None:
+        n = len(o["rank"])
+        if not n:
+            return
+        self.n_ops += n
+        plain = (o["t_start_ns"] >= 0) & (o["t_end_ns"] >= 0) & (o["status"] == 0)
+        p2p = o["peer"] >= 0
+        pg = self.strings[o["pg"]]
+        op = self.strings[o["op"]]
+        cols = ("rank", "seq", "nbytes", "t_enter_ns", "t_start_ns", "t_end_ns", "peer")
+        for mask, fmt, with_peer in ((plain & ~p2p, _OP, False), (plain & p2p, _OP_PEER, True)):
+            if not mask.any():
+                continue
+            r, sq, nb, te, ts, tn, pe = (o[k][mask].tolist() for k in cols)
+            rows = zip(r, pg[mask].tolist(), sq, op[mask].tolist(), nb, te, ts, tn, pe)
+            if with_peer:
+                self.out.write("".join(fmt % row for row in rows))
+            else:
+                self.out.write("".join(fmt % row[:8] for row in rows))
+        for j in np.flatnonzero(~plain).tolist():
+            rec: dict[str, object] = {
+                "type": "op", "rank": int(o["rank"][j]), "pg": pg[j], "seq": int(o["seq"][j]),
+                "op": op[j], "bytes": int(o["nbytes"][j]), "t_enter_ns": int(o["t_enter_ns"][j])}
+            for k in ("t_start_ns", "t_end_ns"):
+                if o[k][j] >= 0:
+                    rec[k] = int(o[k][j])
+            if o["status"][j]:
+                rec["status"] = STATUS_NAMES[int(o["status"][j])]
+            if o["peer"][j] >= 0:
+                rec["peer"] = int(o["peer"][j])
+            self.out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def _conns(self, c: dict[str, np.ndarray]) -> None:
+        n = len(c["conn"])
+        if not n:
+            return
+        self.n_conns += n
+        net = self.sim.conns
+        idx = c["conn"]
+        src, dst = net.src[idx], net.dst[idx]
+        pg = self.strings[c["pg"]]
+        paths = [net.path_json[k] for k in idx.tolist()]
+        done = c["t_end_ns"] >= 0
+        if done.any():
+            rows = zip(src[done].tolist(), dst[done].tolist(), c["bytes"][done].tolist(),
+                       c["t_start_ns"][done].tolist(), c["t_end_ns"][done].tolist(),
+                       pg[done].tolist(), c["seq"][done].tolist(),
+                       [p for p, d in zip(paths, done.tolist()) if d])
+            self.out.write("".join(_CONN % row for row in rows))
+        for j in np.flatnonzero(~done).tolist():
+            self.out.write('{"type":"conn","src":%d,"dst":%d,"bytes":%d,"t_start_ns":%d,'
+                           '"pg":"%s","seq":%d,"path":%s}\n'
+                           % (src[j], dst[j], c["bytes"][j], c["t_start_ns"][j], pg[j],
+                              c["seq"][j], paths[j]))
