@@ -127,8 +127,13 @@ class ClickHouseServer:
         except OSError:
             return False
 
-    def stop(self) -> None:
+    def stop(self, *, kill: bool = False) -> None:
+        """Shut down (SIGTERM, then SIGKILL after 20 s), or crash at once with ``kill``."""
         if self.proc is None or self.proc.poll() is not None:
+            return
+        if kill:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
             return
         self.proc.terminate()
         try:

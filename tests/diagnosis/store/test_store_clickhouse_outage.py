@@ -1,0 +1,82 @@
+"""ClickHouse going away: every call raises a StoreError that says what to check, nothing is
+acknowledged, and the store carries on once the server is back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from diagnosis.errors import StoreError
+from diagnosis.report import FaultReport
+from diagnosis.store import OpRows, RankRecord, Write, open_store
+from diagnosis.store.clickhouse import ClickHouseStore
+from tests.diagnosis.store.store_builders import make_ops
+from tests.support.clickhouse import (  # noqa: F401
+    ClickHouseServer,
+    clickhouse_server,
+    clickhouse_url,
+    free_port,
+    running_clickhouse,
+)
+
+HINT = "check that clickhouse-server is running"
+
+
+@pytest.fixture
+def own_server() -> Iterator[ClickHouseServer]:
+    """A server of this test's own, free to be stopped."""
+    yield from running_clickhouse()
+
+
+@pytest.mark.clickhouse
+def test_outage_raises_then_recovers(own_server: ClickHouseServer):
+    store = open_store(own_server.url())
+    first = [Write("s", 1, RankRecord("j", 0, 0, 2, "h")), Write("s", 2, OpRows("j", 0,
+                                                                                make_ops(100)))]
+    assert store.write(first) == [False, False]
+    own_server.stop(kill=True)  # a crash, not a shutdown
+
+    later = Write("s", 3, OpRows("j", 0, make_ops(50, seq0=1000)))
+    with pytest.raises(StoreError, match=HINT) as err:
+        store.write([later])
+    assert f"127.0.0.1:{own_server.tcp_port}" in str(err.value)
+    with pytest.raises(StoreError, match=HINT):
+        store.count_ops("j")
+    with pytest.raises(StoreError, match=HINT):
+        store.put_fault(FaultReport("error", (), 1, "rank 1 died", id="f", job="j"))
+    with pytest.raises(StoreError, match=HINT):
+        store.jobs()
+
+    own_server.start()  # same ports, same data
+    assert store.write([later, *first]) == [False, True, True]
+    assert store.count_ops("j") == 150
+    store.close()
+
+
+def test_closed_port_fails_at_open():
+    port = free_port()
+    with pytest.raises(StoreError, match=f"127.0.0.1:{port}.*{HINT}"):
+        open_store(f"clickhouse://default@127.0.0.1:{port}/c4")
+
+
+@pytest.mark.clickhouse
+def test_rows_stored_without_their_applied_mark_collapse_on_resend(
+        clickhouse_url):  # noqa: F811 - the fixture imported above
+    """A daemon that dies between inserting rows and marking the request applied: the sidecar
+    resends, and the rows are not doubled."""
+    store = open_store(clickhouse_url)
+    assert isinstance(store, ClickHouseStore)
+    body = OpRows("j", 0, make_ops(1000, seed=3))
+    store._insert_bodies([RankRecord("j", 0, 0, 8, "h"), body])  # the crash: no applied mark
+    assert store.write([Write("s", 1, body)]) == [False]
+    assert store.count_ops("j") == 1000
+    assert len(store.ops("j")) == 1000
+    store.close()
+
+
+def test_url_parsing():
+    with pytest.raises(StoreError, match="database name"):
+        ClickHouseStore("127.0.0.1", 1, database="bad-name; DROP")
+    with pytest.raises(StoreError, match="clickhouse://"):
+        ClickHouseStore.from_url("clickhouse:///nohost")
