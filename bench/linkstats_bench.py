@@ -15,8 +15,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
-from collectors.linkstats import LinkSampler
+from collectors.linkstats import LinkSampler, sample_tcp
 
 RANK = r"""
 import os, socket, sys
@@ -33,6 +34,17 @@ for _ in range(conns):
 print("ready", flush=True)
 sys.stdin.read()
 """
+
+
+def _time(fn: Callable[[], object], calls: int) -> tuple[float, float]:
+    """Median and p95 of ``calls`` calls, in ms."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return statistics.median(times) * 1e3, times[int(0.95 * len(times)) - 1] * 1e3
 
 
 def main() -> None:
@@ -55,23 +67,18 @@ def main() -> None:
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "ready"
+        pids = {r: p.pid for r, p in enumerate(procs)}
         rows = []
-        for label, pids in (("ranks' sockets", {r: p.pid for r, p in enumerate(procs)}),):
-            with LinkSampler(pids) as sampler:
-                n = len(sampler.sample())
-                times = []
-                for _ in range(args.calls):
-                    t0 = time.perf_counter()
-                    sampler.sample()
-                    times.append(time.perf_counter() - t0)
-            times.sort()
-            rows.append((label, len(pids), n, statistics.median(times) * 1e3,
-                         times[int(0.95 * len(times)) - 1] * 1e3))
+        with LinkSampler(pids) as sampler:
+            n = len(sampler.sample())
+            rows.append(("LinkSampler.sample (warm)", n, _time(sampler.sample, args.calls)))
+        cold = lambda: sample_tcp(pids.values())  # noqa: E731  new sampler: full fd scan
+        rows.append(("sample_tcp (cold)", len(cold()), _time(cold, args.calls)))
         print(f"{args.ranks} ranks x {2 * args.conns} sockets, {args.extra_fds} other fds each; "
               f"{args.noise} established sockets of a non-rank process")
-        print(f"{'case':<16} {'pids':>5} {'rows':>5} {'median ms':>10} {'p95 ms':>8}")
-        for label, npid, n, med, p95 in rows:
-            print(f"{label:<16} {npid:>5} {n:>5} {med:>10.2f} {p95:>8.2f}")
+        print(f"{'case':<26} {'rows':>5} {'median ms':>10} {'p95 ms':>8}")
+        for label, n, (med, p95) in rows:
+            print(f"{label:<26} {n:>5} {med:>10.2f} {p95:>8.2f}")
     finally:
         for p in procs:
             p.stdin.close()

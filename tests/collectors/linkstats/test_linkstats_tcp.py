@@ -188,6 +188,23 @@ def test_sampler_notices_sockets_opened_and_closed_between_samples(link4: Link) 
         assert {s.pid for s in both} == {me, child}
 
 
+def test_ipv4_mapped_ipv6_endpoints_read_as_ipv4() -> None:
+    # A dual-stack listener's accepted IPv4 connection is an AF_INET6 socket holding
+    # ::ffff:127.0.0.1; both ends must name the same endpoints for the daemon to pair them.
+    if not _ipv6_loopback():
+        pytest.skip("this machine has no IPv6")
+    with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as srv:
+        client = socket.create_connection(("127.0.0.1", srv.getsockname()[1]))
+        server, _ = srv.accept()
+        with client, server:
+            assert server.family == socket.AF_INET6
+            by_inode = {s.inode: s for s in sample_tcp([os.getpid()])}
+            c = by_inode[os.fstat(client.fileno()).st_ino]
+            a = by_inode[os.fstat(server.fileno()).st_ino]
+            assert a.local == c.remote == f"127.0.0.1:{srv.getsockname()[1]}"
+            assert a.remote == c.local
+
+
 def test_proc_root_is_injectable(tmp_path, link4: Link) -> None:
     # A fake process 4242 whose fd 7 is our socket: the owner comes from the given proc root.
     fd_dir = tmp_path / "4242" / "fd"
