@@ -12,12 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
-
 from collectors.linkstats import rdma
 from collectors.linkstats.errors import LinkStatsError
 from collectors.linkstats.tcp import SocketSample, TcpSampler, sample_tcp, to_columns
-from proto.codec import CONN_COLUMNS, Columns, empty_columns
+from proto.codec import CONN_COLUMNS, Columns, concat, empty_columns
 
 __all__ = [
     "LinkSampler",
@@ -34,23 +32,7 @@ log = logging.getLogger(__name__)
 def concat_columns(parts: Sequence[Columns]) -> Columns:
     """Stack conn batches into one, merging their string tables."""
     parts = [p for p in parts if len(p)]
-    if not parts:
-        return empty_columns(CONN_COLUMNS)
-    if len(parts) == 1:
-        return parts[0]
-    table: dict[str, int] = {}
-    remapped: list[dict[str, np.ndarray]] = []
-    for part in parts:
-        index = np.asarray([table.setdefault(s, len(table)) for s in part.strings], dtype="<u4")
-        cols = dict(part.columns)
-        for name in ("local", "remote"):
-            cols[name] = index[cols[name]]
-        remapped.append(cols)
-    return Columns(
-        {name: np.concatenate([c[name] for c in remapped]).astype(dt, copy=False)
-         for name, dt in CONN_COLUMNS.items()},
-        list(table),
-    )
+    return concat(parts) if parts else empty_columns(CONN_COLUMNS)
 
 
 class LinkSampler:

@@ -144,3 +144,5 @@ class Sidecar:
         self._threads[0].join(timeout)
         if not self.outbox.idle():
             self.outbox.spill_now("sidecar stopping")
+        for sampler in self._samplers.values():
+            sampler.close()
