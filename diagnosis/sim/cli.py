@@ -8,6 +8,8 @@ import typer
 
 from diagnosis.sim.config import FAULT_KINDS
 
+_KINDS = ", ".join(FAULT_KINDS)
+
 
 def register(app: typer.Typer) -> None:
     app.command("sim", help="Simulate a 3D-parallel training job (with injected faults) and "
@@ -26,7 +28,7 @@ def sim(
     fault: list[str] = typer.Option(
         [], "--fault", "-f",
         help="Fault to inject, repeatable: KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]."
-             f" KIND: {', '.join(FAULT_KINDS)}. TARGET: auto, cable/uplink (links), "
+             f" KIND: {_KINDS}. TARGET: auto, cable/uplink (links), "
              "leaf/spine (switches), a topology id, or a rank (GPU faults). ONSET/END: "
              "iterations. slow: time multiplier (1.15 = 15% slower). every/on: intermittent."),
     seed: int = typer.Option(0, help="Seed: the same options and seed give the same files."),

@@ -122,7 +122,7 @@ class Simulation:
     # ----- one iteration --------------------------------------------------------------------
     def _iteration(self, i: int) -> Batch:
         cfg, rng = self.cfg, self.rng
-        D, P, T = self.shape
+        D, P, _T = self.shape
         M, W = cfg.microbatches, self.lay.world
         finite = self.free[np.isfinite(self.free)]
         self.iteration_start.append(cfg.t0_ns + int(finite.min()))
@@ -238,7 +238,7 @@ class Simulation:
     def _dp(self, ops: _Acc, cons: _Acc, i: int, free: np.ndarray,
             onset_now: list[faultmod.Fault]) -> np.ndarray:
         """Every data-parallel ring all-reduces its gradients (ring over D members)."""
-        cfg, (D, P, T) = self.cfg, self.shape
+        cfg, (D, _P, _T) = self.cfg, self.shape
         enter = free
         start = np.broadcast_to(enter.max(axis=0, keepdims=True), enter.shape)
         per_conn = 2 * (D - 1) / D * cfg.dp_bytes
@@ -291,7 +291,6 @@ class Simulation:
 
     # ----- output -----------------------------------------------------------------------------
     def _finish(self, i: int, o: dict[str, np.ndarray], c: dict[str, np.ndarray]) -> Batch:
-        t0 = self.cfg.t0_ns
         entered = np.isfinite(o["t_enter_ns"])
         o = {k: v[entered] for k, v in o.items()}
         skew = self.skew[o["rank"].astype(np.int64)]

@@ -10,6 +10,7 @@ connections routed across it.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +88,7 @@ class Connections:
             cands = topo.paths(a, b)
             path = cands[int(choice[c] * len(cands))]
             path_json.append('["' + '","'.join(path) + '"]')
-            for u, v in zip(path, path[1:]):
+            for u, v in itertools.pairwise(path):
                 lid = link_id(u, v)
                 i = link_index.get(lid)
                 if i is None:

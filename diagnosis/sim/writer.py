@@ -17,6 +17,8 @@ _OP = ('{"type":"op","rank":%d,"pg":"%s","seq":%d,"op":"%s","bytes":%d,"t_enter_
        '"t_start_ns":%d,"t_end_ns":%d}\n')
 _OP_PEER = ('{"type":"op","rank":%d,"pg":"%s","seq":%d,"op":"%s","bytes":%d,"t_enter_ns":%d,'
             '"t_start_ns":%d,"t_end_ns":%d,"peer":%d}\n')
+_OPEN_CONN = ('{"type":"conn","src":%d,"dst":%d,"bytes":%d,"t_start_ns":%d,"pg":"%s",'
+              '"seq":%d,"path":%s}\n')
 _CONN = ('{"type":"conn","src":%d,"dst":%d,"bytes":%d,"t_start_ns":%d,"t_end_ns":%d,'
          '"pg":"%s","seq":%d,"path":%s}\n')
 
@@ -39,8 +41,7 @@ class TraceWriter:
     def header(self) -> None:
         lay, w = self.sim.lay, self.out.write
         w(json.dumps({"type": "meta", "version": 1, "job": self.sim.cfg.job}) + "\n")
-        w("".join('{"type":"rank","rank":%d,"host":"%s","gpu":"%s","nic":"%s"}\n'
-                  % (r, lay.hosts[h], g, n)
+        w("".join(f'{{"type":"rank","rank":{r},"host":"{lay.hosts[h]}","gpu":"{g}","nic":"{n}"}}\n'
                   for r, (h, g, n) in enumerate(zip(lay.host_of.tolist(), lay.gpu, lay.nic))))
         w("".join(json.dumps({"type": "group", "pg": pg, "ranks": ranks},
                              separators=(",", ":")) + "\n" for pg, ranks in lay.groups))
@@ -50,7 +51,7 @@ class TraceWriter:
         self._conns(b.conns)
 
     def end(self) -> None:
-        self.out.write('{"type":"end","t_ns":%d}\n' % self.sim.end_ns)
+        self.out.write(f'{{"type":"end","t_ns":{self.sim.end_ns}}}\n')
 
     def _ops(self, o: dict[str, np.ndarray]) -> None:
         n = len(o["rank"])
@@ -102,7 +103,5 @@ class TraceWriter:
                        [p for p, d in zip(paths, done.tolist()) if d])
             self.out.write("".join(_CONN % row for row in rows))
         for j in np.flatnonzero(~done).tolist():
-            self.out.write('{"type":"conn","src":%d,"dst":%d,"bytes":%d,"t_start_ns":%d,'
-                           '"pg":"%s","seq":%d,"path":%s}\n'
-                           % (src[j], dst[j], c["bytes"][j], c["t_start_ns"][j], pg[j],
-                              c["seq"][j], paths[j]))
+            self.out.write(_OPEN_CONN % (src[j], dst[j], c["bytes"][j], c["t_start_ns"][j],
+                                         pg[j], c["seq"][j], paths[j]))

@@ -1,0 +1,171 @@
+"""The simulator writes valid, causal, reproducible traces of any size."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from simtrace_helpers import read, run
+
+from diagnosis.sim import SimConfig, SimError, simulate
+from diagnosis.topology import Topology, link_id
+
+SKEW_NS = 2 * 200_000   # two hosts' clock offsets at most
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("healthy"), gpus=128, iterations=6, microbatches=2,
+               seed=5, checkpoint_every=4, gc_rate=0.01)
+
+
+def test_every_member_has_an_op_line_per_collective(healthy):
+    members: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for o in healthy.ops:
+        if o["op"] not in ("send", "recv"):
+            members[o["pg"], o["seq"]].add(o["rank"])
+    assert members
+    for (pg, seq), ranks in members.items():
+        assert ranks == set(healthy.groups[pg]), (pg, seq)
+    kinds = {pg.split(".")[0] for pg, _ in members}
+    assert kinds == {"tp", "dp"}
+    per_group = defaultdict(set)
+    for pg, seq in members:
+        per_group[pg].add(seq)
+    # tp: 2 per microbatch per iteration; dp: one per iteration; numbered 0, 1, 2, ...
+    assert per_group["tp.0"] == set(range(6 * 2 * 2))
+    assert per_group["dp.0"] == set(range(6))
+
+
+def test_collective_members_share_start_and_end(healthy):
+    t = healthy.op_table()
+    coll = t["op"] == "all_reduce"
+    by_call: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for i in np.flatnonzero(coll):
+        by_call[t["pg"][i], t["seq"][i]].append(i)
+    for rows in by_call.values():
+        starts, ends, enters = t["t_start_ns"][rows], t["t_end_ns"][rows], t["t_enter_ns"][rows]
+        assert np.ptp(starts) <= SKEW_NS and np.ptp(ends) <= SKEW_NS
+        # the transfer starts when the last member arrives
+        assert abs(starts.max() - enters.max()) <= SKEW_NS
+
+
+def test_send_recv_pair_by_seq(healthy):
+    sends, recvs = {}, {}
+    for o in healthy.ops:
+        if o["op"] == "send":
+            sends[o["pg"], o["rank"], o["peer"], o["seq"]] = o
+        elif o["op"] == "recv":
+            recvs[o["pg"], o["peer"], o["rank"], o["seq"]] = o
+    assert sends and sends.keys() == recvs.keys()
+    for key, s in sends.items():
+        r = recvs[key]
+        assert abs(s["t_start_ns"] - r["t_start_ns"]) <= SKEW_NS
+        assert abs(s["t_end_ns"] - r["t_end_ns"]) <= SKEW_NS
+        assert healthy.groups[key[0]].count(key[1]) == 1
+
+
+def test_times_are_ordered(healthy):
+    t = healthy.op_table()
+    assert (t["t_enter_ns"] <= t["t_start_ns"]).all()
+    assert (t["t_start_ns"] < t["t_end_ns"]).all()
+    # a rank makes one call at a time
+    for r in range(128):
+        mine = t["rank"] == r
+        order = np.argsort(t["t_enter_ns"][mine])
+        enters, ends = t["t_enter_ns"][mine][order], t["t_end_ns"][mine][order]
+        assert (enters[1:] >= ends[:-1]).all()
+    assert healthy.end_ns >= max(t["t_end_ns"].max(), max(c["t_end_ns"] for c in healthy.conns))
+
+
+def test_conn_records_follow_topology_paths(healthy):
+    topo = Topology.load(healthy.dir / "topology.json")
+    links = set(topo.links())
+    calls = {(o["pg"], o["seq"]) for o in healthy.ops}
+    for c in healthy.conns:
+        path = c["path"]
+        assert path[0] == healthy.ranks[c["src"]]["nic"]
+        assert path[-1] == healthy.ranks[c["dst"]]["nic"]
+        assert all(link_id(a, b) in links for a, b in itertools.pairwise(path))
+        assert path in topo.paths(path[0], path[-1])
+        assert c["t_start_ns"] < c["t_end_ns"] and c["bytes"] > 0
+        assert (c["pg"], c["seq"]) in calls
+
+
+def test_rank_records_match_topology(healthy):
+    topo = Topology.load(healthy.dir / "topology.json")
+    for _r, rec in healthy.ranks.items():
+        assert topo.host_of(rec["gpu"]) == rec["host"] == topo.host_of(rec["nic"])
+        assert topo.nic_of_gpu(rec["gpu"]) == rec["nic"]
+    # tp inside a host, dp on one rail across hosts, pp stages on different hosts
+    for pg, ranks in healthy.groups.items():
+        hosts = {healthy.ranks[r]["host"] for r in ranks}
+        nics = {healthy.ranks[r]["nic"].split("/")[1] for r in ranks}
+        if pg.startswith("tp."):
+            assert len(hosts) == 1
+        else:
+            assert len(hosts) == len(ranks)
+        if pg.startswith("dp."):
+            assert len(nics) == 1
+
+
+def test_benign_noise_is_present_and_documented(healthy):
+    truth = healthy.truth
+    assert truth["faults"] == [] and truth["stalled"] is False
+    assert truth["benign"]["checkpoint_iterations"] == [3]
+    assert len(truth["iteration_start_ns"]) == 6
+    ends = sorted(o["t_end_ns"] for o in healthy.ops if o["pg"] == "dp.0" and o["rank"] == 0)
+    period = np.diff([0, *ends])
+    # warm-up is slower; the checkpoint after iteration 3 delays iteration 4
+    assert period[0] > 1.5 * np.median(period[2:])
+    assert period[4] > np.median(period[2:4]) + 1e9
+
+
+def test_same_seed_same_files_other_seed_differs(tmp_path):
+    kw = {"gpus": 64, "iterations": 3, "microbatches": 1,
+          "faults": ()}
+    a = simulate(SimConfig(seed=7, **kw), tmp_path / "a")
+    b = simulate(SimConfig(seed=7, **kw), tmp_path / "b")
+    c = simulate(SimConfig(seed=8, **kw), tmp_path / "c")
+    assert a.trace.read_bytes() == b.trace.read_bytes()
+    assert a.truth.read_text() == b.truth.read_text()
+    assert a.trace.read_bytes() != c.trace.read_bytes()
+
+
+def test_gzip_output_reads_back(tmp_path):
+    res = simulate(SimConfig(gpus=64, iterations=2, microbatches=1), tmp_path, compress=True)
+    assert res.trace.name.endswith(".gz")
+    tr = read(res.trace)
+    assert len(tr.ops) == res.ops and len(tr.conns) == res.conns
+
+
+def test_no_conns_option(tmp_path):
+    tr = run(tmp_path, gpus=64, iterations=2, microbatches=1, conns=False)
+    assert tr.ops and not tr.conns
+
+
+def test_bad_layouts_are_refused():
+    with pytest.raises(SimError, match="--tp"):
+        SimConfig(gpus=64, tp=3)
+    with pytest.raises(SimError, match="multiple"):
+        SimConfig(gpus=100)
+
+
+def test_16k_gpus_two_iterations(tmp_path):
+    gpus, M, T, P = 16384, 1, 8, 4
+    D = gpus // (T * P)
+    res = simulate(SimConfig(gpus=gpus, iterations=2, microbatches=M, seed=1), tmp_path)
+    tp_ops = gpus * 2 * M
+    p2p_ops = 2 * 2 * M * D * T * (P - 1)        # send + recv, forward + backward
+    assert res.ops == 2 * (tp_ops + p2p_ops + gpus)
+    assert res.conns == 2 * (p2p_ops // 2 + gpus)
+    lines = defaultdict(int)
+    with open(res.trace, "rb") as fh:
+        for line in fh:
+            lines[line[9:13]] += 1
+    assert lines[b'op",'] == res.ops and lines[b'conn'] == res.conns
+    assert lines[b'rank'] == gpus and lines[b'end"'] == 1
+    assert json.loads(res.truth.read_text())["iterations"] == 2
