@@ -1,0 +1,131 @@
+"""Run c4's own services and a torchrun job as local processes (the demo, the lab, the tests)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05,
+             what: str = "condition") -> Any:
+    """Poll ``cond`` until it returns a truthy value; raise TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = cond()
+            if value:
+                return value
+        except Exception as exc:  # the service may not be up yet
+            last_exc = exc
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}"
+                       + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+class Service:
+    """A command in its own process, with its output in a log file."""
+
+    def __init__(self, args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.args = list(args)
+        self.log = log
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Service:
+        with open(self.log, "ab") as fh:
+            self.proc = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT,
+                                         env=self.env, start_new_session=True)
+        return self
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        """Signal the process and everything it started (its own session), then reap it."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self._signal_group(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.proc.wait()
+        self._signal_group(signal.SIGKILL)  # children that outlived their parent
+        return self.proc.returncode
+
+    def _signal_group(self, sig: int) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def c4_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "c4", *args]
+
+
+def start_daemon(workdir: Path, port: int, store: str | None = None, name: str = "daemon",
+                 extra: Sequence[str] = ()) -> Service:
+    from diagnosis.client import DaemonClient
+
+    store = store or f"sqlite:///{workdir / 'c4.db'}"
+    svc = Service(c4_command("daemon", "--listen", f"127.0.0.1:{port}", "--store", store,
+                             *extra), workdir / f"{name}.log").start()
+    client = DaemonClient(f"127.0.0.1:{port}", timeout=2.0)
+    try:
+        wait_for(client.status, 60, what=f"the daemon on port {port}")
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\n{svc.output()[-2000:]}") from None
+    finally:
+        client.close()
+    return svc
+
+
+def start_sidecar(workdir: Path, port: int, host: str, name: str | None = None
+                  ) -> tuple[Service, Path]:
+    name = name or f"sidecar-{host}"
+    sock = workdir / f"{name}.sock"
+    svc = Service(c4_command("sidecar", "--daemon", f"127.0.0.1:{port}", "--socket", str(sock),
+                             "--host", host, "--spill-dir", str(workdir / f"{name}-spill")),
+                  workdir / f"{name}.log").start()
+    wait_for(sock.exists, 60, what=f"the sidecar socket {sock}")
+    return svc, sock
+
+
+def torchrun_node(workdir: Path, script: Path | str, *, node: int, nnodes: int,
+                  nproc: int, master_port: int, sidecar_socket: Path, job: str,
+                  env: dict[str, str] | None = None, args: Sequence[str] = ()) -> Service:
+    """One "node" of a multi-node torchrun job on this machine, its ranks reporting to the
+    node's sidecar under host id ``node<N>``."""
+    full_env = {"C4_SIDECAR_SOCKET": str(sidecar_socket), "C4_HOST": f"node{node}",
+                "C4_JOB": job, "OMP_NUM_THREADS": "1",
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                            os.environ.get("PYTHONPATH")])),
+                **(env or {})}
+    return Service([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+                    "--nproc-per-node", str(nproc), "--node-rank", str(node), "--master-addr",
+                    "127.0.0.1", "--master-port", str(master_port), str(script), *args],
+                   workdir / f"{job}-node{node}.log", env=full_env).start()

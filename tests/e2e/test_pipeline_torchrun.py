@@ -1,0 +1,126 @@
+"""The whole telemetry pipeline with real parts: torchrun with 4 gloo ranks as two nodes of
+two ranks, a sidecar per node, a daemon process, SQLite. Every call of every rank must be stored
+exactly once, with sequence numbers that match across ranks, also when the daemon is killed in
+the middle of the run and started again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from diagnosis.client import DaemonClient
+from tests.support.services import (
+    Service,
+    free_port,
+    start_daemon,
+    start_sidecar,
+    torchrun_node,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.network, pytest.mark.slow]
+
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "mixed_job.py"
+P2P = {"send", "recv", "isend", "irecv"}
+
+
+def _launch(tmp: Path, job: str, node: int, sock: Path, master_port: int, steps: int
+            ) -> Service:
+    return torchrun_node(tmp, SCRIPT, node=node, nnodes=2, nproc=2, master_port=master_port,
+                         sidecar_socket=sock, job=job,
+                         env={"C4_TEST_LOG": str(tmp / job), "C4_TEST_STEPS": str(steps)})
+
+
+def _check_stored(client: DaemonClient, tmp: Path, job: str) -> None:
+    expected = {r: json.loads((tmp / job / f"rank{r}.json").read_text()) for r in range(4)}
+    cols = client.ops(job)
+    names = cols.strings
+    rows = list(zip(cols["rank"].tolist(), [names[i] for i in cols["pg"].tolist()],
+                    [names[i] for i in cols["op"].tolist()], cols["seq"].tolist(),
+                    cols["peer"].tolist(), cols["t_end_ns"].tolist()))
+    # exactly once: one row per (rank, pg, op, peer, seq) and as many rows as calls made
+    assert len({r[:5] for r in rows}) == len(rows)
+    for rank in range(4):
+        assert sum(1 for r in rows if r[0] == rank) == sum(expected[rank].values()), rank
+        counts = Counter(op for (rk, _pg, op, *_rest) in rows if rk == rank)
+        for op in ("all_reduce", "all_gather", "all_gather_into_tensor",
+                   "reduce_scatter_tensor", "broadcast", "barrier"):
+            want = expected[rank].get(op, 0) + (expected[rank]["pair:all_reduce"]
+                                                if op == "all_reduce" else 0)
+            assert counts[op] == want, (rank, op, counts[op], want)
+    assert all(r[5] > 0 for r in rows), "every call completed"
+    # collectives: per group, seq k names the same call on every member, numbered 0..n-1
+    by_pg: dict[str, dict[int, dict[int, str]]] = defaultdict(lambda: defaultdict(dict))
+    for rank, pg, op, seq, _peer, _t in rows:
+        if op not in P2P:
+            by_pg[pg][seq][rank] = op
+    groups = {g.pg: set(g.ranks) for g in client.groups(job)}
+    assert len(by_pg) == 3, f"world group and two pair groups, got {sorted(by_pg)}"
+    for pg, calls in by_pg.items():
+        assert sorted(calls) == list(range(len(calls))), pg
+        for seq, ops in calls.items():
+            assert set(ops) == groups[pg], (pg, seq, ops)
+            assert len(set(ops.values())) == 1, (pg, seq, ops)
+    # point to point: the k-th send a->b matches the k-th receive on b from a
+    sends = defaultdict(set)
+    recvs = defaultdict(set)
+    for rank, pg, op, seq, peer, _t in rows:
+        if op in ("send", "isend"):
+            sends[(pg, rank, peer)].add(seq)
+        elif op in ("recv", "irecv"):
+            recvs[(pg, peer, rank)].add(seq)
+    assert sends and sends == recvs
+
+
+def _run(tmp: Path, job: str, *, kill_daemon: bool) -> None:
+    port = free_port()
+    daemon = start_daemon(tmp, port)
+    cars = [start_sidecar(tmp, port, f"node{n}") for n in range(2)]
+    master = free_port()
+    steps = 120 if kill_daemon else 40
+    procs = [_launch(tmp, job, n, cars[n][1], master, steps) for n in range(2)]
+    try:
+        with DaemonClient(f"127.0.0.1:{port}") as client:
+            if kill_daemon:
+                wait_for(lambda: any(j.ops > 200 for j in client.jobs()), 120,
+                         what="the job's first records")
+                daemon.kill()
+                time.sleep(2.0)
+                assert all(p.running() for p in procs), "the job should still be running"
+                daemon = start_daemon(tmp, port, name="daemon-restarted")
+            for p in procs:
+                assert p.proc.wait(300) == 0, p.output()[-3000:]
+            total = sum(sum(json.loads((tmp / job / f"rank{r}.json").read_text()).values())
+                        for r in range(4))
+            wait_for(lambda: sum(j.ops for j in client.jobs() if j.job == job) >= total, 60,
+                     what=f"{total} records")
+            time.sleep(1.0)
+            _check_stored(client, tmp, job)
+            jobs = [j for j in client.jobs() if j.job == job]
+            assert sorted(jobs[0].hosts) == ["node0", "node1"] and jobs[0].ranks_seen == 4
+        out = subprocess.run([sys.executable, "-m", "c4", "ops", job, "--limit", "0",
+                              "--format", "json", "--daemon", f"127.0.0.1:{port}"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        lines = [json.loads(line) for line in out.stdout.splitlines()]
+        assert len(lines) == total and {rec["type"] for rec in lines} == {"op"}
+    finally:
+        for p in procs:
+            p.kill()
+        for car, _ in cars:
+            car.stop()
+        daemon.stop()
+
+
+def test_every_call_stored_once(tmp_path):
+    _run(tmp_path, "mixed", kill_daemon=False)
+
+
+def test_daemon_killed_mid_run(tmp_path):
+    _run(tmp_path, "mixed-kill", kill_daemon=True)
