@@ -1,0 +1,209 @@
+"""Scoring fault reports (shared specs section 3) against the simulator's ground truth.
+
+The matching rule, exactly:
+
+* A report **addresses** an injected fault when its ``kind`` equals the fault's
+  ``expected_report`` and its ``first_seen_ns`` is not before the fault's onset (less 1 ms, the
+  clock skew the trace format allows). Reports of another kind never count for the fault, even
+  when they name the right component.
+* A suspect **names** the fault when ``(type, id)`` is in the fault's ``accept`` list (written by
+  the simulator). That list holds the faulty component itself, plus only these equivalents:
+  for a NIC, its cable(s) to the leaf; for a NIC-to-leaf cable, that NIC (the two lie on exactly
+  the same paths, so timing cannot tell them apart); for a GPU fault, the rank running on that
+  GPU as a ``rank`` suspect (what a detector without topology can say). A host, switch, an
+  uplink, or a GPU's host never stands in for anything else. Link ids compare with their two
+  endpoints sorted.
+* **top-1**: some addressing report has a first suspect that names the fault. **top-3**: some
+  addressing report names it among its first three suspects. **detected**: some addressing
+  report exists, whatever it names.
+* A report is **explained** when it addresses some fault and names it among its first three
+  suspects; every other report is a **false report** (on a healthy run, every report is).
+  A fault scenario is **clean** when every fault is top-1 and no report is false.
+* **Latency**: from the fault's onset to the earliest report that addresses and names it
+  (top-3), in seconds of trace time and in iterations begun since the onset. The time of a
+  report is ``detected_ns`` when the bench streamed the trace and saw when the report first
+  appeared, else its ``first_seen_ns``.
+* Faults the ground truth marks not ``observable`` (for example an uplink slowed yet still
+  faster than the flows through it, or an onset after recording stopped) are listed apart and
+  are neither hits nor misses; reports about them are still false reports.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+SKEW_NS = 1_000_000
+
+
+@dataclass(frozen=True)
+class FaultScore:
+    kind: str
+    expected: str
+    observable: bool
+    detected: bool
+    top1: bool
+    top3: bool
+    latency_s: float | None = None
+    latency_iters: int | None = None
+    spec: str = ""
+
+
+@dataclass(frozen=True)
+class ScenarioScore:
+    faults: tuple[FaultScore, ...]
+    reports: int
+    false_reports: int
+    iterations: int
+    false_kinds: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        return not self.faults
+
+    @property
+    def clean(self) -> bool:
+        return self.false_reports == 0 and all(f.top1 for f in self.faults if f.observable)
+
+
+def canonical(sus: dict[str, Any]) -> tuple[str, str]:
+    """The (type, id) a suspect or accepted component stands for."""
+    typ = str(sus.get("type", ""))
+    if typ == "rank":
+        return typ, str(sus.get("rank", sus.get("id")))
+    ident = str(sus.get("id", ""))
+    if typ == "link" and "~" in ident:
+        ident = "~".join(sorted(ident.split("~")))
+    return typ, ident
+
+
+def _addresses(report: dict[str, Any], fault: dict[str, Any]) -> bool:
+    onset = fault.get("onset_ns")
+    return (report.get("kind") == fault["expected_report"] and onset is not None
+            and int(report.get("first_seen_ns", 0)) >= onset - SKEW_NS)
+
+
+def _rank_of_hit(report: dict[str, Any], accept: set[tuple[str, str]]) -> int | None:
+    """Position (0-based) of the first suspect that names the fault, or None."""
+    for pos, sus in enumerate(report.get("suspects") or []):
+        if canonical(sus) in accept:
+            return pos
+    return None
+
+
+def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> ScenarioScore:
+    """Score one run's reports against its ground truth document."""
+    starts = truth.get("iteration_start_ns") or []
+    explained = [False] * len(reports)
+    scores = []
+    for fault in truth.get("faults", []):
+        accept = {canonical(a) for a in fault["accept"]}
+        best: int | None = None
+        detected = False
+        first_t: int | None = None
+        for i, rep in enumerate(reports):
+            if not _addresses(rep, fault):
+                continue
+            detected = True
+            pos = _rank_of_hit(rep, accept)
+            if pos is None or pos > 2:
+                continue
+            explained[i] = True
+            best = pos if best is None else min(best, pos)
+            t = int(rep.get("detected_ns", rep["first_seen_ns"]))
+            first_t = t if first_t is None else min(first_t, t)
+        lat_s = lat_i = None
+        if first_t is not None:
+            onset = fault["onset_ns"]
+            lat_s = max(0.0, (first_t - onset) / 1e9)
+            lat_i = max(0, bisect.bisect_right(starts, first_t) - 1 - fault["onset_iteration"])
+        scores.append(FaultScore(
+            kind=fault["kind"], expected=fault["expected_report"],
+            observable=bool(fault.get("observable", True)), detected=detected,
+            top1=best == 0, top3=best is not None, latency_s=lat_s, latency_iters=lat_i,
+            spec=fault.get("spec", "")))
+    false = [r for r, ok in zip(reports, explained) if not ok]
+    return ScenarioScore(tuple(scores), len(reports), len(false),
+                         int(truth.get("iterations", len(starts))),
+                         tuple(str(r.get("kind")) for r in false))
+
+
+@dataclass
+class Row:
+    """One line of the results table: one fault kind (or healthy) at one size."""
+
+    label: str
+    gpus: int
+    scenarios: int = 0
+    faults: int = 0
+    unobservable: int = 0
+    detected: int = 0
+    top1: int = 0
+    top3: int = 0
+    clean: int = 0
+    false_reports: int = 0
+    iterations: int = 0
+    latency_s: list[float] = field(default_factory=list)
+    latency_iters: list[int] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def pct(self, n: int) -> float | None:
+        return 100.0 * n / self.faults if self.faults else None
+
+    @property
+    def false_per_1000_iters(self) -> float:
+        return 1000.0 * self.false_reports / self.iterations if self.iterations else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        def q(v: list[float], p: float) -> float | None:
+            return float(np.percentile(v, p)) if v else None
+        return {
+            "label": self.label, "gpus": self.gpus, "scenarios": self.scenarios,
+            "faults": self.faults, "unobservable": self.unobservable,
+            "detected_pct": self.pct(self.detected), "top1_pct": self.pct(self.top1),
+            "top3_pct": self.pct(self.top3),
+            "clean_pct": 100.0 * self.clean / self.scenarios if self.scenarios else None,
+            "false_reports": self.false_reports, "iterations": self.iterations,
+            "false_per_1000_iters": self.false_per_1000_iters,
+            "latency_s_median": q(self.latency_s, 50), "latency_s_p90": q(self.latency_s, 90),
+            "latency_iters_median": q(self.latency_iters, 50),
+            "latency_iters_p90": q(self.latency_iters, 90),
+            "failures": self.failures,
+        }
+
+
+def summarize(results: Iterable[tuple[str, int, ScenarioScore, str]]) -> list[Row]:
+    """Aggregate (label, gpus, score, scenario name) into rows, one per label and size."""
+    rows: dict[tuple[str, int], Row] = {}
+    for label, gpus, sc, name in results:
+        row = rows.setdefault((label, gpus), Row(label, gpus))
+        row.scenarios += 1
+        row.false_reports += sc.false_reports
+        row.iterations += sc.iterations
+        row.clean += sc.clean
+        missed = []
+        for f in sc.faults:
+            if not f.observable:
+                row.unobservable += 1
+                continue
+            row.faults += 1
+            row.detected += f.detected
+            row.top1 += f.top1
+            row.top3 += f.top3
+            if f.latency_s is not None:
+                row.latency_s.append(f.latency_s)
+                row.latency_iters.append(int(f.latency_iters or 0))
+            if not f.top1:
+                missed.append(f"{f.spec}: " + ("wrong top suspect" if f.top3 else
+                                               "not in top 3" if f.detected else
+                                               f"no {f.expected} report"))
+        if missed or sc.false_reports:
+            extra = (f" +{sc.false_reports} false ({','.join(sorted(set(sc.false_kinds)))})"
+                     if sc.false_reports else "")
+            row.failures.append(f"{name}: {'; '.join(missed) or 'localized'}{extra}")
+    return sorted(rows.values(), key=lambda r: (r.gpus, r.label == "healthy", r.label))
+
