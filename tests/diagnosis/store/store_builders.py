@@ -13,7 +13,7 @@ PGS = ["0", "dp.1", "tp.0"]
 
 
 def make_ops(n: int, *, rank0: int = 0, seq0: int = 0, done: bool = True, seed: int = 0,
-             ranks: int = 8) -> Columns:
+             ranks: int = 8, t0: int = T0) -> Columns:
     """``n`` calls with distinct keys, each column from a seeded generator, strings shuffled so
     that the batch's string table order is not the stores' order."""
     rng = np.random.default_rng(seed)
@@ -28,7 +28,7 @@ def make_ops(n: int, *, rank0: int = 0, seq0: int = 0, done: bool = True, seed: 
         "op": np.array([pos[o] for o in OPS], dtype=np.uint32)[rng.integers(0, 4, n)],
         "nbytes": rng.integers(1, 1 << 30, n).astype(np.int64),
         "dtype": np.full(n, pos["float32"], dtype=np.uint32),
-        "t_enter_ns": T0 + rng.permutation(n).astype(np.int64) * 1000,
+        "t_enter_ns": t0 + rng.permutation(n).astype(np.int64) * 1000,
         "t_start_ns": np.full(n, -1, dtype=np.int64),
         "status": np.zeros(n, dtype=np.uint8),
         "peer": np.where(i % 5 == 0, (i + 1) % ranks, -1).astype(np.int32),
