@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ def fault_to_text(report: FaultReport) -> str:
     """Every field of a report, losslessly (``to_json`` rounds scores and drops None fields)."""
     return json.dumps({
         "kind": report.kind,
-        "suspects": [[s.type, s.id, s.score, s.rank] for s in report.suspects],
+        "suspects": [[s.type, s.id, float(s.score), None if s.rank is None else int(s.rank)]
+                     for s in report.suspects],
         "first_seen_ns": int(report.first_seen_ns),
         "summary": report.summary,
         "pg": report.pg,
@@ -84,12 +86,13 @@ def build_jobs(ranks: dict[tuple[str, int], RankAgg],
     return out
 
 
-def intern_strings(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Object array of strings -> (uint32 indices, fresh string table)."""
-    if len(values) == 0:
-        return np.empty(0, dtype=np.uint32), []
-    table, inverse = np.unique(values, return_inverse=True)
-    return inverse.astype(np.uint32).reshape(-1), table.tolist()
+def intern_strings(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """Strings -> (uint32 indices, fresh sorted string table). A dict lookup per value mapped
+    in C: many times faster than np.unique's sort of Python objects."""
+    table = sorted(set(values))
+    lookup = {s: i for i, s in enumerate(table)}
+    idx = np.fromiter(map(lookup.__getitem__, values), dtype=np.uint32, count=len(values))
+    return idx, table
 
 
 def columns_from_lists(spec: dict[str, np.dtype], string_columns: Sequence[str],
@@ -97,8 +100,7 @@ def columns_from_lists(spec: dict[str, np.dtype], string_columns: Sequence[str],
     """Query results (one sequence per column, strings as str) -> Columns with one fresh string
     table shared by ``string_columns``."""
     n = len(data[next(iter(spec))])
-    strs = [np.asarray(data[c], dtype=object) for c in string_columns]
-    idx, table = intern_strings(np.concatenate(strs) if strs and n else np.empty(0, dtype=object))
+    idx, table = intern_strings(list(chain.from_iterable(data[c] for c in string_columns)))
     out: dict[str, np.ndarray] = {}
     for name, dtype in spec.items():
         if name in string_columns:

@@ -86,6 +86,7 @@ class ClickHouseStore(Store):
         self._clients_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._closed = False
+        self._known_attempts: set[tuple[str, int]] = set()
         self._create_schema()
 
     @classmethod
@@ -190,7 +191,8 @@ class ClickHouseStore(Store):
                   what=f"insert into {table}")
 
     def _insert_bodies(self, bodies: list[RankRecord | GroupRecord | OpRows | ConnRows]) -> None:
-        attempts = {(b.job, int(b.attempt)) for b in bodies}
+        # each insert makes a part for the server to merge: skip attempts already stored
+        attempts = {(b.job, int(b.attempt)) for b in bodies} - self._known_attempts
         # later records of one key win; within one insert block that order is not kept
         ranks = {(b.job, b.attempt, b.rank): b for b in bodies if isinstance(b, RankRecord)}
         groups = {(b.job, b.attempt, b.pg): b for b in bodies if isinstance(b, GroupRecord)}
@@ -212,9 +214,10 @@ class ClickHouseStore(Store):
             self._insert("pgroups", "job, attempt, pg, ranks, description",
                          [[g.job for g in recs], [g.attempt for g in recs], [g.pg for g in recs],
                           [list(g.ranks) for g in recs], [g.desc for g in recs]])
-        # last, so that a listed attempt has its rows
-        self._insert("attempts", "job, attempt", [[a[0] for a in attempts],
-                                                  [a[1] for a in attempts]])
+        if attempts:  # last, so that a listed attempt has its rows
+            self._insert("attempts", "job, attempt", [[a[0] for a in attempts],
+                                                      [a[1] for a in attempts]])
+            self._known_attempts |= attempts
 
     def _insert_ops(self, batches: list[OpRows]) -> None:
         data: dict[str, list[Any]] = {"job": [], "attempt": [], "error": []}

@@ -223,7 +223,7 @@ class SQLiteStore(Store):
                  body.gpu, body.nic, body.backend, body.t_ns))
         elif isinstance(body, GroupRecord):
             conn.execute("INSERT OR REPLACE INTO pgroups VALUES (?, ?, ?, ?)",
-                         (aid, body.pg, json.dumps(list(body.ranks)), body.desc))
+                         (aid, body.pg, json.dumps([int(r) for r in body.ranks]), body.desc))
         else:
             raise TypeError(f"cannot store a {type(body).__name__}")
 
