@@ -2,9 +2,9 @@
 
 ``cli``: write the trace and run ``c4 analyze TRACE --topology TOPO --format json`` in a
 subprocess, exactly as a user does (trace reader included). ``stream``: feed the simulation's
-batches to ``diagnosis.engine.Engine`` one iteration at a time, calling ``advance`` at each
-iteration boundary, and note when each report first appeared (``detected_ns``): the online
-detection latency the daemon would have.
+records to ``diagnosis.engine.Engine`` as a daemon would receive them (each row once it has
+completed, or once entered if it never does), calling ``advance`` every second of trace time,
+and note when each report first appeared (``detected_ns``): the online detection latency.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from diagnosis.sim.config import SimConfig
-from diagnosis.sim.model import Batch, Simulation
+from diagnosis.sim.model import Simulation
 from proto.codec import Columns
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,11 +37,11 @@ def analyze_cli(trace: Path, topology: Path, timeout_s: float = 900.0) -> list[d
     return json.loads(proc.stdout)["reports"]
 
 
-def conn_records(sim: Simulation, b: Batch):
-    """A batch's conn rows as the engine's ConnRecords (paths included)."""
+def conn_records(sim: Simulation, c: dict[str, np.ndarray]):
+    """Simulated conn rows as the engine's ConnRecords (paths included)."""
     from diagnosis.engine.records import ConnRecords
 
-    c, net = b.conns, sim.conns
+    net = sim.conns
     idx = c["conn"]
     paths = [tuple(json.loads(net.path_json[k])) for k in idx.tolist()]
     return ConnRecords(net.src[idx], net.dst[idx], c["bytes"], c["t_start_ns"], c["t_end_ns"],
@@ -57,29 +60,69 @@ def new_engine(sim: Simulation):
     return eng
 
 
-def analyze_stream(cfg: SimConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Simulate and diagnose in one pass; returns (reports with ``detected_ns``, truth)."""
+def time_cut(sim: Simulation, step_ns: int) -> Iterator[tuple[int, dict, dict]]:
+    """The simulation's records as the daemon would hold them at wall times T, T+step, ...:
+    each op and conn row becomes visible when it completes (``t_end_ns``), or when it was
+    entered or started if it never completes (collectors report calls in flight). Yields
+    (T, op columns, conn columns) of the rows that became visible up to T."""
+    pend_o: list[dict] = []
+    pend_c: list[dict] = []
+    now: int | None = None
+
+    def visible(cols: dict, start: str) -> np.ndarray:
+        return np.where(cols["t_end_ns"] >= 0, cols["t_end_ns"], cols[start])
+
+    def cut(parts: list[dict], start: str, t: int) -> tuple[dict, list[dict]]:
+        if not parts:
+            return {}, []
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        vis = visible(cols, start)
+        out = {k: v[vis <= t] for k, v in cols.items()}
+        rest = {k: v[vis > t] for k, v in cols.items()}
+        return out, [rest] if len(next(iter(rest.values()))) else []
+
+    for b in sim.run():
+        pend_o.append(b.ops)
+        if len(b.conns["conn"]):
+            pend_c.append(b.conns)
+        horizon = int(b.ops["t_enter_ns"].min()) if len(b.ops["rank"]) else None
+        if now is None and horizon is not None:
+            now = horizon
+        # rows of later iterations may still become visible before this batch's latest rows:
+        # release only up to the earliest time this batch's ranks were still busy
+        while horizon is not None and now + step_ns <= horizon:
+            now += step_ns
+            ops, pend_o = cut(pend_o, "t_enter_ns", now)
+            cons, pend_c = cut(pend_c, "t_start_ns", now)
+            yield now, ops, cons
+    end = sim.end_ns
+    while now is not None and now < end:
+        now = min(now + step_ns, end)
+        ops, pend_o = cut(pend_o, "t_enter_ns", now)
+        cons, pend_c = cut(pend_c, "t_start_ns", now)
+        yield now, ops, cons
+
+
+def analyze_stream(cfg: SimConfig, step_s: float = 1.0
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Simulate and diagnose in one pass, advancing the engine every ``step_s`` of trace time;
+    returns (reports with ``detected_ns``, truth)."""
     from diagnosis.sim.run import truth_document
 
     sim = Simulation(cfg)
     eng = new_engine(sim)
     seen: dict[str, int] = {}
-
-    def note(reports, now: int) -> None:
-        for r in reports:
-            seen.setdefault(_identity(r), now)
-
     n_ops = n_conns = 0
-    for b in sim.run():
-        eng.add_ops(Columns(dict(b.ops), list(sim.strings)))
-        n_ops += len(b.ops["rank"])
-        if len(b.conns["conn"]):
-            eng.add_conns(conn_records(sim, b))
-            n_conns += len(b.conns["conn"])
-        now = int(max(b.ops["t_end_ns"].max(initial=0), b.ops["t_enter_ns"].max(initial=0)))
-        note(eng.advance(now), now)
+    for now, ops, cons in time_cut(sim, int(step_s * 1e9)):
+        if ops and len(ops["rank"]):
+            eng.add_ops(Columns(ops, list(sim.strings)))
+            n_ops += len(ops["rank"])
+        if cons and len(cons["conn"]):
+            eng.add_conns(conn_records(sim, cons))
+            n_conns += len(cons["conn"])
+        for r in eng.advance(now):
+            seen.setdefault(_identity(r), now)
     final = eng.finish(sim.end_ns)
-    note(final, sim.end_ns)
     out = []
     for r in final:
         d = r.to_json()

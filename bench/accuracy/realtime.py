@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         if b is None:
             break
         ops = Columns(dict(b.ops), list(sim.strings))
-        conns = conn_records(sim, b) if len(b.conns["conn"]) else None
+        conns = conn_records(sim, b.conns) if len(b.conns["conn"]) else None
         now = int(b.ops["t_end_ns"].max())
         first = int(b.ops["t_enter_ns"].min()) if first is None else first
         last = now
