@@ -99,6 +99,11 @@ class SQLiteStore(Store):
     name = "sqlite"
 
     def __init__(self, path: str, *, synchronous: str = "FULL") -> None:
+        """``synchronous``: FULL (default) makes every commit survive power loss; NORMAL only
+        a crash of the process."""
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise StoreError(f"SQLite synchronous mode {synchronous!r} is not OFF, NORMAL, FULL "
+                             "or EXTRA")
         self.path = path
         self._memory = path == ":memory:"
         self._synchronous = synchronous

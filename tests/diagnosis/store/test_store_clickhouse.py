@@ -80,3 +80,30 @@ def test_url_parsing():
         ClickHouseStore("127.0.0.1", 1, database="bad-name; DROP")
     with pytest.raises(StoreError, match="clickhouse://"):
         ClickHouseStore.from_url("clickhouse:///nohost")
+
+
+@pytest.mark.clickhouse
+def test_background_merges_keep_what_final_reads(clickhouse_url):  # noqa: F811
+    """Queries read with FINAL; once the server has merged the parts for real, the same rows
+    (completed over open, the highest revision) must remain."""
+    store = open_store(clickhouse_url)
+    assert isinstance(store, ClickHouseStore)
+    done = make_ops(300, seed=5)
+    open_rows = make_ops(300, seed=5, done=False)
+    store.write([Write("s", 1, RankRecord("j", 0, 0, 8, "h")), Write("s", 2, OpRows("j", 0, done))])
+    store.write([Write("s", 3, OpRows("j", 0, open_rows))])
+    store.write([Write("s", 2, OpRows("j", 0, done))])
+    fault = FaultReport("comm_hang", (), 5, "dp.1 stuck", id="f", job="j", revision=4)
+    store.put_fault(fault)
+    store.put_fault(fault.with_updates(revision=2, summary="stale"))
+    before = (store.ops("j"), store.list_faults())
+    for table in ("ops", "faults", "applied", "ranks"):
+        store._run(f"OPTIMIZE TABLE {table} FINAL", what="merge")
+    rows = store._run("SELECT count(), countIf(t_end_ns = -1) FROM ops WHERE job = 'j'",
+                      what="count without FINAL")
+    assert rows == [(300, 0)], "the merge kept exactly the completed rows"
+    after = (store.ops("j"), store.list_faults())
+    assert after[1] == before[1] == [fault]
+    assert all((after[0][k] == before[0][k]).all() for k in before[0].columns)
+    assert (after[0]["t_end_ns"] != -1).all()
+    store.close()
