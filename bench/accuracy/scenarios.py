@@ -3,6 +3,7 @@ varied targets, onsets mid-run, some intermittent), several faults at once, and 
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,7 +53,7 @@ def scenarios(sizes: list[int], seeds: int, quick: bool, conns: bool = True,
         base = base_config(gpus, quick, conns)
         for kind in [*kinds, "multi"]:
             for k in range(seeds):
-                seed = 1000 * gpus + 37 * k + sum(map(ord, kind))
+                seed = zlib.crc32(f"{kind}/{gpus}/{k}".encode())
                 rng = np.random.default_rng(seed)
                 if kind == "multi":
                     faults = (_fault("slow_gpu", k, rng, base.iterations),
@@ -63,5 +64,5 @@ def scenarios(sizes: list[int], seeds: int, quick: bool, conns: bool = True,
                                     replace(base, seed=seed, faults=faults)))
         for k in range(max(1, seeds)):
             out.append(Scenario(f"healthy-{gpus}-{k}", "healthy", gpus,
-                                replace(base, seed=1000 * gpus + 7 * k + 1)))
+                                replace(base, seed=zlib.crc32(f"healthy/{gpus}/{k}".encode()))))
     return out
