@@ -158,8 +158,15 @@ def running_clickhouse() -> Iterator[ClickHouseServer]:
         pytest.skip(INSTALL_HINT)
     root = Path(tempfile.mkdtemp(prefix="c4-clickhouse-"))
     try:
-        server = ClickHouseServer(root, command)
-        server.start()
+        for tries_left in (1, 0):
+            # a port picked free may be taken before the server binds it: pick again once
+            server = ClickHouseServer(root, command)
+            try:
+                server.start()
+                break
+            except RuntimeError:
+                if not tries_left:
+                    raise
         try:
             yield server
         finally:
