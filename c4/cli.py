@@ -17,6 +17,7 @@ COMMAND_MODULES: list[str] = [
     "diagnosis.query_cli",
     "diagnosis.sim.cli",
     "diagnosis.topology.cli",
+    "traffic_planner.cli",
 ]
 
 app = typer.Typer(
