@@ -1,0 +1,231 @@
+"""Choose a path for every flow to minimize the maximum link load, then the number of links at
+that load; re-plan after failures moving few flows.
+
+A greedy pass places flows, largest first, on the candidate with the least resulting maximum
+(then sum) of utilisation. A repair pass then takes each directed link at the maximum and moves a
+flow off it: directly if some other candidate stays below the maximum, or by an *ejection chain*
+when the new path is blocked by exactly one link, which in turn sheds a flow the same way (on a
+leaf/spine fabric this is the Kempe-chain swap of bipartite edge colouring, which reaches the
+optimum for equal flows). Only the variable links of each flow are touched (see ``problem``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from traffic_planner.problem import Problem
+
+log = logging.getLogger(__name__)
+
+REL = 1e-9   # loads within this relative distance count as equal
+
+
+@dataclass(frozen=True)
+class SolverConfig:
+    """Knobs of the repair pass. ``depth``: longest ejection chain; ``budget``: candidate moves
+    tried per link to relieve; ``seconds``: stop repairing after this long."""
+
+    depth: int = 400
+    budget: int = 4000
+    seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.depth < 0 or self.budget < 1 or self.seconds <= 0:
+            raise ValueError("depth >= 0, budget >= 1 and seconds > 0 are required")
+
+
+@dataclass
+class Solution:
+    choice: list[int]        # flow -> candidate index into problem.paths[flow]
+    max_load: float
+    at_max: int              # directed links at max_load
+    moved: int = 0           # flows whose path differs from the previous plan (re-plans)
+
+
+class _State:
+    def __init__(self, p: Problem) -> None:
+        self.p = p
+        self.inv = [1.0 / c for c in p.cap]
+        self.load = [0.0] * len(p.cap)
+        self.on: dict[int, set[int]] = {}
+        self.choice = [-1] * len(p.flows)
+        for f, arcs in enumerate(p.fixed):
+            d = p.demand[f]
+            for a in arcs:
+                self.load[a] += d
+
+    def put(self, f: int, k: int) -> None:
+        d, load, on = self.p.demand[f], self.load, self.on
+        for a in self.p.cands[f][k]:
+            load[a] += d
+            s = on.get(a)
+            if s is None:
+                on[a] = {f}
+            else:
+                s.add(f)
+        self.choice[f] = k
+
+    def take(self, f: int) -> None:
+        d, load, on = self.p.demand[f], self.load, self.on
+        for a in self.p.cands[f][self.choice[f]]:
+            load[a] -= d
+            on[a].discard(f)
+        self.choice[f] = -1
+
+    def util_max(self) -> float:
+        return max((ld * i for ld, i in zip(self.load, self.inv, strict=True)), default=0.0)
+
+    def greedy(self, flows: Sequence[int]) -> None:
+        load, inv, dem, cands = self.load, self.inv, self.p.demand, self.p.cands
+        for f in sorted(flows, key=lambda f: -dem[f]):
+            cs = cands[f]
+            best, best_key = 0, (float("inf"), float("inf"))
+            if len(cs) > 1:
+                d = dem[f]
+                for k, arcs in enumerate(cs):
+                    m = s = 0.0
+                    for a in arcs:
+                        u = (load[a] + d) * inv[a]
+                        s += u
+                        if u > m:
+                            m = u
+                    if (m, s) < best_key:
+                        best, best_key = k, (m, s)
+            self.put(f, best)
+
+    # ----- repair -------------------------------------------------------------------------
+    def repair(self, target: float, cfg: SolverConfig, prefer: Collection[int] = (),
+               settle: bool = False) -> None:
+        """Lower the maximum load, then the number of links at it; with ``settle``, stop as soon
+        as the maximum reaches ``target`` (a re-plan keeps moves few)."""
+        deadline = time.perf_counter() + cfg.seconds
+        self.prefer = set(prefer)
+        while time.perf_counter() < deadline:
+            top = self.util_max()
+            optimal = top <= target * (1 + REL) + 1e-12
+            if optimal and settle:
+                return
+            thr = top * (1 - REL)
+            inv, load = self.inv, self.load
+            # At the bound the maximum cannot fall, but fewer links may sit at it; a link
+            # carrying a single flow there cannot shed it (short of a bigger link), so skip it.
+            crit = [a for a, s in self.on.items()
+                    if s and load[a] * inv[a] >= thr and not (optimal and len(s) < 2)]
+            stuck = progress = False
+            for a in crit:
+                if load[a] * inv[a] < thr:
+                    continue
+                if self._fix(a, thr, cfg.depth, set(), [cfg.budget], (), set()):
+                    progress = True
+                else:
+                    stuck = True
+                if time.perf_counter() > deadline:
+                    log.info("repair stopped at its time limit (%.1f s)", cfg.seconds)
+                    return
+            if stuck or not progress:
+                return
+
+    def _fix(self, a: int, thr: float, depth: int, chain: set[int], budget: list[int],
+             freed: Collection[int], fixing: set[int]) -> bool:
+        """Bring arc ``a`` below ``thr`` by moving one flow off it, ejecting in turn a flow from
+        the one arc that move overloads (depth-first, ``budget[0]`` moves at most). Moves onto
+        ``freed`` arcs (just vacated by the chain) come first: that is the Kempe swap."""
+        p = self.p
+        need = self.load[a] - thr / self.inv[a]
+        flows = [g for g in self.on.get(a, ()) if g not in chain and p.demand[g] > need]
+        flows.sort(key=lambda g: (g not in self.prefer, p.demand[g]))
+        fixing.add(a)
+        try:
+            for i, g in enumerate(flows):
+                # A fair share of what is left, so that a hopeless flow (one whose every other
+                # path is as full) cannot starve the others.
+                mine = [budget[0] // (len(flows) - i)]
+                budget[0] -= mine[0]
+                done = self._move_off(a, g, thr, depth, chain, mine, freed, fixing)
+                budget[0] += mine[0]
+                if done:
+                    return True
+            return False
+        finally:
+            fixing.discard(a)
+
+    def _move_off(self, a: int, g: int, thr: float, depth: int, chain: set[int],
+                  budget: list[int], freed: Collection[int], fixing: set[int]) -> bool:
+        p, load, inv = self.p, self.load, self.inv
+        cur = self.choice[g]
+        cs = p.cands[g]
+        cur_arcs = cs[cur]
+        d = p.demand[g]
+        options = []
+        for k, arcs in enumerate(cs):
+            if k == cur or a in arcs:
+                continue
+            over, worst, fresh = [], 0.0, False
+            for b in arcs:
+                if b in cur_arcs:
+                    continue
+                u = (load[b] + d) * inv[b]
+                if u >= thr:
+                    over.append(b)
+                if u > worst:
+                    worst = u
+                if b in freed:
+                    fresh = True
+            if len(over) > 1 or (over and (depth == 0 or over[0] in fixing)):
+                continue
+            options.append((len(over), not fresh, worst, k, over))
+        options.sort(key=lambda o: o[:4])
+        for *_, k, over in options:
+            if budget[0] <= 0:
+                return False
+            budget[0] -= 1
+            self.take(g)
+            self.put(g, k)
+            if not over:
+                return True
+            chain.add(g)
+            if self._fix(over[0], thr, depth - 1, chain, budget, cur_arcs, fixing):
+                return True
+            chain.discard(g)
+            self.take(g)
+            self.put(g, cur)
+        return False
+
+    def solution(self, moved: int = 0) -> Solution:
+        utils = [ld * i for ld, i in zip(self.load, self.inv, strict=True)]
+        top = max(utils, default=0.0)
+        at_max = sum(1 for u in utils if u >= top * (1 - REL)) if top > 0 else 0
+        return Solution(list(self.choice), top, at_max, moved)
+
+
+def solve(problem: Problem, *, target: float = 0.0, cfg: SolverConfig | None = None) -> Solution:
+    """A plan for every flow. ``target``: a lower bound on the max load; repair stops there."""
+    st = _State(problem)
+    st.greedy(range(len(problem.flows)))
+    st.repair(target, cfg or SolverConfig())
+    return st.solution()
+
+
+def replan(problem: Problem, previous: Sequence[Sequence[str] | None], *, target: float = 0.0,
+           cfg: SolverConfig | None = None) -> Solution:
+    """Re-plan after links went down: flows whose previous path (node ids, aligned with
+    ``problem.flows``; None for a new flow) survives keep it; the others are placed greedily,
+    then repaired, moving the displaced flows first."""
+    st = _State(problem)
+    displaced = []
+    for f, old in enumerate(previous):
+        k = problem.candidate_of(f, old) if old is not None else None
+        if k is None:
+            displaced.append(f)
+        else:
+            st.put(f, k)
+    st.greedy(displaced)
+    before = list(st.choice)
+    st.repair(target, cfg or SolverConfig(), prefer=displaced, settle=True)
+    gone = set(displaced)
+    moved = len(displaced) + sum(1 for f, (b, c) in enumerate(zip(before, st.choice, strict=True))
+                                 if b != c and f not in gone)
+    return st.solution(moved)
