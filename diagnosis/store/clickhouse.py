@@ -65,6 +65,16 @@ _RANK_FIELDS = ("job", "attempt", "rank", "world_size", "host", "local_rank", "p
                 "backend", "t_ns")
 _OP_SELECT = ", ".join(OP_COLUMNS) + ", error"
 _CONN_SELECT = ", ".join(CONN_COLUMNS)
+_ACCESS_HINT = "check the user, password and database in the store URL"
+_HINTS = {  # server error codes -> what to do
+    81: _ACCESS_HINT,  # UNKNOWN_DATABASE
+    192: _ACCESS_HINT,  # UNKNOWN_USER
+    193: _ACCESS_HINT,  # WRONG_PASSWORD
+    194: _ACCESS_HINT,  # REQUIRED_PASSWORD
+    497: _ACCESS_HINT,  # ACCESS_DENIED
+    516: _ACCESS_HINT,  # AUTHENTICATION_FAILED
+    252: "the server merges parts more slowly than they arrive; the write may be retried",
+}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -128,9 +138,9 @@ class ClickHouseStore(Store):
         try:
             return client.execute(query, params, **kwargs)
         except ch_errors.ServerException as exc:
+            hint = _HINTS.get(exc.code, "see the server's error log")
             raise StoreError(
-                f"{self._where()} refused to {what}: {exc.message.strip()}; check the user, "
-                "password and database in the store URL") from exc
+                f"{self._where()} refused to {what}: {exc.message.strip()}; {hint}") from exc
         except (ch_errors.Error, OSError, EOFError) as exc:
             # the driver reconnects on the next call, once the server answers again
             client.disconnect()

@@ -107,3 +107,10 @@ def test_background_merges_keep_what_final_reads(clickhouse_url):  # noqa: F811
     assert all((after[0][k] == before[0][k]).all() for k in before[0].columns)
     assert (after[0]["t_end_ns"] != -1).all()
     store.close()
+
+
+@pytest.mark.clickhouse
+def test_unknown_user_is_named(clickhouse_server):  # noqa: F811
+    port = clickhouse_server.tcp_port
+    with pytest.raises(StoreError, match="check the user, password and database"):
+        open_store(f"clickhouse://nobody:secret@127.0.0.1:{port}/c4")
