@@ -1,0 +1,274 @@
+"""Recent instances of every communicator, one cell per (instance, member), in flat arrays.
+
+An *instance* is one call as all its members see it: a collective ``(pg, seq)``, or the k-th
+message of a point-to-point *channel* ``(pg, src -> dst)`` (its members are the sender and the
+receiver, so the k-th ``send`` meets the k-th ``recv``). Each communicator owns ``window`` slots;
+instance ``seq`` lives in slot ``seq % window``, and a slot's cells are contiguous, so a whole
+batch of op rows lands with one vectorized scatter and a finished instance is read back as a row.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+_RANK_BITS = 24   # ranks below 16M
+_MISSING = np.int64(-1)
+
+
+@dataclass
+class Finished:
+    """Instances of one communicator size that finished in one batch, members along axis 1."""
+
+    slots: np.ndarray      # slot ids
+    group: np.ndarray      # communicator index
+    seq: np.ndarray
+    enter: np.ndarray      # (k, n) int64
+    end: np.ndarray        # (k, n) int64
+    own: np.ndarray        # (k, n) int64, cumulative own time of the member (-1 unknown)
+    status: np.ndarray     # (k, n) int8
+
+
+class Arena:
+    def __init__(self, window: int) -> None:
+        self.W = window
+        self.names: list[str] = []           # pg name (channels: "pg:src>dst")
+        self.pg_of: list[int] = []           # pg id of each communicator
+        self.members: list[np.ndarray] = []  # global ranks in communicator order
+        self.n = np.zeros(0, dtype=np.int64)
+        self.base = np.zeros(0, dtype=np.int64)
+        self.p2p = np.zeros(0, dtype=bool)
+        self._by_pg: dict[int, int] = {}
+        self._channels: dict[int, int] = {}
+        self._member_keys: list[np.ndarray] = []
+        self._mkeys = np.zeros(0, dtype=np.int64)
+        self._mpos = np.zeros(0, dtype=np.int64)
+        self._mdirty = False
+        self.cells = 0
+        cap = 1024
+        self.c_enter = np.full(cap, _MISSING)
+        self.c_end = np.full(cap, _MISSING)
+        self.c_own = np.full(cap, _MISSING)
+        self.c_status = np.full(cap, -1, dtype=np.int8)
+        self.c_rank = np.full(cap, _MISSING)   # the member rank each cell belongs to
+        scap = 64 * window
+        self.s_seq = np.full(scap, _MISSING)
+        self.s_closed = np.zeros(scap, dtype=bool)
+        self.s_entered = np.zeros(scap, dtype=np.int64)
+        self.s_ended = np.zeros(scap, dtype=np.int64)
+        self.s_op = np.zeros(scap, dtype=np.int64)
+        self.s_bytes = np.zeros(scap, dtype=np.int64)
+        self.evicted_open = 0
+
+    # ----- communicators --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def group_of_pg(self, pg: int) -> int:
+        return self._by_pg.get(pg, -1)
+
+    def add_group(self, pg: int, name: str, ranks: np.ndarray) -> int:
+        g = self._by_pg.get(pg)
+        if g is not None:
+            if not np.array_equal(self.members[g], ranks):
+                log.warning("group %s registered again with other ranks; keeping the first", name)
+            return g
+        g = self._new(pg, name, ranks, p2p=False)
+        self._by_pg[pg] = g
+        return g
+
+    def channels(self, pg: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                 names: list[str]) -> np.ndarray:
+        """The channel index of each (pg, src -> dst), created on first sight."""
+        key = (pg.astype(np.int64) << (2 * _RANK_BITS)) | (src.astype(np.int64) << _RANK_BITS) \
+            | dst.astype(np.int64)
+        uniq, inv = np.unique(key, return_inverse=True)
+        out = np.empty(len(uniq), dtype=np.int64)
+        mask = (1 << _RANK_BITS) - 1
+        for i, k in enumerate(uniq.tolist()):
+            g = self._channels.get(k)
+            if g is None:
+                p, s, d = k >> (2 * _RANK_BITS), (k >> _RANK_BITS) & mask, k & mask
+                g = self._new(p, f"{names[p]}:{s}>{d}", np.array([s, d]), p2p=True)
+                self._channels[k] = g
+            out[i] = g
+        return out[inv]
+
+    def _new(self, pg: int, name: str, ranks: np.ndarray, p2p: bool) -> int:
+        g = len(self.names)
+        n = len(ranks)
+        self.names.append(name)
+        self.pg_of.append(pg)
+        self.members.append(np.asarray(ranks, dtype=np.int64))
+        self.n = np.append(self.n, n)
+        self.base = np.append(self.base, self.cells)
+        self.p2p = np.append(self.p2p, p2p)
+        self.cells += n * self.W
+        self._grow_cells(self.cells)
+        self.c_rank[self.cells - n * self.W: self.cells] = np.tile(self.members[g], self.W)
+        self._grow_slots((g + 1) * self.W)
+        self._member_keys.append((np.int64(g) << _RANK_BITS) | self.members[g])
+        self._mdirty = True
+        return g
+
+    def _grow_cells(self, need: int) -> None:
+        cap = len(self.c_enter)
+        if need <= cap:
+            return
+        new = max(need, 2 * cap)
+        for name, fill in (("c_enter", _MISSING), ("c_end", _MISSING), ("c_own", _MISSING),
+                           ("c_status", -1), ("c_rank", _MISSING)):
+            old = getattr(self, name)
+            arr = np.full(new, fill, dtype=old.dtype)
+            arr[:cap] = old
+            setattr(self, name, arr)
+
+    def _grow_slots(self, need: int) -> None:
+        cap = len(self.s_seq)
+        if need <= cap:
+            return
+        new = max(need, 2 * cap)
+        for name in ("s_seq", "s_closed", "s_entered", "s_ended", "s_op", "s_bytes"):
+            old = getattr(self, name)
+            arr = np.full(new, -1 if name == "s_seq" else 0, dtype=old.dtype)
+            arr[:cap] = old
+            setattr(self, name, arr)
+
+    def positions(self, g: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """Each rank's position in its communicator, -1 when it is not a member."""
+        if self._mdirty:
+            keys = np.concatenate(self._member_keys) if self._member_keys else np.zeros(0, int)
+            pos = np.concatenate([np.arange(len(m)) for m in self.members]) if self.members \
+                else np.zeros(0, int)
+            order = np.argsort(keys, kind="stable")
+            self._mkeys, self._mpos = keys[order], pos[order]
+            self._mdirty = False
+        key = (g.astype(np.int64) << _RANK_BITS) | rank.astype(np.int64)
+        i = np.searchsorted(self._mkeys, key)
+        i = np.minimum(i, len(self._mkeys) - 1)
+        found = (len(self._mkeys) > 0) & (self._mkeys[i] == key)
+        return np.where(found, self._mpos[i], -1)
+
+    def slot_cells(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat cell indices of the given slots (contiguous per slot) and each slot's size."""
+        g = slots // self.W
+        n = self.n[g]
+        start = self.base[g] + (slots % self.W) * n
+        total = int(n.sum())
+        offs = np.cumsum(n) - n
+        idx = np.repeat(start - offs, n) + np.arange(total)
+        return idx, n
+
+    # ----- ingest ---------------------------------------------------------------------------
+    def ingest(self, g: np.ndarray, pos: np.ndarray, seq: np.ndarray, op: np.ndarray,
+               nbytes: np.ndarray, enter: np.ndarray, end: np.ndarray, status: np.ndarray,
+               own: np.ndarray) -> np.ndarray:
+        """Scatter rows into their cells; return the slots that finished (every member ended)."""
+        if len(g) == 0:
+            return np.zeros(0, dtype=np.int64)
+        W = self.W
+        slot = g * W + seq % W
+        uslots, inv = np.unique(slot, return_inverse=True)
+        newest = np.full(len(uslots), -1, dtype=np.int64)
+        np.maximum.at(newest, inv, seq)
+        fresh = newest > self.s_seq[uslots]
+        if fresh.any():
+            fs = uslots[fresh]
+            self.evicted_open += int(((self.s_seq[fs] >= 0) & ~self.s_closed[fs]).sum())
+            self.s_seq[fs] = newest[fresh]
+            self.s_closed[fs] = False
+            idx, _ = self.slot_cells(fs)
+            self.c_enter[idx] = _MISSING
+            self.c_end[idx] = _MISSING
+            self.c_own[idx] = _MISSING
+            self.c_status[idx] = -1
+        keep = seq == self.s_seq[slot]
+        if not keep.all():
+            g, pos, seq, op, nbytes, enter, end, status, own, slot = (
+                a[keep] for a in (g, pos, seq, op, nbytes, enter, end, status, own, slot))
+        cell = self.base[g] + (seq % W) * self.n[g] + pos
+        done = end >= 0
+        end_v = np.where(done, end, self.c_end[cell])
+        own_v = np.where(own >= 0, own, self.c_own[cell])
+        old_status = self.c_status[cell]
+        status_v = np.where(done | (status > 0), status, np.maximum(old_status, 0))
+        # completed rows last, so that they win over an open row of the same call
+        order = np.argsort(done, kind="stable")
+        cell, enter, end_v, own_v, status_v = (a[order] for a in (cell, enter, end_v, own_v,
+                                                                   status_v))
+        self.c_enter[cell] = enter
+        self.c_end[cell] = end_v
+        self.c_own[cell] = own_v
+        self.c_status[cell] = status_v
+        self.s_op[slot] = op
+        self.s_bytes[slot] = nbytes
+        touched = np.unique(slot)
+        idx, n = self.slot_cells(touched)
+        starts = np.cumsum(n) - n
+        self.s_entered[touched] = np.add.reduceat((self.c_enter[idx] >= 0).astype(np.int64),
+                                                  starts)
+        self.s_ended[touched] = np.add.reduceat((self.c_end[idx] >= 0).astype(np.int64), starts)
+        finished = touched[(self.s_ended[touched] == n) & ~self.s_closed[touched]]
+        self.s_closed[finished] = True
+        return finished
+
+    # ----- read back ------------------------------------------------------------------------
+    def read(self, slots: np.ndarray) -> list[Finished]:
+        """Finished instances grouped by communicator size, sorted by (communicator, seq)."""
+        out: list[Finished] = []
+        if len(slots) == 0:
+            return out
+        g = slots // self.W
+        order = np.lexsort((self.s_seq[slots], g))
+        slots, g = slots[order], g[order]
+        n = self.n[g]
+        for size in np.unique(n).tolist():
+            sel = n == size
+            s = slots[sel]
+            gg = g[sel]
+            start = self.base[gg] + (s % self.W) * size
+            idx = start[:, None] + np.arange(size)[None, :]
+            out.append(Finished(s, gg, self.s_seq[s], self.c_enter[idx], self.c_end[idx],
+                                self.c_own[idx], self.c_status[idx]))
+        return out
+
+    def open_slots(self) -> np.ndarray:
+        """Slots holding an instance that some member entered and that has not finished."""
+        used = len(self.names) * self.W
+        s = np.flatnonzero((self.s_entered[:used] > 0) & ~self.s_closed[:used])
+        return s
+
+    def entered(self, pg: np.ndarray, seq: np.ndarray, src: np.ndarray,
+                dst: np.ndarray) -> np.ndarray:
+        """The later entry of ``src`` and ``dst`` into instance ``seq`` of communicator ``pg``
+        (its point-to-point channel src -> dst if there is one), -1 when unknown."""
+        n = len(pg)
+        out = np.full(n, -1, dtype=np.int64)
+        if n == 0 or not self.names:
+            return out
+        key = (pg.astype(np.int64) << (2 * _RANK_BITS)) | (src.astype(np.int64) << _RANK_BITS) \
+            | dst.astype(np.int64)
+        uniq, inv = np.unique(key, return_inverse=True)
+        chan = np.array([self._channels.get(k, -1) for k in uniq.tolist()], dtype=np.int64)[inv]
+        coll = np.array([self._by_pg.get(p, -1) for p in pg.tolist()], dtype=np.int64)
+        g = np.where(chan >= 0, chan, coll)
+        ok = g >= 0
+        if not ok.any():
+            return out
+        rows = np.flatnonzero(ok)
+        g, sq = g[rows], seq[rows]
+        slot = g * self.W + sq % self.W
+        live = self.s_seq[slot] == sq
+        best = np.full(len(rows), -1, dtype=np.int64)
+        for end in (src[rows], dst[rows]):
+            pos = np.where(self.p2p[g], np.where(end == src[rows], 0, 1),
+                           self.positions(g, end))
+            cell = self.base[g] + (sq % self.W) * self.n[g] + np.maximum(pos, 0)
+            val = np.where(live & (pos >= 0), self.c_enter[np.minimum(cell, self.cells - 1)], -1)
+            best = np.maximum(best, val)
+        out[rows] = best
+        return out

@@ -1,0 +1,111 @@
+"""Every threshold of the detection engine, in one validated, documented place.
+
+Thresholds are relative to what the engine learns from the job itself (the spread of its own
+measurements, the durations and periods it has seen); the absolute values below are floors that
+keep a perfectly quiet simulation from turning microseconds into alarms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Thresholds and window sizes of :class:`diagnosis.engine.Engine`.
+
+    Memory is bounded by ``window`` (instances kept per communicator) and ``history``
+    (per-communicator and per-connection samples kept for the slow detectors).
+    """
+
+    #: Recent instances (one collective call across its members) kept per communicator. Must
+    #: exceed the calls a communicator can have in flight at once.
+    window: int = 64
+    #: Samples kept per communicator member / per connection for the slow detectors.
+    history: int = 48
+
+    # ---- hangs -------------------------------------------------------------------------------
+    #: A wait counts as a hang once it exceeds ``hang_factor`` times the longest normal
+    #: (span + period) this communicator has shown: a rank that is several iterations behind
+    #: is not merely slow.
+    hang_factor: float = 4.0
+    #: Floor of the learnt hang bound, in ns.
+    hang_min_ns: int = 1_000_000_000
+    #: Bound used for a communicator with no completed call yet (no history to learn from).
+    hang_cold_ns: int = 30_000_000_000
+
+    # ---- non-communication slow ---------------------------------------------------------------
+    #: Smallest excess of a rank's own compute time over its peers', as a fraction of the
+    #: peers' median, that is worth a report (persistent per-GPU spread stays below it).
+    slow_min_excess: float = 0.06
+    #: A sample counts as "late" above ``max(slow_min_excess / 2, slow_noise_k * sigma)``,
+    #: sigma being the communicator's robust noise.
+    slow_noise_k: float = 1.5
+    #: Fraction of post-onset samples that must be late.
+    slow_consistency: float = 0.6
+    #: Fewest post-onset samples before a rank can be judged.
+    slow_min_samples: int = 5
+    #: The post-onset median excess must exceed ``slow_z`` standard errors of the noise.
+    slow_z: float = 5.0
+    #: Compute time between two calls below this (ns) is treated as this, so that
+    #: back-to-back calls do not turn jitter into huge relative excesses.
+    min_compute_ns: int = 1_000_000
+    #: A host is named (rather than its GPUs) when at least this fraction of its ranks, and at
+    #: least two, are slow.
+    host_fraction: float = 0.75
+
+    # ---- communication slow -------------------------------------------------------------------
+    #: Samples of a connection (or communicator operation) skipped before its baseline is
+    #: learnt (connection set-up, warm-up).
+    comm_skip: int = 1
+    #: Samples whose median becomes the baseline.
+    comm_learn: int = 4
+    #: Smallest slowdown (duration / baseline - 1) worth a report.
+    comm_min_excess: float = 0.15
+    #: A sample is "slow" above ``max(comm_min_excess, comm_noise_k * sigma)`` of excess.
+    comm_noise_k: float = 4.0
+    #: Fraction of post-onset samples that must be slow.
+    comm_consistency: float = 0.6
+    #: Fewest post-onset samples before a connection is judged.
+    comm_min_samples: int = 3
+    #: A component is accepted when at least this fraction of the traffic crossing it (after the
+    #: onset) is slow; healthy traffic through a component clears it.
+    comm_purity: float = 0.6
+
+    # ---- errors --------------------------------------------------------------------------------
+    #: An instance whose present members all completed while some never reported is a rank that
+    #: stopped reporting once it is older than the hang bound.
+    report_missing: bool = True
+
+    # ---- cadence ------------------------------------------------------------------------------
+    #: Slow detectors run at most once per this much data time (ns); hang checks run on every
+    #: ``advance``.
+    detect_every_ns: int = 2_000_000_000
+
+    def __post_init__(self) -> None:
+        positive_int = ("window", "history", "hang_min_ns", "hang_cold_ns", "slow_min_samples",
+                        "min_compute_ns", "comm_learn", "comm_min_samples", "detect_every_ns")
+        for name in positive_int:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
+        if self.comm_skip < 0:
+            raise ValueError(f"EngineConfig.comm_skip must be >= 0, got {self.comm_skip!r}")
+        for name in ("slow_consistency", "comm_consistency", "comm_purity", "host_fraction"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
+        for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_z",
+                     "comm_min_excess", "comm_noise_k"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"EngineConfig.{name} must be positive, got {value!r}")
+        if self.hang_factor < 1.0:
+            raise ValueError(f"EngineConfig.hang_factor must be >= 1, got {self.hang_factor!r}")
+        if self.history < self.slow_min_samples + 2:
+            raise ValueError(f"EngineConfig.history ({self.history}) must exceed "
+                             f"slow_min_samples + 1 ({self.slow_min_samples + 1})")
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]

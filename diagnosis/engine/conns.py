@@ -1,0 +1,111 @@
+"""Connection records: a bounded window of recent transfers and each connection's slowness
+series against its own learnt baseline."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.engine.arena import Arena
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.records import ConnRecords
+from diagnosis.engine.series import SeriesBank
+
+_BITS = 24
+
+
+class ConnWindow:
+    """Per connection key (src, dst, pg): the latest recorded path and a slowness series; plus
+    the transfers still open (for localizing hangs) and recent finished ones (for clearing)."""
+
+    def __init__(self, arena: Arena, config: EngineConfig) -> None:
+        self.arena, self.cfg = arena, config
+        self.bank = SeriesBank(config.history, config.comm_skip, config.comm_learn)
+        self._keys: dict[int, int] = {}
+        self.src = np.zeros(0, dtype=np.int64)
+        self.dst = np.zeros(0, dtype=np.int64)
+        self.pg = np.zeros(0, dtype=np.int64)
+        self.path: list[tuple[str, ...] | None] = []
+        self.last_end = np.zeros(0, dtype=np.int64)   # last time a transfer of the key finished
+        # open transfers: key, start, pg id, seq
+        self.open_key = np.zeros(0, dtype=np.int64)
+        self.open_start = np.zeros(0, dtype=np.int64)
+        self.open_seq = np.zeros(0, dtype=np.int64)
+        self.total = 0
+
+    def __len__(self) -> int:
+        return len(self.path)
+
+    def keys_of(self, src: np.ndarray, dst: np.ndarray, pg: np.ndarray) -> np.ndarray:
+        key = ((pg.astype(np.int64) + 1) << (2 * _BITS)) | (src.astype(np.int64) << _BITS) \
+            | dst.astype(np.int64)
+        uniq, inv = np.unique(key, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int64)
+        new_src, new_dst, new_pg = [], [], []
+        mask = (1 << _BITS) - 1
+        for i, k in enumerate(uniq.tolist()):
+            kid = self._keys.get(k)
+            if kid is None:
+                kid = self._keys[k] = len(self.path)
+                self.path.append(None)
+                new_src.append((k >> _BITS) & mask)
+                new_dst.append(k & mask)
+                new_pg.append((k >> (2 * _BITS)) - 1)
+            ids[i] = kid
+        if new_src:
+            self.src = np.r_[self.src, new_src]
+            self.dst = np.r_[self.dst, new_dst]
+            self.pg = np.r_[self.pg, new_pg]
+            self.last_end = np.r_[self.last_end, np.full(len(new_src), -1, dtype=np.int64)]
+        return ids[inv]
+
+    def add(self, recs: ConnRecords, pg_ids: np.ndarray) -> None:
+        """``pg_ids`` are the engine's pg ids of each row (-1: none)."""
+        n = len(recs)
+        if n == 0:
+            return
+        self.total += n
+        key = self.keys_of(recs.src, recs.dst, pg_ids)
+        if recs.paths is not None:
+            for k, p in zip(key.tolist(), recs.paths):
+                if p:
+                    self.path[k] = tuple(p)
+        start = self._effective_start(recs, pg_ids)
+        done = recs.t_end_ns >= 0
+        if (~done).any():
+            self.open_key = np.r_[self.open_key, key[~done]]
+            self.open_start = np.r_[self.open_start, recs.t_start_ns[~done]]
+            self.open_seq = np.r_[self.open_seq, recs.seq[~done]]
+        # a transfer that finished closes an open one of the same key and seq
+        if done.any() and len(self.open_key):
+            closed = np.isin(self.open_key * (1 << 32) + self.open_seq,
+                             key[done] * (1 << 32) + recs.seq[done])
+            if closed.any():
+                self.open_key, self.open_start, self.open_seq = (
+                    a[~closed] for a in (self.open_key, self.open_start, self.open_seq))
+        if not done.any():
+            return
+        k, end = key[done], recs.t_end_ns[done]
+        np.maximum.at(self.last_end, k, end)
+        dur = np.maximum(end - start[done], 1).astype(np.float64)
+        per_byte = dur / np.maximum(recs.bytes[done], 1)
+        self.bank.add(k, per_byte, end)
+
+    def _effective_start(self, recs: ConnRecords, pg_ids: np.ndarray) -> np.ndarray:
+        """A transfer cannot start before both ends entered the operation it belongs to: measure
+        from the later of its start and the two entries, so that a late peer (a compute fault)
+        does not look like a slow connection."""
+        start = recs.t_start_ns.copy()
+        has = (pg_ids >= 0) & (recs.seq >= 0)
+        if has.any():
+            rows = np.flatnonzero(has)
+            enter = self.arena.entered(pg_ids[rows], recs.seq[rows], recs.src[rows],
+                                       recs.dst[rows])
+            start[rows] = np.maximum(start[rows], enter)
+        return start
+
+    def prune_open(self, keep_after_ns: int) -> None:
+        """Forget open transfers that started before ``keep_after_ns`` (bounded memory)."""
+        if len(self.open_key) > 100_000:
+            keep = self.open_start >= keep_after_ns
+            self.open_key, self.open_start, self.open_seq = (
+                a[keep] for a in (self.open_key, self.open_start, self.open_seq))

@@ -1,0 +1,102 @@
+"""Hangs and errors: calls that some members entered and that do not finish.
+
+* Someone never arrived (``noncomm_hang``): the culprits are the absent members that are not
+  themselves waiting in another call; an absent member that waits elsewhere is a victim, and the
+  chain is followed by excluding every waiting rank.
+* Everyone arrived and nothing finishes (``comm_hang``): the transfer is at fault; localized by
+  the connections that stopped moving (or, without connection records, by the communicator's
+  structure against the communicators that still progress).
+* A member failed (``error``): immediate, no bound needed; the culprit is whoever never came
+  (it died) or else the earliest member that failed.
+A wait is a hang once it exceeds the communicator's learnt bound (see ``timing``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnosis.engine.arena import Arena
+
+_BIG = np.iinfo(np.int64).max
+
+
+@dataclass
+class Stuck:
+    slot: int
+    group: int
+    seq: int
+    op: int
+    first: int            # first entry
+    last: int             # last entry
+    bound: int
+    ranks: np.ndarray     # members
+    enter: np.ndarray
+    end: np.ndarray
+    status: np.ndarray
+
+    @property
+    def absent(self) -> np.ndarray:
+        return self.ranks[self.enter < 0]
+
+    @property
+    def waiting(self) -> np.ndarray:
+        return self.ranks[(self.enter >= 0) & (self.end < 0)]
+
+    @property
+    def failed(self) -> np.ndarray:
+        return self.ranks[self.status > 0]
+
+
+@dataclass
+class HangScan:
+    """What is open right now: calls past their bound, failed calls, and who waits where."""
+
+    now: int
+    stuck: list[Stuck] = field(default_factory=list)       # past bound, no failure
+    failed: list[Stuck] = field(default_factory=list)      # any member failed
+    waiting: set[int] = field(default_factory=set)          # ranks waiting in an open call
+
+
+def scan_open(arena: Arena, bounds_of, now: int) -> HangScan:
+    """Every open instance, vectorized; only the few past their bound become Python objects."""
+    out = HangScan(now)
+    slots = arena.open_slots()
+    if len(slots) == 0:
+        return out
+    idx, n = arena.slot_cells(slots)
+    starts = np.cumsum(n) - n
+    enter, end, status = arena.c_enter[idx], arena.c_end[idx], arena.c_status[idx]
+    ranks = arena.c_rank[idx]
+    waiting_cell = (enter >= 0) & (end < 0)
+    out.waiting = set(np.unique(ranks[waiting_cell]).tolist())
+    first = np.minimum.reduceat(np.where(enter >= 0, enter, _BIG), starts)
+    bad = np.add.reduceat((status > 0).astype(np.int64), starts) > 0
+    g = slots // arena.W
+    bound = bounds_of(g)
+    past = (now - first) > bound
+    for i in np.flatnonzero(past | bad).tolist():
+        sl = slice(starts[i], starts[i] + n[i])
+        e = enter[sl]
+        st = Stuck(int(slots[i]), int(g[i]), int(arena.s_seq[slots[i]]), int(arena.s_op[slots[i]]),
+                   int(first[i]), int(e.max()), int(bound[i]), ranks[sl].copy(), e.copy(),
+                   end[sl].copy(), status[sl].copy())
+        (out.failed if bad[i] else out.stuck).append(st)
+    return out
+
+
+def error_culprits(inst: Stuck) -> tuple[list[int], str]:
+    """Who caused a failed call: members that never came, else the earliest to fail."""
+    absent = inst.absent.tolist()
+    if absent:
+        return absent, "never entered it"
+    fail = inst.status > 0
+    errors = fail & (inst.status == 2)
+    pick = errors if errors.any() else fail
+    order = np.argsort(np.where(pick, np.where(inst.end >= 0, inst.end, _BIG), _BIG),
+                       kind="stable")
+    culprits = [int(inst.ranks[i]) for i in order if pick[i]]
+    first_end = inst.end[order[0]]
+    same = [int(inst.ranks[i]) for i in order if pick[i] and inst.end[i] == first_end]
+    return (same or culprits[:1]), ("failed first" if errors.any() else "timed out")

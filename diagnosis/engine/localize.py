@@ -1,0 +1,194 @@
+"""Communication faults: which connections or communicators are slow or stuck, and which
+components (NIC, link, switch; ranks when no topology is known) explain them."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnosis.engine.arena import Arena
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.conns import ConnWindow
+from diagnosis.engine.placement import Placement
+from diagnosis.engine.series import SeriesBank, onset_test, robust_sigma
+from diagnosis.engine.tomography import Component, Explanation, PathCache, explain
+from diagnosis.report import Suspect
+
+_EMPTY: frozenset[Component] = frozenset()
+
+
+@dataclass
+class CommFinding:
+    explanation: Explanation
+    onset_ns: int
+    slowdown: float            # median duration / baseline of the explained observations
+    observations: list[str]    # names of the explained observations
+    healthy: int               # healthy observations considered
+    via: str                   # "connections" or "communicators"
+
+
+class Localizer:
+    def __init__(self, arena: Arena, placement: Placement, paths: PathCache | None,
+                 config: EngineConfig) -> None:
+        self.arena, self.placement, self.paths, self.cfg = arena, placement, paths, config
+
+    # ----- observation -> components ----------------------------------------------------------
+    def pair(self, src: int, dst: int, path: tuple[str, ...] | None = None
+             ) -> tuple[frozenset[Component], frozenset[Component]]:
+        """(may, must) components of traffic from rank ``src`` to rank ``dst``."""
+        if self.paths is None:
+            ranks = frozenset({Component("rank", str(src)), Component("rank", str(dst))})
+            return ranks, ranks
+        if path:
+            comps = self.paths.recorded(path)
+            return comps, comps
+        a, b = self.placement.nic(src), self.placement.nic(dst)
+        if a is None or b is None:
+            return _EMPTY, _EMPTY
+        return self.paths.between(a, b)
+
+    def group_sets(self, g: int) -> tuple[frozenset[Component], frozenset[Component]]:
+        m = self.arena.members[g].tolist()
+        pairs = [(m[0], m[1])] if self.arena.p2p[g] else \
+            [(m[i], m[(i + 1) % len(m)]) for i in range(len(m))] if len(m) > 1 else []
+        may: set[Component] = set()
+        must: set[Component] = set()
+        for s, d in pairs:
+            a, b = self.pair(s, d)
+            may |= a
+            must |= b
+        return frozenset(may), frozenset(must)
+
+    # ----- slow ------------------------------------------------------------------------------
+    def _slow_series(self, bank: SeriesBank, keys: np.ndarray):
+        ring, rt = bank.ordered(keys)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            sigma = float(np.nan_to_num(robust_sigma(ring[np.isfinite(ring)]), nan=0.0))
+        thr = max(self.cfg.comm_min_excess, self.cfg.comm_noise_k * sigma)
+        res = onset_test(ring, np.full(len(keys), thr), self.cfg.comm_min_samples,
+                         self.cfg.comm_consistency)
+        slow = (res.start >= 0) & (res.median >= thr)
+        return ring, rt, thr, res, slow
+
+    def comm_slow(self, win: ConnWindow | None, timing_bank: SeriesBank) -> list[CommFinding]:
+        if win is not None and len(win) and len(win.bank):
+            return self._comm_slow_conns(win)
+        return self._comm_slow_groups(timing_bank)
+
+    def _split(self, ring, rt, thr, res, slow):
+        rows = np.arange(len(ring))
+        onset = np.where(slow, rt[rows, np.maximum(res.start, 0)], np.iinfo(np.int64).max)
+        t0 = int(onset.min())
+        post = np.where((rt >= t0) & np.isfinite(ring), ring, np.nan)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            post_med = np.nanmedian(post, axis=1)
+        healthy = ~slow & (np.isfinite(post).sum(axis=1) >= 2) & (post_med < thr)
+        return onset, healthy
+
+    def _comm_slow_conns(self, win: ConnWindow) -> list[CommFinding]:
+        keys = np.arange(min(len(win), len(win.bank)))
+        ring, rt, thr, res, slow = self._slow_series(win.bank, keys)
+        if not slow.any():
+            return []
+        onset, healthy = self._split(ring, rt, thr, res, slow)
+        slow_idx = np.flatnonzero(slow)
+        obs = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[0] for k in slow_idx]
+        ok = [i for i, o in enumerate(obs) if o]
+        slow_idx = slow_idx[ok]
+        obs = [obs[i] for i in ok]
+        clear = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[1]
+                 for k in np.flatnonzero(healthy)]
+        found, _ = explain(obs, clear, self.cfg.comm_purity)
+        names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
+        return [self._finding(e, slow_idx, names, onset, res.median, len(clear), "connections")
+                for e in found]
+
+    def _comm_slow_groups(self, bank: SeriesBank) -> list[CommFinding]:
+        G = min(len(self.arena), len(bank))
+        if G == 0:
+            return []
+        keys = np.arange(G)
+        ring, rt, thr, res, slow = self._slow_series(bank, keys)
+        if not slow.any():
+            return []
+        onset, healthy = self._split(ring, rt, thr, res, slow)
+        slow_idx = np.array([g for g in np.flatnonzero(slow) if self.group_sets(int(g))[0]],
+                            dtype=np.int64)
+        if len(slow_idx) == 0:
+            return []
+        obs = [self.group_sets(int(g))[0] for g in slow_idx]
+        clear = [self.group_sets(int(g))[1] for g in np.flatnonzero(healthy)]
+        found, _ = explain(obs, clear, self.cfg.comm_purity)
+        names = [self.arena.names[g] for g in slow_idx]
+        return [self._finding(e, slow_idx, names, onset, res.median, len(clear), "communicators")
+                for e in found]
+
+    @staticmethod
+    def _finding(e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
+                 median: np.ndarray, healthy: int, via: str) -> CommFinding:
+        keys = idx[e.explained]
+        return CommFinding(e, int(onset[keys].min()), 1.0 + float(np.median(median[keys])),
+                           [names[i] for i in e.explained], healthy, via)
+
+    # ----- stuck -----------------------------------------------------------------------------
+    def stuck_transfers(self, win: ConnWindow | None, pg: int, seq: int, ranks: set[int],
+                        since: int, now: int, bound: int) -> list[int]:
+        """Open transfers (their keys) of one stuck call: same pg and seq when recorded, else
+        between its members and started after it began."""
+        if win is None or len(win.open_key) == 0:
+            return []
+        k, start, sq = win.open_key, win.open_start, win.open_seq
+        src, dst, kpg = win.src[k], win.dst[k], win.pg[k]
+        members = np.isin(src, list(ranks)) & np.isin(dst, list(ranks))
+        match = np.where(sq >= 0, (sq == seq) & ((kpg == pg) | (kpg < 0)),
+                         start >= since - bound)
+        sel = members & match & (start <= now - bound // 4)
+        return sorted(set(k[sel].tolist()))
+
+    def comm_hang(self, win: ConnWindow | None, g: int, stuck_keys: list[int], since: int,
+                  group_last_end: np.ndarray) -> tuple[list[Suspect], str]:
+        """Suspects of a stuck call, with a phrase saying how they were found."""
+        if stuck_keys and win is not None:
+            obs = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[0]
+                   for k in stuck_keys]
+            moved = np.flatnonzero(win.last_end > since)
+            clear = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[1] for k in moved]
+            found, _ = explain([o for o in obs if o], clear, self.cfg.comm_purity)
+            srcs = [int(win.src[k]) for k in stuck_keys]
+            endpoint = self.placement.suspects(sorted(set(srcs)), [0.6] * len(set(srcs)))
+            if found and (len(found[0].explained) >= 2 or (len(stuck_keys) == 1 and
+                          found[0].cleared_by > 0)):
+                return _suspects(found), f"{len(stuck_keys)} transfers stopped moving"
+            if found:
+                # one silent transfer across components no other traffic crossed: its own
+                # endpoint's transport is the likelier culprit, the path next
+                return endpoint + [Suspect(s.type, s.id, min(s.score, 0.4))
+                                   for s in _suspects(found)], \
+                    "one transfer stopped moving; nothing else crossed its path"
+            return endpoint, "its transfer stopped while the rest of its path kept moving"
+        may, _ = self.group_sets(g)
+        if may:
+            moved = np.flatnonzero(group_last_end[: len(self.arena)] > since)
+            clear = [self.group_sets(int(h))[1] for h in moved if h != g]
+            found, _ = explain([may], clear, 0.99)
+            if found:
+                return _suspects(found), "no other communicator through these components moved"
+        m = self.arena.members[g].tolist()
+        return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),
+                "no connection records to localize the transfer")
+
+
+def _suspects(found: list[Explanation]) -> list[Suspect]:
+    out: list[Suspect] = []
+    for e in found:
+        score = float(min(max(e.score, 0.05), 1.0))
+        for c in e.components:
+            if c.type == "rank":
+                out.append(Suspect("rank", c.id, score, rank=int(c.id)))
+            else:
+                out.append(Suspect(c.type, c.id, score))
+    return out

@@ -1,0 +1,116 @@
+"""Where each rank runs, and how to name it in a report (shared specs section 3)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from diagnosis.report import Suspect
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Place:
+    host: str | None
+    gpu: str | None
+    nic: str | None
+
+
+class Placement:
+    def __init__(self, topology: Any = None) -> None:
+        self.topology = topology
+        self._places: dict[int, Place] = {}
+        self._default: dict[int, tuple[str, str | None, str | None]] | None = None
+
+    def add(self, rank: int, host: str | None, gpu: str | None, nic: str | None) -> None:
+        topo = self.topology
+        if topo is not None:
+            if gpu is not None and not self._known(gpu):
+                log.warning("rank %d: gpu %r is not in the topology; naming the rank instead",
+                            rank, gpu)
+                gpu = None
+            if nic is None and gpu is not None:
+                nic = topo.nic_of_gpu(gpu)
+            if nic is not None and not self._known(nic):
+                nic = None
+        self._places[rank] = Place(host or None, gpu or None, nic or None)
+
+    def _known(self, node: str) -> bool:
+        try:
+            self.topology.kind(node)
+        except Exception:
+            return False
+        return True
+
+    def get(self, rank: int) -> Place:
+        place = self._places.get(rank)
+        if place is not None:
+            return place
+        if self.topology is not None:
+            # a trace without rank records: ranks fill the topology's GPUs in order
+            if self._default is None:
+                try:
+                    self._default = self.topology.default_placement(
+                        max(max(self._places, default=0) + 1, len(self.topology.gpus())))
+                except Exception:
+                    self._default = {}
+            slot = self._default.get(rank)
+            if slot is not None:
+                return Place(*slot)
+        return Place(None, None, None)
+
+    def ranks(self) -> list[int]:
+        return sorted(self._places)
+
+    def ranks_of_host(self, host: str) -> list[int]:
+        return sorted(r for r, p in self._places.items() if p.host == host)
+
+    def host(self, rank: int) -> str | None:
+        return self.get(rank).host
+
+    def nic(self, rank: int) -> str | None:
+        return self.get(rank).nic
+
+    def describe(self, rank: int) -> str:
+        place = self.get(rank)
+        where = place.gpu or place.host
+        return f"rank {rank} ({where})" if where else f"rank {rank}"
+
+    def describe_many(self, ranks: Iterable[int], limit: int = 4) -> str:
+        ranks = list(ranks)
+        text = ", ".join(self.describe(r) for r in ranks[:limit])
+        if len(ranks) > limit:
+            text += f" and {len(ranks) - limit} more"
+        return text
+
+    def suspect(self, rank: int, score: float) -> Suspect:
+        """A GPU when its id is known, else the bare rank."""
+        gpu = self.get(rank).gpu
+        score = float(min(max(score, 0.0), 1.0))
+        if gpu:
+            return Suspect("gpu", gpu, score, rank=int(rank))
+        return Suspect("rank", str(int(rank)), score, rank=int(rank))
+
+    def suspects(self, ranks: Iterable[int], scores: Iterable[float]) -> list[Suspect]:
+        """Ranks as suspects, folding the GPUs of a host into the host when every rank of that
+        host (at least two) is among them."""
+        ranks, scores = list(ranks), list(scores)
+        by_host: dict[str, list[int]] = {}
+        for r in ranks:
+            h = self.get(r).host
+            if h:
+                by_host.setdefault(h, []).append(r)
+        out: list[Suspect] = []
+        folded: set[int] = set()
+        for h, rs in by_host.items():
+            all_ranks = self.ranks_of_host(h)
+            if len(all_ranks) >= 2 and set(all_ranks) <= set(rs):
+                best = max(s for r, s in zip(ranks, scores) if r in rs)
+                out.append(Suspect("host", h, float(min(max(best, 0.0), 1.0))))
+                folded.update(rs)
+        out.extend(self.suspect(r, s) for r, s in zip(ranks, scores) if r not in folded)
+        out.sort(key=lambda s: -s.score)
+        return out

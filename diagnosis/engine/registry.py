@@ -1,0 +1,56 @@
+"""The engine's reports by id: new evidence for an open fault updates its report (same id, next
+revision) instead of filing another; a hang whose call finishes after all is withdrawn."""
+
+from __future__ import annotations
+
+from diagnosis.report import FaultReport
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._reports: dict[str, FaultReport] = {}
+        self._changed: set[str] = set()
+
+    def put(self, report: FaultReport, now: int) -> None:
+        old = self._reports.get(report.id)
+        if old is not None:
+            report = report.with_updates(
+                first_seen_ns=min(old.first_seen_ns, report.first_seen_ns),
+                revision=old.revision + 1, last_seen_ns=max(now, old.last_seen_ns))
+            if _same(old, report):
+                self._reports[report.id] = report.with_updates(revision=old.revision)
+                return
+        else:
+            report = report.with_updates(revision=0, last_seen_ns=now)
+        self._reports[report.id] = report
+        self._changed.add(report.id)
+
+    def resolve(self, fault_id: str, now: int, why: str) -> None:
+        old = self._reports.get(fault_id)
+        if old is None or old.state != "open":
+            return
+        evidence = dict(old.evidence)
+        evidence["resolved"] = why
+        self._reports[fault_id] = old.with_updates(state="resolved", revision=old.revision + 1,
+                                                   last_seen_ns=now, evidence=evidence)
+        self._changed.add(fault_id)
+
+    def get(self, fault_id: str) -> FaultReport | None:
+        return self._reports.get(fault_id)
+
+    def open_ids(self, kind: str) -> list[str]:
+        return [k for k, r in self._reports.items() if r.kind == kind and r.state == "open"]
+
+    def changed(self) -> list[FaultReport]:
+        out = [self._reports[k] for k in sorted(self._changed)]
+        self._changed.clear()
+        out.sort(key=lambda r: (r.first_seen_ns, r.id))
+        return out
+
+    def all(self) -> list[FaultReport]:
+        return sorted(self._reports.values(), key=lambda r: (r.first_seen_ns, r.id))
+
+
+def _same(a: FaultReport, b: FaultReport) -> bool:
+    return (a.kind == b.kind and a.suspects == b.suspects and a.summary == b.summary
+            and a.state == b.state and a.pg == b.pg and a.seq == b.seq)

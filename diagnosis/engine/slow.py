@@ -1,0 +1,155 @@
+"""Non-communication slowness: a rank (or every rank of a host) that brings its own delay.
+
+Between two consecutive calls of a communicator, each member's *own* time (time outside calls)
+is compared with its peers' at the same two calls: members of one collective do the same work.
+A member's sample is its excess own time, capped by how late it actually arrived (extra compute
+that delays nobody is not a fault), relative to the peers' median own time. A victim that waited
+for a slow peer elsewhere arrives late but brings no own excess; a checkpoint step or warm-up
+that is slow on every member leaves the median behind; a one-off pause is one sample. A rank is
+slow when, from some change point on, most of its samples exceed the communicator's noise, and
+the segment's median is both large enough to matter and many standard errors above the noise.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnosis.engine.arena import Arena, Finished
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.series import onset_test, robust_sigma
+
+
+@dataclass
+class SlowRank:
+    rank: int
+    group: int
+    onset_ns: int
+    excess: float          # median relative excess after onset
+    excess_ns: float       # median excess in ns after onset
+    samples: int
+    frac: float
+    sigma: float
+
+
+class _SizeClass:
+    def __init__(self, n: int, K: int) -> None:
+        self.n, self.K = n, K
+        self.local: dict[int, int] = {}
+        self.groups: list[int] = []
+        self.last_own = np.zeros((0, n), dtype=np.int64)
+        self.last_seq = np.zeros(0, dtype=np.int64)
+        self.x = np.zeros((0, K, n), dtype=np.float32)
+        self.a = np.zeros((0, K, n), dtype=np.float32)
+        self.scale = np.zeros((0, K))
+        self.t = np.zeros((0, K), dtype=np.int64)
+        self.pos = np.zeros(0, dtype=np.int64)
+
+    def index(self, groups: np.ndarray) -> np.ndarray:
+        out = np.empty(len(groups), dtype=np.int64)
+        for i, g in enumerate(groups.tolist()):
+            li = self.local.get(g)
+            if li is None:
+                li = self.local[g] = len(self.groups)
+                self.groups.append(g)
+            out[i] = li
+        grow = len(self.groups) - len(self.last_seq)
+        if grow > 0:
+            n, K = self.n, self.K
+            self.last_own = np.vstack([self.last_own, np.full((grow, n), -1, dtype=np.int64)])
+            self.last_seq = np.r_[self.last_seq, np.full(grow, -2, dtype=np.int64)]
+            self.x = np.concatenate([self.x, np.full((grow, K, n), np.nan, np.float32)])
+            self.a = np.concatenate([self.a, np.full((grow, K, n), np.nan, np.float32)])
+            self.scale = np.vstack([self.scale, np.full((grow, K), np.nan)])
+            self.t = np.vstack([self.t, np.zeros((grow, K), dtype=np.int64)])
+            self.pos = np.r_[self.pos, np.zeros(grow, dtype=np.int64)]
+        return out
+
+
+class NoncommSlow:
+    def __init__(self, arena: Arena, config: EngineConfig) -> None:
+        self.arena, self.cfg = arena, config
+        self.classes: dict[int, _SizeClass] = {}
+
+    def update(self, fin: Finished) -> None:
+        n = fin.enter.shape[1]
+        keep = ~self.arena.p2p[fin.group]
+        if n < 3 or not keep.any():
+            return
+        cls = self.classes.get(n)
+        if cls is None:
+            cls = self.classes[n] = _SizeClass(n, self.cfg.history)
+        g, seq, own, enter = fin.group[keep], fin.seq[keep], fin.own[keep], fin.enter[keep]
+        li = cls.index(g)
+        # previous own row: the previous finished row of the same group in this batch if it is
+        # seq - 1, else the remembered last row
+        prev_own = cls.last_own[li].copy()
+        prev_seq = cls.last_seq[li].copy()
+        same = np.zeros(len(li), dtype=bool)
+        same[1:] = li[1:] == li[:-1]
+        prev_own[1:][same[1:]] = own[:-1][same[1:]]
+        prev_seq[1:][same[1:]] = seq[:-1][same[1:]]
+        # remember the newest row of each group
+        last = np.r_[~same[1:], True]
+        cls.last_own[li[last]] = own[last]
+        cls.last_seq[li[last]] = seq[last]
+        ok = (prev_seq == seq - 1) & (own >= 0).all(axis=1) & (prev_own >= 0).all(axis=1)
+        if not ok.any():
+            return
+        li, own, prev_own, enter = li[ok], own[ok], prev_own[ok], enter[ok]
+        t = enter.min(axis=1)
+        C = (own - prev_own).astype(np.float64)
+        medC = np.median(C, axis=1, keepdims=True)
+        scale = np.maximum(medC, float(self.cfg.min_compute_ns))
+        x = (C - medC) / scale
+        late = (enter - np.median(enter, axis=1, keepdims=True)) / scale
+        a = np.clip(np.minimum(x, late), 0.0, None)
+        # ring write; several rows of one group in a batch take consecutive columns
+        start = np.ones(len(li), dtype=bool)
+        start[1:] = li[1:] != li[:-1]
+        first = np.flatnonzero(start)
+        occ = np.arange(len(li)) - np.repeat(first, np.diff(np.r_[first, len(li)]))
+        col = (cls.pos[li] + occ) % cls.K
+        cls.x[li, col] = x
+        cls.a[li, col] = a
+        cls.scale[li, col] = scale[:, 0]
+        cls.t[li, col] = t
+        np.add.at(cls.pos, li, 1)
+
+    def judge(self) -> list[SlowRank]:
+        cfg = self.cfg
+        out: list[SlowRank] = []
+        for cls in self.classes.values():
+            G = len(cls.groups)
+            if G == 0:
+                continue
+            K, n = cls.K, cls.n
+            idx = (cls.pos[:, None] + np.arange(K)[None, :]) % K
+            x = np.take_along_axis(cls.x[:G], idx[:, :, None], axis=1)
+            a = np.take_along_axis(cls.a[:G], idx[:, :, None], axis=1)
+            scale = np.take_along_axis(cls.scale[:G], idx, axis=1)
+            t = np.take_along_axis(cls.t[:G], idx, axis=1)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                sigma = robust_sigma(x.astype(np.float64), axis=(1, 2))   # (G,)
+            sigma = np.nan_to_num(sigma, nan=0.0)
+            thr = np.maximum(cfg.slow_min_excess / 2, cfg.slow_noise_k * sigma)
+            series = a.transpose(0, 2, 1).reshape(G * n, K).astype(np.float64)
+            res = onset_test(series, np.repeat(thr, n), cfg.slow_min_samples,
+                             cfg.slow_consistency)
+            sig = np.repeat(sigma, n)
+            need = np.maximum(cfg.slow_min_excess,
+                              cfg.slow_z * 1.25 * sig / np.sqrt(np.maximum(res.count, 1)))
+            hit = np.flatnonzero((res.start >= 0) & (res.median >= need))
+            for h in hit.tolist():
+                gi, pos = divmod(h, n)
+                s = int(res.start[h])
+                seg_scale = scale[gi, s:]
+                excess_ns = float(np.nanmedian(series[h, s:] * seg_scale))
+                g = cls.groups[gi]
+                out.append(SlowRank(int(self.arena.members[g][pos]), g, int(t[gi, s]),
+                                    float(res.median[h]), excess_ns, int(res.count[h]),
+                                    float(res.frac[h]), float(sigma[gi])))
+        return out

@@ -1,0 +1,90 @@
+"""What each communicator's calls normally take: the span from first entry to last exit, the
+period between calls, and the transfer time after the last member arrived. The hang bound and
+the communication-slow series come from here."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.engine.arena import Arena, Finished
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.series import SeriesBank
+
+_K = 32
+
+
+class GroupTiming:
+    def __init__(self, arena: Arena, config: EngineConfig) -> None:
+        self.arena, self.cfg = arena, config
+        self.span = np.zeros((0, _K))
+        self.period = np.zeros((0, _K))
+        self.count = np.zeros(0, dtype=np.int64)
+        self.last_first = np.zeros(0, dtype=np.int64)
+        self.last_seq = np.zeros(0, dtype=np.int64)
+        self.last_end = np.zeros(0, dtype=np.int64)   # last time a call of the group finished
+        # transfer time per byte after the last member arrived, against its own baseline
+        self.xfer = SeriesBank(config.history, config.comm_skip, config.comm_learn)
+
+    def _ensure(self, G: int) -> None:
+        cap = len(self.count)
+        if cap >= G:
+            return
+        grow = max(G, 2 * cap, 64) - cap
+        self.span = np.vstack([self.span, np.full((grow, _K), np.nan)])
+        self.period = np.vstack([self.period, np.full((grow, _K), np.nan)])
+        self.count = np.r_[self.count, np.zeros(grow, dtype=np.int64)]
+        self.last_first = np.r_[self.last_first, np.full(grow, -1, dtype=np.int64)]
+        self.last_seq = np.r_[self.last_seq, np.full(grow, -2, dtype=np.int64)]
+        self.last_end = np.r_[self.last_end, np.full(grow, -1, dtype=np.int64)]
+
+    def update(self, fin: Finished) -> None:
+        self._ensure(len(self.arena))
+        g, seq = fin.group, fin.seq
+        first = fin.enter.min(axis=1)
+        last = fin.enter.max(axis=1)
+        end_max = fin.end.max(axis=1)
+        end_med = np.median(fin.end, axis=1)
+        span = (end_max - first).astype(np.float64)
+        # previous call of the same group: earlier row of this batch, else remembered
+        same = np.zeros(len(g), dtype=bool)
+        same[1:] = g[1:] == g[:-1]
+        prev_first = self.last_first[g].copy()
+        prev_seq = self.last_seq[g].copy()
+        prev_first[1:][same[1:]] = first[:-1][same[1:]]
+        prev_seq[1:][same[1:]] = seq[:-1][same[1:]]
+        period = np.where((prev_seq == seq - 1) & (prev_first >= 0),
+                          (first - prev_first).astype(np.float64), np.nan)
+        start = ~same
+        firsts = np.flatnonzero(start)
+        occ = np.arange(len(g)) - np.repeat(firsts, np.diff(np.r_[firsts, len(g)]))
+        col = (self.count[g] + occ) % _K
+        self.span[g, col] = span
+        self.period[g, col] = period
+        np.add.at(self.count, g, 1)
+        tail = np.r_[~same[1:], True]
+        self.last_first[g[tail]] = first[tail]
+        self.last_seq[g[tail]] = seq[tail]
+        np.maximum.at(self.last_end, g, end_max)
+        nbytes = np.maximum(self.arena.s_bytes[fin.slots], 1)
+        xfer = np.maximum(end_med - last, 0).astype(np.float64) + 1.0
+        ok = (fin.status == 0).all(axis=1)
+        self.xfer.add(g[ok], xfer[ok] / nbytes[ok], end_max[ok])
+
+    def bound(self, groups: np.ndarray) -> np.ndarray:
+        """The hang bound (ns) of each communicator: a multiple of its longest normal span plus
+        its longest period, floored; a communicator without history borrows the job's largest."""
+        self._ensure(len(self.arena))
+        cfg = self.cfg
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                span = np.nanmax(self.span[groups], axis=1)
+                period = np.nanmax(self.period[groups], axis=1)
+        learnt = cfg.hang_factor * (np.nan_to_num(span, nan=0.0)
+                                    + np.nan_to_num(period, nan=0.0))
+        known = self.count[groups] > 0
+        fallback = float(np.max(learnt[known])) if known.any() else float(cfg.hang_cold_ns)
+        out = np.where(known, learnt, fallback)
+        return np.maximum(out, cfg.hang_min_ns).astype(np.int64)

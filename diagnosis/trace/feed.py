@@ -1,0 +1,52 @@
+"""Stream a trace file through an Engine: the loop shared by ``c4 analyze`` and the benches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from diagnosis.engine import ConnRecords, Engine
+from diagnosis.report import FaultReport
+from diagnosis.trace.reader import End, GroupInfo, RankInfo, read_trace
+from proto.codec import Columns
+
+
+@dataclass
+class FeedStats:
+    records: int = 0
+    ops: int = 0
+    conns: int = 0
+    end_ns: int | None = None
+
+
+def feed_trace(engine: Engine, path: str | Path, *,
+               progress: Callable[[int], None] | None = None,
+               block_bytes: int = 4 << 20) -> tuple[list[FaultReport], FeedStats]:
+    """Feed every record of the trace to ``engine``, advancing its clock with the data after
+    each block; return the final reports and what was read. ``progress`` gets bytes read."""
+    stats = FeedStats()
+    last_pos = 0
+    with open(path, "rb") as fh:
+        for item in read_trace(fh, block_bytes=block_bytes, name=str(path)):
+            if isinstance(item, Columns):
+                engine.add_ops(item)
+                stats.ops += len(item)
+            elif isinstance(item, ConnRecords):
+                engine.add_conns(item)
+                stats.conns += len(item)
+            elif isinstance(item, RankInfo):
+                engine.add_rank(item.rank, item.host, item.gpu, item.nic)
+            elif isinstance(item, GroupInfo):
+                engine.add_group(item.pg, item.ranks)
+            elif isinstance(item, End):
+                stats.end_ns = item.t_ns
+            stats.records += 1 if not isinstance(item, (Columns, ConnRecords)) else len(item)
+            pos = fh.tell()
+            if pos != last_pos:
+                # a new block: let the detectors look at the data so far
+                engine.advance(engine.now_ns)
+                if progress is not None:
+                    progress(pos - last_pos)
+                last_pos = pos
+    return engine.finish(stats.end_ns), stats
