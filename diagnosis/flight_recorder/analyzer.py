@@ -130,7 +130,8 @@ class _Job:
                 continue
             last = max(colls, key=lambda e: e.index)
             key = (last.pg, last.seq)
-            if key in self.stalls or self.membership.is_complete(last.pg):
+            if (key in self.stalls or last.state == "completed"
+                    or self.membership.is_complete(last.pg)):
                 continue
             known = self.membership.of(last.pg)
             candidates = frozenset(absent - known)
