@@ -1,0 +1,1 @@
+"""``c4 analyze``: offline diagnosis of a recorded trace or of Flight Recorder dumps."""

@@ -1,0 +1,109 @@
+"""``c4 analyze``: stream a telemetry trace (or Flight Recorder dumps) through the detectors and
+print the fault reports (shared specs section 3)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+
+def analyze(
+    trace: Path | None = typer.Argument(None, help="Telemetry trace (JSON Lines, shared specs "
+                                        "section 2).", exists=True, dir_okay=False),
+    topology: Path | None = typer.Option(None, "--topology", "-t", exists=True, dir_okay=False,
+                                         help="Topology (node-link JSON). Without it suspects "
+                                         "are ranks, or hosts from the trace's rank records."),
+    fmt: str = typer.Option("table", "--format", "-f", help="Output: 'json' (the reports "
+                            "document) or 'table'."),
+    flight_recorder: Path | None = typer.Option(None, "--flight-recorder", exists=True,
+                                                file_okay=False, help="Analyze a directory of "
+                                                "PyTorch Flight Recorder dumps instead of a "
+                                                "trace."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the output to this "
+                                       "file instead of standard output."),
+) -> None:
+    """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors."""
+    from diagnosis.errors import DiagnosisError
+
+    if fmt not in ("json", "table"):
+        _fail(f"--format must be 'json' or 'table', not {fmt!r}")
+    if (trace is None) == (flight_recorder is None):
+        _fail("give either a TRACE file or --flight-recorder DIR")
+    try:
+        if flight_recorder is not None:
+            reports = _flight_recorder(flight_recorder)
+        else:
+            reports = _trace(trace, topology)
+    except DiagnosisError as exc:
+        _fail(str(exc))
+    _emit(reports, fmt, output)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"c4 analyze: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _flight_recorder(path: Path) -> list:
+    try:
+        from diagnosis.flight_recorder import analyze_dumps
+    except ImportError:
+        _fail("this c4 has no Flight Recorder analyzer (diagnosis.flight_recorder is missing); "
+              "install a c4 that includes it")
+    return analyze_dumps(Path(path))
+
+
+def _trace(trace: Path, topology_path: Path | None) -> list:
+    from diagnosis.engine import Engine
+    from diagnosis.trace.feed import feed_trace
+
+    topology = None
+    if topology_path is not None:
+        from diagnosis.topology import Topology
+
+        topology = Topology.load(topology_path)
+    engine = Engine(topology)
+    if not sys.stderr.isatty():
+        reports, _ = feed_trace(engine, trace)
+        return reports
+    from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
+        task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
+        reports, _ = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n))
+    return reports
+
+
+def _emit(reports: list, fmt: str, output: Path | None) -> None:
+    from diagnosis.report import reports_to_json
+
+    if fmt == "json":
+        text = json.dumps(reports_to_json(reports), indent=1) + "\n"
+        if output is not None:
+            output.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(reports)} fault report(s)" if reports else "no faults found")
+    for col in ("kind", "suspects", "since", "where", "summary"):
+        table.add_column(col, overflow="fold")
+    for r in reports:
+        suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in r.suspects[:3])
+        where = f"{r.pg} #{r.seq}" if r.pg and r.seq is not None else (r.pg or "")
+        table.add_row(r.kind, suspects, str(r.first_seen_ns), where, r.summary)
+    if output is not None:
+        with output.open("w") as fh:
+            Console(file=fh, width=160).print(table)
+    else:
+        Console(width=max(Console().width, 120)).print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze)
