@@ -100,7 +100,7 @@ def main() -> None:
     for name in results:
         table.add_column(name, justify="right")
     for measure in next(iter(results.values()), {}):
-        table.add_row(measure, *(f"{r[measure]:,.1f}" if measure.endswith("ms")
+        table.add_row(measure, *(f"{r[measure]:,.1f}" if " ms" in measure
                                  else f"{r[measure]:,.0f}" for r in results.values()))
     console.print(table)
 
