@@ -3,9 +3,12 @@
 The matching rule, exactly:
 
 * A report **addresses** an injected fault when its ``kind`` equals the fault's
-  ``expected_report`` and its ``first_seen_ns`` is not before the fault's onset (less 1 ms, the
-  clock skew the trace format allows). Reports of another kind never count for the fault, even
-  when they name the right component.
+  ``expected_report`` and it is not about an earlier time: when the bench streamed the trace,
+  the report first appeared (``detected_ns``) at or after the onset; and its ``first_seen_ns``
+  is at or after the start of the iteration ``ONSET_SLACK_ITERS`` (5) before the onset
+  iteration, less 1 ms of clock skew (a detector's change-point estimate of the onset may come a
+  few samples early; how early is reported as the onset error). Reports of another kind never
+  count for the fault, even when they name the right component.
 * A suspect **names** the fault when ``(type, id)`` is in the fault's ``accept`` list (written by
   the simulator). That list holds the faulty component itself, plus only these equivalents:
   for a NIC, its cable(s) to the leaf; for a NIC-to-leaf cable, that NIC (the two lie on exactly
@@ -22,7 +25,8 @@ The matching rule, exactly:
 * **Latency**: from the fault's onset to the earliest report that addresses and names it
   (top-3), in seconds of trace time and in iterations begun since the onset. The time of a
   report is ``detected_ns`` when the bench streamed the trace and saw when the report first
-  appeared, else its ``first_seen_ns``.
+  appeared (online latency), else its ``first_seen_ns`` (evidence latency, clamped at 0).
+  **Onset error**: that report's ``first_seen_ns`` minus the true onset (negative: early).
 * Faults the ground truth marks not ``observable`` (for example an uplink slowed yet still
   faster than the flows through it, or an onset after recording stopped) are listed apart and
   are neither hits nor misses; reports about them are still false reports.
@@ -38,6 +42,7 @@ from typing import Any
 import numpy as np
 
 SKEW_NS = 1_000_000
+ONSET_SLACK_ITERS = 5
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class FaultScore:
     top3: bool
     latency_s: float | None = None
     latency_iters: int | None = None
+    onset_error_s: float | None = None
     spec: str = ""
 
 
@@ -81,10 +87,15 @@ def canonical(sus: dict[str, Any]) -> tuple[str, str]:
     return typ, ident
 
 
-def _addresses(report: dict[str, Any], fault: dict[str, Any]) -> bool:
+def _addresses(report: dict[str, Any], fault: dict[str, Any], starts: list[int]) -> bool:
     onset = fault.get("onset_ns")
-    return (report.get("kind") == fault["expected_report"] and onset is not None
-            and int(report.get("first_seen_ns", 0)) >= onset - SKEW_NS)
+    if report.get("kind") != fault["expected_report"] or onset is None:
+        return False
+    if "detected_ns" in report and int(report["detected_ns"]) < onset - SKEW_NS:
+        return False
+    i = fault["onset_iteration"] - ONSET_SLACK_ITERS
+    earliest = starts[i] if 0 <= i < len(starts) else (onset if i >= 0 else 0)
+    return int(report.get("first_seen_ns", 0)) >= earliest - SKEW_NS
 
 
 def _rank_of_hit(report: dict[str, Any], accept: set[tuple[str, str]]) -> int | None:
@@ -105,8 +116,9 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
         best: int | None = None
         detected = False
         first_t: int | None = None
+        first_seen: int | None = None
         for i, rep in enumerate(reports):
-            if not _addresses(rep, fault):
+            if not _addresses(rep, fault, starts):
                 continue
             detected = True
             pos = _rank_of_hit(rep, accept)
@@ -115,17 +127,19 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
             explained[i] = True
             best = pos if best is None else min(best, pos)
             t = int(rep.get("detected_ns", rep["first_seen_ns"]))
-            first_t = t if first_t is None else min(first_t, t)
-        lat_s = lat_i = None
-        if first_t is not None:
+            if first_t is None or t < first_t:
+                first_t, first_seen = t, int(rep["first_seen_ns"])
+        lat_s = lat_i = err = None
+        if first_t is not None and first_seen is not None:
             onset = fault["onset_ns"]
+            err = (first_seen - onset) / 1e9
             lat_s = max(0.0, (first_t - onset) / 1e9)
             lat_i = max(0, bisect.bisect_right(starts, first_t) - 1 - fault["onset_iteration"])
         scores.append(FaultScore(
             kind=fault["kind"], expected=fault["expected_report"],
             observable=bool(fault.get("observable", True)), detected=detected,
             top1=best == 0, top3=best is not None, latency_s=lat_s, latency_iters=lat_i,
-            spec=fault.get("spec", "")))
+            onset_error_s=err, spec=fault.get("spec", "")))
     false = [r for r, ok in zip(reports, explained) if not ok]
     return ScenarioScore(tuple(scores), len(reports), len(false),
                          int(truth.get("iterations", len(starts))),
@@ -149,6 +163,7 @@ class Row:
     iterations: int = 0
     latency_s: list[float] = field(default_factory=list)
     latency_iters: list[int] = field(default_factory=list)
+    onset_error_s: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
     def pct(self, n: int) -> float | None:
@@ -172,6 +187,7 @@ class Row:
             "latency_s_median": q(self.latency_s, 50), "latency_s_p90": q(self.latency_s, 90),
             "latency_iters_median": q(self.latency_iters, 50),
             "latency_iters_p90": q(self.latency_iters, 90),
+            "onset_error_s_median": q(self.onset_error_s, 50),
             "failures": self.failures,
         }
 
@@ -197,6 +213,8 @@ def summarize(results: Iterable[tuple[str, int, ScenarioScore, str]]) -> list[Ro
             if f.latency_s is not None:
                 row.latency_s.append(f.latency_s)
                 row.latency_iters.append(int(f.latency_iters or 0))
+            if f.onset_error_s is not None:
+                row.onset_error_s.append(f.onset_error_s)
             if not f.top1:
                 missed.append(f"{f.spec}: " + ("wrong top suspect" if f.top3 else
                                                "not in top 3" if f.detected else
@@ -204,6 +222,7 @@ def summarize(results: Iterable[tuple[str, int, ScenarioScore, str]]) -> list[Ro
         if missed or sc.false_reports:
             extra = (f" +{sc.false_reports} false ({','.join(sorted(set(sc.false_kinds)))})"
                      if sc.false_reports else "")
-            row.failures.append(f"{name}: {'; '.join(missed) or 'localized'}{extra}")
+            what = "; ".join(missed) or ("healthy run" if not sc.faults else "localized")
+            row.failures.append(f"{name}: {what}{extra}")
     return sorted(rows.values(), key=lambda r: (r.gpus, r.label == "healthy", r.label))
 

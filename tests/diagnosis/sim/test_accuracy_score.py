@@ -77,12 +77,19 @@ def test_nic_and_its_cable_are_interchangeable_but_uplinks_are_not():
     assert not one(truth(UPLINK), report("comm_slow", ("link", "leaf00r2~spine04")))[1].top3
 
 
-def test_report_before_onset_does_not_count():
-    sc, f = one(truth(GPU), report("noncomm_slow", ("gpu", "node003/gpu2"), t=ONSET - 2_000_000))
+def test_report_about_an_earlier_time_does_not_count():
+    # an onset estimate up to 5 iterations early still counts, and its error is reported
+    sc, f = one(truth(GPU), report("noncomm_slow", ("gpu", "node003/gpu2"), t=ONSET - 3e9))
+    assert f.top1 and f.onset_error_s == -3.0 and f.latency_s == 0.0
+    sc, f = one(truth(GPU), report("noncomm_slow", ("gpu", "node003/gpu2"),
+                                   t=ONSET - 5e9 - 2_000_000))
     assert not f.detected and sc.false_reports == 1
-    # within the 1 ms clock skew it does
-    assert one(truth(GPU), report("noncomm_slow", ("gpu", "node003/gpu2"),
-                                  t=ONSET - 500_000))[1].top1
+    # a report that had already appeared before the onset is about something else
+    sc, f = one(truth(GPU), report("noncomm_slow", ("gpu", "node003/gpu2"), t=ONSET - 1e9,
+                                   detected_ns=ONSET - 2_000_000))
+    assert not f.detected and sc.false_reports == 1
+    assert one(truth(GPU), report("noncomm_slow", ("gpu", "node003/gpu2"), t=ONSET - 1e9,
+                                  detected_ns=ONSET + 1e9))[1].top1
 
 
 def test_latency_uses_streamed_detection_time_and_the_earliest_hit():
