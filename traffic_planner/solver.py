@@ -21,6 +21,7 @@ from traffic_planner.problem import Problem
 log = logging.getLogger(__name__)
 
 REL = 1e-9   # loads within this relative distance count as equal
+MAX_OVER = 2  # a chain step may overload at most this many arcs, each then sheds a flow
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class SolverConfig:
     """Knobs of the repair pass. ``depth``: longest ejection chain; ``budget``: candidate moves
     tried per link to relieve; ``seconds``: stop repairing after this long."""
 
-    depth: int = 400
+    depth: int = 300   # two stack frames per step: stays within Python's default limit
     budget: int = 4000
     seconds: float = 10.0
 
@@ -52,6 +53,9 @@ class _State:
         self.load = [0.0] * len(p.cap)
         self.on: dict[int, set[int]] = {}
         self.choice = [-1] * len(p.flows)
+        self.journal: list[tuple[int, int]] = []
+        self.prefer: set[int] = set()
+        self.max_over = 1
         for f, arcs in enumerate(p.fixed):
             d = p.demand[f]
             for a in arcs:
@@ -74,6 +78,18 @@ class _State:
             load[a] -= d
             on[a].discard(f)
         self.choice[f] = -1
+
+    def move(self, f: int, k: int) -> None:
+        """Move flow ``f`` to candidate ``k``, noting the old one so a chain can be undone."""
+        self.journal.append((f, self.choice[f]))
+        self.take(f)
+        self.put(f, k)
+
+    def rollback(self, mark: int) -> None:
+        while len(self.journal) > mark:
+            f, k = self.journal.pop()
+            self.take(f)
+            self.put(f, k)
 
     def util_max(self) -> float:
         return max((ld * i for ld, i in zip(self.load, self.inv, strict=True)), default=0.0)
@@ -118,7 +134,14 @@ class _State:
             for a in crit:
                 if load[a] * inv[a] < thr:
                     continue
-                if self._fix(a, thr, cfg.depth, set(), [cfg.budget], (), set()):
+                # Single-arc ejections first (the fast Kempe chains of equal flows); then allow a
+                # move to overload two arcs, which uneven flows on parallel paths need.
+                self.max_over = 1
+                fixed = self._fix(a, thr, cfg.depth, set(), [cfg.budget], (), set())
+                if not fixed:
+                    self.max_over = MAX_OVER
+                    fixed = self._fix(a, thr, cfg.depth, set(), [cfg.budget], (), set())
+                if fixed:
                     progress = True
                 else:
                     stuck = True
@@ -174,7 +197,7 @@ class _State:
                     worst = u
                 if b in freed:
                     fresh = True
-            if len(over) > 1 or (over and (depth == 0 or over[0] in fixing)):
+            if over and (depth == 0 or len(over) > self.max_over or any(b in fixing for b in over)):
                 continue
             options.append((len(over), not fresh, worst, k, over))
         options.sort(key=lambda o: o[:4])
@@ -182,16 +205,21 @@ class _State:
             if budget[0] <= 0:
                 return False
             budget[0] -= 1
-            self.take(g)
-            self.put(g, k)
+            mark = len(self.journal)
+            self.move(g, k)
             if not over:
                 return True
             chain.add(g)
-            if self._fix(over[0], thr, depth - 1, chain, budget, cur_arcs, fixing):
+            # Each overloaded arc sheds a flow in turn (one ejection often relieves several:
+            # the arcs of one path through a spine carry the same flows).
+            for b in over:
+                if load[b] * inv[b] >= thr and not self._fix(b, thr, depth - 1, chain, budget,
+                                                             cur_arcs, fixing):
+                    break
+            else:
                 return True
             chain.discard(g)
-            self.take(g)
-            self.put(g, cur)
+            self.rollback(mark)
         return False
 
     def solution(self, moved: int = 0) -> Solution:
