@@ -101,7 +101,14 @@ class MemoryStore(Store):
         rows = np.flatnonzero(mask)[: limit or None]
         errors = {i: cols.error_text[r] for i, r in enumerate(rows.tolist())
                   if r in cols.error_text}
-        return Columns({k: v[rows] for k, v in cols.columns.items()}, cols.strings, errors)
+        picked = {k: v[rows] for k, v in cols.columns.items()}
+        # A fresh string table holding only the strings these rows use, like the other stores.
+        used = np.unique(np.concatenate([picked[k] for k in ("pg", "op", "dtype")]))
+        remap = np.zeros(len(cols.strings) or 1, dtype=np.uint32)
+        remap[used] = np.arange(len(used), dtype=np.uint32)
+        for k in ("pg", "op", "dtype"):
+            picked[k] = remap[picked[k]]
+        return Columns(picked, [cols.strings[i] for i in used.tolist()], errors)
 
     def count_ops(self, job: str, attempt: int | None = None) -> int:
         return len(self.ops(job, attempt))
@@ -140,8 +147,8 @@ class MemoryStore(Store):
                 last_ns=max(r.t_ns for r in recs))
             cols = self.ops(key[0], key[1])
             if len(cols):
-                ops[key] = _common.OpAgg(len(cols), int(cols["t_enter_ns"].min()),
-                                         int(cols["t_enter_ns"].max()))
+                last = max(int(cols["t_enter_ns"].max()), int(cols["t_end_ns"].max()))
+                ops[key] = _common.OpAgg(len(cols), int(cols["t_enter_ns"].min()), last)
         return _common.build_jobs(ranks, ops)
 
     def put_fault(self, report: FaultReport) -> None:

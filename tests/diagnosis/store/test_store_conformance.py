@@ -33,7 +33,8 @@ from tests.diagnosis.store.store_builders import (
 )
 from tests.support.clickhouse import clickhouse_server, clickhouse_url  # noqa: F401
 
-BACKENDS = ["sqlite", "sqlite-memory", pytest.param("clickhouse", marks=pytest.mark.clickhouse)]
+BACKENDS = ["sqlite", "sqlite-memory", "memory",
+            pytest.param("clickhouse", marks=pytest.mark.clickhouse)]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -43,12 +44,14 @@ def opener(request: pytest.FixtureRequest, tmp_path) -> Iterator[Callable[[], St
         url = f"sqlite:///{tmp_path}/c4.db"
     elif request.param == "sqlite-memory":
         url = "sqlite://:memory:"
+    elif request.param == "memory":
+        url = "memory://"
     else:
         url = request.getfixturevalue("clickhouse_url")
     opened: list[Store] = []
 
     def open_it() -> Store:
-        if opened and url.endswith(":memory:"):
+        if opened and (url.endswith(":memory:") or url == "memory://"):
             pytest.skip("an in-memory store does not outlive its process")
         opened.append(open_store(url))
         return opened[-1]
