@@ -94,6 +94,13 @@ class DaemonClient:
         except grpc.RpcError as exc:
             raise _wrap(exc, self.address) from None
 
+    def ranks(self, job: str) -> list[c4_pb2.RankInfo]:
+        """Where each rank of the job's latest attempt runs."""
+        try:
+            return list(self._query.Ranks(c4_pb2.GroupsRequest(job=job), timeout=self.timeout))
+        except grpc.RpcError as exc:
+            raise _wrap(exc, self.address) from None
+
     def ops(self, job: str, *, rank: int = -1, pg: str = "", limit: int = 0) -> Columns:
         """Every stored call of a job, one row per call, as columns with string names."""
         try:

@@ -323,6 +323,11 @@ class QueryStub:
                 request_serializer=proto_dot_c4__pb2.GroupsRequest.SerializeToString,
                 response_deserializer=proto_dot_c4__pb2.GroupSummary.FromString,
                 _registered_method=True)
+        self.Ranks = channel.unary_stream(
+                '/c4.v1.Query/Ranks',
+                request_serializer=proto_dot_c4__pb2.GroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_c4__pb2.RankInfo.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/c4.v1.Query/Status',
                 request_serializer=proto_dot_c4__pb2.StatusRequest.SerializeToString,
@@ -352,6 +357,13 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Ranks(self, request, context):
+        """The registered ranks of a job's latest attempt: where each runs (host, pid, gpu, nic).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -375,6 +387,11 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.Groups,
                     request_deserializer=proto_dot_c4__pb2.GroupsRequest.FromString,
                     response_serializer=proto_dot_c4__pb2.GroupSummary.SerializeToString,
+            ),
+            'Ranks': grpc.unary_stream_rpc_method_handler(
+                    servicer.Ranks,
+                    request_deserializer=proto_dot_c4__pb2.GroupsRequest.FromString,
+                    response_serializer=proto_dot_c4__pb2.RankInfo.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -463,6 +480,33 @@ class Query:
             '/c4.v1.Query/Groups',
             proto_dot_c4__pb2.GroupsRequest.SerializeToString,
             proto_dot_c4__pb2.GroupSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ranks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/c4.v1.Query/Ranks',
+            proto_dot_c4__pb2.GroupsRequest.SerializeToString,
+            proto_dot_c4__pb2.RankInfo.FromString,
             options,
             channel_credentials,
             insecure,

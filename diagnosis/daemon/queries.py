@@ -93,6 +93,13 @@ class QueryService(c4_pb2_grpc.QueryServicer):
         for g in self._store.groups(request.job):
             yield c4_pb2.GroupSummary(pg=g.pg, ranks=list(g.ranks), desc=g.desc)
 
+    def Ranks(self, request: c4_pb2.GroupsRequest, context: grpc.ServicerContext
+              ) -> Iterator[c4_pb2.RankInfo]:
+        for r in self._store.ranks(request.job):
+            yield c4_pb2.RankInfo(job=r.job, attempt=r.attempt, rank=r.rank,
+                                  world_size=r.world_size, host=r.host, local_rank=r.local_rank,
+                                  pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend, t_ns=r.t_ns)
+
     def Status(self, request: c4_pb2.StatusRequest, context: grpc.ServicerContext
                ) -> c4_pb2.StatusResponse:
         return self._status()

@@ -39,6 +39,8 @@ def test_records_arrive_once_through_two_sidecars(tmp_path):
             assert [(j.job, j.ranks_seen, j.world_size, j.ops) for j in jobs] == \
                 [("j1", 4, 4, 4000)]
             assert sorted(jobs[0].hosts) == ["node0", "node1"]
+            assert [(r.rank, r.host) for r in client.ranks("j1")] == \
+                [(0, "node0"), (1, "node0"), (2, "node1"), (3, "node1")]
             status = wait_for(lambda: (s := client.status()) and len(s.sidecars) == 2 and s,
                               20, what="both sidecars in status")
             assert {s.host for s in status.sidecars} == {"node0", "node1"}
