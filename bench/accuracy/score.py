@@ -16,9 +16,12 @@ The matching rule, exactly:
   GPU as a ``rank`` suspect (what a detector without topology can say). A host, switch, an
   uplink, or a GPU's host never stands in for anything else. Link ids compare with their two
   endpoints sorted.
-* **top-1**: some addressing report has a first suspect that names the fault. **top-3**: some
-  addressing report names it among its first three suspects. **detected**: some addressing
-  report exists, whatever it names.
+* **top-1**: some addressing report has a first suspect that names the fault.
+  **top-1 up to equivalence** (a separate, labelled column, never the headline): the same with
+  the fault's ``equivalent`` components also accepted, i.e. those crossed by exactly the same
+  connections (which no timing can tell apart); it shows how much of a miss is ambiguity.
+  **top-3**: some addressing report names it among its first three suspects.
+  **detected**: some addressing report exists, whatever it names.
 * A report is **explained** when it addresses some fault and names it among its first three
   suspects; every other report is a **false report** (on a healthy run, every report is).
   A fault scenario is **clean** when every fault is top-1 and no report is false.
@@ -53,6 +56,7 @@ class FaultScore:
     detected: bool
     top1: bool
     top3: bool
+    top1_equiv: bool = False
     latency_s: float | None = None
     latency_iters: int | None = None
     onset_error_s: float | None = None
@@ -113,6 +117,8 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
     scores = []
     for fault in truth.get("faults", []):
         accept = {canonical(a) for a in fault["accept"]}
+        equiv = accept | {canonical(a) for a in fault.get("equivalent", [])}
+        top1_equiv = False
         best: int | None = None
         detected = False
         first_t: int | None = None
@@ -121,6 +127,7 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
             if not _addresses(rep, fault, starts):
                 continue
             detected = True
+            top1_equiv |= _rank_of_hit(rep, equiv) == 0
             pos = _rank_of_hit(rep, accept)
             if pos is None or pos > 2:
                 continue
@@ -138,7 +145,8 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
         scores.append(FaultScore(
             kind=fault["kind"], expected=fault["expected_report"],
             observable=bool(fault.get("observable", True)), detected=detected,
-            top1=best == 0, top3=best is not None, latency_s=lat_s, latency_iters=lat_i,
+            top1=best == 0, top3=best is not None, top1_equiv=top1_equiv, latency_s=lat_s,
+            latency_iters=lat_i,
             onset_error_s=err, spec=fault.get("spec", "")))
     false = [r for r, ok in zip(reports, explained) if not ok]
     return ScenarioScore(tuple(scores), len(reports), len(false),
@@ -158,6 +166,7 @@ class Row:
     detected: int = 0
     top1: int = 0
     top3: int = 0
+    top1_equiv: int = 0
     clean: int = 0
     false_reports: int = 0
     iterations: int = 0
@@ -180,7 +189,7 @@ class Row:
             "label": self.label, "gpus": self.gpus, "scenarios": self.scenarios,
             "faults": self.faults, "unobservable": self.unobservable,
             "detected_pct": self.pct(self.detected), "top1_pct": self.pct(self.top1),
-            "top3_pct": self.pct(self.top3),
+            "top3_pct": self.pct(self.top3), "top1_equiv_pct": self.pct(self.top1_equiv),
             "clean_pct": 100.0 * self.clean / self.scenarios if self.scenarios else None,
             "false_reports": self.false_reports, "iterations": self.iterations,
             "false_per_1000_iters": self.false_per_1000_iters,
@@ -210,6 +219,7 @@ def summarize(results: Iterable[tuple[str, int, ScenarioScore, str]]) -> list[Ro
             row.detected += f.detected
             row.top1 += f.top1
             row.top3 += f.top3
+            row.top1_equiv += f.top1_equiv
             if f.latency_s is not None:
                 row.latency_s.append(f.latency_s)
                 row.latency_iters.append(int(f.latency_iters or 0))

@@ -158,7 +158,11 @@ def truth_entry(f: Fault, conns: Connections, iteration_start: list[int],
     end = (iteration_start[stop] if stop is not None and stop < len(iteration_start) else None)
     observable = True
     ranks = f.ranks
+    equivalent: list[dict[str, str]] = []
     if f.network:
+        known = {(a["type"], a["id"]) for a in f.accept}
+        equivalent = [{"type": t, "id": i} for t, i in conns.equivalents(f.links)
+                      if (t, i) not in known]
         alone = conns.bandwidth(link_factors([f], len(conns.link_ids), [f]))
         base = conns.bandwidth(np.ones(len(conns.link_ids)))
         hit = (alone < base * 0.995) & conns.inter
@@ -168,6 +172,7 @@ def truth_entry(f: Fault, conns: Connections, iteration_start: list[int],
         "kind": f.kind,
         "component": f.component,
         "accept": f.accept,
+        "equivalent": equivalent,
         "expected_report": f.spec.info.report,
         "ranks": [int(r) for r in ranks],
         "onset_iteration": f.onset,

@@ -127,6 +127,33 @@ class Connections:
             out[has] = np.add.reduceat(hit, self.ptr[:-1][has]) > 0
         return out
 
+    def crossing_sets(self) -> dict[int, frozenset[int]]:
+        """For each used link, the connections whose path crosses it (either direction)."""
+        conn_of_hop = np.repeat(np.arange(len(self.src)), np.diff(self.ptr))
+        order = np.argsort(self.hop_link, kind="stable")
+        links, first = np.unique(self.hop_link[order], return_index=True)
+        groups = np.split(conn_of_hop[order], first[1:])
+        return {int(k): frozenset(g.tolist()) for k, g in zip(links, groups)}
+
+    def equivalents(self, links: np.ndarray) -> list[tuple[str, str]]:
+        """Components crossed by exactly the same connections as the given links together:
+        ``(kind, id)`` for links, NICs and switches that timing cannot tell apart from them."""
+        sets = self.crossing_sets()
+        target = frozenset().union(*(sets.get(int(i), frozenset()) for i in links))
+        if not target:
+            return []
+        out = [("link", self.link_ids[i]) for i, s in sets.items() if s == target]
+        by_node: dict[str, set[int]] = {}
+        for i, lid in enumerate(self.link_ids):
+            for node in lid.split("~"):
+                by_node.setdefault(node, set()).update(sets.get(i, ()))
+        for node, conns in by_node.items():
+            if conns == target:
+                kind = "nic" if "/nic" in node else "switch" if "/" not in node else ""
+                if kind:
+                    out.append((kind, node))
+        return out
+
     def links_of_node(self, node: str) -> np.ndarray:
         """Indices of the used links that end at ``node``."""
         return np.array([i for i, lid in enumerate(self.link_ids) if node in lid.split("~")],

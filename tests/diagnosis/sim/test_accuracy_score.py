@@ -77,6 +77,13 @@ def test_nic_and_its_cable_are_interchangeable_but_uplinks_are_not():
     assert not one(truth(UPLINK), report("comm_slow", ("link", "leaf00r2~spine04")))[1].top3
 
 
+def test_equivalent_components_count_only_in_their_own_column():
+    twin = {**UPLINK, "equivalent": [{"type": "link", "id": "leaf01r2~spine03"}]}
+    sc, f = one(truth(twin), report("comm_slow", ("link", "leaf01r2~spine03")))
+    assert (f.top1, f.top3, f.top1_equiv) == (False, False, True)
+    assert sc.false_reports == 1
+
+
 def test_report_about_an_earlier_time_does_not_count():
     # an onset estimate up to 5 iterations early still counts, and its error is reported
     sc, f = one(truth(GPU), report("noncomm_slow", ("gpu", "node003/gpu2"), t=ONSET - 3e9))

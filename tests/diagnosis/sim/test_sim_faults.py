@@ -254,3 +254,19 @@ def test_unknown_targets_are_refused(tmp_path):
         sim(tmp_path, "slow_nic:leaf00r0@2", gpus=64, iterations=3)
     with pytest.raises(SimError, match="past the last"):
         sim(tmp_path, "slow_gpu@9", gpus=64, iterations=3)
+
+
+def test_equivalent_components_are_crossed_by_the_same_connections(tmp_path):
+    tr = sim(tmp_path, f"slow_link:uplink@{ONSET},slow=2", gpus=512, iterations=6)
+    f = tr.truth["faults"][0]
+    crossing: dict[str, set] = defaultdict(set)
+    for c in tr.conns:
+        if c["seq"] == ONSET:
+            for lk in links(c["path"]):
+                crossing[lk].add((c["src"], c["dst"], c["pg"]))
+            for node in c["path"]:
+                crossing[node].add((c["src"], c["dst"], c["pg"]))
+    target = crossing[f["component"]["id"]]
+    assert target
+    same = {k for k, v in crossing.items() if v == target} - {f["component"]["id"]}
+    assert {e["id"] for e in f["equivalent"]} == same
