@@ -22,7 +22,7 @@ class EngineConfig:
     #: exceed the calls a communicator can have in flight at once.
     window: int = 64
     #: Samples kept per communicator member / per connection for the slow detectors.
-    history: int = 48
+    history: int = 64
 
     # ---- hangs -------------------------------------------------------------------------------
     #: A wait counts as a hang once it exceeds ``hang_factor`` times the longest normal
@@ -38,15 +38,26 @@ class EngineConfig:
     #: Smallest excess of a rank's own compute time over its peers', as a fraction of the
     #: peers' median, that is worth a report (persistent per-GPU spread stays below it).
     slow_min_excess: float = 0.06
+    #: Without enough samples before the change point to tell a change from a trait (a GPU
+    #: that was always a little slower), the excess must reach this.
+    slow_min_excess_unseen: float = 0.15
     #: A sample counts as "late" above ``max(slow_min_excess / 2, slow_noise_k * sigma)``,
     #: sigma being the communicator's robust noise.
     slow_noise_k: float = 1.5
-    #: Fraction of post-onset samples that must be late.
-    slow_consistency: float = 0.6
     #: Fewest post-onset samples before a rank can be judged.
-    slow_min_samples: int = 5
-    #: The post-onset median excess must exceed ``slow_z`` standard errors of the noise.
-    slow_z: float = 5.0
+    slow_min_samples: int = 6
+    #: Smallest rise, from before the change point to after it, of the fraction of late samples
+    #: (intermittent faults are late in some iterations only).
+    slow_min_frac: float = 0.35
+    #: A rank is slow when so many late samples after the change point have at most this
+    #: probability under its communicator's base rate of late samples (tested for thousands of
+    #: ranks and split points, hence tiny).
+    slow_alpha: float = 1e-9
+    #: Each rank of a slow host must pass this weaker test, and the host their combined one
+    #: against ``slow_alpha``.
+    slow_alpha_member: float = 1e-3
+    #: Floor of the base rate of late samples.
+    slow_base_rate: float = 0.03
     #: Compute time between two calls below this (ns) is treated as this, so that
     #: back-to-back calls do not turn jitter into huge relative excesses.
     min_compute_ns: int = 1_000_000
@@ -91,11 +102,12 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
         if self.comm_skip < 0:
             raise ValueError(f"EngineConfig.comm_skip must be >= 0, got {self.comm_skip!r}")
-        for name in ("slow_consistency", "comm_consistency", "comm_purity", "host_fraction"):
+        for name in ("slow_min_frac", "comm_consistency", "comm_purity", "host_fraction",
+                     "slow_alpha", "slow_alpha_member", "slow_base_rate"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
-        for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_z",
+        for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_min_excess_unseen",
                      "comm_min_excess", "comm_noise_k"):
             value = getattr(self, name)
             if not value > 0:

@@ -366,14 +366,17 @@ class Engine:
         by_host: dict[str | None, list[int]] = {}
         for r in best:
             by_host.setdefault(self.placement.host(r), []).append(r)
+        strong = np.log(self.cfg.slow_alpha)
         for host, ranks in by_host.items():
             members = self.placement.ranks_of_host(host) if host else []
-            if host and len(ranks) >= 2 and len(members) >= 2 and \
+            pooled = sum(best[r].logp for r in ranks)
+            if host and len(ranks) >= 2 and len(members) >= 2 and pooled < strong and \
                     len(ranks) >= self.cfg.host_fraction * len(members):
                 self._slow_host(host, sorted(ranks), best, now)
             else:
                 for r in ranks:
-                    self._slow_rank(best[r], now)
+                    if best[r].logp < strong:
+                        self._slow_rank(best[r], now)
 
     def _slow_rank(self, s: SlowRank, now: int) -> None:
         fid = f"noncomm_slow:rank:{s.rank}"

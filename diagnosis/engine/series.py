@@ -111,3 +111,60 @@ class SeriesBank:
         idx = (self.pos[keys][:, None] + np.arange(self.K)[None, :]) % self.K
         return (np.take_along_axis(self.ring[keys], idx, axis=1),
                 np.take_along_axis(self.ring_t[keys], idx, axis=1))
+
+
+@dataclass
+class ChangePoint:
+    start: np.ndarray     # first sample of the late segment, -1 when none
+    logp: np.ndarray      # log P(at least this many late samples | base rate)
+    count: np.ndarray     # samples in the segment
+    frac: np.ndarray      # fraction of them late
+    median: np.ndarray    # median of the late samples of the segment
+    effect: np.ndarray    # upper quartile after the split minus upper quartile before it
+    pre_frac: np.ndarray  # fraction of late samples before the split (0 without enough)
+    pre_count: np.ndarray
+
+
+def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
+                 min_samples: int) -> ChangePoint:
+    """Per row of ``a`` (oldest first, NaN = none): the split after which late samples
+    (``> thr``) are least likely under the base rate ``p0`` (a binomial tail), with the segment
+    starting on a late sample followed by another, and at least ``min_samples`` long."""
+    from scipy.stats import binom
+
+    rows, K = a.shape
+    valid = ~np.isnan(a)
+    high = valid & (np.nan_to_num(a, nan=-np.inf) > thr[:, None])
+    above = np.cumsum(high[:, ::-1], axis=1)[:, ::-1]
+    length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
+    nxt = np.zeros_like(high)
+    # the next valid sample after each one is late too (no onset on a lone outlier)
+    nxt[:, :-1] = high[:, 1:]
+    cand = high & nxt & (length >= min_samples)
+    logp = np.full((rows, K), 0.0)
+    if cand.any():
+        r, c = np.nonzero(cand)
+        logp[r, c] = binom.logsf(above[r, c] - 1, length[r, c], p0[r])
+    has = cand.any(axis=1)
+    start = np.where(has, np.argmin(np.where(cand, logp, 1.0), axis=1), -1)
+    ix = np.arange(rows)
+    s0 = np.maximum(start, 0)
+    best = np.where(has, logp[ix, s0], 0.0)
+    cnt = np.where(has, length[ix, s0], 0)
+    frac = np.where(has, above[ix, s0] / np.maximum(cnt, 1), 0.0)
+    col = np.arange(K)[None, :]
+    seg = np.where((col >= start[:, None]) & has[:, None] & high, a, np.nan)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(seg, axis=1)
+        after = (col >= start[:, None]) & has[:, None]
+        q_post = np.nanpercentile(np.where(after, a, np.nan), 75, axis=1)
+        before = ~after & valid
+        pre_n = before.sum(axis=1)
+        q_pre = np.nanpercentile(np.where(before, a, np.nan), 75, axis=1)
+    enough = pre_n >= min_samples
+    effect = np.where(enough, q_post - np.nan_to_num(q_pre, nan=0.0), q_post)
+    pre_frac = np.where(enough, (high & before).sum(axis=1) / np.maximum(pre_n, 1), 0.0)
+    return ChangePoint(start, best, cnt, frac, med, effect, pre_frac, pre_n)

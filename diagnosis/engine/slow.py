@@ -19,7 +19,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
-from diagnosis.engine.series import onset_test, robust_sigma
+from diagnosis.engine.series import change_point, robust_sigma
 
 
 @dataclass
@@ -32,6 +32,7 @@ class SlowRank:
     samples: int
     frac: float
     sigma: float
+    logp: float            # log p-value of so many late samples by chance
 
 
 class _SizeClass:
@@ -119,6 +120,8 @@ class NoncommSlow:
         np.add.at(cls.pos, li, 1)
 
     def judge(self) -> list[SlowRank]:
+        """Ranks whose late samples, from their best change point on, are too many to be noise
+        (binomial tail against the communicator's own rate of late samples)."""
         cfg = self.cfg
         out: list[SlowRank] = []
         for cls in self.classes.values():
@@ -126,30 +129,39 @@ class NoncommSlow:
             if G == 0:
                 continue
             K, n = cls.K, cls.n
-            idx = (cls.pos[:, None] + np.arange(K)[None, :]) % K
-            x = np.take_along_axis(cls.x[:G], idx[:, :, None], axis=1)
-            a = np.take_along_axis(cls.a[:G], idx[:, :, None], axis=1)
+            idx = (cls.pos[:G, None] + np.arange(K)[None, :]) % K
+            x = np.take_along_axis(cls.x[:G], idx[:, :, None], axis=1).astype(np.float64)
+            a = np.take_along_axis(cls.a[:G], idx[:, :, None], axis=1).astype(np.float64)
             scale = np.take_along_axis(cls.scale[:G], idx, axis=1)
             t = np.take_along_axis(cls.t[:G], idx, axis=1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                sigma = robust_sigma(x.astype(np.float64), axis=(1, 2))   # (G,)
-            sigma = np.nan_to_num(sigma, nan=0.0)
-            thr = np.maximum(cfg.slow_min_excess / 2, cfg.slow_noise_k * sigma)
-            series = a.transpose(0, 2, 1).reshape(G * n, K).astype(np.float64)
-            res = onset_test(series, np.repeat(thr, n), cfg.slow_min_samples,
-                             cfg.slow_consistency)
-            sig = np.repeat(sigma, n)
-            need = np.maximum(cfg.slow_min_excess,
-                              cfg.slow_z * 1.25 * sig / np.sqrt(np.maximum(res.count, 1)))
-            hit = np.flatnonzero((res.start >= 0) & (res.median >= need))
-            for h in hit.tolist():
+                sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
+                thr = np.maximum(cfg.slow_min_excess / 2, cfg.slow_noise_k * sigma)
+                high = a > thr[:, None, None]
+                valid = ~np.isnan(a)
+                # the communicator's own rate of late samples: median over members, so that
+                # the faulty member does not raise it
+                rate = np.nanmedian(high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1), axis=1)
+            p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
+            series = a.transpose(0, 2, 1).reshape(G * n, K)
+            res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
+                               cfg.slow_min_samples)
+            # a change, not a persistent trait: late more often and by more than before the
+            # split; without enough samples before it, the excess must be beyond natural spread
+            need = np.where(res.pre_count >= cfg.slow_min_samples, cfg.slow_min_excess,
+                            cfg.slow_min_excess_unseen)
+            ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
+                & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
+                & (res.median >= cfg.slow_min_excess) & (res.effect >= need)
+            for h in np.flatnonzero(ok).tolist():
                 gi, pos = divmod(h, n)
                 s = int(res.start[h])
-                seg_scale = scale[gi, s:]
-                excess_ns = float(np.nanmedian(series[h, s:] * seg_scale))
+                seg = series[h, s:]
+                hi = seg > thr[gi]
+                excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
                 g = cls.groups[gi]
                 out.append(SlowRank(int(self.arena.members[g][pos]), g, int(t[gi, s]),
                                     float(res.median[h]), excess_ns, int(res.count[h]),
-                                    float(res.frac[h]), float(sigma[gi])))
+                                    float(res.frac[h]), float(sigma[gi]), float(res.logp[h])))
         return out
