@@ -46,6 +46,8 @@ def test_records_arrive_once_through_two_sidecars(tmp_path):
             assert {s.host for s in status.sidecars} == {"node0", "node1"}
         for c in conns:
             c.close()
+        assert daemon.stop() == 0, "SIGTERM: a clean exit after storing what was acknowledged"
+        assert car_a.stop() == 0 and car_b.stop() == 0
     finally:
         car_a.stop()
         car_b.stop()
