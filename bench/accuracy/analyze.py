@@ -1,7 +1,8 @@
-"""Two ways to get reports for a simulated run.
+"""Three ways to get reports for a simulated run.
 
 ``cli``: write the trace and run ``c4 analyze TRACE --topology TOPO --format json`` in a
-subprocess, exactly as a user does (trace reader included). ``stream``: feed the simulation's
+subprocess, exactly as a user does. ``trace``: the same code path (trace reader feeding the
+engine) in this process. ``stream``: feed the simulation's
 records to ``diagnosis.engine.Engine`` as a daemon would receive them (each row once it has
 completed, or once entered if it never does), calling ``advance`` every second of trace time,
 and note when each report first appeared (``detected_ns``): the online detection latency.
@@ -35,6 +36,18 @@ def analyze_cli(trace: Path, topology: Path, timeout_s: float = 900.0) -> list[d
     if proc.returncode != 0:
         raise RuntimeError(f"c4 analyze failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout)["reports"]
+
+
+def analyze_trace(trace: Path, topology: Path) -> list[dict[str, Any]]:
+    """What ``c4 analyze TRACE --topology TOPO`` does, in this process: the trace reader feeding
+    the engine (no subprocess start-up, no JSON round trip of the reports)."""
+    from diagnosis.engine import Engine
+    from diagnosis.report import reports_to_json
+    from diagnosis.topology import Topology
+    from diagnosis.trace.feed import feed_trace
+
+    reports, _ = feed_trace(Engine(Topology.load(topology)), trace)
+    return reports_to_json(reports)["reports"]
 
 
 def conn_records(sim: Simulation, c: dict[str, np.ndarray]):

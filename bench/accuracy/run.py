@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.accuracy.analyze import analyze_cli, analyze_stream
+from bench.accuracy.analyze import analyze_cli, analyze_stream, analyze_trace
 from bench.accuracy.scenarios import Scenario, scenarios
 from bench.accuracy.score import Row, score_scenario, summarize
 from diagnosis.sim.run import simulate
@@ -41,7 +41,8 @@ def run_one(sc: Scenario, mode: str, workdir: str) -> dict[str, Any]:
         truth = json.loads(res.truth.read_text())
         t_sim = time.perf_counter() - t0
         try:
-            reports = analyze_cli(res.trace, res.topology)
+            run = analyze_cli if mode == "cli" else analyze_trace
+            reports = run(res.trace, res.topology)
         except Exception as exc:   # a crash is a result too: no reports, noted
             reports = []
             truth["analyze_error"] = str(exc)[-500:]
@@ -95,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=4, help="scenarios per fault kind and size")
     ap.add_argument("--kinds", default="", help="comma-separated fault kinds (default: all)")
     ap.add_argument("--no-conns", action="store_true", help="traces without conn records")
-    ap.add_argument("--mode", choices=("cli", "stream"), default="cli",
-                    help="cli: trace file through `c4 analyze`; stream: feed the engine "
-                    "iteration by iteration (online detection latency)")
+    ap.add_argument("--mode", choices=("trace", "cli", "stream"), default="trace",
+                    help="trace: the trace file through c4 analyze's reader and engine, in "
+                    "process; cli: `c4 analyze` in a subprocess; stream: records fed to the "
+                    "engine as a daemon receives them, advancing each trace second (online "
+                    "detection latency)")
     ap.add_argument("--jobs", type=int, default=1, help="scenarios run in parallel")
     ap.add_argument("--json", type=Path, help="write full results here")
     ap.add_argument("--failures", type=int, default=8, help="failed scenarios listed per row")
