@@ -18,6 +18,7 @@ reasoned from which ranks recorded which calls, because gloo never moves an entr
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -73,7 +74,12 @@ class _Stall:
     waiting: frozenset[int]
     missing: frozenset[int]
     first_ns: int | None
+    order: dict[int, int]  # each waiting rank's position of this call in its own buffer
     inferred: bool = False  # members missing from it are guessed: its group is not fully known
+    label: str = ""
+
+    def describe(self) -> str:
+        return self.label or f"{self.op} #{self.key[1]} on process group {self.key[0]!r}"
 
 
 class _Job:
@@ -109,32 +115,38 @@ class _Job:
                                 if self.last_seq.get((r, pg), -1) < seq)
             if missing:
                 stalls[key] = _Stall(key=key, op=_op(by_rank), waiting=waiting,
-                                     missing=missing, first_ns=_first_ns(by_rank, waiting))
+                                     missing=missing, first_ns=_first_ns(by_rank, waiting),
+                                     order=_order(by_rank, waiting))
         return stalls
 
     def _infer_hidden_stalls(self) -> dict[Key, _Stall]:
-        """Calls that look complete only because their group's other members never recorded it.
+        """Waits the collectives alone do not show, for ranks that never joined a stall.
 
-        A rank that never joined a stall may itself be stuck in its last call, on a group whose
-        other members we cannot see (gloo leaves pg_config empty, and a rank that never calls
-        on a group leaves no trace of belonging to it). If that group is not fully known, the
-        ranks missing elsewhere that are not known members of it are its likely absentees.
+        Such a rank may itself be stuck in its last call: a point-to-point receive or send
+        (NCCL records those) whose peer never came, or a collective on a group whose other
+        members we cannot see (gloo leaves pg_config empty, and a rank that never calls on a
+        group leaves no trace of belonging to it). In the second case the ranks missing
+        elsewhere that are not known members of that group are its likely absentees.
         """
         absent = set().union(*(s.missing for s in self.stalls.values())) if self.stalls else set()
         known_blocked = {r for s in self.stalls.values() for r in s.waiting}
         out: dict[Key, _Stall] = {}
         for r in sorted(absent - known_blocked):
             d = self.dumps.get(r)
-            colls = [e for e in d.entries if not e.is_p2p] if d else []
-            if not colls:
+            if d is None or not d.entries:
                 continue
-            last = max(colls, key=lambda e: e.index)
+            last = max(d.entries, key=lambda e: e.index)
+            if last.state == "completed":
+                continue
+            if last.is_p2p:
+                wait = self._p2p_wait(r, last)
+                if wait is not None:
+                    out[wait.key] = wait
+                continue
             key = (last.pg, last.seq)
-            if (key in self.stalls or last.state == "completed"
-                    or self.membership.is_complete(last.pg)):
+            if key in self.stalls or self.membership.is_complete(last.pg):
                 continue
-            known = self.membership.of(last.pg)
-            candidates = frozenset(absent - known)
+            candidates = frozenset(absent - self.membership.of(last.pg))
             if not candidates:
                 continue
             by_rank = self.calls[key]
@@ -142,15 +154,36 @@ class _Job:
             out[key] = _Stall(key=key, op=_op(by_rank),
                               waiting=(prev.waiting if prev else frozenset()) | {r},
                               missing=candidates, first_ns=_first_ns(by_rank, [r]),
+                              order={**(prev.order if prev else {}), r: last.index},
                               inferred=True)
         return out
+
+    def _p2p_wait(self, rank: int, e: FrEntry) -> _Stall | None:
+        """Rank ``rank`` blocked in send/recv ``e``: a wait on its peer."""
+        members = sorted(self.membership.of(e.pg))
+        local = re.findall(r"\d+", e.peer)
+        if not self.membership.is_complete(e.pg) or len(local) != 2:
+            return None
+        # "send 0->1" and "recv 1<-0" name group-local ranks: the peer is the other one.
+        a, b = (int(x) for x in local)
+        if max(a, b) >= len(members):
+            return None
+        ga, gb = members[a], members[b]
+        peer = gb if ga == rank else ga if gb == rank else None
+        if peer is None or peer == rank:
+            return None
+        direction = "from" if e.op == "recv" else "to"
+        return _Stall(key=(f"{e.pg}/p2p/{rank}", e.p2p_seq), op=e.op, waiting=frozenset({rank}),
+                      missing=frozenset({peer}), first_ns=e.time_created_ns,
+                      order={rank: e.index}, inferred=True,
+                      label=f"{e.op} {direction} rank {peer} on process group {e.pg!r}")
 
     def _blocked_at(self) -> dict[int, Key]:
         """Each rank's earliest (in its own call order) stalled call it entered."""
         best: dict[int, tuple[int, Key]] = {}
         for key, stall in self.all_stalls.items():
             for r in stall.waiting:
-                idx = min(e.index for e in self.calls[key][r])
+                idx = stall.order[r]
                 if r not in best or idx < best[r][0]:
                     best[r] = (idx, key)
         return {r: key for r, (_, key) in best.items()}
@@ -216,8 +249,9 @@ class _Job:
         summary = self._hang_summary(culprits, main, stalls, cyclic)
         evidence = {
             "stalled_calls": [
-                {"pg": s.key[0], "seq": s.key[1], "op": s.op, "waiting": sorted(s.waiting),
-                 "missing": sorted(s.missing), "inferred": s.inferred} for s in stalls],
+                {"pg": s.key[0], "seq": s.key[1], "op": s.op, "call": s.describe(),
+                 "waiting": sorted(s.waiting), "missing": sorted(s.missing),
+                 "inferred": s.inferred} for s in stalls],
             "last_call": {str(r): self._last_call(r) for r in sorted(culprits | victims)},
             "blocked_in": {str(r): {"pg": blocked[r][0], "seq": blocked[r][1]}
                            for r in sorted(victims | culprits) if r in blocked},
@@ -231,7 +265,7 @@ class _Job:
     def _hang_summary(self, culprits: frozenset[int], main: _Stall, stalls: list[_Stall],
                       cyclic: bool) -> str:
         who = _ranks(culprits)
-        call = f"{main.op} #{main.key[1]} on process group {main.key[0]!r}"
+        call = main.describe()
         if cyclic:
             return (f"circular wait: {who} each wait in a call the others never reach "
                     f"(first {call}): the ranks issue collectives in different orders")
@@ -245,7 +279,7 @@ class _Job:
             behind = s.waiting - main.waiting - culprits
             if s is not main and behind:
                 parts.append(f"{_ranks(behind)} {_verb(behind, 'waits', 'wait')} behind "
-                             f"in {s.op} #{s.key[1]} on process group {s.key[0]!r}")
+                             f"in {s.describe()}")
         return "; ".join(parts)
 
     def _last_call(self, rank: int) -> str | None:
@@ -418,6 +452,10 @@ def _first_ns(by_rank: dict[int, list[FrEntry]], ranks: Iterable[int]) -> int | 
     times = [e.time_created_ns for r in ranks for e in by_rank.get(r, ())
              if e.time_created_ns is not None]
     return min(times) if times else None
+
+
+def _order(by_rank: dict[int, list[FrEntry]], ranks: Iterable[int]) -> dict[int, int]:
+    return {r: min(e.index for e in by_rank[r]) for r in ranks}
 
 
 def _stall_order(s: _Stall) -> tuple:

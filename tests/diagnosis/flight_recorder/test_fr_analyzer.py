@@ -188,3 +188,24 @@ def test_failed_states_are_reported() -> None:
     reports = _job({0: [_e("0", 1, state="timeout")], 1: [_e("0", 1)]})
     (err,) = [r for r in reports if r.kind == "error"]
     assert _ranks(err) == [0] and err.evidence["states"] == {"0": "timeout"}
+
+
+def test_pipeline_receive_makes_a_victim_not_a_culprit() -> None:
+    # NCCL: ranks 0, 1 wait in all_reduce #5; rank 2 never came because it waits to receive
+    # from rank 3 (a pipeline stage); rank 3 finished all it issued and went quiet.
+    cfg = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}}
+
+    def done(n: int) -> list[dict]:
+        return [_e("0", s, state="completed", backend="nccl", t=s) for s in range(1, n + 1)]
+
+    stuck = _e("0", 5, state="started", backend="nccl", t=50)
+    recv = _e("0", 7, "recv 2<-3", state="started", backend="nccl", t=45, p2p=True)
+    (hang,) = _job({0: [*done(4), stuck], 1: [*done(4), dict(stuck)], 2: [*done(4), recv],
+                    3: done(4)}, cfg)
+    assert hang.kind == "noncomm_hang" and _ranks(hang) == [3, 2]
+    assert hang.top.score > 0.8 and hang.suspects[1].score < 0.5
+    assert "rank 2 waits behind in recv from rank 3 on process group '0'" in hang.summary
+    # without the receive on record, rank 2 is as much a suspect as rank 3
+    (hang,) = _job({0: [*done(4), stuck], 1: [*done(4), dict(stuck)], 2: done(4),
+                    3: done(4)}, cfg)
+    assert sorted(_ranks(hang)) == [2, 3] and {s.score for s in hang.suspects} == {0.9}
