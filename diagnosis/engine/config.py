@@ -72,13 +72,17 @@ class EngineConfig:
     #: Samples whose median becomes the baseline.
     comm_learn: int = 4
     #: Smallest slowdown (duration / baseline - 1) worth a report.
-    comm_min_excess: float = 0.15
-    #: A sample is "slow" above ``max(comm_min_excess, comm_noise_k * sigma)`` of excess.
-    comm_noise_k: float = 4.0
-    #: Fraction of post-onset samples that must be slow.
-    comm_consistency: float = 0.6
+    comm_min_excess: float = 0.06
+    #: A sample is "slow" above ``max(comm_min_excess / 2, comm_noise_k * sigma)`` of excess,
+    #: sigma being the robust spread of every connection's excess.
+    comm_noise_k: float = 2.5
+    #: Smallest rise of the fraction of slow samples across the change point.
+    comm_min_frac: float = 0.35
     #: Fewest post-onset samples before a connection is judged.
-    comm_min_samples: int = 3
+    comm_min_samples: int = 4
+    #: A connection is slow when its slow samples after the change point have at most this
+    #: probability under the base rate.
+    comm_alpha: float = 1e-6
     #: A component is accepted when at least this fraction of the traffic crossing it (after the
     #: onset) is slow; healthy traffic through a component clears it.
     comm_purity: float = 0.6
@@ -102,7 +106,7 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
         if self.comm_skip < 0:
             raise ValueError(f"EngineConfig.comm_skip must be >= 0, got {self.comm_skip!r}")
-        for name in ("slow_min_frac", "comm_consistency", "comm_purity", "host_fraction",
+        for name in ("slow_min_frac", "comm_min_frac", "comm_purity", "host_fraction", "comm_alpha",
                      "slow_alpha", "slow_alpha_member", "slow_base_rate"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:

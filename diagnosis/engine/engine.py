@@ -245,8 +245,8 @@ class Engine:
             s = min(cands, key=lambda s: s.first)
             active.add(self._report_noncomm_hang({r: s for r in s.absent.tolist()}, cands,
                                                  scan.waiting, now, cycle=True))
-        for s in comm:
-            active.add(self._report_comm_hang(s, now))
+        if comm:
+            active.add(self._report_comm_hang(comm, now))
         if self.cfg.report_missing:
             for s in gone:
                 self._report_missing(s, now)
@@ -304,30 +304,33 @@ class Engine:
         self.registry.put(report, now)
         return fid
 
-    def _report_comm_hang(self, s: Stuck, now: int) -> str:
+    def _report_comm_hang(self, stuck: list[Stuck], now: int) -> str:
+        stuck = sorted(stuck, key=lambda s: s.last)
+        s = stuck[0]
+        bound = min(x.bound for x in stuck)
+        keys = self.localizer.stuck_transfers(self.conns, now, bound // 4)
+        suspects, how = self.localizer.comm_hang(self.conns if keys else None,
+                                                 [x.group for x in stuck], keys, s.last,
+                                                 self.timing.last_end)
         pg = self.arena.pg_of[s.group]
-        keys = self.localizer.stuck_transfers(
-            self.conns if len(self.conns.open_key) else None, pg, s.seq,
-            set(s.ranks.tolist()), s.first, now, s.bound)
-        suspects, how = self.localizer.comm_hang(self.conns if keys else None, s.group, keys,
-                                                 s.last, self.timing.last_end)
         name = self._group_label(s.group)
         op = self.op_names[s.op] if s.op >= 0 else "call"
         top = suspects[0] if suspects else None
         where = f"{top.type} {top.id}" if top else "an unknown component"
-        summary = (f"every member of {name} entered {op} #{s.seq} but it has not finished for "
-                   f"{_ms(now - s.last)} ({how}); check {where}")
-        fid = f"comm_hang:{top.type}:{top.id}" if top else f"comm_hang:{name}:{s.seq}"
+        others = f" (and {len(stuck) - 1} more stuck calls)" if len(stuck) > 1 else ""
+        summary = (f"every member of {name} entered {op} #{s.seq}{others} but it has not "
+                   f"finished for {_ms(now - s.last)} ({how}); check {where}")
+        fid = None
+        for old in self.registry.open_ids("comm_hang"):
+            fid = old          # one communication hang at a time: later evidence refines it
+        fid = fid or (f"comm_hang:{top.type}:{top.id}" if top else f"comm_hang:{name}:{s.seq}")
         evidence = {"group": name, "seq": s.seq, "waited_ms": round((now - s.last) / 1e6, 1),
                     "bound_ms": round(s.bound / 1e6, 1),
+                    "stuck_calls": [f"{self._group_label(x.group)} #{x.seq}" for x in stuck[:16]],
                     "stuck_transfers": [f"{self.conns.src[k]}>{self.conns.dst[k]}"
                                         for k in keys[:16]]}
         report = FaultReport("comm_hang", tuple(suspects), s.last, summary,
                              pg=self.pg_names[pg], seq=s.seq, evidence=evidence, id=fid)
-        old = self.registry.get(fid)
-        if old is not None and old.state == "open" and old.seq is not None and \
-                old.first_seen_ns < report.first_seen_ns:
-            return fid     # one fault, several stuck calls: keep the first
         self.registry.put(report, now)
         return fid
 

@@ -12,7 +12,7 @@ from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.placement import Placement
-from diagnosis.engine.series import SeriesBank, onset_test, robust_sigma
+from diagnosis.engine.series import SeriesBank, change_point, robust_sigma
 from diagnosis.engine.tomography import Component, Explanation, PathCache, explain
 from diagnosis.report import Suspect
 
@@ -63,14 +63,23 @@ class Localizer:
 
     # ----- slow ------------------------------------------------------------------------------
     def _slow_series(self, bank: SeriesBank, keys: np.ndarray):
+        """Which keys turned slow: a binomial change point on samples above the noise, against
+        the base rate of such samples over every key."""
+        cfg = self.cfg
         ring, rt = bank.ordered(keys)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            sigma = float(np.nan_to_num(robust_sigma(ring[np.isfinite(ring)]), nan=0.0))
-        thr = max(self.cfg.comm_min_excess, self.cfg.comm_noise_k * sigma)
-        res = onset_test(ring, np.full(len(keys), thr), self.cfg.comm_min_samples,
-                         self.cfg.comm_consistency)
-        slow = (res.start >= 0) & (res.median >= thr)
+            finite = ring[np.isfinite(ring)]
+            sigma = float(np.nan_to_num(robust_sigma(finite), nan=0.0)) if len(finite) else 0.0
+        thr = max(cfg.comm_min_excess / 2, cfg.comm_noise_k * sigma)
+        valid = np.isfinite(ring)
+        p0 = float(np.clip((ring[valid] > thr).mean() if valid.any() else 0.0,
+                           cfg.slow_base_rate, 0.5))
+        res = change_point(ring, np.full(len(keys), thr), np.full(len(keys), p0),
+                           cfg.comm_min_samples)
+        slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
+            & (res.frac - res.pre_frac >= cfg.comm_min_frac) \
+            & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
         return ring, rt, thr, res, slow
 
     def comm_slow(self, win: ConnWindow | None, timing_bank: SeriesBank) -> list[CommFinding]:
@@ -131,53 +140,68 @@ class Localizer:
     def _finding(e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
                  median: np.ndarray, healthy: int, via: str) -> CommFinding:
         keys = idx[e.explained]
-        return CommFinding(e, int(onset[keys].min()), 1.0 + float(np.median(median[keys])),
+        # the onset most of the explained observations agree on is not before the earliest
+        # quarter of them (a single early change point may be noise)
+        return CommFinding(e, int(np.percentile(onset[keys], 25, method="lower")),
+                           1.0 + float(np.median(median[keys])),
                            [names[i] for i in e.explained], healthy, via)
 
+    def _last_alive(self, win: ConnWindow) -> dict[Component, int]:
+        """The last time a transfer surely crossing each component finished."""
+        out: dict[Component, int] = {}
+        for k in np.flatnonzero(win.last_end >= 0).tolist():
+            t = int(win.last_end[k])
+            for c in self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[1]:
+                if out.get(c, -1) < t:
+                    out[c] = t
+        return out
+
     # ----- stuck -----------------------------------------------------------------------------
-    def stuck_transfers(self, win: ConnWindow | None, pg: int, seq: int, ranks: set[int],
-                        since: int, now: int, bound: int) -> list[int]:
-        """Open transfers (their keys) of one stuck call: same pg and seq when recorded, else
-        between its members and started after it began."""
+    def stuck_transfers(self, win: ConnWindow | None, now: int, min_age: int) -> list[int]:
+        """Keys of the connections with a transfer open for at least ``min_age``."""
         if win is None or len(win.open_key) == 0:
             return []
-        k, start, sq = win.open_key, win.open_start, win.open_seq
-        src, dst, kpg = win.src[k], win.dst[k], win.pg[k]
-        members = np.isin(src, list(ranks)) & np.isin(dst, list(ranks))
-        match = np.where(sq >= 0, (sq == seq) & ((kpg == pg) | (kpg < 0)),
-                         start >= since - bound)
-        sel = members & match & (start <= now - bound // 4)
-        return sorted(set(k[sel].tolist()))
+        sel = win.open_start <= now - min_age
+        return sorted(set(win.open_key[sel].tolist()))
 
-    def comm_hang(self, win: ConnWindow | None, g: int, stuck_keys: list[int], since: int,
-                  group_last_end: np.ndarray) -> tuple[list[Suspect], str]:
-        """Suspects of a stuck call, with a phrase saying how they were found."""
+    def comm_hang(self, win: ConnWindow | None, groups: list[int], stuck_keys: list[int],
+                  since: int, group_last_end: np.ndarray) -> tuple[list[Suspect], str]:
+        """Suspects of calls that everyone entered and nothing finishes, localized jointly: a
+        dead component stops every transfer across it, in whatever call."""
         if stuck_keys and win is not None:
             obs = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[0]
                    for k in stuck_keys]
-            moved = np.flatnonzero(win.last_end > since)
+            first = float(win.open_start[np.isin(win.open_key, stuck_keys)].min())
+            moved = np.flatnonzero(win.last_end > first)
             clear = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[1] for k in moved]
             found, _ = explain([o for o in obs if o], clear, self.cfg.comm_purity)
-            srcs = [int(win.src[k]) for k in stuck_keys]
-            endpoint = self.placement.suspects(sorted(set(srcs)), [0.6] * len(set(srcs)))
-            if found and (len(found[0].explained) >= 2 or (len(stuck_keys) == 1 and
-                          found[0].cleared_by > 0)):
-                return _suspects(found), f"{len(stuck_keys)} transfers stopped moving"
+            srcs = sorted({int(win.src[k]) for k in stuck_keys})
+            endpoint = self.placement.suspects(srcs, [0.6] * len(srcs))
+            n = len(stuck_keys)
+            if found and (len(found[0].explained) >= 2 or found[0].cleared_by > 0):
+                return _suspects(found), f"{n} transfer(s) stopped moving"
             if found:
-                # one silent transfer across components no other traffic crossed: its own
-                # endpoint's transport is the likelier culprit, the path next
-                return endpoint + [Suspect(s.type, s.id, min(s.score, 0.4))
-                                   for s in _suspects(found)], \
-                    "one transfer stopped moving; nothing else crossed its path"
-            return endpoint, "its transfer stopped while the rest of its path kept moving"
-        may, _ = self.group_sets(g)
-        if may:
+                # one silent transfer across components no later traffic crossed: the component
+                # silent the longest (its last finished transfer the oldest) is the likeliest
+                # dead one; the sender's own transport comes after the path
+                alive = self._last_alive(win)
+                comps = [c for e in found for c in e.components]
+                comps.sort(key=lambda c: (alive.get(c, -1), c.type != "nic", c.id))
+                oldest = alive.get(comps[0], -1)
+                out = [Suspect(c.type, c.id, 0.6 if alive.get(c, -1) == oldest else 0.3)
+                       for c in comps]
+                return out + [Suspect(x.type, x.id, 0.2, rank=x.rank) for x in endpoint], \
+                    "one transfer stopped moving; its path's quietest component named first"
+            return endpoint, f"{n} transfer(s) stopped while the rest of the path kept moving"
+        sets = [self.group_sets(g)[0] for g in groups]
+        if any(sets):
+            stuck = set(groups)
             moved = np.flatnonzero(group_last_end[: len(self.arena)] > since)
-            clear = [self.group_sets(int(h))[1] for h in moved if h != g]
-            found, _ = explain([may], clear, 0.99)
+            clear = [self.group_sets(int(h))[1] for h in moved if int(h) not in stuck]
+            found, _ = explain([x for x in sets if x], clear, 0.99)
             if found:
                 return _suspects(found), "no other communicator through these components moved"
-        m = self.arena.members[g].tolist()
+        m = sorted({r for g in groups for r in self.arena.members[g].tolist()})
         return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),
                 "no connection records to localize the transfer")
 

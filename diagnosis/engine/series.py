@@ -148,6 +148,12 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     has = cand.any(axis=1)
     start = np.where(has, np.argmin(np.where(cand, logp, 1.0), axis=1), -1)
     ix = np.arange(rows)
+    # among splits nearly as significant as the best, the purest (an early noise sample must
+    # not pull the onset before the fault)
+    best0 = logp[ix, np.maximum(start, 0)]
+    near = cand & (logp <= 0.8 * best0[:, None])
+    purity = np.where(near, above / np.maximum(length, 1), -1.0)
+    start = np.where(has, np.argmax(purity, axis=1), -1)
     s0 = np.maximum(start, 0)
     best = np.where(has, logp[ix, s0], 0.0)
     cnt = np.where(has, length[ix, s0], 0)
