@@ -1,0 +1,1 @@
+"""Holds the ``sitecustomize.py`` that ``c4 run`` puts first on ``PYTHONPATH``."""

@@ -1,0 +1,119 @@
+"""One rank's collector: the recorder (hooks), the buffer and the shipper, wired together."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from collectors.buffer import RecordBuffer
+from collectors.config import CollectorConfig
+from collectors.hook import Recorder
+from collectors.shipper import Shipper
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CollectorCounters:
+    """Cumulative counters of this process's collector (also shipped in stats frames)."""
+
+    recorded: int
+    dropped: int
+    shipped: int
+    pending: int
+    connected: bool
+
+
+class Collector:
+    """Created by ``collectors.install()``; one per process."""
+
+    def __init__(self, config: CollectorConfig) -> None:
+        from collectors.cuda_timing import make_cuda_timer
+
+        self.config = config
+        self.buffer = RecordBuffer(config.buffer_rows)
+        self.recorder = Recorder(self.buffer, self._attach, make_cuda_timer)
+        self.shipper: Shipper | None = None
+        self._lock = threading.Lock()
+        self._installed = False
+
+    def install(self) -> None:
+        self.recorder.patch()
+        self._installed = True
+        atexit.register(self.close)
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def uninstall(self) -> None:
+        """Restore torch.distributed and ship what is left (bounded by ``exit_flush_s``)."""
+        if self._installed:
+            self.recorder.unpatch()
+            self._installed = False
+        self.close()
+        atexit.unregister(self.close)
+
+    def _attach(self) -> None:
+        """Start shipping once torch.distributed knows this rank (first call or init)."""
+        if self.shipper is not None:
+            return
+        with self._lock:
+            if self.shipper is not None:
+                return
+            info = self._rank_info()
+            before = None
+            if self.recorder.cuda_timer is not None:
+                before = self.recorder.cuda_timer.poll
+            shipper = Shipper(self.config, self.buffer, info, before_cycle=before)
+            shipper.start()
+            self.shipper = shipper
+            log.debug("c4 collector: rank %d of job %s ships to %s", info.rank, info.job,
+                      self.config.socket_path)
+
+    def _rank_info(self):  # -> c4_pb2.RankInfo
+        import torch.distributed as dist
+
+        from proto import c4_pb2
+
+        cfg = self.config
+        local = os.environ.get("LOCAL_RANK", "")
+        return c4_pb2.RankInfo(
+            job=cfg.job, attempt=cfg.attempt, rank=dist.get_rank(),
+            world_size=dist.get_world_size(), host=cfg.host,
+            local_rank=int(local) if local.lstrip("-").isdigit() else -1, pid=os.getpid(),
+            gpu=cfg.gpu, nic=cfg.nic, backend=str(dist.get_backend()), t_ns=time.time_ns())
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Ship everything recorded so far now; False if the sidecar did not take it in time."""
+        if self.shipper is None:
+            return not self.buffer.rows
+        return self.shipper.flush(timeout) and not self.buffer.rows
+
+    def counters(self) -> CollectorCounters:
+        sh = self.shipper
+        return CollectorCounters(
+            recorded=self.buffer.recorded,
+            dropped=sh.dropped() if sh else self.buffer.dropped_full,
+            shipped=sh.shipped if sh else 0,
+            pending=len(self.buffer.pending),
+            connected=bool(sh and sh._sock is not None))
+
+    def close(self) -> None:
+        shipper, self.shipper = self.shipper, None
+        if shipper is not None:
+            shipper.stop(self.config.exit_flush_s + 0.5)
+            c = shipper
+            if c.dropped():
+                log.warning("c4 collector: %d of %d recorded calls were dropped (sidecar at %s "
+                            "absent or slow)", c.dropped(), self.buffer.recorded,
+                            self.config.socket_path)
+
+    def _after_fork(self) -> None:
+        # The shipper thread does not exist in a forked child (e.g. a DataLoader worker): start
+        # afresh there if the child ever makes a call of its own.
+        if self._installed:
+            self.shipper = None
+            self.buffer.clear()
+            self._lock = threading.Lock()

@@ -1,0 +1,91 @@
+"""Collector settings: constructor arguments, else ``C4_*`` environment variables, else defaults."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors.errors import ConfigError
+from collectors.wire import default_socket_path
+
+ENV_COLLECT = "C4_COLLECT"
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number; set it to e.g. {default}") from None
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer; set it to e.g. {default}") from None
+
+
+def _job_from_env() -> str:
+    return os.environ.get("C4_JOB") or os.environ.get("TORCHELASTIC_RUN_ID") or "default"
+
+
+def _attempt_from_env() -> int:
+    for name in ("TORCHELASTIC_RESTART_COUNT", "C4_ATTEMPT"):
+        if os.environ.get(name):
+            return _env_int(name, 0)
+    return 0
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """How a rank's collector records and ships.
+
+    Every field defaults from the environment when the config is built with ``from_env()``.
+    """
+
+    #: Unix socket of the node's sidecar (``C4_SIDECAR_SOCKET``).
+    socket_path: Path = field(default_factory=default_socket_path)
+    #: Job name (``C4_JOB``, else ``TORCHELASTIC_RUN_ID``, else "default").
+    job: str = field(default_factory=_job_from_env)
+    #: Restart count (``TORCHELASTIC_RESTART_COUNT``, else ``C4_ATTEMPT``, else 0).
+    attempt: int = field(default_factory=_attempt_from_env)
+    #: Topology host id (``C4_HOST``, else the hostname).
+    host: str = field(default_factory=lambda: os.environ.get("C4_HOST") or socket.gethostname())
+    #: Topology GPU and NIC ids of this rank, if known (``C4_GPU``, ``C4_NIC``).
+    gpu: str = field(default_factory=lambda: os.environ.get("C4_GPU", ""))
+    nic: str = field(default_factory=lambda: os.environ.get("C4_NIC", ""))
+    #: Seconds between flushes (``C4_FLUSH_INTERVAL``).
+    flush_interval_s: float = field(
+        default_factory=lambda: _env_float("C4_FLUSH_INTERVAL", 0.1))
+    #: Rows held while the sidecar is away; beyond this rows are dropped (``C4_BUFFER_ROWS``).
+    buffer_rows: int = field(default_factory=lambda: _env_int("C4_BUFFER_ROWS", 65536))
+    #: A call pending this long is shipped once as an open row (``C4_OPEN_AFTER``).
+    open_after_s: float = field(default_factory=lambda: _env_float("C4_OPEN_AFTER", 0.5))
+    #: A frame the sidecar does not take within this time is dropped (``C4_SEND_TIMEOUT``).
+    send_timeout_s: float = field(default_factory=lambda: _env_float("C4_SEND_TIMEOUT", 2.0))
+    #: Longest wait between reconnection attempts (``C4_RECONNECT_MAX``).
+    reconnect_max_s: float = field(default_factory=lambda: _env_float("C4_RECONNECT_MAX", 2.0))
+    #: How long the exit flush may take (``C4_EXIT_FLUSH``).
+    exit_flush_s: float = field(default_factory=lambda: _env_float("C4_EXIT_FLUSH", 2.0))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "socket_path", Path(self.socket_path))
+        if not self.job:
+            raise ConfigError("the job name is empty; set C4_JOB or pass job=")
+        if self.attempt < 0:
+            raise ConfigError(f"attempt={self.attempt} is negative; restart counts start at 0")
+        if self.buffer_rows < 16:
+            raise ConfigError(f"buffer_rows={self.buffer_rows} is too small; use at least 16")
+        for name in ("flush_interval_s", "open_after_s", "send_timeout_s", "reconnect_max_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be positive")
+        if self.exit_flush_s < 0:
+            raise ConfigError(f"exit_flush_s={self.exit_flush_s} must not be negative")

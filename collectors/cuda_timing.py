@@ -1,0 +1,112 @@
+"""CUDA-event timing for NCCL groups. UNTESTED: this machine has no GPU; only the gloo path of
+the collector is exercised by the tests.
+
+For a synchronous call on a group whose backend runs on the GPU, the hooks record a CUDA event on
+the current stream before and after the call, without synchronizing. The shipper thread later asks
+``event.query()``; once the end event has completed, start and end are converted to wall-clock
+nanoseconds through a reference event whose wall-clock time was taken when it completed
+(re-anchored every ``ANCHOR_EVERY_S`` so that GPU and host clocks cannot drift apart for long).
+Calls with ``async_op=True`` use the Work's future as on gloo: NCCL completes it when the GPU
+work is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ANCHOR_EVERY_S = 60.0
+
+
+def make_cuda_timer() -> CudaTimer | None:
+    """A timer when CUDA is usable in this process, else None (wall-clock timing only)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return CudaTimer()
+    except Exception:
+        log.debug("CUDA timing unavailable", exc_info=True)
+        return None
+
+
+class CudaTimer:
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._anchors: dict[int, tuple[Any, int, float]] = {}  # device -> (event, wall ns, when)
+        self._inflight: list[tuple] = []  # (device, token, row, start event, end event)
+        self._lock = threading.Lock()
+        self._buffer: Any = None
+
+    def _anchor(self, device: int) -> tuple[Any, int]:
+        entry = self._anchors.get(device)
+        now = time.monotonic()
+        if entry is None or now - entry[2] > ANCHOR_EVERY_S:
+            torch = self._torch
+            with torch.cuda.device(device):
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                ev.synchronize()  # once per minute per device, on the shipper thread
+                entry = (ev, time.time_ns(), now)
+            self._anchors[device] = entry
+        return entry[0], entry[1]
+
+    def make_invoke(self, rec: Any, wall_invoke: Callable[..., Any]) -> Callable[..., Any]:
+        torch = self._torch
+        self._buffer = rec.buf
+        pending, tls, complete = rec.buf.pending, rec._tls, rec.complete
+        inflight = self._inflight
+        event, current_device = torch.cuda.Event, torch.cuda.current_device
+
+        def invoke(orig: Callable[..., Any], args: tuple, kwargs: dict, row: tuple, token: int,
+                   is_async: bool, st: Any, p2p: bool) -> Any:
+            if is_async:
+                return wall_invoke(orig, args, kwargs, row, token, is_async, st, p2p)
+            start = event(enable_timing=True)
+            start.record()
+            pending[token] = row
+            tls.busy = True
+            try:
+                result = orig(*args, **kwargs)
+            except BaseException as exc:
+                pending.pop(token, None)
+                complete(row, time.time_ns(), exc)
+                raise
+            finally:
+                tls.busy = False
+            end = event(enable_timing=True)
+            end.record()
+            inflight.append((current_device(), token, row, start, end))
+            return result
+
+        return invoke
+
+    def poll(self) -> None:
+        """On the shipper thread: turn completed event pairs into rows."""
+        inflight, buf = self._inflight, self._buffer
+        if not inflight or buf is None:
+            return
+        with self._lock:
+            n = len(inflight)
+            items = inflight[:n]
+            del inflight[:n]
+            keep = []
+            for item in items:
+                device, token, row, start, end = item
+                if not end.query():
+                    keep.append(item)
+                    continue
+                ref, ref_ns = self._anchor(device)
+                t_start = ref_ns + int(ref.elapsed_time(start) * 1e6)
+                t_end = ref_ns + int(ref.elapsed_time(end) * 1e6)
+                buf.pending.pop(token, None)
+                buf.append((*row[:6], t_start, t_end, *row[8:]))
+            inflight[:0] = keep

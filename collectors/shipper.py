@@ -1,0 +1,202 @@
+"""The background thread that ships a rank's rows to its node's sidecar.
+
+Every ``flush_interval_s`` (sooner when the buffer is half full) it sends, over the Unix socket of
+``collectors.wire``: the groups announced since the last cycle, the completed rows as ``OpBatch``
+frames, calls pending longer than ``open_after_s`` once as open rows (``t_end_ns = -1``), and about
+once a second a stats frame. While the sidecar is missing it retries with exponential backoff and
+the rows wait in the bounded buffer (the hooks drop and count what does not fit); after every
+(re)connection it first sends the ``RankInfo`` and every group known so far. A frame the sidecar
+does not take within ``send_timeout_s`` is dropped and counted: nothing here ever waits on the
+training thread's behalf.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from collectors.buffer import RecordBuffer, build_columns
+from collectors.config import CollectorConfig
+from collectors.wire import encode_frame
+from proto import c4_pb2
+from proto.codec import encode_ops
+
+log = logging.getLogger(__name__)
+
+# Rows per OpBatch frame: ~60 bytes a row keeps frames well under the wire's limit.
+MAX_ROWS_PER_FRAME = 8192
+STATS_EVERY_S = 1.0
+_FIRST_BACKOFF_S = 0.05
+
+
+class Shipper:
+    """Owns the socket and the thread; see module docstring."""
+
+    def __init__(self, config: CollectorConfig, buffer: RecordBuffer, rank_info: c4_pb2.RankInfo,
+                 before_cycle: Callable[[], None] | None = None) -> None:
+        self.config = config
+        self.buffer = buffer
+        self.rank_info = rank_info
+        self._before_cycle = before_cycle
+        self.shipped = 0
+        self.dropped_send = 0
+        self.connects = 0
+        self._sock: socket.socket | None = None
+        self._next_connect = 0.0
+        self._backoff = _FIRST_BACKOFF_S
+        self._groups_sent = 0
+        self._open_reported: set[int] = set()
+        self._last_stats = 0.0
+        self._cycles = 0
+        self._cycle_done = threading.Condition()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        buffer.wake = self._wake
+        self._thread = threading.Thread(target=self._run, name="c4-collector-shipper", daemon=True)
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def flush(self, timeout: float) -> bool:
+        """Ask for a cycle now and wait for it (at most ``timeout``); True if one completed."""
+        with self._cycle_done:
+            target = self._cycles + 2  # a cycle that started after this call has finished
+            self._wake.set()
+            return self._cycle_done.wait_for(lambda: self._cycles >= target or not self.alive(),
+                                              timeout)
+
+    def stop(self, timeout: float) -> None:
+        """Final cycle (pending calls go out as open rows), stats, close; waits ``timeout``."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def dropped(self) -> int:
+        return self.buffer.dropped_full + self.dropped_send
+
+    # ------------------------------------------------------------------ thread
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.config.flush_interval_s)
+            self._wake.clear()
+            self._guarded_cycle(final=False)
+        self._guarded_cycle(final=True)
+        self._close()
+
+    def _guarded_cycle(self, final: bool) -> None:
+        try:
+            self._cycle(final)
+        except Exception:  # a bug here must not kill shipping for the rest of the job
+            log.exception("c4 collector: shipping cycle failed")
+        with self._cycle_done:
+            self._cycles += 1
+            self._cycle_done.notify_all()
+
+    def _cycle(self, final: bool) -> None:
+        if self._before_cycle is not None:
+            self._before_cycle()
+        if not self._connected(force=final):
+            return
+        rows: list[tuple] = []
+        try:
+            self._send_groups()
+            while True:
+                rows = self.buffer.take(MAX_ROWS_PER_FRAME)
+                if not rows:
+                    break
+                self._send_rows(rows)
+                self.shipped += len(rows)
+            rows = []
+            self._send_open(final)
+            now = time.monotonic()
+            if final or now - self._last_stats >= STATS_EVERY_S:
+                self._send(c4_pb2.IngestRequest(stats=self.stats_message()))
+                self._last_stats = now
+        except OSError as exc:
+            self.dropped_send += len(rows)
+            log.info("c4 collector: sidecar at %s went away (%s); reconnecting",
+                     self.config.socket_path, exc)
+            self._close()
+            self._schedule_reconnect()
+
+    # ------------------------------------------------------------------ frames
+    def stats_message(self) -> c4_pb2.SidecarStats:
+        """The collector's counters, as the single entry of a ``SidecarStats``."""
+        mine = c4_pb2.CollectorStats(job=self.rank_info.job, rank=self.rank_info.rank,
+                                     recorded=self.buffer.recorded, dropped=self.dropped(),
+                                     shipped=self.shipped)
+        return c4_pb2.SidecarStats(host=self.rank_info.host, collectors=[mine])
+
+    def _send_groups(self) -> None:
+        groups = self.buffer.groups
+        while self._groups_sent < len(groups):
+            info = c4_pb2.GroupInfo()
+            info.CopyFrom(groups[self._groups_sent])
+            info.job, info.attempt = self.rank_info.job, self.rank_info.attempt
+            self._send(c4_pb2.IngestRequest(group=info))
+            self._groups_sent += 1
+
+    def _send_rows(self, rows: list[tuple]) -> None:
+        cols = build_columns(rows, self.rank_info.rank, self.buffer.strings.snapshot())
+        batch = encode_ops(self.rank_info.job, cols, attempt=self.rank_info.attempt)
+        self._send(c4_pb2.IngestRequest(ops=batch))
+
+    def _send_open(self, final: bool) -> None:
+        cutoff = time.time_ns() - int(self.config.open_after_s * 1e9)
+        if final:
+            cutoff = 1 << 62  # at exit every call still pending is reported open
+        rows, tokens = self.buffer.open_rows(cutoff, self._open_reported)
+        if rows:
+            self._send_rows(rows)
+            self._open_reported.update(tokens)
+
+    def _send(self, request: c4_pb2.IngestRequest) -> None:
+        assert self._sock is not None
+        self._sock.sendall(encode_frame(request))
+
+    # ------------------------------------------------------------------ connection
+    def _connected(self, force: bool) -> bool:
+        if self._sock is not None:
+            return True
+        if not force and time.monotonic() < self._next_connect:
+            return False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        timeout = self.config.send_timeout_s
+        if force:
+            timeout = min(timeout, max(self.config.exit_flush_s, 0.01))
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(self.config.socket_path))
+            self._sock = sock
+            self._groups_sent = 0  # the sidecar may be new: tell it everything again
+            self._send(c4_pb2.IngestRequest(rank=self.rank_info))
+            self._send_groups()
+        except OSError as exc:
+            sock.close()
+            self._sock = None
+            log.debug("c4 collector: no sidecar at %s (%s)", self.config.socket_path, exc)
+            self._schedule_reconnect()
+            return False
+        self.connects += 1
+        self._backoff = _FIRST_BACKOFF_S
+        log.debug("c4 collector: connected to sidecar at %s", self.config.socket_path)
+        return True
+
+    def _schedule_reconnect(self) -> None:
+        self._next_connect = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, self.config.reconnect_max_s)
+
+    def _close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
