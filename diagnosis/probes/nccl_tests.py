@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from diagnosis.errors import FormatError
 from diagnosis.probes.nccl_tests_json import run_from_json
-from diagnosis.probes.nccl_tests_records import Device, Measurement, NcclTestsRun, SizeResult
+from diagnosis.probes.nccl_tests_records import (
+    Device,
+    Measurement,
+    NcclTestsRun,
+    SizeResult,
+    version_of_code,
+)
 
 _OMPI = re.compile(r"^.*?\[\d+,\d+\]<(?P<stream>stdout|stderr|stddiag)>:\s?")
 _SRUN = re.compile(r"^\s*\d+:(?: |$)")
@@ -199,7 +205,7 @@ class _TextParser:
             d = self.draft
             d.nccl_tests_version = m.group("v")
             if m.group("lib"):
-                d.nccl_version = _version_of_code(int(m.group("lib")))
+                d.nccl_version = version_of_code(int(m.group("lib")))
             return
         if p.lstrip("# ").startswith("nThread"):
             if d.params or d.results or d.complete:
@@ -317,13 +323,6 @@ def _params(p: str) -> dict[str, int | str]:
     return out
 
 
-def _version_of_code(code: int) -> str:
-    # NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9, major*1000 + ... before.
-    if code >= 10000:
-        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
-
-
 def _int(s: str, n: int, what: str, source: str) -> int:
     try:
         return int(s)
@@ -339,7 +338,3 @@ def _float(s: str, n: int, what: str, source: str) -> float:
         raise FormatError(f"{what} is {s!r}, not a number", source=source, line=n,
                           field=what) from None
 
-
-def with_test(run: NcclTestsRun, test: str) -> NcclTestsRun:
-    """``run`` named ``test`` (for outputs that do not name their program)."""
-    return replace(run, test=test)

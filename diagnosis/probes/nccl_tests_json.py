@@ -13,7 +13,13 @@ import os
 from typing import Any
 
 from diagnosis.errors import FormatError
-from diagnosis.probes.nccl_tests_records import Device, Measurement, NcclTestsRun, SizeResult
+from diagnosis.probes.nccl_tests_records import (
+    Device,
+    Measurement,
+    NcclTestsRun,
+    SizeResult,
+    version_of_code,
+)
 
 _CONFIG_KEYS = {"nthreads": "nThread", "ngpus": "nGpus", "minimum_bytes": "minBytes",
                 "maximum_bytes": "maxBytes", "step_factor": "step_factor",
@@ -43,7 +49,7 @@ def run_from_json(obj: Any, source: str = "") -> NcclTestsRun:
     code = obj.get("nccl_version")
     return NcclTestsRun(
         test=os.path.basename(str(args[0])) if args else None,
-        nccl_version=_version_of_code(code) if isinstance(code, int) and code > 0 else None,
+        nccl_version=version_of_code(code) if isinstance(code, int) and code > 0 else None,
         params=params,
         devices=tuple(_device(d, i, source) for i, d in enumerate(config.get("devices") or [])),
         results=tuple(_result(r, i, source) for i, r in enumerate(results)),
@@ -113,9 +119,3 @@ def _bool(x: Any) -> bool | None:
     if x in ("true", "false"):
         return x == "true"
     return None  # "unchecked" or absent
-
-
-def _version_of_code(code: int) -> str:
-    if code >= 10000:
-        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"

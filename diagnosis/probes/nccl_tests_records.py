@@ -87,3 +87,11 @@ class NcclTestsRun:
         """The run reported wrong results, out-of-bounds values, a low bandwidth or errors."""
         return bool(self.wrong or self.out_of_bounds or self.avg_busbw_ok is False
                     or self.out_of_bounds_ok is False or self.errors)
+
+
+def version_of_code(code: int) -> str:
+    """"2.29.7" from NCCL_VERSION_CODE 22907 (major*10000 + minor*100 + patch since 2.9;
+    major*1000 + minor*100 + patch before)."""
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
