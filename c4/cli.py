@@ -14,6 +14,7 @@ COMMAND_MODULES: list[str] = [
     "c4.demo.cli",
     "diagnosis.analyze.cli",
     "collectors.sidecar.cli",
+    "collectors.cli",
     "diagnosis.daemon.cli",
     "diagnosis.query_cli",
     "diagnosis.sim.cli",
