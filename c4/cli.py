@@ -12,6 +12,7 @@ import typer
 # Modules with a ``register(app: typer.Typer) -> None`` function, in help order.
 COMMAND_MODULES: list[str] = [
     "c4.demo.cli",
+    "c4.lab.cli",
     "diagnosis.analyze.cli",
     "collectors.sidecar.cli",
     "collectors.cli",

@@ -1,0 +1,168 @@
+"""``c4 lab``: build a namespace fabric, run jobs on it, inject and clear faults."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+lab_app = typer.Typer(help="The fault lab: hosts as network namespaces on a leaf/spine fabric, "
+                           "with the daemon, sidecars, real jobs and injected faults (root).",
+                      no_args_is_help=True)
+
+LAB_DIR = typer.Option(None, "--lab-dir", envvar="C4_LAB_DIR",
+                       help="Directory of the lab's state, topology, database and logs "
+                            "(default: c4l-lab in the temporary directory).")
+
+
+def _dir(lab_dir: Path | None) -> Path:
+    from c4.lab.state import default_lab_dir
+
+    return (lab_dir or default_lab_dir()).resolve()
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(1)
+
+
+@lab_app.command("up")
+def up_cmd(
+    hosts: int = typer.Option(4, "--hosts", help="Hosts (one network namespace each)."),
+    gpus_per_host: int = typer.Option(2, "--gpus-per-host", help="GPUs (rank slots) per host."),
+    hosts_per_leaf: int = typer.Option(2, "--hosts-per-leaf", help="Hosts under each leaf."),
+    spines: int = typer.Option(2, "--spines", help="Spine switches (ECMP paths between leaves)."),
+    host_mbit: int = typer.Option(1000, "--host-mbit", help="Host-leaf link rate, Mbit/s."),
+    uplink_mbit: int = typer.Option(1000, "--uplink-mbit", help="Leaf-spine link rate, Mbit/s."),
+    no_services: bool = typer.Option(False, "--no-services",
+                                     help="Build only the fabric: no daemon, no sidecars."),
+    lab_dir: Path = LAB_DIR,
+) -> None:
+    """Build the fabric, write its topology file, start the daemon and one sidecar per host."""
+    from c4.lab.lab import up
+    from c4.lab.layout import LabSpec
+    from c4.lab.system import LabError
+
+    try:
+        spec = LabSpec(hosts, gpus_per_host, hosts_per_leaf, spines, host_mbit, uplink_mbit)
+        st = up(_dir(lab_dir), spec, services=not no_services)
+    except (LabError, ValueError) as exc:
+        _fail(exc)
+    typer.echo(f"lab up: {hosts} hosts x {gpus_per_host} GPUs, {spec.leaves} leaves, "
+               f"{spines} spines; topology {st['topology']}")
+    if st["daemon"]:
+        typer.echo(f"daemon {st['daemon']['address']} (use --daemon {st['daemon']['address']})")
+    for h, info in st["hosts"].items():
+        typer.echo(f"  {h}: netns {info['ns']}, fabric {info['addr']} ({info['ifname']}), "
+                   f"leaf {info['leaf']}")
+
+
+@lab_app.command("down")
+def down_cmd(lab_dir: Path = LAB_DIR) -> None:
+    """Remove everything the lab made (also leftovers of a crashed lab, found by prefix)."""
+    from c4.lab.lab import down
+    from c4.lab.system import LabError
+
+    try:
+        typer.echo(down(_dir(lab_dir)))
+    except LabError as exc:
+        _fail(exc)
+
+
+@lab_app.command("status")
+def status_cmd(
+    fmt: str = typer.Option("text", "--format", help="text or json (the whole lab state)."),
+    lab_dir: Path = LAB_DIR,
+) -> None:
+    """The lab's hosts, services and faults (with their times: the ground truth)."""
+    from c4.lab.state import read
+
+    st = read(_dir(lab_dir))
+    if st is None:
+        typer.echo("no lab is up")
+        raise typer.Exit(1)
+    if fmt == "json":
+        typer.echo(json.dumps(st, indent=1))
+        return
+    typer.echo(f"lab in {st['lab_dir']}: {len(st['hosts'])} hosts; daemon "
+               f"{(st['daemon'] or {}).get('address', 'none')}")
+    for f in st["faults"]:
+        state_ = "active" if f["cleared_at"] is None else "cleared"
+        typer.echo(f"  fault {f['id']}: {f['kind']} on {f['target']} "
+                   f"({', '.join(f['components'])}) {state_}")
+
+
+@lab_app.command("inject")
+def inject_cmd(
+    fault: str = typer.Argument(..., help="slow-link, lossy-link, dead-link, slow-gpu, hang "
+                                          "or crash."),
+    target: str = typer.Argument(..., help="A link id (a~b) or NIC id for link faults; a host "
+                                           "id, GPU id, rank:N or pid:N for the others."),
+    duration: float = typer.Option(None, "--for", help="Clear the fault after SECONDS."),
+    rate_mbit: float = typer.Option(None, "--rate-mbit",
+                                    help="slow-link: the rate (default a tenth of capacity)."),
+    loss: int = typer.Option(30, "--loss", help="lossy-link: percent of packets dropped."),
+    cpu: int = typer.Option(20, "--cpu", help="slow-gpu: CPU quota, percent of one core."),
+    lab_dir: Path = LAB_DIR,
+) -> None:
+    """Inject a fault; it is recorded with its time in the lab state."""
+    from c4.lab.faults import inject
+    from c4.lab.system import LabError
+
+    try:
+        rec = inject(_dir(lab_dir), fault, target, duration=duration, rate_mbit=rate_mbit,
+                     loss_pct=loss, cpu_pct=cpu)
+    except LabError as exc:
+        _fail(exc)
+    typer.echo(f"fault {rec['id']}: {fault} on {', '.join(rec['components'])}"
+               + (f" for {duration:g} s" if duration else ""))
+
+
+@lab_app.command("clear")
+def clear_cmd(
+    fault_id: int = typer.Option(None, "--id", help="Clear only this fault."),
+    lab_dir: Path = LAB_DIR,
+) -> None:
+    """Undo the active faults."""
+    from c4.lab.faults import clear
+    from c4.lab.system import LabError
+
+    try:
+        done = clear(_dir(lab_dir), fault_id)
+    except LabError as exc:
+        _fail(exc)
+    typer.echo(f"cleared {len(done)} fault(s)"
+               + "".join(f"\n  {r['id']}: {r['kind']} on {r['target']}" for r in done))
+
+
+@lab_app.command("run", context_settings={"allow_extra_args": True,
+                                          "ignore_unknown_options": True})
+def run_cmd(
+    ctx: typer.Context,
+    job: str = typer.Option(None, "--job", help="Job name (default lab-TIME-N)."),
+    nproc: int = typer.Option(None, "--nproc", help="Ranks per host (default: GPUs per host)."),
+    timeout: float = typer.Option(600, "--timeout", help="Stop the job after SECONDS."),
+    lab_dir: Path = LAB_DIR,
+) -> None:
+    """Run `-- SCRIPT ARGS` (or the built-in DP x PP example if none) with one torchrun node
+    per lab host, gloo over the fabric, the collectors on."""
+    from c4.lab.lab import EXAMPLE, start_job, wait_job
+    from c4.lab.system import LabError
+
+    args = list(ctx.args)
+    script, rest = (args[0], args[1:]) if args else (str(EXAMPLE), [])
+    try:
+        name, services = start_job(_dir(lab_dir), script, rest, job=job, nproc=nproc)
+    except LabError as exc:
+        _fail(exc)
+    typer.echo(f"job {name}: logs in {_dir(lab_dir)}/HOST/{name}.log")
+    code = wait_job(services, timeout)
+    if code:
+        typer.echo(f"job {name} failed ({code}); node 0 says:\n"
+                   f"{services[0].output()[-1500:]}", err=True)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lab_app, name="lab")

@@ -1,0 +1,228 @@
+"""Injecting faults into a running lab and undoing them. Every fault is recorded in the lab
+state with the topology components it affects and its times: the ground truth.
+
+Network faults act on the veth pair of a link id (both ends): ``slow-link`` (tbf rate),
+``lossy-link`` (nftables ``numgen random`` drop on ingress), ``dead-link`` (link down).
+Compute faults act on rank processes found by host, GPU, rank or pid: ``slow-gpu`` (cgroup v1
+cpu quota), ``hang`` (cgroup freezer), ``crash`` (SIGKILL)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from c4.lab import fabric, state, system
+from c4.lab.layout import PREFIX, Layout
+from c4.lab.procs import (LabProc, alive, cgroup_of, freeze_wait, lab_processes, make_cgroup,
+                          move, remove_cgroup)
+from c4.lab.system import LabError
+from diagnosis.topology import link_id
+
+log = logging.getLogger(__name__)
+
+LINK_FAULTS = ("slow-link", "lossy-link", "dead-link")
+PROC_FAULTS = ("slow-gpu", "hang", "crash")
+KINDS = LINK_FAULTS + PROC_FAULTS
+
+
+def _link(lay: Layout, target: str):
+    topo = lay.topology
+    if "~" in target:
+        a, _, b = target.partition("~")
+        lid = link_id(a, b)
+    elif target in topo.graph and topo.kind(target) == "nic":
+        lid = link_id(target, lay.leaf_of[topo.host_of(target)])
+    else:
+        raise LabError(f"{target!r} is not a link id; links of this lab: "
+                       f"{', '.join(sorted(lay.links))}")
+    if lid in lay.links:
+        return lay.links[lid]
+    if lid in topo.links():
+        raise LabError(f"{lid!r} is the PCIe link between a GPU and its NIC, which the lab does "
+                       "not model as a network link; inject slow-gpu on the GPU instead")
+    raise LabError(f"link {lid!r} is not in the lab; links: {', '.join(sorted(lay.links))}")
+
+
+def _procs(lay: Layout, lab_dir: Path, target: str) -> tuple[list[LabProc], list[str]]:
+    """The processes a compute fault acts on, and the topology components that names."""
+    topo = lay.topology
+    ranks = [p for p in lab_processes(str(lab_dir)) if p.is_rank]
+    if target.startswith("pid:"):
+        pid = int(target[4:])
+        found = [p for p in lab_processes(str(lab_dir)) if p.pid == pid]
+        if not found:
+            raise LabError(f"pid {pid} is not a process of this lab")
+        return found, [found[0].gpu or found[0].host]
+    rank_str = target.removeprefix("rank:").removeprefix("rank")
+    if rank_str.isdigit():
+        chosen = [p for p in ranks if p.rank == int(rank_str)]
+        what = f"rank {rank_str}"
+        comps = sorted({p.gpu for p in chosen})
+    elif target in topo.graph and topo.kind(target) in ("host", "gpu"):
+        key = "host" if topo.kind(target) == "host" else "gpu"
+        chosen = [p for p in ranks if getattr(p, key) == target]
+        what, comps = f"{key} {target}", [target]
+    else:
+        raise LabError(f"{target!r} is not a host id, gpu id, rank (rank:N) or pid (pid:N) of "
+                       "this lab")
+    if not chosen:
+        raise LabError(f"no running rank on {what}: start a job with `c4 lab run` first")
+    return chosen, comps
+
+
+def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = None,
+           rate_mbit: float | None = None, loss_pct: int = 30, cpu_pct: int = 20
+           ) -> dict[str, Any]:
+    """Inject a fault; return its record (also appended to the lab state)."""
+    if kind not in KINDS:
+        raise LabError(f"unknown fault {kind!r}; one of: {', '.join(KINDS)}")
+    system.require_root()
+    with state.locked(lab_dir):
+        st = state.read(lab_dir)
+        if st is None:
+            raise LabError("no lab is up: run `c4 lab up` first")
+        from c4.lab.lab import layout_of
+
+        lay = layout_of(st)
+        fid = len(st["faults"]) + 1
+        rec: dict[str, Any] = {"id": fid, "kind": kind, "target": target, "params": {},
+                               "injected_at": None, "cleared_at": None, "until": None}
+        if kind in LINK_FAULTS:
+            lk = _link(lay, target)
+            rec["components"] = [lk.id]
+            rec["undo"] = {"link": lk.id}
+            ends = (lk.a, lk.b)
+            if kind == "slow-link":
+                rate = rate_mbit or max(1.0, lk.mbit / 10)
+                rec["params"] = {"rate_mbit": rate, "capacity_mbit": lk.mbit}
+                for e in ends:
+                    system.tc_batch([system.tbf(rate, e.ifname)], e.ns)
+            elif kind == "lossy-link":
+                if not 0 < loss_pct <= 100:
+                    raise LabError("--loss must be a percentage between 1 and 100")
+                rec["params"] = {"loss_pct": loss_pct}
+                for e in ends:
+                    system.nft(e.ns, _loss_table(fid, e.ifname, loss_pct))
+            else:
+                for e in ends:
+                    system.ip_batch([f"link set {e.ifname} down"], e.ns)
+        else:
+            procs, comps = _procs(lay, lab_dir, target)
+            rec["components"] = comps
+            rec["pids"] = [p.pid for p in procs]
+            if kind == "slow-gpu":
+                if not 1 <= cpu_pct <= 100:
+                    raise LabError("--cpu must be a percentage of one core between 1 and 100")
+                rec["params"] = {"cpu_pct": cpu_pct}
+                rec["undo"] = {"cgroup": ["cpu", f"{PREFIX}f{fid}"],
+                               "back": {str(p.pid): cgroup_of(p.pid, "cpu") for p in procs}}
+                cg = make_cgroup("cpu", f"{PREFIX}f{fid}", {"cpu.cfs_period_us": "100000",
+                                                           "cpu.cfs_quota_us":
+                                                               str(cpu_pct * 1000)})
+                for p in procs:
+                    move(p.pid, cg)
+            elif kind == "hang":
+                rec["undo"] = {"cgroup": ["freezer", f"{PREFIX}f{fid}"],
+                               "back": {str(p.pid): cgroup_of(p.pid, "freezer") for p in procs}}
+                cg = make_cgroup("freezer", f"{PREFIX}f{fid}", {})
+                for p in procs:
+                    move(p.pid, cg)
+                freeze_wait(cg)
+            else:
+                for p in procs:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p.pid, signal.SIGKILL)
+        rec["injected_at"] = time.time()
+        if duration is not None:
+            rec["until"] = rec["injected_at"] + duration
+            rec["timer_pid"] = _start_timer(lab_dir, fid, duration)
+        st["faults"].append(rec)
+        state.write(lab_dir, st)
+    log.info("injected fault %d: %s on %s", fid, kind, target)
+    return rec
+
+
+def _loss_table(fid: int, ifname: str, pct: int) -> str:
+    return (f"table netdev {PREFIX}f{fid} {{\n chain loss {{ type filter hook ingress device "
+            f"\"{ifname}\" priority 0; policy accept; numgen random mod 100 < {pct} counter "
+            "drop; }\n}\n")
+
+
+def _start_timer(lab_dir: Path, fid: int, seconds: float) -> int:
+    env = {**os.environ, state.MARKER: str(lab_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "c4.lab.timer", str(lab_dir), str(fid),
+                             str(seconds)], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=open(lab_dir / "timers.log", "ab"))
+    return proc.pid
+
+
+def _undo(lay: Layout, rec: dict[str, Any]) -> None:
+    kind = rec["kind"]
+    if kind in LINK_FAULTS:
+        lk = lay.links[rec["undo"]["link"]]
+        ends = (lk.a, lk.b)
+        if kind == "slow-link":
+            for e in ends:
+                system.tc_batch([system.tbf(lk.mbit, e.ifname)], e.ns)
+        elif kind == "lossy-link":
+            for e in ends:
+                system.nft(e.ns, f"delete table netdev {PREFIX}f{rec['id']}\n", check=False)
+        else:
+            for e in ends:
+                system.ip_batch([f"link set {e.ifname} up"], e.ns)
+            fabric.reapply_routes(lay, {e.ns for e in ends})
+    elif kind in ("slow-gpu", "hang"):
+        controller, name = rec["undo"]["cgroup"]
+        remove_cgroup(controller, name, {int(k): v for k, v in rec["undo"]["back"].items()})
+
+
+def clear(lab_dir: Path, fault_id: int | None = None, *, from_timer: bool = False
+          ) -> list[dict[str, Any]]:
+    """Undo the active faults (or one); return the records cleared."""
+    system.require_root()
+    cleared = []
+    with state.locked(lab_dir):
+        st = state.read(lab_dir)
+        if st is None:
+            raise LabError("no lab is up: nothing to clear")
+        from c4.lab.lab import layout_of
+
+        lay = layout_of(st)
+        for rec in reversed(st["faults"]):
+            if rec["cleared_at"] is not None or (fault_id is not None and rec["id"] != fault_id):
+                continue
+            _undo(lay, rec)
+            rec["cleared_at"] = time.time()
+            timer = rec.get("timer_pid")
+            if timer and not from_timer and alive(timer):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(timer, signal.SIGTERM)
+            cleared.append(rec)
+        state.write(lab_dir, st)
+    return cleared
+
+
+def active(st: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in st.get("faults", []) if r["cleared_at"] is None]
+
+
+def loss_counter(ns: str, fid: int) -> int:
+    """Packets the lossy-link rule of fault ``fid`` dropped at this end."""
+    import json
+
+    out = system.in_ns(ns, ["nft", "-j", "list", "table", "netdev", f"{PREFIX}f{fid}"],
+                       check=False)
+    if out.returncode != 0:
+        return 0
+    for item in json.loads(out.stdout)["nftables"]:
+        for expr in item.get("rule", {}).get("expr", []):
+            if "counter" in expr:
+                return int(expr["counter"]["packets"])
+    return 0
