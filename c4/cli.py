@@ -41,9 +41,16 @@ def _root(
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+_registered = False
+
+
 def build_app() -> typer.Typer:
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(app)
+    """The root app with every part's commands (registered once per process)."""
+    global _registered
+    if not _registered:
+        for name in COMMAND_MODULES:
+            importlib.import_module(name).register(app)
+        _registered = True
     return app
 
 

@@ -48,11 +48,8 @@ def _fail(message: str) -> None:
 
 
 def _flight_recorder(path: Path) -> list:
-    try:
-        from diagnosis.flight_recorder import analyze_dumps
-    except ImportError:
-        _fail("this c4 has no Flight Recorder analyzer (diagnosis.flight_recorder is missing); "
-              "install a c4 that includes it")
+    from diagnosis.flight_recorder import analyze_dumps
+
     return analyze_dumps(Path(path))
 
 
