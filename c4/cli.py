@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "diagnosis.query_cli",
     "diagnosis.sim.cli",
     "diagnosis.topology.cli",
+    "recovery.cli",
     "traffic_planner.cli",
 ]
 

@@ -1,0 +1,283 @@
+"""``c4 recover``, ``c4 recoveries``, ``c4 nodes``, ``c4 launch``: the recovery commands."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import threading
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+JournalOpt = typer.Option(None, "--journal", envvar="C4_RECOVERY_JOURNAL",
+                          help="Recovery journal (SQLite) shared by c4 recover, c4 launch and "
+                               "these commands (default: the user's state directory).")
+IsolatorOpt = typer.Option("blocklist", "--isolator", envvar="C4_ISOLATOR",
+                           help="Isolation backend: blocklist[:PATH] (default), slurm, "
+                                "kubernetes[:NAMESPACE].")
+DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
+                         help="Daemon address HOST:PORT (default 127.0.0.1:7444).")
+
+nodes_app = typer.Typer(help="Isolated nodes: list them, isolate one by hand, release one.",
+                        no_args_is_help=True)
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _journal(path: Path | None):
+    from recovery.journal import Journal, default_journal_path
+
+    return Journal(path or default_journal_path())
+
+
+def _isolator(spec: str):
+    from recovery.isolation import open_isolator
+
+    return open_isolator(spec)
+
+
+def _when(ns: int | None) -> str:
+    if not ns:
+        return "-"
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} s"
+
+
+def recover(
+    daemon: str = DaemonOpt,
+    journal: Path = JournalOpt,
+    isolator: str = IsolatorOpt,
+    kinds: str = typer.Option("noncomm_slow,noncomm_hang,comm_slow,comm_hang,error", "--kinds",
+                              help="Fault kinds acted on, comma-separated."),
+    min_score: float = typer.Option(0.5, "--min-score", help="Top suspect's score needed."),
+    max_per_job: int = typer.Option(2, "--max-per-job", help="Isolations per job, ever."),
+    max_per_hour: int = typer.Option(4, "--max-per-hour",
+                                     help="Isolations across all jobs per sliding hour."),
+    max_node_fraction: float = typer.Option(0.25, "--max-node-fraction",
+                                            help="Most of a job's nodes that may be isolated."),
+    cooldown: float = typer.Option(300.0, "--cooldown",
+                                   help="Seconds a job's later reports wait after a recovery."),
+    restart_timeout: float = typer.Option(600.0, "--restart-timeout",
+                                          help="Seconds from restart request to first step "
+                                               "before the recovery counts as failed."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and record, do nothing."),
+) -> None:
+    """Follow the daemon's live fault stream and recover jobs: isolate the faulty node, have
+    the job restarted without it. Every decision is recorded (see `c4 recoveries`)."""
+    from diagnosis.client import DaemonClient
+    from recovery.controller import Controller, ControllerConfig
+    from recovery.errors import RecoveryError
+    from recovery.policy import Policy
+
+    try:
+        policy = Policy(kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
+                        min_score=min_score, max_per_job=max_per_job, max_per_hour=max_per_hour,
+                        max_node_fraction=max_node_fraction, cooldown_s=cooldown,
+                        dry_run=dry_run)
+        cfg = ControllerConfig(restart_timeout_s=restart_timeout)
+        iso = _isolator(isolator)
+        jr = _journal(journal)
+    except (ValueError, RecoveryError) as exc:
+        _fail(exc)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    client = DaemonClient(daemon)
+    ctl = Controller.for_daemon(client, jr, iso, policy, config=cfg)
+    console.print(f"c4 recover: daemon {client.address}, isolator {iso.name}, journal "
+                  f"{jr.path}{' (dry run)' if dry_run else ''}", highlight=False)
+    try:
+        ctl.run(client, stop)
+    finally:
+        client.close()
+        jr.close()
+
+
+def recoveries(
+    recovery_id: int = typer.Argument(0, help="Show this recovery's transitions (0: list)."),
+    job: str = typer.Option("", "--job", help="Only this job."),
+    decisions: int = typer.Option(20, "--decisions",
+                                  help="Also show this many latest decisions (0: none)."),
+    fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json."),
+    journal: Path = JournalOpt,
+) -> None:
+    """Recoveries with their timelines, lost work and each job's ETTR, and the controller's
+    latest decisions with their reasons."""
+    from recovery.timeline import PHASES, job_efficiency, timeline
+
+    jr = _journal(journal)
+    recs = [r for r in jr.recoveries(job) if not recovery_id or r.id == recovery_id]
+    lines = [timeline(jr, r) for r in recs]
+    jobs = sorted({r.job for r in recs} | ({job} if job else set(jr.jobs())))
+    effs = [e for e in (job_efficiency(jr, j) for j in jobs) if e is not None]
+    decs = jr.decisions(job, limit=decisions) if decisions and not recovery_id else []
+    if fmt == Fmt.json:
+        doc: dict[str, Any] = {
+            "recoveries": [{"id": t.recovery.id, "job": t.recovery.job,
+                            "fault_id": t.recovery.fault_id, "node": t.recovery.node,
+                            "state": t.recovery.state.value, "backend": t.recovery.backend,
+                            "reason": t.recovery.reason, "note": t.recovery.note,
+                            "timeline_ns": t.at, "resumed_step": t.resumed_step,
+                            "lost_steps": t.lost_steps, "lost_work_s": t.lost_work_s,
+                            "downtime_s": t.downtime_s} for t in lines],
+            "jobs": [{"job": e.job, "wall_s": e.wall_s, "productive_s": e.productive_s,
+                      "ettr": e.ettr, "attempts": e.attempts, "running": e.running}
+                     for e in effs],
+            "decisions": [d.__dict__ for d in decs]}
+        if recovery_id:
+            doc["transitions"] = [{"t_ns": t.t_ns, "from": t.src.value, "to": t.dst.value,
+                                   "note": t.note} for t in jr.transitions(recovery_id)]
+        typer.echo(json.dumps(doc, indent=1))
+        return
+    t = Table(title="recoveries")
+    for col in ("id", "job", "node", "state", *PHASES[1:], "report→step", "lost", "downtime"):
+        t.add_column(col)
+    for tl in lines:
+        r = tl.recovery
+        lost = "-" if tl.lost_steps is None else f"{tl.lost_steps} steps, {_secs(tl.lost_work_s)}"
+        t.add_row(str(r.id), r.job, r.node, r.state.value,
+                  *(_when(tl.at.get(p)) for p in PHASES[1:]),
+                  _secs(tl.seconds("report", "first_step")), lost, _secs(tl.downtime_s))
+    console.print(t)
+    if effs:
+        e = Table(title="jobs")
+        for col in ("job", "attempts", "wall clock", "productive", "ETTR", "running"):
+            e.add_column(col)
+        for eff in effs:
+            e.add_row(eff.job, str(eff.attempts), _secs(eff.wall_s), _secs(eff.productive_s),
+                      f"{eff.ettr:.3f}", "yes" if eff.running else "no")
+        console.print(e)
+    if recovery_id:
+        tt = Table(title=f"recovery {recovery_id}: transitions")
+        for col in ("time", "from", "to", "note"):
+            tt.add_column(col, overflow="fold")
+        for tr in jr.transitions(recovery_id):
+            tt.add_row(_when(tr.t_ns), tr.src.value, tr.dst.value, tr.note)
+        console.print(tt)
+    if decs:
+        d = Table(title="decisions (latest last)")
+        for col in ("time", "job", "fault", "rev", "kind", "node", "action", "reason"):
+            d.add_column(col, overflow="fold")
+        for row in decs:
+            d.add_row(_when(row.t_ns), row.job, row.fault_id, str(row.revision), row.kind,
+                      row.node or "-", row.action, row.reason)
+        console.print(d)
+
+
+@nodes_app.command("list")
+def nodes_list(isolator: str = IsolatorOpt) -> None:
+    """Nodes the isolation backend holds out of service, with the reason."""
+    from recovery.errors import RecoveryError
+
+    try:
+        held = _isolator(isolator).isolated()
+    except RecoveryError as exc:
+        _fail(exc)
+    t = Table(title="isolated nodes")
+    t.add_column("node")
+    t.add_column("reason", overflow="fold")
+    for node, reason in sorted(held.items()):
+        t.add_row(node, reason)
+    console.print(t)
+
+
+@nodes_app.command("release")
+def nodes_release(node: str = typer.Argument(..., help="The repaired node."),
+                  isolator: str = IsolatorOpt) -> None:
+    """Return a repaired node to service."""
+    from recovery.errors import RecoveryError
+
+    try:
+        iso = _isolator(isolator)
+        if node not in iso.isolated():
+            console.print(f"{node} is not isolated ({iso.name})", highlight=False)
+            return
+        iso.release(node)
+    except RecoveryError as exc:
+        _fail(exc)
+    console.print(f"released {node} ({iso.name})", highlight=False)
+
+
+@nodes_app.command("isolate")
+def nodes_isolate(node: str = typer.Argument(..., help="The node to take out of service."),
+                  reason: str = typer.Option(..., "--reason", help="Why (recorded)."),
+                  isolator: str = IsolatorOpt) -> None:
+    """Isolate a node by hand (jobs under c4 launch move off it)."""
+    from recovery.errors import RecoveryError
+
+    try:
+        _isolator(isolator).isolate(node, f"by hand: {reason}")
+    except RecoveryError as exc:
+        _fail(exc)
+    console.print(f"isolated {node}", highlight=False)
+
+
+def launch(
+    command: list[str] = typer.Argument(..., help="After --: torchrun OPTIONS SCRIPT ARGS, "
+                                                  "or SCRIPT ARGS."),
+    job: str = typer.Option(..., "--job", envvar="C4_JOB", help="The job's name (C4_JOB)."),
+    hosts: str = typer.Option(..., "--hosts", help="Host ids to run on, comma-separated."),
+    spares: str = typer.Option("", "--spares", help="Hosts that replace isolated ones."),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Ranks per host."),
+    min_hosts: int = typer.Option(1, "--min-hosts", help="Give up below this many hosts."),
+    grace: float = typer.Option(10.0, "--grace", help="Seconds from SIGTERM to SIGKILL."),
+    max_failures: int = typer.Option(2, "--max-failures",
+                                     help="Restarts after failures no isolation explains."),
+    workdir: Path = typer.Option(Path("c4-launch"), "--workdir",
+                                 help="Logs and progress files go here."),
+    sidecar_socket: str = typer.Option("", "--sidecar-socket",
+                                       help="Sidecar socket for every host's ranks, or "
+                                            "HOST=PATH,HOST=PATH."),
+    journal: Path = JournalOpt,
+    isolator: str = IsolatorOpt,
+) -> None:
+    """Run a torchrun job over hosts; when a host is isolated (or the job fails) stop it and
+    relaunch it on healthy hosts, where it resumes from its newest complete checkpoint."""
+    from recovery.errors import RecoveryError
+    from recovery.supervisor import LaunchConfig, Supervisor
+
+    socks: dict[str, str] = {}
+    for part in filter(None, sidecar_socket.split(",")):
+        host, eq, path = part.partition("=")
+        socks.update({host: path} if eq else {"*": part})
+    try:
+        cfg = LaunchConfig(job=job, hosts=tuple(filter(None, hosts.split(","))),
+                           spares=tuple(filter(None, spares.split(","))),
+                           command=tuple(command), workdir=workdir,
+                           nproc_per_node=nproc_per_node, min_hosts=min_hosts, grace_s=grace,
+                           max_failures=max_failures, sidecars=socks)
+        sup = Supervisor(cfg, _isolator(isolator), _journal(journal))
+    except RecoveryError as exc:
+        _fail(exc)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sup.request_stop())
+    try:
+        rc = sup.run()
+    except RecoveryError as exc:
+        _fail(exc)
+    raise typer.Exit(rc)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recover")(recover)
+    app.command("recoveries")(recoveries)
+    app.command("launch", context_settings={"allow_interspersed_args": False})(launch)
+    app.add_typer(nodes_app, name="nodes")

@@ -1,0 +1,230 @@
+"""The recovery controller: follows the daemon's live fault stream, decides by policy, and
+drives each recovery through the state machine (``states``), recording every decision and
+transition in the journal. Restarted, it picks up unfinished recoveries where they stand."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from diagnosis.client import DaemonClient, DaemonError
+from diagnosis.report import FaultReport
+from recovery.errors import IsolationError
+from recovery.isolation.api import Isolator
+from recovery.journal import Journal, Recovery
+from recovery.policy import DRY_RUN, ISOLATE, SKIP, Decision, Placement, Policy, decide
+from recovery.states import State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    #: From the restart request to the first step after it; past this the recovery fails.
+    restart_timeout_s: float = 600.0
+    #: How often active recoveries are advanced while no report arrives.
+    poll_s: float = 0.2
+    #: Longest wait between reconnections to the daemon.
+    reconnect_max_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("restart_timeout_s", "poll_s", "reconnect_max_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+def placement_from_daemon(client: DaemonClient, job: str) -> Placement:
+    """Where the latest attempt of ``job`` runs, as the daemon knows it."""
+    ranks = client.ranks(job)
+    devices = {}
+    for r in ranks:
+        for dev in (r.gpu, r.nic):
+            if dev:
+                devices[dev] = r.host
+    return Placement(frozenset(r.host for r in ranks), {r.rank: r.host for r in ranks}, devices)
+
+
+class Controller:
+    def __init__(self, journal: Journal, isolator: Isolator, policy: Policy, *,
+                 placement: Callable[[str], Placement],
+                 fault_state: Callable[[str], str] | None = None,
+                 config: ControllerConfig | None = None,
+                 clock: Callable[[], int] = time.time_ns) -> None:
+        """``placement(job)`` says where a job runs; ``fault_state(fault_id)`` whether a fault
+        is still open (both ask the daemon in ``for_daemon``)."""
+        self.journal = journal
+        self.isolator = isolator
+        self.policy = policy
+        self.cfg = config or ControllerConfig()
+        self._placement = placement
+        self._fault_state = fault_state
+        self._clock = clock
+        self._said: dict[str, tuple[str, str]] = {}
+
+    @classmethod
+    def for_daemon(cls, client: DaemonClient, journal: Journal, isolator: Isolator,
+                   policy: Policy, **kwargs: object) -> Controller:
+        ctl = cls(journal, isolator, policy, placement=lambda job: placement_from_daemon(
+            client, job), fault_state=lambda fid: client.fault(fid).state, **kwargs)
+        return ctl
+
+    # ----- decisions ---------------------------------------------------------------------------
+    def handle(self, report: FaultReport) -> Decision:
+        """Decide on one report (a new one or a revision) and act on the decision."""
+        now = self._clock()
+        if not report.job:
+            decision = Decision(SKIP, "the report names no job")
+        else:
+            history = self.journal.history(report.job, report.id, now)
+            if history.fault_handled:
+                return Decision(SKIP, f"fault {report.id} already has a recovery")
+            try:
+                placement = self._placement(report.job)
+                blocked = set(self.isolator.isolated())
+            except (DaemonError, IsolationError) as exc:
+                decision = Decision(SKIP, f"cannot decide now: {exc}")
+            else:
+                decision = decide(self.policy, report, placement, history, now, blocked)
+        rec = None
+        if decision.action == ISOLATE:
+            assert decision.node is not None
+            rec = self.journal.create_recovery(
+                job=report.job, fault_id=report.id, node=decision.node,
+                backend=self.isolator.name, onset_ns=report.first_seen_ns, report_ns=now,
+                reason=decision.reason)
+        # revisions of one fault repeat the same decision; record it once
+        said = (decision.action, decision.reason)
+        if rec is not None or self._said.get(report.id) != said:
+            self._said[report.id] = said
+            self.journal.record_decision(
+                job=report.job, fault_id=report.id, revision=report.revision, kind=report.kind,
+                node=decision.node, action=decision.action, reason=decision.reason,
+                recovery_id=rec.id if rec else None, t_ns=now)
+            level = logging.WARNING if decision.action in (ISOLATE, DRY_RUN) else logging.INFO
+            log.log(level, "fault %s (%s, job %s): %s: %s", report.id, report.kind, report.job,
+                    decision.action, decision.reason)
+        if rec is not None:
+            self.advance(rec)
+        return decision
+
+    # ----- driving recoveries ------------------------------------------------------------------
+    def advance(self, rec: Recovery) -> Recovery:
+        """Move one recovery as far as it can go now; never isolates a node twice."""
+        while not rec.state.terminal:
+            nxt = self._step(rec)
+            if nxt is None:
+                break
+            rec = nxt
+        return rec
+
+    def _step(self, rec: Recovery) -> Recovery | None:
+        j = self.journal
+        if rec.state == State.DECIDED:
+            if self._fault_state is not None:
+                try:
+                    state = self._fault_state(rec.fault_id)
+                except DaemonError:
+                    state = "open"  # cannot tell: go on, the policy already said yes
+                if state != "open":
+                    return j.transition(rec.id, State.ROLLED_BACK,
+                                        f"the fault is {state} by now; nothing isolated")
+            return j.transition(rec.id, State.ISOLATING, f"asking {self.isolator.name} to "
+                                f"isolate {rec.node}")
+        if rec.state == State.ISOLATING:
+            try:
+                if rec.node in self.isolator.isolated():
+                    # we may have died right after isolating it: do not isolate again
+                    return j.transition(rec.id, State.ISOLATED,
+                                        f"{self.isolator.name} already has {rec.node} isolated")
+                self.isolator.isolate(rec.node, f"fault {rec.fault_id} of job {rec.job}: "
+                                      f"{rec.reason}")
+            except IsolationError as exc:
+                return j.transition(rec.id, State.FAILED, f"isolation failed: {exc}")
+            return j.transition(rec.id, State.ISOLATED, f"{rec.node} isolated")
+        if rec.state == State.ISOLATED:
+            try:
+                note = self.isolator.restart(rec.job, {rec.node})
+            except IsolationError as exc:
+                return j.transition(rec.id, State.FAILED, f"restart failed: {exc}")
+            return j.transition(rec.id, State.RESTARTING, note)
+        return self._follow_restart(rec)
+
+    def _follow_restart(self, rec: Recovery) -> Recovery | None:
+        """RESTARTING onwards: the supervisor's job events show the stop, the relaunch and the
+        first step; each transition carries the event's own time."""
+        j = self.journal
+        since = next(t.t_ns for t in j.transitions(rec.id) if t.dst == State.ISOLATING)
+        stopped = launched = None
+        for ev in j.events(rec.job, since):
+            if ev.kind == "stopped" and stopped is None:
+                stopped = ev
+            elif ev.kind == "launched" and stopped is not None and launched is None:
+                launched = ev
+            elif ev.kind == "first_step" and launched is not None and \
+                    ev.attempt == launched.attempt:
+                if rec.state in (State.RESTARTING, State.STOPPED):
+                    if rec.state == State.RESTARTING:
+                        rec = j.transition(rec.id, State.STOPPED, "the job stopped",
+                                           stopped.t_ns)
+                    rec = j.transition(rec.id, State.RELAUNCHED, _launched_note(launched),
+                                       launched.t_ns)
+                return j.transition(rec.id, State.RESUMED,
+                                    f"attempt {ev.attempt} trained step {ev.step}", ev.t_ns)
+        if rec.state == State.RESTARTING and stopped is not None:
+            return j.transition(rec.id, State.STOPPED, "the job stopped", stopped.t_ns)
+        if rec.state == State.STOPPED and launched is not None:
+            return j.transition(rec.id, State.RELAUNCHED, _launched_note(launched),
+                                launched.t_ns)
+        if (self._clock() - rec.updated_ns) / 1e9 > self.cfg.restart_timeout_s:
+            return j.transition(rec.id, State.FAILED, f"no progress in "
+                                f"{self.cfg.restart_timeout_s:.0f} s after {rec.state.value}; "
+                                "is the job's supervisor (c4 launch) running?")
+        return None
+
+    def resume(self) -> list[Recovery]:
+        """Advance every unfinished recovery (after a restart of the controller)."""
+        return [self.advance(r) for r in self.journal.recoveries(active_only=True)]
+
+    # ----- the live loop -----------------------------------------------------------------------
+    def run(self, client: DaemonClient, stop: threading.Event) -> None:
+        """Follow the live fault stream until ``stop`` is set."""
+        reports: queue.Queue[FaultReport] = queue.Queue()
+        watcher = threading.Thread(target=self._watch, args=(client, reports, stop),
+                                   name="c4-recover-watch", daemon=True)
+        watcher.start()
+        self.resume()
+        while not stop.is_set():
+            try:
+                report = reports.get(timeout=self.cfg.poll_s)
+            except queue.Empty:
+                report = None
+            if report is not None:
+                self.handle(report)
+            for rec in self.journal.recoveries(active_only=True):
+                self.advance(rec)
+
+    def _watch(self, client: DaemonClient, out: queue.Queue[FaultReport],
+               stop: threading.Event) -> None:
+        backoff = 0.2
+        while not stop.is_set():
+            try:
+                # include_open: reports filed while we were away are seen on reconnect
+                for report in client.watch(include_open=True):
+                    backoff = 0.2
+                    out.put(report)
+                    if stop.is_set():
+                        return
+            except DaemonError as exc:
+                log.warning("fault stream lost (%s); reconnecting in %.1f s", exc, backoff)
+            stop.wait(backoff)
+            backoff = min(backoff * 2, self.cfg.reconnect_max_s)
+
+
+def _launched_note(ev: object) -> str:
+    data = getattr(ev, "data", {})
+    return (f"attempt {getattr(ev, 'attempt', '?')} on {', '.join(data.get('hosts', []))} "
+            f"(world size {data.get('world_size', '?')})")

@@ -1,0 +1,147 @@
+"""Which fault reports lead to an isolation, and the limits that keep recovery from evicting
+half a cluster on a bad day (over-eviction is the known failure of such systems)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from diagnosis.report import KINDS, FaultReport
+
+#: Suspect types that live on one node; links and switches are the traffic planner's business.
+NODE_SUSPECTS = ("host", "gpu", "nic", "rank")
+
+ISOLATE = "isolate"
+SKIP = "skip"
+DRY_RUN = "dry_run"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the controller acts on, and how much it may do.
+
+    ``c4 recover`` builds it from its flags; every limit is checked for every decision.
+    """
+
+    #: Fault kinds that may lead to an isolation.
+    kinds: tuple[str, ...] = ("noncomm_slow", "noncomm_hang", "comm_slow", "comm_hang", "error")
+    #: The top suspect's score must reach this.
+    min_score: float = 0.5
+    #: Isolations per job over its lifetime (all attempts).
+    max_per_job: int = 2
+    #: Isolations across all jobs in any sliding hour.
+    max_per_hour: int = 4
+    #: At most this fraction of a job's nodes may be isolated (rounded down, at least one).
+    max_node_fraction: float = 0.25
+    #: After a recovery of a job starts, later reports for it wait this long (the restart
+    #: itself disturbs timing; reports from the old attempt are stale).
+    cooldown_s: float = 300.0
+    #: Record what would be done, do nothing.
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.kinds) - set(KINDS))
+        if unknown:
+            raise ValueError(f"unknown fault kinds {unknown}; choose from {list(KINDS)}")
+        if not 0.0 <= self.min_score <= 1.0:
+            raise ValueError(f"min_score must be in [0, 1], got {self.min_score}")
+        if not 0.0 < self.max_node_fraction <= 1.0:
+            raise ValueError(f"max_node_fraction must be in (0, 1], got {self.max_node_fraction}")
+        for name in ("max_per_job", "max_per_hour"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.cooldown_s < 0:
+            raise ValueError(f"cooldown_s must not be negative, got {self.cooldown_s}")
+
+    def node_budget(self, job_nodes: int) -> int:
+        """How many of a job's nodes may be isolated in total."""
+        return max(1, int(job_nodes * self.max_node_fraction)) if job_nodes > 1 else 0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job runs: its nodes, and which node holds each rank, GPU and NIC."""
+
+    nodes: frozenset[str]
+    rank_node: Mapping[int, str] = field(default_factory=dict)
+    device_node: Mapping[str, str] = field(default_factory=dict)
+
+    def node_of(self, suspect_type: str, suspect_id: str, rank: int | None) -> str | None:
+        if suspect_type == "host":
+            return suspect_id if suspect_id in self.nodes else None
+        if rank is not None and rank in self.rank_node:
+            return self.rank_node[rank]
+        if suspect_type == "rank":
+            try:
+                return self.rank_node.get(int(suspect_id))
+            except ValueError:
+                return None
+        return self.device_node.get(suspect_id)
+
+
+@dataclass(frozen=True)
+class History:
+    """What the journal says has been done, as the policy needs it."""
+
+    job_isolations: int = 0               # recoveries of this job that isolated or may
+    job_isolated_nodes: frozenset[str] = frozenset()
+    isolations_last_hour: int = 0         # across all jobs
+    last_recovery_ns: int | None = None   # latest recovery of this job
+    fault_handled: bool = False           # a recovery already exists for this fault
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str            # ISOLATE, SKIP or DRY_RUN
+    reason: str
+    node: str | None = None
+
+
+def decide(policy: Policy, report: FaultReport, placement: Placement, history: History,
+           now_ns: int, blocked: Iterable[str] = ()) -> Decision:
+    """One decision with its reason. Pure: everything it looks at is passed in."""
+    if history.fault_handled:
+        return Decision(SKIP, f"fault {report.id} is already being recovered (or was)")
+    if report.state != "open":
+        return Decision(SKIP, f"the fault is {report.state}, not open")
+    if report.kind not in policy.kinds:
+        return Decision(SKIP, f"kind {report.kind} is not acted on (policy kinds: "
+                              f"{', '.join(policy.kinds)})")
+    top = report.top
+    if top is None:
+        return Decision(SKIP, "the report names no suspect")
+    if top.type not in NODE_SUSPECTS:
+        return Decision(SKIP, f"the top suspect is a {top.type} ({top.id}); isolating a node "
+                              "would not remove it (re-plan traffic instead)")
+    if top.score < policy.min_score:
+        return Decision(SKIP, f"top suspect score {top.score:.2f} is below the policy's "
+                              f"{policy.min_score:.2f}")
+    if not placement.nodes:
+        return Decision(SKIP, f"the daemon knows no nodes for job {report.job}")
+    node = placement.node_of(top.type, top.id, top.rank)
+    if node is None:
+        return Decision(SKIP, f"the suspect {top.type} {top.id} is not on any node job "
+                              f"{report.job} uses ({', '.join(sorted(placement.nodes))})")
+    if node in set(blocked) or node in history.job_isolated_nodes:
+        return Decision(SKIP, f"node {node} is already isolated", node)
+    if history.last_recovery_ns is not None and \
+            now_ns - history.last_recovery_ns < policy.cooldown_s * 1e9:
+        left = policy.cooldown_s - (now_ns - history.last_recovery_ns) / 1e9
+        return Decision(SKIP, f"job {report.job} is cooling down after its last recovery "
+                              f"({left:.0f} s left)", node)
+    if history.job_isolations >= policy.max_per_job:
+        return Decision(SKIP, f"job {report.job} already had {history.job_isolations} "
+                              f"isolation(s), the policy's cap per job", node)
+    if history.isolations_last_hour >= policy.max_per_hour:
+        return Decision(SKIP, f"{history.isolations_last_hour} isolations in the last hour, "
+                              "the policy's cap per hour", node)
+    budget = policy.node_budget(len(placement.nodes))
+    if len(history.job_isolated_nodes) + 1 > budget:
+        return Decision(SKIP, f"isolating {node} would take {len(history.job_isolated_nodes) + 1}"
+                              f" of the job's {len(placement.nodes)} nodes, over the policy's "
+                              f"fraction {policy.max_node_fraction:.2f}", node)
+    why = (f"{report.kind}: {top.type} {top.id} (score {top.score:.2f}) is on node {node}; "
+           f"{report.summary}")
+    if policy.dry_run:
+        return Decision(DRY_RUN, f"dry run, would isolate: {why}", node)
+    return Decision(ISOLATE, why, node)

@@ -1,0 +1,238 @@
+"""``c4 launch``: run a torchrun job over a set of hosts, and when one of its hosts is isolated
+(or the job fails) stop it, gracefully and then by force, and start it again on the healthy
+hosts, replacing isolated ones with spares while there are any and otherwise shrinking the
+world. The script resumes from its newest complete checkpoint (``recovery.checkpoint``).
+
+Every step is recorded as a job event in the recovery journal (launched, stopping, stopped,
+first_step, checkpoint, exited), from which the controller follows the recovery and the CLI
+computes lost work and ETTR.
+
+The local launcher starts one torchrun per host on this machine, each told its host id
+(``C4_HOST``); on a cluster the same supervisor runs inside the scheduler's allocation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from c4.processes import REPO, Service, free_port
+from recovery.errors import LaunchError
+from recovery.isolation.api import Isolator
+from recovery.journal import Journal
+from recovery.progress import ENV_PROGRESS, ProgressReader
+
+log = logging.getLogger(__name__)
+
+#: torchrun options the supervisor sets itself; given after ``--`` they are dropped.
+MANAGED = {"--nnodes", "--node-rank", "--node_rank", "--nproc-per-node", "--nproc_per_node",
+           "--master-addr", "--master_addr", "--master-port", "--master_port", "--rdzv-backend",
+           "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id",
+           "--standalone"}
+_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path",
+          "--run_path"}
+
+
+def split_command(command: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(torchrun options to keep, script and its arguments) from ``torchrun [opts] script …``,
+    ``python -m torch.distributed.run [opts] script …`` or just ``script …``."""
+    cmd = list(command)
+    if not cmd:
+        raise LaunchError("no command: give the training script after --")
+    if Path(cmd[0]).name == "torchrun":
+        cmd = cmd[1:]
+    elif len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] == "torch.distributed.run":
+        cmd = cmd[3:]
+    keep: list[str] = []
+    i = 0
+    while i < len(cmd) and cmd[i].startswith("-"):
+        opt = cmd[i]
+        name = opt.split("=", 1)[0]
+        takes_value = "=" not in opt and name not in _FLAGS
+        if name in MANAGED:
+            log.warning("c4 launch sets %s itself; ignoring the one given", name)
+        else:
+            keep.append(opt)
+            if takes_value and i + 1 < len(cmd):
+                keep.append(cmd[i + 1])
+        i += 2 if takes_value else 1
+    if i >= len(cmd):
+        raise LaunchError(f"no training script in {' '.join(command)!r}")
+    return keep, cmd[i:]
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    job: str
+    hosts: tuple[str, ...]
+    command: tuple[str, ...]
+    workdir: Path
+    spares: tuple[str, ...] = ()
+    nproc_per_node: int = 1
+    #: The job runs on no fewer hosts than this; below it the supervisor gives up.
+    min_hosts: int = 1
+    #: Seconds between SIGTERM and SIGKILL when stopping the job.
+    grace_s: float = 10.0
+    #: Restarts after failures that no isolation explains (a crashed rank).
+    max_failures: int = 2
+    poll_s: float = 0.2
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Sidecar socket per host (``C4_SIDECAR_SOCKET`` of its ranks); "*" applies to all.
+    sidecars: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.hosts:
+            raise LaunchError("no hosts: give --hosts")
+        if len(set(self.hosts) | set(self.spares)) != len(self.hosts) + len(self.spares):
+            raise LaunchError(f"hosts and spares repeat a name: {self.hosts} {self.spares}")
+        if not 1 <= self.min_hosts <= len(self.hosts):
+            raise LaunchError(f"min_hosts={self.min_hosts} must be between 1 and "
+                              f"{len(self.hosts)}")
+        if self.nproc_per_node < 1 or self.grace_s < 0:
+            raise LaunchError("nproc_per_node must be >= 1 and grace_s >= 0")
+
+
+class Supervisor:
+    def __init__(self, config: LaunchConfig, isolator: Isolator, journal: Journal) -> None:
+        self.cfg = config
+        self.isolator = isolator
+        self.journal = journal
+        self.attempt = 0
+        self.hosts: list[str] = []
+        self._procs: list[Service] = []
+        self._stop = threading.Event()
+        self._torchrun_opts, self._script = split_command(config.command)
+        config.workdir.mkdir(parents=True, exist_ok=True)
+
+    # ----- choosing hosts ----------------------------------------------------------------------
+    def choose_hosts(self, blocked: set[str]) -> list[str]:
+        """The configured hosts that are not blocked, topped up with free spares to the
+        configured count."""
+        chosen = [h for h in self.cfg.hosts if h not in blocked]
+        spares = [h for h in self.cfg.spares if h not in blocked]
+        while len(chosen) < len(self.cfg.hosts) and spares:
+            chosen.append(spares.pop(0))
+        if len(chosen) < self.cfg.min_hosts:
+            raise LaunchError(f"only {len(chosen)} healthy host(s) left ({', '.join(chosen)}), "
+                              f"fewer than --min-hosts {self.cfg.min_hosts}; release repaired "
+                              "nodes with `c4 nodes release NODE` or add spares")
+        return chosen
+
+    # ----- processes ---------------------------------------------------------------------------
+    def progress_path(self, attempt: int) -> Path:
+        return self.cfg.workdir / f"{self.cfg.job}-progress-{attempt}.jsonl"
+
+    def _launch(self) -> ProgressReader:
+        self.hosts = self.choose_hosts(set(self.isolator.isolated()))
+        port = free_port()
+        progress = self.progress_path(self.attempt)
+        progress.unlink(missing_ok=True)
+        nnodes = len(self.hosts)
+        self._procs = []
+        for i, host in enumerate(self.hosts):
+            env = {"C4_HOST": host, "C4_JOB": self.cfg.job, "C4_ATTEMPT": str(self.attempt),
+                   ENV_PROGRESS: str(progress), "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                               os.environ.get("PYTHONPATH")])),
+                   **self.cfg.env}
+            sock = self.cfg.sidecars.get(host) or self.cfg.sidecars.get("*")
+            if sock:
+                env["C4_SIDECAR_SOCKET"] = sock
+            args = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+                    "--nproc-per-node", str(self.cfg.nproc_per_node), "--node-rank", str(i),
+                    "--master-addr", "127.0.0.1", "--master-port", str(port),
+                    *self._torchrun_opts, *self._script]
+            log_path = self.cfg.workdir / f"{self.cfg.job}-{self.attempt}-{host}.log"
+            self._procs.append(Service(args, log_path, env=env).start())
+        self.journal.add_event(self.cfg.job, "launched", attempt=self.attempt, data={
+            "hosts": self.hosts, "world_size": nnodes * self.cfg.nproc_per_node})
+        log.info("job %s attempt %d on %s", self.cfg.job, self.attempt, ", ".join(self.hosts))
+        return ProgressReader(progress)
+
+    def _stop_job(self, reason: str, reader: ProgressReader) -> None:
+        self._drain(reader)
+        self.journal.add_event(self.cfg.job, "stopping", attempt=self.attempt,
+                               step=reader.last_step, data={"reason": reason})
+        for p in self._procs:
+            if p.running():
+                p._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + self.cfg.grace_s
+        while any(p.running() for p in self._procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        forced = [p for p in self._procs if p.running()]
+        for p in self._procs:
+            p.stop(signal.SIGKILL, timeout=10)  # reaps, and kills strays in the group
+        self._drain(reader)
+        self.journal.add_event(self.cfg.job, "stopped", attempt=self.attempt,
+                               step=reader.last_step, data={"forced": len(forced)})
+
+    def _drain(self, reader: ProgressReader) -> None:
+        first_seen = reader.first_step is not None
+        for rec in reader.poll():
+            if rec["event"] == "step" and not first_seen:
+                first_seen = True
+                self.journal.add_event(self.cfg.job, "first_step", attempt=self.attempt,
+                                       step=rec["step"], t_ns=rec["t_ns"],
+                                       data={k: v for k, v in rec.items()
+                                             if k not in ("event", "step", "t_ns")})
+            elif rec["event"] == "checkpoint":
+                self.journal.add_event(self.cfg.job, "checkpoint", attempt=self.attempt,
+                                       step=rec["step"], t_ns=rec["t_ns"],
+                                       data={"saved_ns": rec["saved_ns"], "path": rec["path"]})
+
+    # ----- the loop ----------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        """Run until the job succeeds (0), fails for good (its exit code) or is stopped."""
+        failures = 0
+        while True:
+            reader = self._launch()
+            rc = self._watch(reader)
+            if rc == 0:
+                self.journal.add_event(self.cfg.job, "exited", attempt=self.attempt,
+                                       step=reader.last_step, data={"rc": 0})
+                return 0
+            if rc is None:       # stopped by request
+                self.journal.add_event(self.cfg.job, "exited", attempt=self.attempt,
+                                       step=reader.last_step, data={"rc": 143})
+                return 143
+            if rc > 0:           # a failure no isolation explains
+                failures += 1
+                if failures > self.cfg.max_failures:
+                    self.journal.add_event(self.cfg.job, "exited", attempt=self.attempt,
+                                           step=reader.last_step, data={"rc": rc})
+                    log.error("job %s failed %d times; giving up", self.cfg.job, failures)
+                    return rc
+            self.attempt += 1
+
+    def _watch(self, reader: ProgressReader) -> int | None:
+        """0 when every host's torchrun succeeded, -1 after a stop for isolation, the exit
+        code of a failure, None when asked to stop."""
+        while True:
+            self._drain(reader)
+            if self._stop.is_set():
+                self._stop_job("the supervisor was asked to stop", reader)
+                return None
+            bad = sorted(set(self.hosts) & set(self.isolator.isolated()))
+            if bad:
+                self._stop_job(f"isolated: {', '.join(bad)}", reader)
+                return -1
+            codes = [p.proc.poll() if p.proc else 0 for p in self._procs]
+            failed = [c for c in codes if c not in (None, 0)]
+            if failed:
+                code = failed[0] if failed[0] > 0 else 128 - failed[0]  # killed by a signal
+                self._stop_job(f"a torchrun exited with {code}", reader)
+                return code
+            if all(c == 0 for c in codes):
+                self._drain(reader)
+                return 0
+            self._stop.wait(self.cfg.poll_s)

@@ -1,0 +1,99 @@
+"""An example training script that recovers: data-parallel MLP on gloo, checkpointing through
+``recovery.checkpoint`` and resuming from the newest complete checkpoint. Run it under
+``c4 launch`` (the tests and ``bench/recovery.py`` do).
+
+The data of step s is a function of s alone (one global batch, split across the ranks), so the
+loss at a step does not depend on the world size: after a restart on fewer nodes, the first
+step repeats the loss it had before, up to float rounding.
+
+Settings (environment): C4_TRAIN_STEPS, C4_TRAIN_CKPT_DIR, C4_TRAIN_CKPT_EVERY,
+C4_TRAIN_WORK (matrix products per step: the CPU work a throttled host slows down),
+C4_TRAIN_BATCH (global batch; divisible by every world size used).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
+
+from recovery.checkpoint import Checkpointer
+
+
+class TrainState(Stateful):
+    """Model and optimizer as DCP sees them (fully qualified names, not parameter ids)."""
+
+    def __init__(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+        self.model, self.optim = model, optim
+
+    def state_dict(self) -> dict:
+        model_sd, optim_sd = get_state_dict(self.model, self.optim)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def load_state_dict(self, state: dict) -> None:
+        set_state_dict(self.model, self.optim, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+
+
+def _install_collectors() -> None:
+    try:
+        import collectors
+    except ImportError:
+        return
+    if not hasattr(collectors, "install"):
+        return
+    # torchrun sets TORCHELASTIC_RESTART_COUNT=0 in every fresh launch, and the collector
+    # prefers it; the supervisor's attempt number (C4_ATTEMPT) is the one that counts here
+    if os.environ.get("C4_ATTEMPT"):
+        os.environ["TORCHELASTIC_RESTART_COUNT"] = os.environ["C4_ATTEMPT"]
+    collectors.install()
+
+
+def main() -> None:
+    _install_collectors()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    steps = int(os.environ.get("C4_TRAIN_STEPS", "200"))
+    every = int(os.environ.get("C4_TRAIN_CKPT_EVERY", "5"))
+    work = int(os.environ.get("C4_TRAIN_WORK", "20"))
+    batch = int(os.environ.get("C4_TRAIN_BATCH", "48"))
+    if batch % world:
+        raise SystemExit(f"C4_TRAIN_BATCH={batch} is not divisible by the world size {world}")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(),
+                                torch.nn.Linear(128, 10))
+    optim = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    state = {"train": TrainState(model, optim)}
+    ckpt = Checkpointer(os.environ.get("C4_TRAIN_CKPT_DIR", "checkpoints"))
+    start = ckpt.load(state) or 0
+    burn = torch.randn(192, 192)
+    share = batch // world
+    for step in range(start, steps):
+        gen = torch.Generator().manual_seed(1000 + step)
+        x = torch.randn(batch, 64, generator=gen)[rank * share:(rank + 1) * share]
+        y = torch.randint(0, 10, (batch,), generator=gen)[rank * share:(rank + 1) * share]
+        loss_sum = torch.nn.functional.cross_entropy(model(x), y, reduction="sum")
+        optim.zero_grad()
+        (loss_sum / batch).backward()
+        acc = burn
+        for _ in range(work):  # the rest of a real step's compute
+            acc = torch.tanh(acc @ burn)
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        total = loss_sum.detach().reshape(1)
+        dist.all_reduce(total)
+        optim.step()
+        ckpt.step_done(step, loss=total.item() / batch, world_size=world)
+        if (step + 1) % every == 0 and step + 1 < steps:
+            ckpt.save(step + 1, state)
+    ckpt.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
