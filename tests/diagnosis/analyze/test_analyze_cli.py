@@ -1,0 +1,59 @@
+"""``c4 analyze`` end to end: a real subprocess on a trace file, JSON parsed and checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from diagnosis.trace.synth import SynthJob
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def c4(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "c4", "analyze", *args], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=120)
+
+
+def test_analyze_json_names_the_hung_rank(tmp_path):
+    job = SynthJob(hang_rank=9)
+    topo = job.topology()
+    topo.save(tmp_path / "topo.json")
+    job.write(tmp_path / "trace.jsonl", topo)
+    out = c4(str(tmp_path / "trace.jsonl"), "--topology", str(tmp_path / "topo.json"),
+             "--format", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [r["kind"] for r in doc["reports"]] == ["noncomm_hang"]
+    rep = doc["reports"][0]
+    assert rep["suspects"][0] == {"type": "gpu", "id": "node002/gpu1", "score": 0.95, "rank": 9}
+    assert rep["pg"] == "tp.2" and isinstance(rep["seq"], int)
+    assert rep["first_seen_ns"] >= job.t0_ns and rep["summary"]
+
+
+def test_analyze_healthy_trace_without_topology_table_and_json(tmp_path):
+    SynthJob(seed=5).write(tmp_path / "trace.jsonl")
+    out = c4(str(tmp_path / "trace.jsonl"), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"reports": []}
+    table = c4(str(tmp_path / "trace.jsonl"), "-o", str(tmp_path / "out.txt"))
+    assert table.returncode == 0, table.stderr
+    assert "no faults found" in (tmp_path / "out.txt").read_text()
+
+
+def test_analyze_reports_malformed_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type":"rank","rank":0,"host":"h"}\n{"type":"group","pg":"g"}\n')
+    out = c4(str(bad))
+    assert out.returncode == 2
+    assert "bad.jsonl:2" in out.stderr and "'ranks'" in out.stderr
+
+
+def test_analyze_flight_recorder_directory_without_dumps(tmp_path):
+    out = c4("--flight-recorder", str(tmp_path), "--format", "json")
+    assert out.returncode == 2
+    assert "c4 analyze:" in out.stderr

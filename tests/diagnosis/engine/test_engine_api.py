@@ -1,0 +1,110 @@
+"""The Engine contract: configuration checks, hand-built traces with known truth, report updates,
+open rows completed later, bounded memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diagnosis.engine import Engine, EngineConfig
+from diagnosis.trace import TraceWriter
+from diagnosis.trace.feed import feed_trace
+from diagnosis.trace.synth import SynthJob
+from proto.codec import OP_COLUMNS, Columns
+
+MS = 1_000_000
+
+
+def test_config_rejects_bad_values_by_name():
+    with pytest.raises(ValueError, match="hang_factor"):
+        EngineConfig(hang_factor=0.5)
+    with pytest.raises(ValueError, match="window"):
+        EngineConfig(window=0)
+    with pytest.raises(ValueError, match="slow_min_frac"):
+        EngineConfig(slow_min_frac=1.5)
+
+
+def _chain_trace(path, iterations=30, hang_at=20):
+    """Ranks 0-3; per iteration c=[2,3], then b=[1,2], then a=[0,1]. Rank 3 stops at
+    ``hang_at``: 2 waits in c, so 1 waits in b for 2, so 0 waits in a for 1."""
+    t = 0
+    with TraceWriter(path) as w:
+        for pg, ranks in (("a", [0, 1]), ("b", [1, 2]), ("c", [2, 3])):
+            w.group(pg, ranks)
+        for it in range(iterations):
+            t += 50 * MS
+            for pg, ranks in (("c", [2, 3]), ("b", [1, 2]), ("a", [0, 1])):
+                if it == hang_at:
+                    for r in ranks:
+                        if r != {"c": 3, "b": 2, "a": 1}[pg]:
+                            w.op(r, pg, it, "all_reduce", 4096, t + r)
+                    continue
+                for r in ranks:
+                    w.op(r, pg, it, "all_reduce", 4096, t + r * 10_000, t + 2 * MS)
+                t += 3 * MS
+            if it == hang_at:
+                w.end(t + 60_000 * MS)
+                return
+
+
+def test_noncomm_hang_follows_the_chain_to_the_rank_that_is_not_waiting(tmp_path):
+    path = tmp_path / "chain.jsonl"
+    _chain_trace(path)
+    reports, _ = feed_trace(Engine(), path)
+    assert [r.kind for r in reports] == ["noncomm_hang"]
+    r = reports[0]
+    s = r.suspects[0]
+    # no placement known: a rank suspect
+    assert (s.type, s.id, s.rank) == ("rank", "3", 3)
+    assert (r.pg, r.seq) == ("c", 20)
+    assert r.evidence["last_completed"]["3"] == "all_reduce #19 on c"
+
+
+def _cols(rows):
+    names = ["g", "all_reduce", ""]
+    arr = {k: np.array([row[i] for row in rows], dtype=dt)
+           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
+    return Columns(arr, names)
+
+
+def _row(rank, seq, enter, end):
+    # rank pg seq op nbytes dtype t_enter t_start t_end status peer
+    return (rank, 0, seq, 1, 1024, 2, enter, -1, end, 0, -1)
+
+
+def test_open_rows_completed_later_are_no_hang_and_updates_are_emitted_once():
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+    eng.add_group("g", [0, 1, 2])
+    t = 0
+    for seq in range(20):
+        t += 10 * MS
+        eng.add_ops(_cols([_row(r, seq, t + r, t + MS) for r in range(3)]))
+    # seq 20: ranks 0 and 1 report the call open; rank 2 has not arrived
+    t += 10 * MS
+    eng.add_ops(_cols([_row(r, 20, t + r, -1) for r in range(2)]))
+    assert eng.advance(t + 50 * MS) == []
+    found = eng.advance(t + 5_000 * MS)
+    assert [r.kind for r in found] == ["noncomm_hang"]
+    assert eng.advance(t + 5_000 * MS) == []          # nothing new: nothing re-emitted
+    fid = found[0].id
+    # rank 2 turns up after all and the call completes: the alarm is withdrawn
+    eng.add_ops(_cols([_row(r, 20, t + r if r < 2 else t + 5_100 * MS, t + 5_101 * MS)
+                       for r in range(3)]))
+    upd = eng.advance(t + 5_200 * MS)
+    assert [(r.id, r.state) for r in upd] == [(fid, "resolved")]
+    assert eng.finish() == []
+    assert [r.state for r in eng.reports()] == ["resolved"]
+
+
+def test_memory_is_bounded_by_the_window(tmp_path):
+    sizes = []
+    for iterations in (30, 120):
+        job = SynthJob(hosts=4, gpus_per_host=2, iterations=iterations, conns=True)
+        path = tmp_path / f"t{iterations}.jsonl"
+        job.write(path)
+        eng = Engine(job.topology())
+        feed_trace(eng, path)
+        sizes.append((eng.arena.cells, len(eng.arena.c_enter), len(eng.conns),
+                      eng.slow.classes[4].x.shape if 4 in eng.slow.classes else None,
+                      len(eng.conns.open_key)))
+    assert sizes[0] == sizes[1]
