@@ -40,11 +40,12 @@ def run(
         None, "--sidecar-socket", help="Unix socket of the node's sidecar (sets "
         "C4_SIDECAR_SOCKET; default: $XDG_RUNTIME_DIR/c4/sidecar.sock or /tmp/c4/sidecar.sock)."),
 ) -> None:
-    """Run COMMAND with the c4 collector hooking torch.distributed in every Python process.
+    """Run COMMAND with the c4 collector hooking torch.distributed in its Python processes.
 
-    No change to the training script is needed: the collector installs itself when the program
-    imports torch.distributed. Example: c4 run --job llama-7b -- torchrun --nproc-per-node 8
-    train.py
+    The training script needs no change: the collector installs itself when the program imports
+    torch.distributed.
+
+    Example: c4 run --job llama-7b -- torchrun --nproc-per-node 8 train.py
     """
     if command and command[0] == "--":
         command = command[1:]
@@ -61,9 +62,13 @@ def run(
         raise typer.Exit(126) from exc
 
 
+RUN_HELP = (
+    "Run COMMAND with the c4 collector hooking torch.distributed in its Python processes.\n\n"
+    "The training script needs no change: the collector installs itself when the program "
+    "imports torch.distributed.\n\n"
+    "Example: c4 run --job llama-7b -- torchrun --nproc-per-node 8 train.py"
+)
+
+
 def register(app: typer.Typer) -> None:
-    app.command(
-        "run",
-        context_settings={"allow_interspersed_args": False},
-        help=run.__doc__,
-    )(run)
+    app.command("run", context_settings={"allow_interspersed_args": False}, help=RUN_HELP)(run)

@@ -90,6 +90,8 @@ class Shipper:
             self._guarded_cycle(final=False)
         self._guarded_cycle(final=True)
         self._close()
+        # Whatever is still buffered now (no sidecar at exit) is lost: count it.
+        self.dropped_send += len(self.buffer.take(self.buffer.capacity))
 
     def _guarded_cycle(self, final: bool) -> None:
         try:
