@@ -34,7 +34,11 @@ def sim(
     seed: int = typer.Option(0, help="Seed: the same options and seed give the same files."),
     conns: bool = typer.Option(True, "--conns/--no-conns",
                                help="Emit conn records (one per transfer per connection)."),
-    gzip: bool = typer.Option(False, "--gzip", help="Write trace.jsonl.gz instead."),
+    gzip: bool = typer.Option(False, "--gzip", help="Write trace.jsonl.gz instead (for "
+                              "storage: c4 analyze reads plain JSON Lines)."),
+    order: str = typer.Option("complete", help="Line order: 'complete' (as collectors ship "
+                              "records: by completion time) or 'enter' (each iteration's "
+                              "records by entry time)."),
     hosts_per_leaf: int = typer.Option(16, help="Hosts under one leaf switch per rail."),
     nic_gbps: float = typer.Option(400.0, help="NIC and cable speed."),
     uplink_gbps: float = typer.Option(0.0, help="Leaf-spine link speed (0: non-blocking)."),
@@ -56,7 +60,7 @@ def sim(
                         hosts_per_leaf=hosts_per_leaf, nic_gbps=nic_gbps,
                         uplink_gbps=uplink_gbps or None, gc_rate=gc_rate,
                         checkpoint_every=checkpoint_every, hang_wait_s=hang_wait, job=job)
-        res = simulate(cfg, out, compress=gzip)
+        res = simulate(cfg, out, compress=gzip, order=order)
     except SimError as exc:
         raise typer.BadParameter(str(exc)) from None
     con = Console()

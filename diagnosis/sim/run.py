@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diagnosis.sim.config import SimConfig
+from diagnosis.sim.config import SimConfig, SimError
 from diagnosis.sim.model import Simulation
+from diagnosis.sim.order import ORDERS, Reorder
 from diagnosis.sim.writer import TraceWriter, open_trace
 
 log = logging.getLogger(__name__)
@@ -27,9 +28,15 @@ class SimResult:
     iterations: int
 
 
-def simulate(cfg: SimConfig, out_dir: str | Path, *, compress: bool = False) -> SimResult:
+def simulate(cfg: SimConfig, out_dir: str | Path, *, compress: bool = False,
+             order: str = "complete") -> SimResult:
     """Simulate ``cfg`` and write ``trace.jsonl`` (or ``.jsonl.gz``), ``topology.json`` and
-    ``truth.json`` into ``out_dir``; the trace is streamed one iteration at a time."""
+    ``truth.json`` into ``out_dir``; the trace is streamed one iteration at a time.
+
+    ``order``: ``complete`` writes records as collectors ship them (by completion time, calls
+    in flight by entry time); ``enter`` writes each iteration's records by entry time."""
+    if order not in ORDERS:
+        raise SimError(f"order {order!r} is not one of {ORDERS}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sim = Simulation(cfg)
@@ -39,9 +46,15 @@ def simulate(cfg: SimConfig, out_dir: str | Path, *, compress: bool = False) -> 
     with open_trace(trace, compress) as fh:
         writer = TraceWriter(fh, sim)
         writer.header()
+        reorder = Reorder(int(cfg.clock_skew_us * 1e3))
         for batch in sim.run():
-            writer.batch(batch)
+            if order == "complete":
+                writer.rows(*reorder.push(batch, sim.iteration_start[-1]))
+            else:
+                writer.rows(batch.ops, batch.conns)
             n += 1
+        if order == "complete":
+            writer.rows(*reorder.flush())
         writer.end()
     (out / TRUTH).write_text(json.dumps(truth_document(sim, writer.n_ops, writer.n_conns),
                                         indent=1) + "\n")

@@ -10,7 +10,7 @@ from typing import TextIO
 
 import numpy as np
 
-from diagnosis.sim.model import Batch, Simulation
+from diagnosis.sim.model import Simulation
 from proto.codec import STATUS_NAMES
 
 _OP = ('{"type":"op","rank":%d,"pg":"%s","seq":%d,"op":"%s","bytes":%d,"t_enter_ns":%d,'
@@ -46,9 +46,10 @@ class TraceWriter:
         w("".join(json.dumps({"type": "group", "pg": pg, "ranks": ranks},
                              separators=(",", ":")) + "\n" for pg, ranks in lay.groups))
 
-    def batch(self, b: Batch) -> None:
-        self._ops(b.ops)
-        self._conns(b.conns)
+    def rows(self, ops: dict[str, np.ndarray], conns: dict[str, np.ndarray]) -> None:
+        """Op and conn rows (columns as in :class:`diagnosis.sim.model.Batch`)."""
+        self._ops(ops)
+        self._conns(conns)
 
     def end(self) -> None:
         self.out.write(f'{{"type":"end","t_ns":{self.sim.end_ns}}}\n')
@@ -63,15 +64,14 @@ class TraceWriter:
         pg = self.strings[o["pg"]]
         op = self.strings[o["op"]]
         cols = ("rank", "seq", "nbytes", "t_enter_ns", "t_start_ns", "t_end_ns", "peer")
+        lines = np.empty(n, dtype=object)        # keep the rows' order across templates
         for mask, fmt, with_peer in ((plain & ~p2p, _OP, False), (plain & p2p, _OP_PEER, True)):
             if not mask.any():
                 continue
             r, sq, nb, te, ts, tn, pe = (o[k][mask].tolist() for k in cols)
             rows = zip(r, pg[mask].tolist(), sq, op[mask].tolist(), nb, te, ts, tn, pe)
-            if with_peer:
-                self.out.write("".join(fmt % row for row in rows))
-            else:
-                self.out.write("".join(fmt % row[:8] for row in rows))
+            lines[mask] = [fmt % row for row in rows] if with_peer else \
+                [fmt % row[:8] for row in rows]
         for j in np.flatnonzero(~plain).tolist():
             rec: dict[str, object] = {
                 "type": "op", "rank": int(o["rank"][j]), "pg": pg[j], "seq": int(o["seq"][j]),
@@ -83,7 +83,8 @@ class TraceWriter:
                 rec["status"] = STATUS_NAMES[int(o["status"][j])]
             if o["peer"][j] >= 0:
                 rec["peer"] = int(o["peer"][j])
-            self.out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            lines[j] = json.dumps(rec, separators=(",", ":")) + "\n"
+        self.out.write("".join(lines.tolist()))
 
     def _conns(self, c: dict[str, np.ndarray]) -> None:
         n = len(c["conn"])
@@ -96,12 +97,14 @@ class TraceWriter:
         pg = self.strings[c["pg"]]
         paths = [net.path_json[k] for k in idx.tolist()]
         done = c["t_end_ns"] >= 0
+        lines = np.empty(n, dtype=object)
         if done.any():
             rows = zip(src[done].tolist(), dst[done].tolist(), c["bytes"][done].tolist(),
                        c["t_start_ns"][done].tolist(), c["t_end_ns"][done].tolist(),
                        pg[done].tolist(), c["seq"][done].tolist(),
                        [p for p, d in zip(paths, done.tolist()) if d])
-            self.out.write("".join(_CONN % row for row in rows))
+            lines[done] = [_CONN % row for row in rows]
         for j in np.flatnonzero(~done).tolist():
-            self.out.write(_OPEN_CONN % (src[j], dst[j], c["bytes"][j], c["t_start_ns"][j],
-                                         pg[j], c["seq"][j], paths[j]))
+            lines[j] = _OPEN_CONN % (src[j], dst[j], c["bytes"][j], c["t_start_ns"][j], pg[j],
+                                     c["seq"][j], paths[j])
+        self.out.write("".join(lines.tolist()))

@@ -169,3 +169,16 @@ def test_16k_gpus_two_iterations(tmp_path):
     assert lines[b'op",'] == res.ops and lines[b'conn'] == res.conns
     assert lines[b'rank'] == gpus and lines[b'end"'] == 1
     assert json.loads(res.truth.read_text())["iterations"] == 2
+
+
+def test_records_come_in_completion_order(healthy, tmp_path):
+    def vis(rows, start):
+        return [r.get("t_end_ns") or r[start] for r in rows]
+    ops, conns = vis(healthy.ops, "t_enter_ns"), vis(healthy.conns, "t_start_ns")
+    assert ops == sorted(ops) and conns == sorted(conns)
+    # --order enter: each iteration's block sorted by entry instead; same records
+    res = simulate(SimConfig(gpus=128, iterations=6, microbatches=2, seed=5, checkpoint_every=4,
+                             gc_rate=0.01), tmp_path, order="enter")
+    other = read(res.trace)
+    assert sorted(map(str, other.ops)) == sorted(map(str, healthy.ops))
+    assert [o["t_enter_ns"] for o in other.ops] != [o["t_enter_ns"] for o in healthy.ops]
