@@ -183,18 +183,17 @@ def ops(
             cols = c.ops(job, rank=rank, pg=pg, limit=limit)
     except DiagnosisError as exc:
         _fail(exc)
+    if fmt is Fmt.json:
+        import sys
+
+        from diagnosis.trace.writer import TraceWriter
+
+        with TraceWriter(sys.stdout.buffer) as out:
+            out.ops(cols)
+        return
     names = cols.strings
     rows = zip(*(cols[k].tolist() for k in ("rank", "pg", "seq", "op", "nbytes", "dtype",
                                              "t_enter_ns", "t_end_ns", "status", "peer")))
-    if fmt is Fmt.json:
-        for r, g, q, o, b, d, te, tx, st, p in rows:
-            rec = {"type": "op", "rank": r, "pg": names[g], "seq": q, "op": names[o],
-                   "bytes": b, "dtype": names[d], "t_enter_ns": te,
-                   "t_end_ns": None if tx < 0 else tx, "status": STATUS_NAMES[st]}
-            if p >= 0:
-                rec["peer"] = p
-            typer.echo(json.dumps(rec))
-        return
     table = Table(title=f"{len(cols)} call(s) of job {job}")
     for col in ("rank", "pg", "seq", "op", "bytes", "peer", "enter (UTC)", "duration ms",
                 "status"):
@@ -206,8 +205,36 @@ def ops(
     console.print(table)
 
 
+def export(
+    job: str = typer.Argument(..., help="The job, from `c4 jobs`."),
+    output: str = typer.Option(..., "--output", "-o", help="Trace file to write (JSON Lines)."),
+    daemon: str = DaemonOpt,
+) -> None:
+    """Write a job's stored telemetry as a trace file (shared formats, section 2), for
+    `c4 analyze` or another tool."""
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.trace.writer import TraceWriter
+
+    try:
+        with _client(daemon) as c:
+            ranks, groups, cols = c.ranks(job), c.groups(job), c.ops(job)
+    except DiagnosisError as exc:
+        _fail(exc)
+    with TraceWriter(output) as out:
+        out.meta(job)
+        for r in ranks:
+            out.rank(r.rank, r.host, r.gpu or None, r.nic or None)
+        for g in groups:
+            out.group(g.pg, list(g.ranks))
+        out.ops(cols)
+        if len(cols):
+            out.end(int(max(cols["t_enter_ns"].max(), cols["t_end_ns"].max())))
+    console.print(f"wrote {out.lines:,} records of job {job} to {output}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(faults_app, name="faults")
     app.command("jobs")(jobs)
     app.command("status")(status)
     app.command("ops")(ops)
+    app.command("export")(export)

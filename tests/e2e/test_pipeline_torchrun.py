@@ -110,6 +110,13 @@ def _run(tmp: Path, job: str, *, kill_daemon: bool) -> None:
         assert out.returncode == 0, out.stderr
         lines = [json.loads(line) for line in out.stdout.splitlines()]
         assert len(lines) == total and {rec["type"] for rec in lines} == {"op"}
+        trace = tmp / f"{job}.jsonl"
+        out = subprocess.run([sys.executable, "-m", "c4", "export", job, "-o", str(trace),
+                              "--daemon", f"127.0.0.1:{port}"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        kinds = Counter(json.loads(line)["type"] for line in trace.read_text().splitlines())
+        assert kinds == {"meta": 1, "rank": 4, "group": 3, "op": total, "end": 1}
     finally:
         for p in procs:
             p.kill()
