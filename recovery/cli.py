@@ -121,7 +121,7 @@ def recoveries(
 ) -> None:
     """Recoveries with their timelines, lost work and each job's ETTR, and the controller's
     latest decisions with their reasons."""
-    from recovery.timeline import PHASES, job_efficiency, timeline
+    from recovery.timeline import job_efficiency, timeline
 
     jr = _journal(journal)
     recs = [r for r in jr.recoveries(job) if not recovery_id or r.id == recovery_id]
@@ -147,15 +147,17 @@ def recoveries(
                                    "note": t.note} for t in jr.transitions(recovery_id)]
         typer.echo(json.dumps(doc, indent=1))
         return
-    t = Table(title="recoveries")
-    for col in ("id", "job", "node", "state", *PHASES[1:], "report→step", "lost", "downtime"):
+    t = Table(title="recoveries (phases in seconds after the report)")
+    for col in ("id", "job", "node", "state", "reported", "isolated", "stopped", "relaunched",
+                "first step", "lost work", "downtime"):
         t.add_column(col)
     for tl in lines:
         r = tl.recovery
         lost = "-" if tl.lost_steps is None else f"{tl.lost_steps} steps, {_secs(tl.lost_work_s)}"
-        t.add_row(str(r.id), r.job, r.node, r.state.value,
-                  *(_when(tl.at.get(p)) for p in PHASES[1:]),
-                  _secs(tl.seconds("report", "first_step")), lost, _secs(tl.downtime_s))
+        t.add_row(str(r.id), r.job, r.node, r.state.value, _when(tl.at.get("report")),
+                  *(_secs(tl.seconds("report", p)) for p in ("isolated", "stopped",
+                                                             "relaunched", "first_step")),
+                  lost, _secs(tl.downtime_s))
     console.print(t)
     if effs:
         e = Table(title="jobs")

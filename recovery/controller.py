@@ -63,7 +63,7 @@ class Controller:
         self._placement = placement
         self._fault_state = fault_state
         self._clock = clock
-        self._said: dict[str, tuple[str, str]] = {}
+        self._said: dict[str, tuple[str, str | None, str]] = {}
 
     @classmethod
     def for_daemon(cls, client: DaemonClient, journal: Journal, isolator: Isolator,
@@ -77,16 +77,17 @@ class Controller:
         """Decide on one report (a new one or a revision) and act on the decision."""
         now = self._clock()
         if not report.job:
-            decision = Decision(SKIP, "the report names no job")
+            decision = Decision(SKIP, "the report names no job", rule="no_job")
         else:
             history = self.journal.history(report.job, report.id, now)
             if history.fault_handled:
-                return Decision(SKIP, f"fault {report.id} already has a recovery")
+                return Decision(SKIP, f"fault {report.id} already has a recovery",
+                                rule="handled")
             try:
                 placement = self._placement(report.job)
                 blocked = set(self.isolator.isolated())
             except (DaemonError, IsolationError) as exc:
-                decision = Decision(SKIP, f"cannot decide now: {exc}")
+                decision = Decision(SKIP, f"cannot decide now: {exc}", rule="unavailable")
             else:
                 decision = decide(self.policy, report, placement, history, now, blocked)
         rec = None
@@ -95,9 +96,9 @@ class Controller:
             rec = self.journal.create_recovery(
                 job=report.job, fault_id=report.id, node=decision.node,
                 backend=self.isolator.name, onset_ns=report.first_seen_ns, report_ns=now,
-                reason=decision.reason)
+                reason=decision.reason, now_ns=now)
         # revisions of one fault repeat the same decision; record it once
-        said = (decision.action, decision.reason)
+        said = (decision.action, decision.node, decision.rule)
         if rec is not None or self._said.get(report.id) != said:
             self._said[report.id] = said
             self.journal.record_decision(
@@ -121,8 +122,10 @@ class Controller:
             rec = nxt
         return rec
 
+    def _move(self, rid: int, dst: State, note: str, t_ns: int | None = None) -> Recovery:
+        return self.journal.transition(rid, dst, note, t_ns or self._clock())
+
     def _step(self, rec: Recovery) -> Recovery | None:
-        j = self.journal
         if rec.state == State.DECIDED:
             if self._fault_state is not None:
                 try:
@@ -130,27 +133,27 @@ class Controller:
                 except DaemonError:
                     state = "open"  # cannot tell: go on, the policy already said yes
                 if state != "open":
-                    return j.transition(rec.id, State.ROLLED_BACK,
+                    return self._move(rec.id, State.ROLLED_BACK,
                                         f"the fault is {state} by now; nothing isolated")
-            return j.transition(rec.id, State.ISOLATING, f"asking {self.isolator.name} to "
+            return self._move(rec.id, State.ISOLATING, f"asking {self.isolator.name} to "
                                 f"isolate {rec.node}")
         if rec.state == State.ISOLATING:
             try:
                 if rec.node in self.isolator.isolated():
                     # we may have died right after isolating it: do not isolate again
-                    return j.transition(rec.id, State.ISOLATED,
+                    return self._move(rec.id, State.ISOLATED,
                                         f"{self.isolator.name} already has {rec.node} isolated")
                 self.isolator.isolate(rec.node, f"fault {rec.fault_id} of job {rec.job}: "
                                       f"{rec.reason}")
             except IsolationError as exc:
-                return j.transition(rec.id, State.FAILED, f"isolation failed: {exc}")
-            return j.transition(rec.id, State.ISOLATED, f"{rec.node} isolated")
+                return self._move(rec.id, State.FAILED, f"isolation failed: {exc}")
+            return self._move(rec.id, State.ISOLATED, f"{rec.node} isolated")
         if rec.state == State.ISOLATED:
             try:
                 note = self.isolator.restart(rec.job, {rec.node})
             except IsolationError as exc:
-                return j.transition(rec.id, State.FAILED, f"restart failed: {exc}")
-            return j.transition(rec.id, State.RESTARTING, note)
+                return self._move(rec.id, State.FAILED, f"restart failed: {exc}")
+            return self._move(rec.id, State.RESTARTING, note)
         return self._follow_restart(rec)
 
     def _follow_restart(self, rec: Recovery) -> Recovery | None:
@@ -168,19 +171,19 @@ class Controller:
                     ev.attempt == launched.attempt:
                 if rec.state in (State.RESTARTING, State.STOPPED):
                     if rec.state == State.RESTARTING:
-                        rec = j.transition(rec.id, State.STOPPED, "the job stopped",
+                        rec = self._move(rec.id, State.STOPPED, "the job stopped",
                                            stopped.t_ns)
-                    rec = j.transition(rec.id, State.RELAUNCHED, _launched_note(launched),
+                    rec = self._move(rec.id, State.RELAUNCHED, _launched_note(launched),
                                        launched.t_ns)
-                return j.transition(rec.id, State.RESUMED,
+                return self._move(rec.id, State.RESUMED,
                                     f"attempt {ev.attempt} trained step {ev.step}", ev.t_ns)
         if rec.state == State.RESTARTING and stopped is not None:
-            return j.transition(rec.id, State.STOPPED, "the job stopped", stopped.t_ns)
+            return self._move(rec.id, State.STOPPED, "the job stopped", stopped.t_ns)
         if rec.state == State.STOPPED and launched is not None:
-            return j.transition(rec.id, State.RELAUNCHED, _launched_note(launched),
+            return self._move(rec.id, State.RELAUNCHED, _launched_note(launched),
                                 launched.t_ns)
         if (self._clock() - rec.updated_ns) / 1e9 > self.cfg.restart_timeout_s:
-            return j.transition(rec.id, State.FAILED, f"no progress in "
+            return self._move(rec.id, State.FAILED, f"no progress in "
                                 f"{self.cfg.restart_timeout_s:.0f} s after {rec.state.value}; "
                                 "is the job's supervisor (c4 launch) running?")
         return None

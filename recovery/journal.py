@@ -153,9 +153,10 @@ class Journal:
 
     # ----- recoveries --------------------------------------------------------------------------
     def create_recovery(self, *, job: str, fault_id: str, node: str, backend: str,
-                        onset_ns: int, report_ns: int, reason: str) -> Recovery | None:
+                        onset_ns: int, report_ns: int, reason: str,
+                        now_ns: int | None = None) -> Recovery | None:
         """A new recovery in state DECIDED; None if this fault already has one."""
-        now = time.time_ns()
+        now = now_ns or time.time_ns()
 
         def insert(db: sqlite3.Connection) -> int | None:
             try:

@@ -95,53 +95,55 @@ class Decision:
     action: str            # ISOLATE, SKIP or DRY_RUN
     reason: str
     node: str | None = None
+    #: Which rule decided (stable, for dedup and filtering; the reason is for people).
+    rule: str = ""
 
 
 def decide(policy: Policy, report: FaultReport, placement: Placement, history: History,
            now_ns: int, blocked: Iterable[str] = ()) -> Decision:
     """One decision with its reason. Pure: everything it looks at is passed in."""
     if history.fault_handled:
-        return Decision(SKIP, f"fault {report.id} is already being recovered (or was)")
+        return Decision(SKIP, f"fault {report.id} is already being recovered (or was)", rule="handled")
     if report.state != "open":
-        return Decision(SKIP, f"the fault is {report.state}, not open")
+        return Decision(SKIP, f"the fault is {report.state}, not open", rule="not_open")
     if report.kind not in policy.kinds:
         return Decision(SKIP, f"kind {report.kind} is not acted on (policy kinds: "
-                              f"{', '.join(policy.kinds)})")
+                              f"{', '.join(policy.kinds)})", rule="kind")
     top = report.top
     if top is None:
-        return Decision(SKIP, "the report names no suspect")
+        return Decision(SKIP, "the report names no suspect", rule="no_suspect")
     if top.type not in NODE_SUSPECTS:
         return Decision(SKIP, f"the top suspect is a {top.type} ({top.id}); isolating a node "
-                              "would not remove it (re-plan traffic instead)")
+                              "would not remove it (re-plan traffic instead)", rule="not_a_node")
     if top.score < policy.min_score:
         return Decision(SKIP, f"top suspect score {top.score:.2f} is below the policy's "
-                              f"{policy.min_score:.2f}")
+                              f"{policy.min_score:.2f}", rule="score")
     if not placement.nodes:
-        return Decision(SKIP, f"the daemon knows no nodes for job {report.job}")
+        return Decision(SKIP, f"the daemon knows no nodes for job {report.job}", rule="no_nodes")
     node = placement.node_of(top.type, top.id, top.rank)
     if node is None:
         return Decision(SKIP, f"the suspect {top.type} {top.id} is not on any node job "
-                              f"{report.job} uses ({', '.join(sorted(placement.nodes))})")
+                              f"{report.job} uses ({', '.join(sorted(placement.nodes))})", rule="wrong_node")
     if node in set(blocked) or node in history.job_isolated_nodes:
-        return Decision(SKIP, f"node {node} is already isolated", node)
+        return Decision(SKIP, f"node {node} is already isolated", node, rule="already_isolated")
     if history.last_recovery_ns is not None and \
             now_ns - history.last_recovery_ns < policy.cooldown_s * 1e9:
         left = policy.cooldown_s - (now_ns - history.last_recovery_ns) / 1e9
         return Decision(SKIP, f"job {report.job} is cooling down after its last recovery "
-                              f"({left:.0f} s left)", node)
+                              f"({left:.0f} s left)", node, rule="cooldown")
     if history.job_isolations >= policy.max_per_job:
         return Decision(SKIP, f"job {report.job} already had {history.job_isolations} "
-                              f"isolation(s), the policy's cap per job", node)
+                              f"isolation(s), the policy's cap per job", node, rule="cap_job")
     if history.isolations_last_hour >= policy.max_per_hour:
         return Decision(SKIP, f"{history.isolations_last_hour} isolations in the last hour, "
-                              "the policy's cap per hour", node)
+                              "the policy's cap per hour", node, rule="cap_hour")
     budget = policy.node_budget(len(placement.nodes))
     if len(history.job_isolated_nodes) + 1 > budget:
         return Decision(SKIP, f"isolating {node} would take {len(history.job_isolated_nodes) + 1}"
                               f" of the job's {len(placement.nodes)} nodes, over the policy's "
-                              f"fraction {policy.max_node_fraction:.2f}", node)
+                              f"fraction {policy.max_node_fraction:.2f}", node, rule="fraction")
     why = (f"{report.kind}: {top.type} {top.id} (score {top.score:.2f}) is on node {node}; "
            f"{report.summary}")
     if policy.dry_run:
-        return Decision(DRY_RUN, f"dry run, would isolate: {why}", node)
-    return Decision(ISOLATE, why, node)
+        return Decision(DRY_RUN, f"dry run, would isolate: {why}", node, rule="dry_run")
+    return Decision(ISOLATE, why, node, "isolate")

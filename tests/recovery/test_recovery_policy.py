@@ -1,0 +1,80 @@
+"""The policy's decisions and the state machine's table, on hand-made reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnosis.report import FaultReport, Suspect
+from recovery.errors import TransitionError
+from recovery.policy import DRY_RUN, ISOLATE, SKIP, History, Placement, Policy, decide
+from recovery.states import TERMINAL, TRANSITIONS, State, check_transition
+
+NOW = 1_800_000_000_000_000_000
+NODES = Placement(frozenset({"node0", "node1", "node2", "node3"}),
+                  {0: "node0", 1: "node1", 2: "node2", 3: "node3"},
+                  {"node2/gpu0": "node2"})
+
+
+def _report(type_: str = "host", id_: str = "node2", score: float = 0.9,
+            kind: str = "noncomm_slow", rank: int | None = None) -> FaultReport:
+    return FaultReport(kind=kind, suspects=(Suspect(type_, id_, score, rank=rank),),
+                       first_seen_ns=NOW - 10**9, summary="late", id="f1", job="j")
+
+
+@pytest.mark.parametrize(("report", "node"), [
+    (_report(), "node2"),
+    (_report("gpu", "node2/gpu0"), "node2"),
+    (_report("gpu", "x/gpu9", rank=1), "node1"),
+    (_report("rank", "3"), "node3"),
+])
+def test_node_suspects_map_to_the_node(report, node):
+    d = decide(Policy(), report, NODES, History(), NOW)
+    assert (d.action, d.node) == (ISOLATE, node), d.reason
+
+
+@pytest.mark.parametrize(("policy", "report", "history", "words"), [
+    (Policy(), _report(id_="node9"), History(), "not on any node"),
+    (Policy(), _report("link", "node2:leaf0"), History(), "re-plan traffic"),
+    (Policy(), _report(score=0.3), History(), "below"),
+    (Policy(kinds=("error",)), _report(), History(), "not acted on"),
+    (Policy(), _report(), History(fault_handled=True), "already"),
+    (Policy(), _report(), History(job_isolated_nodes=frozenset({"node2"})), "already isolated"),
+    (Policy(cooldown_s=60), _report(), History(last_recovery_ns=NOW - 10**9), "cooling down"),
+    (Policy(max_per_job=1, cooldown_s=0), _report(),
+     History(job_isolations=1, last_recovery_ns=NOW - 10**12), "cap per job"),
+    (Policy(max_per_hour=2), _report(), History(isolations_last_hour=2), "cap per hour"),
+    (Policy(cooldown_s=0, max_node_fraction=0.25), _report(),
+     History(job_isolations=1, job_isolated_nodes=frozenset({"node0"})), "fraction"),
+])
+def test_skips_say_why(policy, report, history, words):
+    d = decide(policy, report, NODES, history, NOW)
+    assert d.action == SKIP and words in d.reason, d.reason
+
+
+def test_dry_run_decides_but_does_not_act():
+    d = decide(Policy(dry_run=True), _report(), NODES, History(), NOW)
+    assert d.action == DRY_RUN and d.node == "node2" and "would isolate" in d.reason
+
+
+def test_a_single_node_job_is_never_evicted():
+    d = decide(Policy(max_node_fraction=1.0), _report(id_="node0"),
+               Placement(frozenset({"node0"})), History(), NOW)
+    assert d.action == SKIP and "fraction" in d.reason
+
+
+def test_bad_policy_values_are_named():
+    with pytest.raises(ValueError, match="bogus"):
+        Policy(kinds=("bogus",))
+    with pytest.raises(ValueError, match="max_node_fraction"):
+        Policy(max_node_fraction=0)
+
+
+def test_transition_table():
+    for state in State:
+        assert state in TRANSITIONS
+        assert (not TRANSITIONS[state]) == (state in TERMINAL)
+    check_transition(State.ISOLATING, State.ISOLATED)
+    with pytest.raises(TransitionError, match="allowed from isolated: failed, restarting"):
+        check_transition(State.ISOLATED, State.ISOLATING)
+    with pytest.raises(TransitionError, match="terminal"):
+        check_transition(State.RESUMED, State.FAILED)
