@@ -115,15 +115,19 @@ class _State:
     # ----- repair -------------------------------------------------------------------------
     def repair(self, target: float, cfg: SolverConfig, prefer: Collection[int] = (),
                settle: bool = False) -> None:
-        """Lower the maximum load, then the number of links at it; with ``settle``, stop as soon
-        as the maximum reaches ``target`` (a re-plan keeps moves few)."""
+        """Lower the maximum load, then the number of links at it. With ``settle`` (a re-plan,
+        which keeps moves few) only lower the maximum: stop at ``target``, and undo the moves
+        made after the maximum last fell."""
         deadline = time.perf_counter() + cfg.seconds
         self.prefer = set(prefer)
+        last, mark = float("inf"), len(self.journal)
         while time.perf_counter() < deadline:
             top = self.util_max()
+            if top < last * (1 - REL):
+                last, mark = top, len(self.journal)
             optimal = top <= target * (1 + REL) + 1e-12
             if optimal and settle:
-                return
+                break
             thr = top * (1 - REL)
             inv, load = self.inv, self.load
             # At the bound the maximum cannot fall, but fewer links may sit at it; a link
@@ -147,9 +151,13 @@ class _State:
                     stuck = True
                 if time.perf_counter() > deadline:
                     log.info("repair stopped at its time limit (%.1f s)", cfg.seconds)
-                    return
+                    break
             if stuck or not progress:
-                return
+                break
+        if settle:
+            # Keep only the moves that lowered the maximum; those that merely thinned the links
+            # at the final maximum are not worth moving flows for.
+            self.rollback(mark)
 
     def _fix(self, a: int, thr: float, depth: int, chain: set[int], budget: list[int],
              freed: Collection[int], fixing: set[int]) -> bool:
@@ -232,6 +240,8 @@ class _State:
 def solve(problem: Problem, *, target: float = 0.0, cfg: SolverConfig | None = None) -> Solution:
     """A plan for every flow. ``target``: a lower bound on the max load; repair stops there."""
     st = _State(problem)
+    # Arcs every candidate crosses bound the maximum too (NIC links, typically).
+    target = max(target, st.util_max())
     st.greedy(range(len(problem.flows)))
     st.repair(target, cfg or SolverConfig())
     return st.solution()
@@ -243,6 +253,7 @@ def replan(problem: Problem, previous: Sequence[Sequence[str] | None], *, target
     ``problem.flows``; None for a new flow) survives keep it; the others are placed greedily,
     then repaired, moving the displaced flows first."""
     st = _State(problem)
+    target = max(target, st.util_max())
     displaced = []
     for f, old in enumerate(previous):
         k = problem.candidate_of(f, old) if old is not None else None

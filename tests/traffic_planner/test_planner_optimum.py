@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from diagnosis.topology import Topology, link_id, rail_optimized
-from traffic_planner.bound import lower_bound
+from traffic_planner.bound import _lp, lower_bound
 from traffic_planner.errors import NoPathError, UnknownLinkError
 from traffic_planner.flows import Flow
 from traffic_planner.plan import plan_flows
@@ -78,7 +79,10 @@ def test_lp_bound_when_even_split_is_not_optimal() -> None:
     # 200 G across uplinks of 100 and 300: best fractional split loads both at 0.5.
     problem = build_problem(two_leaves(2, {"S0": 100, "S1": 300}), cross([100, 100]))
     b = lower_bound(problem)
-    assert b.value == pytest.approx(0.5) and b.lp_components == 1
+    assert b.value == pytest.approx(0.5) == b.cut      # the cut is met by an uneven split
+    # The linear program itself, on the same numbers: 2 units over arcs of capacity 1 and 3.
+    assert _lp([((0,), (1,))], [2.0], [0, 1], np.zeros(2), np.array([1.0, 3.0])) == \
+        pytest.approx(0.5)
     sol = solve(problem, target=b.unsplittable)
     assert sol.max_load == pytest.approx(2 / 3)    # both on S1 (200/300) beats one on S0 (1.0)
 
