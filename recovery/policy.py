@@ -103,7 +103,8 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
            now_ns: int, blocked: Iterable[str] = ()) -> Decision:
     """One decision with its reason. Pure: everything it looks at is passed in."""
     if history.fault_handled:
-        return Decision(SKIP, f"fault {report.id} is already being recovered (or was)", rule="handled")
+        return Decision(SKIP, f"fault {report.id} is already being recovered (or was)",
+                        rule="handled")
     if report.state != "open":
         return Decision(SKIP, f"the fault is {report.state}, not open", rule="not_open")
     if report.kind not in policy.kinds:
@@ -123,7 +124,8 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
     node = placement.node_of(top.type, top.id, top.rank)
     if node is None:
         return Decision(SKIP, f"the suspect {top.type} {top.id} is not on any node job "
-                              f"{report.job} uses ({', '.join(sorted(placement.nodes))})", rule="wrong_node")
+                              f"{report.job} uses ({', '.join(sorted(placement.nodes))})",
+                        rule="wrong_node")
     if node in set(blocked) or node in history.job_isolated_nodes:
         return Decision(SKIP, f"node {node} is already isolated", node, rule="already_isolated")
     if history.last_recovery_ns is not None and \
