@@ -33,8 +33,8 @@ def up_cmd(
     gpus_per_host: int = typer.Option(2, "--gpus-per-host", help="GPUs (rank slots) per host."),
     hosts_per_leaf: int = typer.Option(2, "--hosts-per-leaf", help="Hosts under each leaf."),
     spines: int = typer.Option(2, "--spines", help="Spine switches (ECMP paths between leaves)."),
-    host_mbit: int = typer.Option(1000, "--host-mbit", help="Host-leaf link rate, Mbit/s."),
-    uplink_mbit: int = typer.Option(1000, "--uplink-mbit", help="Leaf-spine link rate, Mbit/s."),
+    host_mbit: int = typer.Option(400, "--host-mbit", help="Host-leaf link rate, Mbit/s."),
+    uplink_mbit: int = typer.Option(400, "--uplink-mbit", help="Leaf-spine link rate, Mbit/s."),
     no_services: bool = typer.Option(False, "--no-services",
                                      help="Build only the fabric: no daemon, no sidecars."),
     lab_dir: Path = LAB_DIR,
@@ -162,6 +162,62 @@ def run_cmd(
         typer.echo(f"job {name} failed ({code}); node 0 says:\n"
                    f"{services[0].output()[-1500:]}", err=True)
     raise typer.Exit(code)
+
+
+@lab_app.command("plan-apply")
+def plan_apply_cmd(
+    plan_file: Path = typer.Argument(..., help="A plan from `c4 plan --format json`."),
+    lab_dir: Path = LAB_DIR,
+) -> None:
+    """Pin each cross-leaf host pair of a plan to its spine with policy routes."""
+    from c4.lab.lab import layout_of, require
+    from c4.lab.plan import apply_pins, pins_from_plan
+    from c4.lab.system import LabError
+
+    try:
+        d = _dir(lab_dir)
+        pins = pins_from_plan(layout_of(require(d)), json.loads(plan_file.read_text()))
+        apply_pins(d, pins)
+    except (LabError, OSError, ValueError, KeyError) as exc:
+        _fail(exc)
+    typer.echo("\n".join(f"{p.src} > {p.dst} via {p.spine}" for p in pins) or "no pins")
+
+
+@lab_app.command("plan-clear")
+def plan_clear_cmd(lab_dir: Path = LAB_DIR) -> None:
+    """Remove the policy routes: back to ECMP."""
+    from c4.lab.plan import clear_pins
+    from c4.lab.system import LabError
+
+    try:
+        clear_pins(_dir(lab_dir))
+    except LabError as exc:
+        _fail(exc)
+    typer.echo("policy routes removed: ECMP")
+
+
+@lab_app.command("plan-bench")
+def plan_bench_cmd(
+    trials: int = typer.Option(4, "--trials", help="Fresh process groups (ECMP draws) per mode."),
+    megabytes: int = typer.Option(16, "--mb", help="MiB exchanged per flow per iteration."),
+    iters: int = typer.Option(3, "--iters", help="Iterations per trial (median taken)."),
+    fmt: str = typer.Option("text", "--format", help="text or json."),
+    lab_dir: Path = LAB_DIR,
+) -> None:
+    """Cross-leaf exchange bandwidth with ECMP, then with the traffic planner's pins."""
+    from dataclasses import asdict
+
+    from c4.lab.plan import plan_bench
+    from c4.lab.system import LabError
+
+    try:
+        res = plan_bench(_dir(lab_dir), trials=trials, megabytes=megabytes, iters=iters)
+    except LabError as exc:
+        _fail(exc)
+    if fmt == "json":
+        typer.echo(json.dumps(asdict(res), indent=1))
+    else:
+        typer.echo(res.table())
 
 
 def register(app: typer.Typer) -> None:

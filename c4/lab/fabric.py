@@ -7,7 +7,7 @@ import logging
 from collections import defaultdict
 
 from c4.lab import system
-from c4.lab.layout import (HOST_MGMT_IF, MGMT, MGMT_BRIDGE, PREFIX, Layout, layout_routes)
+from c4.lab.layout import HOST_MGMT_IF, MGMT, MGMT_BRIDGE, PREFIX, Layout, layout_routes
 from c4.lab.procs import kill_all, leftover_cgroups, remove_cgroup
 
 log = logging.getLogger(__name__)

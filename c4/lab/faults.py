@@ -20,8 +20,16 @@ from typing import Any
 
 from c4.lab import fabric, state, system
 from c4.lab.layout import PREFIX, Layout
-from c4.lab.procs import (LabProc, alive, cgroup_of, freeze_wait, lab_processes, make_cgroup,
-                          move, remove_cgroup)
+from c4.lab.procs import (
+    LabProc,
+    alive,
+    cgroup_of,
+    freeze_wait,
+    lab_processes,
+    make_cgroup,
+    move,
+    remove_cgroup,
+)
 from c4.lab.system import LabError
 from diagnosis.topology import link_id
 
@@ -157,9 +165,10 @@ def _loss_table(fid: int, ifname: str, pct: int) -> str:
 
 def _start_timer(lab_dir: Path, fid: int, seconds: float) -> int:
     env = {**os.environ, state.MARKER: str(lab_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "c4.lab.timer", str(lab_dir), str(fid),
-                             str(seconds)], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=open(lab_dir / "timers.log", "ab"))
+    with open(lab_dir / "timers.log", "ab") as log_fh:
+        proc = subprocess.Popen([sys.executable, "-m", "c4.lab.timer", str(lab_dir), str(fid),
+                                 str(seconds)], env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=log_fh)
     return proc.pid
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from c4.lab import fabric, state, system
-from c4.lab.layout import HOST_FABRIC_IF, PREFIX, Layout, LabSpec, build_layout
+from c4.lab.layout import HOST_FABRIC_IF, PREFIX, LabSpec, Layout, build_layout
 from c4.lab.system import LabError
 from c4.processes import REPO, Service, c4_command, wait_for
 

@@ -36,8 +36,9 @@ class LabSpec:
     gpus_per_host: int = 2
     hosts_per_leaf: int = 2
     spines: int = 2
-    host_mbit: int = 1000
-    uplink_mbit: int = 1000
+    # modest rates: on a small machine the CPU, not the shaper, limits faster links
+    host_mbit: int = 400
+    uplink_mbit: int = 400
 
     def __post_init__(self) -> None:
         if not 1 <= self.hosts <= MAX_HOSTS:

@@ -1,0 +1,92 @@
+"""The lab's built-in training job: data parallel x pipeline parallel on gloo, collectors on.
+
+``C4_LAB_PP`` pipeline stages (default 2); rank = stage * dp + replica, so with ranks filling
+hosts in order a stage spans whole hosts and the pipeline's send/recv crosses hosts (and,
+with two hosts per leaf on a four-host lab, leaves). Stage 0 computes the first half of an
+MLP and sends its activations to the same replica of stage 1, which computes the loss and sends
+back their gradient; each stage then all-reduces its gradients across its replicas.
+
+Environment: ``C4_LAB_STEPS`` (default 60), ``C4_LAB_BATCH`` (64), ``C4_LAB_WIDTH`` (512),
+``C4_LAB_COMPUTE_MS`` (extra compute per step, default 20), ``C4_LAB_CKPT_DIR`` and
+``C4_LAB_CKPT_EVERY`` (save each stage's state every N steps, off by default).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import collectors
+
+
+def _env(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def main() -> None:
+    collectors.install()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pp = _env("C4_LAB_PP", 2) if world % max(1, _env("C4_LAB_PP", 2)) == 0 else 1
+    dp = world // pp
+    stage, replica = divmod(rank, dp)
+    # every rank creates every group, in the same order
+    dp_groups = [dist.new_group(list(range(s * dp, (s + 1) * dp))) for s in range(pp)]
+    dp_group = dp_groups[stage]
+    torch.manual_seed(1234 + stage)
+    torch.set_num_threads(1)
+    width, batch = _env("C4_LAB_WIDTH", 512), _env("C4_LAB_BATCH", 64)
+    layers = [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    if stage == pp - 1:
+        layers.append(torch.nn.Linear(width, 10))
+    model = torch.nn.Sequential(*layers)
+    for p in model.parameters():  # replicas of a stage start equal
+        dist.broadcast(p.data, src=stage * dp, group=dp_group)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps, compute_ms = _env("C4_LAB_STEPS", 60), _env("C4_LAB_COMPUTE_MS", 20)
+    ckpt_dir, ckpt_every = os.environ.get("C4_LAB_CKPT_DIR"), _env("C4_LAB_CKPT_EVERY", 0)
+    gen = torch.Generator().manual_seed(replica)
+    prev = rank - dp if stage > 0 else None
+    nxt = rank + dp if stage < pp - 1 else None
+    t0 = time.monotonic()
+    for step in range(steps):
+        if prev is None:
+            inp = torch.randn(batch, width, generator=gen)
+        else:
+            inp = torch.empty(batch, width)
+            dist.recv(inp, src=prev)
+            inp.requires_grad_(True)
+        out = model(inp)
+        time.sleep(compute_ms / 1000)  # the rest of a real stage's forward and backward
+        opt.zero_grad()
+        if nxt is None:
+            y = torch.randint(0, 10, (batch,), generator=gen)
+            loss = torch.nn.functional.cross_entropy(out, y)
+            loss.backward()
+        else:
+            dist.send(out.detach(), dst=nxt)
+            grad = torch.empty_like(out)
+            dist.recv(grad, src=nxt)
+            out.backward(grad)
+        if prev is not None:
+            dist.send(inp.grad, dst=prev)
+        for p in model.parameters():
+            dist.all_reduce(p.grad, group=dp_group)
+            p.grad /= dp
+        opt.step()
+        if ckpt_dir and ckpt_every and (step + 1) % ckpt_every == 0 and replica == 0:
+            os.makedirs(ckpt_dir, exist_ok=True)
+            torch.save({"step": step + 1, "model": model.state_dict()},
+                       os.path.join(ckpt_dir, f"stage{stage}-step{step + 1}.pt"))
+        if nxt is None and replica == 0 and step % 10 == 0:
+            print(f"step {step}: loss {loss.item():.4f} ({time.monotonic() - t0:.1f} s)",
+                  flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
