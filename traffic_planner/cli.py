@@ -37,7 +37,7 @@ def plan(
                                        "here too."),
     transport: str = typer.Option("roce", "--transport", help="roce: pin a UDP source port per "
                                   "flow; ip: paths only (apply with policy routes)."),
-    seeds: int = typer.Option(8, "--seeds", help="ECMP hash draws to average over."),
+    seeds: int = typer.Option(8, "--seeds", min=1, help="ECMP hash draws to average over."),
     nbytes: float = typer.Option(float(1 << 30), "--bytes", help="All-reduce size for the "
                                  "predicted completion time."),
     show: int = typer.Option(10, "--show", help="Rows of collectives and flows in the table."),

@@ -191,6 +191,7 @@ class _State:
         cur_arcs = cs[cur]
         d = p.demand[g]
         options = []
+        max_over = self.max_over if depth > 0 else 0
         for k, arcs in enumerate(cs):
             if k == cur or a in arcs:
                 continue
@@ -200,14 +201,15 @@ class _State:
                     continue
                 u = (load[b] + d) * inv[b]
                 if u >= thr:
+                    if len(over) == max_over or b in fixing:
+                        break
                     over.append(b)
                 if u > worst:
                     worst = u
                 if b in freed:
                     fresh = True
-            if over and (depth == 0 or len(over) > self.max_over or any(b in fixing for b in over)):
-                continue
-            options.append((len(over), not fresh, worst, k, over))
+            else:
+                options.append((len(over), not fresh, worst, k, over))
         options.sort(key=lambda o: o[:4])
         for *_, k, over in options:
             if budget[0] <= 0:

@@ -186,3 +186,23 @@ def test_observed_flows(tmp_path) -> None:
     path.write_text(json.dumps({"type": "conn", "src": 0, "dst": 1, "t_start_ns": 0}) + "\n")
     with pytest.raises(FlowFormatError, match=r"trace\.jsonl:1 \(field 'bytes'\)"):
         observed_flows(path, topo)
+
+
+def test_two_jobs_share_the_fabric(tmp_path, app) -> None:
+    topo = rail_optimized(4, 1, hosts_per_leaf=2, spines=2, nic_gbps=100)
+    topo.save(tmp_path / "topo.json")
+    save_flows([Flow("a/dp:0>2", "node000/nic0", "node002/nic0", 100)], tmp_path / "a.json")
+    save_flows([Flow("b/dp:1>3", "node001/nic0", "node003/nic0", 100)], tmp_path / "b.json")
+    runner = CliRunner()
+    args = ["plan", "-t", str(tmp_path / "topo.json"), "--format", "json"]
+    res = runner.invoke(app, [*args, "-f", str(tmp_path / "a.json"), "-f",
+                              str(tmp_path / "b.json")])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    # Planned together, the two jobs' flows take different spines.
+    assert [item["id"] for item in plan["plan"]] == ["a/dp:0>2", "b/dp:1>3"]
+    assert plan["plan"][0]["path"][2] != plan["plan"][1]["path"][2]
+    assert plan["max_link_load"] == pytest.approx(1.0)
+    res = runner.invoke(app, [*args, "-f", str(tmp_path / "a.json"), "-f",
+                              str(tmp_path / "a.json")])
+    assert res.exit_code == 2 and "appears twice" in res.output
