@@ -93,6 +93,22 @@ def status_cmd(
                    f"({', '.join(f['components'])}) {state_}")
 
 
+@lab_app.command("truth")
+def truth_cmd(lab_dir: Path = LAB_DIR) -> None:
+    """The injected faults as ground truth (JSON, shaped like the simulator's truth.json)."""
+    from c4.lab.state import LAST_STATE_FILE, read
+    from c4.lab.truth import truth
+
+    d = _dir(lab_dir)
+    st = read(d)
+    if st is None and (d / LAST_STATE_FILE).exists():
+        st = json.loads((d / LAST_STATE_FILE).read_text())  # the last lab, after `down`
+    if st is None:
+        typer.echo("no lab is up and none was taken down here", err=True)
+        raise typer.Exit(1)
+    typer.echo(json.dumps(truth(st), indent=1))
+
+
 @lab_app.command("inject")
 def inject_cmd(
     fault: str = typer.Argument(..., help="slow-link, lossy-link, dead-link, slow-gpu, hang "

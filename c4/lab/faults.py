@@ -125,6 +125,7 @@ def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = No
             procs, comps = _procs(lay, lab_dir, target)
             rec["components"] = comps
             rec["pids"] = [p.pid for p in procs]
+            rec["ranks"] = sorted(p.rank for p in procs if p.rank is not None)
             if kind == "slow-gpu":
                 if not 1 <= cpu_pct <= 100:
                     raise LabError("--cpu must be a percentage of one core between 1 and 100")
