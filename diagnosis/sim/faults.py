@@ -151,18 +151,23 @@ def link_factors(faults: list[Fault], n_links: int, which: list[Fault]) -> np.nd
 
 
 def truth_entry(f: Fault, conns: Connections, iteration_start: list[int],
-                end_ns: int) -> dict[str, Any]:
-    """The ground-truth record of one fault (see diagnosis/sim/README.md)."""
+                end_ns: int, seen: np.ndarray) -> dict[str, Any]:
+    """The ground-truth record of one fault (see diagnosis/sim/README.md). ``seen`` marks the
+    connections that carried a transfer while the fault was active."""
     onset_ns = iteration_start[f.onset] if f.onset < len(iteration_start) else None
     stop = f.spec.end
     end = (iteration_start[stop] if stop is not None and stop < len(iteration_start) else None)
     observable = True
     ranks = f.ranks
-    equivalent: list[dict[str, str]] = []
+    target: frozenset[int] = frozenset()
     if f.network:
-        known = {(a["type"], a["id"]) for a in f.accept}
-        equivalent = [{"type": t, "id": i} for t, i in conns.equivalents(f.links)
-                      if (t, i) not in known]
+        target = frozenset(np.flatnonzero(conns.crossing(f.links) & seen).tolist())
+    elif f.kind == "comm_hang":
+        target = frozenset([conns.dp0 + f.rank]) & frozenset(np.flatnonzero(seen).tolist())
+    known = {(a["type"], a["id"]) for a in f.accept}
+    equivalent = [{"type": t, "id": i} for t, i in conns.equivalents(target, seen)
+                  if (t, i) not in known]
+    if f.network:
         alone = conns.bandwidth(link_factors([f], len(conns.link_ids), [f]))
         base = conns.bandwidth(np.ones(len(conns.link_ids)))
         hit = (alone < base * 0.995) & conns.inter

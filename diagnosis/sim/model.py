@@ -98,6 +98,8 @@ class Simulation:
         self.last = 0.0
         self.stalled = False
         self._bw_cache: dict[tuple[int, ...], np.ndarray] = {}
+        # per fault: connections that carried a transfer while it was active
+        self.seen = [np.zeros(len(self.conns), bool) for _ in self.faults]
         self.done = False
 
     # ----- public ---------------------------------------------------------------------------
@@ -116,8 +118,8 @@ class Simulation:
         return self.cfg.t0_ns + int(self.last + wait)
 
     def truth(self) -> list[dict]:
-        return [faultmod.truth_entry(f, self.conns, self.iteration_start, self.end_ns)
-                for f in self.faults]
+        return [faultmod.truth_entry(f, self.conns, self.iteration_start, self.end_ns, seen)
+                for f, seen in zip(self.faults, self.seen)]
 
     # ----- one iteration --------------------------------------------------------------------
     def _iteration(self, i: int) -> Batch:
@@ -175,7 +177,13 @@ class Simulation:
         self.free = free.ravel()
         if not np.isfinite(self.free).all():
             self.stalled = True
-        return self._finish(i, ops.columns(), cons.columns())
+        c = cons.columns()
+        for f, seen in zip(self.faults, self.seen):
+            if f.active(i) and len(c["conn"]):
+                seen[c["conn"].astype(np.int64)] = True
+        if not cfg.conns:
+            c = {k: v[:0] for k, v in c.items()}
+        return self._finish(i, ops.columns(), c)
 
     def _bandwidth(self, active: list[faultmod.Fault]) -> np.ndarray:
         net = [f for f in active if f.network]
@@ -229,10 +237,10 @@ class Simulation:
                 t_enter_ns=send_enter, t_start_ns=start, t_end_ns=end, status=STATUS_OK, peer=dst)
         ops.add(dst.size, rank=dst, pg=pg, seq=seq, op=RECV, nbytes=cfg.p2p_bytes,
                 t_enter_ns=recv_enter, t_start_ns=start, t_end_ns=end, status=STATUS_OK, peer=src)
-        if self.cfg.conns:
-            keep = self.conns.inter[c] & np.isfinite(start)
-            cons.add(int(keep.sum()), conn=c[keep], bytes=cfg.p2p_bytes, t_start_ns=start[keep],
-                     t_end_ns=end[keep], pg=pg[keep], seq=seq)
+        # conn rows are made even without --conns: they mark what was seen (see _iteration)
+        keep = self.conns.inter[c] & np.isfinite(start)
+        cons.add(int(keep.sum()), conn=c[keep], bytes=cfg.p2p_bytes, t_start_ns=start[keep],
+                 t_end_ns=end[keep], pg=pg[keep], seq=seq)
         return end
 
     def _dp(self, ops: _Acc, cons: _Acc, i: int, free: np.ndarray,
@@ -257,16 +265,15 @@ class Simulation:
         end[failed] = start[failed] + ERROR_DELAY_NS
         ops.add(enter.size, rank=self.ranks3, pg=self.dp_g, seq=i, op=AR, nbytes=cfg.dp_bytes,
                 t_enter_ns=enter, t_start_ns=start, t_end_ns=end, status=status, peer=-1)
-        if cfg.conns:
-            nbytes = np.full(self.shape, per_conn)
-            t_end = start + dur
-            for p, t in zip(*np.nonzero(~np.isfinite(dur).all(axis=0))):
-                self._stalled_ring(nbytes[:, p, t], t_end[:, p, t], dur[:, p, t], start[0, p, t],
-                                   bw[:, p, t], failed[:, p, t])
-            keep = self.conns.inter[self.conns.dp0:self.conns.dp0 + self.lay.world]
-            keep = keep.reshape(self.shape) & np.isfinite(start) & (nbytes > 0)
-            cons.add(int(keep.sum()), conn=self.conns.dp0 + self.ranks3[keep], bytes=nbytes[keep],
-                     t_start_ns=start[keep], t_end_ns=t_end[keep], pg=self.dp_g[keep], seq=i)
+        nbytes = np.full(self.shape, per_conn)
+        t_end = start + dur
+        for p, t in zip(*np.nonzero(~np.isfinite(dur).all(axis=0))):
+            self._stalled_ring(nbytes[:, p, t], t_end[:, p, t], dur[:, p, t], start[0, p, t],
+                               bw[:, p, t], failed[:, p, t])
+        keep = self.conns.inter[self.conns.dp0:self.conns.dp0 + self.lay.world]
+        keep = keep.reshape(self.shape) & np.isfinite(start) & (nbytes > 0)
+        cons.add(int(keep.sum()), conn=self.conns.dp0 + self.ranks3[keep], bytes=nbytes[keep],
+                 t_start_ns=start[keep], t_end_ns=t_end[keep], pg=self.dp_g[keep], seq=i)
         out = end.copy()
         out[failed] = np.inf          # the failed rank exits
         return out

@@ -127,21 +127,25 @@ class Connections:
             out[has] = np.add.reduceat(hit, self.ptr[:-1][has]) > 0
         return out
 
-    def crossing_sets(self) -> dict[int, frozenset[int]]:
-        """For each used link, the connections whose path crosses it (either direction)."""
+    def crossing_sets(self, within: np.ndarray | None = None) -> dict[int, frozenset[int]]:
+        """For each used link, the connections whose path crosses it (either direction),
+        counting only the connections in the mask ``within`` if given."""
         conn_of_hop = np.repeat(np.arange(len(self.src)), np.diff(self.ptr))
-        order = np.argsort(self.hop_link, kind="stable")
-        links, first = np.unique(self.hop_link[order], return_index=True)
-        groups = np.split(conn_of_hop[order], first[1:])
+        keep = np.ones(len(conn_of_hop), bool) if within is None else within[conn_of_hop]
+        hop_link, conn_of_hop = self.hop_link[keep], conn_of_hop[keep]
+        order = np.argsort(hop_link, kind="stable")
+        links, first = np.unique(hop_link[order], return_index=True)
+        groups = np.split(conn_of_hop[order], first[1:]) if len(links) else []
         return {int(k): frozenset(g.tolist()) for k, g in zip(links, groups)}
 
-    def equivalents(self, links: np.ndarray) -> list[tuple[str, str]]:
-        """Components crossed by exactly the same connections as the given links together:
-        ``(kind, id)`` for links, NICs and switches that timing cannot tell apart from them."""
-        sets = self.crossing_sets()
-        target = frozenset().union(*(sets.get(int(i), frozenset()) for i in links))
+    def equivalents(self, target: frozenset[int], within: np.ndarray | None = None
+                    ) -> list[tuple[str, str]]:
+        """Links, NICs and switches crossed by exactly the connections ``target`` (among those in
+        ``within``): ``(kind, id)`` of the components timing cannot tell apart from a fault
+        that strikes exactly those connections."""
         if not target:
             return []
+        sets = self.crossing_sets(within)
         out = [("link", self.link_ids[i]) for i, s in sets.items() if s == target]
         by_node: dict[str, set[int]] = {}
         for i, lid in enumerate(self.link_ids):

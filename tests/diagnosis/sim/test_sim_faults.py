@@ -178,6 +178,10 @@ def test_dead_nic_hangs_its_connections(tmp_path):
     nic = tr.truth["faults"][0]["component"]["id"]
     open_conns = [c for c in tr.conns if c.get("t_end_ns") is None]
     assert open_conns and all(nic in c["path"] for c in open_conns)
+    # what timing cannot tell from the NIC lies on every stuck path
+    for e in tr.truth["faults"][0]["equivalent"]:
+        assert all(e["id"] in (c["path"] if e["type"] != "link" else links(c["path"]))
+                   for c in open_conns)
 
 
 def test_rank_hang_leaves_no_op_lines_for_the_hung_rank(tmp_path):
