@@ -30,7 +30,7 @@ class SolverConfig:
     tried per link to relieve; ``seconds``: stop repairing after this long."""
 
     depth: int = 300   # two stack frames per step: stays within Python's default limit
-    budget: int = 4000
+    budget: int = 2000
     seconds: float = 10.0
 
     def __post_init__(self) -> None:
@@ -140,11 +140,14 @@ class _State:
                     continue
                 # Single-arc ejections first (the fast Kempe chains of equal flows); then allow a
                 # move to overload two arcs, which uneven flows on parallel paths need.
+                # Once the maximum cannot fall (at the bound, or some link at it is stuck), only
+                # the count of links at it can: worth a smaller search.
+                budget = cfg.budget // 8 if optimal or stuck else cfg.budget
                 self.max_over = 1
-                fixed = self._fix(a, thr, cfg.depth, set(), [cfg.budget], (), set())
+                fixed = self._fix(a, thr, cfg.depth, set(), [budget], (), set())
                 if not fixed:
                     self.max_over = MAX_OVER
-                    fixed = self._fix(a, thr, cfg.depth, set(), [cfg.budget], (), set())
+                    fixed = self._fix(a, thr, cfg.depth, set(), [budget], (), set())
                 if fixed:
                     progress = True
                 else:
