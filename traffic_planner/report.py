@@ -29,6 +29,9 @@ def print_table(result: PlanResult, down: Collection[str],
     if result.bound:
         summary.add_row("lower bound (fractional LP)", f"{result.bound.value:.3f}")
         summary.add_row("plan / bound", f"{sol.max_load / result.bound.value:.3f}")
+        if result.bound.unsplittable > result.bound.value * (1 + 1e-9):
+            summary.add_row("lower bound for whole (unsplit) flows",
+                            f"{result.bound.unsplittable:.3f}")
     if previous is not None:
         summary.add_row("flows moved from the previous plan", str(sol.moved))
     elif result.ecmp:
