@@ -84,10 +84,15 @@ class ConnWindow:
                     a[~closed] for a in (self.open_key, self.open_start, self.open_seq))
         if not done.any():
             return
-        k, end = key[done], recs.t_end_ns[done]
-        np.maximum.at(self.last_end, k, end)
-        dur = np.maximum(end - start[done], 1).astype(np.float64)
-        per_byte = dur / np.maximum(recs.bytes[done], 1)
+        np.maximum.at(self.last_end, key[done], recs.t_end_ns[done])
+        # only transfers of a known call measure the network: an interval of sampled socket
+        # counters (no pg/seq) moves as much as the job asks for, not as much as it could
+        timed = done & (recs.seq >= 0)
+        if not timed.any():
+            return
+        k, end = key[timed], recs.t_end_ns[timed]
+        dur = np.maximum(end - start[timed], 1).astype(np.float64)
+        per_byte = dur / np.maximum(recs.bytes[timed], 1)
         self.bank.add(k, per_byte, end)
 
     def _effective_start(self, recs: ConnRecords, pg_ids: np.ndarray) -> np.ndarray:

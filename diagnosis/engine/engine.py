@@ -61,6 +61,8 @@ class Engine:
         self._last_detect: int | None = None
         self._error_ranks: set[int] = set()
         self._unknown: set[str] = set()
+        self._comm_hang_memo: tuple[Any, Any] | None = None
+        self._detected_records = -1
         self.records = 0
         self.dropped = 0
 
@@ -175,8 +177,10 @@ class Engine:
     def advance(self, now_ns: int) -> list[FaultReport]:
         now = int(now_ns)
         self._hangs(now)
-        if self._last_detect is None or now - self._last_detect >= self.cfg.detect_every_ns:
+        if (self._last_detect is None or now - self._last_detect >= self.cfg.detect_every_ns) \
+                and self.records != self._detected_records:
             self._last_detect = now
+            self._detected_records = self.records
             self._slow(now)
         return self.registry.changed()
 
@@ -309,9 +313,15 @@ class Engine:
         s = stuck[0]
         bound = min(x.bound for x in stuck)
         keys = self.localizer.stuck_transfers(self.conns, now, bound // 4)
-        suspects, how = self.localizer.comm_hang(self.conns if keys else None,
-                                                 [x.group for x in stuck], keys, s.last,
-                                                 self.timing.last_end)
+        groups = [x.group for x in stuck]
+        # the same stuck calls and transfers localize the same way: reuse while nothing moved
+        memo = (tuple(keys), tuple(groups), s.last)
+        if self._comm_hang_memo is not None and self._comm_hang_memo[0] == memo:
+            suspects, how = self._comm_hang_memo[1]
+        else:
+            suspects, how = self.localizer.comm_hang(self.conns if keys else None, groups, keys,
+                                                     s.last, self.timing.last_end)
+            self._comm_hang_memo = (memo, (suspects, how))
         pg = self.arena.pg_of[s.group]
         name = self._group_label(s.group)
         op = self.op_names[s.op] if s.op >= 0 else "call"

@@ -12,7 +12,7 @@ from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.placement import Placement
-from diagnosis.engine.series import SeriesBank, change_point, robust_sigma
+from diagnosis.engine.series import SeriesBank, change_point, robust_sigma, row_quantile
 from diagnosis.engine.tomography import Component, Explanation, PathCache, explain
 from diagnosis.report import Suspect
 
@@ -94,7 +94,7 @@ class Localizer:
         post = np.where((rt >= t0) & np.isfinite(ring), ring, np.nan)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            post_med = np.nanmedian(post, axis=1)
+            post_med = row_quantile(post, 0.5)
         healthy = ~slow & (np.isfinite(post).sum(axis=1) >= 2) & (post_med < thr)
         return onset, healthy
 

@@ -10,10 +10,52 @@ import numpy as np
 MAD_SIGMA = 1.4826
 
 
+def row_quantile(a: np.ndarray, q: float) -> np.ndarray:
+    """Quantile of each row ignoring NaN (NaN for an empty row), linear interpolation; one sort
+    instead of numpy's per-row loop for NaN-aware quantiles."""
+    s = np.sort(a, axis=1)                  # NaN sort last
+    n = (~np.isnan(a)).sum(axis=1)
+    pos = q * np.maximum(n - 1, 0)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+    rows = np.arange(len(a))
+    frac = pos - lo
+    out = s[rows, lo] * (1 - frac) + s[rows, hi] * frac
+    return np.where(n > 0, out, np.nan)
+
+
+def binom_logsf(k: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """log P(X >= k) for X ~ Binomial(n, p), elementwise, for small n (a log-sum-exp over the
+    tail terms)."""
+    from math import lgamma
+
+    k, n, p = (np.asarray(x) for x in (k, n, p))
+    top = int(n.max()) if n.size else 0
+    lg = np.array([lgamma(i + 1.0) for i in range(top + 2)])
+    j = np.arange(top + 1)[None, :]
+    kk, nn, pp = k[:, None], n[:, None], np.clip(p, 1e-12, 1 - 1e-12)[:, None]
+    term = (lg[nn] - lg[j] - lg[np.maximum(nn - j, 0)] + j * np.log(pp)
+            + (nn - j) * np.log1p(-pp))
+    term = np.where((j >= kk) & (j <= nn), term, -np.inf)
+    m = term.max(axis=1)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        return m + np.log(np.exp(term - m[:, None]).sum(axis=1))
+
+
 def robust_sigma(values: np.ndarray, axis: tuple[int, ...] | int | None = None) -> np.ndarray:
-    """1.4826 x median absolute deviation, ignoring NaN."""
-    med = np.nanmedian(values, axis=axis, keepdims=True)
-    return MAD_SIGMA * np.nanmedian(np.abs(values - med), axis=axis)
+    """1.4826 x median absolute deviation, ignoring NaN; ``axis`` None or the trailing axes."""
+    if axis is None:
+        flat = values.reshape(1, -1)
+        lead: tuple[int, ...] = ()
+    else:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        lead = values.shape[: values.ndim - len(axes)]
+        flat = values.reshape(int(np.prod(lead)) if lead else 1, -1)
+    med = row_quantile(flat, 0.5)
+    mad = row_quantile(np.abs(flat - med[:, None]), 0.5)
+    out = MAD_SIGMA * mad
+    return out.reshape(lead) if axis is not None else out[0]
 
 
 @dataclass
@@ -130,8 +172,6 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     """Per row of ``a`` (oldest first, NaN = none): the split after which late samples
     (``> thr``) are least likely under the base rate ``p0`` (a binomial tail), with the segment
     starting on a late sample followed by another, and at least ``min_samples`` long."""
-    from scipy.stats import binom
-
     rows, K = a.shape
     valid = ~np.isnan(a)
     high = valid & (np.nan_to_num(a, nan=-np.inf) > thr[:, None])
@@ -144,7 +184,7 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     logp = np.full((rows, K), 0.0)
     if cand.any():
         r, c = np.nonzero(cand)
-        logp[r, c] = binom.logsf(above[r, c] - 1, length[r, c], p0[r])
+        logp[r, c] = binom_logsf(above[r, c], length[r, c], p0[r])
     has = cand.any(axis=1)
     start = np.where(has, np.argmin(np.where(cand, logp, 1.0), axis=1), -1)
     ix = np.arange(rows)
@@ -160,16 +200,12 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     frac = np.where(has, above[ix, s0] / np.maximum(cnt, 1), 0.0)
     col = np.arange(K)[None, :]
     seg = np.where((col >= start[:, None]) & has[:, None] & high, a, np.nan)
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        med = np.nanmedian(seg, axis=1)
-        after = (col >= start[:, None]) & has[:, None]
-        q_post = np.nanpercentile(np.where(after, a, np.nan), 75, axis=1)
-        before = ~after & valid
-        pre_n = before.sum(axis=1)
-        q_pre = np.nanpercentile(np.where(before, a, np.nan), 75, axis=1)
+    med = row_quantile(seg, 0.5)
+    after = (col >= start[:, None]) & has[:, None]
+    q_post = row_quantile(np.where(after, a, np.nan), 0.75)
+    before = ~after & valid
+    pre_n = before.sum(axis=1)
+    q_pre = row_quantile(np.where(before, a, np.nan), 0.75)
     enough = pre_n >= min_samples
     effect = np.where(enough, q_post - np.nan_to_num(q_pre, nan=0.0), q_post)
     pre_frac = np.where(enough, (high & before).sum(axis=1) / np.maximum(pre_n, 1), 0.0)

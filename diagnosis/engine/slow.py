@@ -19,7 +19,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
-from diagnosis.engine.series import change_point, robust_sigma
+from diagnosis.engine.series import change_point, robust_sigma, row_quantile
 
 
 @dataclass
@@ -142,7 +142,7 @@ class NoncommSlow:
                 valid = ~np.isnan(a)
                 # the communicator's own rate of late samples: median over members, so that
                 # the faulty member does not raise it
-                rate = np.nanmedian(high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1), axis=1)
+                rate = row_quantile(high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1), 0.5)
             p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
             series = a.transpose(0, 2, 1).reshape(G * n, K)
             res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),

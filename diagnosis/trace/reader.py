@@ -85,16 +85,23 @@ def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item]:
 
 
 def _block(lines: list[bytes], first: int, source: str) -> Iterator[Item]:
-    body = [ln for ln in lines if ln.strip()]
-    if not body:
-        return
     try:
-        objs = orjson.loads(b"[" + b",".join(body) + b"]")
+        # one parse for the whole block; a blank or broken line fails it, and the block is
+        # parsed again without blank lines, then line by line to name the bad one
+        objs = orjson.loads(b"[" + b",".join(lines) + b"]")
         types = [o["type"] for o in objs]
-    except (orjson.JSONDecodeError, TypeError, KeyError):
-        objs, types = _slow_parse(lines, first, source)
-    else:
-        if len(objs) != len(body):   # a line held two values ("1, 2"): find it
+        if len(objs) != len(lines):     # a line held two values ("1, 2"): find it
+            raise ValueError
+    except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+        body = [ln for ln in lines if ln.strip()]
+        if not body:
+            return
+        try:
+            objs = orjson.loads(b"[" + b",".join(body) + b"]")
+            types = [o["type"] for o in objs]
+            if len(objs) != len(body):
+                raise ValueError from None
+        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
             objs, types = _slow_parse(lines, first, source)
     line_of: list[int] | None = None
     ops: list[dict[str, Any]] = []
@@ -198,10 +205,12 @@ def _opt_int_column(values: list[Any]) -> np.ndarray:
 
 
 def _intern(values: list[Any], table: dict[str, int]) -> np.ndarray:
-    if not all(isinstance(v, str) for v in values):
+    uniq = dict.fromkeys(values)          # hashing in C; types checked once per distinct value
+    if not all(isinstance(v, str) for v in uniq):
         raise _Bad
-    return np.fromiter((table.setdefault(v, len(table)) for v in values), dtype=np.uint32,
-                       count=len(values))
+    for v in uniq:
+        uniq[v] = table.setdefault(v, len(table))
+    return np.array([uniq[v] for v in values], dtype=np.uint32)
 
 
 def _ops(ops: list[dict[str, Any]], lines: list[bytes], first: int, source: str) -> Columns:
@@ -263,10 +272,12 @@ def _conns_fast(conns: list[dict[str, Any]]) -> ConnRecords:
     raw_paths = [o.get("path") for o in conns]
     paths = None
     if any(p is not None for p in raw_paths):
-        if not all(p is None or (isinstance(p, list) and all(isinstance(x, str) for x in p))
-                   for p in raw_paths):
+        if not set(map(type, raw_paths)) <= {list, type(None)}:
             raise _Bad
         paths = [tuple(p) if p else None for p in raw_paths]
+        for p in dict.fromkeys(paths):       # each distinct path checked once
+            if p is not None and not all(isinstance(x, str) for x in p):
+                raise _Bad
     return ConnRecords(
         _int_column([o["src"] for o in conns]), _int_column([o["dst"] for o in conns]),
         _int_column([o["bytes"] for o in conns]), _int_column([o["t_start_ns"] for o in conns]),
