@@ -4,9 +4,10 @@ that load; re-plan after failures moving few flows.
 A greedy pass places flows, largest first, on the candidate with the least resulting maximum
 (then sum) of utilisation. A repair pass then takes each directed link at the maximum and moves a
 flow off it: directly if some other candidate stays below the maximum, or by an *ejection chain*
-when the new path is blocked by exactly one link, which in turn sheds a flow the same way (on a
-leaf/spine fabric this is the Kempe-chain swap of bipartite edge colouring, which reaches the
-optimum for equal flows). Only the variable links of each flow are touched (see ``problem``).
+when the new path would bring one (failing that, two) other links to the maximum, each of which
+then sheds a flow the same way (on a leaf/spine fabric this is the Kempe-chain swap of bipartite
+edge colouring, which reaches the optimum for equal flows). Only the variable links of each flow
+are touched (see ``problem``).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ class SolverConfig:
 
 @dataclass
 class Solution:
-    choice: list[int]        # flow -> candidate index into problem.paths[flow]
+    choice: list[int]        # flow -> candidate index into problem.cands[flow]
     max_load: float
     at_max: int              # directed links at max_load
-    moved: int = 0           # flows whose path differs from the previous plan (re-plans)
+    moved: int = 0           # re-plans: flows whose path differs from the previous plan's
 
 
 class _State:
