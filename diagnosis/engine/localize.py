@@ -140,9 +140,9 @@ class Localizer:
     def _finding(e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
                  median: np.ndarray, healthy: int, via: str) -> CommFinding:
         keys = idx[e.explained]
-        # the onset most of the explained observations agree on is not before the earliest
-        # quarter of them (a single early change point may be noise)
-        return CommFinding(e, int(np.percentile(onset[keys], 25, method="lower")),
+        # the onset most of the explained observations agree on (a single early change point
+        # may be noise, or a call that straddled the onset)
+        return CommFinding(e, int(np.percentile(onset[keys], 50, method="higher")),
                            1.0 + float(np.median(median[keys])),
                            [names[i] for i in e.explained], healthy, via)
 
@@ -200,7 +200,18 @@ class Localizer:
             clear = [self.group_sets(int(h))[1] for h in moved if int(h) not in stuck]
             found, _ = explain([x for x in sets if x], clear, 0.99)
             if found:
-                return _suspects(found), "no other communicator through these components moved"
+                # equally explaining components: the one silent the longest first
+                alive: dict[Component, int] = {}
+                for h in np.flatnonzero(group_last_end[: len(self.arena)] >= 0).tolist():
+                    if h in stuck:
+                        continue
+                    t = int(group_last_end[h])
+                    for c in self.group_sets(h)[1]:
+                        if alive.get(c, -1) < t:
+                            alive[c] = t
+                out = _suspects(found)
+                out.sort(key=lambda x: (-x.score, alive.get(Component(x.type, x.id), -1)))
+                return out, "no other communicator through these components moved"
         m = sorted({r for g in groups for r in self.arena.members[g].tolist()})
         return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),
                 "no connection records to localize the transfer")
