@@ -100,7 +100,15 @@ class _State:
         for f in sorted(flows, key=lambda f: -dem[f]):
             cs = cands[f]
             best, best_key = 0, (float("inf"), float("inf"))
-            if len(cs) > 1:
+            if len(cs) > 1 and len(cs[0]) == 2:
+                # The common case (a leaf picking a spine: up and down arc), unrolled.
+                d = dem[f]
+                for k, (a1, a2) in enumerate(cs):
+                    u1, u2 = (load[a1] + d) * inv[a1], (load[a2] + d) * inv[a2]
+                    key = (u1, u1 + u2) if u1 > u2 else (u2, u1 + u2)
+                    if key < best_key:
+                        best, best_key = k, key
+            elif len(cs) > 1:
                 d = dem[f]
                 for k, arcs in enumerate(cs):
                     m = s = 0.0
@@ -196,6 +204,9 @@ class _State:
         d = p.demand[g]
         options = []
         max_over = self.max_over if depth > 0 else 0
+        if len(cur_arcs) == 2 and max_over <= 1:
+            self._options2(a, cs, cur, d, thr, max_over, freed, fixing, options)
+            cs = ()
         for k, arcs in enumerate(cs):
             if k == cur or a in arcs:
                 continue
@@ -235,6 +246,31 @@ class _State:
             chain.discard(g)
             self.rollback(mark)
         return False
+
+    def _options2(self, a: int, cs: list[tuple[int, ...]], cur: int, d: float, thr: float,
+                  max_over: int, freed: Collection[int], fixing: set[int],
+                  options: list) -> None:
+        """``_move_off``'s scan of candidates, unrolled for two variable arcs each."""
+        load, inv = self.load, self.inv
+        c1, c2 = cs[cur]
+        for k, (b1, b2) in enumerate(cs):
+            if k == cur or b1 == a or b2 == a:
+                continue
+            # An arc the flow already crosses keeps its load: it cannot become overloaded.
+            u1 = 0.0 if b1 in (c1, c2) else (load[b1] + d) * inv[b1]
+            u2 = 0.0 if b2 in (c1, c2) else (load[b2] + d) * inv[b2]
+            if u1 >= thr:
+                if u2 >= thr or not max_over or b1 in fixing:
+                    continue
+                over = [b1]
+            elif u2 >= thr:
+                if not max_over or b2 in fixing:
+                    continue
+                over = [b2]
+            else:
+                over = []
+            options.append((len(over), b1 not in freed and b2 not in freed,
+                            u1 if u1 > u2 else u2, k, over))
 
     def solution(self, moved: int = 0) -> Solution:
         utils = [ld * i for ld, i in zip(self.load, self.inv, strict=True)]
