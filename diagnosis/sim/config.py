@@ -147,6 +147,10 @@ class SimConfig:
     checkpoint_ms: float = 1500.0
     gc_rate: float = 0.002        # one-off pauses per rank per iteration
     gc_ms: tuple[float, float] = (40.0, 400.0)
+    iteration_jitter: float = 0.02   # lognormal sigma of a whole iteration's pace, all ranks
+    congestion_rate: float = 0.1     # transient uplink congestion events per iteration
+    congestion_iters: tuple[int, int] = (1, 2)        # each lasts this many iterations
+    congestion_keep: tuple[float, float] = (0.4, 0.8)  # fraction of capacity left meanwhile
     clock_skew_us: float = 200.0  # per-host clock offset, uniform in +-this
     hang_wait_s: float = 60.0     # recording goes on this long after the job stops moving
     t0_ns: int = 1_700_000_000_000_000_000

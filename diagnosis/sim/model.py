@@ -100,6 +100,12 @@ class Simulation:
         self._bw_cache: dict[tuple[int, ...], np.ndarray] = {}
         # per fault: connections that carried a transfer while it was active
         self.seen = [np.zeros(len(self.conns), bool) for _ in self.faults]
+        # benign transient congestion (other tenants' traffic) on uplinks: (link, until, keep)
+        self.crng = np.random.default_rng([cfg.seed, 4])
+        self.uplinks = np.array([i for i, lid in enumerate(self.conns.link_ids)
+                                 if "/" not in lid], dtype=np.int64)
+        self.congestion: list[tuple[int, int, float]] = []
+        self.congestion_log: list[dict] = []
         self.done = False
 
     # ----- public ---------------------------------------------------------------------------
@@ -132,6 +138,7 @@ class Simulation:
         onset_now = [f for f in self.faults if f.onset == i]
 
         mult = self.speed * (cfg.warmup[i] if i < len(cfg.warmup) else 1.0)
+        mult = mult * np.exp(rng.normal(0.0, cfg.iteration_jitter))
         for f in active:
             if f.kind in ("slow_gpu", "slow_host"):
                 mult[f.ranks] *= f.spec.slow
@@ -144,7 +151,7 @@ class Simulation:
                 hang_step[f.rank] = f.step
         self.mult3, self.gc_amt3 = mult.reshape(self.shape), gc_amt.reshape(self.shape)
         self.gc_step3, self.hang3 = gc_step.reshape(self.shape), hang_step.reshape(self.shape)
-        self.bw = self._bandwidth(active)
+        self.bw = self._bandwidth(active, i)
         ops, cons = _Acc(_OP_FIELDS), _Acc(_CONN_FIELDS)
         free = self.free.reshape(self.shape).copy()
 
@@ -185,14 +192,33 @@ class Simulation:
             c = {k: v[:0] for k, v in c.items()}
         return self._finish(i, ops.columns(), c)
 
-    def _bandwidth(self, active: list[faultmod.Fault]) -> np.ndarray:
+    def _bandwidth(self, active: list[faultmod.Fault], i: int) -> np.ndarray:
         net = [f for f in active if f.network]
+        self._congest(i)
         key = tuple(sorted(self.faults.index(f) for f in net))
-        bw = self._bw_cache.get(key)
+        bw = self._bw_cache.get(key) if not self.congestion else None
         if bw is None:
             factor = faultmod.link_factors(self.faults, len(self.conns.link_ids), net)
-            bw = self._bw_cache[key] = self.conns.bandwidth(factor)
+            for link, _, keep in self.congestion:
+                factor[link] *= keep
+            bw = self.conns.bandwidth(factor)
+            if not self.congestion:
+                self._bw_cache[key] = bw
         return bw
+
+    def _congest(self, i: int) -> None:
+        """Start this iteration's transient congestion events and end the expired ones."""
+        cfg, rng = self.cfg, self.crng
+        self.congestion = [c for c in self.congestion if c[1] > i]
+        if not len(self.uplinks) or cfg.congestion_rate <= 0:
+            return
+        for _ in range(int(rng.poisson(cfg.congestion_rate))):
+            link = int(self.uplinks[rng.integers(len(self.uplinks))])
+            last = i + int(rng.integers(cfg.congestion_iters[0], cfg.congestion_iters[1] + 1))
+            keep = float(rng.uniform(*cfg.congestion_keep))
+            self.congestion.append((link, last, keep))
+            self.congestion_log.append({"link": self.conns.link_ids[link], "iterations":
+                                        list(range(i, last)), "keep": round(keep, 3)})
 
     def _jit(self, shape: tuple[int, ...], sigma: float) -> np.ndarray:
         return np.exp(self.rng.normal(0.0, sigma, shape))

@@ -84,6 +84,7 @@ def truth_document(sim: Simulation, n_ops: int, n_conns: int) -> dict[str, Any]:
             "warmup_iterations": min(len(cfg.warmup), ran),
             "checkpoint_iterations": [i for i in range(ran) if every and (i + 1) % every == 0],
             "gc_rate": cfg.gc_rate,
+            "congestion": sim.congestion_log,
         },
         "faults": sim.truth(),
     }

@@ -11,8 +11,9 @@ from simtrace_helpers import Trace, run
 
 from diagnosis.sim import FaultSpec, SimError
 
+# benign noise that is not per-op jitter is off here, to isolate each fault's effect
 BASE = {"gpus": 128, "iterations": 9, "microbatches": 2, "seed": 11, "gc_rate": 0.0,
-        "checkpoint_every": 0}
+        "checkpoint_every": 0, "congestion_rate": 0.0, "iteration_jitter": 0.0}
 ONSET = 5
 
 

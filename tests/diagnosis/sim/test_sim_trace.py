@@ -124,6 +124,26 @@ def test_benign_noise_is_present_and_documented(healthy):
     assert period[4] > np.median(period[2:4]) + 1e9
 
 
+def test_transient_congestion_is_logged_and_slows_its_uplink_briefly(tmp_path):
+    tr = run(tmp_path, gpus=512, iterations=8, microbatches=1, seed=2, congestion_rate=1.0,
+             congestion_iters=(1, 1), congestion_keep=(0.3, 0.3))
+    events = tr.truth["benign"]["congestion"]
+    assert events and tr.truth["faults"] == []
+    ev = events[0]
+    link, it = ev["link"], ev["iterations"][0]
+    a, b = ev["link"].split("~")
+    durs = defaultdict(dict)
+    for c in tr.conns:
+        p = c["path"]
+        if c["pg"].startswith("dp") and any({x, y} == {a, b} for x, y in itertools.pairwise(p)):
+            durs[c["src"], c["dst"]][c["seq"]] = c["t_end_ns"] - c["t_start_ns"]
+    assert durs, link
+    slowed = [d[it] / d[j] for d in durs.values() for j in d
+              if j != it and not any(j in e["iterations"] and e["link"] == link
+                                     for e in events)]
+    assert min(slowed) > 1.5
+
+
 def test_same_seed_same_files_other_seed_differs(tmp_path):
     kw = {"gpus": 64, "iterations": 3, "microbatches": 1,
           "faults": ()}
