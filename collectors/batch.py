@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from collectors.hook import OK, Recorder
+from collectors.completion import OK
+from collectors.hook import Recorder
 
 
 def wrap_batch(rec: Recorder, orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,7 +35,7 @@ def wrap_batch(rec: Recorder, orig: Callable[..., Any]) -> Callable[..., Any]:
             seq = st.p2p.get(key, 0)
             st.p2p[key] = seq + 1
             row = (st.idx, seq, op_send if is_send else op_recv, nbytes, dt, t_enter,
-                   -1, -1, OK, peer, None)
+                   -1, -1, OK, peer)
             items.append((rec.next_token(), row, st))
         return items
 
@@ -55,7 +56,7 @@ def wrap_batch(rec: Recorder, orig: Callable[..., Any]) -> Callable[..., Any]:
         try:
             works = orig(p2p_op_list, *args, **kwargs)
         except BaseException as exc:
-            rec._finish(entries, time.time_ns(), exc)
+            rec.done.finish(entries, time.time_ns(), exc)
             raise
         finally:
             tls.busy = False
@@ -71,9 +72,9 @@ def wrap_batch(rec: Recorder, orig: Callable[..., Any]) -> Callable[..., Any]:
 def _track_all(rec: Recorder, works: Any, items: list[tuple], entries: tuple) -> None:
     works = [w for w in (works or []) if w is not None]
     if not works:
-        rec._finish(entries, time.time_ns(), None)
+        rec.done.finish(entries, time.time_ns(), None)
     elif len(works) == len(items):  # one Work per op (gloo)
         for work, entry, (_, _, st) in zip(works, entries, items, strict=True):
-            rec.track(work, (entry,), st, True)
+            rec.done.track(work, (entry,), st, True)
     else:  # coalesced into one Work (NCCL): it completes every op of the batch
-        rec.track(works[-1], entries, items[0][2], True)
+        rec.done.track(works[-1], entries, items[0][2], True)

@@ -17,10 +17,17 @@ import numpy as np
 from proto import c4_pb2
 from proto.codec import Columns
 
-# Field order of a row tuple. ``error`` is None for rows whose status is ok.
+# Field order of a row tuple: ten integers, so that a batch converts to numpy in one call. The
+# text of a failed call waits in ``RecordBuffer.errors`` under the row's ``error_key``.
 ROW_FIELDS = ("pg", "seq", "op", "nbytes", "dtype", "t_enter_ns", "t_start_ns", "t_end_ns",
-              "status", "peer", "error")
-PG, SEQ, OP, NBYTES, DTYPE, T_ENTER, T_START, T_END, STATUS, PEER, ERROR = range(len(ROW_FIELDS))
+              "status", "peer")
+PG, SEQ, OP, NBYTES, DTYPE, T_ENTER, T_START, T_END, STATUS, PEER = range(len(ROW_FIELDS))
+# Error texts beyond this many unclaimed ones (their rows were dropped) are forgotten.
+MAX_ERROR_TEXTS = 4096
+
+
+def error_key(row: Sequence[int]) -> tuple[int, int, int, int, int]:
+    return (int(row[PG]), int(row[SEQ]), int(row[OP]), int(row[PEER]), int(row[T_ENTER]))
 
 _COLUMN_DTYPES = (
     ("pg", "<u4"), ("seq", "<i8"), ("op", "<u4"), ("nbytes", "<i8"), ("dtype", "<u4"),
@@ -63,17 +70,27 @@ class RecordBuffer:
         self.pending: dict[int, tuple] = {}
         self.strings = StringTable()
         self.groups: list[c4_pb2.GroupInfo] = []
-        self.recorded = 0        # rows offered by the hooks (approximate under threads)
+        self.errors: dict[tuple, str] = {}
+        self.taken = 0           # rows the shipper has taken off the front
         self.dropped_full = 0    # rows the hooks dropped because the buffer was full
-        self.wake: threading.Event | None = None
+        # set when the buffer is half full, so that the shipper does not wait for its tick
+        self.wake = threading.Event()
 
-    def append(self, row: tuple) -> None:
-        """Cold-path append (async completions); the hooks inline the same logic."""
-        self.recorded += 1
+    @property
+    def recorded(self) -> int:
+        """Completed calls recorded so far (counted without a counter on the hot path)."""
+        return self.taken + len(self.rows) + self.dropped_full
+
+    def append(self, row: tuple, error: str | None = None) -> None:
+        """Cold-path append (async completions, failures); the hooks inline the same logic."""
         rows = self.rows
         if len(rows) < self.capacity:
+            if error is not None:
+                if len(self.errors) >= MAX_ERROR_TEXTS:
+                    self.errors.clear()
+                self.errors[error_key(row)] = error
             rows.append(row)
-            if len(rows) == self.capacity // 2 and self.wake is not None:
+            if len(rows) == self.capacity // 2:
                 self.wake.set()
         else:
             self.dropped_full += 1
@@ -86,11 +103,21 @@ class RecordBuffer:
             return []
         out = rows[:n]
         del rows[:n]
+        self.taken += n
         return out
+
+    def give_back(self, rows: list[tuple]) -> int:
+        """Put rows that could not be sent back at the front; returns how many did not fit."""
+        room = self.capacity - len(self.rows)
+        keep = rows[:max(room, 0)]
+        self.rows[:0] = keep  # one atomic list operation; the hooks only append at the end
+        self.taken -= len(keep)
+        return len(rows) - len(keep)
 
     def clear(self) -> None:
         del self.rows[:]
         self.pending.clear()
+        self.errors.clear()
 
     def open_rows(self, older_than_ns: int, already: set[int]) -> tuple[list[tuple], list[int]]:
         """Pending calls that entered before ``older_than_ns`` and were not reported yet."""
@@ -101,13 +128,19 @@ class RecordBuffer:
         return [snap[tok] for tok in tokens], tokens
 
 
-def build_columns(rows: Sequence[tuple], rank: int, strings: list[str]) -> Columns:
-    """Turn row tuples into the numpy columns that ``proto.codec.encode_ops`` expects."""
+def build_columns(rows: Sequence[tuple], rank: int, strings: list[str],
+                  errors: dict[tuple, str] | None = None) -> Columns:
+    """Turn row tuples into the numpy columns that ``proto.codec.encode_ops`` expects.
+
+    The texts of failed rows are taken out of ``errors``.
+    """
     n = len(rows)
-    fields = list(zip(*rows, strict=True)) if n else [() for _ in ROW_FIELDS]
+    table = np.array(rows, dtype=np.int64).reshape(n, len(ROW_FIELDS))
     cols: dict[str, np.ndarray] = {"rank": np.full(n, rank, dtype="<i4")}
     for i, (name, dtype) in enumerate(_COLUMN_DTYPES):
-        cols[name] = np.array(fields[i], dtype=dtype) if n else np.empty(0, dtype=dtype)
-    errors = fields[ERROR]
-    error_text = {int(i): (errors[i] or "") for i in np.flatnonzero(cols["status"])}
+        cols[name] = table[:, i].astype(dtype)
+    error_text: dict[int, str] = {}
+    for i in np.flatnonzero(cols["status"]):
+        text = errors.pop(error_key(table[i]), "") if errors is not None else ""
+        error_text[int(i)] = text
     return Columns(cols, strings, error_text)

@@ -36,7 +36,8 @@ class Collector:
 
         self.config = config
         self.buffer = RecordBuffer(config.buffer_rows)
-        self.recorder = Recorder(self.buffer, self._attach, make_cuda_timer)
+        self.recorder = Recorder(self.buffer, self._attach, make_cuda_timer,
+                                 future_timing=config.async_timing == "future")
         self.shipper: Shipper | None = None
         self._lock = threading.Lock()
         self._installed = False

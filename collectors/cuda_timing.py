@@ -62,7 +62,7 @@ class CudaTimer:
     def make_invoke(self, rec: Any, wall_invoke: Callable[..., Any]) -> Callable[..., Any]:
         torch = self._torch
         self._buffer = rec.buf
-        pending, tls, complete = rec.buf.pending, rec._tls, rec.complete
+        pending, tls, complete = rec.buf.pending, rec._tls, rec.done.complete
         inflight = self._inflight
         event, current_device = torch.cuda.Event, torch.cuda.current_device
 

@@ -3,11 +3,7 @@
 The hot path (a hooked call) does only dictionary look-ups, two clock reads and a list append;
 everything else (naming groups, connecting, encoding) happens on first sight of a group or on the
 shipper thread. A failure inside the recording code never reaches the training script: the call
-then simply goes to torch unrecorded.
-
-Completion of an ``async_op=True`` call is taken from its Work's future when the backend has one
-(gloo collectives, NCCL); gloo's send/recv Works have no future and report completion to nobody,
-so for them the hooked ``Work.wait`` records the time at which the program's wait returned.
+then simply goes to torch unrecorded. How async calls complete: ``collectors.completion``.
 """
 
 from __future__ import annotations
@@ -15,29 +11,19 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from collectors.buffer import RecordBuffer
+from collectors.completion import OK, Completion
 from collectors.specs import SPECS, OpSpec, arg_positions
 
 log = logging.getLogger(__name__)
 
-OK, TIMEOUT, ERROR = 0, 1, 2
-_TIMEOUT_RE = re.compile(r"time[sd]?[ _-]?out", re.IGNORECASE)
 # Functions wrapped only to learn when process groups appear and disappear.
 _LIFECYCLE = ("init_process_group", "destroy_process_group")
-
-
-def classify(exc: BaseException) -> tuple[int, str]:
-    """(status, text) for an exception raised by a call or its completion."""
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, RuntimeError) and _TIMEOUT_RE.search(str(exc)):
-        return TIMEOUT, text
-    return ERROR, text
 
 
 class _TLS(threading.local):
@@ -60,6 +46,7 @@ class GroupState:
         self.skip = skip
         # per kind (False: collective, True: point-to-point): does Work.get_future() work?
         self.future_ok = [True, True]
+        # None: the wrappers' own wall-clock path; else a replacement (CUDA-event timing)
         self.invoke: Callable[..., Any] | None = None
 
 
@@ -70,13 +57,15 @@ class Recorder:
     """Builds the wrappers and owns the per-group counters; see module docstring."""
 
     def __init__(self, buffer: RecordBuffer, on_attach: Callable[[], None],
-                 cuda_timer_factory: Callable[[], Any] | None = None) -> None:
+                 cuda_timer_factory: Callable[[], Any] | None = None,
+                 future_timing: bool = True) -> None:
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
 
         self.dist, self.c10d = dist, c10d
         self.buf = buffer
         self.active = True
+        self.done = Completion(buffer, future_timing)
         self._on_attach = on_attach
         self._cuda_factory = cuda_timer_factory
         self.cuda_timer: Any = None
@@ -86,7 +75,6 @@ class Recorder:
         self._by_pg: dict[Any, GroupState] = {}
         self._dtypes: dict[Any, int] = {}
         self._tokens = itertools.count()
-        self._waiting: dict[int, tuple] = {}   # id(work) -> (work, ((token, row), ...))
         self._empty = buffer.strings.intern("")
         self._originals: list[tuple[Any, str, Any]] = []
         self._warned = False
@@ -112,7 +100,7 @@ class Recorder:
             if getattr(dist, name, None) is orig:
                 self._set(dist, name, wrapper)
         work_cls = dist.Work
-        self._set(work_cls, "wait", self._wrap_wait(work_cls.wait))
+        self._set(work_cls, "wait", self.done.wrap_wait(work_cls.wait))
 
     def unpatch(self) -> None:
         self.active = False
@@ -165,20 +153,20 @@ class Recorder:
 
         self.buf.groups.append(c4_pb2.GroupInfo(pg=name, ranks=ranks, desc=desc))
 
-    def _invoke_for(self, pg: Any) -> Callable[..., Any]:
+    def _invoke_for(self, pg: Any) -> Callable[..., Any] | None:
         """Wall-clock timing, or CUDA events for groups whose backend runs on the GPU."""
         if self._cuda_factory is None:
-            return self._invoke_wall
+            return None
         try:
             backend = str(self.dist.get_backend(pg)).lower()
         except Exception:
             backend = ""
         if "nccl" not in backend:
-            return self._invoke_wall
+            return None
         if self.cuda_timer is None:
             self.cuda_timer = self._cuda_factory()
         if self.cuda_timer is None:
-            return self._invoke_wall
+            return None
         return self.cuda_timer.make_invoke(self, self._invoke_wall)
 
     def attach(self) -> None:
@@ -219,73 +207,16 @@ class Recorder:
             log.warning("c4 collector could not record a call; it goes to torch unrecorded",
                         exc_info=True)
 
-    # ------------------------------------------------------------------ completion
-    def complete(self, row: tuple, t_end: int, exc: BaseException | None) -> None:
-        if exc is None:
-            self.buf.append((*row[:7], t_end, OK, *row[9:]))
-        else:
-            status, text = classify(exc)
-            self.buf.append((*row[:7], t_end, status, row[9], text))
-
-    def _on_future(self, entries: tuple, fut: Any) -> None:
-        t_end = time.time_ns()
-        exc: BaseException | None = None
-        try:
-            fut.value()
-        except BaseException as err:  # the call failed; record it, never re-raise here
-            exc = err
-        self._finish(entries, t_end, exc)
-
-    def _finish(self, entries: tuple, t_end: int, exc: BaseException | None) -> None:
-        pending = self.buf.pending
-        for token, row in entries:
-            pending.pop(token, None)
-            self.complete(row, t_end, exc)
-
-    def track(self, work: Any, entries: tuple, st: GroupState, p2p: bool) -> None:
-        """Arrange for the completion of an async call's Work to be recorded.
-
-        ``entries``: the (token, row) pairs that this Work completes (several for a coalesced
-        ``batch_isend_irecv``).
-        """
-        if st.future_ok[p2p]:
-            try:
-                fut = work.get_future()
-            except Exception:
-                st.future_ok[p2p] = False  # gloo send/recv: fall back to the hooked wait
-            else:
-                fut.then(functools.partial(self._on_future, entries))
-                return
-        self._waiting[id(work)] = (work, entries)
-
-    def _wrap_wait(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        waiting, finish = self._waiting, self._finish
-
-        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
-            entry = waiting.pop(id(work), None)
-            if entry is None:
-                return orig(work, *args, **kwargs)
-            try:
-                done = orig(work, *args, **kwargs)
-            except BaseException as exc:
-                finish(entry[1], time.time_ns(), exc)
-                raise
-            if done is False:  # a wait with a timeout that ran out: still pending
-                waiting[id(work)] = entry
-                return done
-            finish(entry[1], time.time_ns(), None)
-            return done
-
-        functools.update_wrapper(wait, orig)
-        return wait
-
     # ------------------------------------------------------------------ hot path
+    # The wrappers below repeat the same tail instead of calling a shared helper: one Python
+    # call fewer is a noticeable part of a ~1 µs budget. ``_make_invoke`` is that tail as a
+    # function, for the cold users (CUDA timing's async calls, recv from any source).
     def _make_invoke(self) -> Callable[..., Any]:
         buf = self.buf
-        rows, cap, pending, tls = buf.rows, buf.capacity, buf.pending, self._tls
+        rows, cap, pending, tls, wake = buf.rows, buf.capacity, buf.pending, self._tls, buf.wake
         half = cap // 2
         time_ns = time.time_ns
-        complete, track = self.complete, self.track
+        complete, track = self.done.complete, self.done.track
 
         def invoke(orig: Callable[..., Any], args: tuple, kwargs: dict, row: tuple,
                    token: int, is_async: bool, st: GroupState, p2p: bool) -> Any:
@@ -304,11 +235,10 @@ class Recorder:
                 return result
             t_end = time_ns()
             del pending[token]
-            buf.recorded += 1
             if len(rows) < cap:
-                rows.append((*row[:7], t_end, OK, *row[9:]))
-                if len(rows) == half and buf.wake is not None:
-                    buf.wake.set()
+                rows.append((*row[:7], t_end, OK, row[9]))
+                if len(rows) == half:
+                    wake.set()
             else:
                 buf.dropped_full += 1
             return result
@@ -332,6 +262,10 @@ class Recorder:
         op_idx, empty = self.buf.strings.intern(spec.name), self._empty
         tls, by_key, dtypes = self._tls, self._by_key, self._dtypes
         resolve, measure, tokens, time_ns = self.resolve, self.measure, self._tokens, time.time_ns
+        buf = self.buf
+        rows, cap, pending, wake = buf.rows, buf.capacity, buf.pending, buf.wake
+        half = cap // 2
+        complete, track = self.done.complete, self.done.track
         rec = self
 
         def hooked(*args: Any, **kwargs: Any) -> Any:
@@ -344,7 +278,7 @@ class Recorder:
                     st = resolve(args[g_pos] if n > g_pos else kwargs.get(g_name))
                 if st.skip:
                     return orig(*args, **kwargs)
-                is_async = bool(args[a_pos] if n > a_pos else kwargs.get(a_name, False))
+                is_async = args[a_pos] if n > a_pos else kwargs.get(a_name)
                 if has_data:
                     data = args[d_pos] if n > d_pos else kwargs.get(d_name)
                     if is_list:
@@ -356,14 +290,39 @@ class Recorder:
                             nbytes, dt = measure(data)
                 else:
                     nbytes, dt = 0, empty
+                pgi = st.idx
                 seq = st.seq
                 st.seq = seq + 1
-                row = (st.idx, seq, op_idx, nbytes, dt, time_ns(), -1, -1, OK, -1, None)
                 token = next(tokens)
+                t_enter = time_ns()
+                row = (pgi, seq, op_idx, nbytes, dt, t_enter, -1, -1, OK, -1)
             except Exception:
                 rec._prepare_failed()
                 return orig(*args, **kwargs)
-            return st.invoke(orig, args, kwargs, row, token, is_async, st, False)
+            if st.invoke is not None:
+                return st.invoke(orig, args, kwargs, row, token, is_async, st, False)
+            pending[token] = row
+            tls.busy = True
+            try:
+                result = orig(*args, **kwargs)
+            except BaseException as exc:
+                pending.pop(token, None)
+                complete(row, time_ns(), exc)
+                raise
+            finally:
+                tls.busy = False
+            if is_async and result is not None:
+                track(result, ((token, row),), st, False)
+                return result
+            t_end = time_ns()
+            del pending[token]
+            if len(rows) < cap:
+                rows.append((pgi, seq, op_idx, nbytes, dt, t_enter, -1, t_end, OK, -1))
+                if len(rows) == half:
+                    wake.set()
+            else:
+                buf.dropped_full += 1
+            return result
 
         return hooked
 
@@ -378,6 +337,10 @@ class Recorder:
         op_idx = self.buf.strings.intern(spec.name)
         tls, by_key, dtypes = self._tls, self._by_key, self._dtypes
         resolve, measure, tokens, time_ns = self.resolve, self.measure, self._tokens, time.time_ns
+        buf = self.buf
+        rows, cap, pending, wake = buf.rows, buf.capacity, buf.pending, buf.wake
+        half = cap // 2
+        complete, track = self.done.complete, self.done.track
         rec = self
 
         def hooked(*args: Any, **kwargs: Any) -> Any:
@@ -405,12 +368,36 @@ class Recorder:
                 key = (is_send, peer)
                 seq = st.p2p.get(key, 0)
                 st.p2p[key] = seq + 1
-                row = (st.idx, seq, op_idx, nbytes, dt, time_ns(), -1, -1, OK, peer, None)
                 token = next(tokens)
+                t_enter = time_ns()
+                row = (st.idx, seq, op_idx, nbytes, dt, t_enter, -1, -1, OK, peer)
             except Exception:
                 rec._prepare_failed()
                 return orig(*args, **kwargs)
-            return st.invoke(orig, args, kwargs, row, token, is_async, st, True)
+            if st.invoke is not None:
+                return st.invoke(orig, args, kwargs, row, token, is_async, st, True)
+            pending[token] = row
+            tls.busy = True
+            try:
+                result = orig(*args, **kwargs)
+            except BaseException as exc:
+                pending.pop(token, None)
+                complete(row, time_ns(), exc)
+                raise
+            finally:
+                tls.busy = False
+            if is_async and result is not None:
+                track(result, ((token, row),), st, True)
+                return result
+            t_end = time_ns()
+            del pending[token]
+            if len(rows) < cap:
+                rows.append((row[0], seq, op_idx, nbytes, dt, t_enter, -1, t_end, OK, peer))
+                if len(rows) == half:
+                    wake.set()
+            else:
+                buf.dropped_full += 1
+            return result
 
         return hooked
 
@@ -434,14 +421,14 @@ def _recv_any(rec: Recorder, orig: Callable[..., Any], args: tuple, kwargs: dict
     """A synchronous recv from any source: numbered once the sender is known."""
     t_enter = time.time_ns()
     token = rec.next_token()
-    open_row = (st.idx, -1, op_idx, nbytes, dt, t_enter, -1, -1, OK, -1, None)
+    open_row = (st.idx, -1, op_idx, nbytes, dt, t_enter, -1, -1, OK, -1)
     rec.buf.pending[token] = open_row
     rec._tls.busy = True
     try:
         src = orig(*args, **kwargs)
     except BaseException as exc:
         rec.buf.pending.pop(token, None)
-        rec.complete(open_row, time.time_ns(), exc)
+        rec.done.complete(open_row, time.time_ns(), exc)
         raise
     finally:
         rec._tls.busy = False
@@ -451,5 +438,5 @@ def _recv_any(rec: Recorder, orig: Callable[..., Any], args: tuple, kwargs: dict
     key = (False, peer)
     seq = st.p2p.get(key, 0)
     st.p2p[key] = seq + 1
-    rec.complete((st.idx, seq, op_idx, nbytes, dt, t_enter, -1, -1, OK, peer, None), t_end, None)
+    rec.done.complete((st.idx, seq, op_idx, nbytes, dt, t_enter, -1, -1, OK, peer), t_end, None)
     return src

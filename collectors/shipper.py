@@ -5,9 +5,10 @@ Every ``flush_interval_s`` (sooner when the buffer is half full) it sends, over 
 frames, calls pending longer than ``open_after_s`` once as open rows (``t_end_ns = -1``), and about
 once a second a stats frame. While the sidecar is missing it retries with exponential backoff and
 the rows wait in the bounded buffer (the hooks drop and count what does not fit); after every
-(re)connection it first sends the ``RankInfo`` and every group known so far. A frame the sidecar
-does not take within ``send_timeout_s`` is dropped and counted: nothing here ever waits on the
-training thread's behalf.
+(re)connection it first sends the ``RankInfo`` and every group known so far. A frame that the
+sidecar does not take whole within ``send_timeout_s`` goes back to the front of the buffer for
+the next connection (it never arrived complete, so this cannot duplicate rows): nothing here ever
+waits on the training thread's behalf.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ class Shipper:
                 self._send(c4_pb2.IngestRequest(stats=self.stats_message()))
                 self._last_stats = now
         except OSError as exc:
-            self.dropped_send += len(rows)
+            # sendall failed, so the receiver never got this frame whole: resend it later.
+            self.dropped_send += self.buffer.give_back(rows)
             log.info("c4 collector: sidecar at %s went away (%s); reconnecting",
                      self.config.socket_path, exc)
             self._close()
@@ -147,7 +149,10 @@ class Shipper:
             self._groups_sent += 1
 
     def _send_rows(self, rows: list[tuple]) -> None:
-        cols = build_columns(rows, self.rank_info.rank, self.buffer.strings.snapshot())
+        # Error texts are popped from the buffer's table here; a frame that fails to send
+        # loses them (its rows go back to the buffer and are resent without their text).
+        cols = build_columns(rows, self.rank_info.rank, self.buffer.strings.snapshot(),
+                             self.buffer.errors)
         batch = encode_ops(self.rank_info.job, cols, attempt=self.rank_info.attempt)
         self._send(c4_pb2.IngestRequest(ops=batch))
 

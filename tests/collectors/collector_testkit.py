@@ -3,6 +3,7 @@ launching real gloo ranks as subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -49,6 +50,7 @@ class FrameSink:
         self._server.bind(str(self.path))
         self._server.listen(64)
         self._stop = False
+        self._conns: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -60,13 +62,17 @@ class FrameSink:
             with self._lock:
                 self.connections += 1
                 cid = self.connections
+                self._conns.append(conn)
             threading.Thread(target=self._read, args=(conn, cid), daemon=True).start()
 
     def _read(self, conn: socket.socket, cid: int) -> None:
         buf = bytearray()
         with conn:
             while True:
-                chunk = conn.recv(1 << 16)
+                try:
+                    chunk = conn.recv(1 << 16)
+                except OSError:
+                    return
                 if not chunk:
                     return
                 buf += chunk
@@ -75,8 +81,13 @@ class FrameSink:
                     self.frames.extend((cid, m) for m in msgs)
 
     def close(self) -> None:
+        """Stop listening and drop every connection, as a sidecar that exits would."""
         self._stop = True
         self._server.close()
+        with self._lock:
+            for conn in self._conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
 
     def of_kind(self, kind: str) -> list[c4_pb2.IngestRequest]:
         with self._lock:

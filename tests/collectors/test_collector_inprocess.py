@@ -1,0 +1,114 @@
+"""The collector inside this test process, on a real 1-rank gloo group and real Unix sockets:
+reconnection, a sidecar that stops reading, pass-through of torch's own errors, uninstall."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from collector_testkit import FrameSink, free_port, wait_for
+
+import collectors
+from collectors.config import CollectorConfig
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+pytestmark = pytest.mark.network
+
+
+@pytest.fixture(scope="module")
+def one_rank_group():
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def collector(request, tmp_path, one_rank_group):
+    cfg = CollectorConfig(socket_path=tmp_path / "sidecar.sock", job="inproc", host="h0",
+                          flush_interval_s=0.05, send_timeout_s=0.3, reconnect_max_s=0.1,
+                          exit_flush_s=0.5, buffer_rows=getattr(request, "param", 65536))
+    coll = collectors.install(cfg)
+    yield coll
+    collectors.uninstall()
+
+
+def _bodies(sink: FrameSink, cid: int) -> list[str]:
+    return [m.WhichOneof("body") for c, m in list(sink.frames) if c == cid]
+
+
+def test_late_sidecar_gets_buffered_rows_and_a_restarted_one_hears_rank_and_groups_again(
+        collector, tmp_path):
+    t = torch.ones(4)
+    for _ in range(5):
+        dist.all_reduce(t)  # nobody listens yet: rows wait in the buffer
+    sink = FrameSink(collector.config.socket_path)
+    try:
+        wait_for(lambda: len(sink.op_rows()) == 5, 10, "the buffered rows")
+        assert _bodies(sink, 1)[:2] == ["rank", "group"]
+        assert sorted(r["seq"] for r in sink.op_rows()) == list(range(5))
+    finally:
+        sink.close()
+    # The sidecar restarts: drop its connection, listen again on the same path.
+    collector.config.socket_path.unlink()
+    time.sleep(0.2)  # lets the collector notice while nobody listens (not a wait for a result)
+    dist.all_reduce(t)
+    sink2 = FrameSink(collector.config.socket_path)
+    try:
+        for _ in range(3):
+            dist.all_reduce(t)
+        # Row 5 was sent into the closed connection, failed, and is resent on the new one.
+        wait_for(lambda: len(sink2.op_rows()) >= 4, 10, "the rows made after the restart")
+        assert sorted(r["seq"] for r in sink2.op_rows()) == [5, 6, 7, 8]
+        bodies = _bodies(sink2, 1)
+        assert bodies[:2] == ["rank", "group"]
+        assert bodies.index("ops") > bodies.index("group")
+        (group,) = sink2.of_kind("group")
+        assert (group.group.pg, list(group.group.ranks)) == (dist.group.WORLD.group_name, [0])
+    finally:
+        sink2.close()
+
+
+@pytest.mark.parametrize("collector", [2000], indirect=True)
+def test_a_sidecar_that_stops_reading_never_blocks_the_caller(collector, tmp_path):
+    # A peer that accepts and never reads: the socket buffer fills, sends time out, rows go
+    # back to the buffer, the buffer fills and the hooks drop (and count) the rest.
+    path = collector.config.socket_path
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        t = torch.ones(1)
+        n = 30000
+        for _ in range(n):
+            dist.all_reduce(t)
+        c = collectors.stats()
+        assert c.recorded == n
+        assert c.dropped >= n - 2000 - c.shipped > 0
+    finally:
+        server.close()
+
+
+def test_torch_errors_pass_through_unchanged(collector):
+    with pytest.raises(TypeError):
+        dist.all_reduce("not a tensor")
+    dist.P2POp(dist.isend, torch.ones(1), 0)  # torch's own check accepts the hooked isend
+    # A call that gloo rejects is recorded as an error and still raises.
+    with pytest.raises(RuntimeError, match="invalid root rank"):
+        dist.broadcast(torch.ones(1), src=3)
+    assert collectors.stats().recorded >= 1
+
+
+def test_uninstall_restores_torch(one_rank_group, tmp_path):
+    originals = (dist.all_reduce, dist.isend, dist.Work.wait, dist.batch_isend_irecv)
+    coll = collectors.install(socket_path=tmp_path / "s.sock")
+    assert collectors.install() is coll  # idempotent
+    assert dist.all_reduce is not originals[0]
+    assert dist.all_reduce.__name__ == "all_reduce"
+    collectors.uninstall()
+    assert (dist.all_reduce, dist.isend, dist.Work.wait, dist.batch_isend_irecv) == originals
+    assert collectors.current() is None
