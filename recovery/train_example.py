@@ -43,13 +43,10 @@ def _install_collectors() -> None:
         import collectors
     except ImportError:
         return
-    if not hasattr(collectors, "install"):
-        return
     # torchrun sets TORCHELASTIC_RESTART_COUNT=0 in every fresh launch, and the collector
     # prefers it; the supervisor's attempt number (C4_ATTEMPT) is the one that counts here
-    if os.environ.get("C4_ATTEMPT"):
-        os.environ["TORCHELASTIC_RESTART_COUNT"] = os.environ["C4_ATTEMPT"]
-    collectors.install()
+    attempt = os.environ.get("C4_ATTEMPT")
+    collectors.install(**({"attempt": int(attempt)} if attempt else {}))
 
 
 def main() -> None:
@@ -82,12 +79,16 @@ def main() -> None:
         acc = burn
         for _ in range(work):  # the rest of a real step's compute
             acc = torch.tanh(acc @ burn)
-        for p in model.parameters():
-            dist.all_reduce(p.grad)
-        total = loss_sum.detach().reshape(1)
-        dist.all_reduce(total)
+        # one bucket, like DDP with a single gradient bucket: gradients and the loss together
+        grads = [p.grad for p in model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum.detach().reshape(1)])
+        dist.all_reduce(flat)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
         optim.step()
-        ckpt.step_done(step, loss=total.item() / batch, world_size=world)
+        ckpt.step_done(step, loss=flat[-1].item() / batch, world_size=world)
         if (step + 1) % every == 0 and step + 1 < steps:
             ckpt.save(step + 1, state)
     ckpt.close()
