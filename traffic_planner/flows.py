@@ -86,14 +86,14 @@ def save_flows(flows: Iterable[Flow], path: str | Path) -> None:
 
 def check_flows(flows: Sequence[Flow], topology: Topology, source: str = "") -> None:
     """Every flow goes between two distinct NICs of the topology; ids are unique."""
-    graph = topology.graph
+    nodes = topology.graph._node    # the plain dict: the view costs microseconds per lookup
     seen: set[str] = set()
     for i, f in enumerate(flows):
         for key in ("src", "dst"):
             nic = getattr(f, key)
-            if graph.nodes.get(nic, {}).get("kind") != "nic":
-                what = "not in the topology" if nic not in graph else \
-                    f"a {graph.nodes[nic].get('kind')}, not a nic"
+            if nodes.get(nic, {}).get("kind") != "nic":
+                what = "not in the topology" if nic not in nodes else \
+                    f"a {nodes[nic].get('kind')}, not a nic"
                 raise FlowFormatError(f"flow {f.id!r}: {key} {nic!r} is {what}", source=source,
                                       field=f"flows[{i}].{key}")
         if f.src == f.dst:

@@ -88,6 +88,16 @@ class _Arcs:
             self.cap.append(float(self.adj[u][v].get("gbps", float("inf"))))
         return i
 
+    def both_ways(self, pairs: list[tuple[str, str]]) -> None:
+        """Number the arcs of many links at once (both directions, in a tight loop)."""
+        adj, ix, arcs, cap, inf = self.adj, self.ix, self.arcs, self.cap, float("inf")
+        for u, v in pairs:
+            if (u, v) not in ix:
+                c = float(adj[u][v].get("gbps", inf))
+                ix[(u, v)], ix[(v, u)] = len(arcs), len(arcs) + 1
+                arcs.extend(((u, v), (v, u)))
+                cap.extend((c, c))
+
 
 def build_problem(topology: Topology, flows: Sequence[Flow],
                   down: Iterable[str] = ()) -> Problem:
@@ -167,8 +177,10 @@ class _TwoTier:
         if got is None:
             spines = tuple(sp for sp in self.ix.leaf_up[leaf]
                            if not self.down or link_id(leaf, sp) not in self.down)
-            got = self.ups[leaf] = (spines, [self.arc(leaf, sp) for sp in spines],
-                                    {sp: self.arc(sp, leaf) for sp in spines})
+            self.arc.both_ways([(leaf, sp) for sp in spines])
+            ix = self.arc.ix
+            got = self.ups[leaf] = (spines, [ix[(leaf, sp)] for sp in spines],
+                                    {sp: ix[(sp, leaf)] for sp in spines})
         return got
 
     def _mid(self, ls: str, ld: str) -> list[tuple[int, int]]:
