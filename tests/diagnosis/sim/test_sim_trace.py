@@ -202,3 +202,21 @@ def test_records_come_in_completion_order(healthy, tmp_path):
     other = read(res.trace)
     assert sorted(map(str, other.ops)) == sorted(map(str, healthy.ops))
     assert [o["t_enter_ns"] for o in other.ops] != [o["t_enter_ns"] for o in healthy.ops]
+
+
+def test_cli_writes_the_three_files_and_refuses_bad_faults(tmp_path):
+    from typer.testing import CliRunner
+
+    from c4.cli import build_app
+
+    app, runner = build_app(), CliRunner()
+    res = runner.invoke(app, ["sim", "--gpus", "64", "--iterations", "3", "--microbatches", "1",
+                              "--fault", "slow_gpu:3@1,slow=1.5", "--seed", "2", "--no-conns",
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    tr = read(tmp_path / "trace.jsonl")
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert tr.ops and not tr.conns and truth["faults"][0]["ranks"] == [3]
+    assert Topology.load(tmp_path / "topology.json").hosts()
+    res = runner.invoke(app, ["sim", "--out", str(tmp_path), "--fault", "slow_gpu,slow=0.5"])
+    assert res.exit_code != 0 and "slow=0.5" in res.output
