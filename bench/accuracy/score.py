@@ -25,11 +25,13 @@ The matching rule, exactly:
 * A report is **explained** when it addresses some fault and names it among its first three
   suspects; every other report is a **false report** (on a healthy run, every report is).
   A fault scenario is **clean** when every fault is top-1 and no report is false.
-* **Latency**: from the fault's onset to the earliest report that addresses and names it
+* **Latency**: from the fault's onset (for hangs and errors: ``event_ns``, the moment the rank
+  stopped or the transfer stuck) to the earliest report that addresses and names it
   (top-3), in seconds of trace time and in iterations begun since the onset. The time of a
   report is ``detected_ns`` when the bench streamed the trace and saw when the report first
   appeared (online latency), else its ``first_seen_ns`` (evidence latency, clamped at 0).
-  **Onset error**: that report's ``first_seen_ns`` minus the true onset (negative: early).
+  **Onset error**: that report's ``first_seen_ns`` minus the true onset or event (negative:
+  early).
 * Faults the ground truth marks not ``observable`` (for example an uplink slowed yet still
   faster than the flows through it, or an onset after recording stopped) are listed apart and
   are neither hits nor misses; reports about them are still false reports.
@@ -139,8 +141,9 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
         lat_s = lat_i = err = None
         if first_t is not None and first_seen is not None:
             onset = fault["onset_ns"]
-            err = (first_seen - onset) / 1e9
-            lat_s = max(0.0, (first_t - onset) / 1e9)
+            event = fault.get("event_ns") or onset
+            err = (first_seen - event) / 1e9
+            lat_s = max(0.0, (first_t - event) / 1e9)
             lat_i = max(0, bisect.bisect_right(starts, first_t) - 1 - fault["onset_iteration"])
         scores.append(FaultScore(
             kind=fault["kind"], expected=fault["expected_report"],

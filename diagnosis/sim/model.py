@@ -106,6 +106,8 @@ class Simulation:
                                  if "/" not in lid], dtype=np.int64)
         self.congestion: list[tuple[int, int, float]] = []
         self.congestion_log: list[dict] = []
+        # when a hang actually happened (relative ns): ("rank", r) or ("fault", index)
+        self.events: dict[tuple[str, int], float] = {}
         self.done = False
 
     # ----- public ---------------------------------------------------------------------------
@@ -124,8 +126,16 @@ class Simulation:
         return self.cfg.t0_ns + int(self.last + wait)
 
     def truth(self) -> list[dict]:
-        return [faultmod.truth_entry(f, self.conns, self.iteration_start, self.end_ns, seen)
-                for f, seen in zip(self.faults, self.seen)]
+        out = []
+        for n, (f, seen) in enumerate(zip(self.faults, self.seen)):
+            entry = faultmod.truth_entry(f, self.conns, self.iteration_start, self.end_ns, seen)
+            t = self.events.get(("fault", n), self.events.get(("rank", f.rank)))
+            if f.kind in ("rank_hang", "comm_hang", "error", "dead_nic", "dead_link"):
+                entry["event_ns"] = None if t is None else self.cfg.t0_ns + int(t)
+            else:
+                entry["event_ns"] = entry["onset_ns"]
+            out.append(entry)
+        return out
 
     # ----- one iteration --------------------------------------------------------------------
     def _iteration(self, i: int) -> Batch:
@@ -185,9 +195,14 @@ class Simulation:
         if not np.isfinite(self.free).all():
             self.stalled = True
         c = cons.columns()
-        for f, seen in zip(self.faults, self.seen):
+        for n, (f, seen) in enumerate(zip(self.faults, self.seen)):
             if f.active(i) and len(c["conn"]):
-                seen[c["conn"].astype(np.int64)] = True
+                idx = c["conn"].astype(np.int64)
+                seen[idx] = True
+                stuck = ~np.isfinite(c["t_end_ns"]) & np.isin(idx, np.flatnonzero(
+                    self.conns.crossing(f.links))) if f.kind.startswith("dead_") else None
+                if stuck is not None and stuck.any():
+                    self.events.setdefault(("fault", n), float(c["t_start_ns"][stuck].min()))
         if not cfg.conns:
             c = {k: v[:0] for k, v in c.items()}
         return self._finish(i, ops.columns(), c)
@@ -227,7 +242,11 @@ class Simulation:
         mult = self.mult3[:, s, :]
         dur = ms * 1e6 * mult * self._jit(mult.shape, self.cfg.jitter)
         dur = dur + self.gc_amt3[:, s, :] * (self.gc_step3[:, s, :] == k)
-        dur[self.hang3[:, s, :] == k] = np.inf
+        hung = self.hang3[:, s, :] == k
+        if hung.any():
+            dur[hung] = np.inf
+            for r, t in zip(self.ranks3[:, s, :][hung].tolist(), ready[hung].tolist()):
+                self.events.setdefault(("rank", r), t)
         return ready + dur
 
     def _tp(self, ops: _Acc, s: int, enter: np.ndarray, seq: int) -> np.ndarray:
@@ -284,6 +303,7 @@ class Simulation:
         for f in onset_now:
             if f.kind in ("comm_hang", "error"):
                 dur.reshape(-1)[f.rank] = np.inf
+                self.events.setdefault(("rank", f.rank), float(start.reshape(-1)[f.rank]))
             if f.kind == "error":
                 failed.reshape(-1)[f.rank] = True
         end = np.broadcast_to(start + dur.max(axis=0, keepdims=True), enter.shape).copy()
