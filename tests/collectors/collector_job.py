@@ -97,6 +97,8 @@ for async_op in (False, True):
     collectives(world_pg, async_op)
     if rank in sub_members:
         collectives(sub, async_op)
+    else:
+        dist.all_reduce(torch.ones(2), group=sub)  # not a member: torch does nothing, nor do we
 
 # Point-to-point between global ranks 0 and 1 on the world group.
 buf = torch.zeros(5)
