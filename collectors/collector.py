@@ -51,7 +51,10 @@ class Collector:
     def uninstall(self) -> None:
         """Restore torch.distributed and ship what is left (bounded by ``exit_flush_s``)."""
         if self._installed:
+            from collectors.ddp import unpatch_ddp
+
             self.recorder.unpatch()
+            unpatch_ddp()
             self._installed = False
         self.close()
         atexit.unregister(self.close)
@@ -63,6 +66,10 @@ class Collector:
         with self._lock:
             if self.shipper is not None:
                 return
+            if self.config.ddp_hook and self._installed:
+                from collectors.ddp import patch_ddp
+
+                patch_ddp()
             info = self._rank_info()
             before = None
             if self.recorder.cuda_timer is not None:

@@ -78,6 +78,9 @@ class CollectorConfig:
     #: the program's ``Work.wait()`` (an upper bound; ~0.3 µs).
     async_timing: str = field(
         default_factory=lambda: os.environ.get("C4_ASYNC_TIMING") or "future")
+    #: Route DDP's gradient all-reduces through torch's Python allreduce hook so that they are
+    #: recorded, unless the program registers its own comm hook (``C4_DDP_HOOK``, 1 or 0).
+    ddp_hook: bool = field(default_factory=lambda: os.environ.get("C4_DDP_HOOK", "1") != "0")
     #: How long the exit flush may take (``C4_EXIT_FLUSH``).
     exit_flush_s: float = field(default_factory=lambda: _env_float("C4_EXIT_FLUSH", 2.0))
 

@@ -1,5 +1,5 @@
-"""One rank of a small gloo job (not a test module): ``argv[1]`` all_reduces and an isend/irecv
-exchange, then this process's collector counters as JSON on the last line of stdout.
+"""One rank of a small gloo job (not a test module): ``argv[1]`` all_reduces, an isend/irecv
+exchange, a barrier and two DDP steps, then this process's collector counters as JSON.
 
 With ``argv[2] == "install"`` it calls ``collectors.install()``; otherwise it relies on `c4 run`
 and must not mention the collector before torch.distributed is imported.
@@ -31,6 +31,10 @@ works = [dist.isend(torch.ones(4), peer), dist.irecv(torch.zeros(4), src)]
 for w in works:
     w.wait()
 dist.barrier()
+# DDP, two steps: its bucket all-reduce (one bucket for this model) is recorded once per step.
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
+for _ in range(2):
+    model(torch.randn(3, 8)).sum().backward()
 
 import collectors  # noqa: E402  (only now: the auto-installed collector is already there)
 

@@ -191,7 +191,8 @@ def test_job_completes_without_sidecar_and_counts_drops(tmp_path):
     for out in outs:
         result = _result(out)
         counters = result["counters"]
-        assert counters["recorded"] == 60 + 2 + 1  # all_reduces, isend + irecv, barrier
+        # all_reduces, isend + irecv, barrier, DDP's bucket all_reduce in each of two steps
+        assert counters["recorded"] == 60 + 2 + 1 + 2
         assert counters["shipped"] == 0
         assert counters["dropped"] == counters["recorded"] - 16
         assert not counters["connected"]
@@ -205,7 +206,10 @@ def test_c4_run_installs_without_a_line_in_the_script(sink):
     assert all(_result(o)["installed"] for o in outs)
     rows = [r for r in sink.op_rows() if r["t_end_ns"] != -1]
     assert Counter((r["rank"], r["op"]) for r in rows) == {
-        (0, "all_reduce"): 5, (1, "all_reduce"): 5, (0, "isend"): 1, (1, "isend"): 1,
+        (0, "all_reduce"): 5 + 2, (1, "all_reduce"): 5 + 2, (0, "isend"): 1, (1, "isend"): 1,
         (0, "irecv"): 1, (1, "irecv"): 1, (0, "barrier"): 1, (1, "barrier"): 1}
+    # DDP's bucket (8*4 weights + 4 biases, float32) after 5 all_reduces and the barrier
+    ddp = [r for r in rows if r["op"] == "all_reduce" and r["nbytes"] == (8 * 4 + 4) * 4]
+    assert sorted((r["rank"], r["seq"]) for r in ddp) == [(0, 6), (0, 7), (1, 6), (1, 7)]
     assert {r["job"] for r in rows} == {"auto"}
     assert {m.rank.rank for m in sink.of_kind("rank")} == {0, 1}
