@@ -1,17 +1,22 @@
 """The modelled ECMP hash, and the RoCEv2 UDP source port that steers a flow onto a path.
 
 The model: every node with several equal-cost next hops towards a flow's destination (a switch,
-or a dual-port NIC choosing its port) picks next hop ``crc32(tuple, seed) % n`` among them, in
-sorted id order. ``tuple`` is the 13 bytes src IPv4, dst IPv4, protocol (17), destination port
-(4791, RoCEv2), source port, big endian; ``seed`` is the node's ``hash_seed`` attribute, or the
-crc32 of its id. A NIC's IPv4 address is its ``ip`` attribute, or 10.x.y.z from the crc32 of its
-id. Real switches differ in fields and polynomial; set ``hash_seed`` and ``ip`` in the topology
-(or swap this module) to match the fabric before pinning ports on it.
+or a dual-port NIC choosing its port) picks next hop ``mix(crc32(tuple) ^ seed) % n`` among
+them, in sorted id order. ``tuple`` is the 13 bytes src IPv4, dst IPv4, protocol (17),
+destination port (4791, RoCEv2), source port, big endian; ``seed`` is the node's ``hash_seed``
+attribute, or the crc32 of its id; ``mix`` is MurmurHash3's 32-bit finalizer. The mix matters:
+CRC is affine, so a CRC merely seeded per switch makes every switch's low bits the same function
+of the tuple (hash polarization), and on fabrics with two tiers of choice some paths would be
+reachable by no source port. Real switches avoid this by hashing differently per tier. A NIC's
+IPv4 address is its ``ip`` attribute, or 10.x.y.z from the crc32 of its id. Real switches differ
+in fields and functions; set ``hash_seed`` and ``ip`` in the topology (or swap this module) to
+match the fabric before pinning ports on it.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from traffic_planner.problem import Problem
+
+log = logging.getLogger(__name__)
 
 ROCE_DPORT = 4791
 UDP = 17
@@ -43,6 +50,24 @@ def crc32_np(data: np.ndarray, init: np.ndarray | int = 0) -> np.ndarray:
     for i in range(data.shape[-1]):
         state = _TABLE[(state ^ data[..., i]) & 0xFF] ^ (state >> 8)
     return state ^ _MASK
+
+
+def mix32(x: int) -> int:
+    """MurmurHash3's finalizer: a bijection on 32 bits that spreads every input bit."""
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def mix32_np(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint32, copy=True)
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(0x85EBCA6B)            # uint32 arithmetic wraps, as the finalizer wants
+    x ^= x >> np.uint32(13)
+    x *= np.uint32(0xC2B2AE35)
+    return x ^ (x >> np.uint32(16))
 
 
 def node_seed(problem: Problem, node: str) -> int:
@@ -131,8 +156,9 @@ class EcmpModel:
         out = []
         for f, t in enumerate(self.tries):
             data = self.prefix[f] + int(sports[f]).to_bytes(2, "big")
+            h = zlib.crc32(data)
             while not isinstance(t, int):
-                t = t.children[zlib.crc32(data, self.seed(t.node)) % len(t.options)]
+                t = t.children[mix32(h ^ self.seed(t.node)) % len(t.options)]
             out.append(t)
         return out
 
@@ -160,10 +186,10 @@ class EcmpModel:
         seeds, mods, want = table[:, :, 0], table[:, :, 1], table[:, :, 2]
         prefix = np.frombuffer(b"".join(self.prefix), dtype=np.uint8).reshape(n_flows, -1) \
             if n_flows else np.zeros((0, 11), dtype=np.uint8)
-        # CRC state after the fixed 11 bytes, per (flow, decision); then only the port varies.
-        state = seeds ^ _MASK
+        # CRC state after the fixed 11 bytes, per flow; then only the port varies.
+        state = np.full(n_flows, _MASK, dtype=np.uint32)
         for i in range(prefix.shape[1]):
-            state = _TABLE[(state ^ prefix[:, i, None]) & 0xFF] ^ (state >> 8)
+            state = _TABLE[(state ^ prefix[:, i]) & 0xFF] ^ (state >> 8)
         ports: list[int | None] = [None] * n_flows
         todo = np.array([f for f in range(n_flows) if steps[f]], dtype=np.int64)
         for f in range(n_flows):
@@ -175,13 +201,18 @@ class EcmpModel:
             size = block if start > SPORT_MIN else 48
             cand = np.arange(start, min(start + size, SPORT_MAX + 1), dtype=np.uint32)
             start += size
-            st = state[todo][:, :, None]
+            st = state[todo][:, None]
             st = _TABLE[(st ^ (cand >> 8)) & 0xFF] ^ (st >> 8)
             st = _TABLE[(st ^ (cand & 0xFF)) & 0xFF] ^ (st >> 8)
-            ok = (((st ^ _MASK) % mods[todo][:, :, None]) == want[todo][:, :, None]).all(axis=1)
+            crc = (st ^ _MASK)[:, None, :]                            # (flows, 1, ports)
+            h = mix32_np(crc ^ seeds[todo][:, :, None])               # (flows, steps, ports)
+            ok = ((h % mods[todo][:, :, None]) == want[todo][:, :, None]).all(axis=1)
             hit = ok.any(axis=1)
             first = ok.argmax(axis=1)
             for f, j in zip(todo[hit].tolist(), first[hit].tolist(), strict=True):
                 ports[f] = int(cand[j])
             todo = todo[~hit]
+        if len(todo):
+            log.warning("%d flows have no source port that the modelled hash maps onto their "
+                        "planned path; apply those with policy routes", len(todo))
         return ports

@@ -17,7 +17,7 @@ from traffic_planner.cli import register
 from traffic_planner.errors import FlowFormatError
 from traffic_planner.faults import down_from_reports
 from traffic_planner.flows import Flow, check_flows, load_flows, save_flows
-from traffic_planner.hashing import EcmpModel, crc32_np
+from traffic_planner.hashing import EcmpModel, crc32_np, mix32, mix32_np
 from traffic_planner.layout import Parallelism, job_flows, observed_flows
 from traffic_planner.problem import build_problem
 
@@ -150,6 +150,8 @@ def test_crc_matches_zlib() -> None:
     seeds = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
     want = [zlib.crc32(bytes(row), int(s)) for row, s in zip(data, seeds, strict=True)]
     assert crc32_np(data, seeds).tolist() == want
+    xs = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    assert mix32_np(xs).tolist() == [mix32(int(x)) for x in xs]
 
 
 def test_layouts() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from diagnosis.topology import Topology, link_id, rail_optimized
 from traffic_planner.bound import _lp, lower_bound
 from traffic_planner.errors import NoPathError, UnknownLinkError
 from traffic_planner.flows import Flow
+from traffic_planner.hashing import EcmpModel
 from traffic_planner.plan import plan_flows
 from traffic_planner.problem import build_problem
 from traffic_planner.solver import solve
@@ -156,3 +159,27 @@ def test_equal_flows_on_a_full_fabric_reach_the_bound() -> None:
     assert res.bound.value == pytest.approx(1.0)
     assert res.max_link_load == pytest.approx(1.0)
     assert min(res.ecmp.max_loads) > 1.0
+
+
+def test_arbitrary_fabric_two_stages_of_choice() -> None:
+    # h0 - a <b|c> d <e|f> g - h1: four equal paths, choices at a and at d.
+    g = nx.Graph()
+    for h in ("h0", "h1"):
+        g.add_node(h, kind="host")
+        g.add_node(f"{h}/nic0", kind="nic", host=h)
+        g.add_edge(h, f"{h}/nic0")
+    for s in "abcdefg":
+        g.add_node(s, kind="switch")
+    g.add_edges_from([("h0/nic0", "a"), ("g", "h1/nic0")], gbps=400)
+    g.add_edges_from([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("d", "e"), ("d", "f"),
+                      ("e", "g"), ("f", "g")], gbps=100)
+    topo = Topology(g)
+    flows = [Flow(f"x:{i}", "h0/nic0", "h1/nic0", 50) for i in range(4)]
+    res = plan_flows(topo, flows, ecmp_seeds=32)
+    assert res.max_link_load == pytest.approx(1.0) == res.bound.value
+    assert Counter(res.path(f)[2] for f in range(4)) == {"b": 2, "c": 2}
+    assert Counter(res.path(f)[4] for f in range(4)) == {"e": 2, "f": 2}
+    # The pinned ports steer every flow onto its path through both choices.
+    model = EcmpModel(res.problem)
+    assert model.place(res.sports) == res.solution.choice
+    assert res.ecmp.worst >= 1.5          # some draws put three or four flows on one link
