@@ -7,8 +7,10 @@ MLP and sends its activations to the same replica of stage 1, which computes the
 back their gradient; each stage then all-reduces its gradients across its replicas.
 
 Environment: ``C4_LAB_STEPS`` (default 60), ``C4_LAB_BATCH`` (64), ``C4_LAB_WIDTH`` (512),
-``C4_LAB_COMPUTE_MS`` (extra compute per step, default 20), ``C4_LAB_CKPT_DIR`` and
-``C4_LAB_CKPT_EVERY`` (save each stage's state every N steps, off by default).
+``C4_LAB_COMPUTE_MS`` (extra compute per step, default 10: a fixed amount of CPU work
+calibrated at start, so that a CPU quota on the rank, the lab's slow GPU, makes it take
+longer), ``C4_LAB_CKPT_DIR`` and ``C4_LAB_CKPT_EVERY`` (save each stage's state every N steps,
+off by default).
 """
 
 from __future__ import annotations
@@ -24,6 +26,17 @@ import collectors
 
 def _env(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
+
+
+def _calibrate(ms: int, n: int = 128) -> tuple[torch.Tensor, int]:
+    """A matrix and a count of matmuls that take about ``ms`` milliseconds here, now."""
+    a = torch.randn(n, n)
+    t0, reps = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 0.2:
+        a @ a
+        reps += 1
+    per_ms = reps / ((time.perf_counter() - t0) * 1000)
+    return a, max(1, round(per_ms * ms))
 
 
 def main() -> None:
@@ -46,7 +59,8 @@ def main() -> None:
     for p in model.parameters():  # replicas of a stage start equal
         dist.broadcast(p.data, src=stage * dp, group=dp_group)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps, compute_ms = _env("C4_LAB_STEPS", 60), _env("C4_LAB_COMPUTE_MS", 20)
+    steps = _env("C4_LAB_STEPS", 60)
+    work, reps = _calibrate(_env("C4_LAB_COMPUTE_MS", 10))
     ckpt_dir, ckpt_every = os.environ.get("C4_LAB_CKPT_DIR"), _env("C4_LAB_CKPT_EVERY", 0)
     gen = torch.Generator().manual_seed(replica)
     prev = rank - dp if stage > 0 else None
@@ -60,7 +74,8 @@ def main() -> None:
             dist.recv(inp, src=prev)
             inp.requires_grad_(True)
         out = model(inp)
-        time.sleep(compute_ms / 1000)  # the rest of a real stage's forward and backward
+        for _ in range(reps):  # the rest of a real stage's forward and backward
+            work @ work
         opt.zero_grad()
         if nxt is None:
             y = torch.randint(0, 10, (batch,), generator=gen)
