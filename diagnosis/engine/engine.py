@@ -320,7 +320,8 @@ class Engine:
             suspects, how = self._comm_hang_memo[1]
         else:
             suspects, how = self.localizer.comm_hang(self.conns if keys else None, groups, keys,
-                                                     s.last, self.timing.last_end)
+                                                     min(x.first for x in stuck),
+                                                     self.timing.last_end)
             self._comm_hang_memo = (memo, (suspects, how))
         pg = self.arena.pg_of[s.group]
         name = self._group_label(s.group)

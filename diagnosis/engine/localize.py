@@ -171,7 +171,8 @@ class Localizer:
         if stuck_keys and win is not None:
             obs = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[0]
                    for k in stuck_keys]
-            first = float(win.open_start[np.isin(win.open_key, stuck_keys)].min())
+            # traffic that finished after the stuck calls began proves its path alive then
+            first = min(float(win.open_start[np.isin(win.open_key, stuck_keys)].min()), since)
             moved = np.flatnonzero(win.last_end > first)
             clear = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[1] for k in moved]
             found, _ = explain([o for o in obs if o], clear, self.cfg.comm_purity)
