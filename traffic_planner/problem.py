@@ -30,6 +30,7 @@ class Problem:
     cap: list[float]                        # arc index -> gbps
     fixed: list[tuple[int, ...]]            # flow -> arcs on every candidate
     cands: list[list[tuple[int, ...]]]      # flow -> candidate -> its other arcs (shared lists)
+    arc_ix: dict[tuple[str, str], int] = field(default_factory=dict)   # (from, to) -> arc
     demand: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -49,15 +50,16 @@ class Problem:
 
     def candidate_of(self, f: int, path: Sequence[str]) -> int | None:
         """The index of the candidate of flow ``f`` that is ``path``, if any."""
-        want = set(zip(path, path[1:]))  # noqa: RUF007
-        if len(want) != len(self.fixed[f]) + len(self.cands[f][0]):
+        get = self.arc_ix.get
+        arcs = [get((u, v)) for u, v in zip(path, path[1:])]  # noqa: RUF007
+        fixed = set(self.fixed[f])
+        if None in arcs or not fixed.issubset(arcs):
             return None
-        if any(self.arcs[a] not in want for a in self.fixed[f]):
+        var = tuple(a for a in arcs if a not in fixed)     # in path order, as candidates are
+        try:
+            return self.cands[f].index(var)
+        except ValueError:
             return None
-        for k, arcs in enumerate(self.cands[f]):
-            if all(self.arcs[a] in want for a in arcs):
-                return k
-        return None
 
     def loads(self, choice: Sequence[int]) -> list[float]:
         """Utilisation of every arc when flow ``f`` takes candidate ``choice[f]``."""
@@ -139,7 +141,7 @@ def build_problem(topology: Topology, flows: Sequence[Flow],
         u, v = arc.arcs[next(i for i, c in enumerate(arc.cap) if not c > 0)]
         raise UnknownLinkError(f"link {link_id(u, v)!r} has no capacity")
     log.debug("problem: %d flows, %d arcs", len(flows), len(arc.arcs))
-    return Problem(topology, flows, down, arc.arcs, arc.cap, fixed, cands)
+    return Problem(topology, flows, down, arc.arcs, arc.cap, fixed, cands, arc.ix)
 
 
 def _split(arc_paths: list[list[int]]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:

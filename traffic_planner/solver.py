@@ -161,6 +161,8 @@ class _State:
                     progress = True
                 else:
                     stuck = True
+                    if settle:      # the maximum cannot fall at this level: nothing to keep
+                        break
                 if time.perf_counter() > deadline:
                     log.info("repair stopped at its time limit (%.1f s)", cfg.seconds)
                     break
