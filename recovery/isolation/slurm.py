@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from recovery.errors import IsolationError
@@ -72,11 +73,27 @@ class SlurmIsolator(Isolator):
                                  "c4 job after its Slurm job id or a unique Slurm job name")
         return ids[0]
 
+    def _wait_pending(self, jid: str, timeout_s: float = 60.0) -> None:
+        """A requeued job first completes (its processes are killed); settings made before
+        it is pending again may be overwritten by the requeue."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self._run(["squeue", "-h", "-j", jid, "-o", "%T"]).strip()
+            if state == "PENDING":
+                return
+            time.sleep(0.2)
+        raise IsolationError(f"slurm job {jid} was requeued but is not pending after "
+                             f"{timeout_s:.0f} s; check `scontrol show job {jid}`")
+
     def restart(self, job: str, exclude: Collection[str]) -> str:
         jid = self.job_id(job)
         self._run(["scontrol", "requeue", jid])
+        self._wait_pending(jid)
         if exclude:
             # once requeued the job is pending again, and a pending job takes a new exclusion
             self._run(["scontrol", "update", f"JobId={jid}",
                        f"ExcNodeList={','.join(sorted(exclude))}"])
+        # a requeued job is held back for a while (about two minutes here) before it may
+        # start again; the nodes it needs are free now
+        self._run(["scontrol", "update", f"JobId={jid}", "StartTime=now"])
         return f"slurm job {jid} requeued excluding {', '.join(sorted(exclude)) or 'nothing'}"
