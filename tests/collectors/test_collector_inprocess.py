@@ -93,9 +93,21 @@ def test_a_sidecar_that_stops_reading_never_blocks_the_caller(collector, tmp_pat
         server.close()
 
 
+def _raised(fn, *args, **kwargs) -> tuple[type, str]:
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:
+        return type(exc), str(exc)
+    raise AssertionError("expected an exception")
+
+
 def test_torch_errors_pass_through_unchanged(collector):
-    with pytest.raises(TypeError):
-        dist.all_reduce("not a tensor")
+    hooked = dist.all_reduce
+    orig = hooked.__c4_original__
+    # Bad arguments, including ones the recorder itself cannot digest (an unhashable group):
+    # the program sees exactly the exception torch raises without the collector.
+    for args, kwargs in ((("not a tensor",), {}), ((torch.ones(1),), {"group": [0]})):
+        assert _raised(hooked, *args, **kwargs) == _raised(orig, *args, **kwargs)
     dist.P2POp(dist.isend, torch.ones(1), 0)  # torch's own check accepts the hooked isend
     # A call that gloo rejects is recorded as an error and still raises.
     with pytest.raises(RuntimeError, match="invalid root rank"):
