@@ -1,8 +1,9 @@
-"""The plan bench's job (one rank per lab host): rank i exchanges a tensor with rank
-i + world/2 in both directions at once, in several fresh process groups (trials: each has new
-connections, hence new source ports and a new ECMP draw). Rank 0 writes
-``{"gbps_per_flow": [...]}``, per trial the rate of the slowest flow (the exchange is as slow as
-it), to the path given as the first argument.
+"""The plan bench's job (one rank per lab host): rank i sends a tensor to rank i + world/2 (all
+such pairs at once, like a pipeline stage handing activations to the next), in several fresh
+process groups (trials: each has new connections, hence new source ports and a new ECMP
+draw). Rank 0 writes
+``{"gbps_per_flow": [...]}``, per trial the rate of the slowest flow (the transfer is as slow
+as it), to the path given as the first argument.
 
 Environment: ``C4_BENCH_TRIALS`` (4), ``C4_BENCH_MB`` (16), ``C4_BENCH_ITERS`` (3)."""
 
@@ -38,9 +39,10 @@ def main() -> None:
             if partner is None:
                 continue
             t0 = time.perf_counter()
-            reqs = [dist.isend(send, partner, group=group), dist.irecv(recv, partner, group=group)]
-            for r in reqs:
-                r.wait()
+            if rank < half:
+                dist.send(send, partner, group=group)
+            else:
+                dist.recv(recv, partner, group=group)
             rates.append(nbytes * 8 / (time.perf_counter() - t0) / 1e9)
         mine = torch.tensor([statistics.median(rates) if rates else float("inf")])
         dist.all_reduce(mine, op=dist.ReduceOp.MIN)

@@ -215,12 +215,12 @@ def plan_clear_cmd(lab_dir: Path = LAB_DIR) -> None:
 @lab_app.command("plan-bench")
 def plan_bench_cmd(
     trials: int = typer.Option(4, "--trials", help="Fresh process groups (ECMP draws) per mode."),
-    megabytes: int = typer.Option(16, "--mb", help="MiB exchanged per flow per iteration."),
+    megabytes: int = typer.Option(16, "--mb", help="MiB sent per flow per iteration."),
     iters: int = typer.Option(3, "--iters", help="Iterations per trial (median taken)."),
     fmt: str = typer.Option("text", "--format", help="text or json."),
     lab_dir: Path = LAB_DIR,
 ) -> None:
-    """Cross-leaf exchange bandwidth with ECMP, then with the traffic planner's pins."""
+    """Cross-leaf transfer bandwidth with ECMP, then with the traffic planner's pins."""
     from dataclasses import asdict
 
     from c4.lab.plan import plan_bench

@@ -92,7 +92,7 @@ def _flush(lay: Layout) -> None:
 # ----- the bench ------------------------------------------------------------------------------
 @dataclass
 class BenchResult:
-    """Per-flow bandwidth (Gbit/s) of the cross-leaf exchange, one value per trial (a trial is
+    """Per-flow bandwidth (Gbit/s) of the cross-leaf transfer, one value per trial (a trial is
     a fresh process group: new connections, new source ports, a new ECMP draw)."""
 
     ecmp_gbps: list[float]
@@ -106,26 +106,22 @@ class BenchResult:
                     f"{len(v):>6}")
 
         return "\n".join([f"{'routing':<8} {'median':>8} {'min':>8} {'max':>8} {'trials':>6}"
-                          "   (Gbit/s per flow, cross-leaf exchange)",
+                          "   (Gbit/s per flow, cross-leaf transfer)",
                           row("ecmp", self.ecmp_gbps), row("planned", self.planned_gbps),
                           "pins: " + ", ".join(f"{p.src}>{p.dst} via {p.spine}"
                                                for p in self.pins)])
 
 
 def bench_flows(lay: Layout) -> list[tuple[str, str]]:
-    """Host pairs of the exchange: host i of the first half with host i of the second half, both
-    ways (with two hosts per leaf on four hosts: leaf00's hosts with leaf01's)."""
+    """Host pairs of the transfer: host i of the first half sends to host i of the second half
+    (with two hosts per leaf on four hosts: leaf00's hosts to leaf01's, over the uplinks)."""
     half = len(lay.hosts) // 2
-    pairs = []
-    for i in range(half):
-        a, b = lay.hosts[i], lay.hosts[i + half]
-        pairs += [(a, b), (b, a)]
-    return pairs
+    return [(lay.hosts[i], lay.hosts[i + half]) for i in range(half)]
 
 
 def plan_bench(lab_dir: Path, *, trials: int = 4, megabytes: int = 16, iters: int = 3,
                timeout: float = 300) -> BenchResult:
-    """Run the cross-leaf exchange (1 rank per host) with ECMP, then plan its flows with the
+    """Run the cross-leaf transfer (1 rank per host) with ECMP, then plan its flows with the
     traffic planner, pin them, and run it again; the pins are removed afterwards."""
     from c4.lab.lab import layout_of, require, start_job, wait_job
     from traffic_planner.flows import Flow
