@@ -60,7 +60,7 @@ class OpBatch(_message.Message):
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., pg: _Optional[bytes] = ..., seq: _Optional[bytes] = ..., op: _Optional[bytes] = ..., nbytes: _Optional[bytes] = ..., dtype: _Optional[bytes] = ..., t_enter_ns: _Optional[bytes] = ..., t_start_ns: _Optional[bytes] = ..., t_end_ns: _Optional[bytes] = ..., status: _Optional[bytes] = ..., peer: _Optional[bytes] = ..., error_text: _Optional[_Mapping[int, str]] = ...) -> None: ...
 
 class ConnSampleBatch(_message.Message):
-    __slots__ = ("job", "attempt", "count", "strings", "rank", "local", "remote", "t_ns", "bytes_acked", "bytes_received", "rtt_us", "delivery_rate", "retrans")
+    __slots__ = ("job", "attempt", "count", "strings", "rank", "local", "remote", "t_ns", "bytes_acked", "bytes_received", "rtt_us", "delivery_rate", "retrans", "busy_us")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,7 @@ class ConnSampleBatch(_message.Message):
     RTT_US_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_RATE_FIELD_NUMBER: _ClassVar[int]
     RETRANS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_US_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     count: int
@@ -87,7 +88,8 @@ class ConnSampleBatch(_message.Message):
     rtt_us: bytes
     delivery_rate: bytes
     retrans: bytes
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., local: _Optional[bytes] = ..., remote: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., bytes_acked: _Optional[bytes] = ..., bytes_received: _Optional[bytes] = ..., rtt_us: _Optional[bytes] = ..., delivery_rate: _Optional[bytes] = ..., retrans: _Optional[bytes] = ...) -> None: ...
+    busy_us: bytes
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., local: _Optional[bytes] = ..., remote: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., bytes_acked: _Optional[bytes] = ..., bytes_received: _Optional[bytes] = ..., rtt_us: _Optional[bytes] = ..., delivery_rate: _Optional[bytes] = ..., retrans: _Optional[bytes] = ..., busy_us: _Optional[bytes] = ...) -> None: ...
 
 class RankInfo(_message.Message):
     __slots__ = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic", "backend", "t_ns")

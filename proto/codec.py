@@ -37,6 +37,7 @@ CONN_COLUMNS: dict[str, np.dtype] = {
     "rtt_us": np.dtype("<i8"),
     "delivery_rate": np.dtype("<i8"),
     "retrans": np.dtype("<i8"),
+    "busy_us": np.dtype("<i8"),
 }
 
 STATUS_NAMES = ("ok", "timeout", "error")

@@ -179,6 +179,7 @@ def to_columns(
         "rtt_us": [0] * n,
         "delivery_rate": [rates[i] if i < len(rates) else 0 for i, _ in rows],
         "retrans": [s.retrans for _, s in rows],
+        "busy_us": [0] * n,  # ports have no busy time; rates come from delivery_rate
     }
     return Columns(
         {name: np.asarray(list(values[name]), dtype=dt) for name, dt in CONN_COLUMNS.items()},

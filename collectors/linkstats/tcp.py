@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 
 # The struct tcp_info fields we keep (uapi linux/tcp.h, native byte order):
 # tcpi_rtt @68 (us), tcpi_total_retrans @100 (segments), tcpi_bytes_acked @120,
-# tcpi_bytes_received @128, tcpi_delivery_rate @160 (bytes/s).
-_TCP_INFO = struct.Struct("=68xI28xI16xQQ24xQ")
+# tcpi_bytes_received @128, tcpi_delivery_rate @160 (bytes/s), tcpi_busy_time @168 (us).
+_TCP_INFO = struct.Struct("=68xI28xI16xQQ24xQQ")
 _FAMILIES = (socket.AF_INET, socket.AF_INET6)
 _SOCKET_LINK = "socket:["
 
@@ -50,10 +50,12 @@ class SocketSample:
     delivery_rate: int  # bytes per second, the kernel's latest delivery-rate estimate
     retrans: int  # total retransmitted segments
     state: str  # kernel state name, e.g. "ESTABLISHED"
+    busy_us: int = 0  # time with data in flight (Linux 4.10+; 0 on older kernels)
 
 
-def parse_tcp_info(info: bytes) -> tuple[int, int, int, int, int]:
-    """(rtt_us, retrans, bytes_acked, bytes_received, delivery_rate) from a raw tcp_info.
+def parse_tcp_info(info: bytes) -> tuple[int, int, int, int, int, int]:
+    """(rtt_us, retrans, bytes_acked, bytes_received, delivery_rate, busy_us) from a raw
+    tcp_info.
 
     A struct shorter than ours (older kernel, or no INET_DIAG_INFO at all) reads missing fields
     as 0; a longer one (newer kernel) has its extra fields ignored.
@@ -263,11 +265,11 @@ class _Watch:
 
 
 def _to_sample(rec: DiagRecord, pid: int, t_ns: int) -> SocketSample:
-    rtt, retrans, acked, received, rate = parse_tcp_info(rec.info)
+    rtt, retrans, acked, received, rate, busy = parse_tcp_info(rec.info)
     state = TCP_STATES[rec.state] if rec.state < len(TCP_STATES) else str(rec.state)
     return SocketSample(
         pid, rec.inode, endpoint(rec.src, rec.sport), endpoint(rec.dst, rec.dport), t_ns,
-        acked, received, rtt, rate, retrans, state,
+        acked, received, rtt, rate, retrans, state, busy,
     )
 
 
@@ -302,6 +304,7 @@ def to_columns(samples: Sequence[SocketSample], rank_of_pid: Mapping[int, int]) 
         "rtt_us": [s.rtt_us for s in rows],
         "delivery_rate": [s.delivery_rate for s in rows],
         "retrans": [s.retrans for s in rows],
+        "busy_us": [s.busy_us for s in rows],
     }
     return Columns({name: np.asarray(values[name], dtype=dt) for name, dt in CONN_COLUMNS.items()},
                    list(table))

@@ -57,7 +57,7 @@ _TABLES: dict[str, tuple[str, str, str]] = {
             "done", "job, attempt, rank, pg, op, peer, seq"),
     "conns": ("job String, attempt UInt32, rank Int32, local String, remote String, t_ns Int64, "
               "bytes_acked Int64, bytes_received Int64, rtt_us Int64, delivery_rate Int64, "
-              "retrans Int64", "", "job, attempt, rank, local, remote, t_ns"),
+              "retrans Int64, busy_us Int64", "", "job, attempt, rank, local, remote, t_ns"),
     "faults": ("id String, job String, state String, revision UInt64, first_seen_ns Int64, "
                "body String", "revision", "id"),
 }
@@ -157,8 +157,23 @@ class ClickHouseStore(Store):
                 engine = _ENGINE.format(ver=f"({ver})" if ver else "", key=key)
                 self._run(f"CREATE TABLE IF NOT EXISTS {self.database}.{table} ({columns}) "
                           f"{engine}", what=f"create table {table}", client=boot)
+            self._add_missing_columns(boot)
         finally:
             boot.disconnect()
+
+    def _add_missing_columns(self, boot: Client) -> None:
+        """Columns added after a table was first created (18.16 has no ADD COLUMN IF NOT
+        EXISTS, so ask system.columns)."""
+        for table, (columns, _ver, _key) in _TABLES.items():
+            have = {row[0] for row in self._run(
+                "SELECT name FROM system.columns WHERE database = %(db)s AND table = %(t)s",
+                what=f"read the columns of {table}", client=boot,
+                params={"db": self.database, "t": table})}
+            for decl in columns.split(", "):
+                name, kind = decl.split(" ", 1)
+                if have and name not in have:
+                    self._run(f"ALTER TABLE {self.database}.{table} ADD COLUMN {name} {kind}",
+                              what=f"add column {name} to {table}", client=boot)
 
     def close(self) -> None:
         with self._clients_lock:

@@ -38,7 +38,7 @@ from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CACHE_KIB = 64 * 1024  # per connection, allocated as used
 
 _SCHEMA = """
@@ -65,7 +65,7 @@ CREATE INDEX IF NOT EXISTS ops_by_time ON ops (aid, t_enter_ns, rank);
 CREATE TABLE IF NOT EXISTS conns (
   aid INTEGER NOT NULL, rank INTEGER NOT NULL, local INTEGER NOT NULL, remote INTEGER NOT NULL,
   t_ns INTEGER NOT NULL, bytes_acked INTEGER, bytes_received INTEGER, rtt_us INTEGER,
-  delivery_rate INTEGER, retrans INTEGER,
+  delivery_rate INTEGER, retrans INTEGER, busy_us INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (aid, rank, local, remote, t_ns)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS faults (
   id TEXT PRIMARY KEY, job TEXT NOT NULL, state TEXT NOT NULL, revision INTEGER NOT NULL,
@@ -121,7 +121,11 @@ class SQLiteStore(Store):
         conn = self._conn()
         try:
             with self._write_lock:
+                found = conn.execute("PRAGMA user_version").fetchone()[0]
                 conn.executescript(_SCHEMA)
+                if found == 1:  # version 1 had no busy time in its connection samples
+                    conn.execute("ALTER TABLE conns ADD COLUMN busy_us INTEGER NOT NULL "
+                                 "DEFAULT 0")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot create the tables of SQLite store {path}: {exc}") from exc
@@ -287,7 +291,7 @@ class SQLiteStore(Store):
         gid = self._string_ids(conn, cols.strings)
         conn.executemany(
             "INSERT OR REPLACE INTO conns (aid, " + _CONN_SELECT + ") "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             zip(repeat(aid, n), c["rank"].tolist(), gid[c["local"]].tolist(),
                 gid[c["remote"]].tolist(), *(c[k].tolist() for k in list(CONN_COLUMNS)[3:]),
                 strict=True))

@@ -103,13 +103,16 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _transfer_rates(pair: Pair, port: int, min_bytes: int, sampler: TcpSampler) -> list[int]:
+def _transfer_rates(pair: Pair, port: int, min_bytes: int, sampler: TcpSampler
+                    ) -> tuple[list[int], float]:
     """delivery_rate of the sender's socket, sampled during the transfer once the connection
-    has carried ``min_bytes`` (past slow start)."""
+    has carried ``min_bytes`` (past slow start), and bytes over busy time between the first and
+    the last of those samples."""
     sender = _in_ns(pair.sender_ns, SENDER, pair.receiver_ip, str(port))
     try:
         pid = int(sender.stdout.readline())
         rates: list[int] = []
+        kept = []
         deadline = time.monotonic() + 20
         while len(rates) < 8 and time.monotonic() < deadline:
             samples = sampler.sample([pid])
@@ -118,9 +121,12 @@ def _transfer_rates(pair: Pair, port: int, min_bytes: int, sampler: TcpSampler) 
                 assert samples[0].remote == f"{pair.receiver_ip}:{port}"
                 assert samples[0].rtt_us > 0
                 rates.append(samples[0].delivery_rate)
+                kept.append(samples[0])
             time.sleep(0.05)
         assert len(rates) == 8, "the transfer never got going: check the veth link"
-        return rates
+        busy_s = (kept[-1].busy_us - kept[0].busy_us) / 1e6
+        moved = kept[-1].bytes_acked - kept[0].bytes_acked
+        return rates, moved / busy_s if busy_s > 0 else float("inf")
     finally:
         _stop(sender)
 
@@ -130,17 +136,21 @@ def test_delivery_rate_reflects_tbf_shaping(netns_pair: Pair) -> None:
     try:
         port = int(receiver.stdout.readline())
         with TcpSampler() as sampler:
-            free = statistics.median(_transfer_rates(netns_pair, port, 20 << 20, sampler))
+            free_rates, _ = _transfer_rates(netns_pair, port, 20 << 20, sampler)
+            free = statistics.median(free_rates)
             subprocess.run(
                 ["ip", "netns", "exec", netns_pair.sender_ns, "tc", "qdisc", "add", "dev",
                  netns_pair.dev, "root", "tbf", "rate", "20mbit", "burst", "32kbit",
                  "latency", "100ms"],
                 check=True, capture_output=True,
             )
-            shaped = statistics.median(_transfer_rates(netns_pair, port, 1 << 20, sampler))
+            shaped_rates, shaped_busy = _transfer_rates(netns_pair, port, 1 << 20, sampler)
+            shaped = statistics.median(shaped_rates)
     finally:
         receiver.kill()
         receiver.wait()
     # The estimate tracks the bottleneck: near 2.5 MB/s, far below the unshaped veth.
     assert 0.5 * SHAPED_RATE < shaped < 1.5 * SHAPED_RATE, (shaped, free)
     assert free > 10 * shaped, (shaped, free)
+    # Busy time (jiffy resolution) gives the same rate: what the daemon's transfer records use.
+    assert 0.5 * SHAPED_RATE < shaped_busy < 1.5 * SHAPED_RATE, shaped_busy

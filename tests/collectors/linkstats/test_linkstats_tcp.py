@@ -236,13 +236,16 @@ def _child_inode(link: Link) -> int:
 
 def test_short_tcp_info_reads_missing_fields_as_zero(link4: Link) -> None:
     raw = link4.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 512)
-    rtt, retrans, acked, received, rate = parse_tcp_info(raw)
+    rtt, retrans, acked, received, rate, busy = parse_tcp_info(raw)
     assert rtt > 0 and acked >= PARENT_SENDS and received == CHILD_SENDS and rate > 0
+    assert busy >= 0  # counted in jiffies: a quick loopback exchange may not reach one
+    # Linux 4.9: struct ends before tcpi_busy_time (offset 168).
+    assert parse_tcp_info(raw[:168]) == (rtt, retrans, acked, received, rate, 0)
     # Linux 4.6-4.8: struct ends before tcpi_delivery_rate (offset 160).
-    assert parse_tcp_info(raw[:160]) == (rtt, retrans, acked, received, 0)
+    assert parse_tcp_info(raw[:160]) == (rtt, retrans, acked, received, 0, 0)
     # Linux 3.x: struct ends after tcpi_total_retrans (104 bytes): no byte counters.
-    assert parse_tcp_info(raw[:104]) == (rtt, retrans, 0, 0, 0)
-    assert parse_tcp_info(b"") == (0, 0, 0, 0, 0)
+    assert parse_tcp_info(raw[:104]) == (rtt, retrans, 0, 0, 0, 0)
+    assert parse_tcp_info(b"") == (0, 0, 0, 0, 0, 0)
 
 
 def test_to_columns_round_trips_through_the_wire(link4: Link) -> None:
