@@ -75,6 +75,6 @@ def _track_all(rec: Recorder, works: Any, items: list[tuple], entries: tuple) ->
         rec.done.finish(entries, time.time_ns(), None)
     elif len(works) == len(items):  # one Work per op (gloo)
         for work, entry, (_, _, st) in zip(works, entries, items, strict=True):
-            rec.done.track(work, (entry,), st, True)
+            rec.done.track(work, (entry,), st)
     else:  # coalesced into one Work (NCCL): it completes every op of the batch
-        rec.done.track(works[-1], entries, items[0][2], True)
+        rec.done.track(works[-1], entries, items[0][2])

@@ -1,10 +1,10 @@
 """How a recorded call's row is completed: at once, from a Work's future, or at Work.wait().
 
 Completion of an ``async_op=True`` call is taken from its Work's future when the backend has one
-(gloo collectives, NCCL). gloo's send/recv Works have no future and report completion to nobody
-(``is_completed()`` stays False until someone waits), so for them, and for every async call when
-``future_timing`` is off, the hooked ``Work.wait`` records the time at which the program's wait
-returned: an upper bound of the true end.
+(NCCL; gloo for most collectives). gloo's send/recv and reduce_scatter Works have no future (and
+send/recv report completion to nobody: ``is_completed()`` stays False until someone waits), so for
+those ops, and for every async call when ``future_timing`` is off, the hooked ``Work.wait``
+records the time at which the program's wait returned: an upper bound of the true end.
 """
 
 from __future__ import annotations
@@ -63,17 +63,19 @@ class Completion:
             pending.pop(token, None)
             self.complete(row, t_end, exc)
 
-    def track(self, work: Any, entries: tuple, st: Any, p2p: bool) -> None:
+    def track(self, work: Any, entries: tuple, st: Any) -> None:
         """Arrange for the completion of an async call's Work to be recorded.
 
         ``entries``: the (token, row) pairs that this Work completes (several for a coalesced
         ``batch_isend_irecv``).
         """
-        if self.future_timing and st.future_ok[p2p]:
+        op = entries[0][1][2]
+        if self.future_timing and op not in st.no_future:
             try:
                 fut = work.get_future()
             except Exception:
-                st.future_ok[p2p] = False  # gloo send/recv: fall back to the hooked wait
+                # gloo: send/recv and reduce_scatter Works have none; use the hooked wait
+                st.no_future.add(op)
             else:
                 # add_done_callback, not then(): no chained Future to build (~0.6 µs less)
                 fut.add_done_callback(functools.partial(self.on_future, entries))

@@ -33,7 +33,7 @@ class _TLS(threading.local):
 class GroupState:
     """What the hooks know about one process group."""
 
-    __slots__ = ("future_ok", "idx", "invoke", "name", "p2p", "ranks", "seq", "skip")
+    __slots__ = ("idx", "invoke", "name", "no_future", "p2p", "ranks", "seq", "skip")
 
     def __init__(self, idx: int = -1, name: str = "", ranks: tuple[int, ...] = (),
                  skip: bool = False) -> None:
@@ -44,8 +44,8 @@ class GroupState:
         # (is_send, global peer) -> messages so far in that direction
         self.p2p: dict[tuple[bool, int], int] = {}
         self.skip = skip
-        # per kind (False: collective, True: point-to-point): does Work.get_future() work?
-        self.future_ok = [True, True]
+        # ops (string indices) whose async Works on this group have no future
+        self.no_future: set[int] = set()
         # None: the wrappers' own wall-clock path; else a replacement (CUDA-event timing)
         self.invoke: Callable[..., Any] | None = None
 
@@ -231,7 +231,7 @@ class Recorder:
             finally:
                 tls.busy = False
             if is_async and result is not None:
-                track(result, ((token, row),), st, p2p)
+                track(result, ((token, row),), st)
                 return result
             t_end = time_ns()
             del pending[token]
@@ -312,7 +312,7 @@ class Recorder:
             finally:
                 tls.busy = False
             if is_async and result is not None:
-                track(result, ((token, row),), st, False)
+                track(result, ((token, row),), st)
                 return result
             t_end = time_ns()
             del pending[token]
@@ -387,7 +387,7 @@ class Recorder:
             finally:
                 tls.busy = False
             if is_async and result is not None:
-                track(result, ((token, row),), st, True)
+                track(result, ((token, row),), st)
                 return result
             t_end = time_ns()
             del pending[token]

@@ -115,6 +115,18 @@ def test_torch_errors_pass_through_unchanged(collector):
     assert collectors.stats().recorded >= 1
 
 
+def test_an_op_without_futures_does_not_switch_the_others_to_wait_timing(collector):
+    waiting = collector.recorder.done._waiting
+    work = dist.reduce_scatter_single(torch.empty(2), torch.ones(2), async_op=True)
+    assert list(waiting) == [id(work)]  # gloo: no future for reduce_scatter, timed at wait()
+    other = dist.all_reduce(torch.ones(2), async_op=True)
+    assert list(waiting) == [id(work)]  # all_reduce still completes through its future
+    work.wait()
+    other.wait()
+    assert not waiting
+    wait_for(lambda: collectors.stats().recorded == 2, 5, "both completions")
+
+
 def test_uninstall_restores_torch(one_rank_group, tmp_path):
     originals = (dist.all_reduce, dist.isend, dist.Work.wait, dist.batch_isend_irecv)
     coll = collectors.install(socket_path=tmp_path / "s.sock")
