@@ -10,6 +10,7 @@ import pytest
 
 from diagnosis.topology import Topology, link_id, rail_optimized
 from traffic_planner.bound import _lp, lower_bound
+from traffic_planner.coloring import _bipartite_edge_colouring, colour
 from traffic_planner.errors import NoPathError, UnknownLinkError
 from traffic_planner.flows import Flow
 from traffic_planner.hashing import EcmpModel
@@ -183,3 +184,30 @@ def test_arbitrary_fabric_two_stages_of_choice() -> None:
     model = EcmpModel(res.problem)
     assert model.place(res.sports) == res.solution.choice
     assert res.ecmp.worst >= 1.5          # some draws put three or four flows on one link
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bipartite_edge_colouring_is_proper(seed) -> None:
+    # A random 8-regular bipartite multigraph on 30 + 30 vertices needs exactly 8 colours.
+    rng = np.random.default_rng(seed)
+    edges = [(u, int(v)) for _ in range(8) for u, v in enumerate(rng.permutation(30))]
+    colours = _bipartite_edge_colouring(edges, 30, 30, 8)
+    for end in (0, 1):
+        seen = {(e[end], c) for e, c in zip(edges, colours, strict=True)}
+        assert len(seen) == len(edges)           # no colour twice at a vertex
+    assert set(colours) <= set(range(8))
+
+
+def test_colouring_applies_only_where_it_is_exact() -> None:
+    topo = rail_optimized(128, 2, hosts_per_leaf=16, spines=16)
+    hosts = topo.hosts()
+    order = [hosts[(i % 8) * 16 + i // 8] for i in range(128)]
+    flows = [Flow(f"dp.{r}:{i}", f"{order[i]}/nic{r}", f"{order[(i + 1) % 128]}/nic{r}", 400)
+             for r in range(2) for i in range(128)]
+    assert colour(build_problem(topo, flows)) is not None
+    # Uneven demands, or a failed link (spines differ between leaf pairs): the general solver.
+    uneven = [*flows[:-1], Flow("odd", flows[-1].src, flows[-1].dst, 300)]
+    assert colour(build_problem(topo, uneven)) is None
+    assert colour(build_problem(topo, flows, ["leaf00r0~spine03"])) is None
+    res = plan_flows(topo, uneven, ecmp_seeds=0)
+    assert res.max_link_load == pytest.approx(1.0)
