@@ -113,13 +113,17 @@ def truth_cmd(lab_dir: Path = LAB_DIR) -> None:
 def inject_cmd(
     fault: str = typer.Argument(..., help="slow-link, lossy-link, dead-link, slow-gpu, hang "
                                           "or crash."),
-    target: str = typer.Argument(..., help="A link id (a~b) or NIC id for link faults; a host "
-                                           "id, GPU id, rank:N or pid:N for the others."),
+    target: str = typer.Argument(..., help="A link id (a~b), NIC id or switch id for link "
+                                           "faults; a host id, GPU id, rank:N or pid:N for the "
+                                           "others."),
     duration: float = typer.Option(None, "--for", help="Clear the fault after SECONDS."),
     rate_mbit: float = typer.Option(None, "--rate-mbit",
                                     help="slow-link: the rate (default a tenth of capacity)."),
     loss: int = typer.Option(30, "--loss", help="lossy-link: percent of packets dropped."),
     cpu: int = typer.Option(20, "--cpu", help="slow-gpu: CPU quota, percent of one core."),
+    reroute: bool = typer.Option(False, "--reroute",
+                                 help="dead-link: the other leaves stop using the dead uplink "
+                                      "(as a routing protocol would); default: black hole."),
     lab_dir: Path = LAB_DIR,
 ) -> None:
     """Inject a fault; it is recorded with its time in the lab state."""
@@ -128,7 +132,7 @@ def inject_cmd(
 
     try:
         rec = inject(_dir(lab_dir), fault, target, duration=duration, rate_mbit=rate_mbit,
-                     loss_pct=loss, cpu_pct=cpu)
+                     loss_pct=loss, cpu_pct=cpu, reroute=reroute)
     except LabError as exc:
         _fail(exc)
     typer.echo(f"fault {rec['id']}: {fault} on {', '.join(rec['components'])}"

@@ -1,8 +1,10 @@
 """Injecting faults into a running lab and undoing them. Every fault is recorded in the lab
 state with the topology components it affects and its times: the ground truth.
 
-Network faults act on the veth pair of a link id (both ends): ``slow-link`` (tbf rate),
-``lossy-link`` (nftables ``numgen random`` drop on ingress), ``dead-link`` (link down).
+Network faults act on the veth pairs (both ends) of a link id, a NIC's cable or a switch's
+links: ``slow-link`` (tbf rate), ``lossy-link`` (nftables ``numgen random`` drop on ingress),
+``dead-link`` (link down; with ``reroute`` the other leaves stop sending through it, as a
+routing protocol would make them).
 Compute faults act on rank processes found by host, GPU, rank or pid: ``slow-gpu`` (cgroup v1
 cpu quota), ``hang`` (cgroup freezer), ``crash`` (SIGKILL)."""
 
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from c4.lab import fabric, state, system
-from c4.lab.layout import PREFIX, Layout
+from c4.lab.layout import PREFIX, LabLink, Layout
 from c4.lab.procs import (
     LabProc,
     alive,
@@ -40,18 +42,22 @@ PROC_FAULTS = ("slow-gpu", "hang", "crash")
 KINDS = LINK_FAULTS + PROC_FAULTS
 
 
-def _link(lay: Layout, target: str):
+def _links(lay: Layout, target: str) -> tuple[list[LabLink], list[str]]:
+    """The lab links a network fault acts on, and the topology components that names: a link
+    id, a NIC (its cable to the leaf) or a switch (every link of it)."""
     topo = lay.topology
     if "~" in target:
         a, _, b = target.partition("~")
         lid = link_id(a, b)
     elif target in topo.graph and topo.kind(target) == "nic":
         lid = link_id(target, lay.leaf_of[topo.host_of(target)])
+    elif target in topo.graph and topo.kind(target) == "switch":
+        return [lay.links[lk] for lk in sorted(topo.links_of(target))], [target]
     else:
-        raise LabError(f"{target!r} is not a link id; links of this lab: "
+        raise LabError(f"{target!r} is not a link id, NIC or switch; links of this lab: "
                        f"{', '.join(sorted(lay.links))}")
     if lid in lay.links:
-        return lay.links[lid]
+        return [lay.links[lid]], [lid]
     if lid in topo.links():
         raise LabError(f"{lid!r} is the PCIe link between a GPU and its NIC, which the lab does "
                        "not model as a network link; inject slow-gpu on the GPU instead")
@@ -86,8 +92,8 @@ def _procs(lay: Layout, lab_dir: Path, target: str) -> tuple[list[LabProc], list
 
 
 def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = None,
-           rate_mbit: float | None = None, loss_pct: int = 30, cpu_pct: int = 20
-           ) -> dict[str, Any]:
+           rate_mbit: float | None = None, loss_pct: int = 30, cpu_pct: int = 20,
+           reroute: bool = False) -> dict[str, Any]:
     """Inject a fault; return its record (also appended to the lab state)."""
     if kind not in KINDS:
         raise LabError(f"unknown fault {kind!r}; one of: {', '.join(KINDS)}")
@@ -103,24 +109,28 @@ def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = No
         rec: dict[str, Any] = {"id": fid, "kind": kind, "target": target, "params": {},
                                "injected_at": None, "cleared_at": None, "until": None}
         if kind in LINK_FAULTS:
-            lk = _link(lay, target)
-            rec["components"] = [lk.id]
-            rec["undo"] = {"link": lk.id}
-            ends = (lk.a, lk.b)
+            links, rec["components"] = _links(lay, target)
+            rec["undo"] = {"links": [lk.id for lk in links]}
+            ends = [e for lk in links for e in (lk.a, lk.b)]
             if kind == "slow-link":
-                rate = rate_mbit or max(1.0, lk.mbit / 10)
-                rec["params"] = {"rate_mbit": rate, "capacity_mbit": lk.mbit}
+                capacity = min(lk.mbit for lk in links)
+                rate = rate_mbit or max(1.0, capacity / 10)
+                rec["params"] = {"rate_mbit": rate, "capacity_mbit": capacity}
                 for e in ends:
                     system.tc_batch([system.tbf(rate, e.ifname)], e.ns)
             elif kind == "lossy-link":
                 if not 0 < loss_pct <= 100:
                     raise LabError("--loss must be a percentage between 1 and 100")
                 rec["params"] = {"loss_pct": loss_pct}
-                for e in ends:
-                    system.nft(e.ns, _loss_table(fid, e.ifname, loss_pct))
+                for ns in {e.ns for e in ends}:
+                    system.nft(ns, _loss_table(fid, [e.ifname for e in ends if e.ns == ns],
+                                               loss_pct))
             else:
                 for e in ends:
                     system.ip_batch([f"link set {e.ifname} down"], e.ns)
+                if reroute:
+                    rec["params"] = {"reroute": True}
+                    rec["undo"]["routes"] = _reroute(lay, {lk.id for lk in links})
         else:
             procs, comps = _procs(lay, lab_dir, target)
             rec["components"] = comps
@@ -158,10 +168,31 @@ def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = No
     return rec
 
 
-def _loss_table(fid: int, ifname: str, pct: int) -> str:
-    return (f"table netdev {PREFIX}f{fid} {{\n chain loss {{ type filter hook ingress device "
-            f"\"{ifname}\" priority 0; policy accept; numgen random mod 100 < {pct} counter "
-            "drop; }\n}\n")
+def _reroute(lay: Layout, dead: set[str]) -> dict[str, list[str]]:
+    """Routes in each leaf to each other leaf's hosts over the spines still joined to both;
+    returns namespace -> prefixes added (to delete on clear)."""
+    added: dict[str, list[str]] = {}
+    for src in lay.leaves:
+        for dst in lay.leaves:
+            if src == dst:
+                continue
+            alive = [s for s in lay.spines if link_id(src, s) not in dead
+                     and link_id(dst, s) not in dead]
+            if len(alive) == len(lay.spines) or not alive:
+                continue
+            hops = " ".join(f"nexthop via {lay.uplink(src, s).b.addr} dev "
+                            f"{lay.uplink(src, s).a.ifname} weight 1" for s in alive)
+            system.ip_batch([f"route replace {lay.leaf_block(dst)} {hops}"], lay.ns(src))
+            added.setdefault(lay.ns(src), []).append(lay.leaf_block(dst))
+    return added
+
+
+def _loss_table(fid: int, ifnames: list[str], pct: int) -> str:
+    chains = "".join(
+        f" chain loss{i} {{ type filter hook ingress device \"{ifname}\" priority 0; policy "
+        f"accept; numgen random mod 100 < {pct} counter drop; }}\n"
+        for i, ifname in enumerate(ifnames))
+    return f"table netdev {PREFIX}f{fid} {{\n{chains}}}\n"
 
 
 def _start_timer(lab_dir: Path, fid: int, seconds: float) -> int:
@@ -176,18 +207,20 @@ def _start_timer(lab_dir: Path, fid: int, seconds: float) -> int:
 def _undo(lay: Layout, rec: dict[str, Any]) -> None:
     kind = rec["kind"]
     if kind in LINK_FAULTS:
-        lk = lay.links[rec["undo"]["link"]]
-        ends = (lk.a, lk.b)
+        links = [lay.links[lid] for lid in rec["undo"]["links"]]
+        ends = [(lk, e) for lk in links for e in (lk.a, lk.b)]
         if kind == "slow-link":
-            for e in ends:
+            for lk, e in ends:
                 system.tc_batch([system.tbf(lk.mbit, e.ifname)], e.ns)
         elif kind == "lossy-link":
-            for e in ends:
-                system.nft(e.ns, f"delete table netdev {PREFIX}f{rec['id']}\n", check=False)
+            for ns in {e.ns for _, e in ends}:
+                system.nft(ns, f"delete table netdev {PREFIX}f{rec['id']}\n", check=False)
         else:
-            for e in ends:
+            for _, e in ends:
                 system.ip_batch([f"link set {e.ifname} up"], e.ns)
-            fabric.reapply_routes(lay, {e.ns for e in ends})
+            for ns, prefixes in rec["undo"].get("routes", {}).items():
+                system.ip_batch([f"route del {p}" for p in prefixes], ns, force=True)
+            fabric.reapply_routes(lay, {e.ns for _, e in ends})
     elif kind in ("slow-gpu", "hang"):
         controller, name = rec["undo"]["cgroup"]
         remove_cgroup(controller, name, {int(k): v for k, v in rec["undo"]["back"].items()})

@@ -227,3 +227,39 @@ def test_up_twice_and_cli_messages(lab):
     out = subprocess.run([sys.executable, "-m", "c4", "lab", "status", "--lab-dir",
                           str(lab_dir)], capture_output=True, text=True)
     assert out.returncode == 0 and "4 hosts" in out.stdout
+
+
+def test_dead_uplink_with_reroute_moves_traffic_to_the_other_spine(cleared):
+    lab, lab_dir = cleared, Path(cleared["lab_dir"])
+    inject(lab_dir, "dead-link", "leaf00~spine0", reroute=True)
+
+    def spine_rx() -> dict[str, int]:
+        return {sp: measure.counters(f"c4l-{sp}", "d-leaf01")["rx_bytes"]
+                for sp in ("spine0", "spine1")}
+
+    before = spine_rx()
+    # leaf01 -> leaf00: without the reroute, flows hashed to spine0 would be black-holed
+    done = measure.tcp_transfer(lab, "node002", "node000", 256 << 10, conns=8, timeout=20)
+    assert len(done) == 8
+    delta = {sp: v - before[sp] for sp, v in spine_rx().items()}
+    assert delta["spine0"] < 64 << 10 and delta["spine1"] >= 2 << 20, delta
+    clear(lab_dir)
+    routes = subprocess.run(["ip", "-n", "c4l-leaf01", "route", "show"], capture_output=True,
+                            text=True, check=True).stdout
+    assert "10.44.1.0/24" not in routes
+    assert measure.connect(lab, "node002", "node000") == "refused"
+
+
+def test_a_switch_target_covers_all_its_links(cleared):
+    lab_dir = Path(cleared["lab_dir"])
+    rec = inject(lab_dir, "lossy-link", "spine1", loss_pct=5)
+    assert rec["components"] == ["spine1"]
+    assert sorted(rec["undo"]["links"]) == ["leaf00~spine1", "leaf01~spine1"]
+    for ns in ("c4l-spine1", "c4l-leaf00", "c4l-leaf01"):
+        out = subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "tables"],
+                             capture_output=True, text=True, check=True).stdout
+        assert f"c4l-f{rec['id']}" in out
+    clear(lab_dir)
+    out = subprocess.run(["ip", "netns", "exec", "c4l-spine1", "nft", "list", "tables"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "c4l-" not in out
