@@ -4,12 +4,14 @@ sink that decodes the frames with the production wire and codec functions."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from collector_testkit import FrameSink, launch_ranks, wait_ranks
+from collector_testkit import REPO, FrameSink, launch_ranks, wait_ranks
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.network]
 
@@ -198,12 +200,19 @@ def test_job_completes_without_sidecar_and_counts_drops(tmp_path):
         assert not counters["connected"]
 
 
-def test_c4_run_installs_without_a_line_in_the_script(sink):
-    prefix = [sys.executable, "-c", "from c4.cli import main; main()", "run", "--job", "auto",
-              "--sidecar-socket", str(sink.path), "--"]
-    procs = launch_ranks(HERE / "collector_small_job.py", 2, {}, ["5", "auto"], prefix=prefix)
-    outs = wait_ranks(procs, timeout=120)
-    assert all(_result(o)["installed"] for o in outs)
+def test_c4_run_torchrun_installs_without_a_line_in_the_script(sink):
+    """`c4 run -- torchrun ...`: the workers record; the launcher (which imports torch too)
+    never connects."""
+    cmd = [sys.executable, "-c", "from c4.cli import main; main()", "run", "--job", "auto",
+           "--sidecar-socket", str(sink.path), "--",
+           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(HERE / "collector_small_job.py"), "5", "auto"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in results) == [0, 1]
+    assert all(r["installed"] for r in results)
     rows = [r for r in sink.op_rows() if r["t_end_ns"] != -1]
     assert Counter((r["rank"], r["op"]) for r in rows) == {
         (0, "all_reduce"): 5 + 2, (1, "all_reduce"): 5 + 2, (0, "isend"): 1, (1, "isend"): 1,
@@ -212,4 +221,6 @@ def test_c4_run_installs_without_a_line_in_the_script(sink):
     ddp = [r for r in rows if r["op"] == "all_reduce" and r["nbytes"] == (8 * 4 + 4) * 4]
     assert sorted((r["rank"], r["seq"]) for r in ddp) == [(0, 6), (0, 7), (1, 6), (1, 7)]
     assert {r["job"] for r in rows} == {"auto"}
-    assert {m.rank.rank for m in sink.of_kind("rank")} == {0, 1}
+    infos = [m.rank for m in sink.of_kind("rank")]
+    assert sorted(i.rank for i in infos) == [0, 1] and sink.connections == 2
+    assert {(i.job, i.attempt, i.world_size) for i in infos} == {("auto", 0, 2)}
