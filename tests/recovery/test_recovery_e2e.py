@@ -146,6 +146,19 @@ def test_slow_host_is_isolated_and_training_resumes(tmp_path):
         assert shown["lost_steps"] >= 1 and shown["lost_work_s"] > 0
         (eff,) = doc["jobs"]
         assert eff["attempts"] == 2 and 0 < eff["ettr"] < 1
+        table = subprocess.run([*c4_command("recoveries", "--job", job), "--journal",
+                                str(journal_path)], capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "COLUMNS": "200"})
+        assert "resumed" in table.stdout and "ETTR" in table.stdout, table.stdout
+
+        # the node is repaired: release it
+        listed = subprocess.run([*c4_command("nodes", "list"), *common[2:]],
+                                capture_output=True, text=True, timeout=60)
+        assert SLOW in listed.stdout and report.id in listed.stdout, listed.stdout
+        released = subprocess.run([*c4_command("nodes", "release", SLOW), *common[2:]],
+                                  capture_output=True, text=True, timeout=60)
+        assert released.returncode == 0, released.stderr
+        assert json.loads(blocklist.read_text())["nodes"] == {}
     finally:
         for svc in reversed(services):
             svc.stop(timeout=15)
