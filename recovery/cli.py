@@ -248,6 +248,8 @@ def launch(
     sidecar_socket: str = typer.Option("", "--sidecar-socket",
                                        help="Sidecar socket for every host's ranks, or "
                                             "HOST=PATH,HOST=PATH."),
+    isolation_poll: float = typer.Option(0.2, "--isolation-poll",
+                                         help="Seconds between checks of the isolated nodes."),
     journal: Path = JournalOpt,
     isolator: str = IsolatorOpt,
 ) -> None:
@@ -265,7 +267,8 @@ def launch(
                            spares=tuple(filter(None, spares.split(","))),
                            command=tuple(command), workdir=workdir,
                            nproc_per_node=nproc_per_node, min_hosts=min_hosts, grace_s=grace,
-                           max_failures=max_failures, sidecars=socks)
+                           max_failures=max_failures, sidecars=socks,
+                           isolation_poll_s=isolation_poll)
         sup = Supervisor(cfg, _isolator(isolator), _journal(journal))
     except RecoveryError as exc:
         _fail(exc)

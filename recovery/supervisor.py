@@ -83,6 +83,9 @@ class LaunchConfig:
     #: Restarts after failures that no isolation explains (a crashed rank).
     max_failures: int = 2
     poll_s: float = 0.2
+    #: Seconds between asking the isolator which nodes are isolated (cheap for the blocklist;
+    #: raise it for backends that ask a scheduler).
+    isolation_poll_s: float = 0.2
     env: Mapping[str, str] = field(default_factory=dict)
     #: Sidecar socket per host (``C4_SIDECAR_SOCKET`` of its ranks); "*" applies to all.
     sidecars: Mapping[str, str] = field(default_factory=dict)
@@ -104,8 +107,12 @@ class Supervisor:
         self.cfg = config
         self.isolator = isolator
         self.journal = journal
-        self.attempt = 0
+        # a supervisor started again for the same job (a scheduler requeued it) continues the
+        # attempt numbers, so that the daemon keeps the attempts apart
+        launched = [e.attempt for e in journal.events(config.job) if e.kind == "launched"]
+        self.attempt = max(launched) + 1 if launched else 0
         self.hosts: list[str] = []
+        self._next_isolation_check = 0.0
         self._procs: list[Service] = []
         self._stop = threading.Event()
         self._torchrun_opts, self._script = split_command(config.command)
@@ -195,7 +202,12 @@ class Supervisor:
         """Run until the job succeeds (0), fails for good (its exit code) or is stopped."""
         failures = 0
         while True:
-            reader = self._launch()
+            try:
+                reader = self._launch()
+            except LaunchError as exc:
+                self.journal.add_event(self.cfg.job, "exited", attempt=self.attempt,
+                                       data={"rc": 1, "reason": str(exc)})
+                raise
             rc = self._watch(reader)
             if rc == 0:
                 self.journal.add_event(self.cfg.job, "exited", attempt=self.attempt,
@@ -214,6 +226,13 @@ class Supervisor:
                     return rc
             self.attempt += 1
 
+    def _isolated_hosts(self) -> list[str]:
+        now = time.monotonic()
+        if now < self._next_isolation_check:
+            return []
+        self._next_isolation_check = now + self.cfg.isolation_poll_s
+        return sorted(set(self.hosts) & set(self.isolator.isolated()))
+
     def _watch(self, reader: ProgressReader) -> int | None:
         """0 when every host's torchrun succeeded, -1 after a stop for isolation, the exit
         code of a failure, None when asked to stop."""
@@ -222,7 +241,7 @@ class Supervisor:
             if self._stop.is_set():
                 self._stop_job("the supervisor was asked to stop", reader)
                 return None
-            bad = sorted(set(self.hosts) & set(self.isolator.isolated()))
+            bad = self._isolated_hosts()
             if bad:
                 self._stop_job(f"isolated: {', '.join(bad)}", reader)
                 return -1
