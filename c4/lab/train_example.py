@@ -10,7 +10,8 @@ Environment: ``C4_LAB_STEPS`` (default 60), ``C4_LAB_BATCH`` (64), ``C4_LAB_WIDT
 ``C4_LAB_COMPUTE_MS`` (extra compute per step, default 10: a fixed amount of CPU work
 calibrated at start, so that a CPU quota on the rank, the lab's slow GPU, makes it take
 longer), ``C4_LAB_CKPT_DIR`` and ``C4_LAB_CKPT_EVERY`` (save each stage's state every N steps,
-off by default).
+off by default; a job started with a directory that holds a complete checkpoint, every stage
+at the same step, resumes from the latest one).
 """
 
 from __future__ import annotations
@@ -39,6 +40,19 @@ def _calibrate(ms: int, n: int = 128) -> tuple[torch.Tensor, int]:
     return a, max(1, round(per_ms * ms))
 
 
+def _latest_complete(ckpt_dir: str | None, pp: int) -> int:
+    """The last step for which every stage's checkpoint exists (0: none)."""
+    if not ckpt_dir or not os.path.isdir(ckpt_dir):
+        return 0
+    steps: dict[int, set[int]] = {}
+    for name in os.listdir(ckpt_dir):
+        stem = name.removesuffix(".pt")
+        if name.endswith(".pt") and stem.startswith("stage") and "-step" in stem:
+            stage, step = stem[len("stage"):].split("-step")
+            steps.setdefault(int(step), set()).add(int(stage))
+    return max((st for st, stages in steps.items() if len(stages) == pp), default=0)
+
+
 def main() -> None:
     collectors.install()
     dist.init_process_group("gloo")
@@ -62,11 +76,17 @@ def main() -> None:
     steps = _env("C4_LAB_STEPS", 60)
     work, reps = _calibrate(_env("C4_LAB_COMPUTE_MS", 10))
     ckpt_dir, ckpt_every = os.environ.get("C4_LAB_CKPT_DIR"), _env("C4_LAB_CKPT_EVERY", 0)
-    gen = torch.Generator().manual_seed(replica)
+    start = _latest_complete(ckpt_dir, pp)
+    if start:
+        saved = torch.load(os.path.join(ckpt_dir, f"stage{stage}-step{start}.pt"))
+        model.load_state_dict(saved["model"])
+        if rank == 0:
+            print(f"resumed from the checkpoint of step {start}", flush=True)
+    gen = torch.Generator().manual_seed(replica * 100003 + start)
     prev = rank - dp if stage > 0 else None
     nxt = rank + dp if stage < pp - 1 else None
     t0 = time.monotonic()
-    for step in range(steps):
+    for step in range(start, steps):
         if prev is None:
             inp = torch.randn(batch, width, generator=gen)
         else:
@@ -94,8 +114,9 @@ def main() -> None:
         opt.step()
         if ckpt_dir and ckpt_every and (step + 1) % ckpt_every == 0 and replica == 0:
             os.makedirs(ckpt_dir, exist_ok=True)
-            torch.save({"step": step + 1, "model": model.state_dict()},
-                       os.path.join(ckpt_dir, f"stage{stage}-step{step + 1}.pt"))
+            path = os.path.join(ckpt_dir, f"stage{stage}-step{step + 1}.pt")
+            torch.save({"step": step + 1, "model": model.state_dict()}, path + ".tmp")
+            os.replace(path + ".tmp", path)  # a crash never leaves a partial checkpoint
         if nxt is None and replica == 0 and step % 10 == 0:
             print(f"step {step}: loss {loss.item():.4f} ({time.monotonic() - t0:.1f} s)",
                   flush=True)
