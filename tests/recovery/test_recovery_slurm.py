@@ -1,8 +1,8 @@
 """The Slurm backend against a real Slurm (Debian's slurmctld and two slurmd on this machine,
-with munge, configured in a temporary directory): the node running a batch job really drains
-with c4's reason, the job is really requeued and runs again on the other node, and release
-returns the node to service. Skips when the Slurm or munge binaries are missing
-(scripts/system-deps.sh installs them)."""
+with munge, configured in a temporary directory): on a fault report the controller drains the
+node running a batch job, with c4's reason, the job is really requeued and runs again on the
+other node, and release returns the node to service. Skips when the Slurm or munge binaries
+are missing (scripts/system-deps.sh installs them)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,13 @@ from pathlib import Path
 import pytest
 
 from c4.processes import free_port
+from diagnosis.report import FaultReport, Suspect
+from recovery.controller import Controller
 from recovery.errors import IsolationError
 from recovery.isolation.slurm import SlurmIsolator
+from recovery.journal import Journal
+from recovery.policy import ISOLATE, Placement, Policy
+from recovery.states import State
 from tests.support.services import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -139,15 +144,24 @@ def test_drain_requeue_and_release_on_a_real_slurm():
 
         iso = SlurmIsolator(env={"SLURM_CONF": env["SLURM_CONF"]})
         assert iso.isolated() == {}
-        iso.isolate(node, "fault abc of job c4job: rank 2 is slow")
-        iso.isolate(node, "again")                          # idempotent: the reason stays
+        # the controller acts on a report naming the job's node: drain, then requeue
+        journal = Journal(d / "journal.db")
+        ctl = Controller(journal, iso, Policy(),
+                         placement=lambda job: Placement(frozenset({"n1", "n2"})))
+        report = FaultReport(kind="noncomm_slow", suspects=(Suspect("host", node, 0.9),),
+                             first_seen_ns=time.time_ns(), summary=f"{node} is slow",
+                             id="abc", job="c4job")
+        assert ctl.handle(report).action == ISOLATE
         held = iso.isolated()
-        assert list(held) == [node] and held[node].startswith("c4: fault abc")
+        assert list(held) == [node] and held[node].startswith("c4: fault abc of job c4job")
         show = _run("scontrol", "show", "node", node, env=env)
         assert "DRAIN" in show and "c4: fault abc" in show
+        iso.isolate(node, "again")                          # idempotent: the reason stays
+        assert iso.isolated()[node] == held[node]
+        (rec,) = journal.recoveries()
+        assert rec.state == State.RESTARTING and rec.backend == "slurm"
+        assert "requeued excluding" in rec.note
 
-        note = iso.restart("c4job", {node})
-        assert "requeued" in note
         wait_for(lambda: len(runs.read_text().split()) == 4, 60,
                  what="the requeued job to run again", interval=0.5)
         again_count, again_node = runs.read_text().split()[2:]
