@@ -30,13 +30,15 @@ def base_config(gpus: int, quick: bool, conns: bool) -> SimConfig:
                      microbatches=2, conns=conns, job=f"bench{gpus}")
 
 
-def _fault(kind: str, k: int, rng: np.random.Generator, iterations: int) -> FaultSpec:
+def _fault(kind: str, k: int, rng: np.random.Generator, base: SimConfig) -> FaultSpec:
+    iterations = base.iterations
     onset = int(rng.integers(int(iterations * 0.35), int(iterations * 0.6) + 1))
+    spines = base.hosts > base.hosts_per_leaf      # else one leaf per rail, no uplinks
     target = "auto"
     if FAULT_KINDS[kind].component == "link":
-        target = LINK_TARGETS[k % 2]
+        target = LINK_TARGETS[k % 2] if spines else "cable"
     elif FAULT_KINDS[kind].component == "switch":
-        target = SWITCH_TARGETS[k % 2]
+        target = SWITCH_TARGETS[k % 2] if spines else "leaf"
     if not FAULT_KINDS[kind].slows:
         return FaultSpec(kind, target, onset)
     # alternate gross (1.5-3x) and subtle (10-25% slower) fail-slow; every 4th intermittent
@@ -56,10 +58,10 @@ def scenarios(sizes: list[int], seeds: int, quick: bool, conns: bool = True,
                 seed = zlib.crc32(f"{kind}/{gpus}/{k}".encode())
                 rng = np.random.default_rng(seed)
                 if kind == "multi":
-                    faults = (_fault("slow_gpu", k, rng, base.iterations),
-                              _fault("slow_link", k + 1, rng, base.iterations))
+                    faults = (_fault("slow_gpu", k, rng, base),
+                              _fault("slow_link", k + 1, rng, base))
                 else:
-                    faults = (_fault(kind, k, rng, base.iterations),)
+                    faults = (_fault(kind, k, rng, base),)
                 out.append(Scenario(f"{kind}-{gpus}-{k}", kind, gpus,
                                     replace(base, seed=seed, faults=faults)))
         for k in range(max(1, seeds)):
