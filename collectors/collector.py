@@ -13,6 +13,7 @@ from collectors.buffer import RecordBuffer
 from collectors.config import CollectorConfig
 from collectors.hook import Recorder
 from collectors.shipper import Shipper
+from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +81,8 @@ class Collector:
             log.debug("c4 collector: rank %d of job %s ships to %s", info.rank, info.job,
                       self.config.socket_path)
 
-    def _rank_info(self):  # -> c4_pb2.RankInfo
+    def _rank_info(self) -> c4_pb2.RankInfo:
         import torch.distributed as dist
-
-        from proto import c4_pb2
 
         cfg = self.config
         local = os.environ.get("LOCAL_RANK", "")
@@ -112,10 +111,9 @@ class Collector:
         shipper, self.shipper = self.shipper, None
         if shipper is not None:
             shipper.stop(self.config.exit_flush_s + 0.5)
-            c = shipper
-            if c.dropped():
+            if shipper.dropped():
                 log.warning("c4 collector: %d of %d recorded calls were dropped (sidecar at %s "
-                            "absent or slow)", c.dropped(), self.buffer.recorded,
+                            "absent or slow)", shipper.dropped(), self.buffer.recorded,
                             self.config.socket_path)
 
     def _after_fork(self) -> None:
