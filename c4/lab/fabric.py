@@ -68,11 +68,24 @@ def reapply_routes(lay: Layout, namespaces: set[str]) -> None:
             system.ip_batch(lines, ns)
 
 
+def root_nft_tables() -> list[str]:
+    """nftables tables with the lab prefix in the root namespace ("family name"). The lab puts
+    its tables inside its namespaces only; this is the check that none escaped."""
+    import shutil
+
+    if shutil.which("nft") is None:
+        return []
+    out = system.run(["nft", "list", "tables"], check=False).stdout
+    return [line.split(None, 1)[1] for line in out.splitlines()
+            if line.startswith("table ") and line.split()[-1].startswith(PREFIX)]
+
+
 def leftovers() -> dict[str, list[str]]:
-    """What exists now with the lab prefix: namespaces, root links, cgroups."""
+    """What exists now with the lab prefix: namespaces, root links, cgroups, nft tables."""
     return {"namespaces": [n for n in system.netns_list() if n.startswith(PREFIX)],
             "links": [n for n in system.root_links() if n.startswith(PREFIX)],
-            "cgroups": [f"{c}/{n}" for c, n in leftover_cgroups()]}
+            "cgroups": [f"{c}/{n}" for c, n in leftover_cgroups()],
+            "nft_tables": root_nft_tables()}
 
 
 def teardown(lab_dir: str | None) -> dict[str, int]:
@@ -80,7 +93,7 @@ def teardown(lab_dir: str | None) -> dict[str, int]:
     in lab namespaces or carrying the lab marker, cgroups, namespaces, root links."""
     from c4.lab.procs import lab_processes
 
-    counts = {"processes": 0, "cgroups": 0, "namespaces": 0, "links": 0}
+    counts = {"processes": 0, "cgroups": 0, "namespaces": 0, "links": 0, "nft tables": 0}
     for controller, name in leftover_cgroups():  # thaw first: frozen processes cannot exit
         remove_cgroup(controller, name)
         counts["cgroups"] += 1
@@ -96,4 +109,8 @@ def teardown(lab_dir: str | None) -> dict[str, int]:
     links = [n for n in system.root_links() if n.startswith(PREFIX)]
     system.ip_batch([f"link del {n}" for n in links], force=True)
     counts["links"] = len(links)
+    tables = root_nft_tables()
+    for table in tables:
+        system.run(["nft", "delete", "table", *table.split()], check=False)
+    counts["nft tables"] = len(tables)
     return counts

@@ -263,3 +263,21 @@ def test_a_switch_target_covers_all_its_links(cleared):
     out = subprocess.run(["ip", "netns", "exec", "c4l-spine1", "nft", "list", "tables"],
                          capture_output=True, text=True, check=True).stdout
     assert "c4l-" not in out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_plan_bench_pins_the_planned_flows_and_measures_both(lab):
+    from c4.lab.plan import plan_bench
+
+    res = plan_bench(Path(lab["lab_dir"]), trials=2, megabytes=4, iters=2)
+    capacity = SPEC.uplink_mbit / 1000
+    # two cross-leaf flows out of leaf00: the planner puts them on different spines
+    assert sorted(p.spine for p in res.pins) == ["spine0", "spine1"]
+    assert len(res.ecmp_gbps) == len(res.planned_gbps) == 2
+    assert all(0 < g <= capacity * 1.1 for g in res.ecmp_gbps + res.planned_gbps)
+    # with its own uplink each flow gets most of the link (collisions would halve it)
+    assert min(res.planned_gbps) > 0.6 * capacity, res.table()
+    rules = subprocess.run(["ip", "-n", "c4l-leaf00", "rule", "show"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "lookup 10" not in rules  # pins removed afterwards

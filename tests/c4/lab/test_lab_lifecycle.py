@@ -55,7 +55,8 @@ def test_down_removes_everything_even_after_a_crash(tmp_path):
             msg = down(tmp_path / "elsewhere")
             assert "leftovers" in msg
             assert proc.wait(10) is not None  # a frozen rank was thawed and killed
-        assert fabric.leftovers() == {"namespaces": [], "links": [], "cgroups": []}
+        assert fabric.leftovers() == {"namespaces": [], "links": [], "cgroups": [],
+                                      "nft_tables": []}
         assert lab_processes() == []
         assert not alive(hang["timer_pid"])
     finally:
@@ -71,14 +72,17 @@ def test_cli_up_over_leftovers_and_inject_without_a_lab(tmp_path):
     out = _cli("inject", "slow-link", "leaf00~spine0", "--lab-dir", str(tmp_path / "none"))
     assert out.returncode == 1 and "no lab is up" in out.stderr
     subprocess.run(["ip", "netns", "add", "c4l-stray"], check=True)
+    subprocess.run(["nft", "add", "table", "inet", "c4l-stray"], check=True)
     try:
         with pytest.raises(LabError, match="leftovers"):
             up(tmp_path / "lab", SMALL, services=False)
         out = _cli("down", "--lab-dir", str(tmp_path / "lab"))
         assert out.returncode == 0 and "1 namespaces" in out.stdout, out.stdout
+        assert "1 nft tables" in out.stdout
     finally:
         subprocess.run(["ip", "netns", "del", "c4l-stray"], capture_output=True)
-    assert fabric.leftovers()["namespaces"] == []
+        subprocess.run(["nft", "delete", "table", "inet", "c4l-stray"], capture_output=True)
+    assert fabric.leftovers()["namespaces"] == [] and fabric.root_nft_tables() == []
     out = _cli("up", "--hosts", "2", "--hosts-per-leaf", "1", "--no-services", "--lab-dir",
                str(tmp_path / "lab"))
     try:
