@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,23 @@ PHASES = [("onset", "report", "detection (onset → report)"),
           ("relaunched", "first_step", "relaunched → first step (script start-up)")]
 
 
+def _remove_group(group: Path, timeout_s: float = 15.0) -> None:
+    """Move what is left back to the root group and remove the group; a process that is
+    exiting stays listed until it is reaped, so retry for a while."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for line in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (CPU_CGROUP / "cgroup.procs").write_text(line)
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def cpu_quota(pid: int, percent: int) -> Iterator[None]:
     group = CPU_CGROUP / f"c4t-bench-{uuid.uuid4().hex[:8]}"
@@ -57,10 +75,7 @@ def cpu_quota(pid: int, percent: int) -> Iterator[None]:
         (group / "cgroup.procs").write_text(str(pid))
         yield
     finally:
-        for line in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (CPU_CGROUP / "cgroup.procs").write_text(line)
-        group.rmdir()
+        _remove_group(group)
 
 
 def one_run(work: Path, hosts: list[str], spares: list[str], grace: float) -> dict:

@@ -14,6 +14,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,23 @@ HOSTS = ["node0", "node1", "node2", "node3"]
 SLOW = "node2"
 
 
+def _remove_group(group: Path, timeout_s: float = 15.0) -> None:
+    """Move what is left back to the root group and remove the group; a process that is
+    exiting stays listed until it is reaped, so retry for a while."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for line in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (CPU_CGROUP / "cgroup.procs").write_text(line)
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def cpu_quota(pid: int, percent: int) -> Iterator[Path]:
     """Throttle every thread of ``pid`` to ``percent`` of one CPU (cgroup v1 cpu controller);
@@ -47,10 +65,7 @@ def cpu_quota(pid: int, percent: int) -> Iterator[Path]:
         (group / "cgroup.procs").write_text(str(pid))
         yield group
     finally:
-        for line in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (CPU_CGROUP / "cgroup.procs").write_text(line)
-        group.rmdir()
+        _remove_group(group)
 
 
 def _environ(pid: int) -> dict[str, str]:
