@@ -17,6 +17,7 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from traffic_planner.bound import cut_bound
 from traffic_planner.coloring import colour
 from traffic_planner.problem import Problem
 
@@ -293,8 +294,16 @@ def solve(problem: Problem, *, target: float = 0.0, cfg: SolverConfig | None = N
     # Arcs every candidate crosses bound the maximum too (NIC links, typically).
     target = max(target, st.util_max())
     st.greedy(range(len(problem.flows)))
-    st.repair(target, cfg or SolverConfig())
+    st.repair(_target(problem, st, target), cfg or SolverConfig())
     return st.solution()
+
+
+def _target(problem: Problem, st: _State, target: float) -> float:
+    """Where the repair may stop: the given bound, or where the greedy placement is above it,
+    the whole-flow cut bound (cheap, and it spares a search for what cannot be had)."""
+    if st.util_max() > target * (1 + REL) + 1e-12:
+        target = max(target, cut_bound(problem)[1])
+    return target
 
 
 def replan(problem: Problem, previous: Sequence[Sequence[str] | None], *, target: float = 0.0,
@@ -313,7 +322,7 @@ def replan(problem: Problem, previous: Sequence[Sequence[str] | None], *, target
             st.put(f, k)
     st.greedy(displaced)
     before = list(st.choice)
-    st.repair(target, cfg or SolverConfig(), prefer=displaced, settle=True)
+    st.repair(_target(problem, st, target), cfg or SolverConfig(), prefer=displaced, settle=True)
     gone = set(displaced)
     moved = len(displaced) + sum(1 for f, (b, c) in enumerate(zip(before, st.choice, strict=True))
                                  if b != c and f not in gone)
