@@ -9,7 +9,7 @@ import json
 import logging
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,7 @@ def plan_flows(topology: Topology, flows: Sequence[Flow], down: Iterable[str] = 
 
 
 @contextlib.contextmanager
-def _no_gc():
+def _no_gc() -> Iterator[None]:
     """Planning allocates millions of small tuples and lists that live until it returns; the
     cyclic collector would scan them again and again (a fifth of the time at 2,048 hosts)."""
     was = gc.isenabled()
@@ -109,7 +109,9 @@ def _no_gc():
             gc.enable()
 
 
-def _plan(topology, flows, down, previous, roce, ecmp_seeds, with_bound, cfg) -> PlanResult:
+def _plan(topology: Topology, flows: Sequence[Flow], down: Iterable[str],
+          previous: Mapping[str, Sequence[str]] | None, roce: bool, ecmp_seeds: int,
+          with_bound: bool, cfg: SolverConfig | None) -> PlanResult:
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     problem = build_problem(topology, flows, down)
