@@ -87,33 +87,51 @@ class Arena:
         key = (pg.astype(np.int64) << (2 * _RANK_BITS)) | (src.astype(np.int64) << _RANK_BITS) \
             | dst.astype(np.int64)
         uniq, inv = np.unique(key, return_inverse=True)
-        out = np.empty(len(uniq), dtype=np.int64)
-        mask = (1 << _RANK_BITS) - 1
-        for i, k in enumerate(uniq.tolist()):
-            g = self._channels.get(k)
-            if g is None:
-                p, s, d = k >> (2 * _RANK_BITS), (k >> _RANK_BITS) & mask, k & mask
-                g = self._new(p, f"{names[p]}:{s}>{d}", np.array([s, d]), p2p=True)
-                self._channels[k] = g
-            out[i] = g
+        out = np.array([self._channels.get(k, -1) for k in uniq.tolist()], dtype=np.int64)
+        missing = np.flatnonzero(out < 0)
+        if len(missing):
+            mask = (1 << _RANK_BITS) - 1
+            k = uniq[missing]
+            p, s, d = k >> (2 * _RANK_BITS), (k >> _RANK_BITS) & mask, k & mask
+            names_new = [f"{names[a]}:{b}>{c}" for a, b, c in zip(p.tolist(), s.tolist(),
+                                                                  d.tolist())]
+            first = self._new_many(p.tolist(), names_new, list(np.stack([s, d], axis=1)),
+                                   p2p=True)
+            out[missing] = first + np.arange(len(missing))
+            for i, kk in enumerate(k.tolist()):
+                self._channels[kk] = first + i
         return out[inv]
 
     def _new(self, pg: int, name: str, ranks: np.ndarray, p2p: bool) -> int:
-        g = len(self.names)
-        n = len(ranks)
-        self.names.append(name)
-        self.pg_of.append(pg)
-        self.members.append(np.asarray(ranks, dtype=np.int64))
-        self.n = np.append(self.n, n)
-        self.base = np.append(self.base, self.cells)
-        self.p2p = np.append(self.p2p, p2p)
-        self.cells += n * self.W
+        return self._new_many([pg], [name], [np.asarray(ranks)], p2p)
+
+    def _new_many(self, pgs: list[int], names: list[str], ranks: list[np.ndarray],
+                  p2p: bool) -> int:
+        """Register communicators at once (one reallocation); returns the first new index."""
+        g0 = len(self.names)
+        sizes = np.array([len(r) for r in ranks], dtype=np.int64)
+        bases = self.cells + np.concatenate([[0], np.cumsum(sizes * self.W)[:-1]])
+        self.names.extend(names)
+        self.pg_of.extend(pgs)
+        self.members.extend(np.asarray(r, dtype=np.int64) for r in ranks)
+        self.n = np.concatenate([self.n, sizes])
+        self.base = np.concatenate([self.base, bases]).astype(np.int64)
+        self.p2p = np.concatenate([self.p2p, np.full(len(ranks), p2p)])
+        start = self.cells
+        self.cells += int((sizes * self.W).sum())
         self._grow_cells(self.cells)
-        self.c_rank[self.cells - n * self.W: self.cells] = np.tile(self.members[g], self.W)
-        self._grow_slots((g + 1) * self.W)
-        self._member_keys.append((np.int64(g) << _RANK_BITS) | self.members[g])
+        self._grow_slots(len(self.names) * self.W)
+        new = self.members[g0:]
+        if len(set(sizes.tolist())) == 1:
+            # equal sizes (channels): one tile of the stacked members
+            self.c_rank[start:self.cells] = np.repeat(np.stack(new)[:, None, :], self.W,
+                                                      axis=1).ravel()
+        else:
+            self.c_rank[start:self.cells] = np.concatenate([np.tile(m, self.W) for m in new])
+        gids = np.arange(g0, len(self.names), dtype=np.int64)
+        self._member_keys.append((np.repeat(gids, sizes) << _RANK_BITS) | np.concatenate(new))
         self._mdirty = True
-        return g
+        return g0
 
     def _grow_cells(self, need: int) -> None:
         cap = len(self.c_enter)
@@ -254,7 +272,8 @@ class Arena:
             | dst.astype(np.int64)
         uniq, inv = np.unique(key, return_inverse=True)
         chan = np.array([self._channels.get(k, -1) for k in uniq.tolist()], dtype=np.int64)[inv]
-        coll = np.array([self._by_pg.get(p, -1) for p in pg.tolist()], dtype=np.int64)
+        up, pinv = np.unique(pg, return_inverse=True)
+        coll = np.array([self._by_pg.get(p, -1) for p in up.tolist()], dtype=np.int64)[pinv]
         g = np.where(chan >= 0, chan, coll)
         ok = g >= 0
         if not ok.any():

@@ -78,8 +78,9 @@ class EngineConfig:
     comm_noise_k: float = 2.5
     #: Smallest rise of the fraction of slow samples across the change point.
     comm_min_frac: float = 0.35
-    #: Fewest post-onset samples before a connection is judged.
-    comm_min_samples: int = 4
+    #: Fewest post-onset samples before a connection is judged (more than a transient
+    #: congestion of an uplink by other traffic lasts).
+    comm_min_samples: int = 6
     #: A connection is slow when its slow samples after the change point have at most this
     #: probability under the base rate.
     comm_alpha: float = 1e-6

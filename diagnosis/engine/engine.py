@@ -434,6 +434,7 @@ class Engine:
                 "late_fraction": round(s.frac, 3), "noise_sigma": round(s.sigma, 4)}
 
     def _report_comm_slow(self, findings: list[CommFinding], now: int) -> None:
+        current: set[str] = set()
         for f in findings:
             comps = f.explanation.components
             suspects = []
@@ -457,3 +458,9 @@ class Engine:
                     self.registry.resolve(old, now, f"superseded by {fid}")
             self.registry.put(FaultReport("comm_slow", tuple(suspects), f.onset_ns, summary,
                                           evidence=evidence, id=fid), now)
+            current.add(fid)
+        # slowness that went away was transient (congestion by other traffic): withdraw it; an
+        # intermittent fault comes back and re-opens its report
+        for old in self.registry.open_ids("comm_slow"):
+            if old not in current:
+                self.registry.resolve(old, now, "the connections are back to their baseline")

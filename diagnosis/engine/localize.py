@@ -33,6 +33,8 @@ class Localizer:
     def __init__(self, arena: Arena, placement: Placement, paths: PathCache | None,
                  config: EngineConfig) -> None:
         self.arena, self.placement, self.paths, self.cfg = arena, placement, paths, config
+        self._key_cache: dict[int, tuple[object, tuple[frozenset[Component],
+                                                        frozenset[Component]]]] = {}
 
     # ----- observation -> components ----------------------------------------------------------
     def pair(self, src: int, dst: int, path: tuple[str, ...] | None = None
@@ -60,6 +62,17 @@ class Localizer:
             may |= a
             must |= b
         return frozenset(may), frozenset(must)
+
+    def key_sets(self, win: ConnWindow, k: int
+                 ) -> tuple[frozenset[Component], frozenset[Component]]:
+        """(may, must) of connection key ``k``, cached while its recorded path stays."""
+        path = win.path[k]
+        hit = self._key_cache.get(k)
+        if hit is not None and hit[0] is path:
+            return hit[1]
+        sets = self.pair(int(win.src[k]), int(win.dst[k]), path)
+        self._key_cache[k] = (path, sets)
+        return sets
 
     # ----- slow ------------------------------------------------------------------------------
     def _slow_series(self, bank: SeriesBank, keys: np.ndarray):
@@ -105,12 +118,11 @@ class Localizer:
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
         slow_idx = np.flatnonzero(slow)
-        obs = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[0] for k in slow_idx]
+        obs = [self.key_sets(win, int(k))[0] for k in slow_idx]
         ok = [i for i, o in enumerate(obs) if o]
         slow_idx = slow_idx[ok]
         obs = [obs[i] for i in ok]
-        clear = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[1]
-                 for k in np.flatnonzero(healthy)]
+        clear = [self.key_sets(win, int(k))[1] for k in np.flatnonzero(healthy)]
         found, _ = explain(obs, clear, self.cfg.comm_purity)
         names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
         return [self._finding(e, slow_idx, names, onset, res.median, len(clear), "connections")
@@ -151,7 +163,7 @@ class Localizer:
         out: dict[Component, int] = {}
         for k in np.flatnonzero(win.last_end >= 0).tolist():
             t = int(win.last_end[k])
-            for c in self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[1]:
+            for c in self.key_sets(win, k)[1]:
                 if out.get(c, -1) < t:
                     out[c] = t
         return out
@@ -169,12 +181,11 @@ class Localizer:
         """Suspects of calls that everyone entered and nothing finishes, localized jointly: a
         dead component stops every transfer across it, in whatever call."""
         if stuck_keys and win is not None:
-            obs = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[0]
-                   for k in stuck_keys]
+            obs = [self.key_sets(win, k)[0] for k in stuck_keys]
             # traffic that finished after the stuck calls began proves its path alive then
             first = min(float(win.open_start[np.isin(win.open_key, stuck_keys)].min()), since)
             moved = np.flatnonzero(win.last_end > first)
-            clear = [self.pair(int(win.src[k]), int(win.dst[k]), win.path[k])[1] for k in moved]
+            clear = [self.key_sets(win, int(k))[1] for k in moved]
             found, _ = explain([o for o in obs if o], clear, self.cfg.comm_purity)
             srcs = sorted({int(win.src[k]) for k in stuck_keys})
             endpoint = self.placement.suspects(srcs, [0.6] * len(srcs))

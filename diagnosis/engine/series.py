@@ -46,16 +46,18 @@ def binom_logsf(k: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
 def robust_sigma(values: np.ndarray, axis: tuple[int, ...] | int | None = None) -> np.ndarray:
     """1.4826 x median absolute deviation, ignoring NaN; ``axis`` None or the trailing axes."""
     if axis is None:
-        flat = values.reshape(1, -1)
-        lead: tuple[int, ...] = ()
+        v = values[np.isfinite(values)]
+        if not len(v):
+            return np.float64(np.nan)
+        med = np.median(v)                       # partition, not sort
+        return np.float64(MAD_SIGMA * np.median(np.abs(v - med)))
     else:
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         lead = values.shape[: values.ndim - len(axes)]
         flat = values.reshape(int(np.prod(lead)) if lead else 1, -1)
     med = row_quantile(flat, 0.5)
     mad = row_quantile(np.abs(flat - med[:, None]), 0.5)
-    out = MAD_SIGMA * mad
-    return out.reshape(lead) if axis is not None else out[0]
+    return (MAD_SIGMA * mad).reshape(lead)
 
 
 @dataclass
@@ -198,15 +200,23 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     best = np.where(has, logp[ix, s0], 0.0)
     cnt = np.where(has, length[ix, s0], 0)
     frac = np.where(has, above[ix, s0] / np.maximum(cnt, 1), 0.0)
-    col = np.arange(K)[None, :]
-    seg = np.where((col >= start[:, None]) & has[:, None] & high, a, np.nan)
-    med = row_quantile(seg, 0.5)
-    after = (col >= start[:, None]) & has[:, None]
-    q_post = row_quantile(np.where(after, a, np.nan), 0.75)
-    before = ~after & valid
-    pre_n = before.sum(axis=1)
-    q_pre = row_quantile(np.where(before, a, np.nan), 0.75)
-    enough = pre_n >= min_samples
-    effect = np.where(enough, q_post - np.nan_to_num(q_pre, nan=0.0), q_post)
-    pre_frac = np.where(enough, (high & before).sum(axis=1) / np.maximum(pre_n, 1), 0.0)
+    # quantiles only for the rows that have a change point at all (few, in a healthy job)
+    med = np.full(rows, np.nan)
+    effect = np.full(rows, np.nan)
+    pre_frac = np.zeros(rows)
+    pre_n = np.zeros(rows, dtype=np.int64)
+    h = np.flatnonzero(has)
+    if len(h):
+        ah, st, hv, vh = a[h], start[h], high[h], valid[h]
+        col = np.arange(K)[None, :]
+        after = col >= st[:, None]
+        med[h] = row_quantile(np.where(after & hv, ah, np.nan), 0.5)
+        q_post = row_quantile(np.where(after, ah, np.nan), 0.75)
+        before = ~after & vh
+        pre_n[h] = before.sum(axis=1)
+        q_pre = row_quantile(np.where(before, ah, np.nan), 0.75)
+        enough = pre_n[h] >= min_samples
+        effect[h] = np.where(enough, q_post - np.nan_to_num(q_pre, nan=0.0), q_post)
+        pre_frac[h] = np.where(enough, (hv & before).sum(axis=1) / np.maximum(pre_n[h], 1),
+                               0.0)
     return ChangePoint(start, best, cnt, frac, med, effect, pre_frac, pre_n)

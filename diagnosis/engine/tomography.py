@@ -15,16 +15,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
 
 _KIND_ORDER = {"nic": 0, "link": 1, "switch": 2}
 
 
-@dataclass(frozen=True)
-class Component:
-    type: str   # nic, link or switch
+class Component(NamedTuple):
+    """A network component (hashed in C: explaining sets hashes it a great many times)."""
+
+    type: str   # nic, link or switch (rank without a topology)
     id: str
 
 
