@@ -75,6 +75,7 @@ class ConnWindow:
             self.open_key = np.r_[self.open_key, key[~done]]
             self.open_start = np.r_[self.open_start, recs.t_start_ns[~done]]
             self.open_seq = np.r_[self.open_seq, recs.seq[~done]]
+            self.prune_open()
         # a transfer that finished closes an open one of the same key and seq
         if done.any() and len(self.open_key):
             closed = np.isin(self.open_key * (1 << 32) + self.open_seq,
@@ -108,9 +109,11 @@ class ConnWindow:
             start[rows] = np.maximum(start[rows], enter)
         return start
 
-    def prune_open(self, keep_after_ns: int) -> None:
-        """Forget open transfers that started before ``keep_after_ns`` (bounded memory)."""
-        if len(self.open_key) > 100_000:
-            keep = self.open_start >= keep_after_ns
+    def prune_open(self, limit: int = 200_000) -> None:
+        """Bounded memory: keep the ``limit`` most recent open transfers (a hung job stops
+        starting new ones, so the stuck ones stay)."""
+        if len(self.open_key) > limit:
+            keep = np.argsort(self.open_start, kind="stable")[-limit:]
+            keep.sort()
             self.open_key, self.open_start, self.open_seq = (
                 a[keep] for a in (self.open_key, self.open_start, self.open_seq))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,9 @@ def feed_trace(engine: Engine, path: str | Path, *,
     each block; return the final reports and what was read. ``progress`` gets bytes read."""
     stats = FeedStats()
     last_pos = 0
-    with open(path, "rb") as fh:
+    with open(path, "rb") as raw:
+        # a gzip trace decompresses on the fly; progress follows the compressed bytes
+        fh = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
         for item in read_trace(fh, block_bytes=block_bytes, name=str(path)):
             if isinstance(item, Columns):
                 engine.add_ops(item)
@@ -42,7 +45,7 @@ def feed_trace(engine: Engine, path: str | Path, *,
             elif isinstance(item, End):
                 stats.end_ns = item.t_ns
             stats.records += 1 if not isinstance(item, (Columns, ConnRecords)) else len(item)
-            pos = fh.tell()
+            pos = raw.tell()
             if pos != last_pos:
                 # a new block: let the detectors look at the data so far
                 engine.advance(engine.now_ns)

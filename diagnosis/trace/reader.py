@@ -8,6 +8,7 @@ line by line to name the first bad line and field in a ``FormatError``.
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,12 +63,14 @@ class _Bad(Exception):
 def read_trace(path: str | Path | BinaryIO, block_bytes: int = 4 << 20,
                name: str | None = None) -> Iterator[Item]:
     """Yield the trace's records in file order, ops and conns as columnar batches (one per block).
+    A path ending in ``.gz`` is decompressed on the fly.
 
     Raises FormatError naming file, line and field for malformed input.
     """
     if isinstance(path, (str, Path)):
         source = name or str(path)
-        with open(path, "rb") as fh:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rb") as fh:
             yield from _read(fh, block_bytes, source)
     else:
         yield from _read(path, block_bytes, name or getattr(path, "name", "<stream>"))

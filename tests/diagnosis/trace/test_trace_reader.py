@@ -110,3 +110,15 @@ def test_invalid_json_names_the_line(tmp_path):
         list(read_trace(path))
     assert err.value.line == 3
     assert "JSON" in str(err.value)
+
+
+def test_gzip_trace_reads_like_plain(tmp_path):
+    import gzip
+
+    plain = tmp_path / "t.jsonl"
+    _write_small(plain)
+    gz = tmp_path / "t.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    a = [type(i).__name__ for i in read_trace(plain)]
+    b = [type(i).__name__ for i in read_trace(gz)]
+    assert a == b and "Columns" in a
