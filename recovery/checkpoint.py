@@ -221,10 +221,13 @@ class Checkpointer:
     def load(self, state: dict[str, Any]) -> int | None:
         """Load the newest complete checkpoint into ``state`` in place; its step, or None when
         there is none (start from scratch)."""
+        t0 = time.monotonic()
         info = self.latest()
         if info is None:
             return None
         dcp.load(state, checkpoint_id=str(info.path))
+        if self.rank == 0:
+            self.progress.loaded(info.step, time.monotonic() - t0)
         log.info("resumed from the checkpoint of step %d (%s)", info.step, info.path)
         return info.step
 

@@ -137,7 +137,7 @@ def recoveries(
                             "reason": t.recovery.reason, "note": t.recovery.note,
                             "timeline_ns": t.at, "resumed_step": t.resumed_step,
                             "lost_steps": t.lost_steps, "lost_work_s": t.lost_work_s,
-                            "downtime_s": t.downtime_s} for t in lines],
+                            "downtime_s": t.downtime_s, "load_s": t.load_s} for t in lines],
             "jobs": [{"job": e.job, "wall_s": e.wall_s, "productive_s": e.productive_s,
                       "ettr": e.ettr, "attempts": e.attempts, "running": e.running}
                      for e in effs],

@@ -38,7 +38,8 @@ CREATE INDEX IF NOT EXISTS events_job ON events (job, t_ns);
 """
 
 #: Job events the supervisor records (``c4 launch``).
-EVENT_KINDS = ("launched", "stopping", "stopped", "first_step", "checkpoint", "exited")
+EVENT_KINDS = ("launched", "stopping", "stopped", "loaded", "first_step", "checkpoint",
+               "exited")
 
 
 def default_journal_path() -> Path:

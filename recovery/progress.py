@@ -40,6 +40,11 @@ class ProgressWriter:
         """Step ``step`` (0-based) is done; ``fields`` such as loss go along."""
         self._write({"event": "step", "step": int(step), "t_ns": time.time_ns(), **fields})
 
+    def loaded(self, step: int, seconds: float) -> None:
+        """The checkpoint of step ``step`` was loaded, in ``seconds``."""
+        self._write({"event": "loaded", "step": int(step), "t_ns": time.time_ns(),
+                     "load_s": round(seconds, 4)})
+
     def checkpoint(self, step: int, saved_ns: int, path: str) -> None:
         """The checkpoint of the state after ``step`` steps is complete on disk."""
         self._write({"event": "checkpoint", "step": int(step), "saved_ns": int(saved_ns),

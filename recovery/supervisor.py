@@ -4,7 +4,7 @@ hosts, replacing isolated ones with spares while there are any and otherwise shr
 world. The script resumes from its newest complete checkpoint (``recovery.checkpoint``).
 
 Every step is recorded as a job event in the recovery journal (launched, stopping, stopped,
-first_step, checkpoint, exited), from which the controller follows the recovery and the CLI
+loaded, first_step, checkpoint, exited), from which the controller follows the recovery and the CLI
 computes lost work and ETTR.
 
 The local launcher starts one torchrun per host on this machine, each told its host id
@@ -189,6 +189,10 @@ class Supervisor:
                                        step=rec["step"], t_ns=rec["t_ns"],
                                        data={k: v for k, v in rec.items()
                                              if k not in ("event", "step", "t_ns")})
+            elif rec["event"] == "loaded":
+                self.journal.add_event(self.cfg.job, "loaded", attempt=self.attempt,
+                                       step=rec["step"], t_ns=rec["t_ns"],
+                                       data={"load_s": rec["load_s"]})
             elif rec["event"] == "checkpoint":
                 self.journal.add_event(self.cfg.job, "checkpoint", attempt=self.attempt,
                                        step=rec["step"], t_ns=rec["t_ns"],

@@ -4,7 +4,8 @@ the restart), the work it lost, and a job's ETTR, computed from the journal.
 Definitions:
 - lost work: the training done after the checkpoint the job resumed from, which the restarted
   job repeats; from that checkpoint's save (its state) to the stop, and in steps.
-- downtime: from the stop request to the first step after the restart.
+- downtime: from the stop request to the first step after the restart; the script's own
+  start-up (interpreter, torch, rendezvous, checkpoint load) is relaunched → loaded.
 - ETTR (effective training time ratio): productive time over wall-clock time, from the job's
   first launch to its exit (or now). An attempt is productive from its first step to the
   point its successor resumed from (the whole attempt, for the last one); start-up, repeated
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from recovery.journal import Event, Journal, Recovery
 from recovery.states import State
 
-PHASES = ("onset", "report", "isolated", "stopping", "stopped", "relaunched", "first_step")
+PHASES = ("onset", "report", "isolated", "stopping", "stopped", "relaunched", "loaded",
+          "first_step")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class Timeline:
     lost_steps: int | None = None
     lost_work_s: float | None = None
     downtime_s: float | None = None
+    #: Seconds the restarted script spent loading the checkpoint (part of relaunched→loaded).
+    load_s: float | None = None
 
     def seconds(self, a: str, b: str) -> float | None:
         if a in self.at and b in self.at:
@@ -46,7 +50,7 @@ def timeline(journal: Journal, rec: Recovery) -> Timeline:
         at["isolated"] = marks[State.ISOLATED]
     since = marks.get(State.ISOLATING, rec.created_ns)
     events = journal.events(rec.job)
-    stopping = stopped = launched = first = None
+    stopping = stopped = launched = loaded = first = None
     for ev in events:
         if ev.t_ns < since:
             continue
@@ -56,14 +60,18 @@ def timeline(journal: Journal, rec: Recovery) -> Timeline:
             stopped = ev
         elif ev.kind == "launched" and stopped is not None and launched is None:
             launched = ev
+        elif ev.kind == "loaded" and launched is not None and loaded is None and \
+                ev.attempt == launched.attempt:
+            loaded = ev
         elif ev.kind == "first_step" and launched is not None and first is None and \
                 ev.attempt == launched.attempt:
             first = ev
     for name, ev in (("stopping", stopping), ("stopped", stopped), ("relaunched", launched),
-                     ("first_step", first)):
+                     ("loaded", loaded), ("first_step", first)):
         if ev is not None:
             at[name] = ev.t_ns
-    out = Timeline(rec, at)
+    load_s = loaded.data.get("load_s") if loaded is not None else None
+    out = Timeline(rec, at, load_s=load_s)
     if stopping is None or first is None:
         return out
     resumed = first.step
@@ -72,7 +80,7 @@ def timeline(journal: Journal, rec: Recovery) -> Timeline:
     lost_steps = (last + 1 - resumed) if last is not None and resumed is not None else None
     lost_s = (stopping.t_ns - ckpt.data["saved_ns"]) / 1e9 if ckpt is not None else None
     return Timeline(rec, at, resumed, last, lost_steps, lost_s,
-                    (first.t_ns - stopping.t_ns) / 1e9)
+                    (first.t_ns - stopping.t_ns) / 1e9, load_s)
 
 
 def _checkpoint_before(events: list[Event], step: int | None, t_ns: int) -> Event | None:

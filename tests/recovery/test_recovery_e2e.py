@@ -155,10 +155,12 @@ def test_slow_host_is_isolated_and_training_resumes(tmp_path):
         (shown,) = doc["recoveries"]
         assert shown["state"] == "resumed" and shown["resumed_step"] == resumed
         assert list(shown["timeline_ns"]) == ["onset", "report", "isolated", "stopping",
-                                              "stopped", "relaunched", "first_step"]
+                                              "stopped", "relaunched", "loaded",
+                                              "first_step"]
         times = list(shown["timeline_ns"].values())
         assert times[1:] == sorted(times[1:]), "phases in order after the report"
         assert shown["lost_steps"] >= 1 and shown["lost_work_s"] > 0
+        assert shown["load_s"] > 0
         (eff,) = doc["jobs"]
         assert eff["attempts"] == 2 and 0 < eff["ettr"] < 1
         table = subprocess.run([*c4_command("recoveries", "--job", job), "--journal",
