@@ -132,7 +132,8 @@ def build_columns(rows: Sequence[tuple], rank: int, strings: list[str],
                   errors: dict[tuple, str] | None = None) -> Columns:
     """Turn row tuples into the numpy columns that ``proto.codec.encode_ops`` expects.
 
-    The texts of failed rows are taken out of ``errors``.
+    The texts of failed rows are looked up in ``errors`` (left there: the shipper removes them
+    once the batch is sent, so that a batch that must be resent keeps them).
     """
     n = len(rows)
     table = np.array(rows, dtype=np.int64).reshape(n, len(ROW_FIELDS))
@@ -141,6 +142,6 @@ def build_columns(rows: Sequence[tuple], rank: int, strings: list[str],
         cols[name] = table[:, i].astype(dtype)
     error_text: dict[int, str] = {}
     for i in np.flatnonzero(cols["status"]):
-        text = errors.pop(error_key(table[i]), "") if errors is not None else ""
+        text = errors.get(error_key(table[i]), "") if errors is not None else ""
         error_text[int(i)] = text
     return Columns(cols, strings, error_text)

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from collectors.buffer import RecordBuffer, build_columns
+from collectors.buffer import RecordBuffer, build_columns, error_key
 from collectors.config import CollectorConfig
 from collectors.wire import encode_frame
 from proto import c4_pb2
@@ -149,12 +149,12 @@ class Shipper:
             self._groups_sent += 1
 
     def _send_rows(self, rows: list[tuple]) -> None:
-        # Error texts are popped from the buffer's table here; a frame that fails to send
-        # loses them (its rows go back to the buffer and are resent without their text).
-        cols = build_columns(rows, self.rank_info.rank, self.buffer.strings.snapshot(),
-                             self.buffer.errors)
+        errors = self.buffer.errors
+        cols = build_columns(rows, self.rank_info.rank, self.buffer.strings.snapshot(), errors)
         batch = encode_ops(self.rank_info.job, cols, attempt=self.rank_info.attempt)
         self._send(c4_pb2.IngestRequest(ops=batch))
+        for i in cols.error_text:  # sent: their error texts are no longer needed
+            errors.pop(error_key(rows[i]), None)
 
     def _send_open(self, final: bool) -> None:
         cutoff = time.time_ns() - int(self.config.open_after_s * 1e9)

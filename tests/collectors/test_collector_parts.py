@@ -37,7 +37,7 @@ def test_rows_round_trip_through_the_wire_codec_with_error_texts():
     assert back["t_end_ns"].tolist() == [rows[0][7], rows[1][7]]
     assert back["status"].tolist() == [OK, ERROR]
     assert back.error_text == {1: "RuntimeError: boom"}
-    assert error_key(failed) not in buf.errors  # claimed by the batch
+    assert buf.errors[error_key(failed)]  # kept until the shipper has sent the batch
     assert buf.recorded == 2 and not buf.rows
 
 
