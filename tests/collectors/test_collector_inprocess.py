@@ -127,6 +127,19 @@ def test_an_op_without_futures_does_not_switch_the_others_to_wait_timing(collect
     wait_for(lambda: collectors.stats().recorded == 2, 5, "both completions")
 
 
+def test_a_forked_child_starts_with_an_empty_buffer_and_no_shipper(collector):
+    import os
+
+    dist.all_reduce(torch.ones(1))
+    assert collector.shipper is not None
+    pid = os.fork()
+    if pid == 0:  # the child: check and leave at once, without running any exit handler
+        ok = collector.shipper is None and not collector.buffer.rows
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_uninstall_restores_torch(one_rank_group, tmp_path):
     originals = (dist.all_reduce, dist.isend, dist.Work.wait, dist.batch_isend_irecv)
     coll = collectors.install(socket_path=tmp_path / "s.sock")
