@@ -72,14 +72,17 @@ class Collector:
 
                 patch_ddp()
             info = self._rank_info()
-            before = None
-            if self.recorder.cuda_timer is not None:
-                before = self.recorder.cuda_timer.poll
-            shipper = Shipper(self.config, self.buffer, info, before_cycle=before)
+            shipper = Shipper(self.config, self.buffer, info, before_cycle=self._poll_cuda)
             shipper.start()
             self.shipper = shipper
             log.debug("c4 collector: rank %d of job %s ships to %s", info.rank, info.job,
                       self.config.socket_path)
+
+    def _poll_cuda(self) -> None:
+        # The timer appears with the first NCCL group, after the shipper has started.
+        timer = self.recorder.cuda_timer
+        if timer is not None:
+            timer.poll()
 
     def _rank_info(self) -> c4_pb2.RankInfo:
         import torch.distributed as dist
