@@ -160,8 +160,9 @@ def main() -> None:
 
     for a, b, label in PHASES:
         t.add_row(label, *(span(r, a, b) for r in runs))
-    t.add_row("  of which checkpoint load", *(f"{r['load_s']:.2f}" if r["load_s"] is not None
-                                              else "-" for r in runs))
+        if b == "loaded":
+            t.add_row("  of which checkpoint load", *(
+                f"{r['load_s']:.2f}" if r["load_s"] is not None else "-" for r in runs))
     t.add_row("[bold]report → first step[/bold]", *(span(r, "report", "first_step")
                                                     for r in runs))
 
