@@ -37,10 +37,17 @@ def make_cuda_timer() -> CudaTimer | None:
 
 
 class CudaTimer:
-    def __init__(self) -> None:
-        import torch
+    """Times synchronous calls with CUDA events; ``poll()`` turns finished ones into rows.
 
-        self._torch = torch
+    ``torch_module`` is a seam for the arithmetic tests (a stand-in with ``cuda.Event``,
+    ``cuda.current_device`` and ``cuda.device``); in production it is torch.
+    """
+
+    def __init__(self, torch_module: Any = None) -> None:
+        if torch_module is None:
+            import torch as torch_module
+
+        self._torch = torch_module
         self._anchors: dict[int, tuple[Any, int, float]] = {}  # device -> (event, wall ns, when)
         self._inflight: list[tuple] = []  # (device, token, row, start event, end event)
         self._lock = threading.Lock()

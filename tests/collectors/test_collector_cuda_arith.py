@@ -1,0 +1,70 @@
+"""CUDA-event timing arithmetic, with stand-in events: this machine has no GPU, so this checks
+only the bookkeeping (pending rows, conversion to wall clock), never real CUDA behaviour."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from types import SimpleNamespace
+
+from collectors.buffer import T_END, T_START, RecordBuffer
+from collectors.completion import OK, Completion
+from collectors.cuda_timing import CudaTimer
+
+
+class FakeGpu:
+    """A GPU clock in ms that the test advances; events complete when the test says so."""
+
+    def __init__(self) -> None:
+        self.now_ms = 1000.0
+        self.done_up_to_ms = float("inf")
+
+    def torch(self) -> SimpleNamespace:
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.t: float | None = None
+
+            def record(self) -> None:
+                self.t = gpu.now_ms
+
+            def query(self) -> bool:
+                return self.t is not None and self.t <= gpu.done_up_to_ms
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: Event) -> float:
+                return other.t - self.t
+
+        cuda = SimpleNamespace(Event=Event, current_device=lambda: 0,
+                               device=lambda _d: contextlib.nullcontext())
+        return SimpleNamespace(cuda=cuda)
+
+
+def test_sync_call_becomes_a_row_with_gpu_times_once_its_end_event_completes():
+    gpu = FakeGpu()
+    buf = RecordBuffer(capacity=16)
+    rec = SimpleNamespace(buf=buf, _tls=SimpleNamespace(busy=False), done=Completion(buf))
+    timer = CudaTimer(gpu.torch())
+    invoke = timer.make_invoke(rec, wall_invoke=None)
+
+    def collective() -> str:
+        gpu.now_ms += 5.0  # the GPU work of the call: 5 ms on the stream
+        return "result"
+
+    row = (0, 7, 1, 64, 2, time.time_ns(), -1, -1, OK, -1)
+    gpu.done_up_to_ms = 0.0  # nothing has run on the GPU yet
+    assert invoke(collective, (), {}, row, 42, False, None, False) == "result"
+    assert buf.pending == {42: row}
+    timer.poll()
+    assert not buf.rows and 42 in buf.pending  # still running: not a row yet
+    gpu.done_up_to_ms = float("inf")
+    gpu.now_ms += 3.0  # the anchor is recorded 3 ms after the call's end
+    timer.poll()
+    assert not buf.pending
+    (got,) = buf.take(10)
+    assert got[:6] == row[:6] and got[8:] == row[8:]
+    anchor_wall_ns = timer._anchors[0][1]
+    assert (got[T_START], got[T_END]) == (anchor_wall_ns - 8_000_000, anchor_wall_ns - 3_000_000)
