@@ -1,5 +1,5 @@
-"""CUDA-event timing for NCCL groups. UNTESTED: this machine has no GPU; only the gloo path of
-the collector is exercised by the tests.
+"""CUDA-event timing for NCCL groups. UNTESTED ON A GPU: the development machine has none; the
+tests exercise the gloo path for real and this module's bookkeeping with stand-in events only.
 
 For a synchronous call on a group whose backend runs on the GPU, the hooks record a CUDA event on
 the current stream before and after the call, without synchronizing. The shipper thread later asks
