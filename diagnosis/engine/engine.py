@@ -279,6 +279,9 @@ class Engine:
         fid = fid or "noncomm_hang:" + ",".join(map(str, culprits[:8]))
         name = self._group_label(top.group)
         op = self.op_names[top.op] if top.op >= 0 else "call"
+        if self.arena.p2p[top.group]:
+            # the call the absent side owed: the sender's send or the receiver's recv
+            op = "send" if culprits[0] == int(self.arena.members[top.group][0]) else "recv"
         who = self.placement.describe_many(culprits)
         last = self._describe_last(culprits[0])
         score = 0.95 if not cycle else 0.5

@@ -46,6 +46,9 @@ class Localizer:
         if path:
             comps = self.paths.recorded(path)
             return comps, comps
+        ha, hb = self.placement.host(src), self.placement.host(dst)
+        if ha is not None and ha == hb:
+            return _EMPTY, _EMPTY        # inside a host (NVLink, shared memory): no network
         a, b = self.placement.nic(src), self.placement.nic(dst)
         if a is None or b is None:
             return _EMPTY, _EMPTY

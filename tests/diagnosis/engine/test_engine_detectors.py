@@ -96,3 +96,15 @@ def test_without_topology_suspects_are_ranks(tmp_path):
     assert [r.kind for r in reports] == ["noncomm_hang"]
     # rank records carry gpu ids, so the rank is still named by its GPU
     assert reports[0].suspects[0].rank == 9
+
+
+def test_comm_slow_without_connection_records_uses_communicators(tmp_path):
+    # op records only: the slow ring is found from its own transfer-time baseline, and the
+    # components it shares with no healthy ring are the suspects
+    _, reports = run(tmp_path, conns=False, slow_components={"node005/nic1": 2.0})
+    assert [r.kind for r in reports] == ["comm_slow"]
+    assert reports[0].evidence["via"] == "communicators"
+    suspects = [(s.type, s.id) for s in reports[0].suspects]
+    assert ("nic", "node005/nic1") in suspects
+    # a ring alone cannot tell its members' NICs apart, but it never blames another rail
+    assert not any(i.endswith(("nic0", "nic2", "nic3")) for _, i in suspects)
