@@ -304,10 +304,15 @@ class Engine:
                             for s in sorted(cands, key=lambda s: s.first)[:8]],
             "bound_ms": round(top.bound / 1e6, 1),
         }
+        # the hang began when the culprit went quiet: not before its last call ended, nor
+        # before anyone started waiting for it
+        c0 = culprits[0]
+        quiet = int(self.clock.last_end[c0]) if c0 < self.clock.size else -1
         report = FaultReport("noncomm_hang",
                              tuple(self.placement.suspects(culprits, [score] * len(culprits))),
-                             top.first, summary, pg=self.pg_names[self.arena.pg_of[top.group]],
-                             seq=top.seq, evidence=evidence, id=fid)
+                             max(top.first, quiet), summary,
+                             pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
+                             evidence=evidence, id=fid)
         self.registry.put(report, now)
         return fid
 
