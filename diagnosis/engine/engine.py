@@ -105,10 +105,12 @@ class Engine:
             return
         self.records += n
         strings = cols.strings
-        pg_map = np.array([self._pg_id(s) for s in strings], dtype=np.int64) if strings \
-            else np.zeros(1, dtype=np.int64)
-        op_map = np.array([self._op_id(s) for s in strings], dtype=np.int64) if strings \
-            else np.zeros(1, dtype=np.int64)
+        if not strings:
+            self.dropped += n
+            log.warning("op batch without a string table (pg and op names): ignored")
+            return
+        pg_map = np.array([self._pg_id(s) for s in strings], dtype=np.int64)
+        op_map = np.array([self._op_id(s) for s in strings], dtype=np.int64)
         c = cols.columns
         rank = c["rank"].astype(np.int64)
         pg = pg_map[c["pg"]]

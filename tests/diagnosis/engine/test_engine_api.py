@@ -108,3 +108,32 @@ def test_memory_is_bounded_by_the_window(tmp_path):
                       eng.slow.classes[4].x.shape if 4 in eng.slow.classes else None,
                       len(eng.conns.open_key)))
     assert sizes[0] == sizes[1]
+
+
+def test_rank_that_stops_reporting_while_its_peers_go_on_is_an_error():
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+    eng.add_rank(0, "h0")
+    eng.add_rank(1, "h0")
+    eng.add_rank(2, "h1")
+    eng.add_group("g", [0, 1, 2])
+    t = 0
+    for seq in range(30):
+        t += 10 * MS
+        ranks = range(3) if seq < 20 else range(2)    # rank 2's telemetry stops at seq 20
+        eng.add_ops(_cols([_row(r, seq, t + r, t + MS) for r in ranks]))
+        eng.advance(t)
+    found = eng.finish(t + 10_000 * MS)
+    assert [r.kind for r in found] == ["error"]
+    s = found[0].suspects[0]
+    assert (s.type, s.id, s.rank) == ("rank", "2", 2)
+    assert found[0].evidence["stopped_reporting"] is True
+    assert "stopped reporting" in found[0].summary
+
+
+def test_batch_without_string_table_is_ignored():
+    eng = Engine()
+    eng.add_group("g", [0, 1])
+    cols = _cols([_row(0, 0, 1, 2)])
+    cols.strings = []
+    eng.add_ops(cols)
+    assert eng.dropped == 1 and eng.finish() == []
