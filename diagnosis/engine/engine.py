@@ -376,7 +376,7 @@ class Engine:
     def _slow(self, now: int) -> None:
         self._report_noncomm_slow(self.slow.judge(), now)
         findings = self.localizer.comm_slow(self.conns if self.conns.total else None,
-                                            self.timing.xfer)
+                                            self.timing.xfer, self.timing.xkey_group)
         self._report_comm_slow(findings, now)
 
     def _report_noncomm_slow(self, found: list[SlowRank], now: int) -> None:

@@ -98,10 +98,11 @@ class Localizer:
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
         return ring, rt, thr, res, slow
 
-    def comm_slow(self, win: ConnWindow | None, timing_bank: SeriesBank) -> list[CommFinding]:
+    def comm_slow(self, win: ConnWindow | None, timing_bank: SeriesBank,
+                  key_group: list[int]) -> list[CommFinding]:
         if win is not None and len(win) and len(win.bank):
             return self._comm_slow_conns(win)
-        return self._comm_slow_groups(timing_bank)
+        return self._comm_slow_groups(timing_bank, key_group)
 
     def _split(self, ring, rt, thr, res, slow):
         rows = np.arange(len(ring))
@@ -131,24 +132,34 @@ class Localizer:
         return [self._finding(e, slow_idx, names, onset, res.median, len(clear), "connections")
                 for e in found]
 
-    def _comm_slow_groups(self, bank: SeriesBank) -> list[CommFinding]:
-        G = min(len(self.arena), len(bank))
-        if G == 0:
+    def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int]) -> list[CommFinding]:
+        """Communicators whose transfers turned slow, as observations over their ring pairs."""
+        K = min(len(key_group), len(bank))
+        if K == 0:
             return []
-        keys = np.arange(G)
-        ring, rt, thr, res, slow = self._slow_series(bank, keys)
+        ring, rt, thr, res, slow = self._slow_series(bank, np.arange(K))
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
-        slow_idx = np.array([g for g in np.flatnonzero(slow) if self.group_sets(int(g))[0]],
-                            dtype=np.int64)
-        if len(slow_idx) == 0:
+        groups = np.asarray(key_group[:K], dtype=np.int64)
+        # a communicator is slow if any of its operations is, healthy if all judged ones are
+        slow_g = sorted({int(g) for g in groups[slow] if self.group_sets(int(g))[0]})
+        if not slow_g:
             return []
-        obs = [self.group_sets(int(g))[0] for g in slow_idx]
-        clear = [self.group_sets(int(g))[1] for g in np.flatnonzero(healthy)]
+        bad = set(groups[slow].tolist())
+        healthy_g = sorted({int(g) for g in groups[healthy]} - bad)
+        first = {}
+        for k in np.flatnonzero(slow).tolist():
+            g = int(groups[k])
+            first[g] = min(first.get(g, np.iinfo(np.int64).max), int(onset[k]))
+        obs = [self.group_sets(g)[0] for g in slow_g]
+        clear = [self.group_sets(g)[1] for g in healthy_g]
         found, _ = explain(obs, clear, self.cfg.comm_purity)
-        names = [self.arena.names[g] for g in slow_idx]
-        return [self._finding(e, slow_idx, names, onset, res.median, len(clear), "communicators")
+        idx = np.arange(len(slow_g))
+        g_onset = np.array([first[g] for g in slow_g], dtype=np.int64)
+        g_med = np.array([float(np.nanmax(res.median[groups == g])) for g in slow_g])
+        names = [self.arena.names[g] for g in slow_g]
+        return [self._finding(e, idx, names, g_onset, g_med, len(clear), "communicators")
                 for e in found]
 
     @staticmethod

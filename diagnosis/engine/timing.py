@@ -22,8 +22,11 @@ class GroupTiming:
         self.last_first = np.zeros(0, dtype=np.int64)
         self.last_seq = np.zeros(0, dtype=np.int64)
         self.last_end = np.zeros(0, dtype=np.int64)   # last time a call of the group finished
-        # transfer time per byte after the last member arrived, against its own baseline
+        # transfer time per byte after the last member arrived, against its own baseline: one
+        # series per (communicator, operation, size), the unit that recurs every iteration
         self.xfer = SeriesBank(config.history, config.comm_skip, config.comm_learn)
+        self._xkeys: dict[tuple[int, int, int], int] = {}
+        self.xkey_group: list[int] = []
 
     def _ensure(self, G: int) -> None:
         cap = len(self.count)
@@ -66,9 +69,20 @@ class GroupTiming:
         self.last_seq[g[tail]] = seq[tail]
         np.maximum.at(self.last_end, g, end_max)
         nbytes = np.maximum(self.arena.s_bytes[fin.slots], 1)
+        op = self.arena.s_op[fin.slots]
         xfer = np.maximum(end_med - last, 0).astype(np.float64) + 1.0
         ok = (fin.status == 0).all(axis=1)
-        self.xfer.add(g[ok], xfer[ok] / nbytes[ok], end_max[ok])
+        trip = np.stack([g, op, nbytes], axis=1)[ok]
+        if len(trip):
+            uniq, inv = np.unique(trip, axis=0, return_inverse=True)
+            ids = np.empty(len(uniq), dtype=np.int64)
+            for i, t in enumerate(map(tuple, uniq.tolist())):
+                kid = self._xkeys.get(t)
+                if kid is None:
+                    kid = self._xkeys[t] = len(self.xkey_group)
+                    self.xkey_group.append(t[0])
+                ids[i] = kid
+            self.xfer.add(ids[inv.ravel()], xfer[ok] / nbytes[ok], end_max[ok])
 
     def bound(self, groups: np.ndarray) -> np.ndarray:
         """The hang bound (ns) of each communicator: a multiple of its longest normal span plus
