@@ -106,6 +106,19 @@ def _block(lines: list[bytes], first: int, source: str) -> Iterator[Item]:
                 raise ValueError from None
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
             objs, types = _slow_parse(lines, first, source)
+    try:
+        kinds = set(types)
+    except TypeError:          # an unhashable "type": the loop below names the line
+        kinds = {None}
+    if kinds <= {"op", "conn"}:
+        # the common block: only telemetry, split by comprehension
+        if "op" in kinds:
+            yield _ops([o for o, t in zip(objs, types) if t == "op"] if "conn" in kinds
+                       else objs, lines, first, source)
+        if "conn" in kinds:
+            yield _conns([o for o, t in zip(objs, types) if t == "conn"] if "op" in kinds
+                         else objs, lines, first, source)
+        return
     line_of: list[int] | None = None
     ops: list[dict[str, Any]] = []
     conns: list[dict[str, Any]] = []
