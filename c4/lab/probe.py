@@ -80,6 +80,10 @@ def tcp_send(addr: str, port: int, nbytes: int, conns: int, timeout: float) -> N
 
 def udp_sink(port: int, seconds: float) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:  # room for every datagram even if this process is not scheduled for a while
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
+    except PermissionError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind(("0.0.0.0", port))
     s.settimeout(0.2)
     print("ready", flush=True)

@@ -42,9 +42,18 @@ def job(lab):
             s.kill()
 
 
-def _localized(lab, job: str, fault: dict, kind: str, timeout: float = 90) -> dict:
-    """Wait for a report of ``kind`` first seen after the fault's onset whose top-scored
-    suspects include a component the ground truth accepts."""
+def _report_ids(lab, job: str) -> set[str]:
+    from diagnosis.client import DaemonClient
+
+    with DaemonClient(lab["daemon"]["address"]) as client:
+        return {r.id for r in client.faults(job)}
+
+
+def _localized(lab, job: str, fault: dict, kind: str, before: set[str],
+               timeout: float = 90) -> dict:
+    """Wait for a new report (not among ``before``) of ``kind`` whose top-scored suspects
+    include a component the ground truth accepts. (A report's first_seen_ns is the estimated
+    onset of its evidence, which may precede the injection by a few iterations.)"""
     from diagnosis.client import DaemonClient
 
     accept = {(a["type"], a["id"]) for a in fault["accept"]}
@@ -55,7 +64,7 @@ def _localized(lab, job: str, fault: dict, kind: str, timeout: float = 90) -> di
             reports = client.faults(job)
         seen[:] = [f"{r.kind}: {r.summary[:160]}" for r in reports]
         for r in reports:
-            if r.kind != kind or r.first_seen_ns < fault["onset_ns"] or not r.suspects:
+            if r.kind != kind or r.id in before or not r.suspects:
                 continue
             top = max(s.score for s in r.suspects)
             if accept & {(s.type, s.id) for s in r.suspects if s.score == top}:
@@ -70,12 +79,13 @@ def _localized(lab, job: str, fault: dict, kind: str, timeout: float = 90) -> di
 
 def test_slow_gpu_is_localized_to_that_gpu(lab, job):
     lab_dir = Path(lab["lab_dir"])
+    before = _report_ids(lab, job)
     rec = inject(lab_dir, "slow-gpu", "node001/gpu1", cpu_pct=3)
     try:
         fault = next(f for f in truth(read(lab_dir))["faults"] if f["onset_ns"] ==
                      int(rec["injected_at"] * 1e9))
         assert ("gpu", "node001/gpu1") in {(a["type"], a["id"]) for a in fault["accept"]}
-        report = _localized(lab, job, fault, "noncomm_slow")
+        report = _localized(lab, job, fault, "noncomm_slow", before)
         assert report.suspects[0].id == "node001/gpu1"
     finally:
         clear(lab_dir)
@@ -84,10 +94,11 @@ def test_slow_gpu_is_localized_to_that_gpu(lab, job):
 def test_slow_link_is_localized_to_that_link(lab, job):
     lab_dir = Path(lab["lab_dir"])
     time.sleep(5)  # the job back at speed after the previous test's fault
+    before = _report_ids(lab, job)
     rec = inject(lab_dir, "slow-link", "leaf01~node003/nic0", rate_mbit=10)
     try:
         fault = next(f for f in truth(read(lab_dir))["faults"] if f["onset_ns"] ==
                      int(rec["injected_at"] * 1e9))
-        _localized(lab, job, fault, "comm_slow")
+        _localized(lab, job, fault, "comm_slow", before)
     finally:
         clear(lab_dir)
