@@ -87,6 +87,10 @@ def status_cmd(
         return
     typer.echo(f"lab in {st['lab_dir']}: {len(st['hosts'])} hosts; daemon "
                f"{(st['daemon'] or {}).get('address', 'none')}")
+    for h, info in st["hosts"].items():
+        typer.echo(f"  {h}: netns {info['ns']}, fabric {info['addr']}, leaf {info['leaf']}")
+    for j in st["jobs"]:
+        typer.echo(f"  job {j['job']}: {j['world_size']} ranks, {Path(j['script']).name}")
     for f in st["faults"]:
         state_ = "active" if f["cleared_at"] is None else "cleared"
         typer.echo(f"  fault {f['id']}: {f['kind']} on {f['target']} "

@@ -24,9 +24,27 @@ SWITCH_SYSCTLS = {
 }
 
 
+def _check_root_routes() -> None:
+    """The management bridge puts 10.44.255.0/24 in the root namespace: refuse if the
+    machine already routes any part of it elsewhere."""
+    import ipaddress
+    import json
+
+    out = system.run(["ip", "-j", "route", "show", "table", "all"]).stdout
+    for route in json.loads(out or "[]"):
+        dst = route.get("dst", "")
+        if dst in ("", "default") or ":" in dst or route.get("type") in ("local", "broadcast"):
+            continue
+        net = ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False)
+        if net.overlaps(MGMT) and route.get("dev") != MGMT_BRIDGE:
+            raise system.LabError(f"this machine already routes {dst} (dev {route.get('dev')}), "
+                                  f"which overlaps the lab's management network {MGMT}")
+
+
 def build(lay: Layout) -> None:
     """Create namespaces, links, addresses, routes and shapers. Raises LabError; the caller
     tears down on failure."""
+    _check_root_routes()
     root: list[str] = [f"netns add {ns}" for ns in lay.namespaces()]
     root += [f"link add {MGMT_BRIDGE} type bridge",
              f"addr add {lay.mgmt_gateway}/{MGMT.prefixlen} dev {MGMT_BRIDGE}",

@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,16 @@ def _start_services(lab_dir: Path, lay: Layout, st: dict[str, Any],
             raise LabError(f"{exc}\n{svc.output()[-2000:]}") from None
         if not svc.running():
             raise LabError(f"the sidecar of {host} exited:\n{svc.output()[-2000:]}")
+
+
+@contextlib.contextmanager
+def session(lab_dir: Path, spec: LabSpec, **kw: Any) -> Iterator[dict[str, Any]]:
+    """``up`` for the length of a ``with`` block, ``down`` however it ends."""
+    st = up(lab_dir, spec, **kw)
+    try:
+        yield st
+    finally:
+        down(lab_dir)
 
 
 def _describe(left: dict[str, list[str]]) -> str:
