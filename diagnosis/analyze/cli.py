@@ -89,17 +89,25 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
     from rich.table import Table
 
     table = Table(title=f"{len(reports)} fault report(s)" if reports else "no faults found")
-    for col in ("kind", "suspects", "since", "where", "summary"):
+    for col in ("kind", "suspects", "since (UTC)", "where", "summary"):
         table.add_column(col, overflow="fold")
     for r in reports:
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in r.suspects[:3])
         where = f"{r.pg} #{r.seq}" if r.pg and r.seq is not None else (r.pg or "")
-        table.add_row(r.kind, suspects, str(r.first_seen_ns), where, r.summary)
+        table.add_row(r.kind, suspects, _when(r.first_seen_ns), where, r.summary)
     if output is not None:
         with output.open("w") as fh:
             Console(file=fh, width=160).print(table)
     else:
         Console(width=max(Console().width, 120)).print(table)
+
+
+def _when(ns: int) -> str:
+    """A trace time as UTC wall-clock time, to the millisecond."""
+    from datetime import datetime, timezone
+
+    t = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def register(app: typer.Typer) -> None:
