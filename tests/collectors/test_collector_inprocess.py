@@ -88,7 +88,8 @@ def test_a_sidecar_that_stops_reading_never_blocks_the_caller(collector, tmp_pat
             dist.all_reduce(t)
         c = collectors.stats()
         assert c.recorded == n
-        assert c.dropped >= n - 2000 - c.shipped > 0
+        # at most 2000 rows buffered and one frame (8192 rows) in the shipper's hands
+        assert c.dropped >= n - 2000 - 8192 - c.shipped > 0
     finally:
         server.close()
 
