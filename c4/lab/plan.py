@@ -89,6 +89,30 @@ def _flush(lay: Layout) -> None:
         system.ip_batch([f"rule del priority {PLAN_RULE_PRIORITY}"] * n, ns)
 
 
+def dead_links(st: dict[str, Any]) -> list[str]:
+    """Link ids that active dead-link faults have taken down (a switch target: all its links)."""
+    out: list[str] = []
+    for rec in st.get("faults", []):
+        if rec["kind"] == "dead-link" and rec["cleared_at"] is None:
+            out += rec["undo"]["links"]
+    return sorted(set(out))
+
+
+def plan_and_pin(lab_dir: Path, flows: list[Any]) -> tuple[list[Pin], dict[str, Any]]:
+    """Plan ``flows`` (traffic_planner Flows between lab NICs) around the lab's dead links with
+    the traffic planner, and pin them; returns the pins and the plan object (section 4)."""
+    from c4.lab.lab import layout_of, require
+    from traffic_planner.plan import plan_flows
+
+    st = require(lab_dir)
+    lay = layout_of(st)
+    plan = plan_flows(lay.topology, flows, dead_links(st), roce=False, ecmp_seeds=0,
+                      with_bound=False).to_json()
+    pins = pins_from_plan(lay, plan)
+    apply_pins(lab_dir, pins)
+    return pins, plan
+
+
 # ----- the bench ------------------------------------------------------------------------------
 @dataclass
 class BenchResult:
@@ -122,10 +146,10 @@ def bench_flows(lay: Layout) -> list[tuple[str, str]]:
 def plan_bench(lab_dir: Path, *, trials: int = 4, megabytes: int = 16, iters: int = 3,
                timeout: float = 300) -> BenchResult:
     """Run the cross-leaf transfer (1 rank per host) with ECMP, then plan its flows with the
-    traffic planner, pin them, and run it again; the pins are removed afterwards."""
+    traffic planner (around links that dead-link faults took down), pin them, and run it
+    again; the pins are removed afterwards."""
     from c4.lab.lab import layout_of, require, start_job, wait_job
     from traffic_planner.flows import Flow
-    from traffic_planner.plan import plan_flows
 
     st = require(lab_dir)
     lay = layout_of(st)
@@ -133,15 +157,15 @@ def plan_bench(lab_dir: Path, *, trials: int = 4, megabytes: int = 16, iters: in
         raise LabError("the bench needs hosts under at least two leaves")
     gbps = st["spec"]["host_mbit"] / 1000
     flows = [Flow(f"x:{a}>{b}", f"{a}/nic0", f"{b}/nic0", gbps) for a, b in bench_flows(lay)]
-    plan = plan_flows(lay.topology, flows, roce=False, ecmp_seeds=0, with_bound=False).to_json()
-    pins = pins_from_plan(lay, plan)
     env = {"C4_BENCH_TRIALS": str(trials), "C4_BENCH_MB": str(megabytes),
            "C4_BENCH_ITERS": str(iters)}
     results: dict[str, list[float]] = {}
+    pins: list[Pin] = []
+    plan: dict[str, Any] = {}
     try:
         for mode in ("ecmp", "planned"):
             if mode == "planned":
-                apply_pins(lab_dir, pins)
+                pins, plan = plan_and_pin(lab_dir, flows)
             out = lab_dir / f"bench-{mode}.json"
             out.unlink(missing_ok=True)
             job, services = start_job(lab_dir, BENCH_SCRIPT, [str(out)], nproc=1,

@@ -281,3 +281,20 @@ def test_plan_bench_pins_the_planned_flows_and_measures_both(lab):
     rules = subprocess.run(["ip", "-n", "c4l-leaf00", "rule", "show"], capture_output=True,
                            text=True, check=True).stdout
     assert "lookup 10" not in rules  # pins removed afterwards
+
+
+def test_plans_route_around_dead_links(cleared):
+    from c4.lab.plan import plan_and_pin
+    from traffic_planner.flows import Flow
+
+    lab, lab_dir = cleared, Path(cleared["lab_dir"])
+    inject(lab_dir, "dead-link", "leaf00~spine0", reroute=True)
+    flows = [Flow("x:0>2", "node000/nic0", "node002/nic0", 0.4),
+             Flow("x:1>3", "node001/nic0", "node003/nic0", 0.4)]
+    try:
+        pins, plan = plan_and_pin(lab_dir, flows)
+        assert {p.spine for p in pins} == {"spine1"}
+        assert all("spine0" not in item["path"] for item in plan["plan"])
+        assert measure.connect(lab, "node000", "node002") == "refused"
+    finally:
+        clear_pins(lab_dir)
