@@ -151,7 +151,7 @@ def link_factors(faults: list[Fault], n_links: int, which: list[Fault]) -> np.nd
 
 
 def truth_entry(f: Fault, conns: Connections, iteration_start: list[int],
-                end_ns: int, seen: np.ndarray) -> dict[str, Any]:
+                end_ns: int, seen: np.ndarray, gpus: list[str]) -> dict[str, Any]:
     """The ground-truth record of one fault (see diagnosis/sim/README.md). ``seen`` marks the
     connections that carried a transfer while the fault was active."""
     onset_ns = iteration_start[f.onset] if f.onset < len(iteration_start) else None
@@ -167,6 +167,10 @@ def truth_entry(f: Fault, conns: Connections, iteration_start: list[int],
     known = {(a["type"], a["id"]) for a in f.accept}
     equivalent = [{"type": t, "id": i} for t, i in conns.equivalents(target, seen)
                   if (t, i) not in known]
+    if f.kind == "comm_hang":
+        # a transfer stalled between two endpoints: its receiver is as likely as its sender
+        peer = int(conns.dst[conns.dp0 + f.rank])
+        equivalent += [{"type": "gpu", "id": gpus[peer]}, {"type": "rank", "id": str(peer)}]
     if f.network:
         alone = conns.bandwidth(link_factors([f], len(conns.link_ids), [f]))
         base = conns.bandwidth(np.ones(len(conns.link_ids)))

@@ -128,7 +128,8 @@ class Simulation:
     def truth(self) -> list[dict]:
         out = []
         for n, (f, seen) in enumerate(zip(self.faults, self.seen)):
-            entry = faultmod.truth_entry(f, self.conns, self.iteration_start, self.end_ns, seen)
+            entry = faultmod.truth_entry(f, self.conns, self.iteration_start, self.end_ns, seen,
+                                         self.lay.gpu)
             t = self.events.get(("fault", n), self.events.get(("rank", f.rank)))
             if f.kind in ("rank_hang", "comm_hang", "error", "dead_nic", "dead_link"):
                 entry["event_ns"] = None if t is None else self.cfg.t0_ns + int(t)
