@@ -41,9 +41,9 @@ def _fault(kind: str, k: int, rng: np.random.Generator, base: SimConfig) -> Faul
         target = SWITCH_TARGETS[k % 2] if spines else "leaf"
     if not FAULT_KINDS[kind].slows:
         return FaultSpec(kind, target, onset)
-    # alternate gross (1.5-3x) and subtle (10-25% slower) fail-slow; every 4th intermittent
+    # alternate gross (1.5-3x) and subtle (10-25% slower) fail-slow; every third intermittent
     slow = float(rng.uniform(1.5, 3.0) if k % 2 == 0 else rng.uniform(1.10, 1.25))
-    every, on = (4, 2) if k % 4 == 3 else (0, 0)
+    every, on = (4, 2) if k % 3 == 2 else (0, 0)
     return FaultSpec(kind, target, onset, slow=round(slow, 3), every=every, on=on)
 
 
