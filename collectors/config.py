@@ -38,7 +38,9 @@ def _job_from_env() -> str:
 
 
 def _attempt_from_env() -> int:
-    for name in ("TORCHELASTIC_RESTART_COUNT", "C4_ATTEMPT"):
+    # C4_ATTEMPT first: a supervisor that relaunches torchrun afresh (c4 launch) numbers the
+    # attempts, while torchrun's own restart count starts from 0 at every launch.
+    for name in ("C4_ATTEMPT", "TORCHELASTIC_RESTART_COUNT"):
         if os.environ.get(name):
             return _env_int(name, 0)
     return 0
@@ -55,7 +57,7 @@ class CollectorConfig:
     socket_path: Path = field(default_factory=default_socket_path)
     #: Job name (``C4_JOB``, else ``TORCHELASTIC_RUN_ID``, else "default").
     job: str = field(default_factory=_job_from_env)
-    #: Restart count (``TORCHELASTIC_RESTART_COUNT``, else ``C4_ATTEMPT``, else 0).
+    #: Restart count (``C4_ATTEMPT``, else ``TORCHELASTIC_RESTART_COUNT``, else 0).
     attempt: int = field(default_factory=_attempt_from_env)
     #: Topology host id (``C4_HOST``, else the hostname).
     host: str = field(default_factory=lambda: os.environ.get("C4_HOST") or socket.gethostname())

@@ -43,10 +43,8 @@ def _install_collectors() -> None:
         import collectors
     except ImportError:
         return
-    # torchrun sets TORCHELASTIC_RESTART_COUNT=0 in every fresh launch, and the collector
-    # prefers it; the supervisor's attempt number (C4_ATTEMPT) is the one that counts here
-    attempt = os.environ.get("C4_ATTEMPT")
-    collectors.install(**({"attempt": int(attempt)} if attempt else {}))
+    # the supervisor's attempt number (C4_ATTEMPT) is read from the environment
+    collectors.install()
 
 
 def main() -> None:
