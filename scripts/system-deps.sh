@@ -7,6 +7,7 @@ command -v clickhouse-server >/dev/null 2>&1 || [ -x /usr/bin/clickhouse ] || ne
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld slurmd slurm-client munge)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ]; then
   echo "system-deps: not root; tests needing ${need[*]} will be skipped" >&2
