@@ -14,6 +14,7 @@ from diagnosis.daemon.config import daemon_address
 from diagnosis.errors import DiagnosisError
 from diagnosis.report import FaultReport
 from diagnosis.report_proto import from_proto
+from diagnosis.security.channel import ClientSecurity, open_channel
 from proto import c4_pb2, c4_pb2_grpc
 from proto.codec import OP_COLUMNS, Columns, concat, decode_ops, empty_columns
 
@@ -33,6 +34,20 @@ class DaemonUnavailable(DaemonError):
 def _wrap(exc: grpc.RpcError, address: str) -> DaemonError:
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return DaemonError(
+            f"the daemon at {address} did not accept the token: {details}. Give a token from "
+            "the daemon's token file with --token or C4_TOKEN", code)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return DaemonError(
+            f"the daemon at {address} refused: {details}. Use a token with that role "
+            "(--token / C4_TOKEN)", code)
+    if code == grpc.StatusCode.UNAVAILABLE and any(
+            w in details.lower() for w in ("ssl", "tls", "handshake", "certificate")):
+        return DaemonUnavailable(
+            f"no TLS connection to the daemon at {address} ({details}): check --tls-ca / "
+            "C4_TLS_CA (the CA that signed the daemon's certificate) and, for mutual TLS, "
+            "--tls-cert and --tls-key (C4_TLS_CERT, C4_TLS_KEY)", code)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return DaemonUnavailable(
             f"no c4 daemon answers at {address}: start one with `c4 daemon`, or point "
@@ -41,10 +56,16 @@ def _wrap(exc: grpc.RpcError, address: str) -> DaemonError:
 
 
 class DaemonClient:
-    def __init__(self, address: str | None = None, *, timeout: float = 10.0) -> None:
+    def __init__(self, address: str | None = None, *, timeout: float = 10.0,
+                 security: ClientSecurity | None = None) -> None:
+        """``security``: TLS files and token; by default from ``C4_TLS_*`` and ``C4_TOKEN``."""
         self.address = address or daemon_address()
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.address)
+        try:
+            self.security = security if security is not None else ClientSecurity.from_env()
+            self._channel = open_channel(self.address, self.security)
+        except ValueError as exc:
+            raise DaemonError(f"cannot set up the connection to {self.address}: {exc}") from None
         self._faults = c4_pb2_grpc.FaultsStub(self._channel)
         self._query = c4_pb2_grpc.QueryStub(self._channel)
         self._ingest = c4_pb2_grpc.IngestStub(self._channel)

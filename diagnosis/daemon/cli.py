@@ -17,6 +17,27 @@ def daemon(
                                  help="Cluster topology file (node-link JSON) for localization."),
     analyze_interval: float = typer.Option(1.0, "--analyze-interval", envvar="C4_ANALYZE_INTERVAL",
                                            help="Seconds between runs of the live detectors."),
+    tls_cert: str = typer.Option("", "--tls-cert", envvar="C4_TLS_CERT",
+                                 help="PEM certificate: serve gRPC over TLS (with --tls-key)."),
+    tls_key: str = typer.Option("", "--tls-key", envvar="C4_TLS_KEY",
+                                help="PEM private key of --tls-cert."),
+    tls_client_ca: str = typer.Option("", "--tls-client-ca", envvar="C4_TLS_CLIENT_CA",
+                                      help="Mutual TLS: require client certificates signed by "
+                                           "this CA (PEM)."),
+    tokens: str = typer.Option("", "--tokens", envvar="C4_TOKENS_FILE",
+                               help="Token file, one `TOKEN ROLE` per line (roles: ingest, read, "
+                                    "act, admin); also C4_INGEST_TOKEN, C4_READ_TOKEN, "
+                                    "C4_ACT_TOKEN, C4_ADMIN_TOKEN. None: no token checks."),
+    insecure: bool = typer.Option(False, "--insecure", envvar="C4_INSECURE",
+                                  help="Allow plaintext gRPC on a non-loopback address."),
+    max_rps: float = typer.Option(1000.0, "--max-requests-per-second", envvar="C4_MAX_RPS",
+                                  help="Ingest requests (batches) per second per sidecar; over "
+                                       "it the sidecar is told to back off (0: no limit)."),
+    max_jobs: int = typer.Option(10_000, "--max-jobs", envvar="C4_MAX_JOBS",
+                                 help="Jobs the daemon tracks; telemetry of more is refused."),
+    metrics: str = typer.Option("", "--metrics", envvar="C4_METRICS",
+                                help="Serve Prometheus /metrics on PORT (loopback) or "
+                                     "HOST:PORT; off by default."),
 ) -> None:
     """Run the diagnosis daemon: ingest telemetry, store it, detect faults, serve queries."""
     from diagnosis.daemon.config import DaemonConfig
@@ -29,7 +50,11 @@ def daemon(
             from diagnosis.topology import Topology
 
             topo = Topology.load(topology)
-        config = DaemonConfig(listen=listen, store=store, analyze_interval_s=analyze_interval)
+        config = DaemonConfig(listen=listen, store=store, analyze_interval_s=analyze_interval,
+                              tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca,
+                              tokens_file=tokens, insecure=insecure,
+                              max_requests_per_second=max_rps, max_jobs=max_jobs,
+                              metrics_listen=metrics)
         serve(config, topology=topo, on_ready=lambda d: typer.echo(
             f"c4 daemon listening on {listen.rsplit(':', 1)[0]}:{d.port} (store {config.store})"))
     except (DiagnosisError, ValueError) as exc:

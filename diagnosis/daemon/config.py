@@ -33,6 +33,18 @@ class DaemonConfig:
     analyze_interval_s: float = 1.0
     window_records: int = 2_000_000
     workers: int = 16
+    # Security: TLS certificate and key; a client CA makes TLS mutual; a token file turns on
+    # role checks. Plaintext on a non-loopback address needs ``insecure``.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    tokens_file: str = ""
+    insecure: bool = False
+    # Limits per sender: ingest requests per second per sidecar (0: none), and jobs tracked.
+    max_requests_per_second: float = 1000.0
+    max_jobs: int = 10_000
+    # Prometheus ``/metrics``: "" (off), PORT (on loopback) or HOST:PORT.
+    metrics_listen: str = ""
 
     def __post_init__(self) -> None:
         if not self.store:
@@ -43,6 +55,13 @@ class DaemonConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("max_pending_requests", "max_message_bytes", "max_records_per_batch",
-                     "window_records", "workers"):
+                     "window_records", "workers", "max_jobs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_requests_per_second < 0:
+            raise ValueError("max_requests_per_second must be >= 0 (0: no limit), got "
+                             f"{self.max_requests_per_second}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key too")

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 import grpc
 
 from diagnosis.daemon.decode import Rejected, to_write
+from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.writer import Writer
 from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 
 
 @dataclass
@@ -29,36 +31,72 @@ class SidecarInfo:
 
 
 class IngestService(c4_pb2_grpc.IngestServicer):
-    def __init__(self, writer: Writer, known_jobs: set[str], *, max_records: int) -> None:
+    def __init__(self, writer: Writer, known_jobs: set[str], *, max_records: int,
+                 limiter: RateLimiter | None = None, max_jobs: int = 0,
+                 observe_ack: Callable[[float], None] | None = None) -> None:
         self._writer = writer
         self._known = known_jobs
         self._max_records = max_records
+        self._limiter = limiter or RateLimiter(0)
+        self._max_jobs = max_jobs  # 0: no limit
+        self._observe_ack = observe_ack
         self._lock = threading.Lock()
         self.sidecars: dict[str, SidecarInfo] = {}
         self.rejected = 0
+        self.rejected_by_code: dict[str, int] = {}
+        self.received: dict[str, int] = {}
+        self.unacked = 0
+
+    def job_count(self) -> int:
+        with self._lock:
+            return len(self._known)
 
     # -- one request ---------------------------------------------------------------------
     def _accept(self, req: c4_pb2.IngestRequest,
                 reply: Callable[[c4_pb2.IngestAck], None]) -> None:
         """Reply now (rejected, or statistics) or once the request is stored."""
-        self._seen(req)
-        if req.WhichOneof("body") == "stats":
-            reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
-            return
+        t0 = time.perf_counter()
+        kind = req.WhichOneof("body") or "none"
+        with self._lock:
+            self.received[kind] = self.received.get(kind, 0) + 1
         try:
+            if not self._limiter.allow(req.sidecar):
+                raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"sidecar {req.sidecar!r} is over the daemon's limit of "
+                               f"{self._limiter.describe()}: retry later with backoff")
+            self._seen(req)
+            if kind == "stats":
+                reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
+                return
             with self._lock:
                 write = to_write(req, self._known, max_records=self._max_records)
-                if req.WhichOneof("body") == "rank":
+                if kind == "rank" and req.rank.job not in self._known:
+                    if self._max_jobs and len(self._known) >= self._max_jobs:
+                        raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                       f"the daemon already tracks {len(self._known)} jobs (its "
+                                       f"--max-jobs limit): job {req.rank.job!r} is refused; "
+                                       "raise --max-jobs or remove old jobs from the store")
                     self._known.add(req.rank.job)
+                self.unacked += 1
         except Rejected as exc:
-            self.rejected += 1
+            with self._lock:
+                self.rejected += 1
+                self.rejected_by_code[exc.code.name] = \
+                    self.rejected_by_code.get(exc.code.name, 0) + 1
             log.warning("rejected request %d from %s: %s", req.seq, req.sidecar, exc.message)
             reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar, code=exc.code.value[0],
                                     error=exc.message))
             return
         seq, sidecar = req.seq, req.sidecar
-        self._writer.submit(write, lambda dup: reply(
-            c4_pb2.IngestAck(seq=seq, sidecar=sidecar, duplicate=dup)))
+
+        def done(dup: bool) -> None:
+            with self._lock:
+                self.unacked -= 1
+            if self._observe_ack is not None:
+                self._observe_ack(time.perf_counter() - t0)
+            reply(c4_pb2.IngestAck(seq=seq, sidecar=sidecar, duplicate=dup))
+
+        self._writer.submit(write, done)
 
     def _seen(self, req: c4_pb2.IngestRequest) -> None:
         if not req.sidecar:
@@ -87,7 +125,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
     def Stream(self, request_iterator: Iterator[c4_pb2.IngestRequest],
                context: grpc.ServicerContext) -> Iterator[c4_pb2.IngestAck]:
         acks: queue.Queue[c4_pb2.IngestAck | None] = queue.Queue()
-        state = {"outstanding": 0, "done": False}
+        state = {"outstanding": 0, "done": False, "throttled": False}
         lock = threading.Lock()
 
         def reply(ack: c4_pb2.IngestAck) -> None:
@@ -95,12 +133,26 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                 state["outstanding"] -= 1
             acks.put(ack)
 
+        def refuse_after_limit(ack: c4_pb2.IngestAck) -> None:
+            if ack.code == _EXHAUSTED:
+                state["throttled"] = True
+            reply(ack)
+
         def read() -> None:
             try:
                 for req in request_iterator:
                     with lock:
                         state["outstanding"] += 1
-                    self._accept(req, reply)
+                    if state["throttled"]:
+                        # Once one request is refused for a limit, so is everything after it
+                        # on this stream: the sidecar resends them in order, and a job's
+                        # records never overtake its refused RankInfo.
+                        reply(c4_pb2.IngestAck(
+                            seq=req.seq, sidecar=req.sidecar, code=_EXHAUSTED,
+                            error="an earlier request on this stream was over a limit: "
+                                  "retry later with backoff"))
+                        continue
+                    self._accept(req, refuse_after_limit)
             except Exception as exc:  # the client went away; stored requests stay stored
                 log.debug("ingest stream ended: %s", exc)
             finally:

@@ -17,10 +17,14 @@ import c4
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.ingest import IngestService
+from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
+from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore
 from diagnosis.daemon.queries import FaultsService, QueryService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
+from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen
+from diagnosis.security.tokens import TokenTable
 from diagnosis.store import open_store
 from proto import c4_pb2, c4_pb2_grpc
 
@@ -30,21 +34,38 @@ SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query")
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, *, topology: Any = None) -> None:
+    def __init__(self, config: DaemonConfig, *, topology: Any = None,
+                 tokens: TokenTable | None = None) -> None:
         self.config = config
+        tls = ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None) \
+            if config.tls_cert else None
+        check_listen(config.listen, tls=tls is not None, insecure=config.insecure)
+        self.tokens = tokens if tokens is not None else TokenTable.load(config.tokens_file or None)
+        self.metrics = DaemonMetrics()
         self.store = open_store(config.store)
         self.hub = FaultHub(self.store)
         self.live = LiveView(self.hub, topology=topology)
-        self.writer = Writer(self.store, on_stored=self.live.apply,
+        self.writer = Writer(TimedStore(self.store, self.metrics.store_write.observe),
+                             on_stored=self.live.apply,
                              commit_interval_s=config.commit_interval_s,
                              max_pending=config.max_pending_requests)
         known = {j.job for j in self.store.jobs()}
-        self.ingest = IngestService(self.writer, known, max_records=config.max_records_per_batch)
+        rate = config.max_requests_per_second
+        self.ingest = IngestService(self.writer, known, max_records=config.max_records_per_batch,
+                                    limiter=RateLimiter(rate, 2 * rate), max_jobs=config.max_jobs,
+                                    observe_ack=self.metrics.ack_latency.observe)
+        self.metrics.attach(self)
+        self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()
         self._stop = threading.Event()
         self._health = health.HealthServicer()
+        interceptors = [AuthInterceptor(self.tokens, self.metrics.on_denied)] if self.tokens \
+            else []
+        if not self.tokens and not config.tls_client_ca:
+            log.info("no tokens configured: every client may call every RPC")
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="c4-rpc"),
+            interceptors=interceptors,
             options=[("grpc.max_receive_message_length", config.max_message_bytes),
                      ("grpc.max_send_message_length", config.max_message_bytes)])
         c4_pb2_grpc.add_IngestServicer_to_server(self.ingest, self._server)
@@ -53,7 +74,13 @@ class Daemon:
         c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status),
                                                 self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        self.port = self._server.add_insecure_port(config.listen)
+        try:
+            if tls is not None:
+                self.port = self._server.add_secure_port(config.listen, tls.credentials())
+            else:
+                self.port = self._server.add_insecure_port(config.listen)
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
             raise DiagnosisError(f"cannot listen on {config.listen}: is another daemon running?")
         self._analyzer = threading.Thread(target=self._analyze_loop, name="c4-analyze",
@@ -77,6 +104,9 @@ class Daemon:
         self.writer.start()
         self._server.start()
         self._analyzer.start()
+        if self.config.metrics_listen:
+            self.metrics_server = MetricsServer(self.config.metrics_listen,
+                                                self.metrics.registry)
         for name in ("", *SERVICES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("c4 daemon listening on port %d, store %s", self.port, self.config.store)
@@ -97,6 +127,8 @@ class Daemon:
         done.wait(grace)
         self.hub.close()
         self.store.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         log.info("c4 daemon stopped")
 
     def wait(self) -> None:
