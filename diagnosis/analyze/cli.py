@@ -24,6 +24,9 @@ def analyze(
                                                 "trace."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the output to this "
                                        "file instead of standard output."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=0, help="Processes parsing a "
+                                    "large trace in parallel (0: none) [default: CPUs - 1, at "
+                                    "most 4]."),
 ) -> None:
     """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors."""
     from diagnosis.errors import DiagnosisError
@@ -36,7 +39,7 @@ def analyze(
         if flight_recorder is not None:
             reports = _flight_recorder(flight_recorder)
         else:
-            reports = _trace(trace, topology)
+            reports = _trace(trace, topology, jobs)
     except DiagnosisError as exc:
         _fail(str(exc))
     _emit(reports, fmt, output)
@@ -53,9 +56,12 @@ def _flight_recorder(path: Path) -> list:
     return analyze_dumps(Path(path))
 
 
-def _trace(trace: Path, topology_path: Path | None) -> list:
+def _trace(trace: Path, topology_path: Path | None, jobs: int | None) -> list:
     from diagnosis.engine import Engine
     from diagnosis.trace.feed import feed_trace
+    from diagnosis.trace.parallel import default_workers
+
+    workers = default_workers() if jobs is None else jobs
 
     topology = None
     if topology_path is not None:
@@ -64,14 +70,15 @@ def _trace(trace: Path, topology_path: Path | None) -> list:
         topology = Topology.load(topology_path)
     engine = Engine(topology)
     if not sys.stderr.isatty():
-        reports, _ = feed_trace(engine, trace)
+        reports, _ = feed_trace(engine, trace, workers=workers)
         return reports
     from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
         task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
-        reports, _ = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n))
+        reports, _ = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
+                                workers=workers)
     return reports
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.report import FaultReport
+from diagnosis.trace.parallel import read_blocks_parallel
 from diagnosis.trace.reader import End, GroupInfo, RankInfo, read_trace
 from proto.codec import Columns
 
@@ -23,15 +24,22 @@ class FeedStats:
 
 def feed_trace(engine: Engine, path: str | Path, *,
                progress: Callable[[int], None] | None = None,
-               block_bytes: int = 4 << 20) -> tuple[list[FaultReport], FeedStats]:
+               block_bytes: int = 4 << 20, workers: int = 0,
+               min_parallel_bytes: int = 64 << 20) -> tuple[list[FaultReport], FeedStats]:
     """Feed every record of the trace to ``engine``, advancing its clock with the data after
-    each block; return the final reports and what was read. ``progress`` gets bytes read."""
+    each block; return the final reports and what was read. ``progress`` gets bytes read;
+    ``workers`` > 0 parses blocks in that many processes, for traces larger than
+    ``min_parallel_bytes`` (below that, starting processes costs more than it saves)."""
     stats = FeedStats()
     last_pos = 0
     with open(path, "rb") as raw:
         # a gzip trace decompresses on the fly; progress follows the compressed bytes
         fh = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
-        for item in read_trace(fh, block_bytes=block_bytes, name=str(path)):
+        if workers > 0 and Path(path).stat().st_size > max(4 * block_bytes, min_parallel_bytes):
+            items = read_blocks_parallel(fh, str(path), workers, block_bytes)
+        else:
+            items = read_trace(fh, block_bytes=block_bytes, name=str(path))
+        for item in items:
             if isinstance(item, Columns):
                 engine.add_ops(item)
                 stats.ops += len(item)

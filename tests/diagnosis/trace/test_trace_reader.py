@@ -122,3 +122,28 @@ def test_gzip_trace_reads_like_plain(tmp_path):
     a = [type(i).__name__ for i in read_trace(plain)]
     b = [type(i).__name__ for i in read_trace(gz)]
     assert a == b and "Columns" in a
+
+
+def test_parallel_parsing_gives_the_same_reports_and_names_bad_lines(tmp_path):
+    from diagnosis.engine import Engine
+    from diagnosis.trace.feed import feed_trace
+    from diagnosis.trace.synth import SynthJob
+
+    job = SynthJob(hosts=4, gpus_per_host=2, iterations=30, hang_rank=3)
+    topo = job.topology()
+    path = tmp_path / "t.jsonl"
+    job.write(path, topo)
+    seq, _ = feed_trace(Engine(topo), path, block_bytes=8192)
+    par, stats = feed_trace(Engine(topo), path, block_bytes=8192, workers=1,
+                            min_parallel_bytes=0)
+    assert [r.to_json() for r in par] == [r.to_json() for r in seq]
+    assert [r.kind for r in par] == ["noncomm_hang"] and stats.ops > 500
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = 600          # 0-based: line 601 of the file, in a later block
+    lines[bad] = b'{"type":"op","rank":0,"pg":"tp.0","seq":"x","op":"all_reduce","bytes":1,' \
+                 b'"t_enter_ns":1}\n'
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(FormatError) as err:
+        feed_trace(Engine(topo), path, block_bytes=8192, workers=1, min_parallel_bytes=0)
+    assert (err.value.line, err.value.field) == (bad + 1, "seq")
+    assert f":{bad + 1}" in str(err.value)

@@ -1,0 +1,58 @@
+"""Parse a trace's blocks in worker processes: JSON parsing is most of the cost of reading a trace,
+and blocks are independent, so they parse in parallel while the caller consumes them in order."""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any, BinaryIO
+
+from diagnosis.errors import FormatError
+from diagnosis.trace.reader import Item, _block
+
+
+def default_workers() -> int:
+    """Worker processes worth starting on this machine (one core is left to the engine)."""
+    return max(0, min(4, (os.cpu_count() or 1) - 1))
+
+
+def _parse(lines: list[bytes], first: int, source: str) -> tuple[str, Any]:
+    # a FormatError does not survive pickling with its fields: send them back as values
+    try:
+        return "ok", list(_block(lines, first, source))
+    except FormatError as exc:
+        return "error", (str(exc), exc.source, exc.line, exc.field)
+
+
+def read_blocks_parallel(fh: BinaryIO, source: str, workers: int,
+                         block_bytes: int = 4 << 20) -> Iterator[Item]:
+    """Like ``read_trace`` on an open binary file, with ``workers`` parsing processes."""
+    pending: deque[Future] = deque()
+    line_no = 1
+
+    def drain(fut: Future) -> Iterator[Item]:
+        status, value = fut.result()
+        if status == "error":
+            message, src, line, field = value
+            err = FormatError("", source=src, line=line, field=field)
+            err.args = (message,)
+            raise err
+        yield from value
+
+    with ProcessPoolExecutor(workers) as pool:
+        try:
+            while True:
+                lines = fh.readlines(block_bytes)
+                if not lines:
+                    break
+                pending.append(pool.submit(_parse, lines, line_no, source))
+                line_no += len(lines)
+                while len(pending) > 2 * workers:
+                    yield from drain(pending.popleft())
+            while pending:
+                yield from drain(pending.popleft())
+        finally:
+            for fut in pending:
+                fut.cancel()
