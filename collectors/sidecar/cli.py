@@ -25,6 +25,18 @@ def sidecar(
                                       help="Records per batch sent to the daemon."),
     link_interval: float = typer.Option(1.0, "--link-interval", envvar="C4_LINK_INTERVAL",
                                         help="Seconds between samples of connection counters."),
+    tls_ca: str = typer.Option("", "--tls-ca", envvar="C4_TLS_CA",
+                               help="Reach the daemon over TLS, trusting this CA (PEM)."),
+    tls_cert: str = typer.Option("", "--tls-cert", envvar="C4_TLS_CERT",
+                                 help="Client certificate (PEM) for a mutual-TLS daemon."),
+    tls_key: str = typer.Option("", "--tls-key", envvar="C4_TLS_KEY",
+                                help="Private key of --tls-cert."),
+    token: str = typer.Option("", "--token", envvar="C4_TOKEN",
+                              help="Bearer token with the ingest role, if the daemon checks "
+                                   "tokens."),
+    metrics: str = typer.Option("", "--metrics", envvar="C4_SIDECAR_METRICS",
+                                help="Serve Prometheus /metrics on PORT (loopback) or "
+                                     "HOST:PORT; off by default."),
 ) -> None:
     """Run the per-node sidecar: take the local ranks' records and ship them to the daemon."""
     import signal
@@ -41,7 +53,8 @@ def sidecar(
         config = SidecarConfig(daemon=daemon, socket_path=socket_path or default_socket_path(),
                                host=host or socket.gethostname(), spill_max_bytes=spill_max_bytes,
                                batch_records=batch_records, link_interval_s=link_interval,
-                               **kwargs)
+                               tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token,
+                               metrics_listen=metrics, **kwargs)
         car = Sidecar(config)
         car.start()
     except (ValueError, OSError) as exc:

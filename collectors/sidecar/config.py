@@ -30,6 +30,13 @@ class SidecarConfig:
     link_interval_s: float = 1.0
     stats_interval_s: float = 5.0
     reconnect_max_s: float = 5.0
+    # Reaching the daemon: TLS files and bearer token ("": the C4_TLS_* / C4_TOKEN variables).
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    token: str = ""
+    # Prometheus ``/metrics``: "" (off), PORT (on loopback) or HOST:PORT.
+    metrics_listen: str = ""
 
     def __post_init__(self) -> None:
         if ":" not in self.daemon:

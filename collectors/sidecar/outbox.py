@@ -4,7 +4,9 @@ Every request gets a (sidecar, seq) identity when it enters the outbox and is ke
 daemon acknowledges it. While the daemon is unreachable, or when memory fills, everything
 unacknowledged moves to the on-disk spill in order; after reconnecting, the spill is replayed
 before anything newer, so the daemon always sees a job's ranks before their records. A request
-that the daemon rejects (malformed, unknown job) is final: it is counted and dropped.
+that the daemon rejects (malformed, unknown job) is final: it is counted and dropped. A request
+refused with RESOURCE_EXHAUSTED (over the daemon's per-sidecar rate or job limit) is not: the
+sidecar stops sending, lets the stream finish, waits (backing off) and resends it in order.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from pathlib import Path
 import grpc
 
 from collectors.sidecar.spill import Spill
+from diagnosis.security.channel import ClientSecurity, open_channel
 from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+_AUTH = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 @dataclass
@@ -43,12 +48,15 @@ class OutboxStats:
     spilled: int = 0
     dropped: int = 0
     reconnects: int = 0
+    throttled: int = 0  # requests the daemon asked to resend later (over a limit)
 
 
 class Outbox:
     def __init__(self, sidecar_id: str, spill: Spill, *, memory_max_bytes: int,
-                 max_inflight: int, spill_after_s: float) -> None:
+                 max_inflight: int, spill_after_s: float,
+                 security: ClientSecurity | None = None) -> None:
         self.sidecar_id = sidecar_id
+        self.security = security
         self.spill = spill
         self.memory_max_bytes = memory_max_bytes
         self.max_inflight = max_inflight
@@ -62,6 +70,7 @@ class Outbox:
         self._outstanding: dict[Path, set[Key]] = {}   # loaded segment -> keys not yet acked
         self._loaded: list[Path] = []                  # segments loaded on this stream
         self._memory = 0
+        self._throttled = False  # the daemon refused a request for a limit on this stream
         self.connected = False
 
     # -- producers ------------------------------------------------------------------------
@@ -123,6 +132,8 @@ class Outbox:
     def _next(self, stop: threading.Event, broken: threading.Event) -> _Entry | None:
         with self._cond:
             while not stop.is_set() and not broken.is_set():
+                if self._throttled:
+                    return None  # end this stream; the refused requests go again later
                 if len(self._inflight) < self.max_inflight:
                     if not self._replay:
                         self._load_segment()
@@ -153,7 +164,16 @@ class Outbox:
 
     def _ack(self, ack: c4_pb2.IngestAck) -> None:
         with self._cond:
-            entry = self._inflight.pop((ack.sidecar, ack.seq), None)
+            key = (ack.sidecar, ack.seq)
+            if ack.code == _EXHAUSTED and key in self._inflight:
+                # Not final: it stays in flight, and _reset_stream puts it back in order.
+                if not self._throttled:
+                    log.warning("daemon asks to slow down (request %d): %s", ack.seq, ack.error)
+                self._throttled = True
+                self.stats.throttled += 1
+                self._cond.notify_all()
+                return
+            entry = self._inflight.pop(key, None)
             if entry is None:
                 return
             if ack.code:
@@ -175,8 +195,9 @@ class Outbox:
                         self.spill.remove(entry.segment)
             self._cond.notify_all()
 
-    def _reset_stream(self) -> None:
-        """The stream broke: unacknowledged memory requests go back to the front, in order."""
+    def _reset_stream(self) -> bool:
+        """The stream ended: unacknowledged memory requests go back to the front, in order.
+        Returns whether the daemon had asked to slow down."""
         with self._cond:
             back = [e for e in self._inflight.values() if e.segment is None]
             self._inflight.clear()
@@ -185,7 +206,9 @@ class Outbox:
             self._outstanding.clear()
             self._loaded.clear()
             self.connected = False
+            throttled, self._throttled = self._throttled, False
             self._cond.notify_all()
+            return throttled
 
     def _requests(self, stop: threading.Event, broken: threading.Event
                   ) -> Iterator[c4_pb2.IngestRequest]:
@@ -199,11 +222,12 @@ class Outbox:
             drain_on_stop: bool = True) -> None:
         """Deliver until ``stop`` is set (then, if asked, until everything is acknowledged)."""
         backoff = 0.1
+        slow_down = 0.0  # pause after the daemon refused us (limit or token), doubling
         down_since = time.monotonic()
         while True:
             if stop.is_set() and (not drain_on_stop or self.idle()):
                 return
-            channel = grpc.insecure_channel(address)
+            channel = open_channel(address, self.security)
             try:
                 grpc.channel_ready_future(channel).result(timeout=min(backoff * 4, 2.0))
             except grpc.FutureTimeoutError:
@@ -231,19 +255,30 @@ class Outbox:
             watcher = threading.Thread(target=self._finish_when_drained,
                                        args=(stop, finish, drain_on_stop), daemon=True)
             watcher.start()
+            refused = False
             try:
                 for ack in stub.Stream(self._requests(finish, broken)):
                     self._ack(ack)
                     if finish.is_set() and not self._inflight_count():
                         break
             except grpc.RpcError as exc:
-                log.warning("daemon stream broke (%s); reconnecting", exc.code())
+                if exc.code() in _AUTH:
+                    refused = True
+                    log.error("the daemon refuses this sidecar (%s): %s", exc.code().name,
+                              exc.details())
+                else:
+                    log.warning("daemon stream broke (%s); reconnecting", exc.code())
             finally:
                 broken.set()
                 finish.set()
                 channel.close()
-                self._reset_stream()
+                refused = self._reset_stream() or refused
                 down_since = time.monotonic()
+            if refused:
+                slow_down = min(max(slow_down * 2, 0.25), reconnect_max_s)
+                time.sleep(slow_down)
+            else:
+                slow_down = 0.0
 
     def _inflight_count(self) -> int:
         with self._cond:

@@ -12,6 +12,7 @@ from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.local import LocalListener
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.spill import Spill
+from diagnosis.security.channel import ClientSecurity
 from proto import c4_pb2
 from proto.codec import BatchError, encode_conns
 
@@ -31,9 +32,12 @@ class Sidecar:
         self.config = config
         self.id = f"{config.host}-{uuid.uuid4().hex[:8]}"
         self.spill = Spill(config.spill_dir, config.spill_max_bytes)
+        security = ClientSecurity.from_env(tls_ca=config.tls_ca, tls_cert=config.tls_cert,
+                                           tls_key=config.tls_key, token=config.token)
         self.outbox = Outbox(self.id, self.spill, memory_max_bytes=config.memory_max_bytes,
                              max_inflight=config.max_inflight,
-                             spill_after_s=config.spill_after_s)
+                             spill_after_s=config.spill_after_s, security=security)
+        self.metrics_server: Any = None
         self.batcher = Batcher(self.outbox.put, batch_records=config.batch_records,
                                flush_interval_s=config.flush_interval_s)
         self.listener = LocalListener(config.socket_path, self._on_frame)
@@ -132,6 +136,10 @@ class Sidecar:
         self.listener.start()
         for t in self._threads:
             t.start()
+        if self.config.metrics_listen:
+            from collectors.sidecar.metrics import serve_metrics
+
+            self.metrics_server = serve_metrics(self, self.config.metrics_listen)
         log.info("sidecar %s listening on %s, shipping to %s", self.id,
                  self.config.socket_path, self.config.daemon)
 
@@ -146,3 +154,5 @@ class Sidecar:
             self.outbox.spill_now("sidecar stopping")
         for sampler in self._samplers.values():
             sampler.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
