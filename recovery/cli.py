@@ -250,6 +250,8 @@ def launch(
                                             "HOST=PATH,HOST=PATH."),
     isolation_poll: float = typer.Option(0.2, "--isolation-poll",
                                          help="Seconds between checks of the isolated nodes."),
+    lab: Path = typer.Option(None, "--lab", help="Run on the hosts of the fault lab in this "
+                                                 "directory (`c4 lab up`), in their namespaces."),
     journal: Path = JournalOpt,
     isolator: str = IsolatorOpt,
 ) -> None:
@@ -263,12 +265,21 @@ def launch(
         host, eq, path = part.partition("=")
         socks.update({host: path} if eq else {"*": part})
     try:
+        extra = {}
+        if lab is not None:
+            from c4.lab.launch import LabLauncher
+            from c4.lab.system import LabError
+
+            try:
+                extra["launcher"] = LabLauncher(lab)
+            except LabError as exc:
+                _fail(exc)
         cfg = LaunchConfig(job=job, hosts=tuple(filter(None, hosts.split(","))),
                            spares=tuple(filter(None, spares.split(","))),
                            command=tuple(command), workdir=workdir,
                            nproc_per_node=nproc_per_node, min_hosts=min_hosts, grace_s=grace,
                            max_failures=max_failures, sidecars=socks,
-                           isolation_poll_s=isolation_poll)
+                           isolation_poll_s=isolation_poll, **extra)
         sup = Supervisor(cfg, _isolator(isolator), _journal(journal))
     except RecoveryError as exc:
         _fail(exc)

@@ -14,19 +14,18 @@ The local launcher starts one torchrun per host on this machine, each told its h
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from c4.processes import REPO, Service, free_port
+from c4.processes import Service, free_port
 from recovery.errors import LaunchError
 from recovery.isolation.api import Isolator
 from recovery.journal import Journal
+from recovery.launchers import Launcher, LocalLauncher, NodeSpec
 from recovery.progress import ENV_PROGRESS, ProgressReader
 
 log = logging.getLogger(__name__)
@@ -89,6 +88,8 @@ class LaunchConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     #: Sidecar socket per host (``C4_SIDECAR_SOCKET`` of its ranks); "*" applies to all.
     sidecars: Mapping[str, str] = field(default_factory=dict)
+    #: Starts one host's torchrun (default: on this machine, see recovery.launchers).
+    launcher: Launcher = field(default_factory=LocalLauncher)
 
     def __post_init__(self) -> None:
         if not self.hosts:
@@ -144,18 +145,16 @@ class Supervisor:
         nnodes = len(self.hosts)
         self._procs = []
         for i, host in enumerate(self.hosts):
+            args, launch_env = self.cfg.launcher.node(NodeSpec(
+                host=host, node_rank=i, nnodes=nnodes, nproc_per_node=self.cfg.nproc_per_node,
+                master_host=self.hosts[0], master_port=port,
+                torchrun_options=self._torchrun_opts, script=self._script))
             env = {"C4_HOST": host, "C4_JOB": self.cfg.job, "C4_ATTEMPT": str(self.attempt),
-                   ENV_PROGRESS: str(progress), "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                               os.environ.get("PYTHONPATH")])),
+                   ENV_PROGRESS: str(progress), "OMP_NUM_THREADS": "1", **launch_env,
                    **self.cfg.env}
             sock = self.cfg.sidecars.get(host) or self.cfg.sidecars.get("*")
             if sock:
                 env["C4_SIDECAR_SOCKET"] = sock
-            args = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
-                    "--nproc-per-node", str(self.cfg.nproc_per_node), "--node-rank", str(i),
-                    "--master-addr", "127.0.0.1", "--master-port", str(port),
-                    *self._torchrun_opts, *self._script]
             log_path = self.cfg.workdir / f"{self.cfg.job}-{self.attempt}-{host}.log"
             self._procs.append(Service(args, log_path, env=env).start())
         self.journal.add_event(self.cfg.job, "launched", attempt=self.attempt, data={
