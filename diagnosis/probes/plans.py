@@ -4,7 +4,10 @@ healthy peers (the best bus bandwidth measured in the same plan) and, when a top
 against what the links along the path can carry.
 
 A measurement is *slow* when its bus bandwidth is below ``slow_ratio`` times the reference, or
-when the probe failed (timed out, exited non-zero): a hang is the strongest confirmation."""
+when the probe failed (timed out, exited non-zero): a hang is the strongest confirmation. The
+reference is the better of the best healthy measurement and the topology's expectation (link
+capacity times ``efficiency``): peers alone cannot tell when every host measured is slow, and
+an expectation alone is wrong when the fabric never reaches its line rate."""
 
 from __future__ import annotations
 
@@ -32,12 +35,17 @@ class PlanConfig:
     slow_ratio: float = 0.5
     #: Pairs among the peers measured as the healthy baseline of a pairwise plan.
     baseline_pairs: int = 1
+    #: Share of the links' capacity a healthy test reaches (NCCL's bus bandwidth is typically
+    #: 80-95% of line rate): the topology's expectation is capacity times this.
+    efficiency: float = 0.8
 
     def __post_init__(self) -> None:
         if not 0.0 < self.slow_ratio < 1.0:
             raise ValueError(f"slow_ratio must be in (0, 1), got {self.slow_ratio}")
         if self.baseline_pairs < 0:
             raise ValueError("baseline_pairs must not be negative")
+        if not 0.0 < self.efficiency <= 1.0:
+            raise ValueError(f"efficiency must be in (0, 1], got {self.efficiency}")
 
 
 @dataclass(frozen=True)
@@ -114,11 +122,9 @@ def pairwise(prober: Prober, suspect: ProbeHost, peers: Sequence[ProbeHost], *,
                  for i in range(min(cfg.baseline_pairs, len(peers) - 1)))
     expected = expected_busbw(topology, [suspect.id, peers[0].id])
     healthy = [r.busbw_gbps for r in base if r.ok and r.busbw_gbps > 0]
-    reference = statistics.median(healthy) if healthy else None
-    if reference is not None and expected is not None:
-        reference = min(reference, expected)
-    elif reference is None:
-        reference = expected
+    if healthy:  # the suspect's good pairs count as healthy peers too
+        healthy += [r.busbw_gbps for r in own if r.ok]
+    reference = _best(max(healthy) if healthy else None, expected, cfg)
     results = own + base
     measured = statistics.median(r.busbw_gbps if r.ok else 0.0 for r in own)
     if reference is None:
@@ -177,7 +183,7 @@ def bisect(prober: Prober, hosts: Sequence[ProbeHost], *, known_good: Sequence[P
 
     def reference() -> float | None:
         ok = [s.busbw_gbps for s in steps if s.ok and s.busbw_gbps > 0]
-        return max(ok) if ok else expected
+        return _best(max(ok) if ok else None, expected, cfg)
 
     def settle(h: ProbeHost, slow: bool, evidence: Sequence[ProbeResult]) -> None:
         ref = reference()
@@ -243,7 +249,7 @@ def bisect(prober: Prober, hosts: Sequence[ProbeHost], *, known_good: Sequence[P
 
     if expected is not None:
         whole = measure(hosts)
-        if not _slow(whole, expected, cfg):
+        if not _slow(whole, expected * cfg.efficiency, cfg):
             for h in hosts:
                 settle(h, False, [whole])
             return BisectOutcome((), tuple(status[h.id] for h in hosts), tuple(steps),
@@ -261,6 +267,13 @@ def bisect(prober: Prober, hosts: Sequence[ProbeHost], *, known_good: Sequence[P
     verdicts = tuple(status.get(h.id) or Verdict(h.id, INCONCLUSIVE, "not measured apart",
                                                  expected_gbps=expected) for h in hosts)
     return BisectOutcome(tuple(culprits), verdicts, tuple(steps), reason)
+
+
+def _best(peers: float | None, expected: float | None, cfg: PlanConfig) -> float | None:
+    """The reference: the better of the healthy peers and the topology's expectation."""
+    known = [x for x in (peers, None if expected is None else expected * cfg.efficiency)
+             if x is not None]
+    return max(known) if known else None
 
 
 def _slow(r: ProbeResult, reference: float | None, cfg: PlanConfig) -> bool:
