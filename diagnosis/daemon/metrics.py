@@ -39,6 +39,7 @@ class MetricsServer:
 
     def __init__(self, listen: str, registry: CollectorRegistry) -> None:
         host, port = parse_listen(listen)
+        self.registry = registry
         self._httpd, self._thread = start_http_server(port, addr=host, registry=registry)
         self.host = host
         self.port = int(self._httpd.server_address[1])
