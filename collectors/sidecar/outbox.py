@@ -274,6 +274,11 @@ class Outbox:
                 channel.close()
                 refused = self._reset_stream() or refused
                 down_since = time.monotonic()
+            if refused and stop.is_set():
+                # Shutting down while the daemon refuses us: keep the rest on disk for later.
+                with self._cond:
+                    self._spill_memory("shutting down while the daemon refuses requests")
+                return
             if refused:
                 slow_down = min(max(slow_down * 2, 0.25), reconnect_max_s)
                 time.sleep(slow_down)
