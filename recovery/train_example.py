@@ -8,12 +8,16 @@ step repeats the loss it had before, up to float rounding.
 
 Settings (environment): C4_TRAIN_STEPS, C4_TRAIN_CKPT_DIR, C4_TRAIN_CKPT_EVERY,
 C4_TRAIN_WORK (matrix products per step: the CPU work a throttled host slows down),
-C4_TRAIN_BATCH (global batch; divisible by every world size used).
+C4_TRAIN_BATCH (global batch; divisible by every world size used), C4_TRAIN_FAULT_FILE (a
+planted process-level fault for machines where cgroups are out of reach: while this JSON file
+maps the rank's host, C4_HOST, to N, each step computes N ms longer, like a throttled GPU).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -47,6 +51,33 @@ def _install_collectors() -> None:
     collectors.install()
 
 
+class PlantedSlowdown:
+    """Reads the fault file when it changes (one stat per step) and sleeps what it says."""
+
+    def __init__(self, path: str | None, host: str) -> None:
+        self.path, self.host = path, host
+        self.mtime = 0.0
+        self.ms = 0.0
+
+    def __call__(self) -> None:
+        if not self.path:
+            return
+        try:
+            mtime = os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            self.ms = self.mtime = 0.0
+            return
+        if mtime != self.mtime:
+            self.mtime = mtime
+            try:
+                with open(self.path) as fh:
+                    self.ms = float(json.load(fh).get(self.host, 0))
+            except (OSError, ValueError, AttributeError):
+                self.ms = 0.0
+        if self.ms > 0:
+            time.sleep(self.ms / 1000)
+
+
 def main() -> None:
     _install_collectors()
     dist.init_process_group("gloo")
@@ -66,6 +97,7 @@ def main() -> None:
     ckpt = Checkpointer(os.environ.get("C4_TRAIN_CKPT_DIR", "checkpoints"))
     start = ckpt.load(state) or 0
     burn = torch.randn(192, 192)
+    planted = PlantedSlowdown(os.environ.get("C4_TRAIN_FAULT_FILE"), os.environ.get("C4_HOST", ""))
     share = batch // world
     for step in range(start, steps):
         gen = torch.Generator().manual_seed(1000 + step)
@@ -77,6 +109,7 @@ def main() -> None:
         acc = burn
         for _ in range(work):  # the rest of a real step's compute
             acc = torch.tanh(acc @ burn)
+        planted()
         # one bucket, like DDP with a single gradient bucket: gradients and the loss together
         grads = [p.grad for p in model.parameters()]
         flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum.detach().reshape(1)])

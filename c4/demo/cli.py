@@ -6,17 +6,17 @@ import typer
 
 
 def demo(
-    steps: int = typer.Option(120, "--steps", help="Training steps of the demo job."),
-    slow_rank: int = typer.Option(3, "--slow-rank", help="The rank made slow (-1: none)."),
-    slow_ms: int = typer.Option(60, "--slow-ms", help="Extra compute per step on that rank."),
-    keep: bool = typer.Option(False, "--keep", help="Keep logs and the database afterwards."),
+    local: bool = typer.Option(False, "--local", help="Use local processes even as root (no "
+                                                      "network namespaces, process faults)."),
+    keep: bool = typer.Option(False, "--keep", help="Keep logs, database and journal."),
 ) -> None:
-    """Run the whole loop on this machine: daemon, sidecars, a real torchrun job with a planted
-    fault, and what c4 finds."""
-    from c4.demo.run import DemoConfig, run_demo
+    """The whole loop on this machine: a real torchrun job under c4 meets a slowdown and then a
+    hang; c4 reports both, isolates the hung host and the job resumes from its last complete
+    checkpoint. As root it runs in the fault lab (hosts as network namespaces, a real slow
+    link); otherwise with local processes and process-level faults."""
+    from c4.demo.scenario import DemoConfig, run_demo
 
-    raise typer.Exit(run_demo(DemoConfig(steps=steps, slow_rank=slow_rank, slow_ms=slow_ms,
-                                         keep=keep)))
+    raise typer.Exit(run_demo(DemoConfig(local=local, keep=keep)))
 
 
 def register(app: typer.Typer) -> None:

@@ -49,10 +49,18 @@ class LiveView:
         self._rate: deque[tuple[float, int]] = deque(maxlen=4096)
         self.records_total = 0
 
-    def _job(self, job: str, attempt: int) -> JobState:
+    def _job(self, job: str, attempt: int) -> JobState | None:
+        """The live state of a job attempt; None for an attempt older than one already seen
+        (a restarted job's earlier processes are gone: their silence is not a fault)."""
         key = (job, attempt)
         state = self._jobs.get(key)
         if state is None:
+            if any(j == job and a > attempt for j, a in self._jobs):
+                return None
+            for old in [k for k in self._jobs if k[0] == job]:
+                log.info("job %s attempt %d replaces attempt %d in the live view", job,
+                         attempt, old[1])
+                del self._jobs[old]
             state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology))
         return state
 
@@ -61,29 +69,29 @@ class LiveView:
         with self._lock:
             for w in writes:
                 body = w.body
+                if isinstance(body, OpRows):
+                    self.records_total += len(body.cols)
+                    self._rate.append((time.monotonic(), len(body.cols)))
+                st = self._job(body.job, body.attempt)
+                if st is None:
+                    continue
                 if isinstance(body, RankRecord):
-                    st = self._job(body.job, body.attempt)
                     st.ranks[body.rank] = body
                     if st.engine is not None:
                         st.engine.add_rank(body.rank, body.host, body.gpu or None,
                                            body.nic or None)
                 elif isinstance(body, GroupRecord):
-                    st = self._job(body.job, body.attempt)
                     st.groups[body.pg] = body
                     if st.engine is not None:
                         st.engine.add_group(body.pg, list(body.ranks))
                 elif isinstance(body, OpRows):
-                    st = self._job(body.job, body.attempt)
                     n = len(body.cols)
                     st.records += n
-                    self.records_total += n
-                    self._rate.append((time.monotonic(), n))
                     if n:
                         st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
                     if st.engine is not None:
                         st.engine.add_ops(body.cols)
                 elif isinstance(body, ConnRows):
-                    st = self._job(body.job, body.attempt)
                     conns = st.links.add(body.cols)
                     if st.engine is not None and conns is not None and len(conns):
                         st.engine.add_conns(conns)
