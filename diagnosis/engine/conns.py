@@ -25,6 +25,7 @@ class ConnWindow:
         self.dst = np.zeros(0, dtype=np.int64)
         self.pg = np.zeros(0, dtype=np.int64)
         self.path: list[tuple[str, ...] | None] = []
+        self.changed: list[int] = []    # keys that are new or changed path since last synced
         self.last_end = np.zeros(0, dtype=np.int64)   # last time a transfer of the key finished
         # open transfers: key, start, pg id, seq
         self.open_key = np.zeros(0, dtype=np.int64)
@@ -47,6 +48,7 @@ class ConnWindow:
             if kid is None:
                 kid = self._keys[k] = len(self.path)
                 self.path.append(None)
+                self.changed.append(kid)
                 new_src.append((k >> _BITS) & mask)
                 new_dst.append(k & mask)
                 new_pg.append((k >> (2 * _BITS)) - 1)
@@ -67,8 +69,9 @@ class ConnWindow:
         key = self.keys_of(recs.src, recs.dst, pg_ids)
         if recs.paths is not None:
             for k, p in zip(key.tolist(), recs.paths):
-                if p:
-                    self.path[k] = tuple(p)
+                if p and self.path[k] != (tp := tuple(p)):
+                    self.path[k] = tp
+                    self.changed.append(k)
         start = self._effective_start(recs, pg_ids)
         done = recs.t_end_ns >= 0
         if (~done).any():

@@ -4,6 +4,7 @@ components (NIC, link, switch; ranks when no topology is known) explain them."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,8 @@ class Localizer:
         self.arena, self.placement, self.paths, self.cfg = arena, placement, paths, config
         self._key_cache: dict[int, tuple[object, tuple[frozenset[Component],
                                                         frozenset[Component]]]] = {}
+        self._index: dict[Component, set[int]] = {}
+        self._index_arrays: dict[Component, np.ndarray] = {}
 
     # ----- observation -> components ----------------------------------------------------------
     def pair(self, src: int, dst: int, path: tuple[str, ...] | None = None
@@ -65,6 +68,32 @@ class Localizer:
             may |= a
             must |= b
         return frozenset(may), frozenset(must)
+
+    def _sync(self, win: ConnWindow) -> None:
+        """Keep the inverted index component -> connection keys surely crossing it."""
+        if not win.changed:
+            return
+        for k in dict.fromkeys(win.changed):
+            old = self._key_cache.get(k)
+            if old is not None:
+                for c in old[1][1]:
+                    self._index.get(c, set()).discard(k)
+            for c in self.key_sets(win, k)[1]:
+                self._index.setdefault(c, set()).add(k)
+        win.changed.clear()
+        self._index_arrays.clear()
+
+    def clearing(self, win: ConnWindow, healthy: np.ndarray) -> Callable[[Component], int]:
+        """Count of healthy connections surely crossing a component (``healthy`` per key)."""
+        self._sync(win)
+
+        def count(c: Component) -> int:
+            arr = self._index_arrays.get(c)
+            if arr is None:
+                arr = self._index_arrays[c] = np.fromiter(self._index.get(c, ()), dtype=np.int64)
+            arr = arr[arr < len(healthy)]
+            return int(healthy[arr].sum())
+        return count
 
     def key_sets(self, win: ConnWindow, k: int
                  ) -> tuple[frozenset[Component], frozenset[Component]]:
@@ -126,11 +155,11 @@ class Localizer:
         ok = [i for i, o in enumerate(obs) if o]
         slow_idx = slow_idx[ok]
         obs = [obs[i] for i in ok]
-        clear = [self.key_sets(win, int(k))[1] for k in np.flatnonzero(healthy)]
-        found, _ = explain(obs, clear, self.cfg.comm_purity)
+        found, _ = explain(obs, [], self.cfg.comm_purity,
+                           clearing=self.clearing(win, healthy))
         names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
-        return [self._finding(e, slow_idx, names, onset, res.median, len(clear), "connections")
-                for e in found]
+        return [self._finding(e, slow_idx, names, onset, res.median, int(healthy.sum()),
+                              "connections") for e in found]
 
     def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int]) -> list[CommFinding]:
         """Communicators whose transfers turned slow, as observations over their ring pairs."""

@@ -13,7 +13,7 @@ come out as one equivalence class and are named together.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -88,18 +88,24 @@ class PathCache:
 
 
 def explain(slow: Sequence[frozenset[Component]], healthy: Sequence[frozenset[Component]],
-            purity: float, max_sets: int = 8) -> tuple[list[Explanation], list[int]]:
+            purity: float, max_sets: int = 8,
+            clearing: Callable[[Component], int] | None = None
+            ) -> tuple[list[Explanation], list[int]]:
     """Greedy set cover of the slow observations; returns explanations and the indices of slow
-    observations nothing explains."""
+    observations nothing explains. ``clearing(c)``, when given, counts the healthy observations
+    surely crossing ``c`` instead of scanning ``healthy``."""
     cover: dict[Component, set[int]] = {}
     for i, may in enumerate(slow):
         for c in may:
             cover.setdefault(c, set()).add(i)
-    cleared: dict[Component, int] = dict.fromkeys(cover, 0)
-    for must in healthy:
-        for c in must:
-            if c in cleared:
-                cleared[c] += 1
+    if clearing is not None:
+        cleared = {c: int(clearing(c)) for c in cover}
+    else:
+        cleared = dict.fromkeys(cover, 0)
+        for must in healthy:
+            for c in must:
+                if c in cleared:
+                    cleared[c] += 1
     remaining = set(range(len(slow)))
     out: list[Explanation] = []
     while remaining and len(out) < max_sets:

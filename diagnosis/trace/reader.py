@@ -9,6 +9,7 @@ line by line to name the first bad line and field in a ``FormatError``.
 from __future__ import annotations
 
 import gzip
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,9 +292,10 @@ def _conns_fast(conns: list[dict[str, Any]]) -> ConnRecords:
         if not set(map(type, raw_paths)) <= {list, type(None)}:
             raise _Bad
         paths = [tuple(p) if p else None for p in raw_paths]
-        for p in dict.fromkeys(paths):       # each distinct path checked once
-            if p is not None and not all(isinstance(x, str) for x in p):
-                raise _Bad
+        # every element of every distinct path a string: one pass in C over the elements
+        distinct = [p for p in dict.fromkeys(paths) if p is not None]
+        if not set(map(type, itertools.chain.from_iterable(distinct))) <= {str}:
+            raise _Bad
     return ConnRecords(
         _int_column([o["src"] for o in conns]), _int_column([o["dst"] for o in conns]),
         _int_column([o["bytes"] for o in conns]), _int_column([o["t_start_ns"] for o in conns]),
