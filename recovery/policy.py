@@ -38,6 +38,10 @@ class Policy:
     cooldown_s: float = 300.0
     #: Record what would be done, do nothing.
     dry_run: bool = False
+    #: Before isolating, probe the suspect's node against healthy peers of the job
+    #: (diagnosis.probes) and isolate only when the probe confirms it; the controller needs a
+    #: ``confirm`` callable for this.
+    require_confirmation: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.kinds) - set(KINDS))
