@@ -25,7 +25,7 @@ class GroupTiming:
         # transfer time per byte after the last member arrived, against its own baseline: one
         # series per (communicator, operation, size), the unit that recurs every iteration
         self.xfer = SeriesBank(config.history, config.comm_skip, config.comm_learn)
-        self._xkeys: dict[tuple[int, int, int], int] = {}
+        self._xkeys: dict[tuple[int, int], int] = {}
         self.xkey_group: list[int] = []
 
     def _ensure(self, G: int) -> None:
@@ -72,11 +72,15 @@ class GroupTiming:
         op = self.arena.s_op[fin.slots]
         xfer = np.maximum(end_med - last, 0).astype(np.float64) + 1.0
         ok = (fin.status == 0).all(axis=1)
-        trip = np.stack([g, op, nbytes], axis=1)[ok]
-        if len(trip):
-            uniq, inv = np.unique(trip, axis=0, return_inverse=True)
+        if ok.any():
+            # one integer per (communicator, op, size): sizes below 2**40, ops below 2**23
+            sig = (op[ok].astype(np.int64) << 40) | nbytes[ok].astype(np.int64)
+            usig, sinv = np.unique(sig, return_inverse=True)
+            key = (g[ok].astype(np.int64) << 24) | sinv.astype(np.int64)
+            uniq, inv = np.unique(key, return_inverse=True)
             ids = np.empty(len(uniq), dtype=np.int64)
-            for i, t in enumerate(map(tuple, uniq.tolist())):
+            for i, k in enumerate(uniq.tolist()):
+                t = (k >> 24, int(usig[k & 0xFFFFFF]))
                 kid = self._xkeys.get(t)
                 if kid is None:
                     kid = self._xkeys[t] = len(self.xkey_group)
