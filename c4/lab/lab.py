@@ -85,8 +85,11 @@ def _start_services(lab_dir: Path, lay: Layout, st: dict[str, Any],
     port = _free_port(gw)
     addr = f"{gw}:{port}"
     store = f"sqlite:///{lab_dir / 'c4.db'}"
+    # The management bridge is the lab's own private network on this machine: plaintext is
+    # what a test fabric wants (production daemons on such addresses must use TLS).
     daemon = Service(c4_command("daemon", "--listen", addr, "--store", store, "--topology",
-                                st["topology"], "--analyze-interval", str(analyze_interval)),
+                                st["topology"], "--analyze-interval", str(analyze_interval),
+                                "--insecure"),
                      lab_dir / "daemon.log", env=_env(lab_dir)).start()
     st["daemon"] = {"address": addr, "pid": daemon.proc.pid, "store": store,
                     "log": str(daemon.log)}
