@@ -14,7 +14,7 @@ from diagnosis.daemon.config import daemon_address
 from diagnosis.errors import DiagnosisError
 from diagnosis.report import FaultReport
 from diagnosis.report_proto import from_proto
-from diagnosis.security.channel import ClientSecurity, open_channel
+from diagnosis.security.channel import ClientSecurity, default_security, open_channel
 from proto import c4_pb2, c4_pb2_grpc
 from proto.codec import OP_COLUMNS, Columns, concat, decode_ops, empty_columns
 
@@ -62,7 +62,7 @@ class DaemonClient:
         self.address = address or daemon_address()
         self.timeout = timeout
         try:
-            self.security = security if security is not None else ClientSecurity.from_env()
+            self.security = security if security is not None else default_security()
             self._channel = open_channel(self.address, self.security)
         except ValueError as exc:
             raise DaemonError(f"cannot set up the connection to {self.address}: {exc}") from None

@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from diagnosis.security.cli import with_client_security as secured
+
 DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
                          help="Daemon address HOST:PORT (default 127.0.0.1:7444).")
 
@@ -45,6 +47,7 @@ def _suspects(report) -> str:
 
 
 @faults_app.command("list")
+@secured
 def faults_list(
     job: str = typer.Option("", "--job", help="Only this job."),
     open_only: bool = typer.Option(False, "--open", help="Only faults still open."),
@@ -73,6 +76,7 @@ def faults_list(
 
 
 @faults_app.command("show")
+@secured
 def faults_show(
     fault_id: str = typer.Argument(..., help="The id from `c4 faults list`."),
     fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json."),
@@ -234,7 +238,7 @@ def export(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(faults_app, name="faults")
-    app.command("jobs")(jobs)
-    app.command("status")(status)
-    app.command("ops")(ops)
-    app.command("export")(export)
+    app.command("jobs")(secured(jobs))
+    app.command("status")(secured(status))
+    app.command("ops")(secured(ops))
+    app.command("export")(secured(export))

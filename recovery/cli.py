@@ -293,7 +293,9 @@ def launch(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("recover")(recover)
+    from diagnosis.security.cli import with_client_security
+
+    app.command("recover")(with_client_security(recover))
     app.command("recoveries")(recoveries)
     app.command("launch", context_settings={"allow_interspersed_args": False})(launch)
     app.add_typer(nodes_app, name="nodes")

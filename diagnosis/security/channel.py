@@ -6,8 +6,10 @@ pick up the same settings."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -99,10 +101,29 @@ class _Details(grpc.ClientCallDetails):
     compression: Any
 
 
+_current: ContextVar[ClientSecurity | None] = ContextVar("c4_client_security", default=None)
+
+
+def default_security() -> ClientSecurity:
+    """What a command's ``--tls-*``/``--token`` flags set (see ``use_security``), else the
+    ``C4_*`` environment."""
+    return _current.get() or ClientSecurity.from_env()
+
+
+@contextlib.contextmanager
+def use_security(security: ClientSecurity) -> Iterator[ClientSecurity]:
+    """Clients made inside this block default to ``security``."""
+    token = _current.set(security)
+    try:
+        yield security
+    finally:
+        _current.reset(token)
+
+
 def open_channel(address: str, security: ClientSecurity | None = None,
                  options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
     """A channel to ``address`` with the given (or ``C4_*`` environment) security."""
-    sec = security if security is not None else ClientSecurity.from_env()
+    sec = security if security is not None else default_security()
     opts = list(options)
     if sec.server_name:
         opts.append(("grpc.ssl_target_name_override", sec.server_name))
