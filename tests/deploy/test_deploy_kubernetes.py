@@ -6,7 +6,6 @@ probes fit the c4 commands they run."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -51,53 +50,20 @@ def model_name(doc: dict[str, Any]) -> str:
 def validate(doc: dict[str, Any]) -> Any:
     """Deserialize ``doc`` into its model as the client does a server response (required
     fields, types), then validate it strictly: an unknown field is an error, not dropped."""
-    pytest.importorskip("kubernetes", reason="the kubernetes client validates the manifests: "
-                        "pip install -e '.[dev]'")
+    # the client's models are pydantic (strict about unknown fields) since 37: the dev extra
+    pytest.importorskip("kubernetes", minversion="37",
+                        reason="the kubernetes client validates the manifests: "
+                               "pip install -e '.[dev]'")
     import kubernetes.client
     from kubernetes.client import ApiClient
 
     name = model_name(doc)
     cls = getattr(kubernetes.client, name, None)
     assert cls is not None, f"no Kubernetes model {name} for {doc['apiVersion']} {doc['kind']}"
-    client = ApiClient()
-    if "content_type" in inspect.signature(client.deserialize).parameters:
-        obj = client.deserialize(json.dumps(doc), name, "application/json")
-    else:  # clients before 35 take a response object
-        obj = client.deserialize(_Response(json.dumps(doc)), name)
+    obj = ApiClient().deserialize(json.dumps(doc), name, "application/json")
     assert obj is not None
-    if hasattr(cls, "model_validate"):
-        cls.model_validate(doc)  # from_dict drops unknown keys; model_validate forbids them
-    else:
-        _check_known_fields(doc, name, name)
+    cls.model_validate(doc)  # from_dict drops unknown keys; model_validate forbids them
     return obj
-
-
-class _Response:
-    def __init__(self, data: str) -> None:
-        self.data = data
-
-
-def _check_known_fields(data: Any, type_name: str, where: str) -> None:
-    """For the older, non-pydantic models: every key must be one of the model's fields."""
-    import kubernetes.client
-
-    if type_name.startswith("list["):
-        for i, item in enumerate(data):
-            _check_known_fields(item, type_name[5:-1], f"{where}[{i}]")
-        return
-    if type_name.startswith("dict("):
-        inner = type_name[type_name.index(",") + 1:-1].strip()
-        for key, item in data.items():
-            _check_known_fields(item, inner, f"{where}.{key}")
-        return
-    cls = getattr(kubernetes.client, type_name, None)
-    if cls is None or not hasattr(cls, "attribute_map"):
-        return  # str, int, object, ...
-    by_json = {v: k for k, v in cls.attribute_map.items()}
-    for key, value in data.items():
-        if key not in by_json:
-            raise ValueError(f"{where}: unknown field {key}")
-        _check_known_fields(value, cls.openapi_types[by_json[key]], f"{where}.{key}")
 
 
 def _kustomize(directory: Path) -> list[dict[str, Any]]:
@@ -229,6 +195,26 @@ def test_overlay_builds_into_valid_objects_whose_references_resolve(overlay: Pat
              for e in d["spec"]["template"]["spec"]["containers"][0].get("env", [])
              if e["name"] == "C4_STORE"]
     assert store, f"{overlay.name} leaves the daemon on the base's throwaway SQLite file"
+
+
+def test_example_training_job_runs_through_c4_and_reaches_the_sidecar() -> None:
+    from tests.deploy.deploy_support import check_c4_argv
+
+    (job,) = _load(K8S / "examples" / "training-job.yaml")
+    pod = job["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert check_c4_argv(ctr["command"]).name == "run"
+    assert ctr["command"][2:4] == ["--", "torchrun"]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    socket = read_env_file(K8S / "base" / "sidecar.env")["C4_SIDECAR_SOCKET"]
+    assert env["C4_SIDECAR_SOCKET"] == socket
+    mounts = {m["name"]: m["mountPath"] for m in ctr["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    (sidecar,) = [d for d in _load(K8S / "base" / "sidecar-daemonset.yaml")]
+    sidecar_host = {v["hostPath"]["path"] for v in sidecar["spec"]["template"]["spec"]["volumes"]
+                    if "hostPath" in v}
+    (name,) = [n for n, path in mounts.items() if path == str(Path(socket).parent)]
+    assert host[name] in sidecar_host
 
 
 def test_pod_network_component_adds_sys_admin_to_the_sidecar(tmp_path: Path) -> None:
