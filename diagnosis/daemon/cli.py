@@ -55,8 +55,15 @@ def daemon(
                               tokens_file=tokens, insecure=insecure,
                               max_requests_per_second=max_rps, max_jobs=max_jobs,
                               metrics_listen=metrics)
-        serve(config, topology=topo, on_ready=lambda d: typer.echo(
-            f"c4 daemon listening on {listen.rsplit(':', 1)[0]}:{d.port} (store {config.store})"))
+        def ready(d) -> None:
+            tls = "mutual TLS" if tls_client_ca else "TLS" if tls_cert else "plaintext"
+            typer.echo(f"c4 daemon listening on {listen.rsplit(':', 1)[0]}:{d.port} ({tls}, "
+                       f"{len(d.tokens) or 'no'} tokens, store {config.store})")
+            if d.metrics_server is not None:
+                typer.echo(f"metrics on http://{d.metrics_server.host}:{d.metrics_server.port}"
+                           "/metrics")
+
+        serve(config, topology=topo, on_ready=ready)
     except (DiagnosisError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
