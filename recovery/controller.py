@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.report import FaultReport
@@ -20,6 +20,9 @@ from recovery.policy import DRY_RUN, ISOLATE, SKIP, Decision, Placement, Policy,
 from recovery.states import State
 
 log = logging.getLogger(__name__)
+
+#: ``confirm(node, report, placement) -> (confirmed, note)``: an active probe of the node.
+Confirm = Callable[[str, FaultReport, Placement], tuple[bool, str]]
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,12 @@ class Controller:
                  placement: Callable[[str], Placement],
                  fault_state: Callable[[str], str] | None = None,
                  config: ControllerConfig | None = None,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns,
+                 confirm: Confirm | None = None) -> None:
         """``placement(job)`` says where a job runs; ``fault_state(fault_id)`` whether a fault
-        is still open (both ask the daemon in ``for_daemon``)."""
+        is still open (both ask the daemon in ``for_daemon``); ``confirm(node, report,
+        placement) -> (confirmed, note)`` probes a suspect node when the policy requires
+        confirmation (e.g. ``diagnosis.probes.confirm.ProbeConfirmer``)."""
         self.journal = journal
         self.isolator = isolator
         self.policy = policy
@@ -64,6 +70,8 @@ class Controller:
         self._fault_state = fault_state
         self._clock = clock
         self._said: dict[str, tuple[str, str | None, str]] = {}
+        self._confirm = confirm
+        self._probed: dict[tuple[str, str], tuple[bool, str]] = {}
 
     @classmethod
     def for_daemon(cls, client: DaemonClient, journal: Journal, isolator: Isolator,
@@ -90,6 +98,8 @@ class Controller:
                 decision = Decision(SKIP, f"cannot decide now: {exc}", rule="unavailable")
             else:
                 decision = decide(self.policy, report, placement, history, now, blocked)
+                if self.policy.require_confirmation and decision.action in (ISOLATE, DRY_RUN):
+                    decision = self._confirmed(decision, report, placement)
         rec = None
         if decision.action == ISOLATE:
             assert decision.node is not None
@@ -111,6 +121,30 @@ class Controller:
         if rec is not None:
             self.advance(rec)
         return decision
+
+    def _confirmed(self, decision: Decision, report: FaultReport,
+                   placement: Placement) -> Decision:
+        """The decision after probing its node: kept (with the probe's note) only when the
+        probe confirms; a probe runs once per fault and node (revisions reuse it)."""
+        node = decision.node
+        assert node is not None
+        if self._confirm is None:
+            return Decision(SKIP, f"the policy requires a probe to confirm {node} before "
+                                  "isolating it, and no prober is configured", node,
+                            rule="unconfirmed")
+        key = (report.id, node)
+        if key not in self._probed:
+            try:
+                self._probed[key] = self._confirm(node, report, placement)
+            except Exception as exc:  # a broken prober must not stop the controller
+                log.warning("probe of %s for fault %s failed: %s", node, report.id, exc)
+                return Decision(SKIP, f"could not probe {node}: {exc}", node,
+                                rule="probe_error")
+        ok, note = self._probed[key]
+        if not ok:
+            return Decision(SKIP, f"probe did not confirm {node}: {note}", node,
+                            rule="probe_unconfirmed")
+        return replace(decision, reason=f"{decision.reason}; probe confirmed {node}: {note}")
 
     # ----- driving recoveries ------------------------------------------------------------------
     def advance(self, rec: Recovery) -> Recovery:
