@@ -17,6 +17,7 @@ COMMAND_MODULES: list[str] = [
     "collectors.sidecar.cli",
     "collectors.cli",
     "diagnosis.daemon.cli",
+    "diagnosis.probes.cli",
     "diagnosis.query_cli",
     "diagnosis.sim.cli",
     "diagnosis.topology.cli",

@@ -1,0 +1,198 @@
+"""``c4 probe``: test suspects directly, the way operators bisect with nccl-tests.
+
+Hosts are lab host ids (when a lab is up: the probe runs inside their namespaces), loopback
+addresses (run on this machine), or other addresses with ``--remote ssh``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+probe_app = typer.Typer(help="Probe hosts actively (gloo or nccl-tests): a pair, a bisection "
+                        "over hosts, or a suspect against healthy peers.", no_args_is_help=True)
+
+_FORMAT = typer.Option("table", "--format", help="Output: 'table' or 'json'.")
+_BACKEND = typer.Option("gloo", "--backend", help="'gloo' (torch.distributed, CPU) or "
+                        "'nccl-tests' (GPU clusters).")
+_BYTES = typer.Option(None, "--bytes", help="Message size in bytes [default: 4 MiB for gloo, "
+                      "256 MiB for nccl-tests].")
+_ITERS = typer.Option(5, "--iters", help="Timed iterations per probe.")
+_TIMEOUT = typer.Option(60.0, "--timeout", help="Seconds for one probe, start-up included.")
+_LAB = typer.Option(None, "--lab-dir", envvar="C4_LAB_DIR", help="Lab directory whose host "
+                    "ids may be named [default: the lab's default directory, if a lab is up].")
+_TOPO = typer.Option(None, "--topology", help="Topology JSON: compare with what the links "
+                     "allow [default: the lab's topology].")
+_REMOTE = typer.Option(None, "--remote", help="Command that runs a probe rank on another "
+                       "machine, the address appended (e.g. 'ssh').")
+_RATIO = typer.Option(0.5, "--slow-ratio", help="Slow means below this fraction of the "
+                      "reference bandwidth.")
+_LAUNCHER = typer.Option("mpirun", "--launcher", help="nccl-tests: 'mpirun', 'srun' or "
+                         "'local'.")
+_NCCL_DIR = typer.Option(None, "--nccl-tests-dir", help="nccl-tests build directory "
+                         "[default: PATH].")
+_GPUS = typer.Option(1, "--gpus-per-host", help="Ranks per host (nccl-tests: GPUs).")
+
+
+def _setup(backend: str, size: int | None, iters: int, timeout: float, lab_dir: Path | None,
+           topology: Path | None, remote: str | None, launcher: str, nccl_dir: Path | None,
+           gpus: int) -> tuple[Any, Any, Any]:
+    """(prober, resolver, topology or None)."""
+    from diagnosis.probes.hosts import HostResolver
+
+    lab_state = _lab_state(lab_dir)
+    resolver = HostResolver.for_lab(lab_state, remote=tuple(remote.split()) if remote else (),
+                                    ranks=gpus)
+    if backend == "gloo":
+        from diagnosis.probes.gloo import GlooConfig, GlooProber
+
+        prober: Any = GlooProber(GlooConfig(size_bytes=size or 4 << 20, iters=iters,
+                                            timeout_s=timeout))
+    elif backend == "nccl-tests":
+        from diagnosis.probes.nccl_runner import NcclTestsConfig, NcclTestsProber
+
+        prober = NcclTestsProber(NcclTestsConfig(
+            launcher=launcher, bin_dir=str(nccl_dir or ""), size_bytes=size or 256 << 20,
+            iters=iters, timeout_s=timeout))
+    else:
+        raise typer.BadParameter(f"unknown backend {backend!r}; use 'gloo' or 'nccl-tests'")
+    topo = None
+    path = topology or (Path(lab_state["topology"]) if lab_state else None)
+    if path is not None:
+        from diagnosis.topology import Topology
+
+        topo = Topology.load(path)
+    return prober, resolver, topo
+
+
+def _lab_state(lab_dir: Path | None) -> dict[str, Any] | None:
+    from c4.lab.state import default_lab_dir, read
+
+    return read(Path(lab_dir) if lab_dir else default_lab_dir())
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def _results_table(title: str, results: list[Any], verdicts: list[Any] | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("hosts", "op", "ok", "busbw GB/s", "algbw GB/s", "size", "seconds", "error"):
+        t.add_column(col, justify="right" if col in ("busbw GB/s", "algbw GB/s", "size",
+                                                     "seconds") else "left")
+    for r in results:
+        t.add_row("+".join(r.hosts), r.op, "yes" if r.ok else "NO", f"{r.busbw_gbps:.4g}",
+                  f"{r.algbw_gbps:.4g}", str(r.size_bytes), f"{r.seconds:.1f}", r.error[:80])
+    console = Console()
+    console.print(t)
+    if verdicts:
+        v = Table(title="verdicts")
+        for col in ("host", "status", "measured GB/s", "reference GB/s", "expected GB/s",
+                    "reason"):
+            v.add_column(col)
+        for x in verdicts:
+            v.add_row(x.host, x.status, _g(x.measured_gbps), _g(x.reference_gbps),
+                      _g(x.expected_gbps), x.reason)
+        console.print(v)
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+@probe_app.command("pair")
+def pair(
+    a: str = typer.Argument(..., help="First host (lab host id or address)."),
+    b: str = typer.Argument(..., help="Second host."),
+    backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
+    timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
+    remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
+    gpus: int = _GPUS, fmt: str = _FORMAT,
+) -> None:
+    """Measure point-to-point bandwidth between two hosts (both directions at once)."""
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.probes.plans import expected_busbw
+
+    try:
+        prober, resolve, topo = _setup(backend, size, iters, timeout, lab_dir, topology,
+                                       remote, launcher, nccl_dir, gpus)
+        r = prober.pair(resolve(a), resolve(b))
+    except (DiagnosisError, ValueError) as exc:
+        _fail(exc)
+    expected = expected_busbw(topo, [a, b])
+    if fmt == "json":
+        typer.echo(json.dumps({"result": r.to_json(), "expected_gbps": expected}))
+    else:
+        _results_table(f"{prober.name} pair probe" + (
+            f" (links allow {expected:.4g} GB/s)" if expected else ""), [r])
+    if not r.ok:
+        raise typer.Exit(1)
+
+
+@probe_app.command("bisect")
+def bisect_cmd(
+    hosts: list[str] = typer.Argument(..., help="Hosts to search (lab host ids or addresses)."),
+    known_good: list[str] = typer.Option([], "--known-good", help="A host known to be healthy "
+                                         "(repeatable): partner for single hosts."),
+    backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
+    timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
+    remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
+    gpus: int = _GPUS, ratio: float = _RATIO, fmt: str = _FORMAT,
+) -> None:
+    """Bisect a set of hosts for the slow one(s): halves, then pairs with cleared hosts."""
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.probes.plans import PlanConfig, bisect
+
+    try:
+        prober, resolve, topo = _setup(backend, size, iters, timeout, lab_dir, topology,
+                                       remote, launcher, nccl_dir, gpus)
+        out = bisect(prober, resolve.many(hosts), known_good=resolve.many(known_good),
+                     config=PlanConfig(slow_ratio=ratio), topology=topo)
+    except (DiagnosisError, ValueError) as exc:
+        _fail(exc)
+    if fmt == "json":
+        typer.echo(json.dumps(out.to_json()))
+    else:
+        _results_table(f"{prober.name} bisection: {out.reason}", list(out.steps),
+                       list(out.verdicts))
+    if out.culprits:
+        raise typer.Exit(1)
+
+
+@probe_app.command("confirm")
+def confirm_cmd(
+    suspect: str = typer.Argument(..., help="The suspect host."),
+    peers: list[str] = typer.Argument(..., help="Known-good peers (two or more give a "
+                                      "baseline)."),
+    backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
+    timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
+    remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
+    gpus: int = _GPUS, ratio: float = _RATIO, fmt: str = _FORMAT,
+) -> None:
+    """Confirm or clear a suspect with pair tests against peers (exit 1 when confirmed)."""
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.probes.plans import CONFIRMED, PlanConfig, pairwise
+
+    try:
+        prober, resolve, topo = _setup(backend, size, iters, timeout, lab_dir, topology,
+                                       remote, launcher, nccl_dir, gpus)
+        v = pairwise(prober, resolve(suspect), resolve.many(peers),
+                     config=PlanConfig(slow_ratio=ratio), topology=topo)
+    except (DiagnosisError, ValueError) as exc:
+        _fail(exc)
+    if fmt == "json":
+        typer.echo(json.dumps(v.to_json()))
+    else:
+        _results_table(f"{prober.name} probe of {suspect}: {v.status}", list(v.results), [v])
+    if v.status == CONFIRMED:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(probe_app, name="probe")
