@@ -1,0 +1,312 @@
+"""A whole cluster's telemetry into one daemon: many ranks, real sidecars, a bounded rate.
+
+    python -m bench.load [--ranks 16384] [--sidecars 8] [--minutes 10]
+                         [--store memory|sqlite|clickhouse[,...]] [--rate 32768]
+
+A simulated job of ``--ranks`` ranks, spread evenly over ``--sidecars`` real ``c4 sidecar``
+processes (one per "node"), streams into one ``c4 daemon``. Every simulated rank holds its own
+Unix-socket connection to its node's sidecar and speaks the collector wire, like a real
+collector: a RankInfo frame, then one op frame every ``--frame-interval`` seconds holding the
+all_reduce calls it made since (every rank the same sequence numbers, enter times spread by a
+little jitter). The load generators (``--drivers`` processes) are paced to ``--rate`` records per
+second in total, so the figures say what the daemon sustains at that rate rather than how fast
+this machine can build frames; the achieved rate is printed beside the target.
+
+Measured per store:
+- records/s sustained: records stored (the daemon's ingest counter) over the run;
+- ingest lag: when the daemon's stored count reaches N, how long ago the generators had sent N
+  records (first in, first out across all sidecars; sampled every 0.1 s / 1 s): p50, p99, max;
+- daemon RSS from /proc, sampled every 2 s: first minute, peak, last, and its slope over the
+  second half of the run (MiB per minute);
+- records lost: sent minus stored (the job's stored op count) after the sidecars drained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+JOB = "load"
+PG = "0"
+
+
+@dataclass(frozen=True)
+class DriverPlan:
+    """What one load-generator process drives: some sidecars and their ranks."""
+
+    sockets: tuple[str, ...]
+    first_rank: tuple[int, ...]   # global rank of each sidecar's local rank 0
+    ranks_per_sidecar: int
+    world: int
+    records_per_frame: int
+    frame_interval_s: float
+    duration_s: float
+
+
+def _frame_columns(ranks: np.ndarray, k: int, seq0: int, now_ns: int,
+                   rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Columns of ``k`` consecutive all_reduce calls for every rank in ``ranks``, rank-major."""
+    n = len(ranks)
+    seq = np.tile(np.arange(seq0, seq0 + k, dtype=np.int64), n)
+    rank = np.repeat(ranks.astype(np.int32), k)
+    # calls of one frame happened over the last interval; creation time is ``now_ns``
+    enter = now_ns - (k - 1 - (seq - seq0)) * 1_000_000 + rng.integers(0, 50_000, n * k)
+    return {
+        "rank": rank, "pg": np.zeros(n * k, np.uint32), "seq": seq,
+        "op": np.full(n * k, 2, np.uint32), "nbytes": np.full(n * k, 1 << 20, np.int64),
+        "dtype": np.ones(n * k, np.uint32), "t_enter_ns": enter.astype(np.int64),
+        "t_start_ns": np.full(n * k, -1, np.int64), "t_end_ns": enter + 800_000,
+        "status": np.zeros(n * k, np.uint8), "peer": np.full(n * k, -1, np.int32),
+    }
+
+
+def _drive(plan: DriverPlan, sent: mp.Value, ready: mp.Event, go: mp.Event) -> None:
+    """One generator process: connect every rank, then send paced op frames until the end."""
+    from collectors.wire import encode_frame
+    from proto import c4_pb2
+    from proto.codec import OP_COLUMNS
+    from tests.support.frames import RankConnection, group_info, rank_info
+
+    rng = np.random.default_rng(os.getpid())
+    conns: list[tuple[RankConnection, int]] = []
+    for sock, first in zip(plan.sockets, plan.first_rank):
+        host = f"node{first // plan.ranks_per_sidecar}"
+        for local in range(plan.ranks_per_sidecar):
+            c = RankConnection(Path(sock))
+            c.send(rank_info(JOB, first + local, plan.world, host))
+            if first == 0 and local == 0:
+                c.send(group_info(JOB, PG, list(range(plan.world))))
+            conns.append((c, first + local))
+    ready.set()
+    go.wait()
+    k = plan.records_per_frame
+    ranks = np.array([r for _, r in conns])
+    dtypes = {name: dt for name, dt in OP_COLUMNS.items()}
+    # every frame of a tick goes out in this many slices, spread over the interval
+    slices = max(1, min(len(conns), int(plan.frame_interval_s * 50)))
+    bounds = np.linspace(0, len(conns), slices + 1).astype(int)
+    t0 = time.monotonic()
+    tick = 0
+    while time.monotonic() - t0 < plan.duration_s:
+        tick_start = t0 + tick * plan.frame_interval_s
+        for s in range(slices):
+            due = tick_start + plan.frame_interval_s * s / slices
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            lo, hi = int(bounds[s]), int(bounds[s + 1])
+            if lo == hi:
+                continue
+            cols = _frame_columns(ranks[lo:hi], k, tick * k, time.time_ns(), rng)
+            raw = {name: np.ascontiguousarray(cols[name], dtype=dt).tobytes()
+                   for name, dt in dtypes.items()}
+            for i in range(hi - lo):
+                part = {name: buf[i * k * dtypes[name].itemsize:(i + 1) * k *
+                                  dtypes[name].itemsize] for name, buf in raw.items()}
+                batch = c4_pb2.OpBatch(job=JOB, count=k, strings=[PG, "float32", "all_reduce"],
+                                       **part)
+                conns[lo + i][0].sock.sendall(encode_frame(c4_pb2.IngestRequest(ops=batch)))
+            with sent.get_lock():
+                sent.value += (hi - lo) * k
+        tick += 1
+    for c, _ in conns:
+        c.close()
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@dataclass
+class Result:
+    store: str
+    target: float
+    sent: int
+    stored: int
+    seconds: float
+    rate: float
+    lag: list[float]
+    rss: list[tuple[float, float]]
+    dropped: int
+
+
+def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
+    from c4.processes import free_port, start_daemon, start_sidecar, wait_for
+    from diagnosis.client import DaemonClient
+
+    server = None
+    if store == "memory":
+        url = "memory://"
+    elif store == "sqlite":
+        url = f"sqlite:///{tmp / 'c4.db'}"
+    elif store == "clickhouse":
+        from tests.support.clickhouse import ClickHouseServer, find_binary
+
+        command = find_binary()
+        if command is None:
+            print("clickhouse-server not installed: skipping the clickhouse store")
+            return None
+        (tmp / "ch").mkdir()
+        server = ClickHouseServer(tmp / "ch", command)
+        server.start()
+        url = server.url("c4_load")
+    else:
+        raise SystemExit(f"unknown store {store!r}: memory, sqlite or clickhouse")
+    per_car = args.ranks // args.sidecars
+    world = per_car * args.sidecars
+    k = max(1, round(args.rate * args.frame_interval / world))
+    target = world * k / args.frame_interval
+    duration = args.minutes * 60
+    port = free_port()
+    daemon = start_daemon(tmp, port, url)
+    cars = [start_sidecar(tmp, port, f"node{i}") for i in range(args.sidecars)]
+    ctx = mp.get_context("spawn")
+    sent = ctx.Value("q", 0)
+    go = ctx.Event()
+    drivers, readies = [], []
+    for d in range(args.drivers):
+        mine = list(range(d, args.sidecars, args.drivers))
+        plan = DriverPlan(tuple(str(cars[i][1]) for i in mine), tuple(i * per_car for i in mine),
+                          per_car, world, k, args.frame_interval, duration)
+        ready = ctx.Event()
+        p = ctx.Process(target=_drive, args=(plan, sent, ready, go), daemon=True)
+        p.start()
+        drivers.append(p)
+        readies.append(ready)
+    client = DaemonClient(f"127.0.0.1:{port}", timeout=30.0)
+    try:
+        for r in readies:
+            if not r.wait(600):
+                raise SystemExit("a load generator did not connect its ranks within 10 min")
+        wait_for(lambda: sum(j.ranks_seen for j in client.jobs() if j.job == JOB) >= world,
+                 300, interval=1.0, what=f"{world} ranks registered")
+        base = client.status().records_ingested
+        print(f"{store}: {world:,} ranks on {args.sidecars} sidecars, {k} record(s) per frame "
+              f"every {args.frame_interval:g} s, target {target:,.0f} records/s, {duration:.0f} s")
+        sends: list[tuple[float, int]] = []
+        stores: list[tuple[float, int]] = []
+        lag: list[float] = []
+        rss: list[tuple[float, float]] = []
+        t0 = time.monotonic()
+        go.set()
+        next_poll = next_rss = next_print = t0
+        while True:
+            now = time.monotonic()
+            sends.append((now, sent.value))
+            running = any(p.is_alive() for p in drivers)
+            if now >= next_poll:
+                next_poll = now + 1.0
+                stored = client.status().records_ingested - base
+                stores.append((now - t0, stored))
+                # the earliest moment the generators had sent ``stored`` records
+                i = np.searchsorted([c for _, c in sends], stored, side="left")
+                if stored > 0 and i < len(sends):
+                    lag.append(now - sends[i][0])
+                if not running and stored >= sends[-1][1]:
+                    break
+                if not running and now - t0 > duration + args.drain_s:
+                    break
+            if now >= next_rss:
+                next_rss = now + 2.0
+                rss.append((now - t0, _rss_mib(daemon.proc.pid)))
+            if now >= next_print:
+                next_print = now + 30.0
+                print(f"  {now - t0:6.0f} s: sent {sends[-1][1]:,}, stored "
+                      f"{client.status().records_ingested - base:,}, daemon RSS "
+                      f"{rss[-1][1]:,.0f} MiB")
+            time.sleep(0.1)
+        # sustained: what was stored while the generators were sending
+        window = [(t, n) for t, n in stores if t <= duration] or stores
+        elapsed, in_window = window[-1]
+        total_sent = sent.value
+        status = client.status()
+        dropped = sum(s.stats.dropped for s in status.sidecars)
+        stored_ops = sum(j.ops for j in client.jobs() if j.job == JOB)
+        return Result(store, target, total_sent, stored_ops, elapsed,
+                      in_window / max(elapsed, 1e-9), lag, rss, dropped)
+    finally:
+        client.close()
+        go.set()
+        for p in drivers:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+        for car, _ in cars:
+            car.stop()
+        daemon.stop()
+        if server is not None:
+            server.stop()
+
+
+def _rss_summary(rss: list[tuple[float, float]]) -> tuple[float, float, float, float]:
+    values = [m for _, m in rss]
+    first = max((m for t, m in rss if t <= 60), default=values[0])
+    half = [(t, m) for t, m in rss if t >= rss[-1][0] / 2]
+    slope = 0.0
+    if len(half) >= 3:
+        ts, ms = np.array(half).T
+        slope = float(np.polyfit(ts / 60, ms, 1)[0])
+    return first, max(values), values[-1], slope
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=16384, help="simulated ranks in the job")
+    ap.add_argument("--sidecars", type=int, default=8, help="sidecar processes (nodes)")
+    ap.add_argument("--minutes", type=float, default=10.0, help="how long each store runs")
+    ap.add_argument("--store", default="memory,sqlite,clickhouse",
+                    help="memory, sqlite, clickhouse, or a comma-separated list")
+    ap.add_argument("--rate", type=float, default=32768,
+                    help="target records per second over all ranks (the generators' pace)")
+    ap.add_argument("--frame-interval", type=float, default=2.0,
+                    help="seconds between two frames of one rank")
+    ap.add_argument("--drivers", type=int, default=2, help="load generator processes")
+    ap.add_argument("--drain-s", type=float, default=120.0,
+                    help="after sending stops, wait at most this long for the daemon to store")
+    args = ap.parse_args(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = args.ranks + 4096
+    if soft < need:   # every simulated rank is a socket at both ends
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+    results = []
+    for store in args.store.split(","):
+        with tempfile.TemporaryDirectory(prefix="c4-load-") as d:
+            res = run_store(store.strip(), args, Path(d))
+        if res is not None:
+            results.append(res)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.ranks:,} ranks on {args.sidecars} sidecars into one daemon, "
+                        f"{args.minutes:g} min per store")
+    for col in ("store", "target rec/s", "stored rec/s", "sent", "lost", "sidecar drops",
+                "lag p50 s", "lag p99 s", "lag max s", "RSS 1st min MiB", "RSS peak MiB",
+                "RSS end MiB", "RSS slope 2nd half MiB/min"):
+        table.add_column(col, justify="right")
+    for r in results:
+        lag = sorted(r.lag) or [float("nan")]
+        first, peak, last, slope = _rss_summary(r.rss)
+        table.add_row(r.store, f"{r.target:,.0f}", f"{r.rate:,.0f}", f"{r.sent:,}",
+                      f"{r.sent - r.stored:,}", f"{r.dropped:,}",
+                      f"{statistics.median(lag):.2f}", f"{lag[int(0.99 * (len(lag) - 1))]:.2f}",
+                      f"{lag[-1]:.2f}", f"{first:,.0f}", f"{peak:,.0f}", f"{last:,.0f}",
+                      f"{slope:+.1f}")
+    Console(width=240).print(table)
+
+
+if __name__ == "__main__":
+    main()
