@@ -17,14 +17,14 @@ probe_app = typer.Typer(help="Probe hosts actively (gloo or nccl-tests): a pair,
 _FORMAT = typer.Option("table", "--format", help="Output: 'table' or 'json'.")
 _BACKEND = typer.Option("gloo", "--backend", help="'gloo' (torch.distributed, CPU) or "
                         "'nccl-tests' (GPU clusters).")
-_BYTES = typer.Option(None, "--bytes", help="Message size in bytes [default: 4 MiB for gloo, "
-                      "256 MiB for nccl-tests].")
+_BYTES = typer.Option(None, "--bytes", help="Message size in bytes (default 4 MiB for gloo, "
+                      "256 MiB for nccl-tests).")
 _ITERS = typer.Option(5, "--iters", help="Timed iterations per probe.")
 _TIMEOUT = typer.Option(60.0, "--timeout", help="Seconds for one probe, start-up included.")
 _LAB = typer.Option(None, "--lab-dir", envvar="C4_LAB_DIR", help="Lab directory whose host "
-                    "ids may be named [default: the lab's default directory, if a lab is up].")
+                    "ids may be named (default: the lab's default directory, if a lab is up).")
 _TOPO = typer.Option(None, "--topology", help="Topology JSON: compare with what the links "
-                     "allow [default: the lab's topology].")
+                     "allow (default: the lab's topology).")
 _REMOTE = typer.Option(None, "--remote", help="Command that runs a probe rank on another "
                        "machine, the address appended (e.g. 'ssh').")
 _RATIO = typer.Option(0.5, "--slow-ratio", help="Slow means below this fraction of the "
@@ -32,7 +32,7 @@ _RATIO = typer.Option(0.5, "--slow-ratio", help="Slow means below this fraction 
 _LAUNCHER = typer.Option("mpirun", "--launcher", help="nccl-tests: 'mpirun', 'srun' or "
                          "'local'.")
 _NCCL_DIR = typer.Option(None, "--nccl-tests-dir", help="nccl-tests build directory "
-                         "[default: PATH].")
+                         "(default: PATH).")
 _GPUS = typer.Option(1, "--gpus-per-host", help="Ranks per host (nccl-tests: GPUs).")
 
 

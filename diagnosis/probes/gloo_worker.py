@@ -4,12 +4,13 @@ processes import torch.
 
 Ops: ``sendrecv`` (every rank sends to the next and receives from the previous at once, as
 nccl-tests' sendrecv_perf does) and ``all_reduce``. Rank 0 prints one JSON line with the
-slowest rank's time per iteration and every rank's own time."""
+slowest rank's median time per iteration and every rank's own."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from datetime import timedelta
@@ -49,10 +50,13 @@ def main(argv: list[str]) -> int:
     for _ in range(ns.warmup):
         once()
     dist.barrier()
-    t0 = time.perf_counter()
+    laps = []
     for _ in range(ns.iters):
+        t0 = time.perf_counter()
         once()
-    mine = (time.perf_counter() - t0) / ns.iters
+        laps.append(time.perf_counter() - t0)
+    # the median lap: a loaded machine's scheduling hiccups hit single laps, not the median
+    mine = statistics.median(laps)
     times = [torch.zeros(1, dtype=torch.float64) for _ in range(ns.world)]
     dist.all_gather(times, torch.tensor([mine], dtype=torch.float64))
     if ns.rank == 0:
