@@ -10,7 +10,10 @@ Settings (environment): C4_TRAIN_STEPS, C4_TRAIN_CKPT_DIR, C4_TRAIN_CKPT_EVERY,
 C4_TRAIN_WORK (matrix products per step: the CPU work a throttled host slows down),
 C4_TRAIN_BATCH (global batch; divisible by every world size used), C4_TRAIN_FAULT_FILE (a
 planted process-level fault for machines where cgroups are out of reach: while this JSON file
-maps the rank's host, C4_HOST, to N, each step computes N ms longer, like a throttled GPU).
+maps the rank's host, C4_HOST, to N, each step computes N ms longer, like a throttled GPU),
+C4_TRAIN_HIDDEN (hidden width: the all-reduce's size), C4_TRAIN_GRID=1 (sum the gradients in
+two stages over a grid of hosts, rows then columns, as 2D-parallel jobs do: the same sum as one
+all-reduce, but every host pair's traffic runs in small groups whose health can be compared).
 """
 
 from __future__ import annotations
@@ -78,6 +81,25 @@ class PlantedSlowdown:
             time.sleep(self.ms / 1000)
 
 
+def grid_groups(world: int, per_host: int) -> list[dist.ProcessGroup] | None:
+    """Row and column groups of this rank over a 2 x (hosts/2) grid of hosts, or None when the
+    hosts do not form one. Every rank creates every group, in the same order."""
+    hosts = world // per_host
+    if world % per_host or hosts < 4 or hosts % 2:
+        return None
+    cols = hosts // 2
+    rank = dist.get_rank()
+    host = rank // per_host
+    mine: list[dist.ProcessGroup] = []
+    for line in ([[r * cols + c for c in range(cols)] for r in range(2)]
+                 + [[r * cols + c for r in range(2)] for c in range(cols)]):
+        ranks = [h * per_host + i for h in line for i in range(per_host)]
+        group = dist.new_group(ranks)
+        if host in line:
+            mine.append(group)
+    return mine
+
+
 def main() -> None:
     _install_collectors()
     dist.init_process_group("gloo")
@@ -90,8 +112,11 @@ def main() -> None:
     if batch % world:
         raise SystemExit(f"C4_TRAIN_BATCH={batch} is not divisible by the world size {world}")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(),
-                                torch.nn.Linear(128, 10))
+    hidden = int(os.environ.get("C4_TRAIN_HIDDEN", "128"))
+    model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.Tanh(),
+                                torch.nn.Linear(hidden, 10))
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    grid = grid_groups(world, per_host) if os.environ.get("C4_TRAIN_GRID") == "1" else None
     optim = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     state = {"train": TrainState(model, optim)}
     ckpt = Checkpointer(os.environ.get("C4_TRAIN_CKPT_DIR", "checkpoints"))
@@ -113,7 +138,11 @@ def main() -> None:
         # one bucket, like DDP with a single gradient bucket: gradients and the loss together
         grads = [p.grad for p in model.parameters()]
         flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum.detach().reshape(1)])
-        dist.all_reduce(flat)
+        if grid is None:
+            dist.all_reduce(flat)
+        else:  # row sum, then column sum: every rank ends with the sum over all ranks
+            for group in grid:
+                dist.all_reduce(flat, group=group)
         offset = 0
         for g in grads:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))

@@ -70,7 +70,9 @@ class LabEnv:
         return ["--lab", str(self.lab_dir)]
 
     def train_env(self) -> dict[str, str]:
-        return {}
+        # A 2D job with a sizeable all-reduce: link faults then show in some groups and not
+        # in others, which is what localizes them from the ranks' own records.
+        return {"C4_TRAIN_GRID": "1", "C4_TRAIN_HIDDEN": "2048"}
 
     def slow_fault(self) -> tuple[str, str]:
         from c4.lab import faults
@@ -78,8 +80,8 @@ class LabEnv:
         host = self.hosts[-1]
         leaf = self.state["hosts"][host]["leaf"]
         link = "~".join(sorted([leaf, f"{host}/nic0"]))
-        faults.inject(self.lab_dir, "slow-link", link, rate_mbit=10, duration=45)
-        return f"slow link {link} (tbf 10 Mbit/s for 45 s)", link
+        faults.inject(self.lab_dir, "slow-link", link, rate_mbit=20, duration=90)
+        return f"slow link {link} (tbf 20 Mbit/s, at most 90 s)", link
 
     def hang_fault(self, host: str) -> tuple[str, str]:
         from c4.lab import faults
