@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -43,34 +42,12 @@ class Collector:
         self.shipper: Shipper | None = None
         self._lock = threading.Lock()
         self._installed = False
-        self._term_handler: object = None
 
     def install(self) -> None:
         self.recorder.patch()
         self._installed = True
         atexit.register(self.close)
         os.register_at_fork(after_in_child=self._after_fork)
-        self._flush_on_sigterm()
-
-    def _flush_on_sigterm(self) -> None:
-        """Launchers stop ranks with SIGTERM, which by default ends Python without atexit: the
-        last records would be lost and the daemon would see ranks that "stopped reporting".
-        Where SIGTERM still has its default action, ship what is left first (bounded by
-        ``exit_flush_s``), then die of the signal as before."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return  # the program handles SIGTERM itself; atexit covers a clean exit
-
-        def on_term(signum: int, _frame: object) -> None:
-            try:
-                self.close()
-            finally:
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
-
-        signal.signal(signal.SIGTERM, on_term)
-        self._term_handler = on_term
 
     def uninstall(self) -> None:
         """Restore torch.distributed and ship what is left (bounded by ``exit_flush_s``)."""
@@ -80,10 +57,6 @@ class Collector:
             self.recorder.unpatch()
             unpatch_ddp()
             self._installed = False
-            if self._term_handler is not None and \
-                    signal.getsignal(signal.SIGTERM) is self._term_handler:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            self._term_handler = None
         self.close()
         atexit.unregister(self.close)
 
