@@ -34,6 +34,32 @@ _LAUNCHER = typer.Option("mpirun", "--launcher", help="nccl-tests: 'mpirun', 'sr
 _NCCL_DIR = typer.Option(None, "--nccl-tests-dir", help="nccl-tests build directory "
                          "(default: PATH).")
 _GPUS = typer.Option(1, "--gpus-per-host", help="Ranks per host (nccl-tests: GPUs).")
+_REPORTS = typer.Option(None, "--reports", help="Fault reports (c4 analyze --format json) to "
+                        "re-score with the verdicts: confirmed suspects gain, cleared ones go.")
+
+
+def _adjusted(path: Path | None, verdicts: list[Any]) -> list[dict[str, Any]] | None:
+    """The reports of ``path`` re-scored by the verdicts (None without ``--reports``)."""
+    if path is None:
+        return None
+    from diagnosis.errors import FormatError
+    from diagnosis.probes.adjust import apply_probes
+    from diagnosis.report import FaultReport
+
+    try:
+        doc = json.loads(Path(path).read_text())
+        reports = [FaultReport.from_json(r) for r in doc["reports"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FormatError(f"not a fault report document ({exc})", source=str(path)) from exc
+    return [apply_probes(r, verdicts).to_json() for r in reports]
+
+
+def _print_adjusted(adjusted: list[dict[str, Any]] | None) -> None:
+    for r in adjusted or []:
+        top = r["suspects"][0] if r["suspects"] else None
+        typer.echo(f"{r['kind']}: " + (f"top suspect {top['type']} {top['id']} score "
+                                       f"{top['score']:.2f}" if top else "no suspect left")
+                   + f" - {r['summary']}")
 
 
 def _setup(backend: str, size: int | None, iters: int, timeout: float, lab_dir: Path | None,
@@ -143,7 +169,8 @@ def bisect_cmd(
     backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
     timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
     remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
-    gpus: int = _GPUS, ratio: float = _RATIO, fmt: str = _FORMAT,
+    gpus: int = _GPUS, ratio: float = _RATIO, reports: Path | None = _REPORTS,
+    fmt: str = _FORMAT,
 ) -> None:
     """Bisect a set of hosts for the slow one(s): halves, then pairs with cleared hosts."""
     from diagnosis.errors import DiagnosisError
@@ -154,13 +181,16 @@ def bisect_cmd(
                                        remote, launcher, nccl_dir, gpus)
         out = bisect(prober, resolve.many(hosts), known_good=resolve.many(known_good),
                      config=PlanConfig(slow_ratio=ratio), topology=topo)
+        adjusted = _adjusted(reports, list(out.verdicts))
     except (DiagnosisError, ValueError) as exc:
         _fail(exc)
     if fmt == "json":
-        typer.echo(json.dumps(out.to_json()))
+        typer.echo(json.dumps({**out.to_json(), **({"reports": adjusted} if adjusted is not None
+                                                   else {})}))
     else:
         _results_table(f"{prober.name} bisection: {out.reason}", list(out.steps),
                        list(out.verdicts))
+        _print_adjusted(adjusted)
     if out.culprits:
         raise typer.Exit(1)
 
@@ -173,7 +203,8 @@ def confirm_cmd(
     backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
     timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
     remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
-    gpus: int = _GPUS, ratio: float = _RATIO, fmt: str = _FORMAT,
+    gpus: int = _GPUS, ratio: float = _RATIO, reports: Path | None = _REPORTS,
+    fmt: str = _FORMAT,
 ) -> None:
     """Confirm or clear a suspect with pair tests against peers (exit 1 when confirmed)."""
     from diagnosis.errors import DiagnosisError
@@ -184,12 +215,15 @@ def confirm_cmd(
                                        remote, launcher, nccl_dir, gpus)
         v = pairwise(prober, resolve(suspect), resolve.many(peers),
                      config=PlanConfig(slow_ratio=ratio), topology=topo)
+        adjusted = _adjusted(reports, [v])
     except (DiagnosisError, ValueError) as exc:
         _fail(exc)
     if fmt == "json":
-        typer.echo(json.dumps(v.to_json()))
+        typer.echo(json.dumps({**v.to_json(), **({"reports": adjusted} if adjusted is not None
+                                                 else {})}))
     else:
         _results_table(f"{prober.name} probe of {suspect}: {v.status}", list(v.results), [v])
+        _print_adjusted(adjusted)
     if v.status == CONFIRMED:
         raise typer.Exit(1)
 

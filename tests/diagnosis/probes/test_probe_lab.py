@@ -1,7 +1,7 @@
 """The whole probing flow in the fault lab: a 4-host leaf/spine lab of network namespaces, one
 host's cable slowed with ``c4 lab``'s own slow-link fault, ``c4 probe bisect`` over the lab's
 host ids (gloo ranks inside the host namespaces, the lab topology's link capacities as the
-expectation) finding that host, and the verdicts re-scoring a fault report."""
+expectation) finding that host and re-scoring a fault report with its verdicts."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.probes.adjust import apply_probes
-from diagnosis.probes.plans import CLEARED, CONFIRMED, Verdict
-from diagnosis.report import FaultReport, Suspect
+from diagnosis.probes.plans import CLEARED, CONFIRMED
+from diagnosis.report import FaultReport, Suspect, reports_to_json
 
 pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.multiprocess]
 
@@ -54,9 +53,15 @@ def _c4(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow  # five probes of ~10 s each (rank start-up dominates on this machine)
-def test_bisect_over_lab_hosts_finds_the_slowed_cable(lab):
+def test_bisect_over_lab_hosts_finds_the_slowed_cable(lab, tmp_path):
+    report = FaultReport("comm_slow", (Suspect("link", "leaf00~node000/nic0", 0.6),
+                                       Suspect("nic", f"{SLOW_HOST}/nic0", 0.5)), 1,
+                         "transfers between node000 and node001 are slow")
+    reports = tmp_path / "reports.json"
+    reports.write_text(json.dumps(reports_to_json([report])))
     out = _c4("probe", "bisect", "node000", "node001", "node002", "node003", "--lab-dir",
-              lab["lab_dir"], "--bytes", str(1 << 20), "--iters", "3", "--format", "json")
+              lab["lab_dir"], "--bytes", str(1 << 20), "--iters", "3", "--reports",
+              str(reports), "--format", "json")
     assert out.returncode == 1, out.stderr  # 1: culprits found
     doc = json.loads(out.stdout)
     assert doc["culprits"] == [SLOW_HOST], doc["reason"]
@@ -69,14 +74,10 @@ def test_bisect_over_lab_hosts_finds_the_slowed_cable(lab):
     assert slow["measured_gbps"] < 0.04 / 8 * 1.5  # the 40 Mbit/s shaper bounds it
     healthy = [s["busbw_gbps"] for s in doc["steps"] if SLOW_HOST not in s["hosts"]]
     assert healthy and min(healthy) > 4 * slow["measured_gbps"]
-
-    verdicts = [Verdict(v["host"], v["status"], v["reason"]) for v in doc["verdicts"]]
-    report = FaultReport("comm_slow", (Suspect("link", "leaf00~node000/nic0", 0.6),
-                                       Suspect("nic", f"{SLOW_HOST}/nic0", 0.5)), 1,
-                         "transfers between node000 and node001 are slow")
-    adjusted = apply_probes(report, verdicts)
-    assert [s.id for s in adjusted.suspects] == [f"{SLOW_HOST}/nic0"]
-    assert adjusted.suspects[0].score == pytest.approx(0.75)
+    # the report re-scored: node000's cable cleared, node001's NIC confirmed
+    (adjusted,) = doc["reports"]
+    assert adjusted["suspects"] == [{"type": "nic", "id": f"{SLOW_HOST}/nic0", "score": 0.75}]
+    assert [p["host"] for p in adjusted["evidence"]["probes"]] == list(status)
 
 
 def test_pair_in_the_lab_table(lab):
