@@ -42,6 +42,11 @@ class DemoEnv(Protocol):
 
     def clear_faults(self) -> None: ...
 
+    def end_hang(self) -> None:
+        """Kill the hung rank (the restart stops it anyway): resumed, it would run on into
+        calls its stopped peers never join and look like a second hang."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -87,8 +92,17 @@ class LabEnv:
         from c4.lab import faults
 
         gpu = f"{host}/gpu{self.nproc - 1}"
-        faults.inject(self.lab_dir, "hang", gpu)
+        rec = faults.inject(self.lab_dir, "hang", gpu)
+        self._hung = [int(pid) for pid in rec.get("undo", {}).get("back", {})]
         return f"hang of the rank on {gpu} (cgroup freezer)", gpu
+
+    def end_hang(self) -> None:
+        from c4.lab import faults
+
+        for pid in getattr(self, "_hung", []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # delivered as the freezer thaws it
+        faults.clear(self.lab_dir)
 
     def clear_faults(self) -> None:
         from c4.lab import faults
@@ -153,6 +167,14 @@ class LocalEnv:
 
     def clear_faults(self) -> None:
         self.fault_file.unlink(missing_ok=True)
+
+    def end_hang(self) -> None:
+        for pid in self._stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._stopped.clear()
+
+    def _resume_stopped(self) -> None:
         for pid in self._stopped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
@@ -160,6 +182,7 @@ class LocalEnv:
 
     def close(self) -> None:
         self.clear_faults()
+        self._resume_stopped()
         for svc in reversed(self.services):
             svc.stop(timeout=15)
 

@@ -182,7 +182,7 @@ class Demo:
                             lambda: self._recovery(("isolated", "restarting", "stopped",
                                                     "relaunched", "resumed")))
             self.say(f"recovery isolated {rec.node}; the job is being restarted without it")
-            self.env.clear_faults()  # a frozen rank cannot even be killed until thawed
+            self.env.end_hang()
             self.wait("the job to resume", lambda: self._recovery(("resumed",)), 240)
             prog = self._progress()
             self.say(f"resumed: attempt {prog.get('attempt')} at step {prog.get('step')}")
@@ -191,6 +191,7 @@ class Demo:
             self.services[-1].stop(timeout=30)
             live.update(self._view())
         self.live = None
+        self.console.print("\n".join(self.events))
         self._summary()
         return 0
 
