@@ -11,6 +11,7 @@ achieved: records per second of engine wall time. Also reports peak memory.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     eng = new_engine(sim)
     setup_s = time.perf_counter() - t
     n_ops = n_conns = 0
-    engine_s = sim_s = 0.0
+    engine_s = sim_s = engine_cpu = 0.0
     first = last = None
     per_iter = []
     batches = sim.run()
@@ -52,13 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         now = int(b.ops["t_end_ns"].max())
         first = int(b.ops["t_enter_ns"].min()) if first is None else first
         last = now
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         eng.add_ops(ops)
         if conns is not None:
             eng.add_conns(conns)
         reports = eng.advance(now)
         dt = time.perf_counter() - t
         engine_s += dt
+        engine_cpu += time.process_time() - c
         per_iter.append(dt)
         n_ops += len(ops)
         n_conns += 0 if conns is None else len(conns)
@@ -79,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  needed           {need:,.0f} records/s")
     print(f"  achieved         {got:,.0f} records/s  (engine {engine_s:.1f} s, "
           f"{max(per_iter):.2f} s worst iteration; finish {finish_s:.2f} s)")
+    print(f"  per CPU second   {records / engine_cpu:,.0f} records/s  (engine CPU "
+          f"{engine_cpu:.1f} s: the figure on an idle core; load average now "
+          f"{os.getloadavg()[0]:.1f})")
     print(f"  headroom         {got / need:.2f}x  -> "
           f"{'keeps up' if got >= need else 'FALLS BEHIND'}")
     print(f"  setup {setup_s:.1f} s, simulation {sim_s:.1f} s, peak RSS {rss_mb:.0f} MB, "
