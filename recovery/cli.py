@@ -79,6 +79,12 @@ def recover(
                                           help="Seconds from restart request to first step "
                                                "before the recovery counts as failed."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and record, do nothing."),
+    require_confirmation: bool = typer.Option(
+        False, "--require-confirmation",
+        help="Isolate only after an active probe (gloo, pairwise with the job's other nodes) "
+             "confirms the suspect; the verdict goes into the decision's reason."),
+    probe_lab: Path = typer.Option(None, "--probe-lab", help="Probe the hosts of the fault "
+                                   "lab in this directory (namespaces and fabric addresses)."),
 ) -> None:
     """Follow the daemon's live fault stream and recover jobs: isolate the faulty node, have
     the job restarted without it. Every decision is recorded (see `c4 recoveries`)."""
@@ -91,7 +97,7 @@ def recover(
         policy = Policy(kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
                         min_score=min_score, max_per_job=max_per_job, max_per_hour=max_per_hour,
                         max_node_fraction=max_node_fraction, cooldown_s=cooldown,
-                        dry_run=dry_run)
+                        dry_run=dry_run, require_confirmation=require_confirmation)
         cfg = ControllerConfig(restart_timeout_s=restart_timeout)
         iso = _isolator(isolator)
         jr = _journal(journal)
@@ -101,7 +107,16 @@ def recover(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     client = DaemonClient(daemon)
-    ctl = Controller.for_daemon(client, jr, iso, policy, config=cfg)
+    extra = {}
+    if require_confirmation:
+        from c4.lab.state import read as read_lab
+        from diagnosis.probes.confirm import ProbeConfirmer
+        from diagnosis.probes.gloo import GlooProber
+        from diagnosis.probes.hosts import HostResolver
+
+        lab_state = read_lab(probe_lab) if probe_lab else None
+        extra["confirm"] = ProbeConfirmer(GlooProber(), HostResolver.for_lab(lab_state))
+    ctl = Controller.for_daemon(client, jr, iso, policy, config=cfg, **extra)
     console.print(f"c4 recover: daemon {client.address}, isolator {iso.name}, journal "
                   f"{jr.path}{' (dry run)' if dry_run else ''}", highlight=False)
     try:
