@@ -55,6 +55,9 @@ class Topology:
             text = path.read_text()
         except OSError as exc:
             raise FormatError(f"cannot read topology file: {exc}", source=str(path)) from exc
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"not UTF-8 text ({exc.reason} at byte {exc.start}): a topology "
+                              "is a JSON file", source=str(path)) from exc
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -270,7 +273,10 @@ def _parse(obj: Any, source: str) -> nx.Graph:
         raise FormatError("missing list of nodes", source=source, field="nodes")
     if not isinstance(links, list):
         raise FormatError("missing list of links", source=source, field="links")
-    g = nx.Graph(**(obj.get("graph") or {}))
+    graph = obj.get("graph") or {}
+    if not isinstance(graph, dict) or not all(isinstance(k, str) for k in graph):
+        raise FormatError("graph attributes must be an object", source=source, field="graph")
+    g = nx.Graph(**graph)
     for i, node in enumerate(nodes):
         where = f"nodes[{i}]"
         if not isinstance(node, dict):
