@@ -161,7 +161,8 @@ def load_dump(file: Path, rank: int) -> RankDump:
         try:
             obj = safe_unpickle(data)
         except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError,
-                KeyError, AttributeError, UnicodeDecodeError, OverflowError) as exc:
+                KeyError, AttributeError, UnicodeDecodeError, OverflowError,
+                MemoryError) as exc:   # a corrupt length field may ask for terabytes
             raise FormatError(f"not a readable pickle ({exc}); the file may be truncated",
                               source=src) from exc
     return parse_dump(obj, rank, src)
