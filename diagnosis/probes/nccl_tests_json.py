@@ -30,6 +30,16 @@ _CONFIG_KEYS = {"nthreads": "nThread", "ngpus": "nGpus", "minimum_bytes": "minBy
 
 def run_from_json(obj: Any, source: str = "") -> NcclTestsRun:
     """One run from the decoded JSON document."""
+    try:
+        return _run_from_json(obj, source)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as exc:
+        # a field of the wrong type (an object where a number belongs, NaN as a count, ...)
+        raise FormatError(f"unexpected value in the JSON output ({type(exc).__name__}: "
+                          f"{exc}); is this the file nccl-tests wrote with -J?",
+                          source=source) from exc
+
+
+def _run_from_json(obj: Any, source: str) -> NcclTestsRun:
     if not isinstance(obj, dict):
         raise FormatError("the JSON output is an object", source=source)
     if "results" not in obj:
