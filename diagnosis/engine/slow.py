@@ -1,13 +1,16 @@
 """Non-communication slowness: a rank (or every rank of a host) that brings its own delay.
 
-Between two consecutive calls of a communicator, each member's *own* time (time outside calls)
-is compared with its peers' at the same two calls: members of one collective do the same work.
-A member's sample is its excess own time, capped by how late it actually arrived (extra compute
-that delays nobody is not a fault), relative to the peers' median own time. A victim that waited
-for a slow peer elsewhere arrives late but brings no own excess; a checkpoint step or warm-up
-that is slow on every member leaves the median behind; a one-off pause is one sample. A rank is
-slow when, from some change point on, most of its samples exceed the communicator's noise, and
-the segment's median is both large enough to matter and many standard errors above the noise.
+Between a call of a communicator and its previous call with the same signature (operation and
+size), each member's *own* time (time outside calls) is compared with its peers' over the same
+span: members of one collective do the same work. Pairing by signature makes the span one
+iteration when a step issues several calls on one communicator, so compute that precedes only one
+of them lands in every sample. A member's sample is its excess own time, capped by how late it
+actually arrived at some call of the span (extra compute that delays nobody is not a fault),
+relative to the peers' median own time. A victim that waited for a slow peer elsewhere arrives
+late but brings no own excess; a checkpoint step or warm-up that is slow on every member leaves
+the median behind; a one-off pause is one sample. A rank is slow when, from some change point on,
+most of its samples exceed the communicator's noise, and the segment's median is both large
+enough to matter and many standard errors above the noise.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ import numpy as np
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.series import change_point, robust_sigma, row_quantile
+
+# calls of a communicator whose lateness is remembered: a signature recurring further apart
+# than this gives no sample
+_LATE = 64
 
 
 @dataclass
@@ -40,8 +47,13 @@ class _SizeClass:
         self.n, self.K = n, K
         self.local: dict[int, int] = {}
         self.groups: list[int] = []
+        # the last call of each (communicator, signature) stream: own row and seq
+        self.streams: dict[tuple[int, int], int] = {}
         self.last_own = np.zeros((0, n), dtype=np.int64)
         self.last_seq = np.zeros(0, dtype=np.int64)
+        # each communicator's recent lateness rows (ns), by seq % _LATE
+        self.late = np.zeros((0, _LATE, n), dtype=np.float32)
+        self.late_seq = np.zeros((0, _LATE), dtype=np.int64)
         self.x = np.zeros((0, K, n), dtype=np.float32)
         self.a = np.zeros((0, K, n), dtype=np.float32)
         self.scale = np.zeros((0, K))
@@ -56,17 +68,33 @@ class _SizeClass:
                 li = self.local[g] = len(self.groups)
                 self.groups.append(g)
             out[i] = li
-        grow = len(self.groups) - len(self.last_seq)
+        grow = len(self.groups) - len(self.pos)
         if grow > 0:
             n, K = self.n, self.K
-            self.last_own = np.vstack([self.last_own, np.full((grow, n), -1, dtype=np.int64)])
-            self.last_seq = np.r_[self.last_seq, np.full(grow, -2, dtype=np.int64)]
+            self.late = np.concatenate([self.late, np.zeros((grow, _LATE, n), np.float32)])
+            self.late_seq = np.vstack([self.late_seq, np.full((grow, _LATE), -1, np.int64)])
             self.x = np.concatenate([self.x, np.full((grow, K, n), np.nan, np.float32)])
             self.a = np.concatenate([self.a, np.full((grow, K, n), np.nan, np.float32)])
             self.scale = np.vstack([self.scale, np.full((grow, K), np.nan)])
             self.t = np.vstack([self.t, np.zeros((grow, K), dtype=np.int64)])
             self.pos = np.r_[self.pos, np.zeros(grow, dtype=np.int64)]
         return out
+
+    def stream_ids(self, li: np.ndarray, sig: np.ndarray) -> np.ndarray:
+        key = np.stack([li, sig], axis=1)
+        uniq, inv = np.unique(key, axis=0, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int64)
+        for i, (a, b) in enumerate(uniq.tolist()):
+            sid = self.streams.get((a, b))
+            if sid is None:
+                sid = self.streams[(a, b)] = len(self.streams)
+            ids[i] = sid
+        grow = len(self.streams) - len(self.last_seq)
+        if grow > 0:
+            self.last_own = np.vstack([self.last_own,
+                                       np.full((grow, self.n), -1, dtype=np.int64)])
+            self.last_seq = np.r_[self.last_seq, np.full(grow, -1, dtype=np.int64)]
+        return ids[inv.ravel()]
 
 
 class NoncommSlow:
@@ -84,28 +112,44 @@ class NoncommSlow:
             cls = self.classes[n] = _SizeClass(n, self.cfg.history)
         g, seq, own, enter = fin.group[keep], fin.seq[keep], fin.own[keep], fin.enter[keep]
         li = cls.index(g)
-        # previous own row: the previous finished row of the same group in this batch if it is
-        # seq - 1, else the remembered last row
-        prev_own = cls.last_own[li].copy()
-        prev_seq = cls.last_seq[li].copy()
-        same = np.zeros(len(li), dtype=bool)
-        same[1:] = li[1:] == li[:-1]
-        prev_own[1:][same[1:]] = own[:-1][same[1:]]
-        prev_seq[1:][same[1:]] = seq[:-1][same[1:]]
-        # remember the newest row of each group
+        # lateness of every member at every call, remembered per communicator so that a sample
+        # is capped by the member's largest lateness over its span
+        late_ns = (enter - np.median(enter, axis=1, keepdims=True)).astype(np.float32)
+        r = seq % _LATE
+        cls.late[li, r] = late_ns
+        cls.late_seq[li, r] = seq
+        sig = (self.arena.s_op[fin.slots[keep]] << 40) | self.arena.s_bytes[fin.slots[keep]]
+        sid = cls.stream_ids(li, sig)
+        # previous call of the same stream: an earlier row of this batch, else remembered
+        o = np.lexsort((seq, sid))
+        so = sid[o]
+        prev_own = cls.last_own[so].copy()
+        prev_seq = cls.last_seq[so].copy()
+        same = np.zeros(len(o), dtype=bool)
+        same[1:] = so[1:] == so[:-1]
+        prev_own[1:][same[1:]] = own[o][:-1][same[1:]]
+        prev_seq[1:][same[1:]] = seq[o][:-1][same[1:]]
         last = np.r_[~same[1:], True]
-        cls.last_own[li[last]] = own[last]
-        cls.last_seq[li[last]] = seq[last]
-        ok = (prev_seq == seq - 1) & (own >= 0).all(axis=1) & (prev_own >= 0).all(axis=1)
+        cls.last_own[so[last]] = own[o][last]
+        cls.last_seq[so[last]] = seq[o][last]
+        back = np.empty_like(o)
+        back[o] = np.arange(len(o))
+        prev_own, prev_seq = prev_own[back], prev_seq[back]
+        ok = (prev_seq >= 0) & (prev_seq < seq) & (seq - prev_seq <= _LATE) \
+            & (own >= 0).all(axis=1) & (prev_own >= 0).all(axis=1)
         if not ok.any():
             return
-        li, own, prev_own, enter = li[ok], own[ok], prev_own[ok], enter[ok]
+        li, own, prev_own, enter, seq, prev_seq = (a[ok] for a in (li, own, prev_own, enter, seq,
+                                                                   prev_seq))
+        ls = cls.late_seq[li]
+        span = (ls > prev_seq[:, None]) & (ls <= seq[:, None])
+        late_ns = np.where(span[:, :, None], cls.late[li], -np.inf).max(axis=1)
         t = enter.min(axis=1)
         C = (own - prev_own).astype(np.float64)
         medC = np.median(C, axis=1, keepdims=True)
         scale = np.maximum(medC, float(self.cfg.min_compute_ns))
         x = (C - medC) / scale
-        late = (enter - np.median(enter, axis=1, keepdims=True)) / scale
+        late = late_ns / scale
         a = np.clip(np.minimum(x, late), 0.0, None)
         # ring write; several rows of one group in a batch take consecutive columns
         start = np.ones(len(li), dtype=bool)
