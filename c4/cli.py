@@ -19,6 +19,7 @@ COMMAND_MODULES: list[str] = [
     "diagnosis.daemon.cli",
     "diagnosis.probes.cli",
     "diagnosis.query_cli",
+    "diagnosis.report_html.cli",
     "diagnosis.sim.cli",
     "diagnosis.topology.cli",
     "recovery.cli",

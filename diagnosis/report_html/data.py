@@ -1,0 +1,177 @@
+"""What the HTML report draws, gathered from a daemon or from a trace file, plus the recovery
+journal: ops, transfer samples, rank placement, fault reports and recovery timelines."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from diagnosis.errors import DiagnosisError
+from diagnosis.report import FaultReport
+from proto.codec import OP_COLUMNS, Columns, concat, empty_columns
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecoveryMarks:
+    """One recovery from the journal: its node, final state and the phases' wall-clock times."""
+
+    id: int
+    node: str
+    state: str
+    at: dict[str, int]
+
+
+@dataclass
+class Transfers:
+    """Point-to-point transfers, one row each: who sent to whom, how many bytes, how long."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    seconds: np.ndarray
+    source: str  # "conn samples" or "point-to-point op durations"
+
+
+@dataclass
+class ReportData:
+    job: str
+    origin: str                              # "daemon HOST:PORT" or "trace FILE"
+    ops: Columns
+    transfers: Transfers | None
+    faults: list[FaultReport]
+    hosts: dict[int, str] = field(default_factory=dict)    # rank -> host
+    gpus: dict[int, str] = field(default_factory=dict)
+    nics: dict[int, str] = field(default_factory=dict)
+    topology: Any = None
+    recoveries: list[RecoveryMarks] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def transfers_from_ops(ops: Columns) -> Transfers | None:
+    """Transfers from completed point-to-point calls: a send at rank r to peer p is r -> p, a
+    recv at r from p is p -> r; the duration is the call's (start, else enter) to its end."""
+    if not len(ops):
+        return None
+    names = np.asarray(ops.strings, dtype=object)
+    op = names[ops["op"]] if len(names) else np.empty(0, dtype=object)
+    done = (ops["peer"] >= 0) & (ops["t_end_ns"] >= 0)
+    is_send = done & np.isin(op, ("send", "isend"))
+    is_recv = done & np.isin(op, ("recv", "irecv"))
+    keep = is_send | is_recv
+    if not keep.any():
+        return None
+    rank, peer = ops["rank"][keep].astype(np.int64), ops["peer"][keep].astype(np.int64)
+    send = is_send[keep]
+    start = np.where(ops["t_start_ns"] >= 0, ops["t_start_ns"], ops["t_enter_ns"])[keep]
+    secs = np.maximum(ops["t_end_ns"][keep] - start, 1) / 1e9
+    return Transfers(np.where(send, rank, peer), np.where(send, peer, rank),
+                     ops["nbytes"][keep].astype(np.float64), secs,
+                     "point-to-point op durations")
+
+
+def _journal(path: Path, job: str) -> list[RecoveryMarks]:
+    from recovery.errors import RecoveryError
+    from recovery.journal import Journal
+    from recovery.timeline import timeline
+
+    if not path.exists():
+        raise DiagnosisError(f"no recovery journal at {path}: give the file `c4 recover` "
+                             "writes (C4_RECOVERY_JOURNAL)")
+    try:
+        with Journal(path) as j:
+            return [RecoveryMarks(r.id, r.node, r.state.value, dict(timeline(j, r).at))
+                    for r in j.recoveries(job)]
+    except RecoveryError as exc:
+        raise DiagnosisError(str(exc)) from exc
+
+
+def _topology(path: Path | None) -> Any:
+    if path is None:
+        return None
+    from diagnosis.topology import Topology
+
+    return Topology.load(path)
+
+
+def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
+                journal: Path | None = None) -> ReportData:
+    """Everything the daemon knows about ``job``. The daemon has no query for connection
+    samples, so the transfer matrix comes from point-to-point op durations."""
+    from diagnosis.client import DaemonClient
+
+    with DaemonClient(address) as client:
+        ops = client.ops(job)
+        faults = client.faults(job)
+        ranks = client.ranks(job)
+        where = client.address
+    if not len(ops) and not ranks:
+        raise DiagnosisError(f"the daemon at {where} knows nothing of job {job!r}: "
+                             "`c4 jobs` lists the jobs it has seen")
+    data = ReportData(job, f"daemon {where}", ops, transfers_from_ops(ops), faults,
+                      hosts={r.rank: r.host for r in ranks},
+                      gpus={r.rank: r.gpu for r in ranks if r.gpu},
+                      nics={r.rank: r.nic for r in ranks if r.nic},
+                      topology=_topology(topology))
+    data.notes.append("The daemon offers no query for connection samples, so the transfer "
+                      "matrix is derived from the durations of point-to-point calls.")
+    if journal is not None:
+        data.recoveries = _journal(journal, job)
+    return data
+
+
+def from_trace(path: Path, job: str | None = None, *, topology: Path | None = None,
+               journal: Path | None = None) -> ReportData:
+    """A trace file read offline; its faults are found by running the detectors over it."""
+    from diagnosis.engine import ConnRecords, Engine
+    from diagnosis.trace import Meta, RankInfo, read_trace
+    from diagnosis.trace.feed import feed_trace
+
+    topo = _topology(topology)
+    parts: list[Columns] = []
+    conns: list[ConnRecords] = []
+    hosts: dict[int, str] = {}
+    gpus: dict[int, str] = {}
+    nics: dict[int, str] = {}
+    trace_job = None
+    for item in read_trace(path):
+        if isinstance(item, Columns):
+            parts.append(item)
+        elif isinstance(item, ConnRecords):
+            conns.append(item)
+        elif isinstance(item, RankInfo):
+            hosts[item.rank] = item.host
+            if item.gpu:
+                gpus[item.rank] = item.gpu
+            if item.nic:
+                nics[item.rank] = item.nic
+        elif isinstance(item, Meta):
+            trace_job = item.job
+    ops = concat(parts) if parts else empty_columns(OP_COLUMNS)
+    faults, _ = feed_trace(Engine(topo), path)
+    name = job or trace_job or Path(path).stem
+    data = ReportData(name, f"trace {Path(path).name}", ops, None, list(faults), hosts, gpus,
+                      nics, topo)
+    done = [c for c in conns if len(c)]
+    if done:
+        src = np.concatenate([c.src for c in done])
+        dst = np.concatenate([c.dst for c in done])
+        nbytes = np.concatenate([c.bytes for c in done]).astype(np.float64)
+        t0 = np.concatenate([c.t_start_ns for c in done])
+        t1 = np.concatenate([c.t_end_ns for c in done])
+        ok = t1 >= 0
+        if ok.any():
+            data.transfers = Transfers(src[ok], dst[ok], nbytes[ok],
+                                       np.maximum(t1[ok] - t0[ok], 1) / 1e9, "conn samples")
+    if data.transfers is None:
+        data.transfers = transfers_from_ops(ops)
+        data.notes.append("The trace holds no finished connection samples, so the transfer "
+                          "matrix is derived from the durations of point-to-point calls.")
+    if journal is not None:
+        data.recoveries = _journal(journal, name)
+    return data
