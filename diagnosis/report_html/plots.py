@@ -157,12 +157,23 @@ def topology_figure(data: ReportData) -> tuple[str, str] | None:
     layer = {"core": 0, "spine": 1, "leaf": 2}
     big = g.number_of_nodes() > 600
     keep = [n for n, a in g.nodes(data=True) if not (big and a.get("kind") == "gpu")]
-    sub = g.subgraph(keep).copy()    # a copy: the layers below must not touch the topology
+    from diagnosis.topology.model import natural_key
+
+    # a fresh graph, nodes in natural order (gpu2 before gpu10), so each row reads in order
+    # and the layers below do not touch the topology
+    sub = nx.Graph()
+    sub.add_nodes_from((n, dict(g.nodes[n])) for n in sorted(keep, key=natural_key))
+    sub.add_edges_from(g.subgraph(keep).edges)
     for _, a in sub.nodes(data=True):
         kind = a.get("kind")
         a["layer"] = (layer.get(a.get("tier"), 2) if kind == "switch"
                       else {"nic": 3, "host": 4, "gpu": 5}.get(kind, 5))
-    pos = nx.multipartite_layout(sub, subset_key="layer", align="horizontal", scale=-1)
+    # layered layout: one row per tier, each row in natural order, spread over the width
+    rows: dict[int, list[str]] = {}
+    for n, a in sub.nodes(data=True):
+        rows.setdefault(a["layer"], []).append(n)
+    pos = {n: ((i + 0.5) / len(members), -float(lay))
+           for lay, members in rows.items() for i, n in enumerate(members)}
     bad_nodes, bad_links = _suspect_nodes(data)
     colours = {"switch": "#4575b4", "nic": "#74add1", "host": "#999999", "gpu": "#abd9e9"}
     plt = _plt()
@@ -176,8 +187,13 @@ def topology_figure(data: ReportData) -> tuple[str, str] | None:
                                                                 "#999999") for n in sub]
     size = [90 if n in bad_nodes else 25 for n in sub]
     nx.draw_networkx_nodes(sub, pos, ax=ax, node_color=node_colour, node_size=size)
-    if sub.number_of_nodes() <= 80:
-        nx.draw_networkx_labels(sub, pos, ax=ax, font_size=6)
+    # label the rows that stay legible: switches and hosts (NICs and GPUs only when few)
+    few = sub.number_of_nodes() <= 40
+    labels = {n: n for n, a in sub.nodes(data=True)
+              if (few or a.get("kind") in ("switch", "host")) and n not in bad_nodes}
+    if len(labels) <= 120:
+        nx.draw_networkx_labels(sub, pos, labels=labels, ax=ax, font_size=6,
+                                verticalalignment="bottom")
     for n in bad_nodes & set(sub):
         ax.annotate(n, pos[n], xytext=(4, 6), textcoords="offset points", color="#d7191c",
                     fontsize=9, fontweight="bold")
@@ -199,7 +215,7 @@ def timeline_figure(data: ReportData) -> tuple[str, str] | None:
     for r in data.recoveries:
         times = sorted(r.at.items(), key=lambda kv: kv[1])
         span = [(times[0][1], times[-1][1])] if times else []
-        rows.append((f"recovery {r.id}: {r.node} ({r.state})", span, "#1a9850",
+        rows.append((f"recovery {r.id}: {r.node} ({r.state})", span, "#c7e9c0",
                      [(t, name) for name, t in times]))
     if not rows:
         return None
@@ -214,7 +230,8 @@ def timeline_figure(data: ReportData) -> tuple[str, str] | None:
                            facecolors=colour)
         for t, name in marks:
             ax.plot((t - t0) / 1e9, y, "k|", markersize=12)
-            ax.annotate(name, ((t - t0) / 1e9, y + 0.32), fontsize=7, rotation=30)
+            ax.annotate(name, ((t - t0) / 1e9, y - 0.05), fontsize=7, rotation=30,
+                        color="#1b5e20")
     ax.set_yticks(range(len(rows)), [r[0] for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first event")
