@@ -76,7 +76,7 @@ def test_to_write_mutated_requests(data):
         _check_to_write(req)
 
 
-@fuzz(150)
+@fuzz(100)
 @given(ingest_requests())
 def test_to_write_wrong_contents(req):
     _check_to_write(req)
@@ -135,7 +135,7 @@ def test_daemon_send_mutated_bytes(daemon, data):
     _send(raw, payload)
 
 
-@fuzz(150)
+@fuzz(80)
 @given(reqs=st.lists(ingest_requests(), min_size=1, max_size=4))
 def test_daemon_send_wrong_contents(daemon, reqs):
     d, raw = daemon

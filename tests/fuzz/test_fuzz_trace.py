@@ -76,7 +76,7 @@ def test_mutated_records(data):
         _analyze(text)
 
 
-@fuzz(60)
+@fuzz(40)
 @given(st.lists(st.fixed_dictionaries(
     {"type": st.sampled_from(("meta", "rank", "group", "op", "conn", "end", "x"))},
     optional={k: json_values for k in ("rank", "pg", "seq", "op", "bytes", "t_enter_ns",
