@@ -213,17 +213,18 @@ def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
                 next_poll = now + args.poll_s
                 try:
                     stored = client.status().records_ingested - base
-                except DaemonError as exc:   # a busy daemon: count it, try again next time
+                except DaemonError:   # a busy daemon: count it, try again next time
                     missed += 1
-                    print(f"  status did not answer: {exc}")
-                    continue
-                stores.append((now - t0, stored))
-                # the earliest moment the generators had sent ``stored`` records
-                i = np.searchsorted([c for _, c in sends], stored, side="left")
-                if stored > 0 and i < len(sends):
-                    lag.append(now - sends[i][0])
-                if not running and stored >= sends[-1][1]:
-                    break
+                    stored = None
+                if stored is not None:
+                    now = time.monotonic()
+                    stores.append((now - t0, stored))
+                    # the earliest moment the generators had sent ``stored`` records
+                    i = np.searchsorted([c for _, c in sends], stored, side="left")
+                    if stored > 0 and i < len(sends):
+                        lag.append(now - sends[i][0])
+                    if not running and stored >= sends[-1][1]:
+                        break
                 if not running and now - t0 > duration + args.drain_s:
                     break
             if now >= next_rss:
