@@ -23,6 +23,7 @@ from diagnosis.engine.placement import Placement
 from diagnosis.engine.records import ConnRecords
 from diagnosis.engine.registry import Registry
 from diagnosis.engine.slow import NoncommSlow, SlowRank
+from diagnosis.engine.teardown import TeardownGate
 from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.tomography import PathCache
 from diagnosis.report import FaultReport, Suspect
@@ -60,6 +61,7 @@ class Engine:
         self._now = 0
         self._last_detect: int | None = None
         self._error_ranks: set[int] = set()
+        self.teardown = TeardownGate()
         self._unknown: set[str] = set()
         self._comm_hang_memo: tuple[Any, Any] | None = None
         self._detected_records = -1
@@ -188,7 +190,7 @@ class Engine:
 
     def finish(self, end_ns: int | None = None) -> list[FaultReport]:
         now = int(end_ns) if end_ns is not None else self._now
-        self._hangs(now)
+        self._hangs(now, final=True)
         self._slow(now)
         self.registry.changed()
         return [r for r in self.registry.all() if r.state == "open"]
@@ -225,13 +227,24 @@ class Engine:
             evidence={"group": name, "status": statuses, "culprits": culprits,
                       "members": len(inst.enter)},
             id="error:" + ",".join(map(str, culprits[:8])))
-        self.registry.put(report, now)
+        fail = inst.end[(inst.status > 0) & (inst.end >= 0)]
+        t = int(fail.min()) if len(fail) else first
+        blocked = bool(((inst.enter >= 0) & (inst.end < 0) & (inst.status <= 0)).any())
+        self.teardown.hold(report, t, self._grace(inst.group), culprits, blocked)
+
+    def _grace(self, g: int) -> int:
+        return int(self.timing.bound(np.asarray([g], dtype=np.int64))[0])
 
     def _group_label(self, g: int) -> str:
         name = self.arena.names[g]
         return f"{name}" if not self.arena.p2p[g] else f"send/recv {name}"
 
-    def _hangs(self, now: int) -> None:
+    def _hangs(self, now: int, final: bool = False) -> None:
+        self._hang_scan(now)
+        for report in self.teardown.settle(self.clock.seen[: self.clock.size], now, final):
+            self.registry.put(report, now)
+
+    def _hang_scan(self, now: int) -> None:
         scan = scan_open(self.arena, self.timing.bound, now)
         for inst in scan.failed:
             self._report_error(inst, now)
@@ -370,7 +383,10 @@ class Engine:
                              seq=s.seq, evidence={"group": name, "culprits": absent,
                                                   "stopped_reporting": True},
                              id="error:" + ",".join(map(str, absent[:8])))
-        self.registry.put(report, now)
+        heard = self.clock.seen[np.asarray(absent, dtype=np.int64)] \
+            if max(absent) < self.clock.size else np.asarray([-1])
+        quiet = int(heard.max()) if (heard >= 0).all() else s.first
+        self.teardown.hold(report, quiet, self._grace(s.group), absent, blocked=False)
 
     # ----- slow -------------------------------------------------------------------------------
     def _slow(self, now: int) -> None:

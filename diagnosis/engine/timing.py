@@ -47,7 +47,10 @@ class GroupTiming:
         last = fin.enter.max(axis=1)
         end_max = fin.end.max(axis=1)
         end_med = np.median(fin.end, axis=1)
-        span = (end_max - first).astype(np.float64)
+        # a failed call (or one a teardown ended) is not a normal span: it would stretch the
+        # hang bound by however long the job hung before it
+        span = np.where((fin.status > 0).any(axis=1), np.nan,
+                        (end_max - first).astype(np.float64))
         # previous call of the same group: earlier row of this batch, else remembered
         same = np.zeros(len(g), dtype=bool)
         same[1:] = g[1:] == g[:-1]

@@ -1,0 +1,78 @@
+"""Errors that may be a teardown: a launcher stopping a job on purpose (SIGTERM/SIGKILL of every
+rank) ends the last calls with errors and stops the ranks at slightly different times, which looks
+like ranks failing or going missing. Such an error report waits a grace period (the learnt hang
+bound of its communicator) and is dropped when the whole job goes silent within it; it is filed
+as soon as the other ranks are heard more than half the grace later (they kept running: one rank
+died; the ranks of a teardown stop well within that).
+
+A lone failure that leaves its peers waiting in the failed call (a rank errors and the job hangs
+on it) is still filed when the job then goes silent: a teardown stops the waiters too and fails
+calls on several ranks at once, so several error candidates close together are a teardown.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnosis.report import FaultReport
+
+log = logging.getLogger(__name__)
+
+_RECENT = 256     # candidate times kept to tell a teardown (several at once) from a lone failure
+
+
+@dataclass
+class _Held:
+    report: FaultReport
+    t: int                 # when the failure happened (or the rank went silent)
+    grace: int
+    culprits: np.ndarray
+    blocked: bool          # members still wait in the failed call
+
+
+class TeardownGate:
+    def __init__(self) -> None:
+        self.held: dict[str, _Held] = {}
+        self.recent: list[int] = []
+        self.dropped: list[FaultReport] = []
+
+    def hold(self, report: FaultReport, t: int, grace: int, culprits: list[int],
+             blocked: bool) -> None:
+        old = self.held.get(report.id)
+        self.held[report.id] = _Held(report, t if old is None else min(old.t, t), int(grace),
+                                     np.asarray(culprits, dtype=np.int64), blocked)
+        self.recent.append(int(t))
+        del self.recent[:-_RECENT]
+
+    def settle(self, seen: np.ndarray, now: int, final: bool = False) -> list[FaultReport]:
+        """Reports to file now; teardown ones are dropped. ``seen``: last time each rank was
+        heard (-1 never); ``final``: the data has ended, decide every held report."""
+        out: list[FaultReport] = []
+        if not self.held:
+            return out
+        times = np.asarray(self.recent, dtype=np.int64)
+        for fid in list(self.held):
+            h = self.held[fid]
+            others = seen.copy()
+            others[h.culprits[h.culprits < len(seen)]] = -1
+            last = int(others.max()) if len(others) else -1
+            if last > h.t + h.grace // 2:
+                # the job kept running for longer than a teardown's spread (well within one
+                # bound): a rank really failed
+                out.append(h.report)
+            elif final or now >= h.t + h.grace:
+                together = int((np.abs(times - h.t) <= h.grace).sum())
+                if h.blocked and together < 2:
+                    out.append(h.report)        # a lone failure the job hangs on
+                else:
+                    log.info("dropped %s: the whole job went silent within %.1f s of it "
+                             "(a teardown)", fid, h.grace / 1e9)
+                    self.dropped.append(h.report)
+                    del self.dropped[:-_RECENT]
+            else:
+                continue
+            del self.held[fid]
+        return out
