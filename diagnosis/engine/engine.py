@@ -16,7 +16,7 @@ import numpy as np
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
-from diagnosis.engine.hangs import Stuck, error_culprits, scan_open
+from diagnosis.engine.hangs import Stuck, chain, error_culprits, scan_open
 from diagnosis.engine.localize import CommFinding, Localizer
 from diagnosis.engine.owntime import OwnClock
 from diagnosis.engine.placement import Placement
@@ -251,15 +251,31 @@ class Engine:
         active: set[str] = set()
         cands = [s for s in scan.stuck if len(s.absent) and len(s.waiting)]
         gone = [s for s in scan.stuck if len(s.absent) and not len(s.waiting)]
-        comm = [s for s in scan.stuck if not len(s.absent) and len(s.waiting)
-                and now - s.last > s.bound]
+        entered = [s for s in scan.stuck if not len(s.absent) and len(s.waiting)
+                   and now - s.last > s.bound]
+        # everyone entered and nothing finishes: the transfer; some members got out: a member
+        # stopped inside the call (the transfer would hold everyone)
+        comm = [s for s in entered if not (s.end >= 0).any()]
+        partial = [s for s in entered if (s.end >= 0).any()]
         roots: dict[int, Stuck] = {}
         for s in sorted(cands, key=lambda s: s.first):
             for r in s.absent.tolist():
                 if r not in scan.waiting and r not in self._error_ranks:
                     roots.setdefault(r, s)
+        # (a chain through a failed rank is explained by its error)
+        silent = None if roots or comm or self._error_ranks \
+            else self._silent_first(cands, partial)
         if roots:
             active.add(self._report_noncomm_hang(roots, cands, scan.waiting, now))
+        elif silent is not None:
+            # every absent rank waits elsewhere (or all entered and some got out): the chain's
+            # rank silent longest stopped first, and everyone else waits for it
+            r, ranks = silent
+            s0 = min(cands + partial, key=lambda s: s.first)
+            where = next((c for c in sorted(cands, key=lambda c: c.first)
+                          if r in c.absent.tolist()), s0)
+            active.add(self._report_noncomm_hang({r: where}, cands or partial, scan.waiting, now,
+                                                 silent=ranks))
         elif cands and not comm and not self._error_ranks:
             s = min(cands, key=lambda s: s.first)
             active.add(self._report_noncomm_hang({r: s for r in s.absent.tolist()}, cands,
@@ -274,6 +290,21 @@ class Engine:
                 if fid not in active:
                     self.registry.resolve(fid, now, "the waiting call finished")
 
+    def _silent_first(self, cands: list[Stuck],
+                      partial: list[Stuck]) -> tuple[int, list[int]] | None:
+        """The rank of the waiting chain heard from least recently, and the chain by silence."""
+        start = {r for c in cands for r in c.absent.tolist()} \
+            | {r for c in partial for r in c.waiting.tolist()}
+        if not start:
+            return None
+        c = self.clock
+        ranks = [r for r in chain(self.arena, sorted(start))
+                 if r not in self._error_ranks and r < c.size and c.seen[r] >= 0]
+        if not ranks:
+            return None
+        ranks.sort(key=lambda r: (int(c.seen[r]), r))
+        return ranks[0], ranks
+
     def _describe_last(self, r: int) -> str:
         c = self.clock
         if r >= c.size or c.last_pg[r] < 0:
@@ -282,7 +313,8 @@ class Engine:
                 f"{self.pg_names[c.last_pg[r]]}")
 
     def _report_noncomm_hang(self, roots: dict[int, Stuck], cands: list[Stuck],
-                             waiting: set[int], now: int, cycle: bool = False) -> str:
+                             waiting: set[int], now: int, cycle: bool = False,
+                             silent: list[int] | None = None) -> str:
         culprits = sorted(roots, key=lambda r: (roots[r].first, r))
         top = roots[culprits[0]]
         fid = None
@@ -309,6 +341,13 @@ class Engine:
                        f"{len(top.waiting)} ranks have waited in for {_ms(now - top.first)}; "
                        f"{'it' if len(culprits) == 1 else 'the first'} last completed {last}: "
                        f"inspect {'its' if len(culprits) == 1 else 'their'} process (stack, GPU)")
+            if silent:
+                quiet_ms = (int(self.clock.seen[silent[1]]) - int(self.clock.seen[silent[0]])) \
+                    / 1e6 if len(silent) > 1 else 0.0
+                summary = (f"{who} went silent first ({quiet_ms:.0f} ms before the next of the "
+                           f"{len(silent)} ranks that wait for it, directly or through others); "
+                           f"{op} #{top.seq} on {name} has waited {_ms(now - top.first)}; "
+                           f"it last completed {last}: inspect its process (stack, GPU)")
         evidence = {
             "culprits": culprits,
             "last_completed": {str(r): self._describe_last(r) for r in culprits[:16]},
@@ -323,8 +362,11 @@ class Engine:
         # before anyone started waiting for it
         c0 = culprits[0]
         quiet = int(self.clock.last_end[c0]) if c0 < self.clock.size else -1
-        report = FaultReport("noncomm_hang",
-                             tuple(self.placement.suspects(culprits, [score] * len(culprits))),
+        suspects = self.placement.suspects(culprits, [(0.85 if silent else score)]
+                                           * len(culprits))
+        if silent:
+            evidence["chain_by_silence"] = silent[:16]
+        report = FaultReport("noncomm_hang", tuple(suspects),
                              max(top.first, quiet), summary,
                              pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
                              evidence=evidence, id=fid)

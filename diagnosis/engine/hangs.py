@@ -2,7 +2,11 @@
 
 * Someone never arrived (``noncomm_hang``): the culprits are the absent members that are not
   themselves waiting in another call; an absent member that waits elsewhere is a victim, and the
-  chain is followed by excluding every waiting rank.
+  chain is followed by excluding every waiting rank. When every absent member waits elsewhere
+  (what a frozen rank whose telemetry froze too looks like: its peers' calls and its own open
+  ones wait on each other), the chain's rank heard from least recently stopped first.
+* Everyone entered and some members got out while the rest wait: a member stopped inside the
+  call, not the transfer (which would hold everyone); resolved the same way.
 * Everyone arrived and nothing finishes (``comm_hang``): the transfer is at fault; localized by
   the connections that stopped moving (or, without connection records, by the communicator's
   structure against the communicators that still progress).
@@ -100,3 +104,28 @@ def error_culprits(inst: Stuck) -> tuple[list[int], str]:
     first_end = inst.end[order[0]]
     same = [int(inst.ranks[i]) for i in order if pick[i] and inst.end[i] == first_end]
     return (same or culprits[:1]), ("failed first" if errors.any() else "timed out")
+
+
+
+def chain(arena: Arena, start: list[int]) -> set[int]:
+    """Every rank reached from ``start`` by following who waits for whom: a rank waiting in an
+    open call waits for the members that never entered it."""
+    slots = arena.open_slots()
+    seen = set(start)
+    if len(slots) == 0:
+        return seen
+    idx, n = arena.slot_cells(slots)
+    starts = np.cumsum(n) - n
+    cell_slot = np.repeat(np.arange(len(slots)), n)
+    enter, end, ranks = arena.c_enter[idx], arena.c_end[idx], arena.c_rank[idx]
+    waiting = (enter >= 0) & (end < 0)
+    todo = list(start)
+    while todo:
+        r = todo.pop()
+        for i in np.unique(cell_slot[waiting & (ranks == r)]).tolist():
+            sl = slice(starts[i], starts[i] + n[i])
+            for q in ranks[sl][enter[sl] < 0].tolist():
+                if q not in seen:
+                    seen.add(q)
+                    todo.append(q)
+    return seen

@@ -67,6 +67,23 @@ def _until(src: Path, dst: Path, t_ns: int) -> Path:
     return dst
 
 
+def test_frozen_rank_in_2d_groups_is_named_not_the_ranks_waiting_for_it(tmp_path):
+    # 8 ranks on 4 hosts, row and column groups plus world and checkpoint groups; the rank on
+    # node001/gpu1 (rank 3) is frozen by the cgroup freezer: it goes silent, and the ranks of
+    # node000 wait for it through their row group (it looked like a cycle around node000)
+    path = FIXTURES / "lab2d_frozen_teardown.jsonl.gz"
+    topology = Topology.load(FIXTURES / "lab2d_topology.json")
+    freeze = 1795318560579251000            # when the freezer was applied (lab state)
+    before_teardown = _until(path, tmp_path / "frozen.jsonl", freeze + 2_000_000_000)
+    changes = _live(Engine(topology), before_teardown, tail_s=15.0)
+    hangs = [r for r in changes if r.kind in ("noncomm_hang", "comm_hang", "error")]
+    assert hangs, "the hang was not reported"
+    assert all(r.kind == "noncomm_hang" for r in hangs)
+    for r in hangs:
+        assert (r.suspects[0].id, r.suspects[0].rank) == ("node001/gpu1", 3)
+        assert "node000" not in {s.id.split("/")[0] for s in r.suspects}
+
+
 def test_teardown_after_a_hang_files_no_error():
     # a job hung on a frozen rank (see fixtures/README.md), then stopped by its supervisor:
     # the last calls end with errors on several ranks, which stop within ~25 ms of each other
