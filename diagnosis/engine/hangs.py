@@ -10,8 +10,9 @@
 * Everyone arrived and nothing finishes (``comm_hang``): the transfer is at fault; localized by
   the connections that stopped moving (or, without connection records, by the communicator's
   structure against the communicators that still progress).
-* A member failed (``error``): immediate, no bound needed; the culprit is whoever never came
-  (it died) or else the earliest member that failed.
+* A member failed (``error``): no bound needed to see it; the culprit is whoever never came
+  (it died) or else the earliest member that failed. The report waits a grace period in case the
+  job is being torn down (see ``teardown``).
 A wait is a hang once it exceeds the communicator's learnt bound (see ``timing``).
 """
 
