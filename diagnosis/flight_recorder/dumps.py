@@ -271,6 +271,8 @@ def _pg_config(cfg: Any, source: str) -> dict[str, tuple[int, ...]]:
 def _tuples(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return tuple(_tuples(v) for v in x)
+    if isinstance(x, (dict, set, bytearray)):   # sizes are nested lists of numbers
+        raise TypeError(f"tensor sizes hold a {type(x).__name__}")
     return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x
 
 
