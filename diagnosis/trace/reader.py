@@ -331,7 +331,7 @@ def _explain(records: list[dict[str, Any]], kind: str, lines: list[bytes], first
                 raise FormatError("op record field must be a string", source=source, line=line,
                                   field="dtype")
             s = o.get("status")
-            if s is not None and s not in STATUS_CODES:
+            if s is not None and (not isinstance(s, str) or s not in STATUS_CODES):
                 raise FormatError(f"status {s!r} is not one of ok, timeout, error",
                                   source=source, line=line, field="status")
         else:
