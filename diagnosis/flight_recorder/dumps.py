@@ -217,8 +217,8 @@ def _entry(e: Any, i: int, rank: int, source: str) -> FrEntry:
             op=op, backend=backend, state=str(_need(e, "state", source, where)),
             is_p2p=bool(e.get("is_p2p", op in ("send", "recv"))),
             p2p_seq=int(e.get("p2p_seq_id") or 0), peer=peer,
-            input_sizes=_tuples(e.get("input_sizes") or ()),
-            output_sizes=_tuples(e.get("output_sizes") or ()),
+            input_sizes=_sizes(e.get("input_sizes") or ()),
+            output_sizes=_sizes(e.get("output_sizes") or ()),
             input_dtypes=tuple(str(d) for d in e.get("input_dtypes") or ()),
             output_dtypes=tuple(str(d) for d in e.get("output_dtypes") or ()),
             time_created_ns=_time(e.get("time_created_ns")),
@@ -226,7 +226,7 @@ def _entry(e: Any, i: int, rank: int, source: str) -> FrEntry:
             time_completed_ns=_time(e.get("time_discovered_completed_ns")),
             timeout_ms=int(e["timeout_ms"]) if e.get("timeout_ms") is not None else None,
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:   # OverflowError: int(inf)
         raise FormatError(f"bad value{where}: {exc}", source=source) from exc
 
 
@@ -266,6 +266,12 @@ def _pg_config(cfg: Any, source: str) -> dict[str, tuple[int, ...]]:
         except (TypeError, ValueError):
             log.debug("%s: pg_config[%r] ranks %r are not integers; ignored", source, key, ranks)
     return out
+
+
+def _sizes(x: Any) -> tuple:
+    if not isinstance(x, (list, tuple)):
+        raise TypeError(f"tensor sizes are a list, not {type(x).__name__}")
+    return _tuples(x)
 
 
 def _tuples(x: Any) -> Any:
