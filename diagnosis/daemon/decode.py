@@ -18,6 +18,20 @@ class Rejected(Exception):
         self.message = message
 
 
+# Rank ids index per-rank arrays in the live detectors: an absurd id from a broken or hostile
+# sender must be refused here, not turned into a multi-gigabyte allocation.
+MAX_RANKS = 1 << 20
+
+
+def _ranks_ok(values: object, what: str) -> None:
+    import numpy as np
+
+    arr = np.asarray(values)
+    if len(arr) and int(arr.max()) >= MAX_RANKS:
+        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
+                       f"{what} holds rank {int(arr.max())}; c4 takes ranks below {MAX_RANKS}")
+
+
 def _need(cond: bool, message: str) -> None:
     if not cond:
         raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, message)
@@ -36,6 +50,8 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
         _need(r.world_size > r.rank,
               f"RankInfo.world_size {r.world_size} must exceed rank {r.rank}")
         _need(bool(r.host), "RankInfo.host is empty")
+        _need(r.world_size <= MAX_RANKS,
+              f"RankInfo.world_size {r.world_size} exceeds the {MAX_RANKS} ranks c4 takes")
         return Write(req.sidecar, req.seq, RankRecord(
             job=r.job, attempt=r.attempt, rank=r.rank, world_size=r.world_size, host=r.host,
             local_rank=r.local_rank, pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend,
@@ -47,6 +63,7 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
         _need(len(g.ranks) > 0, f"GroupInfo {g.pg!r} has no ranks")
         _need(min(g.ranks) >= 0, f"GroupInfo {g.pg!r} lists a negative rank")
         _need(len(set(g.ranks)) == len(g.ranks), f"GroupInfo {g.pg!r} repeats a rank")
+        _ranks_ok(list(g.ranks), f"GroupInfo {g.pg!r}")
         _known(g.job, known_jobs)
         return Write(req.sidecar, req.seq,
                      GroupRecord(g.job, g.attempt, g.pg, tuple(g.ranks), g.desc))
@@ -60,6 +77,8 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
             cols = decode_ops(b)
         except BatchError as exc:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        _ranks_ok(cols["rank"], "OpBatch column 'rank'")
+        _ranks_ok(cols["peer"], "OpBatch column 'peer'")
         return Write(req.sidecar, req.seq, OpRows(b.job, b.attempt, cols))
     if kind == "conns":
         b = req.conns
@@ -71,6 +90,7 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
             cols = decode_conns(b)
         except BatchError as exc:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        _ranks_ok(cols["rank"], "ConnSampleBatch column 'rank'")
         return Write(req.sidecar, req.seq, ConnRows(b.job, b.attempt, cols))
     raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
                    "IngestRequest has no body: set one of rank, group, ops, conns, stats")

@@ -35,6 +35,8 @@ class MemoryStore(Store):
         self._ops: dict[tuple[str, int], list[Columns]] = {}
         self._conns: dict[tuple[str, int], list[Columns]] = {}
         self._faults: dict[str, FaultReport] = {}
+        # per job attempt: (parts summarized, summary), so status calls stay cheap
+        self._agg: dict[tuple[str, int], tuple[int, _common.OpAgg]] = {}
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
@@ -145,10 +147,20 @@ class MemoryStore(Store):
                 hosts={r.host for r in recs},
                 first_ns=min((r.t_ns for r in recs if r.t_ns > 0), default=0),
                 last_ns=max(r.t_ns for r in recs))
-            cols = self.ops(key[0], key[1])
-            if len(cols):
-                last = max(int(cols["t_enter_ns"].max()), int(cols["t_end_ns"].max()))
-                ops[key] = _common.OpAgg(len(cols), int(cols["t_enter_ns"].min()), last)
+            with self._lock:
+                parts = len(self._ops.get(key, []))
+                cached = self._agg.get(key)
+            if cached is None or cached[0] != parts:
+                cols = self.ops(key[0], key[1])
+                agg = None
+                if len(cols):
+                    last = max(int(cols["t_enter_ns"].max()), int(cols["t_end_ns"].max()))
+                    agg = _common.OpAgg(len(cols), int(cols["t_enter_ns"].min()), last)
+                cached = (parts, agg)
+                with self._lock:
+                    self._agg[key] = cached  # type: ignore[assignment]
+            if cached[1] is not None:
+                ops[key] = cached[1]
         return _common.build_jobs(ranks, ops)
 
     def put_fault(self, report: FaultReport) -> None:

@@ -90,3 +90,12 @@ def test_no_daemon_gives_a_clear_message():
     with DaemonClient(f"127.0.0.1:{free_port()}", timeout=1.0) as client, \
             pytest.raises(DaemonUnavailable, match="c4 daemon"):
         client.jobs()
+
+
+def test_absurd_rank_ids_are_refused(daemon):
+    big = _req(18, rank_info("good", 2_000_000_000, 2_000_000_001, "node0"))
+    code, msg = _status_of(daemon, big)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "world_size" in msg
+    ops = _req(19, op_batch("good", 1_500_000_000, range(3)))
+    code, msg = _status_of(daemon, ops)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "rank" in msg
