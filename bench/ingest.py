@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench.stores import store_url
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.spill import Spill
 from diagnosis.client import DaemonClient
@@ -99,24 +100,11 @@ def main(argv: list[str] | None = None) -> None:
     for store in args.stores.split(","):
         with tempfile.TemporaryDirectory(prefix="c4-bench-") as d:
             tmp = Path(d)
-            server = None
-            if store == "memory":
-                url = "memory://"
-            elif store == "sqlite":
-                url = f"sqlite:///{tmp / 'c4.db'}"
-            elif store == "clickhouse":
-                from tests.support.clickhouse import ClickHouseServer, find_binary
-
-                command = find_binary()
-                if command is None:
-                    console.print("clickhouse-server not installed: skipping")
-                    continue
-                (tmp / "ch").mkdir()
-                server = ClickHouseServer(tmp / "ch", command)
-                server.start()
-                url = server.url("c4_bench")
-            else:
-                raise SystemExit(f"unknown store {store!r}")
+            found = store_url(store, tmp)
+            if found is None:
+                console.print("clickhouse-server not installed: skipping")
+                continue
+            url, server = found
             port = free_port()
             daemon = start_daemon(tmp, port, url)
             try:

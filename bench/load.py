@@ -145,27 +145,15 @@ class Result:
 
 
 def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
+    from bench.stores import store_url
     from c4.processes import free_port, start_daemon, start_sidecar, wait_for
     from diagnosis.client import DaemonClient, DaemonError
 
-    server = None
-    if store == "memory":
-        url = "memory://"
-    elif store == "sqlite":
-        url = f"sqlite:///{tmp / 'c4.db'}"
-    elif store == "clickhouse":
-        from tests.support.clickhouse import ClickHouseServer, find_binary
-
-        command = find_binary()
-        if command is None:
-            print("clickhouse-server not installed: skipping the clickhouse store")
-            return None
-        (tmp / "ch").mkdir()
-        server = ClickHouseServer(tmp / "ch", command)
-        server.start()
-        url = server.url("c4_load")
-    else:
-        raise SystemExit(f"unknown store {store!r}: memory, sqlite or clickhouse")
+    found = store_url(store, tmp, "c4_load")
+    if found is None:
+        print("clickhouse-server not installed: skipping the clickhouse store")
+        return None
+    url, server = found
     per_car = args.ranks // args.sidecars
     world = per_car * args.sidecars
     k = max(1, round(args.rate * args.frame_interval / world))
