@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 
+def locate(message: str, source: str = "", line: int | None = None,
+           field: str | None = None) -> str:
+    """``message`` prefixed with where in a file it applies: ``file:line (field 'x'): ...``."""
+    where = source
+    if line is not None:
+        where += f":{line}" if where else f"line {line}"
+    if field:
+        where += f" (field {field!r})" if where else f"field {field!r}"
+    return f"{where}: {message}" if where else message
+
+
 class DiagnosisError(Exception):
     """Root of every error raised by the diagnosis package."""
 
@@ -12,12 +23,7 @@ class FormatError(DiagnosisError):
 
     def __init__(self, message: str, *, source: str = "", line: int | None = None,
                  field: str | None = None) -> None:
-        where = source
-        if line is not None:
-            where += f":{line}" if where else f"line {line}"
-        if field:
-            where += f" (field {field!r})" if where else f"field {field!r}"
-        super().__init__(f"{where}: {message}" if where else message)
+        super().__init__(locate(message, source, line, field))
         self.source, self.line, self.field = source, line, field
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from diagnosis.errors import locate
+
 
 class PlannerError(Exception):
     """Root of every error raised by the traffic planner."""
@@ -12,12 +14,7 @@ class FlowFormatError(PlannerError):
 
     def __init__(self, message: str, *, source: str = "", field: str | None = None,
                  line: int | None = None) -> None:
-        where = source
-        if line is not None:
-            where += f":{line}" if where else f"line {line}"
-        if field:
-            where += f" (field {field!r})" if where else f"field {field!r}"
-        super().__init__(f"{where}: {message}" if where else message)
+        super().__init__(locate(message, source, line, field))
         self.source, self.field, self.line = source, field, line
 
 
