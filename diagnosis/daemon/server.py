@@ -91,7 +91,9 @@ class Daemon:
             version=c4.__version__, store=self.config.store.split(":", 1)[0],
             started_ns=self.started_ns, records_ingested=self.live.records_total,
             records_per_second=self.live.rate(), batches_rejected=self.ingest.rejected,
-            duplicates=self.writer.duplicates, jobs=len(self.store.jobs()),
+            # jobs known to ingest, not the store's job summaries: those count every stored
+            # op, a scan of the whole op table on each status call
+            duplicates=self.writer.duplicates, jobs=self.ingest.job_count(),
             open_faults=len(self.store.list_faults(open_only=True)))
         for info in list(self.ingest.sidecars.values()):
             seen = resp.sidecars.add(sidecar=info.sidecar, host=info.host,

@@ -5,15 +5,19 @@ hold their integer ids, so a batch turns into rows by numpy indexing alone and t
 integers. The (sidecar, seq) of every stored request goes into ``applied`` in the same
 transaction as its rows, which makes a resend a no-op even after a restart.
 
-Threads: ``write`` and ``put_fault`` serialise on a lock; every reader thread gets its own
-connection (WAL lets it read while the writer writes). An in-memory store has one connection,
-shared under that lock.
+Threads: ``write`` and ``put_fault`` serialise on a lock and share one writer connection;
+readers borrow one of at most ``MAX_READERS`` reader connections (WAL lets them read while the
+writer writes). Memory is bounded whatever the number of threads: the writer's page cache is
+``CACHE_KIB``, each reader's ``READER_CACHE_KIB`` (a daemon serving queries from 16 RPC threads
+once held a 64 MiB cache per thread, and its memory grew with every new thread that scanned the
+op table). An in-memory store has one connection, shared under the write lock.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -39,7 +43,11 @@ from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
-CACHE_KIB = 64 * 1024  # per connection, allocated as used
+CACHE_KIB = 64 * 1024  # the writer connection's page cache, allocated as used
+# Readers mostly scan (whole-job reads, counts): a big cache per reader buys little and costs
+# its size once per connection.
+READER_CACHE_KIB = 4 * 1024
+MAX_READERS = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (
@@ -107,7 +115,9 @@ class SQLiteStore(Store):
         self.path = path
         self._memory = path == ":memory:"
         self._synchronous = synchronous
-        self._local = threading.local()
+        self._writer: sqlite3.Connection | None = None
+        self._readers: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
+        self._reader_slots = threading.BoundedSemaphore(MAX_READERS)
         self._opened: list[sqlite3.Connection] = []
         self._opened_lock = threading.Lock()
         self._write_lock = threading.RLock()
@@ -140,15 +150,15 @@ class SQLiteStore(Store):
 
     # -- connections -------------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, cache_kib: int = CACHE_KIB) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
             if not self._memory:
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            # the op tables' pages a commit touches stay cached between commits
-            conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+            # the writer: the op tables' pages a commit touches stay cached between commits
+            conn.execute(f"PRAGMA cache_size = -{cache_kib}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite store {self.path}: {exc}; check that its "
                              "directory exists and is writable") from exc
@@ -157,26 +167,40 @@ class SQLiteStore(Store):
         return conn
 
     def _conn(self) -> sqlite3.Connection:
+        """The writer connection; call with the write lock held."""
         if self._closed:
             raise StoreError(f"SQLite store {self.path} is closed")
         if self._shared is not None:
             return self._shared
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._connect()
-        return conn
+        if self._writer is None:
+            self._writer = self._connect()
+        return self._writer
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        try:
-            if self._memory:
-                with self._write_lock:
+        if self._shared is not None:
+            with self._write_lock:
+                conn = self._conn()
+                try:
                     yield conn
-            else:
+                except sqlite3.Error as exc:
+                    raise StoreError(f"reading SQLite store {self.path} failed: {exc}") from exc
+            return
+        with self._reader_slots:
+            if self._closed:
+                raise StoreError(f"SQLite store {self.path} is closed")
+            try:
+                conn = self._readers.get_nowait()
+            except queue.Empty:
+                conn = self._connect(READER_CACHE_KIB)
+            try:
                 yield conn
-        except sqlite3.Error as exc:
-            raise StoreError(f"reading SQLite store {self.path} failed: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise StoreError(f"reading SQLite store {self.path} failed: {exc}") from exc
+            finally:
+                if conn.in_transaction:  # an abandoned read must not pin an old snapshot
+                    conn.rollback()
+                self._readers.put(conn)
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
