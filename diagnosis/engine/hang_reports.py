@@ -1,0 +1,256 @@
+"""Reports of hangs and errors: turns what ``hangs.scan_open`` finds open (and failed calls) into
+``noncomm_hang``, ``comm_hang`` and ``error`` reports, following wait chains to the culprit and
+localizing stuck transfers (see ``hangs`` for the rules)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from diagnosis.engine.arena import Finished
+from diagnosis.engine.hangs import Stuck, chain, error_culprits, scan_open
+from diagnosis.engine.wording import ms
+from diagnosis.report import FaultReport
+from proto.codec import STATUS_NAMES
+
+if TYPE_CHECKING:
+    from diagnosis.engine.engine import Engine
+
+
+class HangReports:
+    """Files and withdraws the hang and error reports of one engine."""
+
+    def __init__(self, eng: Engine) -> None:
+        self.cfg, self.arena, self.clock, self.timing = eng.cfg, eng.arena, eng.clock, eng.timing
+        self.conns, self.localizer, self.placement = eng.conns, eng.localizer, eng.placement
+        self.registry, self.teardown = eng.registry, eng.teardown
+        self.pg_names, self.op_names = eng.pg_names, eng.op_names
+        self.error_ranks = eng.error_ranks
+        self._comm_hang_memo: tuple[object, object] | None = None
+
+    @staticmethod
+    def as_stuck(fin: Finished, i: int) -> Stuck:
+        g = int(fin.group[i])
+        return Stuck(int(fin.slots[i]), g, int(fin.seq[i]), -1, int(fin.enter[i].min()),
+                     int(fin.enter[i].max()), 0, np.asarray([], dtype=np.int64),
+                     fin.enter[i], fin.end[i], fin.status[i])
+
+    def error(self, inst: Stuck, now: int) -> None:
+        if len(inst.ranks) == 0:
+            inst.ranks = self.arena.members[inst.group]
+        culprits, how = error_culprits(inst)
+        fresh = [r for r in culprits if r not in self.error_ranks]
+        if not fresh:
+            return
+        self.error_ranks.update(culprits)
+        name = self.label(inst.group)
+        statuses = sorted({STATUS_NAMES[s] for s in inst.status.tolist() if s > 0})
+        who = self.placement.describe_many(culprits)
+        first = int(inst.end[inst.end >= 0].min()) if (inst.end >= 0).any() else inst.first
+        summary = (f"{who} {how} in {name} #{inst.seq} ({'/'.join(statuses)}); "
+                   f"check {'its' if len(culprits) == 1 else 'their'} logs and restart "
+                   f"{'it' if len(culprits) == 1 else 'them'}")
+        report = FaultReport(
+            "error", tuple(self.placement.suspects(culprits, [0.95] * len(culprits))),
+            first, summary, pg=self.pg_names[self.arena.pg_of[inst.group]], seq=inst.seq,
+            evidence={"group": name, "status": statuses, "culprits": culprits,
+                      "members": len(inst.enter)},
+            id="error:" + ",".join(map(str, culprits[:8])))
+        fail = inst.end[(inst.status > 0) & (inst.end >= 0)]
+        t = int(fail.min()) if len(fail) else first
+        blocked = bool(((inst.enter >= 0) & (inst.end < 0) & (inst.status <= 0)).any())
+        self.teardown.hold(report, t, self._grace(inst.group), culprits, blocked)
+
+    def _grace(self, g: int) -> int:
+        return int(self.timing.bound(np.asarray([g], dtype=np.int64))[0])
+
+    def label(self, g: int) -> str:
+        name = self.arena.names[g]
+        return f"{name}" if not self.arena.p2p[g] else f"send/recv {name}"
+
+    def scan(self, now: int) -> None:
+        scan = scan_open(self.arena, self.timing.bound, now)
+        for inst in scan.failed:
+            self.error(inst, now)
+        active: set[str] = set()
+        cands = [s for s in scan.stuck if len(s.absent) and len(s.waiting)]
+        gone = [s for s in scan.stuck if len(s.absent) and not len(s.waiting)]
+        entered = [s for s in scan.stuck if not len(s.absent) and len(s.waiting)
+                   and now - s.last > s.bound]
+        # everyone entered and nothing finishes: the transfer; some members got out: a member
+        # stopped inside the call (the transfer would hold everyone)
+        comm = [s for s in entered if not (s.end >= 0).any()]
+        partial = [s for s in entered if (s.end >= 0).any()]
+        roots: dict[int, Stuck] = {}
+        for s in sorted(cands, key=lambda s: s.first):
+            for r in s.absent.tolist():
+                if r not in scan.waiting and r not in self.error_ranks:
+                    roots.setdefault(r, s)
+        # (a chain through a failed rank is explained by its error)
+        silent = None if roots or comm or self.error_ranks \
+            else self._silent_first(cands, partial)
+        if roots:
+            active.add(self._report_noncomm_hang(roots, cands, scan.waiting, now))
+        elif silent is not None:
+            # every absent rank waits elsewhere (or all entered and some got out): the chain's
+            # rank silent longest stopped first, and everyone else waits for it
+            r, ranks = silent
+            s0 = min(cands + partial, key=lambda s: s.first)
+            where = next((c for c in sorted(cands, key=lambda c: c.first)
+                          if r in c.absent.tolist()), s0)
+            active.add(self._report_noncomm_hang({r: where}, cands or partial, scan.waiting, now,
+                                                 silent=ranks))
+        elif cands and not comm and not self.error_ranks:
+            s = min(cands, key=lambda s: s.first)
+            active.add(self._report_noncomm_hang({r: s for r in s.absent.tolist()}, cands,
+                                                 scan.waiting, now, cycle=True))
+        if comm:
+            active.add(self._report_comm_hang(comm, now))
+        if self.cfg.report_missing:
+            for s in gone:
+                self._report_missing(s, now)
+        for kind in ("noncomm_hang", "comm_hang"):
+            for fid in self.registry.open_ids(kind):
+                if fid not in active:
+                    self.registry.resolve(fid, now, "the waiting call finished")
+
+    def _silent_first(self, cands: list[Stuck],
+                      partial: list[Stuck]) -> tuple[int, list[int]] | None:
+        """The rank of the waiting chain heard from least recently, and the chain by silence."""
+        start = {r for c in cands for r in c.absent.tolist()} \
+            | {r for c in partial for r in c.waiting.tolist()}
+        if not start:
+            return None
+        c = self.clock
+        ranks = [r for r in chain(self.arena, sorted(start))
+                 if r not in self.error_ranks and r < c.size and c.seen[r] >= 0]
+        if not ranks:
+            return None
+        ranks.sort(key=lambda r: (int(c.seen[r]), r))
+        return ranks[0], ranks
+
+    def _describe_last(self, r: int) -> str:
+        c = self.clock
+        if r >= c.size or c.last_pg[r] < 0:
+            return "no call at all"
+        return (f"{self.op_names[c.last_op[r]]} #{int(c.last_seq[r])} on "
+                f"{self.pg_names[c.last_pg[r]]}")
+
+    def _report_noncomm_hang(self, roots: dict[int, Stuck], cands: list[Stuck],
+                             waiting: set[int], now: int, cycle: bool = False,
+                             silent: list[int] | None = None) -> str:
+        culprits = sorted(roots, key=lambda r: (roots[r].first, r))
+        top = roots[culprits[0]]
+        fid = None
+        for old in self.registry.open_ids("noncomm_hang"):
+            prev = set(self.registry.get(old).evidence.get("culprits", []))
+            if prev & set(culprits):
+                fid = old
+                break
+        fid = fid or "noncomm_hang:" + ",".join(map(str, culprits[:8]))
+        name = self.label(top.group)
+        op = self.op_names[top.op] if top.op >= 0 else "call"
+        if self.arena.p2p[top.group]:
+            # the call the absent side owed: the sender's send or the receiver's recv
+            op = "send" if culprits[0] == int(self.arena.members[top.group][0]) else "recv"
+        who = self.placement.describe_many(culprits)
+        last = self._describe_last(culprits[0])
+        score = 0.95 if not cycle else 0.5
+        if cycle:
+            summary = (f"{who} and the ranks waiting for them wait on each other (no rank is "
+                       f"free); {op} #{top.seq} on {name} has waited {ms(now - top.first)}: "
+                       "check for mismatched collectives")
+        else:
+            summary = (f"{who} never entered {op} #{top.seq} on {name}, which "
+                       f"{len(top.waiting)} ranks have waited in for {ms(now - top.first)}; "
+                       f"{'it' if len(culprits) == 1 else 'the first'} last completed {last}: "
+                       f"inspect {'its' if len(culprits) == 1 else 'their'} process (stack, GPU)")
+            if silent:
+                quiet_ms = (int(self.clock.seen[silent[1]]) - int(self.clock.seen[silent[0]])) \
+                    / 1e6 if len(silent) > 1 else 0.0
+                summary = (f"{who} went silent first ({quiet_ms:.0f} ms before the next of the "
+                           f"{len(silent)} ranks that wait for it, directly or through others); "
+                           f"{op} #{top.seq} on {name} has waited {ms(now - top.first)}; "
+                           f"it last completed {last}: inspect its process (stack, GPU)")
+        evidence = {
+            "culprits": culprits,
+            "last_completed": {str(r): self._describe_last(r) for r in culprits[:16]},
+            "blocked_ranks": len(waiting),
+            "stuck_calls": [{"group": self.label(s.group), "seq": s.seq,
+                             "absent": s.absent.tolist()[:16], "waiting": len(s.waiting),
+                             "waited_ms": round((now - s.first) / 1e6, 1)}
+                            for s in sorted(cands, key=lambda s: s.first)[:8]],
+            "bound_ms": round(top.bound / 1e6, 1),
+        }
+        # the hang began when the culprit went quiet: not before its last call ended, nor
+        # before anyone started waiting for it
+        c0 = culprits[0]
+        quiet = int(self.clock.last_end[c0]) if c0 < self.clock.size else -1
+        suspects = self.placement.suspects(culprits, [(0.85 if silent else score)]
+                                           * len(culprits))
+        if silent:
+            evidence["chain_by_silence"] = silent[:16]
+        report = FaultReport("noncomm_hang", tuple(suspects),
+                             max(top.first, quiet), summary,
+                             pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
+                             evidence=evidence, id=fid)
+        self.registry.put(report, now)
+        return fid
+
+    def _report_comm_hang(self, stuck: list[Stuck], now: int) -> str:
+        stuck = sorted(stuck, key=lambda s: s.last)
+        s = stuck[0]
+        bound = min(x.bound for x in stuck)
+        keys = self.localizer.stuck_transfers(self.conns, now, bound // 4)
+        groups = [x.group for x in stuck]
+        # the same stuck calls and transfers localize the same way: reuse while nothing moved
+        memo = (tuple(keys), tuple(groups), s.last)
+        if self._comm_hang_memo is not None and self._comm_hang_memo[0] == memo:
+            suspects, how = self._comm_hang_memo[1]
+        else:
+            suspects, how = self.localizer.comm_hang(self.conns if keys else None, groups, keys,
+                                                     min(x.first for x in stuck),
+                                                     self.timing.last_end)
+            self._comm_hang_memo = (memo, (suspects, how))
+        pg = self.arena.pg_of[s.group]
+        name = self.label(s.group)
+        op = self.op_names[s.op] if s.op >= 0 else "call"
+        top = suspects[0] if suspects else None
+        where = f"{top.type} {top.id}" if top else "an unknown component"
+        others = f" (and {len(stuck) - 1} more stuck calls)" if len(stuck) > 1 else ""
+        summary = (f"every member of {name} entered {op} #{s.seq}{others} but it has not "
+                   f"finished for {ms(now - s.last)} ({how}); check {where}")
+        fid = None
+        for old in self.registry.open_ids("comm_hang"):
+            fid = old          # one communication hang at a time: later evidence refines it
+        fid = fid or (f"comm_hang:{top.type}:{top.id}" if top else f"comm_hang:{name}:{s.seq}")
+        evidence = {"group": name, "seq": s.seq, "waited_ms": round((now - s.last) / 1e6, 1),
+                    "bound_ms": round(s.bound / 1e6, 1),
+                    "stuck_calls": [f"{self.label(x.group)} #{x.seq}" for x in stuck[:16]],
+                    "stuck_transfers": [f"{self.conns.src[k]}>{self.conns.dst[k]}"
+                                        for k in keys[:16]]}
+        report = FaultReport("comm_hang", tuple(suspects), s.last, summary,
+                             pg=self.pg_names[pg], seq=s.seq, evidence=evidence, id=fid)
+        self.registry.put(report, now)
+        return fid
+
+    def _report_missing(self, s: Stuck, now: int) -> None:
+        absent = [r for r in s.absent.tolist() if r not in self.error_ranks]
+        if not absent:
+            return
+        self.error_ranks.update(absent)
+        name = self.label(s.group)
+        who = self.placement.describe_many(absent)
+        summary = (f"{who} stopped reporting: its peers completed {name} #{s.seq} "
+                   f"{ms(now - s.first)} ago without a record from it; check its collector "
+                   "and process")
+        report = FaultReport("error", tuple(self.placement.suspects(absent, [0.9] * len(absent))),
+                             s.first, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
+                             seq=s.seq, evidence={"group": name, "culprits": absent,
+                                                  "stopped_reporting": True},
+                             id="error:" + ",".join(map(str, absent[:8])))
+        heard = self.clock.seen[np.asarray(absent, dtype=np.int64)] \
+            if max(absent) < self.clock.size else np.asarray([-1])
+        quiet = int(heard.max()) if (heard >= 0).all() else s.first
+        self.teardown.hold(report, quiet, self._grace(s.group), absent, blocked=False)

@@ -1,0 +1,120 @@
+"""Reports of slowness: a rank or host whose own time grew (``noncomm_slow``), and connections or
+communicators whose transfers slowed, localized to network components (``comm_slow``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from diagnosis.engine.localize import CommFinding
+from diagnosis.engine.slow import SlowRank
+from diagnosis.engine.wording import ms
+from diagnosis.report import FaultReport, Suspect
+
+if TYPE_CHECKING:
+    from diagnosis.engine.engine import Engine
+
+
+class SlowReports:
+    """Files, updates and withdraws the slow reports of one engine."""
+
+    def __init__(self, eng: Engine) -> None:
+        self.cfg, self.arena, self.placement = eng.cfg, eng.arena, eng.placement
+        self.registry, self.pg_names, self.error_ranks = eng.registry, eng.pg_names, eng.error_ranks
+
+    def noncomm(self, found: list[SlowRank], now: int) -> None:
+        best: dict[int, SlowRank] = {}
+        for s in found:
+            if s.rank in self.error_ranks:
+                continue
+            cur = best.get(s.rank)
+            if cur is None or (s.frac, s.samples) > (cur.frac, cur.samples):
+                best[s.rank] = s
+        by_host: dict[str | None, list[int]] = {}
+        for r in best:
+            by_host.setdefault(self.placement.host(r), []).append(r)
+        strong = np.log(self.cfg.slow_alpha)
+        for host, ranks in by_host.items():
+            members = self.placement.ranks_of_host(host) if host else []
+            pooled = sum(best[r].logp for r in ranks)
+            if host and len(ranks) >= 2 and len(members) >= 2 and pooled < strong and \
+                    len(ranks) >= self.cfg.host_fraction * len(members):
+                self._slow_host(host, sorted(ranks), best, now)
+            else:
+                for r in ranks:
+                    if best[r].logp < strong:
+                        self._slow_rank(best[r], now)
+
+    def _slow_rank(self, s: SlowRank, now: int) -> None:
+        fid = f"noncomm_slow:rank:{s.rank}"
+        host = self.placement.host(s.rank)
+        hid = f"noncomm_slow:host:{host}"
+        if host and self.registry.get(hid) is not None:
+            return
+        name = self.arena.names[s.group]
+        summary = (f"{self.placement.describe(s.rank)} spends {ms(s.excess_ns)} "
+                   f"({100 * s.excess:.0f}%) longer than its {name} peers outside collectives and "
+                   f"arrives late in {100 * s.frac:.0f}% of {s.samples} calls: check that GPU "
+                   "(clocks, thermals, ECC) or its host's load")
+        report = FaultReport("noncomm_slow", (self.placement.suspect(s.rank, s.frac),),
+                             s.onset_ns, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
+                             evidence=self._slow_evidence(s), id=fid)
+        self.registry.put(report, now)
+
+    def _slow_host(self, host: str, ranks: list[int], best: dict[int, SlowRank],
+                   now: int) -> None:
+        fid = f"noncomm_slow:host:{host}"
+        rows = [best[r] for r in ranks]
+        excess = float(np.median([s.excess for s in rows]))
+        excess_ns = float(np.median([s.excess_ns for s in rows]))
+        frac = float(np.median([s.frac for s in rows]))
+        onset = min(s.onset_ns for s in rows)
+        summary = (f"every GPU of host {host} ({len(ranks)} ranks) spends {ms(excess_ns)} "
+                   f"({100 * excess:.0f}%) longer than its peers outside collectives: check the "
+                   "host (CPU, memory, PCIe, power)")
+        suspects = [Suspect("host", host, frac)] + [self.placement.suspect(r, frac / 2)
+                                                    for r in ranks[:2]]
+        report = FaultReport("noncomm_slow", tuple(suspects), onset, summary,
+                             pg=self.pg_names[self.arena.pg_of[rows[0].group]],
+                             evidence={"ranks": ranks, **self._slow_evidence(rows[0])}, id=fid)
+        self.registry.put(report, now)
+        for r in ranks:
+            self.registry.resolve(f"noncomm_slow:rank:{r}", now, f"part of slow host {host}")
+
+    def _slow_evidence(self, s: SlowRank) -> dict[str, Any]:
+        return {"group": self.arena.names[s.group], "median_excess": round(s.excess, 4),
+                "median_excess_ms": round(s.excess_ns / 1e6, 3), "samples": s.samples,
+                "late_fraction": round(s.frac, 3), "noise_sigma": round(s.sigma, 4)}
+
+    def comm(self, findings: list[CommFinding], now: int) -> None:
+        current: set[str] = set()
+        for f in findings:
+            comps = f.explanation.components
+            suspects = []
+            for c in comps:
+                if c.type == "rank":
+                    suspects.append(self.placement.suspect(int(c.id), f.explanation.score))
+                else:
+                    suspects.append(Suspect(c.type, c.id, min(max(f.explanation.score, 0), 1)))
+            top = suspects[0]
+            fid = f"comm_slow:{top.type}:{top.id}"
+            names = " and ".join(f"{s.type} {s.id}" for s in suspects[:3])
+            summary = (f"{len(f.observations)} {f.via} through {names} transfer "
+                       f"{f.slowdown:.1f}x slower than their baseline while "
+                       f"{f.healthy} others are normal: check {names}")
+            evidence = {"slow": f.observations[:32], "slow_count": len(f.observations),
+                        "slowdown": round(f.slowdown, 3), "healthy": f.healthy,
+                        "cleared_by": f.explanation.cleared_by, "via": f.via}
+            for old in self.registry.open_ids("comm_slow"):
+                prev = self.registry.get(old)
+                if old != fid and set(prev.evidence.get("slow", [])) & set(f.observations):
+                    self.registry.resolve(old, now, f"superseded by {fid}")
+            self.registry.put(FaultReport("comm_slow", tuple(suspects), f.onset_ns, summary,
+                                          evidence=evidence, id=fid), now)
+            current.add(fid)
+        # slowness that went away was transient (congestion by other traffic): withdraw it; an
+        # intermittent fault comes back and re-opens its report
+        for old in self.registry.open_ids("comm_slow"):
+            if old not in current:
+                self.registry.resolve(old, now, "the connections are back to their baseline")
