@@ -31,8 +31,9 @@ def daemon(
     insecure: bool = typer.Option(False, "--insecure", envvar="C4_INSECURE",
                                   help="Allow plaintext gRPC on a non-loopback address."),
     max_rps: float = typer.Option(1000.0, "--max-requests-per-second", envvar="C4_MAX_RPS",
-                                  help="Ingest requests (batches) per second per sidecar; over "
-                                       "it the sidecar is told to back off (0: no limit)."),
+                                  help="Ingest requests (batches) per second per sender (its "
+                                       "certificate or token, and its address); over it the "
+                                       "sender is told to back off (0: no limit)."),
     max_jobs: int = typer.Option(10_000, "--max-jobs", envvar="C4_MAX_JOBS",
                                  help="Jobs the daemon tracks; telemetry of more is refused."),
     metrics: str = typer.Option("", "--metrics", envvar="C4_METRICS",

@@ -40,7 +40,8 @@ class DaemonConfig:
     tls_client_ca: str = ""
     tokens_file: str = ""
     insecure: bool = False
-    # Limits per sender: ingest requests per second per sidecar (0: none), and jobs tracked.
+    # Limits: ingest requests per second per sender (who it proves to be and its address, not
+    # the sidecar id it declares; 0: none), and jobs tracked.
     max_requests_per_second: float = 1000.0
     max_jobs: int = 10_000
     # Prometheus ``/metrics``: "" (off), PORT (on loopback) or HOST:PORT.

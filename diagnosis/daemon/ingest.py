@@ -1,4 +1,8 @@
-"""The Ingest service: validate each request, hand it to the writer, acknowledge once stored."""
+"""The Ingest service: validate each request, hand it to the writer, acknowledge once stored.
+
+Per-sender limits are keyed by who the caller is (``diagnosis.security.identity``: certificate,
+checked token, peer address), never by the sidecar id a request declares; the table of sidecars
+seen is bounded too, so a sender that invents ids cannot grow the daemon's memory."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -14,12 +19,15 @@ import grpc
 from diagnosis.daemon.decode import Rejected, to_write
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.writer import Writer
+from diagnosis.security.identity import sender_identity
 from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+# Sidecars remembered for ``c4 status``: the most recently heard from.
+MAX_SIDECARS = 4096
 
 
 @dataclass
@@ -33,15 +41,18 @@ class SidecarInfo:
 class IngestService(c4_pb2_grpc.IngestServicer):
     def __init__(self, writer: Writer, known_jobs: set[str], *, max_records: int,
                  limiter: RateLimiter | None = None, max_jobs: int = 0,
-                 observe_ack: Callable[[float], None] | None = None) -> None:
+                 observe_ack: Callable[[float], None] | None = None,
+                 tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS) -> None:
         self._writer = writer
         self._known = known_jobs
         self._max_records = max_records
         self._limiter = limiter or RateLimiter(0)
         self._max_jobs = max_jobs  # 0: no limit
         self._observe_ack = observe_ack
+        self._tokens_checked = tokens_checked
+        self._max_sidecars = max_sidecars
         self._lock = threading.Lock()
-        self.sidecars: dict[str, SidecarInfo] = {}
+        self.sidecars: OrderedDict[str, SidecarInfo] = OrderedDict()
         self.rejected = 0
         self.rejected_by_code: dict[str, int] = {}
         self.received: dict[str, int] = {}
@@ -52,18 +63,22 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             return len(self._known)
 
     # -- one request ---------------------------------------------------------------------
-    def _accept(self, req: c4_pb2.IngestRequest,
-                reply: Callable[[c4_pb2.IngestAck], None]) -> None:
+    def sender(self, context: grpc.ServicerContext) -> str:
+        """The key of the caller's limits."""
+        return sender_identity(context, tokens_checked=self._tokens_checked)
+
+    def _accept(self, req: c4_pb2.IngestRequest, reply: Callable[[c4_pb2.IngestAck], None],
+                sender: str) -> None:
         """Reply now (rejected, or statistics) or once the request is stored."""
         t0 = time.perf_counter()
         kind = req.WhichOneof("body") or "none"
         with self._lock:
             self.received[kind] = self.received.get(kind, 0) + 1
         try:
-            if not self._limiter.allow(req.sidecar):
+            if not self._limiter.allow(sender):
                 raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                               f"sidecar {req.sidecar!r} is over the daemon's limit of "
-                               f"{self._limiter.describe()}: retry later with backoff")
+                               f"sender {sender} (sidecar {req.sidecar!r}) is over the daemon's "
+                               f"limit of {self._limiter.describe()}: retry later with backoff")
             self._seen(req)
             if kind == "stats":
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
@@ -83,7 +98,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                 self.rejected += 1
                 self.rejected_by_code[exc.code.name] = \
                     self.rejected_by_code.get(exc.code.name, 0) + 1
-            log.warning("rejected request %d from %s: %s", req.seq, req.sidecar, exc.message)
+            log.warning("rejected request %d from %s (%s): %s", req.seq, req.sidecar, sender,
+                        exc.message)
             reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar, code=exc.code.value[0],
                                     error=exc.message))
             return
@@ -105,6 +121,10 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             info = self.sidecars.get(req.sidecar)
             if info is None:
                 info = self.sidecars[req.sidecar] = SidecarInfo(req.sidecar, "", 0)
+                if len(self.sidecars) > self._max_sidecars:
+                    self.sidecars.popitem(last=False)  # the one silent longest
+            else:
+                self.sidecars.move_to_end(req.sidecar)
             info.last_seen_ns = time.time_ns()
             if req.WhichOneof("body") == "stats":
                 info.stats = req.stats
@@ -116,7 +136,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
     def Send(self, request: c4_pb2.IngestRequest, context: grpc.ServicerContext
              ) -> c4_pb2.IngestAck:
         box: queue.Queue[c4_pb2.IngestAck] = queue.Queue(maxsize=1)
-        self._accept(request, box.put)
+        self._accept(request, box.put, self.sender(context))
         ack = box.get()
         if ack.code:
             context.abort(_CODES.get(ack.code, grpc.StatusCode.UNKNOWN), ack.error)
@@ -125,6 +145,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
     def Stream(self, request_iterator: Iterator[c4_pb2.IngestRequest],
                context: grpc.ServicerContext) -> Iterator[c4_pb2.IngestAck]:
         acks: queue.Queue[c4_pb2.IngestAck | None] = queue.Queue()
+        sender = self.sender(context)
         state = {"outstanding": 0, "done": False, "throttled": False}
         lock = threading.Lock()
 
@@ -152,7 +173,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                             error="an earlier request on this stream was over a limit: "
                                   "retry later with backoff"))
                         continue
-                    self._accept(req, refuse_after_limit)
+                    self._accept(req, refuse_after_limit, sender)
             except Exception as exc:  # the client went away; stored requests stay stored
                 log.debug("ingest stream ended: %s", exc)
             finally:

@@ -1,8 +1,10 @@
-"""Per-sender limits, so that one broken or hostile sidecar cannot starve the others.
+"""Per-sender limits, so that one broken or hostile sender cannot starve the others.
 
-Each sidecar gets a token bucket of ingest requests; a request over it is answered with
-RESOURCE_EXHAUSTED (the sidecar backs off and resends it later). The table of buckets is itself
-bounded: the least recently seen sidecars are forgotten first."""
+Each sender (keyed by who it proves to be, see ``diagnosis.security.identity``) gets a token
+bucket of ingest requests; a request over it is answered with RESOURCE_EXHAUSTED (the sidecar
+backs off and resends it later). The table of buckets is itself bounded: the least recently
+seen senders are forgotten first (a forgotten sender starts again with a full bucket, so
+eviction can only loosen a limit, never refuse anyone)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ class TokenBucket:
 class RateLimiter:
     """``rate`` requests per second per key, bursts of up to ``burst``; rate 0: unlimited."""
 
-    def __init__(self, rate: float, burst: float | None = None, *, max_keys: int = 100_000,
+    def __init__(self, rate: float, burst: float | None = None, *, max_keys: int = 65_536,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if rate < 0:
             raise ValueError(f"rate must be >= 0, got {rate}")
@@ -62,4 +64,4 @@ class RateLimiter:
             return ok
 
     def describe(self) -> str:
-        return f"{self.rate:g} requests/s per sidecar (bursts of {self.burst:g})"
+        return f"{self.rate:g} requests/s per sender (bursts of {self.burst:g})"

@@ -53,7 +53,8 @@ class Daemon:
         rate = config.max_requests_per_second
         self.ingest = IngestService(self.writer, known, max_records=config.max_records_per_batch,
                                     limiter=RateLimiter(rate, 2 * rate), max_jobs=config.max_jobs,
-                                    observe_ack=self.metrics.ack_latency.observe)
+                                    observe_ack=self.metrics.ack_latency.observe,
+                                    tokens_checked=bool(self.tokens))
         self.metrics.attach(self)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()

@@ -1,4 +1,4 @@
-"""Per-sender limits on a real daemon: rate per sidecar, jobs, message size, records per batch.
+"""Per-sender limits on a real daemon: rate per sender, jobs, message size, records per batch.
 Each gives the sender a clear status, and other senders keep being served."""
 
 from __future__ import annotations
@@ -53,7 +53,11 @@ def test_bucket_table_is_bounded():
 
 
 def test_rate_limit_refuses_the_hog_and_serves_the_others():
-    d, c = _daemon(max_requests_per_second=5)
+    # "localhost" binds both loopback families: the polite sender comes from another address
+    d = Daemon(DaemonConfig(listen="localhost:0", store="memory://", max_requests_per_second=5))
+    d.start()
+    c = DaemonClient(f"127.0.0.1:{d.port}", timeout=5.0, security=ClientSecurity())
+    polite = DaemonClient(f"[::1]:{d.port}", timeout=5.0, security=ClientSecurity())
     try:
         c.send(_req("hog", 1, rank_info("lim", 0, 2, "node0")))
         codes = []
@@ -65,11 +69,12 @@ def test_rate_limit_refuses_the_hog_and_serves_the_others():
                 codes.append(exc.code)
                 assert "retry later" in str(exc) and "requests/s" in str(exc)
         assert codes.count(EXHAUSTED) >= 20, codes
-        # the polite sidecar has its own bucket: served while the hog is refused
-        assert not c.send(_req("polite", 1, rank_info("lim", 1, 2, "node1"))).code
-        assert not c.send(_req("polite", 2, op_batch("lim", 1, range(10)))).code
+        # the polite sender has its own bucket: served while the hog is refused
+        assert not polite.send(_req("polite", 1, rank_info("lim", 1, 2, "node1"))).code
+        assert not polite.send(_req("polite", 2, op_batch("lim", 1, range(10)))).code
         assert d.ingest.rejected_by_code["RESOURCE_EXHAUSTED"] == codes.count(EXHAUSTED)
     finally:
+        polite.close()
         c.close()
         d.stop(grace=1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography import x509
@@ -22,6 +22,8 @@ class Pki:
     client_key: Path
     rogue_cert: Path  # a client certificate signed by a different CA
     rogue_key: Path
+    # more client certificates of the test CA: common name -> (certificate, key)
+    clients: dict[str, tuple[Path, Path]] = field(default_factory=dict)
 
 
 def _name(cn: str) -> x509.Name:
@@ -75,19 +77,24 @@ def _leaf(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, cn: str, *, 
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
-def make_pki(directory: Path) -> Pki:
-    """A CA, a server certificate for 127.0.0.1/localhost, a client certificate, and a client
-    certificate from an unrelated CA."""
+def make_pki(directory: Path, clients: tuple[str, ...] = ()) -> Pki:
+    """A CA, a server certificate for 127.0.0.1/localhost, a client certificate, a client
+    certificate from an unrelated CA, and one more client certificate per name in ``clients``."""
     directory.mkdir(parents=True, exist_ok=True)
     ca, ca_key = _ca("c4 test CA")
     server, server_key = _leaf(ca, ca_key, "c4-daemon", server=True)
     client, client_key = _leaf(ca, ca_key, "c4-client", server=False)
     other, other_key = _ca("someone else's CA")
     rogue, rogue_key = _leaf(other, other_key, "c4-rogue", server=False)
+    more = {}
+    for cn in clients:
+        cert, key = _leaf(ca, ca_key, cn, server=False)
+        more[cn] = (_write_cert(cert, directory / f"client-{cn}.pem"),
+                    _write_key(key, directory / f"client-{cn}-key.pem"))
     return Pki(ca=_write_cert(ca, directory / "ca.pem"),
                server_cert=_write_cert(server, directory / "server.pem"),
                server_key=_write_key(server_key, directory / "server-key.pem"),
                client_cert=_write_cert(client, directory / "client.pem"),
                client_key=_write_key(client_key, directory / "client-key.pem"),
                rogue_cert=_write_cert(rogue, directory / "rogue.pem"),
-               rogue_key=_write_key(rogue_key, directory / "rogue-key.pem"))
+               rogue_key=_write_key(rogue_key, directory / "rogue-key.pem"), clients=more)
