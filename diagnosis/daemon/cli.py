@@ -36,6 +36,11 @@ def daemon(
                                        "sender is told to back off (0: no limit)."),
     max_jobs: int = typer.Option(10_000, "--max-jobs", envvar="C4_MAX_JOBS",
                                  help="Jobs the daemon tracks; telemetry of more is refused."),
+    max_streams: int = typer.Option(480, "--max-streams", envvar="C4_MAX_STREAMS",
+                                    help="Ingest streams (sidecars) served at once; more are "
+                                         "told to back off. Needs --workers above it."),
+    workers: int = typer.Option(512, "--workers", envvar="C4_WORKERS",
+                                help="RPC threads: one per open ingest stream, plus queries."),
     metrics: str = typer.Option("", "--metrics", envvar="C4_METRICS",
                                 help="Serve Prometheus /metrics on PORT (loopback) or "
                                      "HOST:PORT; off by default."),
@@ -55,6 +60,7 @@ def daemon(
                               tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca,
                               tokens_file=tokens, insecure=insecure,
                               max_requests_per_second=max_rps, max_jobs=max_jobs,
+                              max_streams=max_streams, workers=workers,
                               metrics_listen=metrics)
         def ready(d) -> None:
             tls = "mutual TLS" if tls_client_ca else "TLS" if tls_cert else "plaintext"

@@ -25,14 +25,22 @@ class DaemonConfig:
     store: str = ""
     # Group commit: the writer waits at most this long to gather requests into one transaction.
     commit_interval_s: float = 0.02
-    # Requests waiting to be stored; past this the ingest stream stops reading (backpressure).
+    # Requests (and their rows) waiting to be stored; past either the ingest streams stop
+    # reading (backpressure).
     max_pending_requests: int = 512
+    max_pending_records: int = 1_000_000
     max_message_bytes: int = 64 * 1024 * 1024
     max_records_per_batch: int = 1_000_000
-    # How often the live detectors look at every job, and how much history they keep.
+    # How often the live detectors look at every job; stored rows waiting for them (past it
+    # the writer waits); how long a silent job stays in the live view.
     analyze_interval_s: float = 1.0
-    window_records: int = 2_000_000
-    workers: int = 16
+    live_backlog_records: int = 1_000_000
+    live_idle_s: float = 1800.0
+    # RPC threads. Every sidecar holds one ingest stream (a thread) open: more than
+    # ``max_streams`` at once are refused with RESOURCE_EXHAUSTED instead of waiting for a
+    # thread for ever; the rest of the threads stay free for queries.
+    workers: int = 512
+    max_streams: int = 480
     # Security: TLS certificate and key; a client CA makes TLS mutual; a token file turns on
     # role checks. Plaintext on a non-loopback address needs ``insecure``.
     tls_cert: str = ""
@@ -52,11 +60,15 @@ class DaemonConfig:
             object.__setattr__(self, "store", default_store_url())
         if ":" not in self.listen:
             raise ValueError(f"listen address {self.listen!r} needs HOST:PORT")
-        for name in ("commit_interval_s", "analyze_interval_s"):
+        if self.max_streams >= self.workers:
+            raise ValueError(f"max_streams ({self.max_streams}) must be below workers "
+                             f"({self.workers}): queries need threads too")
+        for name in ("commit_interval_s", "analyze_interval_s", "live_idle_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("max_pending_requests", "max_message_bytes", "max_records_per_batch",
-                     "window_records", "workers", "max_jobs"):
+        for name in ("max_pending_requests", "max_pending_records", "max_message_bytes",
+                     "max_records_per_batch", "live_backlog_records", "workers", "max_streams",
+                     "max_jobs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_requests_per_second < 0:

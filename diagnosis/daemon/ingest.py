@@ -42,7 +42,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
     def __init__(self, writer: Writer, known_jobs: set[str], *, max_records: int,
                  limiter: RateLimiter | None = None, max_jobs: int = 0,
                  observe_ack: Callable[[float], None] | None = None,
-                 tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS) -> None:
+                 tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS,
+                 max_streams: int = 0) -> None:
         self._writer = writer
         self._known = known_jobs
         self._max_records = max_records
@@ -51,6 +52,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._observe_ack = observe_ack
         self._tokens_checked = tokens_checked
         self._max_sidecars = max_sidecars
+        self._max_streams = max_streams  # 0: no limit
+        self.streams = 0
         self._lock = threading.Lock()
         self.sidecars: OrderedDict[str, SidecarInfo] = OrderedDict()
         self.rejected = 0
@@ -144,6 +147,24 @@ class IngestService(c4_pb2_grpc.IngestServicer):
 
     def Stream(self, request_iterator: Iterator[c4_pb2.IngestRequest],
                context: grpc.ServicerContext) -> Iterator[c4_pb2.IngestAck]:
+        with self._lock:
+            full = bool(self._max_streams) and self.streams >= self._max_streams
+            if not full:
+                self.streams += 1
+        if full:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the daemon already serves {self._max_streams} ingest streams (its "
+                          "max_streams limit, one per sidecar): retry later with backoff; "
+                          "shard the sidecars over several daemons or raise workers and "
+                          "max_streams")
+        try:
+            yield from self._stream(request_iterator, context)
+        finally:
+            with self._lock:
+                self.streams -= 1
+
+    def _stream(self, request_iterator: Iterator[c4_pb2.IngestRequest],
+                context: grpc.ServicerContext) -> Iterator[c4_pb2.IngestAck]:
         acks: queue.Queue[c4_pb2.IngestAck | None] = queue.Queue()
         sender = self.sender(context)
         state = {"outstanding": 0, "done": False, "throttled": False}

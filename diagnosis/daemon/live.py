@@ -1,12 +1,26 @@
 """The daemon's live view of each job: registered ranks and groups, recent telemetry, and the
-detection engine that runs on it. Fed only with writes that were stored for the first time."""
+detection engine that runs on it. Fed only with writes that were stored for the first time.
+
+The writer hands stored writes over and goes on acknowledging: the detectors run in their own
+thread (``run``), which applies the backlog and analyses every job once per interval, so a long
+analysis pass never holds up acknowledgements. Memory is bounded: the backlog holds at most
+``max_backlog_records`` (past it the writer waits, which pushes back on the sidecars), each
+job's engine keeps a bounded window, and a job silent for ``idle_s`` leaves the view (it is
+rebuilt from the store's registrations if it speaks again).
+
+Lag: the age of the oldest stored write whose records the detectors have not finished judging
+(waiting in the backlog, or applied but not yet through a completed analysis pass). With the
+detectors keeping up it stays near the analysis interval plus one pass; it grows when they fall
+behind.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +28,15 @@ import numpy as np
 
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.links import ConnResolver
-from diagnosis.store import ConnRows, GroupRecord, OpRows, RankRecord, Write
+from diagnosis.store import ConnRows, GroupRecord, OpRows, RankRecord, Store, Write
 
 log = logging.getLogger(__name__)
+
+# Records applied between two checks of the analysis clock, so a deep backlog cannot postpone
+# an analysis pass by more than a moment.
+APPLY_CHUNK = 200_000
+# Evicted jobs remembered, so that a job speaking again is rebuilt from the store.
+MAX_EVICTED = 4096
 
 
 def _new_engine(topology: Any) -> Any:
@@ -37,19 +57,133 @@ class JobState:
     records: int = 0
     last_ns: int = 0
     links: ConnResolver = field(default_factory=ConnResolver)
+    heard: float = field(default_factory=time.monotonic)  # last write applied (monotonic)
+
+
+def records_of(w: Write) -> int:
+    """Rows a write carries (1 for a registration): the unit of the daemon's memory bounds."""
+    body = w.body
+    return len(body.cols) if isinstance(body, OpRows | ConnRows) else 1
 
 
 class LiveView:
-    def __init__(self, hub: FaultHub, *, topology: Any = None) -> None:
+    def __init__(self, hub: FaultHub, *, topology: Any = None, store: Store | None = None,
+                 max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
+                 observe_analysis: Callable[[float], None] | None = None) -> None:
         self._hub = hub
         self._topology = topology
+        self._store = store
+        self._max_backlog = max_backlog_records
+        self._idle_s = idle_s
+        self._observe_analysis = observe_analysis
         self._jobs: dict[tuple[str, int], JobState] = {}
-        self._lock = threading.Lock()
+        self._evicted: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._lock = threading.Lock()  # the jobs and their engines
+        self._cond = threading.Condition()  # the backlog and the lag bookkeeping
+        self._backlog: deque[tuple[float, list[Write], int]] = deque()
+        self._backlog_records = 0
+        self._unjudged_since: float | None = None  # oldest write applied since the last pass
+        self._judging_since: float | None = None   # oldest write the running pass covers
+        self._closed = False
         # (time, records) of recent stored batches, for the ingest rate
         self._rate: deque[tuple[float, int]] = deque(maxlen=4096)
         self.records_total = 0
+        self.records_applied = 0
+        self.backpressure_s = 0.0  # time the writer waited for the detectors
+        self.last_analysis_s = 0.0
 
-    def _job(self, job: str, attempt: int) -> JobState | None:
+    # -- from the writer -----------------------------------------------------------------------
+    def apply(self, writes: list[Write]) -> None:
+        """Called by the writer with freshly stored writes, in arrival order. Returns at once
+        unless the backlog is full."""
+        if not writes:
+            return
+        ops = sum(len(w.body.cols) for w in writes if isinstance(w.body, OpRows))
+        n = sum(records_of(w) for w in writes)
+        now = time.monotonic()
+        with self._cond:
+            self.records_total += ops
+            if ops:
+                self._rate.append((now, ops))
+            if self._full(n):
+                while self._full(n):
+                    self._cond.wait(0.1)
+                self.backpressure_s += time.monotonic() - now
+            self._backlog.append((now, list(writes), n))
+            self._backlog_records += n
+            self._cond.notify_all()
+
+    def _full(self, n: int) -> bool:
+        # a batch larger than the whole bound still goes, alone
+        return bool(self._backlog) and not self._closed and \
+            self._backlog_records + n > self._max_backlog
+
+    def close(self) -> None:
+        """Stop making the writer wait (the daemon is stopping)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # -- the detectors' thread -------------------------------------------------------------
+    def run(self, stop: threading.Event, interval_s: float) -> None:
+        """Apply the backlog and analyse every ``interval_s`` until ``stop`` is set."""
+        next_at = time.monotonic() + interval_s
+        while not stop.is_set():
+            with self._cond:
+                if not self._backlog:
+                    self._cond.wait(max(0.0, min(next_at - time.monotonic(), 0.5)))
+            try:
+                self.drain(APPLY_CHUNK)
+                if time.monotonic() >= next_at:
+                    self.analyze()
+                    self._evict_idle()
+                    next_at = time.monotonic() + interval_s
+            except Exception:  # a detector bug must not take the daemon down
+                log.exception("live analysis failed")
+                next_at = time.monotonic() + interval_s
+
+    def drain(self, max_records: int = 0) -> int:
+        """Apply queued writes to the engines (all, or about ``max_records``); returns the
+        records applied."""
+        done = 0
+        while not max_records or done < max_records:
+            with self._cond:
+                if not self._backlog:
+                    break
+                stored_at, writes, n = self._backlog[0]
+            try:
+                with self._lock:
+                    self._apply_now(writes)
+            except Exception:
+                log.exception("the live view could not take a stored batch; its records are "
+                              "stored but not analysed")
+            with self._cond:
+                self._backlog.popleft()
+                self._backlog_records -= n
+                self.records_applied += n
+                if self._unjudged_since is None:
+                    self._unjudged_since = stored_at
+                self._cond.notify_all()
+            done += n
+        return done
+
+    def lag(self) -> float:
+        """Seconds since the oldest stored write not yet fully judged arrived (0: none)."""
+        with self._cond:
+            since = [t for t in (self._backlog[0][0] if self._backlog else None,
+                                 self._unjudged_since, self._judging_since) if t is not None]
+        return time.monotonic() - min(since) if since else 0.0
+
+    def backlog(self) -> int:
+        with self._cond:
+            return self._backlog_records
+
+    def jobs(self) -> int:
+        with self._lock:
+            return len(self._jobs)
+
+    # -- job states --------------------------------------------------------------------------
+    def _job(self, job: str, attempt: int, first: Write) -> JobState | None:
         """The live state of a job attempt; None for an attempt older than one already seen
         (a restarted job's earlier processes are gone: their silence is not a fault)."""
         key = (job, attempt)
@@ -62,57 +196,106 @@ class LiveView:
                          attempt, old[1])
                 del self._jobs[old]
             state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology))
+            # Evicted while idle, or known from before a daemon restart: its registrations
+            # were stored earlier and will not come again.
+            evicted = key in self._evicted
+            self._evicted.pop(key, None)
+            if evicted or not isinstance(first.body, RankRecord):
+                self._seed(state)
+        state.heard = time.monotonic()
         return state
 
-    def apply(self, writes: list[Write]) -> None:
-        """Called by the writer with freshly stored writes, in arrival order."""
-        with self._lock:
-            for w in writes:
-                body = w.body
-                if isinstance(body, OpRows):
-                    self.records_total += len(body.cols)
-                    self._rate.append((time.monotonic(), len(body.cols)))
-                st = self._job(body.job, body.attempt)
-                if st is None:
-                    continue
-                if isinstance(body, RankRecord):
-                    st.ranks[body.rank] = body
-                    if st.engine is not None:
-                        st.engine.add_rank(body.rank, body.host, body.gpu or None,
-                                           body.nic or None)
-                elif isinstance(body, GroupRecord):
-                    st.groups[body.pg] = body
-                    if st.engine is not None:
-                        st.engine.add_group(body.pg, list(body.ranks))
-                elif isinstance(body, OpRows):
-                    n = len(body.cols)
-                    st.records += n
-                    if n:
-                        st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
-                    if st.engine is not None:
-                        st.engine.add_ops(body.cols)
-                elif isinstance(body, ConnRows):
-                    conns = st.links.add(body.cols)
-                    if st.engine is not None and conns is not None and len(conns):
-                        st.engine.add_conns(conns)
+    def _seed(self, st: JobState) -> None:
+        if self._store is None:
+            return
+        try:
+            ranks = self._store.ranks(st.job, st.attempt)
+            groups = self._store.groups(st.job, st.attempt)
+        except Exception as exc:
+            log.warning("cannot reload job %s from the store for the live view: %s", st.job,
+                        exc)
+            return
+        for r in ranks:
+            self._add_rank(st, r)
+        for g in groups:
+            self._add_group(st, g)
+        if ranks or groups:
+            log.info("live view: job %s attempt %d reloaded (%d ranks, %d groups)", st.job,
+                     st.attempt, len(ranks), len(groups))
 
+    def _evict_idle(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for key in [k for k, st in self._jobs.items() if now - st.heard > self._idle_s]:
+                del self._jobs[key]
+                self._evicted[key] = None
+                if len(self._evicted) > MAX_EVICTED:
+                    self._evicted.popitem(last=False)
+                log.info("job %s attempt %d silent for %.0f s: it leaves the live view", *key,
+                         self._idle_s)
+
+    @staticmethod
+    def _add_rank(st: JobState, body: RankRecord) -> None:
+        st.ranks[body.rank] = body
+        if st.engine is not None:
+            st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None)
+
+    @staticmethod
+    def _add_group(st: JobState, body: GroupRecord) -> None:
+        st.groups[body.pg] = body
+        if st.engine is not None:
+            st.engine.add_group(body.pg, list(body.ranks))
+
+    def _apply_now(self, writes: list[Write]) -> None:
+        for w in writes:
+            body = w.body
+            st = self._job(body.job, body.attempt, w)
+            if st is None:
+                continue
+            if isinstance(body, RankRecord):
+                self._add_rank(st, body)
+            elif isinstance(body, GroupRecord):
+                self._add_group(st, body)
+            elif isinstance(body, OpRows):
+                n = len(body.cols)
+                st.records += n
+                if n:
+                    st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
+                if st.engine is not None:
+                    st.engine.add_ops(body.cols)
+            elif isinstance(body, ConnRows):
+                conns = st.links.add(body.cols)
+                if st.engine is not None and conns is not None and len(conns):
+                    st.engine.add_conns(conns)
+
+    # -- analysis ----------------------------------------------------------------------------
     def analyze(self, now_ns: int | None = None) -> int:
         """Run every job's detectors once; file what they report. Returns reports filed."""
         now_ns = now_ns or time.time_ns()
-        with self._lock:
-            found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
-                     if st.engine is not None]
-        filed = 0
-        for job, reports in found:
-            for report in reports:
-                self._hub.file(job, report)
-                filed += 1
+        with self._cond:
+            self._judging_since, self._unjudged_since = self._unjudged_since, None
+        t0 = time.perf_counter()
+        try:
+            with self._lock:
+                found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
+                         if st.engine is not None]
+            filed = 0
+            for job, reports in found:
+                for report in reports:
+                    self._hub.file(job, report)
+                    filed += 1
+        finally:
+            self.last_analysis_s = time.perf_counter() - t0
+            if self._observe_analysis is not None:
+                self._observe_analysis(self.last_analysis_s)
+            with self._cond:
+                self._judging_since = None
         return filed
 
     def rate(self, window_s: float = 60.0) -> float:
         now = time.monotonic()
-        recent = [n for t, n in list(self._rate) if now - t <= window_s]
+        recent = [(t, n) for t, n in list(self._rate) if now - t <= window_s]
         if not recent:
             return 0.0
-        oldest = min(t for t, _ in list(self._rate) if now - t <= window_s)
-        return sum(recent) / max(now - oldest, 1.0)
+        oldest = min(t for t, _ in recent)
+        return sum(n for _, n in recent) / max(now - oldest, 1.0)

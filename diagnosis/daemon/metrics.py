@@ -79,6 +79,10 @@ class DaemonMetrics(Collector):
             "c4_daemon_store_write_seconds",
             "Duration of one group commit into the store.",
             buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.analysis = Histogram(
+            "c4_daemon_analysis_seconds",
+            "Duration of one pass of the live detectors over every job.",
+            buckets=(*LATENCY_BUCKETS, 30.0, 60.0), registry=self.registry)
         self._daemon: Daemon | None = None
         self.denied: dict[str, int] = {}
 
@@ -118,6 +122,24 @@ class DaemonMetrics(Collector):
                       wr.store_errors)
         yield gauge("c4_daemon_writer_queue_depth", "Requests waiting for the next commit.",
                     wr.pending())
+        yield gauge("c4_daemon_writer_queue_records", "Rows waiting for the next commit.",
+                    wr.pending_records())
+        live = d.live
+        yield gauge("c4_daemon_live_lag_seconds",
+                    "Age of the oldest stored record the live detectors have not finished "
+                    "judging (waiting for them, or not yet through a completed pass).",
+                    live.lag())
+        yield gauge("c4_daemon_live_backlog_records",
+                    "Stored rows waiting to be given to the live detectors.", live.backlog())
+        yield counter("c4_daemon_live_applied_records",
+                      "Rows (and registrations) given to the live detectors.",
+                      live.records_applied)
+        yield counter("c4_daemon_live_backpressure_seconds",
+                      "Time the writer waited because the live detectors were behind.",
+                      live.backpressure_s)
+        yield gauge("c4_daemon_live_jobs", "Jobs in the live view.", live.jobs())
+        yield gauge("c4_daemon_ingest_streams", "Open ingest streams (one per sidecar).",
+                    ing.streams)
         yield gauge("c4_daemon_unacked_requests",
                     "Requests accepted but not acknowledged yet (queued or being stored).",
                     ing.unacked)

@@ -44,17 +44,22 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.store = open_store(config.store)
         self.hub = FaultHub(self.store)
-        self.live = LiveView(self.hub, topology=topology)
+        self.live = LiveView(self.hub, topology=topology, store=self.store,
+                             max_backlog_records=config.live_backlog_records,
+                             idle_s=config.live_idle_s,
+                             observe_analysis=self.metrics.analysis.observe)
         self.writer = Writer(TimedStore(self.store, self.metrics.store_write.observe),
                              on_stored=self.live.apply,
                              commit_interval_s=config.commit_interval_s,
-                             max_pending=config.max_pending_requests)
+                             max_pending=config.max_pending_requests,
+                             max_pending_records=config.max_pending_records)
         known = {j.job for j in self.store.jobs()}
         rate = config.max_requests_per_second
         self.ingest = IngestService(self.writer, known, max_records=config.max_records_per_batch,
                                     limiter=RateLimiter(rate, 2 * rate), max_jobs=config.max_jobs,
                                     observe_ack=self.metrics.ack_latency.observe,
-                                    tokens_checked=bool(self.tokens))
+                                    tokens_checked=bool(self.tokens),
+                                    max_streams=config.max_streams)
         self.metrics.attach(self)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()
@@ -66,7 +71,7 @@ class Daemon:
             log.info("no tokens configured: every client may call every RPC")
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="c4-rpc"),
-            interceptors=interceptors,
+            interceptors=interceptors, maximum_concurrent_rpcs=config.workers,
             options=[("grpc.max_receive_message_length", config.max_message_bytes),
                      ("grpc.max_send_message_length", config.max_message_bytes)])
         c4_pb2_grpc.add_IngestServicer_to_server(self.ingest, self._server)
@@ -84,8 +89,9 @@ class Daemon:
             self.port = 0
         if self.port == 0:
             raise DiagnosisError(f"cannot listen on {config.listen}: is another daemon running?")
-        self._analyzer = threading.Thread(target=self._analyze_loop, name="c4-analyze",
-                                          daemon=True)
+        self._analyzer = threading.Thread(target=self.live.run,
+                                          args=(self._stop, config.analyze_interval_s),
+                                          name="c4-live", daemon=True)
 
     def status(self) -> c4_pb2.StatusResponse:
         resp = c4_pb2.StatusResponse(
@@ -114,17 +120,11 @@ class Daemon:
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("c4 daemon listening on port %d, store %s", self.port, self.config.store)
 
-    def _analyze_loop(self) -> None:
-        while not self._stop.wait(self.config.analyze_interval_s):
-            try:
-                self.live.analyze()
-            except Exception:  # a detector bug must not take the daemon down
-                log.exception("live analysis failed")
-
     def stop(self, grace: float = 5.0) -> None:
         """Stop taking requests, store everything acknowledged or pending, close the store."""
         self._health.enter_graceful_shutdown()
         self._stop.set()
+        self.live.close()  # the writer must not wait for detectors that have stopped
         done = self._server.stop(grace)
         self.writer.stop()
         done.wait(grace)

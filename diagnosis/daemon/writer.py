@@ -3,7 +3,8 @@
 A request is acknowledged only after the store has made it durable, so a daemon killed at any
 moment loses nothing that a sidecar believes delivered. While the store is down the writer keeps
 retrying the same requests and acknowledges none of them; the ingest streams stop reading once
-``max_pending`` requests wait, which pushes back on the sidecars (they spill to disk).
+``max_pending`` requests or ``max_pending_records`` rows wait (whichever comes first: requests
+vary from one row to a whole message), which pushes back on the sidecars (they spill to disk).
 """
 
 from __future__ import annotations
@@ -26,16 +27,25 @@ Done = Callable[[bool], None]  # called with "was a duplicate" once the write is
 class _Item:
     write: Write
     done: Done
+    records: int
+
+
+def _records(w: Write) -> int:
+    cols = getattr(w.body, "cols", None)
+    return len(cols) if cols is not None else 1
 
 
 class Writer:
     def __init__(self, store: Store, *, on_stored: Callable[[list[Write]], None],
-                 commit_interval_s: float = 0.02, max_pending: int = 512) -> None:
+                 commit_interval_s: float = 0.02, max_pending: int = 512,
+                 max_pending_records: int = 1_000_000) -> None:
         self._store = store
         self._on_stored = on_stored
         self._interval = commit_interval_s
         self._max_pending = max_pending
+        self._max_records = max_pending_records
         self._items: list[_Item] = []
+        self._records = 0
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="c4-writer", daemon=True)
@@ -48,15 +58,24 @@ class Writer:
 
     def submit(self, write: Write, done: Done) -> None:
         """Queue a write; blocks while too many are pending (backpressure)."""
+        n = _records(write)
         with self._cond:
-            while len(self._items) >= self._max_pending and not self._stopping:
+            # one request larger than the whole bound still goes, alone
+            while self._items and not self._stopping and (
+                    len(self._items) >= self._max_pending or
+                    self._records + n > self._max_records):
                 self._cond.wait(0.1)
-            self._items.append(_Item(write, done))
+            self._items.append(_Item(write, done, n))
+            self._records += n
             self._cond.notify_all()
 
     def pending(self) -> int:
         with self._cond:
             return len(self._items)
+
+    def pending_records(self) -> int:
+        with self._cond:
+            return self._records
 
     def stop(self, timeout: float = 30.0) -> None:
         """Store everything submitted so far, then stop."""
@@ -79,6 +98,7 @@ class Writer:
             time.sleep(self._interval)
         with self._cond:
             items, self._items = self._items, []
+            self._records = 0
             self._cond.notify_all()
             return items
 

@@ -1,0 +1,139 @@
+"""The live detectors run beside the writer, not in its way: acknowledgements go on during an
+analysis pass, the backlog between them is bounded (the writer waits past it), the lag is
+measured, a silent job leaves the view and comes back from the store, and sidecars beyond the
+stream limit are told to back off instead of waiting for ever."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from diagnosis.client import DaemonClient
+from diagnosis.daemon.config import DaemonConfig
+from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.live import LiveView
+from diagnosis.daemon.server import Daemon
+from diagnosis.security.channel import ClientSecurity
+from diagnosis.store import GroupRecord, OpRows, RankRecord, Write, open_store
+from proto import c4_pb2, c4_pb2_grpc
+from proto.codec import decode_ops
+from tests.support.frames import group_info, op_batch, rank_info
+from tests.support.services import wait_for
+
+
+def _ops(seq: int, n: int = 60, job: str = "j") -> Write:
+    return Write("s", seq, OpRows(job, 0, decode_ops(op_batch(job, 0, range(n)).ops)))
+
+
+def _register(job: str = "j") -> list[Write]:
+    return [Write("s", 1, RankRecord(job, 0, 0, 2, "n0")),
+            Write("s", 2, RankRecord(job, 0, 1, 2, "n1")),
+            Write("s", 3, GroupRecord(job, 0, "0", (0, 1)))]
+
+
+def test_backlog_is_bounded_and_lag_measured():
+    live = LiveView(FaultHub(open_store("memory://")), max_backlog_records=100)
+    assert live.lag() == 0.0
+    live.apply(_register())
+    live.apply([_ops(4)])   # 63 rows waiting
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (live.apply([_ops(5)]), done.set()))
+    waiter.start()
+    assert not done.wait(0.5), "the writer must wait while the backlog is full"
+    assert live.backlog() == 63 and live.lag() >= 0.5
+    live.drain()             # the detectors catch up: the writer goes on
+    assert done.wait(5)
+    waiter.join()
+    live.drain()
+    assert live.backlog() == 0 and live.records_total == 120
+    assert live.lag() > 0, "applied but not yet analysed"
+    live.analyze()
+    assert live.lag() == 0.0
+    assert live._jobs[("j", 0)].records == 120
+
+
+def test_a_silent_job_leaves_the_view_and_comes_back_from_the_store():
+    store = open_store("memory://")
+    store.write(_register())
+    live = LiveView(FaultHub(store), store=store, idle_s=60.0)
+    live.apply(_register())
+    live.drain()
+    live._jobs[("j", 0)].heard -= 120  # two minutes of silence
+    live._evict_idle()
+    assert live.jobs() == 0
+    live.apply([_ops(4)])
+    live.drain()
+    st = live._jobs[("j", 0)]
+    assert sorted(st.ranks) == [0, 1] and list(st.groups) == ["0"]
+    assert st.records == 60 and st.engine.dropped == 0, "its records land in its groups"
+
+
+@pytest.mark.network
+def test_acknowledgements_go_on_during_a_long_analysis_pass():
+    d = Daemon(DaemonConfig(listen="127.0.0.1:0", store="memory://"))
+    d.start()
+    c = DaemonClient(f"127.0.0.1:{d.port}", timeout=5.0, security=ClientSecurity())
+    try:
+        c.send(_req(rank_info("busy", 0, 1, "n0"), 1))
+        c.send(_req(group_info("busy", "0", [0]), 2))
+        with d.live._lock:   # the detectors are busy with one long pass
+            t0 = time.monotonic()
+            for seq in range(3, 8):
+                assert not c.send(_req(op_batch("busy", 0, range(seq * 10, seq * 10 + 10)),
+                                       seq)).code
+            assert time.monotonic() - t0 < 4.0
+            assert d.live.backlog() >= 50
+        wait_for(lambda: d.live.backlog() == 0, 10, what="the detectors catch up")
+        assert d.live._jobs[("busy", 0)].records == 50
+    finally:
+        c.close()
+        d.stop(grace=1)
+
+
+def _req(body: c4_pb2.IngestRequest, seq: int, sidecar: str = "a") -> c4_pb2.IngestRequest:
+    body.sidecar, body.seq = sidecar, seq
+    return body
+
+
+@pytest.mark.network
+def test_streams_beyond_the_limit_are_refused_not_left_waiting():
+    d = Daemon(DaemonConfig(listen="127.0.0.1:0", store="memory://", workers=8, max_streams=4))
+    d.start()
+    stop = threading.Event()
+    acked: dict[int, bool] = {}
+    refused: dict[int, str] = {}
+
+    def sidecar(i: int) -> None:
+        channel = grpc.insecure_channel(f"127.0.0.1:{d.port}")
+
+        def requests():
+            yield _req(c4_pb2.IngestRequest(stats=c4_pb2.SidecarStats(host="h")), 1, f"s{i}")
+            stop.wait(20)
+
+        try:
+            for _ack in c4_pb2_grpc.IngestStub(channel).Stream(requests()):
+                acked[i] = True
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                refused[i] = exc.details()
+        finally:
+            channel.close()
+
+    threads = [threading.Thread(target=sidecar, args=(i,), daemon=True) for i in range(6)]
+    c = DaemonClient(f"127.0.0.1:{d.port}", timeout=5.0, security=ClientSecurity())
+    try:
+        for t in threads:
+            t.start()
+        wait_for(lambda: len(acked) + len(refused) == 6, 20, what="every sidecar answered")
+        assert len(acked) == 4 and len(refused) == 2
+        assert all("retry later" in m and "max_streams" in m for m in refused.values())
+        assert c.status().version, "queries are still served"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        c.close()
+        d.stop(grace=1)
