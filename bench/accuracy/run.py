@@ -69,7 +69,7 @@ def print_table(rows: list[Row], out=sys.stdout) -> None:
         return "   -" if v is None else f"{v:5.1f}"
 
     head = (f"{'gpus':>5} {'fault':<12} {'runs':>4} {'det%':>6} {'top1%':>6} {'top3%':>6} "
-            f"{'top1≡%':>6} "
+            f"{'top1≡%':>6} {'amb':>3} "
             f"{'clean%':>6} {'target':>6} {'lat s':>7} {'lat it':>6} {'onset±s':>7} {'false':>5} "
             f"{'false/1k it':>11}")
     print(head, file=out)
@@ -83,6 +83,7 @@ def print_table(rows: list[Row], out=sys.stdout) -> None:
         unobs = f" ({r.unobservable} unobservable)" if r.unobservable else ""
         print(f"{r.gpus:>5} {r.label:<12} {r.scenarios:>4} {pct(j['detected_pct']):>6} "
               f"{pct(j['top1_pct']):>6} {pct(j['top3_pct']):>6} {pct(j['top1_equiv_pct']):>6} "
+              f"{r.ambiguous:>3} "
               f"{pct(j['clean_pct']):>6} "
               f"{tgt:>6} {lat:>7} {lit:>6} {err:>7} {r.false_reports:>5} "
               f"{r.false_per_1000_iters:>11.2f}{unobs}", file=out)
@@ -128,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\naccuracy: {len(done)} scenarios, mode {args.mode}, conns "
           f"{'off' if args.no_conns else 'on'}, {wall:.0f} s\n")
     print_table(rows)
-    print("\ndet/top1/top3: % of observable faults; clean: runs with every fault top-1 and no "
+    print("\ndet/top3/top1≡: % of observable faults; top1: % of those not ambiguous; amb: "
+          "faults named tied first with components the ground truth calls indistinguishable "
+          "(counted apart, never hits); clean: runs with every fault top-1 or ambiguous and no "
           "false report; top1≡: top-1 also accepting components crossed by exactly the same "
           "connections; lat: median onset->report (s, iterations; stream mode: when the report "
           "appeared, cli mode: its first_seen_ns); onset±: median first_seen_ns - true onset; "

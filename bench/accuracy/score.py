@@ -20,11 +20,18 @@ The matching rule, exactly:
   **top-1 up to equivalence** (a separate, labelled column, never the headline): the same with
   the fault's ``equivalent`` components also accepted, i.e. those crossed by exactly the same
   connections (which no timing can tell apart); it shows how much of a miss is ambiguity.
+  **ambiguous** (counted apart, never a hit): no top-1, but some addressing report names the
+  fault with the same score as its first suspect, and every suspect ahead of it is an accepted
+  or ``equivalent`` component: the report says "one of these, equally likely" and the ground
+  truth agrees that no timing could tell them apart. Headline top-1 % is over the observable
+  faults that are not ambiguous; an engine cannot reach this column by naming everything
+  equally, since it needs the ground truth's equivalence and an exact tie.
   **top-3**: some addressing report names it among its first three suspects.
   **detected**: some addressing report exists, whatever it names.
 * A report is **explained** when it addresses some fault and names it among its first three
   suspects; every other report is a **false report** (on a healthy run, every report is).
-  A fault scenario is **clean** when every fault is top-1 and no report is false.
+  A fault scenario is **clean** when every fault is top-1 (or ambiguous) and no report is
+  false.
 * **Latency**: from the fault's onset (for hangs and errors: ``event_ns``, the moment the rank
   stopped or the transfer stuck) to the earliest report that addresses and names it
   (top-3), in seconds of trace time and in iterations begun since the onset. The time of a
@@ -59,6 +66,7 @@ class FaultScore:
     top1: bool
     top3: bool
     top1_equiv: bool = False
+    ambiguous: bool = False
     latency_s: float | None = None
     latency_iters: int | None = None
     onset_error_s: float | None = None
@@ -79,7 +87,8 @@ class ScenarioScore:
 
     @property
     def clean(self) -> bool:
-        return self.false_reports == 0 and all(f.top1 for f in self.faults if f.observable)
+        return self.false_reports == 0 and all(f.top1 or f.ambiguous
+                                               for f in self.faults if f.observable)
 
 
 def canonical(sus: dict[str, Any]) -> tuple[str, str]:
@@ -112,6 +121,24 @@ def _rank_of_hit(report: dict[str, Any], accept: set[tuple[str, str]]) -> int | 
     return None
 
 
+def _tied_first(report: dict[str, Any], accept: set[tuple[str, str]],
+                equiv: set[tuple[str, str]]) -> bool:
+    """The report names the fault with its first suspect's score, behind only equivalents."""
+    sus = report.get("suspects") or []
+    if not sus:
+        return False
+    first = sus[0].get("score")
+    for s in sus:
+        if s.get("score") != first:
+            return False
+        c = canonical(s)
+        if c in accept:
+            return True
+        if c not in equiv:
+            return False
+    return False
+
+
 def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> ScenarioScore:
     """Score one run's reports against its ground truth document."""
     starts = truth.get("iteration_start_ns") or []
@@ -120,7 +147,7 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
     for fault in truth.get("faults", []):
         accept = {canonical(a) for a in fault["accept"]}
         equiv = accept | {canonical(a) for a in fault.get("equivalent", [])}
-        top1_equiv = False
+        top1_equiv = tied = False
         best: int | None = None
         detected = False
         first_t: int | None = None
@@ -130,6 +157,8 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
                 continue
             detected = True
             top1_equiv |= _rank_of_hit(rep, equiv) == 0
+            if _tied_first(rep, accept, equiv):
+                tied = explained[i] = True
             pos = _rank_of_hit(rep, accept)
             if pos is None or pos > 2:
                 continue
@@ -148,7 +177,8 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
         scores.append(FaultScore(
             kind=fault["kind"], expected=fault["expected_report"],
             observable=bool(fault.get("observable", True)), detected=detected,
-            top1=best == 0, top3=best is not None, top1_equiv=top1_equiv, latency_s=lat_s,
+            top1=best == 0, top3=best is not None, top1_equiv=top1_equiv,
+            ambiguous=best != 0 and tied, latency_s=lat_s,
             latency_iters=lat_i,
             onset_error_s=err, spec=fault.get("spec", "")))
     false = [r for r, ok in zip(reports, explained) if not ok]
@@ -166,6 +196,7 @@ class Row:
     scenarios: int = 0
     faults: int = 0
     unobservable: int = 0
+    ambiguous: int = 0
     detected: int = 0
     top1: int = 0
     top3: int = 0
@@ -182,6 +213,14 @@ class Row:
         return 100.0 * n / self.faults if self.faults else None
 
     @property
+    def identifiable(self) -> int:
+        """Observable faults that are not ambiguous: the headline top-1's denominator."""
+        return self.faults - self.ambiguous
+
+    def top1_pct(self) -> float | None:
+        return 100.0 * self.top1 / self.identifiable if self.identifiable else None
+
+    @property
     def false_per_1000_iters(self) -> float:
         return 1000.0 * self.false_reports / self.iterations if self.iterations else 0.0
 
@@ -191,7 +230,8 @@ class Row:
         return {
             "label": self.label, "gpus": self.gpus, "scenarios": self.scenarios,
             "faults": self.faults, "unobservable": self.unobservable,
-            "detected_pct": self.pct(self.detected), "top1_pct": self.pct(self.top1),
+            "ambiguous": self.ambiguous,
+            "detected_pct": self.pct(self.detected), "top1_pct": self.top1_pct(),
             "top3_pct": self.pct(self.top3), "top1_equiv_pct": self.pct(self.top1_equiv),
             "clean_pct": 100.0 * self.clean / self.scenarios if self.scenarios else None,
             "false_reports": self.false_reports, "iterations": self.iterations,
@@ -223,13 +263,16 @@ def summarize(results: Iterable[tuple[str, int, ScenarioScore, str]]) -> list[Ro
             row.top1 += f.top1
             row.top3 += f.top3
             row.top1_equiv += f.top1_equiv
+            row.ambiguous += f.ambiguous
             if f.latency_s is not None:
                 row.latency_s.append(f.latency_s)
                 row.latency_iters.append(int(f.latency_iters or 0))
             if f.onset_error_s is not None:
                 row.onset_error_s.append(f.onset_error_s)
             if not f.top1:
-                missed.append(f"{f.spec}: " + ("wrong top suspect" if f.top3 else
+                missed.append(f"{f.spec}: " + ("ambiguous (tied with equivalents)"
+                                               if f.ambiguous else
+                                               "wrong top suspect" if f.top3 else
                                                "not in top 3" if f.detected else
                                                f"no {f.expected} report"))
         if missed or sc.false_reports:

@@ -32,6 +32,7 @@ class ConnWindow:
         self.open_start = np.zeros(0, dtype=np.int64)
         self.open_seq = np.zeros(0, dtype=np.int64)
         self.total = 0
+        self.first_ns = -1     # the earliest transfer start seen: when the evidence begins
 
     def __len__(self) -> int:
         return len(self.path)
@@ -66,6 +67,8 @@ class ConnWindow:
         if n == 0:
             return
         self.total += n
+        t0 = int(recs.t_start_ns.min())
+        self.first_ns = t0 if self.first_ns < 0 else min(self.first_ns, t0)
         key = self.keys_of(recs.src, recs.dst, pg_ids)
         if recs.paths is not None:
             for k, p in zip(key.tolist(), recs.paths):

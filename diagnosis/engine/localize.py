@@ -14,7 +14,13 @@ from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.placement import Placement
 from diagnosis.engine.series import SeriesBank, change_point, robust_sigma, row_quantile
-from diagnosis.engine.tomography import Component, Explanation, PathCache, explain
+from diagnosis.engine.tomography import (
+    KIND_ORDER,
+    Component,
+    Explanation,
+    PathCache,
+    explain,
+)
 from diagnosis.report import Suspect
 
 _EMPTY: frozenset[Component] = frozenset()
@@ -224,30 +230,7 @@ class Localizer:
         """Suspects of calls that everyone entered and nothing finishes, localized jointly: a
         dead component stops every transfer across it, in whatever call."""
         if stuck_keys and win is not None:
-            obs = [self.key_sets(win, k)[0] for k in stuck_keys]
-            # traffic that finished after the stuck calls began proves its path alive then
-            first = min(float(win.open_start[np.isin(win.open_key, stuck_keys)].min()), since)
-            moved = np.flatnonzero(win.last_end > first)
-            clear = [self.key_sets(win, int(k))[1] for k in moved]
-            found, _ = explain([o for o in obs if o], clear, self.cfg.comm_purity)
-            srcs = sorted({int(win.src[k]) for k in stuck_keys})
-            endpoint = self.placement.suspects(srcs, [0.6] * len(srcs))
-            n = len(stuck_keys)
-            if found and (len(found[0].explained) >= 2 or found[0].cleared_by > 0):
-                return _suspects(found), f"{n} transfer(s) stopped moving"
-            if found:
-                # one silent transfer across components no later traffic crossed: the component
-                # silent the longest (its last finished transfer the oldest) is the likeliest
-                # dead one; the sender's own transport comes after the path
-                alive = self._last_alive(win)
-                comps = [c for e in found for c in e.components]
-                comps.sort(key=lambda c: (alive.get(c, -1), c.type != "nic", c.id))
-                oldest = alive.get(comps[0], -1)
-                out = [Suspect(c.type, c.id, 0.6 if alive.get(c, -1) == oldest else 0.3)
-                       for c in comps]
-                return out + [Suspect(x.type, x.id, 0.2, rank=x.rank) for x in endpoint], \
-                    "one transfer stopped moving; its path's quietest component named first"
-            return endpoint, f"{n} transfer(s) stopped while the rest of the path kept moving"
+            return self._hang_conns(win, stuck_keys)
         sets = [self.group_sets(g)[0] for g in groups]
         if any(sets):
             stuck = set(groups)
@@ -270,6 +253,62 @@ class Localizer:
         m = sorted({r for g in groups for r in self.arena.members[g].tolist()})
         return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),
                 "no connection records to localize the transfer")
+
+
+    def _hang_conns(self, win: ConnWindow, stuck_keys: list[int]) -> tuple[list[Suspect], str]:
+        """Stuck transfers onto their paths: the components that explain the most of them and
+        that no transfer finishing after the first of them began crossed. Components explaining
+        exactly the same stuck transfers (a single stuck transfer: both its ends) are scored by
+        how long each had been silent before it (equal spans, e.g. a NIC and its cable, or two
+        components never seen alive: equal scores). The other uncleared components of the stuck
+        paths follow, by how many stuck transfers cross them, so that the far end of a stuck
+        connection stays in view; the sending GPUs come last."""
+        sel = np.isin(win.open_key, stuck_keys)
+        # traffic that finished after a stuck transfer began proves its path alive then; traffic
+        # that finished before it began proves nothing (the component may have died in between)
+        first = int(win.open_start[sel].min())
+        moved = np.flatnonzero(win.last_end > first)
+        clear = [self.key_sets(win, int(k))[1] for k in moved]
+        obs = [o for o in (self.key_sets(win, k)[0] for k in stuck_keys) if o]
+        found, _ = explain(obs, clear, self.cfg.comm_purity)
+        srcs = sorted({int(win.src[k]) for k in stuck_keys})
+        n = len(stuck_keys)
+        if not found:
+            return (self.placement.suspects(srcs, [0.6] * len(srcs)),
+                    f"{n} transfer(s) stopped while the rest of the path kept moving")
+        alive = self._last_alive(win)
+        out: list[Suspect] = []
+        named: set[Component] = set()
+        for e in found:
+            # equally explaining components still differ in how long each has been silent: a
+            # component that carried a finished transfer shortly before the stuck one began had
+            # little time to die in; at a constant failure rate the odds are the silent spans
+            span = {c: first - alive.get(c, win.first_ns) for c in e.components}
+            top = max(max(span.values()), 1)
+            score = float(min(max(e.score, 0.05), 1.0))
+            for c in e.components:
+                out.append(Suspect(c.type, c.id, round(score * max(span[c], 1) / top, 4)))
+                named.add(c)
+        cleared: set[Component] = set().union(*clear) if clear else set()
+        count: dict[Component, int] = {}
+        for o in obs:
+            for c in o:
+                if c not in named and c not in cleared:
+                    count[c] = count.get(c, 0) + 1
+        low = min(x.score for x in out)
+        rest = sorted(count, key=lambda c: (-count[c], KIND_ORDER.get(c.type, 9),
+                                            alive.get(c, -1), c.id))
+        out += [Suspect(c.type, c.id, round(0.5 * low * count[c] / len(obs), 4)) for c in rest]
+        out.sort(key=lambda x: (-x.score, KIND_ORDER.get(x.type, 9), x.id))
+        tail = 0.5 * min(x.score for x in out)
+        out += [Suspect(x.type, x.id, round(tail, 4), rank=x.rank)
+                for x in self.placement.suspects(srcs, [tail] * len(srcs))]
+        if len(found) == 1 and len(found[0].components) > 1:
+            how = (f"{n} transfer(s) stopped moving; {len(found[0].components)} components "
+                   "lie on exactly the stuck paths, the one silent longest named first")
+        else:
+            how = f"{n} transfer(s) stopped moving"
+        return out, how
 
 
 def _suspects(found: list[Explanation]) -> list[Suspect]:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
 
-_KIND_ORDER = {"nic": 0, "link": 1, "switch": 2}
+KIND_ORDER = {"nic": 0, "link": 1, "switch": 2}
 
 
 class Component(NamedTuple):
@@ -129,7 +129,7 @@ def explain(slow: Sequence[frozenset[Component]], healthy: Sequence[frozenset[Co
         # equivalents: same explained set and same clearing as the best
         ref = best[0]
         equiv = [c for c in best if cover[c] == cover[ref] and cleared[c] == cleared[ref]]
-        equiv.sort(key=lambda c: (_KIND_ORDER.get(c.type, 9), c.id))
+        equiv.sort(key=lambda c: (KIND_ORDER.get(c.type, 9), c.id))
         explained = sorted(cover[ref] & remaining)
         hit, pur, _ = best_key
         score = pur * hit / max(len(slow), 1)

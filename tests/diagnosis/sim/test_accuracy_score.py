@@ -84,6 +84,45 @@ def test_equivalent_components_count_only_in_their_own_column():
     assert sc.false_reports == 1
 
 
+def scored(kind: str, *suspects: tuple[str, str, float]) -> dict:
+    return {"kind": kind, "first_seen_ns": ONSET + 3_500_000_000, "summary": "",
+            "suspects": [{"type": a, "id": b, "score": x} for a, b, x in suspects]}
+
+
+TWIN = {**UPLINK, "equivalent": [{"type": "link", "id": "leaf01r2~spine03"}]}
+
+
+def test_exact_tie_with_an_equivalent_is_ambiguous_not_a_hit():
+    sc, f = one(truth(TWIN), scored("comm_slow", ("link", "leaf01r2~spine03", 0.5),
+                                    ("link", "leaf00r2~spine03", 0.5)))
+    assert (f.top1, f.ambiguous, f.top3) == (False, True, True)
+    assert sc.false_reports == 0 and sc.clean
+    row = summarize([("slow_link", 512, sc, "x")])[0]
+    assert (row.faults, row.ambiguous, row.identifiable, row.top1_pct()) == (1, 1, 0, None)
+    assert "ambiguous" in row.failures[0]
+
+
+def test_a_lower_score_or_a_non_equivalent_ahead_is_a_miss_not_ambiguous():
+    _, f = one(truth(TWIN), scored("comm_slow", ("link", "leaf01r2~spine03", 0.5),
+                                   ("link", "leaf00r2~spine03", 0.49)))
+    assert (f.top1, f.ambiguous, f.top3) == (False, False, True)
+    _, f = one(truth(TWIN), scored("comm_slow", ("link", "leaf07r2~spine03", 0.5),
+                                   ("link", "leaf00r2~spine03", 0.5)))
+    assert (f.top1, f.ambiguous) == (False, False)
+    # naming everything equally does not make a fault ambiguous without the ground truth's say
+    _, f = one(truth(UPLINK), scored("comm_slow", ("link", "leaf01r2~spine03", 0.5),
+                                     ("link", "leaf00r2~spine03", 0.5)))
+    assert (f.top1, f.ambiguous) == (False, False)
+
+
+def test_a_tied_hit_in_first_place_is_top1_not_ambiguous():
+    sc, f = one(truth(TWIN), scored("comm_slow", ("link", "leaf00r2~spine03", 0.5),
+                                    ("link", "leaf01r2~spine03", 0.5)))
+    assert (f.top1, f.ambiguous) == (True, False)
+    row = summarize([("slow_link", 512, sc, "x")])[0]
+    assert row.top1_pct() == 100.0
+
+
 def test_report_about_an_earlier_time_does_not_count():
     # an onset estimate up to 5 iterations early still counts, and its error is reported
     sc, f = one(truth(GPU), report("noncomm_slow", ("gpu", "node003/gpu2"), t=ONSET - 3e9))

@@ -1,0 +1,119 @@
+"""Localizing transfers that stopped moving (comm_hang with connection records), on hand-built
+traces over four hosts on one switch: which NIC, and what stays in view."""
+
+from __future__ import annotations
+
+from diagnosis.engine import Engine
+from diagnosis.topology.builders import single_switch
+from diagnosis.trace import TraceWriter
+from diagnosis.trace.feed import feed_trace
+
+MS = 1_000_000
+T0 = 1_000 * MS
+HANG = 20          # the iteration in which the transfer sticks
+RING = [(0, 1), (1, 2), (2, 3), (3, 0)]
+
+
+def nic(r: int) -> str:
+    return f"node00{r}/nic0"
+
+
+def write_job(w: TraceWriter, p2p: list[tuple[str, int, int]], dead: int | None,
+              recv_early: bool = False) -> None:
+    """Per iteration: the send/recv pairs ``p2p`` (pg, src, dst) one after the other, then an
+    all-reduce ring over ranks 0-3. In iteration HANG, NIC ``dead`` dies after the pairs before
+    the last one: the next transfer across it never finishes and the job waits 60 s.
+    ``recv_early``: the receiver of each pair enters 3 ms before the transfer can start."""
+    for r in range(4):
+        w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+    w.group("dp", [0, 1, 2, 3])
+    for pg, s, d in p2p:
+        w.group(pg, [s, d])
+    for it in range(HANG + 1):
+        t = T0 + it * 100 * MS
+        for i, (pg, s, d) in enumerate(p2p):
+            stuck = it == HANG and dead in (s, d) and i == len(p2p) - 1
+            enter_recv = t - 3 * MS if recv_early else t
+            end = None if stuck else t + 2 * MS
+            w.op(s, pg, it, "send", 1 << 20, t, end, peer=d)
+            w.op(d, pg, it, "recv", 1 << 20, enter_recv, end, peer=s)
+            w.conn(s, d, 1 << 20, t, end, pg=pg, seq=it, path=[nic(s), "switch0", nic(d)])
+            if stuck:
+                w.end(t + 60_000 * MS)
+                return
+            t += 3 * MS
+        t += 5 * MS
+        stuck = it == HANG and dead is not None
+        for r in range(4):
+            w.op(r, "dp", it, "all_reduce", 4 << 20, t + r * 10_000, None if stuck else t + 10 * MS)
+        for s, d in RING:
+            # a ring with a dead member: the connections into and out of it stay open, the
+            # others forward what reaches them and finish
+            hit = stuck and dead in (s, d)
+            w.conn(s, d, 3 << 20, t + 50_000, None if hit else t + (4 if stuck else 9) * MS,
+                   pg="dp", seq=it, path=[nic(s), "switch0", nic(d)])
+        if stuck:
+            w.end(t + 60_000 * MS)
+            return
+
+
+def diagnose(tmp_path, **kw):
+    path = tmp_path / "trace.jsonl"
+    with TraceWriter(path) as w:
+        write_job(w, **kw)
+    reports, _ = feed_trace(Engine(single_switch(4)), path)
+    return reports
+
+
+def ids(report, n=None):
+    return [(s.type, s.id) for s in report.suspects[:n]]
+
+
+def score(report, typ, ident):
+    return next(s.score for s in report.suspects if (s.type, s.id) == (typ, ident))
+
+
+def test_nic_common_to_every_stuck_connection_comes_first(tmp_path):
+    reports = diagnose(tmp_path, p2p=[], dead=2)
+    assert [r.kind for r in reports] == ["comm_hang"]
+    r = reports[0]
+    # 1>2 and 2>3 stuck, 0>1 and 3>0 finished after they began: NIC 2 and its cable, equally
+    assert ids(r, 2) == [("nic", nic(2)), ("link", f"{nic(2)}~switch0")]
+    assert r.suspects[0].score == r.suspects[1].score
+    # the far ends carried the ring's other transfers, which finished after the stuck ones
+    # began: cleared; the stuck connections' GPUs follow
+    rest = ids(r)
+    assert not {("nic", nic(q)) for q in (0, 1, 3)} & set(rest)
+    assert rest[2:] == [("gpu", "node001/gpu0"), ("gpu", "node002/gpu0")]
+    assert r.suspects[2].score < r.suspects[0].score
+
+
+def test_one_stuck_transfer_names_both_ends_the_silent_one_first(tmp_path):
+    # NIC 0 dies; the transfer 0>1 sticks; NIC 1 carried 2>1 just before it, NIC 0 nothing
+    # since the last all-reduce: both ends stay in the top 3, NIC 0 (silent longer) first
+    reports = diagnose(tmp_path, p2p=[("qq", 2, 1), ("pp", 0, 1)], dead=0)
+    assert [r.kind for r in reports] == ["comm_hang"]
+    r = reports[0]
+    assert ids(r, 2) == [("nic", nic(0)), ("link", f"{nic(0)}~switch0")]
+    assert ("nic", nic(1)) in ids(r, 3)
+    assert score(r, "nic", nic(1)) < r.suspects[0].score
+    assert score(r, "link", f"{nic(0)}~switch0") == r.suspects[0].score
+
+
+def test_traffic_before_the_stuck_transfer_began_clears_nothing(tmp_path):
+    # the receiver enters 3 ms early; meanwhile the sender's NIC finishes 3>0 and then dies:
+    # that transfer ended before the stuck one began, so it does not clear NIC 0
+    reports = diagnose(tmp_path, p2p=[("rr", 3, 0), ("pp", 0, 1)], dead=0, recv_early=True)
+    assert [r.kind for r in reports] == ["comm_hang"]
+    top3 = ids(reports[0], 3)
+    assert ("nic", nic(0)) in top3 and ("nic", nic(1)) in top3
+
+
+def test_equally_silent_ends_tie(tmp_path):
+    # the stuck transfer is each NIC's first since the last all-reduce, which crossed both at
+    # the same time: nothing tells them apart, and the scores say so
+    reports = diagnose(tmp_path, p2p=[("pp", 0, 1)], dead=1)
+    r = reports[0]
+    assert {s.score for s in r.suspects[:4]} == {r.suspects[0].score}
+    assert set(ids(r, 4)) == {("nic", nic(0)), ("nic", nic(1)), ("link", f"{nic(0)}~switch0"),
+                              ("link", f"{nic(1)}~switch0")}
