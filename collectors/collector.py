@@ -13,6 +13,7 @@ from collectors.buffer import RecordBuffer
 from collectors.config import CollectorConfig
 from collectors.hook import Recorder
 from collectors.shipper import Shipper
+from collectors.sigterm import TermWatch
 from proto import c4_pb2
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class Collector:
         self.recorder = Recorder(self.buffer, self._attach, make_cuda_timer,
                                  future_timing=config.async_timing == "future")
         self.shipper: Shipper | None = None
+        self.term_watch: TermWatch | None = None
         self._lock = threading.Lock()
         self._installed = False
 
@@ -57,6 +59,9 @@ class Collector:
             self.recorder.unpatch()
             unpatch_ddp()
             self._installed = False
+        watch, self.term_watch = self.term_watch, None
+        if watch is not None:
+            watch.disarm()
         self.close()
         atexit.unregister(self.close)
 
@@ -75,8 +80,29 @@ class Collector:
             shipper = Shipper(self.config, self.buffer, info, before_cycle=self._poll_cuda)
             shipper.start()
             self.shipper = shipper
+            self._arm_term_watch()
             log.debug("c4 collector: rank %d of job %s ships to %s", info.rank, info.job,
                       self.config.socket_path)
+
+    def _arm_term_watch(self) -> None:
+        # Armed only here, once the process is a rank that ships: a launcher that imports
+        # torch.distributed (torchrun's agent) keeps its own SIGTERM behaviour untouched.
+        if self.config.term_flush_s <= 0 or self.term_watch is not None or not self._installed:
+            return
+        watch = TermWatch(self._on_sigterm, self.config.term_flush_s)
+        if watch.arm():
+            self.term_watch = watch
+
+    def _on_sigterm(self, final: bool) -> None:
+        """Ship every row so far and every pending call as open, within ``term_flush_s``."""
+        shipper = self.shipper
+        if shipper is None:
+            return
+        if final:  # the process dies next: no more cycles, as at exit
+            self.shipper = None
+            shipper.stop(self.config.term_flush_s)
+        else:  # the program's own handler decides what happens next
+            shipper.flush(self.config.term_flush_s, urgent=True)
 
     def _poll_cuda(self) -> None:
         # The timer appears with the first NCCL group, after the shipper has started.
@@ -126,3 +152,6 @@ class Collector:
             self.shipper = None
             self.buffer.clear()
             self._lock = threading.Lock()
+            watch, self.term_watch = self.term_watch, None
+            if watch is not None:
+                watch.after_fork_in_child()

@@ -85,6 +85,9 @@ class CollectorConfig:
     ddp_hook: bool = field(default_factory=lambda: os.environ.get("C4_DDP_HOOK", "1") != "0")
     #: How long the exit flush may take (``C4_EXIT_FLUSH``).
     exit_flush_s: float = field(default_factory=lambda: _env_float("C4_EXIT_FLUSH", 2.0))
+    #: On SIGTERM, ship what is left for at most this long before the process dies as it would
+    #: have; 0 leaves SIGTERM alone (``C4_TERM_FLUSH``).
+    term_flush_s: float = field(default_factory=lambda: _env_float("C4_TERM_FLUSH", 0.2))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "socket_path", Path(self.socket_path))
@@ -99,5 +102,6 @@ class CollectorConfig:
                 raise ConfigError(f"{name}={getattr(self, name)} must be positive")
         if self.async_timing not in ("future", "wait"):
             raise ConfigError(f"async_timing={self.async_timing!r}: use 'future' or 'wait'")
-        if self.exit_flush_s < 0:
-            raise ConfigError(f"exit_flush_s={self.exit_flush_s} must not be negative")
+        for name in ("exit_flush_s", "term_flush_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must not be negative")

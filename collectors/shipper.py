@@ -51,7 +51,11 @@ class Shipper:
         self._groups_sent = 0
         self._open_reported: set[int] = set()
         self._last_stats = 0.0
-        self._cycles = 0
+        self._cycles = 0          # cycles finished
+        self._started = 0         # cycles started
+        # set by flush(urgent=True): the next cycle connects at once and reports every pending
+        # call as open, however young (a SIGTERM that the program handles itself)
+        self._urgent = False
         self._cycle_done = threading.Condition()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -65,10 +69,16 @@ class Shipper:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def flush(self, timeout: float) -> bool:
-        """Ask for a cycle now and wait for it (at most ``timeout``); True if one completed."""
+    def flush(self, timeout: float, urgent: bool = False) -> bool:
+        """Ask for a cycle now and wait for it (at most ``timeout``); True if one completed.
+
+        ``urgent``: that cycle also skips the reconnection backoff and ships every pending call
+        as an open row, as the final one does.
+        """
         with self._cycle_done:
-            target = self._cycles + 2  # a cycle that started after this call has finished
+            target = self._started + 1  # a cycle that starts after this call has finished
+            if urgent:
+                self._urgent = True
             self._wake.set()
             return self._cycle_done.wait_for(lambda: self._cycles >= target or not self.alive(),
                                               timeout)
@@ -95,6 +105,8 @@ class Shipper:
         self.dropped_send += len(self.buffer.take(self.buffer.capacity))
 
     def _guarded_cycle(self, final: bool) -> None:
+        with self._cycle_done:
+            self._started += 1
         try:
             self._cycle(final)
         except Exception:  # a bug here must not kill shipping for the rest of the job
@@ -106,7 +118,8 @@ class Shipper:
     def _cycle(self, final: bool) -> None:
         if self._before_cycle is not None:
             self._before_cycle()
-        if not self._connected(force=final):
+        urgent, self._urgent = self._urgent, False
+        if not self._connected(force=final or urgent):
             return
         rows: list[tuple] = []
         try:
@@ -118,7 +131,7 @@ class Shipper:
                 self._send_rows(rows)
                 self.shipped += len(rows)
             rows = []
-            self._send_open(final)
+            self._send_open(final or urgent)
             now = time.monotonic()
             if final or now - self._last_stats >= STATS_EVERY_S:
                 self._send(c4_pb2.IngestRequest(stats=self.stats_message()))
@@ -156,10 +169,10 @@ class Shipper:
         for i in cols.error_text:  # sent: their error texts are no longer needed
             errors.pop(error_key(rows[i]), None)
 
-    def _send_open(self, final: bool) -> None:
+    def _send_open(self, every: bool) -> None:
         cutoff = time.time_ns() - int(self.config.open_after_s * 1e9)
-        if final:
-            cutoff = 1 << 62  # at exit every call still pending is reported open
+        if every:
+            cutoff = 1 << 62  # at exit (or SIGTERM) every call still pending is reported open
         rows, tokens = self.buffer.open_rows(cutoff, self._open_reported)
         if rows:
             self._send_rows(rows)

@@ -141,6 +141,32 @@ def test_a_forked_child_starts_with_an_empty_buffer_and_no_shipper(collector):
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+def test_sigterm_watch_is_armed_once_shipping_and_not_inherited_by_a_forked_child(collector):
+    import os
+    import signal
+
+    dist.all_reduce(torch.ones(1))
+    watch = collector.term_watch
+    assert watch is not None and watch.armed
+    assert signal.getsignal(signal.SIGTERM) is watch._handler
+    pid = os.fork()
+    if pid == 0:  # the child: SIGTERM and the wakeup fd are the program's again; die of it
+        ok = (signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+              and signal.set_wakeup_fd(-1) == -1 and collector.term_watch is None)
+        if ok:
+            os.kill(os.getpid(), signal.SIGTERM)
+        os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == -signal.SIGTERM
+    # The child's signal reached neither our watcher nor this process.
+    assert watch.armed and not watch._running
+    dist.all_reduce(torch.ones(1))
+    collectors.uninstall()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1
+    wait_for(lambda: not watch._thread.is_alive(), 5, "the watcher to end")
+
+
 def test_uninstall_restores_torch(one_rank_group, tmp_path):
     originals = (dist.all_reduce, dist.isend, dist.Work.wait, dist.batch_isend_irecv)
     coll = collectors.install(socket_path=tmp_path / "s.sock")
