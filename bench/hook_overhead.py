@@ -6,8 +6,13 @@
 2. Step-time ratio: a 4-rank gloo job (subprocesses) training a small MLP with a few collectives
    per step, alternating blocks of steps through the hooked and the original functions.
 
+3. SIGTERM: a rank that holds ``--term-rows`` unshipped rows (flush interval 30 s) is stopped
+   with SIGTERM while blocked inside a collective its peer never joins, or while busy in Python:
+   time from the signal to the process's death, its exit status, and the rows (completed and
+   open) that reached a frame-decoding sink before it died.
+
 Rows are shipped to a real frame-reading sidecar stand-in in another process, as in production.
-Targets: under 2 µs per call, under 1% of step time.
+Targets: under 2 µs per call, under 1% of step time, SIGTERM flush within 200 ms.
 """
 
 from __future__ import annotations
@@ -205,6 +210,109 @@ def step_ratio(world: int, steps: int, blocks: int, sock: Path) -> dict:
             "dropped": sum(r["dropped"] for r in results)}
 
 
+TERM_WORKER = r"""
+import os, sys, time
+import collectors
+collectors.install()
+import torch, torch.distributed as dist
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+t = torch.ones(8)
+for _ in range(int(sys.argv[2])):
+    dist.all_reduce(t)
+if sys.argv[1] == "blocked" and rank == 0:
+    print("ready", flush=True)
+    dist.all_reduce(t)  # rank 1 never joins
+elif sys.argv[1] == "blocked":
+    time.sleep(600)
+else:
+    print("ready", flush=True)
+    x = 0
+    while True:
+        x = (x * 31 + 7) % 1000003
+"""
+
+
+class _CountingSink:
+    """A frame-decoding sidecar stand-in (a thread here): counts completed and open rows."""
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        self.done = self.open = 0
+        self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._srv.bind(str(path))
+        self._srv.listen(8)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self._srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        from collectors.wire import decode_frames
+        from proto.codec import decode_ops
+
+        buf = bytearray()
+        with conn:
+            while chunk := conn.recv(1 << 16):
+                buf += chunk
+                for msg in decode_frames(buf):
+                    if msg.WhichOneof("body") == "ops":
+                        ends = decode_ops(msg.ops)["t_end_ns"]
+                        self.open += int((ends == -1).sum())
+                        self.done += int((ends != -1).sum())
+
+    def close(self) -> None:
+        self._srv.close()
+
+
+def sigterm(mode: str, rows: int, trials: int, tmp: Path) -> dict:
+    """Median and max time from SIGTERM to death, exit statuses, rows delivered per trial."""
+    import signal
+
+    repo = Path(__file__).resolve().parents[1]
+    delays, statuses, delivered = [], set(), []
+    for trial in range(trials):
+        path = tmp / f"term-{mode}-{trial}.sock"
+        sink = _CountingSink(path)
+        port = _free_port()
+        world = 2 if mode == "blocked" else 1
+        procs = []
+        for rank in range(world):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), OMP_NUM_THREADS="1", C4_SIDECAR_SOCKET=str(path),
+                       C4_FLUSH_INTERVAL="30", C4_OPEN_AFTER="60", C4_JOB="bench",
+                       PYTHONPATH=str(repo))
+            procs.append(subprocess.Popen([sys.executable, "-c", TERM_WORKER, mode, str(rows)],
+                                          env=env, stdout=subprocess.PIPE, text=True))
+        try:
+            if procs[0].stdout.readline().strip() != "ready":
+                raise RuntimeError("the SIGTERM bench rank did not start")
+            time.sleep(0.3)  # let rank 0 get into the collective (or the busy loop)
+            t0 = time.perf_counter()
+            procs[0].send_signal(signal.SIGTERM)
+            status = procs[0].wait(30)
+            delays.append((time.perf_counter() - t0) * 1e3)
+            statuses.add(status)
+            time.sleep(0.2)  # the sink thread decodes what arrived before the death
+            delivered.append((sink.done, sink.open))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait(10)
+            sink.close()
+    return {"median_ms": statistics.median(delays), "max_ms": max(delays),
+            "statuses": sorted(statuses), "delivered": delivered}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=2000, help="calls per timed block")
@@ -213,16 +321,45 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="steps per block in the step job")
     ap.add_argument("--step-blocks", type=int, default=100,
                     help="blocks per variant in the step job (short blocks: drift hits both)")
+    ap.add_argument("--term-rows", type=int, default=10000,
+                    help="rows recorded and still unshipped when SIGTERM arrives")
+    ap.add_argument("--term-trials", type=int, default=5, help="SIGTERM trials per case")
+    ap.add_argument("--only", choices=("calls", "step", "sigterm"), action="append",
+                    help="run only these parts (repeatable); default: all")
     args = ap.parse_args()
+    parts = set(args.only or ("calls", "step", "sigterm"))
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    rows, step, term = [], None, {}
     with tempfile.TemporaryDirectory() as tmp:
         sock = Path(tmp) / "sidecar.sock"
         sink = _start_sink(sock)
         os.environ["C4_SIDECAR_SOCKET"] = str(sock)
         try:
-            rows = per_call(args.calls, args.blocks)
-            step = step_ratio(args.world, args.steps, args.step_blocks, sock)
+            if "calls" in parts:
+                rows = per_call(args.calls, args.blocks)
+            if "step" in parts:
+                step = step_ratio(args.world, args.steps, args.step_blocks, sock)
+            if "sigterm" in parts:
+                for mode in ("blocked", "busy"):
+                    term[mode] = sigterm(mode, args.term_rows, args.term_trials, Path(tmp))
         finally:
             sink.kill()
+    if rows:
+        _print_calls(rows)
+    if step is not None:
+        _print_step(args, rows, step)
+    if term:
+        print()
+        print(f"SIGTERM with {args.term_rows} rows unshipped (target: dead within 200 ms of "
+              f"the signal, every row delivered, the blocked call as an open row)")
+        for mode, res in term.items():
+            print(f"  {mode:<8} signal->death median {res['median_ms']:.0f} ms, max "
+                  f"{res['max_ms']:.0f} ms; exit {res['statuses']}; (completed, open) rows "
+                  f"delivered per trial {res['delivered']}")
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+def _print_calls(rows: list) -> None:
     print()
     print("time per call, µs (median of interleaved blocks); target: under 2 µs added")
     print(f"{'call':<32} {'wall hooked':>11} {'wall plain':>10} {'wall +':>7} "
@@ -231,16 +368,21 @@ def main() -> None:
         (wh, wp), (th, tp), (ph, pp) = res["wall"], res["thread"], res["process"]
         print(f"{name:<32} {wh:>11.2f} {wp:>10.2f} {wh - wp:>7.2f} {th - tp:>12.2f} "
               f"{ph - pp:>13.2f}")
+
+
+def _print_step(args: argparse.Namespace, rows: list, step: dict) -> None:
     print()
     print(f"{args.world}-rank gloo step (MLP, 8 collectives/step): hooked "
           f"{step['hooked_ms']:.2f} ms, plain {step['plain_ms']:.2f} ms, median ratio "
           f"{step['ratio_median']:.4f} ({(step['ratio_median'] - 1) * 100:+.2f}%; target < 1%)")
     print(f"  CPU time per step (all ranks): median ratio {step['cpu_ratio_median']:.4f} "
           f"({(step['cpu_ratio_median'] - 1) * 100:+.2f}%)")
-    sync_cost = rows[0][1]["process"][0] - rows[0][1]["process"][1]
-    print(f"  expected from the per-call cost: 8 x {sync_cost:.2f} µs = {8 * sync_cost:.1f} µs "
-          f"per step = {8 * sync_cost / (step['plain_ms'] * 1e3) * 100:.3f}% (on a loaded "
-          f"machine the measured ratio is dominated by noise)")
+    if rows:
+        sync_cost = rows[0][1]["process"][0] - rows[0][1]["process"][1]
+        print(f"  expected from the per-call cost: 8 x {sync_cost:.2f} µs = "
+              f"{8 * sync_cost:.1f} µs per step = "
+              f"{8 * sync_cost / (step['plain_ms'] * 1e3) * 100:.3f}% (on a loaded "
+              f"machine the measured ratio is dominated by noise)")
     print(f"  rows recorded {step['recorded']}, shipped {step['shipped']}, "
           f"dropped {step['dropped']}")
 
