@@ -98,14 +98,13 @@ def per_call(calls: int, blocks: int) -> list[tuple[str, dict[str, tuple[float, 
     results = []
     results.append(("all_reduce, sync (1 rank, 4 B)",
                     _blocks(lambda: hooked(t), lambda: orig(t), calls, blocks)))
-    results.append(("all_reduce, async_op + wait",
-                    _blocks(lambda: hooked(t, async_op=True).wait(),
-                            lambda: orig(t, async_op=True).wait(), calls, blocks)))
-    coll.recorder.done.future_timing = False
-    results.append(("  same, C4_ASYNC_TIMING=wait",
-                    _blocks(lambda: hooked(t, async_op=True).wait(),
-                            lambda: orig(t, async_op=True).wait(), calls, blocks)))
-    coll.recorder.done.future_timing = True
+    done = coll.recorder.done
+    for mode in ("poll", "future", "wait"):
+        done.mode = mode
+        results.append((f"all_reduce, async + wait, {mode}",
+                        _blocks(lambda: hooked(t, async_op=True).wait(),
+                                lambda: orig(t, async_op=True).wait(), calls, blocks)))
+    done.mode = "poll"
     barrier = dist.barrier
     results.append(("barrier, sync", _blocks(barrier, barrier.__c4_original__, calls, blocks)))
 

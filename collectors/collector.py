@@ -39,7 +39,7 @@ class Collector:
         self.config = config
         self.buffer = RecordBuffer(config.buffer_rows)
         self.recorder = Recorder(self.buffer, self._attach, make_cuda_timer,
-                                 future_timing=config.async_timing == "future")
+                                 async_timing=config.async_timing)
         self.shipper: Shipper | None = None
         self.term_watch: TermWatch | None = None
         self._lock = threading.Lock()
@@ -77,7 +77,9 @@ class Collector:
 
                 patch_ddp()
             info = self._rank_info()
-            shipper = Shipper(self.config, self.buffer, info, before_cycle=self._poll_cuda)
+            done = self.recorder.done
+            shipper = Shipper(self.config, self.buffer, info, before_cycle=self._poll_cuda,
+                              poll=done.poll, outstanding=done.outstanding)
             shipper.start()
             self.shipper = shipper
             self._arm_term_watch()

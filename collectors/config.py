@@ -75,11 +75,17 @@ class CollectorConfig:
     send_timeout_s: float = field(default_factory=lambda: _env_float("C4_SEND_TIMEOUT", 2.0))
     #: Longest wait between reconnection attempts (``C4_RECONNECT_MAX``).
     reconnect_max_s: float = field(default_factory=lambda: _env_float("C4_RECONNECT_MAX", 2.0))
-    #: End time of ``async_op=True`` calls (``C4_ASYNC_TIMING``): "future" takes it from the
-    #: Work's future (exact; a callback per call costs ~3-6 µs of CPU), "wait" from the return of
-    #: the program's ``Work.wait()`` (an upper bound; ~0.3 µs).
+    #: End time of ``async_op=True`` calls (``C4_ASYNC_TIMING``, see ``completion.py``):
+    #: "poll" the first moment the Work is seen complete (the program's wait/is_completed, the
+    #: next recorded call, the shipper's poll; exact through the future if the program takes
+    #: it), "future" a callback on every Work's future (exact; ~10 µs of CPU per call on gloo),
+    #: "wait" the return of the program's ``Work.wait()`` (an upper bound).
     async_timing: str = field(
-        default_factory=lambda: os.environ.get("C4_ASYNC_TIMING") or "future")
+        default_factory=lambda: os.environ.get("C4_ASYNC_TIMING") or "poll")
+    #: With "poll": how often the shipper thread looks at outstanding async Works, only while
+    #: there are some (``C4_POLL_INTERVAL``).
+    poll_interval_s: float = field(
+        default_factory=lambda: _env_float("C4_POLL_INTERVAL", 0.002))
     #: Route DDP's gradient all-reduces through torch's Python allreduce hook so that they are
     #: recorded, unless the program registers its own comm hook (``C4_DDP_HOOK``, 1 or 0).
     ddp_hook: bool = field(default_factory=lambda: os.environ.get("C4_DDP_HOOK", "1") != "0")
@@ -97,11 +103,13 @@ class CollectorConfig:
             raise ConfigError(f"attempt={self.attempt} is negative; restart counts start at 0")
         if self.buffer_rows < 16:
             raise ConfigError(f"buffer_rows={self.buffer_rows} is too small; use at least 16")
-        for name in ("flush_interval_s", "open_after_s", "send_timeout_s", "reconnect_max_s"):
+        for name in ("flush_interval_s", "open_after_s", "send_timeout_s", "reconnect_max_s",
+                     "poll_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be positive")
-        if self.async_timing not in ("future", "wait"):
-            raise ConfigError(f"async_timing={self.async_timing!r}: use 'future' or 'wait'")
+        if self.async_timing not in ("poll", "future", "wait"):
+            raise ConfigError(f"async_timing={self.async_timing!r}: use 'poll', 'future' or "
+                              "'wait'")
         for name in ("exit_flush_s", "term_flush_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must not be negative")

@@ -58,14 +58,14 @@ class Recorder:
 
     def __init__(self, buffer: RecordBuffer, on_attach: Callable[[], None],
                  cuda_timer_factory: Callable[[], Any] | None = None,
-                 future_timing: bool = True) -> None:
+                 async_timing: str = "poll") -> None:
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
 
         self.dist, self.c10d = dist, c10d
         self.buf = buffer
         self.active = True
-        self.done = Completion(buffer, future_timing)
+        self.done = Completion(buffer, async_timing)
         self._on_attach = on_attach
         self._cuda_factory = cuda_timer_factory
         self.cuda_timer: Any = None
@@ -101,6 +101,8 @@ class Recorder:
                 self._set(dist, name, wrapper)
         work_cls = dist.Work
         self._set(work_cls, "wait", self.done.wrap_wait(work_cls.wait))
+        self._set(work_cls, "is_completed", self.done.wrap_is_completed(work_cls.is_completed))
+        self._set(work_cls, "get_future", self.done.wrap_get_future(work_cls.get_future))
 
     def unpatch(self) -> None:
         self.active = False
@@ -216,7 +218,8 @@ class Recorder:
         rows, cap, pending, tls, wake = buf.rows, buf.capacity, buf.pending, self._tls, buf.wake
         half = cap // 2
         time_ns = time.time_ns
-        complete, track = self.done.complete, self.done.track
+        done = self.done
+        complete, track, waiting = done.complete, done.track, done._waiting
 
         def invoke(orig: Callable[..., Any], args: tuple, kwargs: dict, row: tuple,
                    token: int, is_async: bool, st: GroupState, p2p: bool) -> Any:
@@ -231,7 +234,10 @@ class Recorder:
             finally:
                 tls.busy = False
             if is_async and result is not None:
-                track(result, ((token, row),), st)
+                if done.future_timing:
+                    track(result, ((token, row),), st)
+                else:  # track() inlined: poll and wait timing just remember the Work
+                    waiting[id(result)] = (result, ((token, row),))
                 return result
             t_end = time_ns()
             del pending[token]
@@ -265,13 +271,17 @@ class Recorder:
         buf = self.buf
         rows, cap, pending, wake = buf.rows, buf.capacity, buf.pending, buf.wake
         half = cap // 2
-        complete, track = self.done.complete, self.done.track
+        done = self.done
+        complete, track = done.complete, done.track
+        waiting, poll = done._waiting, done.poll
         rec = self
 
         def hooked(*args: Any, **kwargs: Any) -> Any:
             if tls.busy or not rec.active:
                 return orig(*args, **kwargs)
             try:
+                if waiting:  # async calls not seen complete yet: look now (C4_ASYNC_TIMING)
+                    poll()
                 n = len(args)
                 st = by_key.get(args[g_pos] if n > g_pos else kwargs.get(g_name))
                 if st is None:
@@ -312,7 +322,10 @@ class Recorder:
             finally:
                 tls.busy = False
             if is_async and result is not None:
-                track(result, ((token, row),), st)
+                if done.future_timing:
+                    track(result, ((token, row),), st)
+                else:  # track() inlined: poll and wait timing just remember the Work
+                    waiting[id(result)] = (result, ((token, row),))
                 return result
             t_end = time_ns()
             del pending[token]
@@ -340,13 +353,17 @@ class Recorder:
         buf = self.buf
         rows, cap, pending, wake = buf.rows, buf.capacity, buf.pending, buf.wake
         half = cap // 2
-        complete, track = self.done.complete, self.done.track
+        done = self.done
+        complete, track = done.complete, done.track
+        waiting, poll = done._waiting, done.poll
         rec = self
 
         def hooked(*args: Any, **kwargs: Any) -> Any:
             if tls.busy or not rec.active:
                 return orig(*args, **kwargs)
             try:
+                if waiting:  # async calls not seen complete yet: look now (C4_ASYNC_TIMING)
+                    poll()
                 n = len(args)
                 st = by_key.get(args[g_pos] if n > g_pos else kwargs.get(g_name))
                 if st is None:
@@ -387,7 +404,10 @@ class Recorder:
             finally:
                 tls.busy = False
             if is_async and result is not None:
-                track(result, ((token, row),), st)
+                if done.future_timing:
+                    track(result, ((token, row),), st)
+                else:  # track() inlined: poll and wait timing just remember the Work
+                    waiting[id(result)] = (result, ((token, row),))
                 return result
             t_end = time_ns()
             del pending[token]

@@ -37,11 +37,16 @@ class Shipper:
     """Owns the socket and the thread; see module docstring."""
 
     def __init__(self, config: CollectorConfig, buffer: RecordBuffer, rank_info: c4_pb2.RankInfo,
-                 before_cycle: Callable[[], None] | None = None) -> None:
+                 before_cycle: Callable[[], None] | None = None,
+                 poll: Callable[[], None] | None = None,
+                 outstanding: Callable[[], bool] | None = None) -> None:
         self.config = config
         self.buffer = buffer
         self.rank_info = rank_info
         self._before_cycle = before_cycle
+        # completion of async Works that nobody waits for yet (completion.Completion.poll)
+        self._poll = poll
+        self._outstanding = outstanding
         self.shipped = 0
         self.dropped_send = 0
         self.connects = 0
@@ -58,8 +63,8 @@ class Shipper:
         self._urgent = False
         self._cycle_done = threading.Condition()
         self._stop = threading.Event()
-        self._wake = threading.Event()
-        buffer.wake = self._wake
+        # the hooks captured this Event at install time: share it, never replace it
+        self._wake = buffer.wake
         self._thread = threading.Thread(target=self._run, name="c4-collector-shipper", daemon=True)
 
     # ------------------------------------------------------------------ control
@@ -95,14 +100,31 @@ class Shipper:
 
     # ------------------------------------------------------------------ thread
     def _run(self) -> None:
+        interval, poll_s = self.config.flush_interval_s, self.config.poll_interval_s
+        next_cycle = time.monotonic() + interval
         while not self._stop.is_set():
-            self._wake.wait(self.config.flush_interval_s)
-            self._wake.clear()
-            self._guarded_cycle(final=False)
+            timeout = next_cycle - time.monotonic()
+            polling = self._outstanding is not None and self._outstanding()
+            if polling:
+                timeout = min(timeout, poll_s)
+            woke = self._wake.wait(max(timeout, 0.0))
+            if polling:
+                self._guarded_poll()
+            if woke or time.monotonic() >= next_cycle:
+                self._wake.clear()
+                self._guarded_cycle(final=False)
+                next_cycle = time.monotonic() + interval
         self._guarded_cycle(final=True)
         self._close()
         # Whatever is still buffered now (no sidecar at exit) is lost: count it.
         self.dropped_send += len(self.buffer.take(self.buffer.capacity))
+
+    def _guarded_poll(self) -> None:
+        try:
+            if self._poll is not None:
+                self._poll()
+        except Exception:
+            log.exception("c4 collector: polling async calls failed")
 
     def _guarded_cycle(self, final: bool) -> None:
         with self._cycle_done:
@@ -118,6 +140,7 @@ class Shipper:
     def _cycle(self, final: bool) -> None:
         if self._before_cycle is not None:
             self._before_cycle()
+        self._guarded_poll()  # completions seen now go out in this cycle
         urgent, self._urgent = self._urgent, False
         if not self._connected(force=final or urgent):
             return

@@ -117,6 +117,7 @@ def test_torch_errors_pass_through_unchanged(collector):
 
 
 def test_an_op_without_futures_does_not_switch_the_others_to_wait_timing(collector):
+    collector.recorder.done.mode = "future"
     waiting = collector.recorder.done._waiting
     work = dist.reduce_scatter_single(torch.empty(2), torch.ones(2), async_op=True)
     assert list(waiting) == [id(work)]  # gloo: no future for reduce_scatter, timed at wait()
@@ -126,6 +127,32 @@ def test_an_op_without_futures_does_not_switch_the_others_to_wait_timing(collect
     other.wait()
     assert not waiting
     wait_for(lambda: collectors.stats().recorded == 2, 5, "both completions")
+
+
+def test_poll_timing_sees_completion_before_the_program_waits(collector):
+    sink = FrameSink(collector.config.socket_path)
+    try:
+        assert collector.recorder.done.mode == "poll"
+        work = dist.all_reduce(torch.ones(4), async_op=True)
+        # Nobody waits: the shipper's poll sees the Work complete and ships the row.
+        wait_for(lambda: len(sink.op_rows()) == 1, 10, "the row of the unwaited call")
+        time.sleep(0.3)  # the program computes on before it waits
+        t_wait = time.time_ns()
+        work.wait()
+        (row,) = sink.op_rows()
+        assert row["t_enter_ns"] <= row["t_end_ns"] < t_wait
+        # The program's own is_completed() and get_future() are observation points too.
+        work = dist.all_reduce(torch.ones(4), async_op=True)
+        wait_for(work.is_completed, 10, "the Work to complete")
+        fut = dist.all_reduce(torch.ones(4), async_op=True).get_future()
+        fut.wait()
+        assert not collector.recorder.done._waiting
+        wait_for(lambda: len(sink.op_rows()) == 3, 10, "three rows")
+        rows = sink.op_rows()
+        assert sorted(r["seq"] for r in rows) == [0, 1, 2]
+        assert all(r["t_end_ns"] >= r["t_enter_ns"] and r["status"] == 0 for r in rows)
+    finally:
+        sink.close()
 
 
 def test_a_forked_child_starts_with_an_empty_buffer_and_no_shipper(collector):
