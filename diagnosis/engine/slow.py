@@ -1,16 +1,18 @@
 """Non-communication slowness: a rank (or every rank of a host) that brings its own delay.
 
-Between a call of a communicator and its previous call with the same signature (operation and
-size), each member's *own* time (time outside calls) is compared with its peers' over the same
-span: members of one collective do the same work. Pairing by signature makes the span one
-iteration when a step issues several calls on one communicator, so compute that precedes only one
-of them lands in every sample. A member's sample is its excess own time, capped by how late it
-actually arrived at some call of the span (extra compute that delays nobody is not a fault),
-relative to the peers' median own time. A victim that waited for a slow peer elsewhere arrives
-late but brings no own excess; a checkpoint step or warm-up that is slow on every member leaves
-the median behind; a one-off pause is one sample. A rank is slow when, from some change point on,
-most of its samples exceed the communicator's noise, and the segment's median is both large
-enough to matter and many standard errors above the noise.
+Between a call of a communicator and the call of the same signature (operation and size) one
+period earlier, each member's *own* time (time outside calls) is compared with its peers' over
+the same span: members of one collective do the same work. Pairing by signature makes the span
+one iteration when a step issues several different calls on one communicator, and the period
+(learnt from the pattern of own time before each call) does the same when a step issues several
+identical ones, so compute that precedes only one of them lands in every sample. A member's
+sample is its excess own time, capped by how late it actually arrived at some call of the span
+(extra compute that delays nobody is not a fault), relative to the peers' median own time. A
+victim that waited for a slow peer elsewhere arrives late but brings no own excess; a checkpoint
+step or warm-up that is slow on every member leaves the median behind; a one-off pause is one
+sample. A rank is slow when, from some change point on, most of its samples exceed the
+communicator's noise, and the segment's median is both large enough to matter and many standard
+errors above the noise.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from diagnosis.engine.series import change_point, robust_sigma, row_quantile
 # calls of a communicator whose lateness is remembered: a signature recurring further apart
 # than this gives no sample
 _LATE = 64
+# calls remembered per stream (communicator and signature), and the longest period learnt
+_RING = 32
+_MAX_PERIOD = 8
 
 
 @dataclass
@@ -47,10 +52,15 @@ class _SizeClass:
         self.n, self.K = n, K
         self.local: dict[int, int] = {}
         self.groups: list[int] = []
-        # the last call of each (communicator, signature) stream: own row and seq
+        # each (communicator, signature) stream's last _RING calls: own rows, seqs and the
+        # members' median own time since the previous call of the stream; its learnt period
         self.streams: dict[tuple[int, int], int] = {}
-        self.last_own = np.zeros((0, n), dtype=np.int64)
-        self.last_seq = np.zeros(0, dtype=np.int64)
+        self.hist_own = np.zeros((0, _RING, n), dtype=np.int64)
+        self.hist_seq = np.zeros((0, _RING), dtype=np.int64)
+        self.hist_gap = np.zeros((0, _RING))
+        self.count = np.zeros(0, dtype=np.int64)
+        self.period = np.zeros(0, dtype=np.int64)
+        self._pending: tuple[np.ndarray, ...] = ()
         # each communicator's recent lateness rows (ns) and own-time rows, by seq % _LATE
         self.late = np.zeros((0, _LATE, n), dtype=np.float32)
         self.late_own = np.zeros((0, _LATE, n), dtype=np.int64)
@@ -94,12 +104,92 @@ class _SizeClass:
             if sid is None:
                 sid = self.streams[(a, b)] = len(self.streams)
             ids[i] = sid
-        grow = len(self.streams) - len(self.last_seq)
+        grow = len(self.streams) - len(self.count)
         if grow > 0:
-            self.last_own = np.vstack([self.last_own,
-                                       np.full((grow, self.n), -1, dtype=np.int64)])
-            self.last_seq = np.r_[self.last_seq, np.full(grow, -1, dtype=np.int64)]
+            self.hist_own = np.concatenate([self.hist_own,
+                                            np.full((grow, _RING, self.n), -1, np.int64)])
+            self.hist_seq = np.vstack([self.hist_seq, np.full((grow, _RING), -1, np.int64)])
+            self.hist_gap = np.vstack([self.hist_gap, np.full((grow, _RING), np.nan)])
+            self.count = np.r_[self.count, np.zeros(grow, dtype=np.int64)]
+            self.period = np.r_[self.period, np.ones(grow, dtype=np.int64)]
         return ids[inv.ravel()]
+
+    def back(self, sid: np.ndarray, occ: np.ndarray, lag: np.ndarray, own: np.ndarray,
+             seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Own row and seq of the call ``lag`` occurrences before each row (rows sorted by
+        stream and seq, ``occ`` their occurrence within this batch): an earlier row of the
+        batch, else remembered; seq -1 when unknown."""
+        j = np.arange(len(sid)) - lag
+        inside = occ >= lag
+        prev_own = np.full_like(own, -1)
+        prev_seq = np.full(len(sid), -1, dtype=np.int64)
+        prev_own[inside] = own[j[inside]]
+        prev_seq[inside] = seq[j[inside]]
+        n_back = self.count[sid] + occ - lag
+        ring = ~inside & (n_back >= 0) & (lag - occ <= _RING)
+        pos = n_back[ring] % _RING
+        prev_own[ring] = self.hist_own[sid[ring], pos]
+        prev_seq[ring] = self.hist_seq[sid[ring], pos]
+        return prev_own, prev_seq
+
+    def remember(self, sid: np.ndarray, occ: np.ndarray, own: np.ndarray, seq: np.ndarray,
+                 gap: np.ndarray) -> np.ndarray:
+        """Re-learn the period of the streams the rows (sorted by stream and seq) belong to, with
+        their gaps included; returns the new periods of the rows' streams. Call ``write`` after
+        reading what the rows pair with."""
+        n_occ = self.count[sid] + occ
+        per = np.bincount(sid, minlength=len(self.count))
+        keep = n_occ >= self.count[sid] + per[sid] - _RING     # the last _RING of a long batch
+        touched = np.flatnonzero(per)
+        hg = self.hist_gap[touched]
+        row = np.searchsorted(touched, sid[keep])
+        hg[row, n_occ[keep] % _RING] = gap[keep]
+        self.hist_gap[touched] = hg
+        self.period[touched] = _period(hg, self.count[touched] + per[touched])
+        self._pending = (sid[keep], n_occ[keep] % _RING, own[keep], seq[keep], touched,
+                         per[touched])
+        return self.period[sid]
+
+    def write(self) -> None:
+        """Write the rows given to ``remember`` into their streams' rings."""
+        sid, pos, own, seq, touched, per = self._pending
+        self.hist_own[sid, pos] = own
+        self.hist_seq[sid, pos] = seq
+        self.count[touched] += per
+
+
+def _period(gap: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Each stream's period in calls. Several identical calls per step (equal gradient buckets)
+    have different compute before each: the members' median own time before each call then
+    differs from call to call (beyond 20%, at over a fifth of the calls of the ring) and
+    repeats at some lag (within 20%, at all but a tenth). Pairing each call with the one a
+    period back makes every sample span one iteration, so compute that precedes only one of
+    them lands in every sample. Otherwise (one call of the signature per step, or rare
+    outliers such as warm-up or a checkpoint step): 1."""
+    S = len(gap)
+    out = np.ones(S, dtype=np.int64)
+    if S == 0:
+        return out
+    # the ring in occurrence order, oldest first
+    idx = (count[:, None] + np.arange(_RING)[None, :]) % _RING
+    g = np.take_along_axis(gap, idx, axis=1)
+
+    def mismatch(lag: int) -> tuple[np.ndarray, np.ndarray]:
+        a, b = g[:, lag:], g[:, :-lag]
+        valid = np.isfinite(a) & np.isfinite(b)
+        with np.errstate(invalid="ignore"):
+            off = np.abs(a - b) > 0.2 * np.maximum(np.abs(a), np.abs(b))
+        return (off & valid).sum(axis=1), valid.sum(axis=1)
+
+    miss1, n1 = mismatch(1)
+    varied = (n1 >= _RING // 2) & (miss1 > 0.2 * n1)
+    found = ~varied
+    for lag in range(2, _MAX_PERIOD + 1):
+        miss, n = mismatch(lag)
+        ok = ~found & (n >= _RING // 2) & (miss <= 0.1 * n)
+        out[ok] = lag
+        found |= ok
+    return out
 
 
 class NoncommSlow:
@@ -118,8 +208,8 @@ class NoncommSlow:
         g, seq, own, enter = fin.group[keep], fin.seq[keep], fin.own[keep], fin.enter[keep]
         li = cls.index(g)
         # lateness and own time of every member at every call, remembered per communicator:
-        # a sample is capped by the member's lateness at the call its longest own gap of the
-        # span preceded (where extra compute shows, without the noise of a max over calls)
+        # a sample is capped by the member's lateness at the call its largest own excess of
+        # the span preceded (where extra compute shows, without the noise of a max over calls)
         late_ns = (enter - np.median(enter, axis=1, keepdims=True)).astype(np.float32)
         r = seq % _LATE
         cls.late[li, r] = late_ns
@@ -127,18 +217,22 @@ class NoncommSlow:
         cls.late_seq[li, r] = seq
         sig = (self.arena.s_op[fin.slots[keep]] << 40) | self.arena.s_bytes[fin.slots[keep]]
         sid = cls.stream_ids(li, sig)
-        # previous call of the same stream: an earlier row of this batch, else remembered
+        # the call of the same stream one period back (an earlier row of this batch, else
+        # remembered): with one call of a signature per step that is the previous one
         o = np.lexsort((seq, sid))
-        so = sid[o]
-        prev_own = cls.last_own[so].copy()
-        prev_seq = cls.last_seq[so].copy()
-        same = np.zeros(len(o), dtype=bool)
-        same[1:] = so[1:] == so[:-1]
-        prev_own[1:][same[1:]] = own[o][:-1][same[1:]]
-        prev_seq[1:][same[1:]] = seq[o][:-1][same[1:]]
-        last = np.r_[~same[1:], True]
-        cls.last_own[so[last]] = own[o][last]
-        cls.last_seq[so[last]] = seq[o][last]
+        so, own_o, seq_o = sid[o], own[o], seq[o]
+        start = np.ones(len(o), dtype=bool)
+        start[1:] = so[1:] != so[:-1]
+        first = np.flatnonzero(start)
+        occ = np.arange(len(o)) - np.repeat(first, np.diff(np.r_[first, len(o)]))
+        one = np.ones(len(o), dtype=np.int64)
+        own1, seq1 = cls.back(so, occ, one, own_o, seq_o)
+        good = (seq1 >= 0) & (own_o >= 0).all(axis=1) & (own1 >= 0).all(axis=1)
+        gap = np.full(len(o), np.nan)
+        gap[good] = np.median(own_o[good] - own1[good], axis=1)
+        period = cls.remember(so, occ, own_o, seq_o, gap)
+        prev_own, prev_seq = cls.back(so, occ, period, own_o, seq_o)
+        cls.write()
         back = np.empty_like(o)
         back[o] = np.arange(len(o))
         prev_own, prev_seq = prev_own[back], prev_seq[back]
@@ -165,13 +259,20 @@ class NoncommSlow:
         known = (np.roll(ls, 1, axis=1) == ls - 1)[:, :, None] & (lo >= 0) \
             & (np.roll(lo, 1, axis=1) >= 0)
         span = (ls > prev_seq[:, None]) & (ls <= seq[:, None])
-        gap = np.where(span[:, :, None] & known, gap, -1.0)
-        at = gap.argmax(axis=1)[:, None, :]
+        valid = span[:, :, None] & known
+        gap = np.where(valid, gap, np.nan)
+        # the call before which the member's own gap exceeds its peers' the most: where its
+        # extra compute shows (the longest gap is another call's when several identical calls
+        # per step have different compute before them)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            over = np.where(valid, gap - np.nanmedian(gap, axis=2, keepdims=True), -np.inf)
+        at = over.argmax(axis=1)[:, None, :]
         late_ns = np.take_along_axis(cls.late[li], at, axis=1)[:, 0, :].astype(np.float64)
         # no gap known in the span: the lateness at this call
         cur = np.take_along_axis(cls.late[li], (seq % _LATE)[:, None, None].repeat(n, 2),
                                  axis=1)[:, 0, :]
-        late_ns = np.where(gap.max(axis=1) >= 0, late_ns, cur)
+        late_ns = np.where(valid.any(axis=1), late_ns, cur)
         t = enter.min(axis=1)
         C = (own - prev_own).astype(np.float64)
         medC = np.median(C, axis=1, keepdims=True)

@@ -29,7 +29,7 @@ class SlowReports:
             if s.rank in self.error_ranks:
                 continue
             cur = best.get(s.rank)
-            if cur is None or (s.frac, s.samples) > (cur.frac, cur.samples):
+            if cur is None or s.logp < cur.logp:      # its strongest evidence
                 best[s.rank] = s
         by_host: dict[str | None, list[int]] = {}
         for r in best:
