@@ -27,6 +27,7 @@ class ConnWindow:
         self.path: list[tuple[str, ...] | None] = []
         self.changed: list[int] = []    # keys that are new or changed path since last synced
         self.last_end = np.zeros(0, dtype=np.int64)   # last time a transfer of the key finished
+        self.last_seq = np.zeros(0, dtype=np.int64)   # highest seq of a finished transfer (-1)
         # open transfers: key, start, pg id, seq
         self.open_key = np.zeros(0, dtype=np.int64)
         self.open_start = np.zeros(0, dtype=np.int64)
@@ -59,6 +60,7 @@ class ConnWindow:
             self.dst = np.r_[self.dst, new_dst]
             self.pg = np.r_[self.pg, new_pg]
             self.last_end = np.r_[self.last_end, np.full(len(new_src), -1, dtype=np.int64)]
+            self.last_seq = np.r_[self.last_seq, np.full(len(new_src), -1, dtype=np.int64)]
         return ids[inv]
 
     def add(self, recs: ConnRecords, pg_ids: np.ndarray) -> None:
@@ -92,6 +94,7 @@ class ConnWindow:
         if not done.any():
             return
         np.maximum.at(self.last_end, key[done], recs.t_end_ns[done])
+        np.maximum.at(self.last_seq, key[done], recs.seq[done])
         # only transfers of a known call measure the network: an interval of sampled socket
         # counters (no pg/seq) moves as much as the job asks for, not as much as it could
         timed = done & (recs.seq >= 0)

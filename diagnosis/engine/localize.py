@@ -265,9 +265,16 @@ class Localizer:
         connection stays in view; the sending GPUs come last."""
         sel = np.isin(win.open_key, stuck_keys)
         # traffic that finished after a stuck transfer began proves its path alive then; traffic
-        # that finished before it began proves nothing (the component may have died in between)
+        # that finished before it began proves nothing (the component may have died in between).
+        # Transfers of the stuck call itself (or a later call of its communicator) ran with it
+        # whatever the hosts' clocks say: a short one may end, by another host's clock, before
+        # the stuck one began
         first = int(win.open_start[sel].min())
-        moved = np.flatnonzero(win.last_end > first)
+        alive = win.last_end > first
+        for pg, seq in set(zip(win.pg[win.open_key[sel]].tolist(), win.open_seq[sel].tolist())):
+            if pg >= 0 and seq >= 0:
+                alive |= (win.pg == pg) & (win.last_seq >= seq)
+        moved = np.flatnonzero(alive)
         clear = [self.key_sets(win, int(k))[1] for k in moved]
         obs = [o for o in (self.key_sets(win, k)[0] for k in stuck_keys) if o]
         found, _ = explain(obs, clear, self.cfg.comm_purity)

@@ -117,3 +117,32 @@ def test_equally_silent_ends_tie(tmp_path):
     assert {s.score for s in r.suspects[:4]} == {r.suspects[0].score}
     assert set(ids(r, 4)) == {("nic", nic(0)), ("nic", nic(1)), ("link", f"{nic(0)}~switch0"),
                               ("link", f"{nic(1)}~switch0")}
+
+
+def test_transfers_of_the_stuck_call_clear_whatever_the_clocks(tmp_path):
+    # rank 0's transfer to 1 in the all-reduce sticks (its own transport, not the network).
+    # Rank 1's transfer to 2 in the same call sends its one chunk and ends; by host 1's clock,
+    # 0.3 ms behind host 0's, it ended before the stuck one began. It still ran with it: NIC 1
+    # is cleared, and nothing on the path is left to blame but the sender
+    path = tmp_path / "trace.jsonl"
+    with TraceWriter(path) as w:
+        for r in range(4):
+            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        w.group("dp", [0, 1, 2, 3])
+        for it in range(HANG + 1):
+            t = T0 + it * 100 * MS
+            stuck = it == HANG
+            for r in range(4):
+                w.op(r, "dp", it, "all_reduce", 4 << 20, t, None if stuck else t + 10 * MS)
+            for s, d in RING:
+                start, end = t, t + 9 * MS
+                if stuck and s == 0:
+                    start, end = t + 300_000, None
+                elif stuck and s == 1:
+                    end = t + 100_000
+                w.conn(s, d, 3 << 20, start, end, pg="dp", seq=it,
+                       path=[nic(s), "switch0", nic(d)])
+        w.end(T0 + HANG * 100 * MS + 60_000 * MS)
+    reports, _ = feed_trace(Engine(single_switch(4)), path)
+    assert [r.kind for r in reports] == ["comm_hang"]
+    assert ids(reports[0], 1) == [("gpu", "node000/gpu0")]
