@@ -60,6 +60,18 @@ CLOCKS = {"wall": time.perf_counter_ns, "thread": time.thread_time_ns,
           "process": time.process_time_ns}
 
 
+_WORK_PATCHES: list[tuple[str, object, object]] = []  # (name, hooked, original) on dist.Work
+
+
+def _work_methods(hooked: bool) -> None:
+    """The plain side runs with torch's own Work methods: torch's collectives call
+    ``work.wait()`` themselves, so the hooked wait would otherwise count on both sides."""
+    import torch.distributed as dist
+
+    for name, wrapped, orig in _WORK_PATCHES:
+        setattr(dist.Work, name, wrapped if hooked else orig)
+
+
 def _blocks(fn_a, fn_b, calls: int, blocks: int) -> dict[str, tuple[float, float]]:
     """Per clock, the median over interleaved blocks of the per-call time (µs) of fn_a, fn_b.
 
@@ -69,11 +81,13 @@ def _blocks(fn_a, fn_b, calls: int, blocks: int) -> dict[str, tuple[float, float
     samples: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in CLOCKS}
     for _ in range(blocks):
         for side, fn in enumerate((fn_a, fn_b)):
+            _work_methods(hooked=side == 0)
             t0 = {k: c() for k, c in CLOCKS.items()}
             for _ in range(calls):
                 fn()
             for k, c in CLOCKS.items():
                 samples[k][side].append((c() - t0[k]) / calls / 1e3)
+    _work_methods(hooked=True)
     return {k: (statistics.median(a), statistics.median(b)) for k, (a, b) in samples.items()}
 
 
@@ -92,6 +106,8 @@ def per_call(calls: int, blocks: int) -> list[tuple[str, dict[str, tuple[float, 
     coll = collectors.install(flush_interval_s=0.1, buffer_rows=1 << 18)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
                             world_size=1)
+    _WORK_PATCHES[:] = [(name, getattr(dist.Work, name), getattr(dist.Work, name).__wrapped__)
+                        for name in ("wait", "is_completed", "get_future")]
     t = torch.ones(1)
     hooked = dist.all_reduce
     orig = hooked.__c4_original__
@@ -124,6 +140,83 @@ def per_call(calls: int, blocks: int) -> list[tuple[str, dict[str, tuple[float, 
     print(f"(per-call run: recorded {counters.recorded}, shipped {counters.shipped}, "
           f"dropped {counters.dropped})")
     return results
+
+
+def _stamp(truth: dict[int, int], key: int, _fut: object) -> None:
+    truth[key] = time.time_ns()
+
+
+def precision(calls: int) -> list[tuple[str, str, list[float]]]:
+    """How late async end times are: recorded end minus the true completion, per pattern.
+
+    The truth is a done-callback registered on the Work's future through torch's own
+    ``get_future`` (bypassing the collector), stamped on gloo's thread; it runs as soon as that
+    thread gets the GIL, so when the caller holds the GIL the truth is itself late and the
+    figure is a lower bound of the error. Each pattern first runs 0.25 s unmeasured: the shipper
+    notices async calls within a flush interval and then polls every ``C4_POLL_INTERVAL``.
+    """
+    import functools
+
+    import torch
+    import torch.distributed as dist
+
+    import collectors
+
+    torch.set_num_threads(1)
+    coll = collectors.install(flush_interval_s=0.1, buffer_rows=1 << 20)
+    shipped: list[tuple] = []
+    take = coll.buffer.take
+
+    def keep(limit: int) -> list[tuple]:  # a copy of what the shipper takes off the buffer
+        rows = take(limit)
+        shipped.extend(rows)
+        return rows
+
+    coll.buffer.take = keep
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
+                            world_size=1)
+    get_future = dist.Work.get_future.__wrapped__
+    a, b = torch.randn(160, 160), torch.randn(160, 160)
+    t = torch.ones(1024)
+
+    def native_compute() -> None:  # ~10 ms in ATen with the GIL released
+        for _ in range(200):
+            a @ b
+
+    def python_compute() -> None:  # ~10 ms holding the GIL
+        x = 0
+        for i in range(400000):
+            x += i
+
+    patterns = (("wait at once", None), ("compute in ATen, then wait", native_compute),
+                ("compute in Python, then wait", python_compute))
+    out = []
+    for mode in ("poll", "wait"):
+        coll.recorder.done.mode = mode
+        for name, compute in patterns:
+            truth: dict[int, int] = {}
+            warm = time.monotonic() + 0.25
+            while time.monotonic() < warm:
+                work = dist.all_reduce(t, async_op=True)
+                if compute is not None:
+                    compute()
+                work.wait()
+            collectors.flush(5.0)
+            shipped.clear()
+            seq0 = coll.recorder._by_key[None].seq
+            for i in range(calls):
+                work = dist.all_reduce(t, async_op=True)
+                get_future(work).add_done_callback(functools.partial(_stamp, truth, seq0 + i))
+                if compute is not None:
+                    compute()
+                work.wait()
+            collectors.flush(5.0)
+            rows = list(shipped)
+            late = sorted((r[7] - truth[r[1]]) / 1e3 for r in rows if r[1] in truth)
+            out.append((mode, name, late))
+    collectors.uninstall()
+    dist.destroy_process_group()
+    return out
 
 
 WORKER = r"""
@@ -323,12 +416,15 @@ def main() -> None:
     ap.add_argument("--term-rows", type=int, default=10000,
                     help="rows recorded and still unshipped when SIGTERM arrives")
     ap.add_argument("--term-trials", type=int, default=5, help="SIGTERM trials per case")
-    ap.add_argument("--only", choices=("calls", "step", "sigterm"), action="append",
+    ap.add_argument("--precision-calls", type=int, default=100,
+                    help="async calls per pattern when measuring end-time precision")
+    ap.add_argument("--only", choices=("calls", "precision", "step", "sigterm"),
+                    action="append",
                     help="run only these parts (repeatable); default: all")
     args = ap.parse_args()
-    parts = set(args.only or ("calls", "step", "sigterm"))
+    parts = set(args.only or ("calls", "precision", "step", "sigterm"))
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    rows, step, term = [], None, {}
+    rows, step, term, prec = [], None, {}, []
     with tempfile.TemporaryDirectory() as tmp:
         sock = Path(tmp) / "sidecar.sock"
         sink = _start_sink(sock)
@@ -336,6 +432,8 @@ def main() -> None:
         try:
             if "calls" in parts:
                 rows = per_call(args.calls, args.blocks)
+            if "precision" in parts:
+                prec = precision(args.precision_calls)
             if "step" in parts:
                 step = step_ratio(args.world, args.steps, args.step_blocks, sock)
             if "sigterm" in parts:
@@ -345,6 +443,13 @@ def main() -> None:
             sink.kill()
     if rows:
         _print_calls(rows)
+    if prec:
+        print()
+        print("async end time minus true completion, µs (median / p90 / max over calls)")
+        for mode, name, late in prec:
+            q = statistics.quantiles(late, n=10)
+            print(f"  {mode:<5} {name:<30} {statistics.median(late):>9.1f} {q[-1]:>9.1f} "
+                  f"{max(late):>9.1f}   ({len(late)} calls)")
     if step is not None:
         _print_step(args, rows, step)
     if term:

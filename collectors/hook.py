@@ -218,8 +218,7 @@ class Recorder:
         rows, cap, pending, tls, wake = buf.rows, buf.capacity, buf.pending, self._tls, buf.wake
         half = cap // 2
         time_ns = time.time_ns
-        done = self.done
-        complete, track, waiting = done.complete, done.track, done._waiting
+        complete, track = self.done.complete, self.done.track
 
         def invoke(orig: Callable[..., Any], args: tuple, kwargs: dict, row: tuple,
                    token: int, is_async: bool, st: GroupState, p2p: bool) -> Any:
@@ -234,10 +233,7 @@ class Recorder:
             finally:
                 tls.busy = False
             if is_async and result is not None:
-                if done.future_timing:
-                    track(result, ((token, row),), st)
-                else:  # track() inlined: poll and wait timing just remember the Work
-                    waiting[id(result)] = (result, ((token, row),))
+                track(result, ((token, row),), st)
                 return result
             t_end = time_ns()
             del pending[token]

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 MAX_ROWS_PER_FRAME = 8192
 STATS_EVERY_S = 1.0
 _FIRST_BACKOFF_S = 0.05
+# Poll async Works this long after the last time one was seen outstanding.
+POLL_ACTIVE_S = 1.0
 
 
 class Shipper:
@@ -38,7 +40,7 @@ class Shipper:
 
     def __init__(self, config: CollectorConfig, buffer: RecordBuffer, rank_info: c4_pb2.RankInfo,
                  before_cycle: Callable[[], None] | None = None,
-                 poll: Callable[[], None] | None = None,
+                 poll: Callable[[], int] | None = None,
                  outstanding: Callable[[], bool] | None = None) -> None:
         self.config = config
         self.buffer = buffer
@@ -47,6 +49,7 @@ class Shipper:
         # completion of async Works that nobody waits for yet (completion.Completion.poll)
         self._poll = poll
         self._outstanding = outstanding
+        self._poll_seen = -POLL_ACTIVE_S  # when a poll last found outstanding Works
         self.shipped = 0
         self.dropped_send = 0
         self.connects = 0
@@ -103,8 +106,14 @@ class Shipper:
         interval, poll_s = self.config.flush_interval_s, self.config.poll_interval_s
         next_cycle = time.monotonic() + interval
         while not self._stop.is_set():
-            timeout = next_cycle - time.monotonic()
-            polling = self._outstanding is not None and self._outstanding()
+            now = time.monotonic()
+            timeout = next_cycle - now
+            # Async calls come in bursts (a step's overlapped collectives): once one is seen
+            # outstanding, keep polling for a while, since the next may start and end while
+            # this thread sleeps a whole flush interval.
+            if self._outstanding is not None and self._outstanding():
+                self._poll_seen = now
+            polling = now < self._poll_seen + POLL_ACTIVE_S
             if polling:
                 timeout = min(timeout, poll_s)
             woke = self._wake.wait(max(timeout, 0.0))
@@ -120,9 +129,10 @@ class Shipper:
         self.dropped_send += len(self.buffer.take(self.buffer.capacity))
 
     def _guarded_poll(self) -> None:
+        """Poll async Works; remember when some were outstanding."""
         try:
-            if self._poll is not None:
-                self._poll()
+            if self._poll is not None and self._poll():
+                self._poll_seen = time.monotonic()
         except Exception:
             log.exception("c4 collector: polling async calls failed")
 
