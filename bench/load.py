@@ -19,12 +19,21 @@ Measured per store:
   count every ``--poll-s``): p50, p99, max;
 - daemon RSS from /proc, sampled every 2 s: first minute, peak, last, and its slope over the
   second half of the run (MiB per minute);
-- records lost: sent minus stored (the job's stored op count) after the sidecars drained.
+- records lost: sent minus stored (the job's stored op count) after the sidecars drained;
+- the live detectors' lag, from the daemon's ``c4_daemon_live_lag_seconds`` (the age of the
+  oldest stored record they have not finished judging), sampled every 2 s, and the mean
+  duration of one analysis pass;
+- CPU seconds per million records of each part (generator, sidecars, daemon, ClickHouse) over
+  the sending window, and the machine's load average, to tell which part limits the rate.
+
+The generators prebuild every rank's frame (``FrameBank``) and rewrite only the sequence and
+time columns in place, so sending a frame costs one ``sendall``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import resource
@@ -53,28 +62,61 @@ class DriverPlan:
     duration_s: float
 
 
-def _frame_columns(ranks: np.ndarray, k: int, seq0: int, now_ns: int,
-                   rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Columns of ``k`` consecutive all_reduce calls for every rank in ``ranks``, rank-major."""
-    n = len(ranks)
-    seq = np.tile(np.arange(seq0, seq0 + k, dtype=np.int64), n)
-    rank = np.repeat(ranks.astype(np.int32), k)
-    # calls of one frame happened over the last interval; creation time is ``now_ns``
-    enter = now_ns - (k - 1 - (seq - seq0)) * 1_000_000 + rng.integers(0, 50_000, n * k)
-    return {
-        "rank": rank, "pg": np.zeros(n * k, np.uint32), "seq": seq,
-        "op": np.full(n * k, 2, np.uint32), "nbytes": np.full(n * k, 1 << 20, np.int64),
-        "dtype": np.ones(n * k, np.uint32), "t_enter_ns": enter.astype(np.int64),
-        "t_start_ns": np.full(n * k, -1, np.int64), "t_end_ns": enter + 800_000,
-        "status": np.zeros(n * k, np.uint8), "peer": np.full(n * k, -1, np.int32),
-    }
+class FrameBank:
+    """Every rank's op frame, prebuilt: one row of bytes per rank, the changing columns (seq,
+    enter and end times) rewritten in place with numpy before each send, so a frame costs one
+    ``sendall`` and no protobuf work. The layout is protobuf's own: the frame is serialised
+    once with marker columns and each column's bytes are found in it."""
+
+    VARYING = ("seq", "t_enter_ns", "t_end_ns")
+
+    def __init__(self, ranks: np.ndarray, k: int) -> None:
+        from collectors.wire import encode_frame
+        from proto import c4_pb2
+        from proto.codec import OP_COLUMNS
+
+        self.k = k
+        rng = np.random.default_rng(0)
+        base = {
+            "rank": np.zeros(k, np.int32), "pg": np.zeros(k, np.uint32),
+            "seq": np.zeros(k, np.int64), "op": np.full(k, 2, np.uint32),
+            "nbytes": np.full(k, 1 << 20, np.int64), "dtype": np.ones(k, np.uint32),
+            "t_enter_ns": np.zeros(k, np.int64), "t_start_ns": np.full(k, -1, np.int64),
+            "t_end_ns": np.zeros(k, np.int64), "status": np.zeros(k, np.uint8),
+            "peer": np.full(k, -1, np.int32)}
+        # markers: random bytes that occur once in the serialised frame
+        markers = {c: rng.integers(1, 255, k * OP_COLUMNS[c].itemsize, dtype=np.uint8)
+                   for c in (*self.VARYING, "rank")}
+        raw = {c: markers[c].tobytes() if c in markers else
+               np.ascontiguousarray(v, OP_COLUMNS[c]).tobytes() for c, v in base.items()}
+        template = encode_frame(c4_pb2.IngestRequest(ops=c4_pb2.OpBatch(
+            job=JOB, count=k, strings=[PG, "float32", "all_reduce"], **raw)))
+        self.offsets = {c: template.find(m.tobytes()) for c, m in markers.items()}
+        if min(self.offsets.values()) < 0:
+            raise RuntimeError("could not locate the columns in the frame template")
+        self.frames = np.tile(np.frombuffer(template, np.uint8), (len(ranks), 1))
+        self._view("rank", slice(None), OP_COLUMNS["rank"])[:] = ranks[:, None]
+
+    def _view(self, col: str, rows: slice, dtype: np.dtype) -> np.ndarray:
+        """The (rows, k) array of column ``col`` inside the frames (a copy if unaligned)."""
+        off, width = self.offsets[col], self.k * np.dtype(dtype).itemsize
+        return self.frames[rows, off:off + width].view(dtype)
+
+    def stamp(self, lo: int, hi: int, seq0: int, now_ns: int, rng: np.random.Generator) -> None:
+        """Rows ``lo:hi`` now hold calls ``seq0 .. seq0+k-1`` made over the last interval."""
+        n, k = hi - lo, self.k
+        seq = np.arange(seq0, seq0 + k, dtype=np.int64)
+        enter = (now_ns - (k - 1 - np.arange(k)) * 1_000_000)[None, :] + \
+            rng.integers(0, 50_000, (n, k))
+        for col, values in (("seq", np.broadcast_to(seq, (n, k))), ("t_enter_ns", enter),
+                            ("t_end_ns", enter + 800_000)):
+            off, width = self.offsets[col], k * 8
+            self.frames[lo:hi, off:off + width] = \
+                np.ascontiguousarray(values, np.int64).view(np.uint8).reshape(n, width)
 
 
 def _drive(plan: DriverPlan, sent: mp.Value, ready: mp.Event, go: mp.Event) -> None:
     """One generator process: connect every rank, then send paced op frames until the end."""
-    from collectors.wire import encode_frame
-    from proto import c4_pb2
-    from proto.codec import OP_COLUMNS
     from tests.support.frames import RankConnection, group_info, rank_info
 
     rng = np.random.default_rng(os.getpid())
@@ -87,11 +129,11 @@ def _drive(plan: DriverPlan, sent: mp.Value, ready: mp.Event, go: mp.Event) -> N
             if first == 0 and local == 0:
                 c.send(group_info(JOB, PG, list(range(plan.world))))
             conns.append((c, first + local))
+    socks = [c.sock for c, _ in conns]
+    bank = FrameBank(np.array([r for _, r in conns]), plan.records_per_frame)
     ready.set()
     go.wait()
     k = plan.records_per_frame
-    ranks = np.array([r for _, r in conns])
-    dtypes = {name: dt for name, dt in OP_COLUMNS.items()}
     # every frame of a tick goes out in this many slices, spread over the interval
     slices = max(1, min(len(conns), int(plan.frame_interval_s * 50)))
     bounds = np.linspace(0, len(conns), slices + 1).astype(int)
@@ -107,20 +149,41 @@ def _drive(plan: DriverPlan, sent: mp.Value, ready: mp.Event, go: mp.Event) -> N
             lo, hi = int(bounds[s]), int(bounds[s + 1])
             if lo == hi:
                 continue
-            cols = _frame_columns(ranks[lo:hi], k, tick * k, time.time_ns(), rng)
-            raw = {name: np.ascontiguousarray(cols[name], dtype=dt).tobytes()
-                   for name, dt in dtypes.items()}
-            for i in range(hi - lo):
-                part = {name: buf[i * k * dtypes[name].itemsize:(i + 1) * k *
-                                  dtypes[name].itemsize] for name, buf in raw.items()}
-                batch = c4_pb2.OpBatch(job=JOB, count=k, strings=[PG, "float32", "all_reduce"],
-                                       **part)
-                conns[lo + i][0].sock.sendall(encode_frame(c4_pb2.IngestRequest(ops=batch)))
+            bank.stamp(lo, hi, tick * k, time.time_ns(), rng)
+            frames = bank.frames
+            for i in range(lo, hi):
+                socks[i].sendall(frames[i])
             with sent.get_lock():
                 sent.value += (hi - lo) * k
         tick += 1
     for c, _ in conns:
         c.close()
+
+
+def _cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system, every thread) a process has used so far."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _scrape(port: int, names: tuple[str, ...]) -> dict[str, float]:
+    """The daemon's /metrics samples named ``names`` (unlabelled ones)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in names:
+            out[name] = float(value)
+    return out
 
 
 def _rss_mib(pid: int) -> float:
@@ -142,6 +205,10 @@ class Result:
     lag: list[float]
     rss: list[tuple[float, float]]
     dropped: int
+    live_lag: list[float]        # the daemon's c4_daemon_live_lag_seconds, sampled
+    analysis_mean_s: float       # mean duration of one pass of the live detectors
+    cpu: dict[str, float]        # CPU seconds per component over the sending window
+    load: list[float]            # 1-minute load average, sampled
 
 
 def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
@@ -159,8 +226,8 @@ def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
     k = max(1, round(args.rate * args.frame_interval / world))
     target = world * k / args.frame_interval
     duration = args.minutes * 60
-    port = free_port()
-    daemon = start_daemon(tmp, port, url)
+    port, metrics_port = free_port(), free_port()
+    daemon = start_daemon(tmp, port, url, extra=("--metrics", f"127.0.0.1:{metrics_port}"))
     cars = [start_sidecar(tmp, port, f"node{i}") for i in range(args.sidecars)]
     ctx = mp.get_context("spawn")
     sent = ctx.Value("q", 0)
@@ -190,6 +257,18 @@ def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
         lag: list[float] = []
         missed = 0
         rss: list[tuple[float, float]] = []
+        live_lag: list[float] = []
+        load: list[float] = []
+        procs = {"generator": [p.pid for p in drivers],
+                 "sidecars": [car.proc.pid for car, _ in cars],
+                 "daemon": [daemon.proc.pid],
+                 "clickhouse": [server.proc.pid] if server is not None else []}
+
+        def cpu_now() -> dict[str, float]:
+            return {k: sum(_cpu_s(pid) for pid in pids) for k, pids in procs.items()}
+
+        cpu0 = cpu_now()
+        cpu_sent: dict[str, float] | None = None
         t0 = time.monotonic()
         go.set()
         next_poll = next_rss = next_print = t0
@@ -215,9 +294,16 @@ def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
                         break
                 if not running and now - t0 > duration + args.drain_s:
                     break
+            if cpu_sent is None and now - t0 >= duration:
+                cpu_sent = cpu_now()
             if now >= next_rss:
                 next_rss = now + 2.0
                 rss.append((now - t0, _rss_mib(daemon.proc.pid)))
+                load.append(os.getloadavg()[0])
+                if now - t0 <= duration:
+                    with contextlib.suppress(OSError, KeyError):
+                        live_lag.append(_scrape(metrics_port, ("c4_daemon_live_lag_seconds",))
+                                        ["c4_daemon_live_lag_seconds"])
             if now >= next_print and stores:
                 next_print = now + 30.0
                 print(f"  {now - t0:6.0f} s: sent {sends[-1][1]:,}, stored "
@@ -232,8 +318,14 @@ def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
         status = client.status()
         dropped = sum(s.stats.dropped for s in status.sidecars)
         stored_ops = sum(j.ops for j in client.jobs() if j.job == JOB)
+        cpu1 = cpu_sent or cpu_now()
+        passes = _scrape(metrics_port, ("c4_daemon_analysis_seconds_sum",
+                                        "c4_daemon_analysis_seconds_count"))
+        mean_pass = passes.get("c4_daemon_analysis_seconds_sum", 0.0) / \
+            max(passes.get("c4_daemon_analysis_seconds_count", 0.0), 1.0)
         return Result(store, target, total_sent, stored_ops, elapsed,
-                      in_window / max(elapsed, 1e-9), lag, rss, dropped)
+                      in_window / max(elapsed, 1e-9), lag, rss, dropped, live_lag, mean_pass,
+                      {k: cpu1[k] - cpu0[k] for k in cpu0}, load)
     finally:
         client.close()
         go.set()
@@ -305,7 +397,28 @@ def main(argv: list[str] | None = None) -> None:
                       f"{statistics.median(lag):.2f}", f"{lag[int(0.99 * (len(lag) - 1))]:.2f}",
                       f"{lag[-1]:.2f}", f"{first:,.0f}", f"{peak:,.0f}", f"{last:,.0f}",
                       f"{slope:+.1f}")
-    Console(width=240).print(table)
+    console = Console(width=240)
+    console.print(table)
+    duration = args.minutes * 60
+    more = Table(title="where the time goes: the pipeline's CPU over the sending window, the "
+                       "live detectors' lag (c4_daemon_live_lag_seconds), machine load")
+    for col in ("store", "sent rec/s", "live lag p50 s", "live lag p99 s", "live lag max s",
+                "analysis pass s", "CPU s/1M rec: generator", "sidecars", "daemon",
+                "clickhouse", "cores: generator", "sidecars", "daemon", "clickhouse",
+                "load avg mean", "load avg max"):
+        more.add_column(col, justify="right")
+    for r in results:
+        live = sorted(r.live_lag) or [float("nan")]
+        per_m = {k: v / max(r.sent, 1) * 1e6 for k, v in r.cpu.items()}
+        cores = {k: v / duration for k, v in r.cpu.items()}
+        parts = ("generator", "sidecars", "daemon", "clickhouse")
+        more.add_row(r.store, f"{r.sent / duration:,.0f}", f"{statistics.median(live):.1f}",
+                     f"{live[int(0.99 * (len(live) - 1))]:.1f}", f"{live[-1]:.1f}",
+                     f"{r.analysis_mean_s:.2f}", *(f"{per_m[k]:.1f}" for k in parts),
+                     *(f"{cores[k]:.2f}" for k in parts),
+                     f"{statistics.fmean(r.load or [float('nan')]):.1f}",
+                     f"{max(r.load or [float('nan')]):.1f}")
+    console.print(more)
 
 
 if __name__ == "__main__":
