@@ -146,7 +146,7 @@ def _stamp(truth: dict[int, int], key: int, _fut: object) -> None:
     truth[key] = time.time_ns()
 
 
-def precision(calls: int) -> list[tuple[str, str, list[float]]]:
+def precision(calls: int, poll_s: float) -> list[tuple[str, str, list[float], float]]:
     """How late async end times are: recorded end minus the true completion, per pattern.
 
     The truth is a done-callback registered on the Work's future through torch's own
@@ -163,7 +163,7 @@ def precision(calls: int) -> list[tuple[str, str, list[float]]]:
     import collectors
 
     torch.set_num_threads(1)
-    coll = collectors.install(flush_interval_s=0.1, buffer_rows=1 << 20)
+    coll = collectors.install(flush_interval_s=0.1, buffer_rows=1 << 20, poll_interval_s=poll_s)
     shipped: list[tuple] = []
     take = coll.buffer.take
 
@@ -204,16 +204,20 @@ def precision(calls: int) -> list[tuple[str, str, list[float]]]:
             collectors.flush(5.0)
             shipped.clear()
             seq0 = coll.recorder._by_key[None].seq
+            w0, p0, c0 = time.perf_counter(), time.process_time(), time.thread_time()
             for i in range(calls):
                 work = dist.all_reduce(t, async_op=True)
                 get_future(work).add_done_callback(functools.partial(_stamp, truth, seq0 + i))
                 if compute is not None:
                     compute()
                 work.wait()
+            # CPU of every other thread (shipper, gloo), as a share of one core
+            other = ((time.process_time() - p0) - (time.thread_time() - c0)) / (
+                time.perf_counter() - w0)
             collectors.flush(5.0)
             rows = list(shipped)
             late = sorted((r[7] - truth[r[1]]) / 1e3 for r in rows if r[1] in truth)
-            out.append((mode, name, late))
+            out.append((mode, name, late, other))
     collectors.uninstall()
     dist.destroy_process_group()
     return out
@@ -406,6 +410,8 @@ def sigterm(mode: str, rows: int, trials: int, tmp: Path) -> dict:
 
 
 def main() -> None:
+    from collectors.config import CollectorConfig
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=2000, help="calls per timed block")
     ap.add_argument("--blocks", type=int, default=15, help="interleaved blocks per variant")
@@ -418,6 +424,8 @@ def main() -> None:
     ap.add_argument("--term-trials", type=int, default=5, help="SIGTERM trials per case")
     ap.add_argument("--precision-calls", type=int, default=100,
                     help="async calls per pattern when measuring end-time precision")
+    ap.add_argument("--poll-interval", type=float, default=CollectorConfig().poll_interval_s,
+                    help="C4_POLL_INTERVAL for the precision part, seconds")
     ap.add_argument("--only", choices=("calls", "precision", "step", "sigterm"),
                     action="append",
                     help="run only these parts (repeatable); default: all")
@@ -433,7 +441,7 @@ def main() -> None:
             if "calls" in parts:
                 rows = per_call(args.calls, args.blocks)
             if "precision" in parts:
-                prec = precision(args.precision_calls)
+                prec = precision(args.precision_calls, args.poll_interval)
             if "step" in parts:
                 step = step_ratio(args.world, args.steps, args.step_blocks, sock)
             if "sigterm" in parts:
@@ -445,11 +453,14 @@ def main() -> None:
         _print_calls(rows)
     if prec:
         print()
-        print("async end time minus true completion, µs (median / p90 / max over calls)")
-        for mode, name, late in prec:
+        print(f"async end time minus true completion, µs (median / p90 / max over calls); CPU "
+              f"of the other threads (shipper, gloo), % of a core; poll every "
+              f"{args.poll_interval * 1e3:g} ms")
+        for mode, name, late, other in prec:
             q = statistics.quantiles(late, n=10)
             print(f"  {mode:<5} {name:<30} {statistics.median(late):>9.1f} {q[-1]:>9.1f} "
-                  f"{max(late):>9.1f}   ({len(late)} calls)")
+                  f"{max(late):>9.1f}   other threads {other * 100:5.1f}%   "
+                  f"({len(late)} calls)")
     if step is not None:
         _print_step(args, rows, step)
     if term:

@@ -78,7 +78,7 @@ class Collector:
                 patch_ddp()
             info = self._rank_info()
             done = self.recorder.done
-            shipper = Shipper(self.config, self.buffer, info, before_cycle=self._poll_cuda,
+            shipper = Shipper(self.config, self.buffer, info, before_cycle=self._before_cycle,
                               poll=done.poll, outstanding=done.outstanding)
             shipper.start()
             self.shipper = shipper
@@ -106,7 +106,8 @@ class Collector:
         else:  # the program's own handler decides what happens next
             shipper.flush(self.config.term_flush_s, urgent=True)
 
-    def _poll_cuda(self) -> None:
+    def _before_cycle(self) -> None:
+        self.recorder.done.adapt()  # C4_ASYNC_TIMING=auto: callbacks or polling, by call rate
         # The timer appears with the first NCCL group, after the shipper has started.
         timer = self.recorder.cuda_timer
         if timer is not None:

@@ -1,21 +1,27 @@
 """How a recorded call's row is completed: at once, when its Work is seen done, or by a future.
 
-``async_op=True`` calls complete in one of three ways (``C4_ASYNC_TIMING``):
+``async_op=True`` calls complete in one of these ways (``C4_ASYNC_TIMING``):
 
-- ``poll`` (default): the end is the first moment the collector sees the Work complete, at
-  whichever comes first of: the program's ``Work.wait()`` returning (exact when the program
-  waited before the call finished), the program's ``is_completed()`` returning True, the next
-  recorded call on any thread, and the shipper thread's poll (every ``C4_POLL_INTERVAL`` while
-  Works are outstanding). A program that asks for ``get_future()`` (DDP's comm hook, futures
-  code) gets the exact ``future`` timing for that Work, and so do groups timed with CUDA events
-  (NCCL: completed by the GPU). No callback per call: ~0.1 µs per Work polled.
-- ``future``: a done-callback on the Work's future for every call (exact; ~3 µs in torch's
-  ``add_done_callback`` alone, and the callback contends for the GIL from gloo's thread).
+- ``future``: a done-callback on the Work's future for every call. Exact, but ~10 µs of CPU
+  per call on gloo (~3 µs in torch's ``add_done_callback`` alone, and the callback contends for
+  the GIL from gloo's thread).
+- ``poll``: the end is the first moment the collector sees the Work complete, at whichever
+  comes first of: the program's ``Work.wait()`` returning (exact when the program waited
+  before the call finished), the program's ``is_completed()`` returning True, the next
+  recorded call on any thread, and the shipper thread's poll (every ``C4_POLL_INTERVAL``, kept
+  up for a second after outstanding Works were last seen). ~0.5 µs per call more than a
+  synchronous call, plus the poller's ~1-2 % of a core while async calls are in flight.
+- ``auto`` (default): ``future`` while the program makes few async calls (below ~1,000/s the
+  callbacks cost less CPU in total than the poller, and are exact), ``poll`` above ~2,000/s;
+  the shipper measures the rate every cycle.
 - ``wait``: the return of the program's ``Work.wait()`` (an upper bound; never polled).
 
-gloo's send/recv and reduce_scatter Works have no future, and send/recv report completion to
-nobody (``is_completed()`` stays False until someone waits), so in every mode their end is when
-the program's ``Work.wait()`` returned.
+In every mode, a Work whose future the program takes (``get_future()``: DDP's comm hook,
+futures code) gets the exact callback, and so do async calls on groups timed with CUDA events
+(NCCL: completed by the GPU; the shipper must not call their ``wait()``). gloo's send/recv and
+reduce_scatter Works have no future, and send/recv report completion to nobody
+(``is_completed()`` stays False until someone waits): their end is when the program's
+``Work.wait()`` returned.
 """
 
 from __future__ import annotations
@@ -43,14 +49,21 @@ def classify(exc: BaseException) -> tuple[int, str]:
     return ERROR, text
 
 
-MODES = ("poll", "future", "wait")
+MODES = ("auto", "poll", "future", "wait")
+# ``auto``: async calls per second above which polling is cheaper than a callback per call
+# (poller ~10-20 ms of CPU per second vs ~10 µs per callback), and below which it goes back.
+AUTO_POLL_ABOVE = 2000.0
+AUTO_FUTURE_BELOW = 1000.0
+AUTO_RATE_WINDOW_S = 0.5
 
 
 class Completion:
     """Turns a pending row into a completed one (ok, timeout or error) in the buffer."""
 
-    def __init__(self, buffer: RecordBuffer, mode: str = "poll") -> None:
+    def __init__(self, buffer: RecordBuffer, mode: str = "auto") -> None:
         self.buf = buffer
+        self.async_calls = 0  # counted without a lock: only a rate estimate for ``auto``
+        self._rate_n, self._rate_t = 0, time.monotonic()
         self.mode = mode
         # id(work) -> (work, ((token, row), ...)): async calls not seen complete yet. Written by
         # the calling threads and the shipper: only single atomic dict operations on it.
@@ -67,8 +80,23 @@ class Completion:
         if mode not in MODES:
             raise ValueError(f"async timing {mode!r}: use one of {', '.join(MODES)}")
         self._mode = mode
-        self.future_timing = mode == "future"
-        self.polling = mode == "poll"
+        # read by the hooks on every async call; ``adapt()`` flips it in ``auto``
+        self.future_timing = mode in ("future", "auto")
+        self.polling = mode in ("poll", "auto")
+
+    def adapt(self) -> None:
+        """``auto``: callbacks or polling, from the async call rate since the last look."""
+        if self._mode != "auto":
+            return
+        now, n = time.monotonic(), self.async_calls
+        if now - self._rate_t < AUTO_RATE_WINDOW_S:
+            return
+        rate = (n - self._rate_n) / (now - self._rate_t)
+        self._rate_n, self._rate_t = n, now
+        if self.future_timing and rate > AUTO_POLL_ABOVE:
+            self.future_timing = False
+        elif not self.future_timing and rate < AUTO_FUTURE_BELOW:
+            self.future_timing = True
 
     def complete(self, row: tuple, t_end: int, exc: BaseException | None) -> None:
         if exc is None:
@@ -93,8 +121,9 @@ class Completion:
             self.complete(row, t_end, exc)
 
     def outstanding(self) -> bool:
-        """Async calls that polling could complete are waiting."""
-        return self.polling and bool(self._waiting)
+        """Async calls that polling should complete are waiting (not while callbacks do it:
+        then only Works without a future wait here, which a poll cannot complete)."""
+        return self.polling and not self.future_timing and bool(self._waiting)
 
     def poll(self) -> int:
         """Complete every waiting Work that has finished (its end: now, first seen done).
@@ -132,6 +161,7 @@ class Completion:
         ``entries``: the (token, row) pairs that this Work completes (several for a coalesced
         ``batch_isend_irecv``).
         """
+        self.async_calls += 1
         op = entries[0][1][2]
         # Groups timed with CUDA events (NCCL) keep the future, completed by the GPU, unless
         # told "wait": the shipper must not call wait() on them (it syncs CUDA streams).

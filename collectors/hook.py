@@ -58,7 +58,7 @@ class Recorder:
 
     def __init__(self, buffer: RecordBuffer, on_attach: Callable[[], None],
                  cuda_timer_factory: Callable[[], Any] | None = None,
-                 async_timing: str = "poll") -> None:
+                 async_timing: str = "auto") -> None:
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
 
@@ -322,6 +322,7 @@ class Recorder:
                     track(result, ((token, row),), st)
                 else:  # track() inlined: poll and wait timing just remember the Work
                     waiting[id(result)] = (result, ((token, row),))
+                    done.async_calls += 1
                 return result
             t_end = time_ns()
             del pending[token]
@@ -404,6 +405,7 @@ class Recorder:
                     track(result, ((token, row),), st)
                 else:  # track() inlined: poll and wait timing just remember the Work
                     waiting[id(result)] = (result, ((token, row),))
+                    done.async_calls += 1
                 return result
             t_end = time_ns()
             del pending[token]

@@ -132,7 +132,7 @@ def test_an_op_without_futures_does_not_switch_the_others_to_wait_timing(collect
 def test_poll_timing_sees_completion_before_the_program_waits(collector):
     sink = FrameSink(collector.config.socket_path)
     try:
-        assert collector.recorder.done.mode == "poll"
+        collector.recorder.done.mode = "poll"
         work = dist.all_reduce(torch.ones(4), async_op=True)
         # Nobody waits: the shipper's poll sees the Work complete and ships the row.
         wait_for(lambda: len(sink.op_rows()) == 1, 10, "the row of the unwaited call")
@@ -153,6 +153,25 @@ def test_poll_timing_sees_completion_before_the_program_waits(collector):
         assert all(r["t_end_ns"] >= r["t_enter_ns"] and r["status"] == 0 for r in rows)
     finally:
         sink.close()
+
+
+def test_auto_timing_polls_only_while_async_calls_are_frequent(collector):
+    done = collector.recorder.done
+    assert done.mode == "auto" and done.future_timing  # few calls yet: exact callbacks
+    t = torch.ones(1)
+    made = 0
+    deadline = time.monotonic() + 20
+    while done.future_timing:  # thousands of async calls per second: switch to polling
+        assert time.monotonic() < deadline, "auto timing never switched to polling"
+        for _ in range(200):
+            dist.all_reduce(t, async_op=True).wait()
+        made += 200
+    unwaited = dist.all_reduce(t, async_op=True)  # completed by the shipper's poll
+    made += 1
+    wait_for(lambda: done.future_timing, 10, "callbacks again once the calls stop")
+    assert not done._waiting
+    unwaited.wait()
+    wait_for(lambda: collectors.stats().recorded == made, 10, "every call recorded once")
 
 
 def test_a_forked_child_starts_with_an_empty_buffer_and_no_shipper(collector):
