@@ -2,8 +2,10 @@
 
 Strings (process groups, op names, dtypes, endpoints) live once in a ``strings`` table and rows
 hold their integer ids, so a batch turns into rows by numpy indexing alone and the op key is six
-integers. The (sidecar, seq) of every stored request goes into ``applied`` in the same
-transaction as its rows, which makes a resend a no-op even after a restart.
+integers, led by seq so that new calls append (a store made with the earlier rank-led key keeps
+working, only slower to write). The (sidecar, seq) of every stored request goes into
+``applied`` in the same transaction as its rows, which makes a resend a no-op even after a
+restart.
 
 Threads: ``write`` and ``put_fault`` serialise on a lock and share one writer connection;
 readers borrow one of at most ``MAX_READERS`` reader connections (WAL lets them read while the
@@ -68,7 +70,7 @@ CREATE TABLE IF NOT EXISTS ops (
   aid INTEGER NOT NULL, rank INTEGER NOT NULL, pg INTEGER NOT NULL, op INTEGER NOT NULL,
   peer INTEGER NOT NULL, seq INTEGER NOT NULL, nbytes INTEGER, dtype INTEGER,
   t_enter_ns INTEGER, t_start_ns INTEGER, t_end_ns INTEGER, status INTEGER, error TEXT,
-  PRIMARY KEY (aid, rank, pg, op, peer, seq)) WITHOUT ROWID;
+  PRIMARY KEY (aid, seq, pg, op, rank, peer)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ops_by_time ON ops (aid, t_enter_ns, rank);
 CREATE TABLE IF NOT EXISTS conns (
   aid INTEGER NOT NULL, rank INTEGER NOT NULL, local INTEGER NOT NULL, remote INTEGER NOT NULL,
@@ -289,9 +291,13 @@ class SQLiteStore(Store):
         gid = self._string_ids(conn, cols.strings)
         rank, pg, op = cols["rank"], gid[cols["pg"]], gid[cols["op"]]
         peer, seq = cols["peer"], cols["seq"]
-        # in key order, rows land on neighbouring pages: far fewer pages touched per commit
-        # (lexsort is stable: of two rows with one key, the later still comes later)
-        order = np.lexsort((seq, peer, op, pg, rank))
+        # In key order, rows land on neighbouring pages: far fewer pages touched per commit
+        # (lexsort is stable: of two rows with one key, the later still comes later). The key
+        # leads with seq, which grows with time for every rank, so a commit appends near the
+        # end of the table: with rank first, a commit of 16,384 ranks' newest calls dirtied a
+        # page per rank all over a table larger than the cache, and a 16k-rank job stored
+        # ~35k rows/s instead of ~230k.
+        order = np.lexsort((peer, rank, op, pg, seq))
         c = {k: v[order] for k, v in cols.columns.items()}
         errors = np.full(n, None, dtype=object)
         for row, text in cols.error_text.items():
