@@ -201,6 +201,18 @@ def start_job(lab_dir: Path, script: str | Path, args: list[str] = (), *, job: s
     return job, services
 
 
+def stop_job(lab_dir: Path, job: str, services: list[Service], timeout: float = 10.0) -> None:
+    """Stop a job started by ``start_job`` and every rank of it. torchrun starts each worker in
+    a session of its own: a SIGKILL of torchrun's process group would leave the workers
+    training on among themselves, so whatever of the job outlives its torchruns is killed."""
+    from c4.lab.procs import kill_all, lab_processes
+
+    for s in services:
+        s.stop(timeout=timeout)
+    kill_all([p.pid for p in lab_processes(str(lab_dir)) if p.env.get("C4_JOB") == job],
+             timeout)
+
+
 def wait_job(services: list[Service], timeout: float) -> int:
     """Wait for every node; on a failure or timeout stop the rest. Returns the worst exit code."""
     deadline = time.monotonic() + timeout

@@ -1,18 +1,26 @@
 """End to end in the lab: a real DP x PP torchrun job across four host namespaces reports to the
 live daemon through the sidecars; a fault injected into the fabric or a rank is localized by the
-daemon to the injected component (as the lab's ground truth accepts it)."""
+daemon to the injected component (as the lab's ground truth accepts it).
+
+The job (c4/lab/train_example.py, 8 ranks): stage 0 on node000 and node001 (ranks 0-3), stage 1
+on node002 and node003 (ranks 4-7), leaf00 holds node000 and node001, leaf01 the others. The
+faults that leave the job running share one job; the crash, which ends it, gets its own."""
 
 from __future__ import annotations
 
-import time
+import contextlib
+import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from labsupport import lab_fixture
 
 from c4.lab.faults import clear, inject
-from c4.lab.lab import EXAMPLE, start_job
+from c4.lab.lab import EXAMPLE, start_job, stop_job
 from c4.lab.layout import LabSpec
+from c4.lab.procs import lab_processes
 from c4.lab.state import read
 from c4.lab.truth import truth
 from c4.processes import wait_for
@@ -20,6 +28,9 @@ from c4.processes import wait_for
 pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.multiprocess, pytest.mark.slow]
 
 SPEC = LabSpec(hosts=4, gpus_per_host=2)
+HANG_TIMEOUT = 30   # hangs are reported within a few learnt hang bounds (~1-2 s here)
+SLOW_TIMEOUT = 90   # a 10 Mbit/s link or a 3 % CPU quota: reported in 10-50 s
+LOSSY_TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
@@ -27,44 +38,64 @@ def lab(tmp_path_factory):
     yield from lab_fixture(tmp_path_factory.mktemp("lab"), SPEC, services=True)
 
 
-@pytest.fixture(scope="module")
-def job(lab):
+class Job:
+    def __init__(self, name: str, services: list[Any]) -> None:
+        self.name = name
+        self.services = services
+
+    def step(self) -> int:
+        """The last step rank 4 (node002: stage 1, replica 0) printed (it prints every 10)."""
+        steps = re.findall(r"^step (\d+):", self.services[2].output(), re.MULTILINE)
+        return int(steps[-1]) if steps else -1
+
+    def wait_steps(self, n: int, timeout: float = 120) -> None:
+        target = self.step() + n
+        wait_for(lambda: self.step() >= target or not self.services[2].running(), timeout,
+                 interval=0.5, what=f"{n} more steps of the lab job")
+        assert self.services[2].running(), self.services[2].output()[-3000:]
+
+
+@contextlib.contextmanager
+def running_job(lab: dict[str, Any], name: str) -> Iterator[Job]:
+    """A long lab job, past its first 40 steps (the daemon's baseline)."""
     lab_dir = Path(lab["lab_dir"])
-    name, services = start_job(lab_dir, EXAMPLE, job="diag", env={"C4_LAB_STEPS": "100000"})
+    job = Job(*start_job(lab_dir, EXAMPLE, job=name, env={"C4_LAB_STEPS": "100000"}))
     try:
-        # rank 4 (node002: stage 1, replica 0) prints every 10 steps: a baseline of 40 steps
-        wait_for(lambda: "step 40:" in services[2].output() or not services[2].running(), 240,
-                 interval=0.5, what="40 steps of the lab job")
-        assert services[2].running(), services[2].output()[-3000:]
-        yield name
+        job.wait_steps(40, timeout=240)
+        yield job
     finally:
-        for s in services:
-            s.kill()
+        clear(lab_dir)  # thawed: a frozen rank cannot exit
+        stop_job(lab_dir, name, job.services)
+        assert not [p for p in lab_processes(str(lab_dir)) if p.env.get("C4_JOB") == name]
 
 
-def _report_ids(lab, job: str) -> set[str]:
+def _reports(lab, job: str) -> list[Any]:
     from diagnosis.client import DaemonClient
 
     with DaemonClient(lab["daemon"]["address"]) as client:
-        return {r.id for r in client.faults(job)}
+        return client.faults(job)
 
 
-def _localized(lab, job: str, fault: dict, kind: str, before: set[str],
-               timeout: float = 90) -> dict:
-    """Wait for a new report (not among ``before``) of ``kind`` whose top-scored suspects
-    include a component the ground truth accepts. (A report's first_seen_ns is the estimated
-    onset of its evidence, which may precede the injection by a few iterations.)"""
-    from diagnosis.client import DaemonClient
+def _fault(lab_dir: Path, rec: dict[str, Any]) -> dict[str, Any]:
+    """The ground truth of the fault ``inject`` recorded as ``rec``."""
+    return next(f for f in truth(read(lab_dir))["faults"] if f["onset_ns"] ==
+                int(rec["injected_at"] * 1e9))
 
+
+def _localized(lab, job: str, fault: dict, kinds: tuple[str, ...], before: set[str],
+               timeout: float) -> Any:
+    """Wait for a new report (not among ``before``) of one of ``kinds`` whose top-scored
+    suspects include a component the ground truth accepts. (A report's first_seen_ns is the
+    estimated onset of its evidence, which may precede the injection by a few iterations.)"""
     accept = {(a["type"], a["id"]) for a in fault["accept"]}
     seen: list[str] = []
 
     def found():
-        with DaemonClient(lab["daemon"]["address"]) as client:
-            reports = client.faults(job)
-        seen[:] = [f"{r.kind}: {r.summary[:160]}" for r in reports]
+        reports = _reports(lab, job)
+        seen[:] = [f"{r.kind} {[(s.type, s.id, round(s.score, 2)) for s in r.suspects[:4]]}: "
+                   f"{r.summary[:200]}" for r in reports if r.id not in before]
         for r in reports:
-            if r.kind != kind or r.id in before or not r.suspects:
+            if r.kind not in kinds or r.id in before or not r.suspects:
                 continue
             top = max(s.score for s in r.suspects)
             if accept & {(s.type, s.id) for s in r.suspects if s.score == top}:
@@ -72,33 +103,82 @@ def _localized(lab, job: str, fault: dict, kind: str, before: set[str],
         return None
 
     try:
-        return wait_for(found, timeout, interval=1.0, what=f"a {kind} report on {accept}")
+        return wait_for(found, timeout, interval=1.0, what=f"a {'/'.join(kinds)} report on "
+                                                           f"{sorted(accept)}")
     except TimeoutError as exc:
-        raise AssertionError(f"{exc}; reports: {seen}") from None
+        raise AssertionError(f"{exc}; new reports: {seen}") from None
 
 
-def test_slow_gpu_is_localized_to_that_gpu(lab, job):
-    lab_dir = Path(lab["lab_dir"])
-    before = _report_ids(lab, job)
-    rec = inject(lab_dir, "slow-gpu", "node001/gpu1", cpu_pct=3)
-    try:
-        fault = next(f for f in truth(read(lab_dir))["faults"] if f["onset_ns"] ==
-                     int(rec["injected_at"] * 1e9))
+def _inject(lab, job: Job, kind: str, target: str, **kw: Any) -> tuple[dict, set[str]]:
+    before = {r.id for r in _reports(lab, job.name)}
+    rec = inject(Path(lab["lab_dir"]), kind, target, **kw)
+    return _fault(Path(lab["lab_dir"]), rec), before
+
+
+ENGINE_BUG = "engine mislocalizes it on the real trace: tests/c4/lab/fixtures/README.md"
+
+
+@pytest.fixture(scope="class")
+def job(lab):
+    with running_job(lab, "diag") as job:
+        yield job
+
+
+class TestOneJob:
+    """One job meets these in turn, each cleared after its test and the job at speed before the
+    next; the dead link, after which the job may stay stuck for a while, comes last."""
+
+    @pytest.fixture(autouse=True)
+    def _at_speed(self, lab, job):
+        job.wait_steps(10)
+        yield
+        clear(Path(lab["lab_dir"]))
+
+    def test_slow_gpu_is_localized_to_that_gpu(self, lab, job):
+        fault, before = _inject(lab, job, "slow-gpu", "node001/gpu1", cpu_pct=3)
         assert ("gpu", "node001/gpu1") in {(a["type"], a["id"]) for a in fault["accept"]}
-        report = _localized(lab, job, fault, "noncomm_slow", before)
+        report = _localized(lab, job.name, fault, ("noncomm_slow",), before, SLOW_TIMEOUT)
         assert report.suspects[0].id == "node001/gpu1"
-    finally:
-        clear(lab_dir)
+
+    def test_slow_link_is_localized_to_that_link(self, lab, job):
+        fault, before = _inject(lab, job, "slow-link", "leaf01~node003/nic0", rate_mbit=10)
+        assert fault["expected_report"] == "comm_slow"
+        _localized(lab, job.name, fault, ("comm_slow",), before, SLOW_TIMEOUT)
+
+    @pytest.mark.xfail(strict=True, reason=ENGINE_BUG)
+    def test_lossy_link_is_localized_to_that_link(self, lab, job):
+        # 5 % of the packets (64 KB GSO segments on veth) dropped both ways: steps take ~5x
+        # longer but the job keeps going (10 % stalls its TCP connections for seconds)
+        fault, before = _inject(lab, job, "lossy-link", "node003/nic0", loss_pct=5)
+        assert fault["expected_report"] == "comm_slow"
+        assert {("link", "leaf01~node003/nic0"), ("nic", "node003/nic0")} <= \
+            {(a["type"], a["id"]) for a in fault["accept"]}
+        _localized(lab, job.name, fault, ("comm_slow",), before, LOSSY_TIMEOUT)
+
+    def test_hang_is_localized_to_the_frozen_rank(self, lab, job):
+        # the cgroup freezer stops the rank (and its collector); thawed, the job goes on
+        fault, before = _inject(lab, job, "hang", "node001/gpu1")
+        assert set(fault["ranks"]) == {3} and fault["expected_report"] == "noncomm_hang"
+        report = _localized(lab, job.name, fault, ("noncomm_hang",), before, HANG_TIMEOUT)
+        assert report.suspects[0].id == "node001/gpu1" and report.suspects[0].rank == 3
+
+    @pytest.mark.xfail(strict=True, reason=ENGINE_BUG)
+    def test_dead_link_is_localized_to_that_link(self, lab, job):
+        # node003's only cable goes down: the transfers across it stop where they are and the
+        # job hangs (no timeout for half an hour)
+        fault, before = _inject(lab, job, "dead-link", "leaf01~node003/nic0")
+        assert fault["expected_report"] == "comm_hang"
+        _localized(lab, job.name, fault, ("comm_hang",), before, HANG_TIMEOUT)
 
 
-def test_slow_link_is_localized_to_that_link(lab, job):
-    lab_dir = Path(lab["lab_dir"])
-    time.sleep(5)  # the job back at speed after the previous test's fault
-    before = _report_ids(lab, job)
-    rec = inject(lab_dir, "slow-link", "leaf01~node003/nic0", rate_mbit=10)
-    try:
-        fault = next(f for f in truth(read(lab_dir))["faults"] if f["onset_ns"] ==
-                     int(rec["injected_at"] * 1e9))
-        _localized(lab, job, fault, "comm_slow", before)
-    finally:
-        clear(lab_dir)
+@pytest.mark.xfail(strict=True, reason=ENGINE_BUG)
+def test_crash_is_localized_to_the_killed_rank(lab):
+    # SIGKILL of rank 3: its peers' calls fail (gloo: connection closed by peer) and the
+    # torchruns stop the job. Those waiting for it, or failing because of it, point at it: an
+    # error report, or a hang of a rank that never joined, naming its GPU.
+    with running_job(lab, "crash") as job:
+        fault, before = _inject(lab, job, "crash", "node001/gpu1")
+        assert set(fault["ranks"]) == {3} and fault["expected_report"] == "error"
+        report = _localized(lab, job.name, fault, ("error", "noncomm_hang"), before,
+                            HANG_TIMEOUT)
+        assert report.suspects[0].id == "node001/gpu1"
