@@ -92,8 +92,9 @@ class CollectorConfig:
     #: How long the exit flush may take (``C4_EXIT_FLUSH``).
     exit_flush_s: float = field(default_factory=lambda: _env_float("C4_EXIT_FLUSH", 2.0))
     #: On SIGTERM, ship what is left for at most this long before the process dies as it would
-    #: have; 0 leaves SIGTERM alone (``C4_TERM_FLUSH``).
-    term_flush_s: float = field(default_factory=lambda: _env_float("C4_TERM_FLUSH", 0.2))
+    #: have; 0 leaves SIGTERM alone (``C4_TERM_FLUSH``). Usually done in tens of ms; the bound
+    #: matters on a starved CPU, and launchers wait >= 30 s before SIGKILL.
+    term_flush_s: float = field(default_factory=lambda: _env_float("C4_TERM_FLUSH", 0.5))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "socket_path", Path(self.socket_path))

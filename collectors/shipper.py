@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # Rows per OpBatch frame: ~60 bytes a row keeps frames well under the wire's limit.
 MAX_ROWS_PER_FRAME = 8192
+# In the final cycle: ~60 KB frames, each taken whole by the socket buffer as it is written.
+FINAL_ROWS_PER_FRAME = 1024
 STATS_EVERY_S = 1.0
 _FIRST_BACKOFF_S = 0.05
 # Poll async Works this long after the last time one was seen outstanding.
@@ -117,6 +119,8 @@ class Shipper:
             if polling:
                 timeout = min(timeout, poll_s)
             woke = self._wake.wait(max(timeout, 0.0))
+            if self._stop.is_set():
+                break  # straight to the final cycle
             if polling:
                 self._guarded_poll()
             if woke or time.monotonic() >= next_cycle:
@@ -155,16 +159,22 @@ class Shipper:
         if not self._connected(force=final or urgent):
             return
         rows: list[tuple] = []
+        # Last words (SIGTERM, exit) may be cut off by their time bound: the calls still pending
+        # (what the rank is doing) go first, then rows in frames small enough to land whole.
+        per_frame = FINAL_ROWS_PER_FRAME if final else MAX_ROWS_PER_FRAME
         try:
             self._send_groups()
+            if final:
+                self._send_open(True)
             while True:
-                rows = self.buffer.take(MAX_ROWS_PER_FRAME)
+                rows = self.buffer.take(per_frame)
                 if not rows:
                     break
                 self._send_rows(rows)
                 self.shipped += len(rows)
             rows = []
-            self._send_open(final or urgent)
+            if not final:
+                self._send_open(urgent)
             now = time.monotonic()
             if final or now - self._last_stats >= STATS_EVERY_S:
                 self._send(c4_pb2.IngestRequest(stats=self.stats_message()))
