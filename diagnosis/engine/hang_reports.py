@@ -209,8 +209,10 @@ class HangReports:
         if self._comm_hang_memo is not None and self._comm_hang_memo[0] == memo:
             suspects, how = self._comm_hang_memo[1]
         else:
+            # a transfer cannot begin before its call's last member entered: traffic that
+            # finished before that proves nothing about the stuck call's path
             suspects, how = self.localizer.comm_hang(self.conns if keys else None, groups, keys,
-                                                     min(x.first for x in stuck),
+                                                     min(x.last for x in stuck),
                                                      self.timing.last_end)
             self._comm_hang_memo = (memo, (suspects, how))
         pg = self.arena.pg_of[s.group]

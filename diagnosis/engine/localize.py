@@ -247,8 +247,13 @@ class Localizer:
                     for c in self.group_sets(h)[1]:
                         if alive.get(c, -1) < t:
                             alive[c] = t
+                # on every candidate path of a stuck communicator before ECMP alternatives (on
+                # some of its paths only: no healthy communicator ever surely crosses those, so
+                # they are never seen alive and would otherwise always come first)
+                sure = frozenset().union(*[self.group_sets(g)[1] for g in groups])
                 out = _suspects(found)
-                out.sort(key=lambda x: (-x.score, alive.get(Component(x.type, x.id), -1)))
+                out.sort(key=lambda x: (-x.score, Component(x.type, x.id) not in sure,
+                                        alive.get(Component(x.type, x.id), -1)))
                 return out, "no other communicator through these components moved"
         m = sorted({r for g in groups for r in self.arena.members[g].tolist()})
         return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),

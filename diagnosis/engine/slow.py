@@ -158,6 +158,17 @@ class _SizeClass:
         self.count[touched] += per
 
 
+def _member_median(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Median over the last axis of the valid entries (nan where none), keeping that axis:
+    np.nanmedian is several times slower on these small rows."""
+    srt = np.sort(np.where(valid, x, np.inf), axis=-1)
+    cnt = valid.sum(axis=-1, keepdims=True)
+    lo = np.take_along_axis(srt, np.maximum(cnt - 1, 0) // 2, axis=-1)
+    hi = np.take_along_axis(srt, np.minimum(cnt // 2, x.shape[-1] - 1), axis=-1)
+    with np.errstate(invalid="ignore"):
+        return np.where(cnt > 0, (lo + hi) / 2, np.nan)
+
+
 def _period(gap: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Each stream's period in calls. Several identical calls per step (equal gradient buckets)
     have different compute before each: the members' median own time before each call then
@@ -264,9 +275,7 @@ class NoncommSlow:
         # the call before which the member's own gap exceeds its peers' the most: where its
         # extra compute shows (the longest gap is another call's when several identical calls
         # per step have different compute before them)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            over = np.where(valid, gap - np.nanmedian(gap, axis=2, keepdims=True), -np.inf)
+        over = np.where(valid, gap - _member_median(gap, valid), -np.inf)
         at = over.argmax(axis=1)[:, None, :]
         late_ns = np.take_along_axis(cls.late[li], at, axis=1)[:, 0, :].astype(np.float64)
         # no gap known in the span: the lateness at this call

@@ -19,11 +19,12 @@ def nic(r: int) -> str:
 
 
 def write_job(w: TraceWriter, p2p: list[tuple[str, int, int]], dead: int | None,
-              recv_early: bool = False) -> None:
+              recv_early: bool = False, conns: bool = True) -> None:
     """Per iteration: the send/recv pairs ``p2p`` (pg, src, dst) one after the other, then an
     all-reduce ring over ranks 0-3. In iteration HANG, NIC ``dead`` dies after the pairs before
     the last one: the next transfer across it never finishes and the job waits 60 s.
-    ``recv_early``: the receiver of each pair enters 3 ms before the transfer can start."""
+    ``recv_early``: the receiver of each pair enters 3 ms before the transfer can start.
+    ``conns``: write connection records (else op records only)."""
     for r in range(4):
         w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
     w.group("dp", [0, 1, 2, 3])
@@ -37,7 +38,8 @@ def write_job(w: TraceWriter, p2p: list[tuple[str, int, int]], dead: int | None,
             end = None if stuck else t + 2 * MS
             w.op(s, pg, it, "send", 1 << 20, t, end, peer=d)
             w.op(d, pg, it, "recv", 1 << 20, enter_recv, end, peer=s)
-            w.conn(s, d, 1 << 20, t, end, pg=pg, seq=it, path=[nic(s), "switch0", nic(d)])
+            if conns:
+                w.conn(s, d, 1 << 20, t, end, pg=pg, seq=it, path=[nic(s), "switch0", nic(d)])
             if stuck:
                 w.end(t + 60_000 * MS)
                 return
@@ -50,8 +52,9 @@ def write_job(w: TraceWriter, p2p: list[tuple[str, int, int]], dead: int | None,
             # a ring with a dead member: the connections into and out of it stay open, the
             # others forward what reaches them and finish
             hit = stuck and dead in (s, d)
-            w.conn(s, d, 3 << 20, t + 50_000, None if hit else t + (4 if stuck else 9) * MS,
-                   pg="dp", seq=it, path=[nic(s), "switch0", nic(d)])
+            if conns:
+                w.conn(s, d, 3 << 20, t + 50_000, None if hit else t + (4 if stuck else 9) * MS,
+                       pg="dp", seq=it, path=[nic(s), "switch0", nic(d)])
         if stuck:
             w.end(t + 60_000 * MS)
             return
@@ -107,6 +110,18 @@ def test_traffic_before_the_stuck_transfer_began_clears_nothing(tmp_path):
     assert [r.kind for r in reports] == ["comm_hang"]
     top3 = ids(reports[0], 3)
     assert ("nic", nic(0)) in top3 and ("nic", nic(1)) in top3
+
+
+def test_without_conn_records_calls_that_ended_before_the_stuck_one_began_clear_nothing(
+        tmp_path):
+    # op records only: 3>0 ends after the receiver entered the stuck 0>1 but before the sender
+    # did (the transfer could not begin yet): NIC 0 stays among the equal top suspects
+    reports = diagnose(tmp_path, p2p=[("rr", 3, 0), ("pp", 0, 1)], dead=0, recv_early=True,
+                       conns=False)
+    assert [r.kind for r in reports] == ["comm_hang"]
+    r = reports[0]
+    top = [(s.type, s.id) for s in r.suspects if s.score == r.suspects[0].score]
+    assert ("nic", nic(0)) in top and ("nic", nic(1)) in top
 
 
 def test_equally_silent_ends_tie(tmp_path):
