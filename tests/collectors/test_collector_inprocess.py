@@ -213,6 +213,40 @@ def test_sigterm_watch_is_armed_once_shipping_and_not_inherited_by_a_forked_chil
     wait_for(lambda: not watch._thread.is_alive(), 5, "the watcher to end")
 
 
+def test_a_wakeup_fd_the_program_had_set_still_hears_its_signals(one_rank_group, tmp_path):
+    import contextlib
+    import os
+    import signal
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    os.set_blocking(read_fd, False)
+    old_handler = signal.signal(signal.SIGUSR1, lambda *_: None)
+    previous = signal.set_wakeup_fd(write_fd)
+    try:
+        coll = collectors.install(socket_path=tmp_path / "s.sock")
+        dist.all_reduce(torch.ones(1))  # starts shipping: the SIGTERM watch takes the fd over
+        current = signal.set_wakeup_fd(-1)  # (the only way to read it)
+        signal.set_wakeup_fd(current, warn_on_full_buffer=False)
+        assert coll.term_watch is not None and current == coll.term_watch._write_fd
+        os.kill(os.getpid(), signal.SIGUSR1)
+        got = bytearray()
+
+        def forwarded() -> bool:
+            with contextlib.suppress(BlockingIOError):
+                got.extend(os.read(read_fd, 16))
+            return signal.SIGUSR1 in got
+
+        wait_for(forwarded, 5, "SIGUSR1's byte on the program's own wakeup fd")
+        collectors.uninstall()
+        assert signal.set_wakeup_fd(previous) == write_fd  # given back
+    finally:
+        collectors.uninstall()
+        signal.signal(signal.SIGUSR1, old_handler)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
 def test_uninstall_restores_torch(one_rank_group, tmp_path):
     originals = (dist.all_reduce, dist.isend, dist.Work.wait, dist.batch_isend_irecv)
     coll = collectors.install(socket_path=tmp_path / "s.sock")
