@@ -6,13 +6,15 @@ Flushes every 30 s and open rows after 60 s: only the SIGTERM path can deliver t
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
-from collector_testkit import FrameSink, launch_ranks, wait_for
+from collector_testkit import REPO, FrameSink, launch_ranks, wait_for
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.network]
 
@@ -123,3 +125,32 @@ def test_blocked_rank_with_its_own_handler_ships_the_open_call_and_keeps_running
     r1.send_signal(signal.SIGTERM)  # in Python: its handler runs at once, then atexit ships
     assert r1.wait(30) == 7, out1.lines
     assert sorted(r["seq"] for r in _rows(sink, 1)) == list(range(CALLS + 1))
+
+
+def test_torchrun_stopped_with_sigterm_stops_its_workers_which_ship_their_last_rows(
+        sink, tmp_path):
+    """torchrun's agent forwards SIGTERM to its workers: both ship, the blocked one its open
+    call. The agent itself imports torch.distributed but never ships, so keeps its handler."""
+    env = {**os.environ, **QUIET, "C4_SIDECAR_SOCKET": str(sink.path), "PYTHONPATH": str(REPO),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+           "2", str(HERE / "collector_sigterm_job.py"), "blocked", str(CALLS),
+           str(tmp_path / "go")]
+    agent = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        out = Lines(agent)
+        out.wait("blocked")
+        out.wait("waiting")
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(60) != 0
+        rows = [r for r in sink.op_rows() if r["op"] == "all_reduce"]
+        for rank in (0, 1):
+            done = sorted(r["seq"] for r in rows if r["rank"] == rank and r["t_end_ns"] != -1)
+            assert done == list(range(CALLS)), (rank, out.lines)
+        assert [(r["rank"], r["seq"]) for r in rows if r["t_end_ns"] == -1] == [(0, CALLS)]
+        assert {m.rank.rank for m in sink.of_kind("rank")} == {0, 1}  # never the agent
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        agent.wait(10)
