@@ -42,6 +42,11 @@ class DemoEnv(Protocol):
 
     def clear_faults(self) -> None: ...
 
+    def accepted(self, culprit: str) -> set[str]:
+        """Ids of the components a report may name for the fault just planted at ``culprit``
+        (what an operator would call the faulty part)."""
+        ...
+
     def end_hang(self) -> None:
         """Kill the hung rank (the restart stops it anyway): resumed, it would run on into
         calls its stopped peers never join and look like a second hang."""
@@ -109,6 +114,13 @@ class LabEnv:
 
         faults.clear(self.lab_dir)
 
+    def accepted(self, culprit: str) -> set[str]:
+        from c4.lab.state import read
+        from c4.lab.truth import truth
+
+        planted = truth(read(self.lab_dir))["faults"]  # the lab's ground truth
+        return {a["id"] for a in planted[-1]["accept"]} if planted else {culprit}
+
     def close(self) -> None:
         from c4.lab import lab
 
@@ -141,15 +153,22 @@ class LocalEnv:
     def train_env(self) -> dict[str, str]:
         return {"C4_TRAIN_FAULT_FILE": str(self.fault_file)}
 
-    def _pid(self, host: str) -> int:
+    def _ranks(self, host: str) -> list[Any]:
         from diagnosis.client import DaemonClient
 
         with DaemonClient(self.daemon) as client:
             jobs = client.jobs()
-            ranks = [r for j in jobs[:1] for r in client.ranks(j.job) if r.host == host]
+            return [r for j in jobs[:1] for r in client.ranks(j.job) if r.host == host]
+
+    def _pid(self, host: str) -> int:
+        ranks = self._ranks(host)
         if not ranks:
             raise RuntimeError(f"no rank of the demo job runs on {host} yet")
         return ranks[-1].pid
+
+    def accepted(self, culprit: str) -> set[str]:
+        # without a topology the daemon names hosts or ranks
+        return {culprit} | {str(r.rank) for r in self._ranks(culprit)}
 
     def slow_fault(self) -> tuple[str, str]:
         # Without root there is no CPU quota to impose from outside, and stopping the process
