@@ -275,11 +275,11 @@ class Localizer:
         # whatever the hosts' clocks say: a short one may end, by another host's clock, before
         # the stuck one began
         first = int(win.open_start[sel].min())
-        alive = win.last_end > first
+        proven = win.last_end > first
         for pg, seq in set(zip(win.pg[win.open_key[sel]].tolist(), win.open_seq[sel].tolist())):
             if pg >= 0 and seq >= 0:
-                alive |= (win.pg == pg) & (win.last_seq >= seq)
-        moved = np.flatnonzero(alive)
+                proven |= (win.pg == pg) & (win.last_seq >= seq)
+        moved = np.flatnonzero(proven)
         clear = [self.key_sets(win, int(k))[1] for k in moved]
         obs = [o for o in (self.key_sets(win, k)[0] for k in stuck_keys) if o]
         found, _ = explain(obs, clear, self.cfg.comm_purity)
