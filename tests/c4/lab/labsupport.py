@@ -35,6 +35,19 @@ def lab_fixture(lab_dir: Path, spec: Any, services: bool) -> Iterator[dict[str, 
         yield st
     finally:
         down(lab_dir)
+        _assert_nothing_left(lab_dir)
+
+
+def _assert_nothing_left(lab_dir: Path) -> None:
+    """After ``down``: no namespace, link, cgroup or nft table named c4l-*, and no process of
+    the lab (ranks, torchruns, sidecars, daemon, fault timers) still running."""
+    from c4.lab import fabric
+    from c4.lab.procs import lab_processes
+
+    left = fabric.leftovers()
+    assert not any(left.values()), left
+    procs = lab_processes(str(lab_dir))
+    assert not procs, [(p.pid, p.env.get("C4_HOST"), p.env.get("C4_JOB")) for p in procs]
 
 
 @contextlib.contextmanager
