@@ -82,7 +82,8 @@ def test_dead_cable_named_among_the_stuck_path():
 
 
 @pytest.mark.xfail(strict=True, reason="the error names host node001 (ranks 2 and 3) though "
-                   "rank 2 entered the failed call; live a noncomm_hang named node000")
+                   "rank 2 entered the failed call (and failed first); live a noncomm_hang "
+                   "named node000")
 def test_crashed_rank_named():
     reports = _replay(FIXTURES / "crash_rank3.jsonl.gz", tail_s=15)
     assert _named(reports, {"error", "noncomm_hang"},
