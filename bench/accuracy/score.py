@@ -16,14 +16,17 @@ The matching rule, exactly:
   GPU as a ``rank`` suspect (what a detector without topology can say). A host, switch, an
   uplink, or a GPU's host never stands in for anything else. Link ids compare with their two
   endpoints sorted.
-* **top-1**: some addressing report has a first suspect that names the fault.
+* **top-1**: some addressing report has a first suspect that names the fault, and every
+  suspect sharing that first score names it too (a NIC and its cable may tie; a tie with
+  anything else does not single the fault out, whichever of them is listed first).
   **top-1 up to equivalence** (a separate, labelled column, never the headline): the same with
   the fault's ``equivalent`` components also accepted, i.e. those crossed by exactly the same
   connections (which no timing can tell apart); it shows how much of a miss is ambiguity.
   **ambiguous** (counted apart, never a hit): no top-1, but some addressing report names the
-  fault with the same score as its first suspect, and every suspect ahead of it is an accepted
-  or ``equivalent`` component: the report says "one of these, equally likely" and the ground
-  truth agrees that no timing could tell them apart. Headline top-1 % is over the observable
+  fault with the same score as its first suspect, and every suspect with that score is an
+  accepted or ``equivalent`` component (at least one of them only equivalent), whatever their
+  order: the report says "one of these, equally likely" and the ground truth agrees that no
+  timing could tell them apart. Headline top-1 % is over the observable
   faults that are not ambiguous; an engine cannot reach this column by naming everything
   equally, since it needs the ground truth's equivalence and an exact tie.
   **top-3**: some addressing report names it among its first three suspects.
@@ -121,22 +124,21 @@ def _rank_of_hit(report: dict[str, Any], accept: set[tuple[str, str]]) -> int | 
     return None
 
 
-def _tied_first(report: dict[str, Any], accept: set[tuple[str, str]],
-                equiv: set[tuple[str, str]]) -> bool:
-    """The report names the fault with its first suspect's score, behind only equivalents."""
+def _top_tie(report: dict[str, Any], accept: set[tuple[str, str]],
+             equiv: set[tuple[str, str]]) -> str | None:
+    """How the report's top-scored suspects (all with the first one's score) stand to the
+    fault: "alone" (they name it and nothing else), "ambiguous" (it and components the ground
+    truth calls indistinguishable), "crowded" (it and some other component), None (absent)."""
     sus = report.get("suspects") or []
     if not sus:
-        return False
+        return None
     first = sus[0].get("score")
-    for s in sus:
-        if s.get("score") != first:
-            return False
-        c = canonical(s)
-        if c in accept:
-            return True
-        if c not in equiv:
-            return False
-    return False
+    tie = {canonical(x) for x in sus if x.get("score") == first}
+    if not tie & accept:
+        return None
+    if tie <= accept:
+        return "alone"
+    return "ambiguous" if tie <= accept | equiv else "crowded"
 
 
 def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> ScenarioScore:
@@ -147,7 +149,7 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
     for fault in truth.get("faults", []):
         accept = {canonical(a) for a in fault["accept"]}
         equiv = accept | {canonical(a) for a in fault.get("equivalent", [])}
-        top1_equiv = tied = False
+        top1_equiv = alone = tied = False
         best: int | None = None
         detected = False
         first_t: int | None = None
@@ -157,7 +159,9 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
                 continue
             detected = True
             top1_equiv |= _rank_of_hit(rep, equiv) == 0
-            if _tied_first(rep, accept, equiv):
+            how = _top_tie(rep, accept, equiv)
+            alone |= how == "alone"
+            if how == "ambiguous":
                 tied = explained[i] = True
             pos = _rank_of_hit(rep, accept)
             if pos is None or pos > 2:
@@ -177,8 +181,8 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
         scores.append(FaultScore(
             kind=fault["kind"], expected=fault["expected_report"],
             observable=bool(fault.get("observable", True)), detected=detected,
-            top1=best == 0, top3=best is not None, top1_equiv=top1_equiv,
-            ambiguous=best != 0 and tied, latency_s=lat_s,
+            top1=alone, top3=best is not None, top1_equiv=top1_equiv,
+            ambiguous=not alone and tied, latency_s=lat_s,
             latency_iters=lat_i,
             onset_error_s=err, spec=fault.get("spec", "")))
     false = [r for r, ok in zip(reports, explained) if not ok]
