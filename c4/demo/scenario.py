@@ -138,23 +138,27 @@ class Demo:
         return None
 
     def _found(self, what: str, kinds: tuple[str, ...], culprit: str) -> Any:
-        """Wait for c4 to report the planted fault; say whether it named the culprit (a report
-        naming something else first gets a little longer to be joined by a right one)."""
+        """Wait for c4 to report the planted fault and say whether it named the culprit; a
+        first report naming something else gets ``settle_s`` to be joined by a right one."""
         accept = self.env.accepted(culprit)
         found = self.wait(f"c4 to report {what}", lambda: self._reports(kinds))
         right = self._naming(kinds, accept)
+        if right is not None:
+            self.say(f"c4 reported {right.kind}: {right.summary} (planted at {culprit}: it "
+                     "names the planted component)")
+            return right
+        self.say(f"c4 reported {found[0].kind}: {found[0].summary} (planted at {culprit}: "
+                 "[red]it does not name the planted component[/red])")
         deadline = time.monotonic() + self.cfg.settle_s
         while right is None and time.monotonic() < deadline:
             if self.live is not None:
                 self.live.update(self._view())
             time.sleep(0.5)
             right = self._naming(kinds, accept)
-        report = right or found[0]
-        verdict = "it names the planted component" if right else \
-            "[red]it does not name the planted component[/red]"
-        self.say(f"c4 reported {report.kind}: {report.summary} (planted at {culprit}: "
-                 f"{verdict})")
-        return report
+        if right is not None:
+            self.say(f"c4 then reported {right.kind}: {right.summary} (it names the planted "
+                     "component)")
+        return right or found[0]
 
     def _recovery(self, states: tuple[str, ...]) -> Any:
         from recovery.journal import Journal

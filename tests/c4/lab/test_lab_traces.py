@@ -96,3 +96,20 @@ def test_crashed_rank_named():
 def test_stop_of_the_whole_job_files_no_hang():
     reports = _replay(FIXTURES / "demo_stop_teardown.jsonl.gz", tail_s=20)
     assert not [r.summary for r in reports if r.kind in ("noncomm_hang", "comm_hang", "error")]
+
+
+@pytest.mark.xfail(strict=True, reason="rank 3 (frozen) and rank 2 (blocked by it in the same "
+                   "call, which their peers finished) fall silent together: the tie names rank 2")
+def test_frozen_rank_named_not_its_blocked_host_mate():
+    reports = _replay(FIXTURES / "demo_frozen_rank3.jsonl.gz", tail_s=10)
+    hangs = [r for r in reports if r.kind == "noncomm_hang"]
+    assert hangs and all(r.suspects[0].id == "node001/gpu1" for r in hangs), \
+        [r.summary for r in hangs]
+
+
+@pytest.mark.xfail(strict=True, reason="nothing in 50 s: the frozen rank's last shipped row is a "
+                   "call its peers finished, and it stays 'in' that call")
+def test_frozen_rank_with_unshipped_rows_is_reported():
+    reports = _replay(FIXTURES / "demo_frozen_rank3_unreported.jsonl.gz", tail_s=30)
+    assert _named(reports, {"noncomm_hang"}, {("gpu", "node001/gpu1"), ("rank", "3")}), \
+        [r.summary for r in reports]
