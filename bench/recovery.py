@@ -22,19 +22,17 @@ Target: report → first step under 30 s, not counting the script's start-up (th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
 import tempfile
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from c4.lab.procs import cpu_quota
 from c4.processes import REPO, Service, c4_command, free_port, start_daemon, start_sidecar, wait_for
 from diagnosis.client import DaemonClient
 from recovery.journal import Journal
@@ -48,36 +46,6 @@ PHASES = [("onset", "report", "detection (onset → report)"),
           ("stopped", "relaunched", "stopped → relaunched"),
           ("relaunched", "loaded", "relaunched → checkpoint loaded (script start-up)"),
           ("loaded", "first_step", "checkpoint loaded → first step")]
-
-
-def _remove_group(group: Path, timeout_s: float = 15.0) -> None:
-    """Move what is left back to the root group and remove the group; a process that is
-    exiting stays listed until it is reaped, so retry for a while."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for line in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (CPU_CGROUP / "cgroup.procs").write_text(line)
-        try:
-            group.rmdir()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def cpu_quota(pid: int, percent: int) -> Iterator[None]:
-    group = CPU_CGROUP / f"c4t-bench-{uuid.uuid4().hex[:8]}"
-    group.mkdir()
-    try:
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text(str(1000 * percent))
-        (group / "cgroup.procs").write_text(str(pid))
-        yield
-    finally:
-        _remove_group(group)
 
 
 def one_run(work: Path, hosts: list[str], spares: list[str], grace: float) -> dict:

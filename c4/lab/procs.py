@@ -8,6 +8,8 @@ import logging
 import os
 import signal
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,6 +169,21 @@ def remove_cgroup(controller: str, name: str, back_to: dict[int, str] | None = N
         except OSError:
             time.sleep(0.05)  # exiting members may linger a moment
     log.warning("could not remove cgroup %s", path)
+
+
+@contextlib.contextmanager
+def cpu_quota(pid: int, percent: float) -> Iterator[Path]:
+    """Throttle every thread of ``pid`` to ``percent`` of one CPU while the block runs (a
+    throwaway lab-named cgroup, so that ``c4 lab down`` also removes one left by a crash)."""
+    name = f"{PREFIX}q{uuid.uuid4().hex[:8]}"
+    back = {pid: cgroup_of(pid, "cpu")}
+    group = make_cgroup("cpu", name, {"cpu.cfs_period_us": "100000",
+                                      "cpu.cfs_quota_us": str(int(1000 * percent))})
+    try:
+        move(pid, group)
+        yield group
+    finally:
+        remove_cgroup("cpu", name, back)
 
 
 def leftover_cgroups() -> list[tuple[str, str]]:

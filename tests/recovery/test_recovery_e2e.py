@@ -8,19 +8,17 @@ at that step."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from c4.lab.procs import cpu_quota
 from c4.processes import REPO, Service, c4_command
 from diagnosis.client import DaemonClient
 from recovery.journal import Journal
@@ -34,38 +32,6 @@ CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 SCRIPT = REPO / "recovery" / "train_example.py"
 HOSTS = ["node0", "node1", "node2", "node3"]
 SLOW = "node2"
-
-
-def _remove_group(group: Path, timeout_s: float = 15.0) -> None:
-    """Move what is left back to the root group and remove the group; a process that is
-    exiting stays listed until it is reaped, so retry for a while."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for line in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (CPU_CGROUP / "cgroup.procs").write_text(line)
-        try:
-            group.rmdir()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def cpu_quota(pid: int, percent: int) -> Iterator[Path]:
-    """Throttle every thread of ``pid`` to ``percent`` of one CPU (cgroup v1 cpu controller);
-    on exit move it back and remove the group."""
-    group = CPU_CGROUP / f"c4t-{uuid.uuid4().hex[:8]}"
-    group.mkdir()
-    try:
-        (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text(str(1000 * percent))
-        (group / "cgroup.procs").write_text(str(pid))
-        yield group
-    finally:
-        _remove_group(group)
 
 
 def _environ(pid: int) -> dict[str, str]:
