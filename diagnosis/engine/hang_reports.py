@@ -17,6 +17,8 @@ from proto.codec import STATUS_NAMES
 if TYPE_CHECKING:
     from diagnosis.engine.engine import Engine
 
+_ERRORS_KEPT = 4096     # failed instances remembered (their culprits may change as rows arrive)
+
 
 class HangReports:
     """Files and withdraws the hang and error reports of one engine."""
@@ -28,6 +30,9 @@ class HangReports:
         self.pg_names, self.op_names = eng.pg_names, eng.op_names
         self.error_ranks = eng.error_ranks
         self._comm_hang_memo: tuple[object, object] | None = None
+        self._errors: dict[tuple[int, int], str] = {}    # failed instance -> its error's id
+        self._claims: dict[str, set[int]] = {}           # error id -> its culprits
+        self._failed: dict[int, int] = {}                # rank -> entry of its latest failed call
 
     @staticmethod
     def as_stuck(fin: Finished, i: int) -> Stuck:
@@ -39,11 +44,29 @@ class HangReports:
     def error(self, inst: Stuck, now: int) -> None:
         if len(inst.ranks) == 0:
             inst.ranks = self.arena.members[inst.group]
+        for r, e in zip(inst.ranks[inst.status > 0].tolist(),
+                        inst.enter[inst.status > 0].tolist(), strict=True):
+            self._failed[r] = max(self._failed.get(r, -1), e)
         culprits, how = error_culprits(inst)
-        fresh = [r for r in culprits if r not in self.error_ranks]
-        if not fresh:
+        if how == "never entered it":
+            # a member that failed a call of its own stopped there: a victim of that error
+            victims = self.explained() - self.error_ranks
+            culprits = [r for r in culprits if r not in victims]
+        key = (inst.group, inst.seq)
+        old = self._errors.get(key)
+        if not culprits:
+            if old is not None:
+                del self._errors[key]
+                self._withdraw(old, now, "explained by other errors")
             return
-        self.error_ranks.update(culprits)
+        if old is not None:
+            if self._claims.get(old) == set(culprits):
+                return
+            # a member's rows arrived since (it was late to report, not absent): the culprits
+            # change, and the report that named it is withdrawn
+            self._withdraw(old, now, "superseded: rows that arrived later changed the culprits")
+        elif all(r in self.error_ranks for r in culprits):
+            return
         name = self.label(inst.group)
         statuses = sorted({STATUS_NAMES[s] for s in inst.status.tolist() if s > 0})
         who = self.placement.describe_many(culprits)
@@ -57,10 +80,37 @@ class HangReports:
             evidence={"group": name, "status": statuses, "culprits": culprits,
                       "members": len(inst.enter)},
             id="error:" + ",".join(map(str, culprits[:8])))
+        self._claim(report.id, culprits)
+        self._errors[key] = report.id
+        while len(self._errors) > _ERRORS_KEPT:
+            del self._errors[next(iter(self._errors))]
         fail = inst.end[(inst.status > 0) & (inst.end >= 0)]
         t = int(fail.min()) if len(fail) else first
         blocked = bool(((inst.enter >= 0) & (inst.end < 0) & (inst.status <= 0)).any())
-        self.teardown.hold(report, t, self._grace(inst.group), culprits, blocked)
+        self.teardown.hold(report, t, self._grace(inst.group), culprits, blocked,
+                           replaces=old)
+
+    def _claim(self, fid: str, ranks: list[int]) -> None:
+        self._claims[fid] = set(ranks)
+        self.error_ranks.update(ranks)
+
+    def _withdraw(self, fid: str, now: int, why: str) -> None:
+        """Drop an error report (held or filed) whose culprits turned out wrong."""
+        self._claims.pop(fid, None)
+        self.error_ranks.clear()
+        self.error_ranks.update(*self._claims.values())
+        if not self.teardown.withdraw(fid):
+            self.registry.resolve(fid, now, why)
+
+    def explained(self) -> set[int]:
+        """Ranks an error accounts for: the culprits of error reports, and ranks whose latest
+        call failed (a victim of an error stops there; it does not cause a hang)."""
+        c = self.clock
+        out = set(self.error_ranks)
+        for r, e in self._failed.items():
+            if r < c.size and e >= c.last_enter[r]:
+                out.add(r)
+        return out
 
     def _grace(self, g: int) -> int:
         return int(self.timing.bound(np.asarray([g], dtype=np.int64))[0])
@@ -82,14 +132,15 @@ class HangReports:
         # stopped inside the call (the transfer would hold everyone)
         comm = [s for s in entered if not (s.end >= 0).any()]
         partial = [s for s in entered if (s.end >= 0).any()]
+        explained = self.explained()
         roots: dict[int, Stuck] = {}
         for s in sorted(cands, key=lambda s: s.first):
             for r in s.absent.tolist():
-                if r not in scan.waiting and r not in self.error_ranks:
+                if r not in scan.waiting and r not in explained:
                     roots.setdefault(r, s)
         # (a chain through a failed rank is explained by its error)
-        silent = None if roots or comm or self.error_ranks \
-            else self._silent_first(cands, partial)
+        silent = None if roots or comm or explained \
+            else self._silent_first(cands, partial, explained)
         if roots:
             active.add(self._report_noncomm_hang(roots, cands, scan.waiting, now))
         elif silent is not None:
@@ -101,7 +152,7 @@ class HangReports:
                           if r in c.absent.tolist()), s0)
             active.add(self._report_noncomm_hang({r: where}, cands or partial, scan.waiting, now,
                                                  silent=ranks))
-        elif cands and not comm and not self.error_ranks:
+        elif cands and not comm and not explained:
             s = min(cands, key=lambda s: s.first)
             active.add(self._report_noncomm_hang({r: s for r in s.absent.tolist()}, cands,
                                                  scan.waiting, now, cycle=True))
@@ -113,10 +164,12 @@ class HangReports:
         for kind in ("noncomm_hang", "comm_hang"):
             for fid in self.registry.open_ids(kind):
                 if fid not in active:
-                    self.registry.resolve(fid, now, "the waiting call finished")
+                    blamed = set(self.registry.get(fid).evidence.get("culprits", []))
+                    self.registry.resolve(fid, now, "explained by an error report"
+                                          if blamed & explained else "the waiting call finished")
 
-    def _silent_first(self, cands: list[Stuck],
-                      partial: list[Stuck]) -> tuple[int, list[int]] | None:
+    def _silent_first(self, cands: list[Stuck], partial: list[Stuck],
+                      explained: set[int]) -> tuple[int, list[int]] | None:
         """The rank of the waiting chain heard from least recently, and the chain by silence."""
         start = {r for c in cands for r in c.absent.tolist()} \
             | {r for c in partial for r in c.waiting.tolist()}
@@ -124,7 +177,7 @@ class HangReports:
             return None
         c = self.clock
         ranks = [r for r in chain(self.arena, sorted(start))
-                 if r not in self.error_ranks and r < c.size and c.seen[r] >= 0]
+                 if r not in explained and r < c.size and c.seen[r] >= 0]
         if not ranks:
             return None
         ranks.sort(key=lambda r: (int(c.seen[r]), r))
@@ -241,7 +294,6 @@ class HangReports:
         absent = [r for r in s.absent.tolist() if r not in self.error_ranks]
         if not absent:
             return
-        self.error_ranks.update(absent)
         name = self.label(s.group)
         who = self.placement.describe_many(absent)
         summary = (f"{who} stopped reporting: its peers completed {name} #{s.seq} "
@@ -252,6 +304,7 @@ class HangReports:
                              seq=s.seq, evidence={"group": name, "culprits": absent,
                                                   "stopped_reporting": True},
                              id="error:" + ",".join(map(str, absent[:8])))
+        self._claim(report.id, absent)
         heard = self.clock.seen[np.asarray(absent, dtype=np.int64)] \
             if max(absent) < self.clock.size else np.asarray([-1])
         quiet = int(heard.max()) if (heard >= 0).all() else s.first

@@ -12,7 +12,9 @@
   structure against the communicators that still progress).
 * A member failed (``error``): no bound needed to see it; the culprit is whoever never came
   (it died) or else the earliest member that failed. The report waits a grace period in case the
-  job is being torn down (see ``teardown``).
+  job is being torn down (see ``teardown``); rows that arrive meanwhile (a member only late to
+  report its failure) correct the culprits. A rank whose latest call failed is a victim of that
+  error: it is no culprit of a hang, nor of a failed call it never entered.
 A wait is a hang once it exceeds the communicator's learnt bound (see ``timing``).
 """
 

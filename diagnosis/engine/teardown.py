@@ -40,12 +40,22 @@ class TeardownGate:
         self.dropped: list[FaultReport] = []
 
     def hold(self, report: FaultReport, t: int, grace: int, culprits: list[int],
-             blocked: bool) -> None:
+             blocked: bool, replaces: str | None = None) -> None:
+        """Hold ``report`` from time ``t``; ``replaces``: the id of a held report this one
+        corrects (the same failure, told better), which it takes the place of."""
         old = self.held.get(report.id)
+        prev = self.held.pop(replaces, None) if replaces is not None else None
+        if prev is not None:
+            t = min(t, prev.t)
         self.held[report.id] = _Held(report, t if old is None else min(old.t, t), int(grace),
                                      np.asarray(culprits, dtype=np.int64), blocked)
-        self.recent.append(int(t))
-        del self.recent[:-_RECENT]
+        if prev is None:
+            self.recent.append(int(t))
+            del self.recent[:-_RECENT]
+
+    def withdraw(self, fid: str) -> bool:
+        """Forget a held report; False if it is not held (filed or dropped already)."""
+        return self.held.pop(fid, None) is not None
 
     def settle(self, seen: np.ndarray, now: int, final: bool = False) -> list[FaultReport]:
         """Reports to file now; teardown ones are dropped. ``seen``: last time each rank was

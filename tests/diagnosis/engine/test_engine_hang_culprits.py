@@ -1,0 +1,107 @@
+"""Hang and error culprits on hand-built jobs shaped like the lab's failures (see the lab fixtures'
+README): rows that arrive late, ranks stopped by an error, frozen ranks whose last rows never left,
+a stop of the whole job."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.engine import Engine, EngineConfig
+from proto.codec import OP_COLUMNS, Columns
+
+MS = 1_000_000
+ERROR = 2
+STRINGS = ["a", "b", "c", "all_reduce", ""]     # pg names, op name, dtype
+A, B, C, OP, DT = range(5)
+
+
+def _cols(rows: list[tuple]) -> Columns:
+    arr = {k: np.array([row[i] for row in rows], dtype=dt)
+           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
+    return Columns(arr, STRINGS)
+
+
+def _row(rank: int, pg: int, seq: int, enter: int, end: int, status: int = 0) -> tuple:
+    # rank pg seq op nbytes dtype t_enter t_start t_end status peer
+    return (rank, pg, seq, OP, 1024, DT, enter, -1, end, status, -1)
+
+
+def _engine(ranks: int) -> Engine:
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+    for r in range(ranks):
+        eng.add_rank(r, f"h{r // 2}", f"h{r // 2}/gpu{r % 2}")
+    return eng
+
+
+def _ids(reports, kind):
+    return [(r.id, r.state) for r in reports if r.kind == kind]
+
+
+def test_error_names_the_absent_member_not_a_host_mate_whose_failed_row_came_late():
+    # ranks 0-3 in "a", ranks 1 and 4 in "b"; rank 3 dies at step 20: 0, 1 and 2 fail a #20
+    # without it, but rank 2's row (host-mate of 3, failed first) arrives after the others'
+    eng = _engine(5)
+    eng.add_group("a", [0, 1, 2, 3])
+    eng.add_group("b", [1, 4])
+    t = 0
+    out = []
+    for seq in range(20):
+        t += 10 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r, t + 2 * MS) for r in range(4)]
+                          + [_row(r, B, seq, t + 3 * MS, t + 4 * MS) for r in (1, 4)]))
+        out += eng.advance(t)
+    t += 10 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t, t + 5 * MS, ERROR) for r in (0, 1)]
+                      + [_row(4, B, 20, t + 3 * MS, -1)]))
+    out += eng.advance(t + 10 * MS)
+    eng.add_ops(_cols([_row(2, A, 20, t, t + 4 * MS, ERROR)]))
+    out += eng.advance(t + 20 * MS)
+    # rank 4 fails b #20 (rank 1, a victim of the error, never came) while the job goes on:
+    # no teardown
+    eng.add_ops(_cols([_row(4, B, 20, t + 3 * MS, t + 80 * MS, ERROR)]))
+    for k in range(1, 30):
+        out += eng.advance(t + k * 10 * MS)
+    out += eng.finish(t + 3_000 * MS)
+    errors = {r.id for r in out if r.kind == "error"}
+    assert errors == {"error:3"}, [r.summary for r in out]
+    report = next(r for r in out if r.id == "error:3")
+    assert report.suspects[0].rank == 3 and report.evidence["culprits"] == [3]
+    assert not [r for r in out if r.kind == "noncomm_hang" and r.state == "open"
+                and eng.registry.get(r.id).state == "open"]
+
+
+def test_hang_on_a_rank_whose_error_rows_come_later_is_withdrawn_by_the_error():
+    # as above, but ranks 0-2's failed rows of a #20 arrive only after rank 4 has waited in
+    # b #20 past its bound: a noncomm_hang names rank 1, then the error explains it while rank
+    # 4 still waits; ranks 5 and 6 (group "c") go on all along
+    eng = _engine(7)
+    eng.add_group("a", [0, 1, 2, 3])
+    eng.add_group("b", [1, 4])
+    eng.add_group("c", [5, 6])
+    t = 0
+    out = []
+    for seq in range(20):
+        t += 10 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r, t + 2 * MS) for r in range(4)]
+                          + [_row(r, B, seq, t + 3 * MS, t + 4 * MS) for r in (1, 4)]
+                          + [_row(r, C, seq, t, t + MS) for r in (5, 6)]))
+        out += eng.advance(t)
+    t += 10 * MS
+    eng.add_ops(_cols([_row(4, B, 20, t + 3 * MS, -1)]))
+    for k in range(1, 50):
+        eng.add_ops(_cols([_row(r, C, 20 + k, t + k * 10 * MS, t + k * 10 * MS + MS)
+                           for r in (5, 6)]))
+        out += eng.advance(t + k * 10 * MS)
+    hangs = [r for r in out if r.kind == "noncomm_hang"]
+    assert hangs and hangs[-1].evidence["culprits"] == [1]
+    fid = hangs[-1].id
+    eng.add_ops(_cols([_row(r, A, 20, t + r, t + 5 * MS, ERROR) for r in range(3)]))
+    for k in range(50, 60):
+        eng.add_ops(_cols([_row(r, C, 20 + k, t + k * 10 * MS, t + k * 10 * MS + MS)
+                           for r in (5, 6)]))
+        out += eng.advance(t + k * 10 * MS)
+    assert eng.registry.get(fid).state == "resolved"
+    assert eng.registry.get(fid).evidence["resolved"] == "explained by an error report"
+    out += eng.finish(t + 3_000 * MS)
+    assert {r.id for r in out if r.kind == "error"} == {"error:3"}
+    assert [r.id for r in eng.finish() if r.kind == "noncomm_hang"] == []
