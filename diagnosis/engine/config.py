@@ -88,6 +88,17 @@ class EngineConfig:
     #: onset) is slow; healthy traffic through a component clears it.
     comm_purity: float = 0.6
 
+    # ---- lossy links (retransmitted segments of sampled sockets) -------------------------------
+    #: Retransmissions are counted per connection over this sliding window of data time (ns).
+    lossy_window_ns: int = 20_000_000_000
+    #: Floor: fewest segments a connection must retransmit within the window to count as lossy
+    #: (healthy connections retransmit a few, e.g. under a burst's tail drop).
+    lossy_min_retrans: int = 50
+    #: ... and at least this many times the fleet's median count and its own learnt baseline.
+    lossy_factor: float = 10.0
+    #: ... in at least this many samples of the window (one burst of drops is not a lossy link).
+    lossy_min_samples: int = 3
+
     # ---- errors --------------------------------------------------------------------------------
     #: An instance whose present members all completed while some never reported is a rank that
     #: stopped reporting once it is older than the hang bound.
@@ -100,7 +111,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         positive_int = ("window", "history", "hang_min_ns", "hang_cold_ns", "slow_min_samples",
-                        "min_compute_ns", "comm_learn", "comm_min_samples", "detect_every_ns")
+                        "min_compute_ns", "comm_learn", "comm_min_samples", "detect_every_ns",
+                        "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -117,6 +129,8 @@ class EngineConfig:
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"EngineConfig.{name} must be positive, got {value!r}")
+        if self.lossy_factor < 1.0:
+            raise ValueError(f"EngineConfig.lossy_factor must be >= 1, got {self.lossy_factor!r}")
         if self.hang_factor < 1.0:
             raise ValueError(f"EngineConfig.hang_factor must be >= 1, got {self.hang_factor!r}")
         if self.history < self.slow_min_samples + 2:

@@ -18,6 +18,7 @@ from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.hang_reports import HangReports
 from diagnosis.engine.localize import Localizer
+from diagnosis.engine.lossy import LossyLinks
 from diagnosis.engine.owntime import OwnClock
 from diagnosis.engine.placement import Placement
 from diagnosis.engine.records import ConnRecords
@@ -65,6 +66,7 @@ class Engine:
         self.dropped = 0
         self.hangs = HangReports(self)
         self.slow_reports = SlowReports(self)
+        self.lossy = LossyLinks(self)
 
     @property
     def now_ns(self) -> int:
@@ -174,6 +176,7 @@ class Engine:
         pg_ids = np.where(conns.pg >= 0, pg_map[conns.pg], -1)
         self._now = max(self._now, int(conns.t_start_ns.max()), int(conns.t_end_ns.max()))
         self.conns.add(conns, pg_ids)
+        self.lossy.add(conns)
 
     # ----- detection --------------------------------------------------------------------------
     def advance(self, now_ns: int) -> list[FaultReport]:
@@ -206,3 +209,4 @@ class Engine:
         findings = self.localizer.comm_slow(self.conns if self.conns.total else None,
                                             self.timing.xfer, self.timing.xkey_group)
         self.slow_reports.comm(findings, now)
+        self.lossy.update(now)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from diagnosis.engine.localize import CommFinding
+from diagnosis.engine.lossy import PREFIX as LOSSY_PREFIX
 from diagnosis.engine.slow import SlowRank
 from diagnosis.engine.wording import ms
 from diagnosis.report import FaultReport, Suspect
@@ -116,5 +117,5 @@ class SlowReports:
         # slowness that went away was transient (congestion by other traffic): withdraw it; an
         # intermittent fault comes back and re-opens its report
         for old in self.registry.open_ids("comm_slow"):
-            if old not in current:
+            if old not in current and not old.startswith(LOSSY_PREFIX):
                 self.registry.resolve(old, now, "the connections are back to their baseline")

@@ -1,0 +1,173 @@
+"""Lossy links from retransmissions: connections whose senders retransmit far more than the rest
+of the job, localized to the network components they share and no clean connection crosses.
+
+Packet loss shows in timings only as rare retransmission timeouts (a shifted tail, not a shifted
+median), but the sockets count every retransmitted segment. Each connection's count over a
+sliding window is compared with an absolute floor, the fleet's median count and the
+connection's own baseline (learnt while it is clean); it must also retransmit in several samples
+of the window, so that one burst of drops is not a lossy link. Lossy connections are explained
+by the components on any of their (ECMP) paths, clean ones clear the components on all of theirs
+(tomography.explain). Rows without a retransmission count (traces) are ignored.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from diagnosis.engine.records import ConnRecords
+from diagnosis.engine.tomography import Component, Explanation, explain
+from diagnosis.report import FaultReport, Suspect
+
+if TYPE_CHECKING:
+    from diagnosis.engine.engine import Engine
+
+PREFIX = "comm_slow:lossy:"
+# Weight of the latest window in a clean connection's baseline (per analysis pass).
+BASELINE_WEIGHT = 0.2
+
+
+class LossyLinks:
+    """Per connection (src, dst ranks): the retransmission samples of the last window; files,
+    updates and withdraws ``comm_slow`` reports of lossy components."""
+
+    def __init__(self, eng: Engine) -> None:
+        self.cfg, self.localizer, self.placement = eng.cfg, eng.localizer, eng.placement
+        self.registry = eng.registry
+        self._keys: dict[int, int] = {}
+        self.src = np.zeros(0, dtype=np.int64)
+        self.dst = np.zeros(0, dtype=np.int64)
+        self.own = np.zeros(0, dtype=np.float64)     # learnt retransmissions per window
+        # the window's samples: key, start, end, retransmitted segments
+        self._key = np.zeros(0, dtype=np.int64)
+        self._start = np.zeros(0, dtype=np.int64)
+        self._end = np.zeros(0, dtype=np.int64)
+        self._retrans = np.zeros(0, dtype=np.int64)
+        self._sets: list[tuple[frozenset[Component], frozenset[Component]] | None] = []
+        self._latest = -1
+        self._open: dict[str, str] = {}      # component -> id of its open report
+        self._episodes: Counter[str] = Counter()
+
+    def add(self, conns: ConnRecords) -> None:
+        if conns.retrans is None or len(conns) == 0:
+            return
+        done = conns.t_end_ns >= 0
+        if not done.any():
+            return
+        src, dst = conns.src[done].astype(np.int64), conns.dst[done].astype(np.int64)
+        code = (src << 32) | dst
+        uniq, inv = np.unique(code, return_inverse=True)
+        ids = np.array([self._key_id(int(c)) for c in uniq.tolist()], dtype=np.int64)
+        end = conns.t_end_ns[done]
+        self._key = np.r_[self._key, ids[inv]]
+        self._start = np.r_[self._start, conns.t_start_ns[done]]
+        self._end = np.r_[self._end, end]
+        # a socket replaced between two samples may count backwards: nothing retransmitted
+        self._retrans = np.r_[self._retrans, np.maximum(conns.retrans[done], 0)]
+        self._latest = max(self._latest, int(end.max()))
+        keep = self._end > self._latest - self.cfg.lossy_window_ns
+        if not keep.all():
+            self._key, self._start, self._end, self._retrans = (
+                a[keep] for a in (self._key, self._start, self._end, self._retrans))
+
+    def _key_id(self, code: int) -> int:
+        kid = self._keys.get(code)
+        if kid is None:
+            kid = self._keys[code] = len(self._keys)
+            self.src = np.r_[self.src, code >> 32]
+            self.dst = np.r_[self.dst, code & 0xFFFFFFFF]
+            self.own = np.r_[self.own, 0.0]
+            self._sets.append(None)
+        return kid
+
+    def _paths(self, k: int) -> tuple[frozenset[Component], frozenset[Component]]:
+        """(may, must) components of connection ``k``, cached once both ends are placed."""
+        found = self._sets[k]
+        if found is None:
+            s, d = int(self.src[k]), int(self.dst[k])
+            found = self.localizer.pair(s, d)
+            if self.placement.host(s) is not None and self.placement.host(d) is not None:
+                self._sets[k] = found
+        return found
+
+    def judge(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lossy, clean, count) per connection over the current window; learns the clean
+        connections' baselines."""
+        cfg = self.cfg
+        K = len(self._keys)
+        count = np.bincount(self._key, weights=self._retrans, minlength=K)
+        samples = np.bincount(self._key, minlength=K)
+        hit = np.bincount(self._key, weights=self._retrans > 0, minlength=K)
+        active = samples >= cfg.lossy_min_samples
+        if not active.any():
+            return np.zeros(K, bool), np.zeros(K, bool), count
+        fleet = float(np.median(count[active]))
+        lossy = active & (hit >= cfg.lossy_min_samples) & (count >= cfg.lossy_min_retrans) \
+            & (count >= cfg.lossy_factor * fleet) & (count >= cfg.lossy_factor * self.own)
+        clean = active & ~lossy & (count < cfg.lossy_min_retrans / 2)
+        self.own[clean] += BASELINE_WEIGHT * (count[clean] - self.own[clean])
+        return lossy, clean, count
+
+    def update(self, now: int) -> None:
+        """Judge the window and file, update or withdraw the lossy-link reports."""
+        if not self._keys:
+            return
+        lossy, clean, count = self.judge()
+        current: set[str] = set()
+        lossy_idx = [k for k in np.flatnonzero(lossy).tolist() if self._paths(k)[0]]
+        if lossy_idx:
+            # healthy traffic clears what it surely crosses: counted once per distinct path
+            musts = Counter(m for k in np.flatnonzero(clean).tolist() if (m := self._paths(k)[1]))
+            crossing: Counter[Component] = Counter()
+            for must, n in musts.items():
+                for c in must:
+                    crossing[c] += n
+            found, _ = explain([self._paths(k)[0] for k in lossy_idx], [], self.cfg.comm_purity,
+                               max_sets=4, clearing=lambda c: crossing[c])
+            fleet = float(np.median(count[clean])) if clean.any() else 0.0
+            for e in found:
+                keys = [lossy_idx[i] for i in e.explained]
+                current.add(self._file(e, keys, count, int(clean.sum()), fleet, now))
+        for comp, fid in list(self._open.items()):
+            if fid not in current:
+                del self._open[comp]
+                self.registry.resolve(fid, now, "the connections retransmit no more than the "
+                                      "rest")
+
+    def _file(self, e: Explanation, keys: list[int], count: np.ndarray, clean: int,
+              fleet: float, now: int) -> str:
+        comps = e.components
+        score = min(max(e.score, 0.0), 1.0)
+        suspects = [self.placement.suspect(int(c.id), score) if c.type == "rank"
+                    else Suspect(c.type, c.id, score) for c in comps]
+        base = f"{PREFIX}{comps[0].type}:{comps[0].id}"
+        names = [f"{self.src[k]}>{self.dst[k]}" for k in keys]
+        fid = self._open.get(base)
+        if fid is None:
+            # a lossy connection moved to another explanation: that report is superseded
+            for comp, old in list(self._open.items()):
+                prev = self.registry.get(old)
+                if prev is not None and set(prev.evidence.get("lossy", [])) & set(names):
+                    del self._open[comp]
+                    self.registry.resolve(old, now, f"superseded by {base}")
+            # an earlier episode on the same component was withdrawn: this is a new fault
+            self._episodes[base] += 1
+            n = self._episodes[base]
+            fid = self._open[base] = base if n == 1 else f"{base}#{n}"
+        what = " and ".join(f"{s.type} {s.id}" for s in suspects[:3])
+        summary = (f"{len(keys)} connections through {what} retransmit far more segments than "
+                   f"the rest of the job (packet loss) while {clean} others stay clean: check "
+                   f"{what} (cable, optics, NIC)")
+        sel = np.isin(self._key, keys) & (self._retrans > 0)
+        onset = int(self._start[sel].min()) if sel.any() else now
+        window_s = self.cfg.lossy_window_ns / 1e9
+        evidence = {"via": "retransmissions", "lossy": names[:32], "lossy_count": len(keys),
+                    "retrans": {n: int(count[k]) for n, k in zip(names[:32], keys[:32])},
+                    "retrans_total": int(count[keys].sum()), "clean": clean,
+                    "clean_median_retrans": round(fleet, 1), "window_s": window_s,
+                    "cleared_by": e.cleared_by}
+        self.registry.put(FaultReport("comm_slow", tuple(suspects), onset, summary,
+                                      evidence=evidence, id=fid), now)
+        return fid
