@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from diagnosis.engine.arena import Finished
-from diagnosis.engine.hangs import Stuck, chain, error_culprits, scan_open
+from diagnosis.engine.hangs import SYMMETRIC_OPS, Stuck, chain, error_culprits, scan_open
 from diagnosis.engine.wording import ms
 from diagnosis.report import FaultReport
 from proto.codec import STATUS_NAMES
@@ -33,6 +33,8 @@ class HangReports:
         self._errors: dict[tuple[int, int], str] = {}    # failed instance -> its error's id
         self._claims: dict[str, set[int]] = {}           # error id -> its culprits
         self._failed: dict[int, int] = {}                # rank -> entry of its latest failed call
+        self._missing: set[str] = set()                  # error ids of ranks that stopped reporting
+        self._sym = np.zeros(0, dtype=bool)
 
     @staticmethod
     def as_stuck(fin: Finished, i: int) -> Stuck:
@@ -106,11 +108,18 @@ class HangReports:
         """Ranks an error accounts for: the culprits of error reports, and ranks whose latest
         call failed (a victim of an error stops there; it does not cause a hang)."""
         c = self.clock
-        out = set(self.error_ranks)
+        # (a rank that only stopped reporting is no error's victim: it may be a hang's culprit)
+        out = {r for fid, ranks in self._claims.items() if fid not in self._missing
+               for r in ranks}
         for r, e in self._failed.items():
             if r < c.size and e >= c.last_enter[r]:
                 out.add(r)
         return out
+
+    def _symmetric(self) -> np.ndarray:
+        if len(self._sym) != len(self.op_names):
+            self._sym = np.asarray([o in SYMMETRIC_OPS for o in self.op_names], dtype=bool)
+        return self._sym
 
     def _grace(self, g: int) -> int:
         return int(self.timing.bound(np.asarray([g], dtype=np.int64))[0])
@@ -120,7 +129,7 @@ class HangReports:
         return f"{name}" if not self.arena.p2p[g] else f"send/recv {name}"
 
     def scan(self, now: int) -> None:
-        scan = scan_open(self.arena, self.timing.bound, now)
+        scan = scan_open(self.arena, self.timing.bound, now, self._symmetric())
         for inst in scan.failed:
             self.error(inst, now)
         active: set[str] = set()
@@ -305,6 +314,7 @@ class HangReports:
                                                   "stopped_reporting": True},
                              id="error:" + ",".join(map(str, absent[:8])))
         self._claim(report.id, absent)
+        self._missing.add(report.id)
         heard = self.clock.seen[np.asarray(absent, dtype=np.int64)] \
             if max(absent) < self.clock.size else np.asarray([-1])
         quiet = int(heard.max()) if (heard >= 0).all() else s.first

@@ -1,5 +1,8 @@
 """Hangs and errors: calls that some members entered and that do not finish.
 
+* A rank whose open row is for a call every other member got out of, and which is absent from a
+  later collective the others completed (impossible without it), left that call: its last rows
+  were lost (a frozen collector keeps them). It waits nowhere, so it can be a culprit.
 * Someone never arrived (``noncomm_hang``): the culprits are the absent members that are not
   themselves waiting in another call; an absent member that waits elsewhere is a victim, and the
   chain is followed by excluding every waiting rank. When every absent member waits elsewhere
@@ -64,14 +67,20 @@ class HangScan:
     stuck: list[Stuck] = field(default_factory=list)       # past bound, no failure
     failed: list[Stuck] = field(default_factory=list)      # any member failed
     waiting: set[int] = field(default_factory=set)          # ranks waiting in an open call
+    moved_on: set[int] = field(default_factory=set)         # left their open call, then stopped
 
 
-def scan_open(arena: Arena, bounds_of, now: int) -> HangScan:
-    """Every open instance, vectorized; only the few past their bound become Python objects."""
+def scan_open(arena: Arena, bounds_of, now: int,
+              symmetric: np.ndarray | None = None) -> HangScan:
+    """Every open instance, vectorized; only the few past their bound become Python objects.
+    ``symmetric`` (by op id, see ``moved_on``): tell the ranks that moved on from their open
+    rows, which then wait nowhere."""
     out = HangScan(now)
     slots = arena.open_slots()
     if len(slots) == 0:
         return out
+    if symmetric is not None:
+        out.moved_on = moved_on(arena, symmetric)
     idx, n = arena.slot_cells(slots)
     starts = np.cumsum(n) - n
     enter, end, status = arena.c_enter[idx], arena.c_end[idx], arena.c_status[idx]
@@ -90,6 +99,11 @@ def scan_open(arena: Arena, bounds_of, now: int) -> HangScan:
                    int(first[i]), int(e.max()), int(bound[i]), ranks[sl].copy(), e.copy(),
                    end[sl].copy(), status[sl].copy())
         (out.failed if bad[i] else out.stuck).append(st)
+    if out.moved_on:
+        out.waiting -= out.moved_on
+        # a call whose only waiters moved on is over
+        out.stuck = [st for st in out.stuck if len(st.absent)
+                     or not set(st.waiting.tolist()) <= out.moved_on]
     return out
 
 
@@ -132,3 +146,58 @@ def chain(arena: Arena, start: list[int]) -> set[int]:
                     seen.add(q)
                     todo.append(q)
     return seen
+
+
+# Collectives no member can complete before every member has taken part (unlike broadcast,
+# scatter or reduce, where a member can be done before another even comes).
+SYMMETRIC_OPS = frozenset({
+    "all_reduce", "allreduce", "all_gather", "allgather", "all_gather_into_tensor",
+    "_allgather_base", "allgather_coalesced", "reduce_scatter", "reduce_scatter_tensor",
+    "_reduce_scatter_base", "all_to_all", "alltoall", "all_to_all_single", "alltoall_base",
+    "barrier"})
+
+
+def moved_on(arena: Arena, symmetric: np.ndarray) -> set[int]:
+    """Ranks that left a call they still seem to be in, and then stopped.
+
+    A rank whose row for a call is open while every other member of the call got out, and that
+    is absent from a later collective the other members all completed (which none of them can
+    do without it: ``symmetric`` marks such ops by op id), took part in that collective: its rows
+    since the open one were lost (a frozen rank's collector keeps its last rows). It waits in
+    neither call: it stopped after them."""
+    slots = arena.open_slots()
+    if len(slots) == 0:
+        return set()
+    idx, n = arena.slot_cells(slots)
+    starts = np.cumsum(n) - n
+    enter, end, status, ranks = arena.c_enter[idx], arena.c_end[idx], arena.c_status[idx], \
+        arena.c_rank[idx]
+    waiting = (enter >= 0) & (end < 0)
+    absent = enter < 0
+    n_wait = np.add.reduceat(waiting.astype(np.int64), starts)
+    n_abs = np.add.reduceat(absent.astype(np.int64), starts)
+    n_out = np.add.reduceat((end >= 0).astype(np.int64), starts)
+    n_bad = np.add.reduceat((status > 0).astype(np.int64), starts)
+    g = slots // arena.W
+    ops = arena.s_op[slots]
+    known = (ops >= 0) & (ops < len(symmetric))
+    sym = np.zeros(len(slots), dtype=bool)
+    sym[known] = symmetric[ops[known]]
+    left_in = np.flatnonzero((n_abs == 0) & (n_wait > 0) & (n_out > 0))
+    done_without = np.flatnonzero((n_wait == 0) & (n_abs > 0) & (n_out > 0) & (n_bad == 0)
+                                  & ~arena.p2p[g] & sym)
+    if len(left_in) == 0 or len(done_without) == 0:
+        return set()
+    entered: dict[int, int] = {}     # rank -> its entry into a call it seems to be in
+    for i in left_in.tolist():
+        sl = slice(starts[i], starts[i] + n[i])
+        for r, e in zip(ranks[sl][waiting[sl]].tolist(), enter[sl][waiting[sl]].tolist(),
+                        strict=True):
+            entered[r] = min(entered.get(r, _BIG), e)
+    out: set[int] = set()
+    for i in done_without.tolist():
+        sl = slice(starts[i], starts[i] + n[i])
+        done = int(end[sl].max())
+        out.update(r for r in ranks[sl][absent[sl]].tolist()
+                   if r in entered and done > entered[r])
+    return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from diagnosis.engine import Engine, EngineConfig
+from diagnosis.engine.hangs import scan_open
 from proto.codec import OP_COLUMNS, Columns
 
 MS = 1_000_000
@@ -105,3 +106,54 @@ def test_hang_on_a_rank_whose_error_rows_come_later_is_withdrawn_by_the_error():
     out += eng.finish(t + 3_000 * MS)
     assert {r.id for r in out if r.kind == "error"} == {"error:3"}
     assert [r.id for r in eng.finish() if r.kind == "noncomm_hang"] == []
+
+
+def test_frozen_rank_whose_last_rows_never_left_is_named():
+    # rank 3's last shipped row is a #20, open, which ranks 0-2 finished; they then complete
+    # b #20 with no row from rank 3 (it took part: its rows stayed in its frozen collector) and
+    # wait in a #21, which rank 3 never enters
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2, 3])
+    eng.add_group("b", [0, 1, 2, 3])
+    t = 0
+    out = []
+    for seq in range(20):
+        t += 10 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r, t + 2 * MS) for r in range(4)]
+                          + [_row(r, B, seq, t + 3 * MS, t + 4 * MS) for r in range(4)]))
+        out += eng.advance(t)
+    t += 10 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t + r, t + 2 * MS) for r in range(3)]
+                      + [_row(3, A, 20, t + 3, -1)]
+                      + [_row(r, B, 20, t + 3 * MS, t + 4 * MS) for r in range(3)]
+                      + [_row(r, A, 21, t + 5 * MS, -1) for r in range(3)]))
+    for k in range(1, 40):
+        out += eng.advance(t + k * 50 * MS)
+    hangs = [r for r in out if r.kind == "noncomm_hang"]
+    assert hangs, [r.summary for r in out]
+    assert all(r.evidence["culprits"] == [3] for r in hangs)
+    last = eng.registry.get(hangs[-1].id)
+    assert last.state == "open" and last.seq == 21 and last.suspects[0].rank == 3
+    assert "never entered all_reduce #21" in last.summary
+
+
+def test_open_row_of_a_rank_its_peers_wait_for_inside_the_call_is_no_move():
+    # the same open row, but ranks 0-2 never completed a collective without rank 3 (they wait
+    # for it in b #20): rank 3 is inside a #20 as far as anyone can tell, and not named absent
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2, 3])
+    eng.add_group("b", [0, 1, 2, 3])
+    t = 0
+    for seq in range(20):
+        t += 10 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r, t + 2 * MS) for r in range(4)]
+                          + [_row(r, B, seq, t + 3 * MS, t + 4 * MS) for r in range(4)]))
+        eng.advance(t)
+    t += 10 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t + r, t + 2 * MS) for r in range(3)]
+                      + [_row(3, A, 20, t + 3, -1)]
+                      + [_row(r, B, 20, t + 3 * MS, -1) for r in range(3)]))
+    for k in range(1, 40):
+        eng.advance(t + k * 50 * MS)
+    scan = scan_open(eng.arena, eng.timing.bound, t + 2_000 * MS, eng.hangs._symmetric())
+    assert scan.moved_on == set() and 3 in scan.waiting
