@@ -94,7 +94,8 @@ class EngineConfig:
     #: Floor: fewest segments a connection must retransmit within the window to count as lossy
     #: (healthy connections retransmit a few, e.g. under a burst's tail drop).
     lossy_min_retrans: int = 50
-    #: ... and at least this many times the fleet's median count and its own learnt baseline.
+    #: ... and at least this many times the fleet's typical count (lower quartile) and its own
+    #: learnt baseline.
     lossy_factor: float = 10.0
     #: ... in at least this many samples of the window (one burst of drops is not a lossy link).
     lossy_min_samples: int = 3

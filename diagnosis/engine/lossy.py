@@ -3,7 +3,7 @@ of the job, localized to the network components they share and no clean connecti
 
 Packet loss shows in timings only as rare retransmission timeouts (a shifted tail, not a shifted
 median), but the sockets count every retransmitted segment. Each connection's count over a
-sliding window is compared with an absolute floor, the fleet's median count and the
+sliding window is compared with an absolute floor, the fleet's typical count and the
 connection's own baseline (learnt while it is clean); it must also retransmit in several samples
 of the window, so that one burst of drops is not a lossy link. Lossy connections are explained
 by the components on any of their (ECMP) paths, clean ones clear the components on all of theirs
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from diagnosis.engine.engine import Engine
 
 PREFIX = "comm_slow:lossy:"
+# The fleet's reference count: a lower quartile, since one bad NIC of a small job touches most
+# of its connections (two thirds with three hosts).
+FLEET_QUANTILE = 25
 # Weight of the latest window in a clean connection's baseline (per analysis pass).
 BASELINE_WEIGHT = 0.2
 
@@ -103,7 +106,7 @@ class LossyLinks:
         active = samples >= cfg.lossy_min_samples
         if not active.any():
             return np.zeros(K, bool), np.zeros(K, bool), count
-        fleet = float(np.median(count[active]))
+        fleet = float(np.percentile(count[active], FLEET_QUANTILE, method="lower"))
         lossy = active & (hit >= cfg.lossy_min_samples) & (count >= cfg.lossy_min_retrans) \
             & (count >= cfg.lossy_factor * fleet) & (count >= cfg.lossy_factor * self.own)
         clean = active & ~lossy & (count < cfg.lossy_min_retrans / 2)
@@ -136,6 +139,19 @@ class LossyLinks:
                 self.registry.resolve(fid, now, "the connections retransmit no more than the "
                                       "rest")
 
+    def _onset(self, keys: list[int], now: int) -> int:
+        """When the explained connections began to lose: per connection its first sample of the
+        window with a quarter of its mean retransmissions or more (background retransmits are
+        a few segments), the time most of them agree on."""
+        firsts = []
+        for k in keys:
+            mine = self._key == k
+            r = self._retrans[mine]
+            if r.sum() > 0:
+                big = r >= 0.25 * r[r > 0].mean()
+                firsts.append(int(self._start[mine][np.argmax(big)]))
+        return int(np.percentile(firsts, 50, method="higher")) if firsts else now
+
     def _file(self, e: Explanation, keys: list[int], count: np.ndarray, clean: int,
               fleet: float, now: int) -> str:
         comps = e.components
@@ -160,8 +176,7 @@ class LossyLinks:
         summary = (f"{len(keys)} connections through {what} retransmit far more segments than "
                    f"the rest of the job (packet loss) while {clean} others stay clean: check "
                    f"{what} (cable, optics, NIC)")
-        sel = np.isin(self._key, keys) & (self._retrans > 0)
-        onset = int(self._start[sel].min()) if sel.any() else now
+        onset = self._onset(keys, now)
         window_s = self.cfg.lossy_window_ns / 1e9
         evidence = {"via": "retransmissions", "lossy": names[:32], "lossy_count": len(keys),
                     "retrans": {n: int(count[k]) for n, k in zip(names[:32], keys[:32])},
