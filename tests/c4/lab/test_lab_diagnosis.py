@@ -140,20 +140,22 @@ class TestOneJob:
         report = _localized(lab, job.name, fault, ("noncomm_slow",), before, SLOW_TIMEOUT)
         assert report.suspects[0].id == "node001/gpu1"
 
-    def test_slow_link_is_localized_to_that_link(self, lab, job):
-        fault, before = _inject(lab, job, "slow-link", "leaf01~node003/nic0", rate_mbit=10)
-        assert fault["expected_report"] == "comm_slow"
-        _localized(lab, job.name, fault, ("comm_slow",), before, SLOW_TIMEOUT)
-
-    @pytest.mark.xfail(strict=True, reason=ENGINE_BUG)
     def test_lossy_link_is_localized_to_that_link(self, lab, job):
         # 5 % of the packets (64 KB GSO segments on veth) dropped both ways: steps take ~5x
-        # longer but the job keeps going (10 % stalls its TCP connections for seconds)
+        # longer but the job keeps going (10 % stalls its TCP connections for seconds). Named from
+        # the retransmissions of the sockets across the cable (engine/lossy.py). It comes before
+        # the slow link: a 10 Mbit/s shaper drops packets too, so a lossy-link report on the same
+        # cable could still be open from it (not new)
         fault, before = _inject(lab, job, "lossy-link", "node003/nic0", loss_pct=5)
         assert fault["expected_report"] == "comm_slow"
         assert {("link", "leaf01~node003/nic0"), ("nic", "node003/nic0")} <= \
             {(a["type"], a["id"]) for a in fault["accept"]}
         _localized(lab, job.name, fault, ("comm_slow",), before, LOSSY_TIMEOUT)
+
+    def test_slow_link_is_localized_to_that_link(self, lab, job):
+        fault, before = _inject(lab, job, "slow-link", "leaf01~node003/nic0", rate_mbit=10)
+        assert fault["expected_report"] == "comm_slow"
+        _localized(lab, job.name, fault, ("comm_slow",), before, SLOW_TIMEOUT)
 
     def test_hang_is_localized_to_the_frozen_rank(self, lab, job):
         # the cgroup freezer stops the rank (and its collector); thawed, the job goes on
