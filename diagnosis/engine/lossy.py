@@ -140,17 +140,20 @@ class LossyLinks:
                                       "rest")
 
     def _onset(self, keys: list[int], now: int) -> int:
-        """When the explained connections began to lose: per connection its first sample of the
-        window with a quarter of its mean retransmissions or more (background retransmits are
-        a few segments), the time most of them agree on."""
-        firsts = []
-        for k in keys:
-            mine = self._key == k
-            r = self._retrans[mine]
-            if r.sum() > 0:
-                big = r >= 0.25 * r[r > 0].mean()
-                firsts.append(int(self._start[mine][np.argmax(big)]))
-        return int(np.percentile(firsts, 50, method="higher")) if firsts else now
+        """When the explained connections began to lose: per connection its earliest sample of
+        the window with a quarter of its mean retransmissions or more (background retransmits
+        are a few segments), the time most of them agree on."""
+        K = len(self._keys)
+        rows = np.flatnonzero(np.isin(self._key, keys) & (self._retrans > 0))
+        if len(rows) == 0:
+            return now
+        k, r = self._key[rows], self._retrans[rows]
+        mean = np.bincount(k, weights=r, minlength=K) / np.maximum(np.bincount(k, minlength=K), 1)
+        big = r >= 0.25 * mean[k]
+        first = np.full(K, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, k[big], self._start[rows][big])
+        firsts = first[np.unique(k[big])]
+        return int(np.percentile(firsts, 50, method="higher"))
 
     def _file(self, e: Explanation, keys: list[int], count: np.ndarray, clean: int,
               fleet: float, now: int) -> str:
