@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from diagnosis.engine.arena import Finished
-from diagnosis.engine.hangs import SYMMETRIC_OPS, Stuck, chain, error_culprits, scan_open
+from diagnosis.engine.hangs import (
+    SYMMETRIC_OPS,
+    Stuck,
+    chain,
+    error_culprits,
+    scan_open,
+    stalled_at_once,
+)
+from diagnosis.engine.teardown import stopped_together
 from diagnosis.engine.wording import ms
 from diagnosis.report import FaultReport
 from proto.codec import STATUS_NAMES
@@ -35,6 +43,7 @@ class HangReports:
         self._failed: dict[int, int] = {}                # rank -> entry of its latest failed call
         self._missing: set[str] = set()                  # error ids of ranks that stopped reporting
         self._sym = np.zeros(0, dtype=bool)
+        self._stopped = False           # the whole job went silent at once (see teardown)
 
     @staticmethod
     def as_stuck(fin: Finished, i: int) -> Stuck:
@@ -116,6 +125,14 @@ class HangReports:
                 out.add(r)
         return out
 
+    def _file(self, report: FaultReport, now: int) -> None:
+        """File a hang report, unless the whole job stopped at once (see ``teardown``) and the
+        report is new: then it waits until a rank is heard again."""
+        if self._stopped and self.registry.get(report.id) is None:
+            self.teardown.hold_hang(report)
+        else:
+            self.registry.put(report, now)
+
     def _symmetric(self) -> np.ndarray:
         if len(self._sym) != len(self.op_names):
             self._sym = np.asarray([o in SYMMETRIC_OPS for o in self.op_names], dtype=bool)
@@ -130,6 +147,12 @@ class HangReports:
 
     def scan(self, now: int) -> None:
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric())
+        c = self.clock
+        seen = c.seen[: c.size]
+        # (a transfer that began and stopped moving is a stuck transfer, whatever the silence)
+        self._stopped = len(self.conns.open_key) == 0 \
+            and stopped_together(seen, scan.waiting) \
+            and stalled_at_once(self.arena, int(seen.max()))
         for inst in scan.failed:
             self.error(inst, now)
         active: set[str] = set()
@@ -257,7 +280,7 @@ class HangReports:
                              max(top.first, quiet), summary,
                              pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
                              evidence=evidence, id=fid)
-        self.registry.put(report, now)
+        self._file(report, now)
         return fid
 
     def _report_comm_hang(self, stuck: list[Stuck], now: int) -> str:
@@ -296,7 +319,7 @@ class HangReports:
                                         for k in keys[:16]]}
         report = FaultReport("comm_hang", tuple(suspects), s.last, summary,
                              pg=self.pg_names[pg], seq=s.seq, evidence=evidence, id=fid)
-        self.registry.put(report, now)
+        self._file(report, now)
         return fid
 
     def _report_missing(self, s: Stuck, now: int) -> None:

@@ -18,7 +18,8 @@
   job is being torn down (see ``teardown``); rows that arrive meanwhile (a member only late to
   report its failure) correct the culprits. A rank whose latest call failed is a victim of that
   error: it is no culprit of a hang, nor of a failed call it never entered.
-A wait is a hang once it exceeds the communicator's learnt bound (see ``timing``).
+A wait is a hang once it exceeds the communicator's learnt bound (see ``timing``). Hang reports
+are held while the whole job looks stopped at once (``stalled_at_once`` and ``teardown``).
 """
 
 from __future__ import annotations
@@ -201,3 +202,41 @@ def moved_on(arena: Arena, symmetric: np.ndarray) -> set[int]:
         out.update(r for r in ranks[sl][absent[sl]].tolist()
                    if r in entered and done > entered[r])
     return out
+
+
+def stalled_at_once(arena: Arena, last_heard: int) -> bool:
+    """Whether the calls every member entered and none left (the ends of the wait chains) all
+    had their last member come so shortly before the job's last sign of life (``last_heard``)
+    that they would not normally have finished yet: the job stopped, nothing says they are
+    stuck. False without such a call (every chain ends in a rank that never came)."""
+    slots = arena.open_slots()
+    if len(slots) == 0:
+        return False
+    idx, n = arena.slot_cells(slots)
+    starts = np.cumsum(n) - n
+    enter, end = arena.c_enter[idx], arena.c_end[idx]
+    n_abs = np.add.reduceat((enter < 0).astype(np.int64), starts)
+    n_out = np.add.reduceat((end >= 0).astype(np.int64), starts)
+    last = np.maximum.reduceat(enter, starts)
+    sinks = np.flatnonzero((n_abs == 0) & (n_out == 0))
+    if len(sinks) == 0:
+        return False
+    for i in sinks.tolist():
+        tail = typical_tail(arena, int(slots[i] // arena.W))
+        if tail < 0 or last_heard - int(last[i]) > tail:
+            return False
+    return True
+
+
+def typical_tail(arena: Arena, g: int) -> int:
+    """The median time communicator ``g``'s recent calls took to finish after their last member
+    came (-1 without a finished call)."""
+    n = int(arena.n[g])
+    slots = g * arena.W + np.arange(arena.W)
+    done = slots[arena.s_closed[slots]]
+    if len(done) == 0 or n == 0:
+        return -1
+    idx, _ = arena.slot_cells(done)
+    enter = arena.c_enter[idx].reshape(len(done), n)
+    end = arena.c_end[idx].reshape(len(done), n)
+    return int(np.median(end.max(axis=1) - enter.max(axis=1)))

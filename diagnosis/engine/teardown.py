@@ -8,6 +8,13 @@ died; the ranks of a teardown stop well within that).
 A lone failure that leaves its peers waiting in the failed call (a rank errors and the job hangs
 on it) is still filed when the job then goes silent: a teardown stops the waiters too and fails
 calls on several ranks at once, so several error candidates close together are a teardown.
+
+Hang reports are held too while the whole job looks stopped at once (``stopped_together``): a
+SIGTERM to every rank interrupts the calls they are in (their collectors ship them as open rows)
+and silences every rank within tens of ms, which reads as ranks that never arrived and as a call
+everyone entered. A genuine hang stops its culprit first: it is out of any call (a rank that never
+came), or it went silent well before the ranks that then blocked on it. A held hang is filed as
+soon as a rank is heard again.
 """
 
 from __future__ import annotations
@@ -22,6 +29,20 @@ from diagnosis.report import FaultReport
 log = logging.getLogger(__name__)
 
 _RECENT = 256     # candidate times kept to tell a teardown (several at once) from a lone failure
+# Ranks stopped by one signal go silent within this of each other (tens of ms: delivery skew and
+# the collectors' last flush); ranks that block one after the other on a hung one spread wider.
+STOP_SPREAD_NS = 150_000_000
+
+
+def stopped_together(seen: np.ndarray, waiting: set[int],
+                     spread_ns: int = STOP_SPREAD_NS) -> bool:
+    """Every rank heard from waits in a call and went silent within ``spread_ns`` of the others:
+    a stop of the whole job (``seen``: last time each rank was heard, -1 never)."""
+    heard = np.flatnonzero(seen >= 0)
+    if len(heard) < 2 or not set(heard.tolist()) <= waiting:
+        return False
+    last = seen[heard]
+    return int(last.max() - last.min()) <= spread_ns
 
 
 @dataclass
@@ -38,6 +59,7 @@ class TeardownGate:
         self.held: dict[str, _Held] = {}
         self.recent: list[int] = []
         self.dropped: list[FaultReport] = []
+        self._held_hangs: set[str] = set()
 
     def hold(self, report: FaultReport, t: int, grace: int, culprits: list[int],
              blocked: bool, replaces: str | None = None) -> None:
@@ -52,6 +74,16 @@ class TeardownGate:
         if prev is None:
             self.recent.append(int(t))
             del self.recent[:-_RECENT]
+
+    def hold_hang(self, report: FaultReport) -> None:
+        """A hang report while the whole job looks stopped at once: kept aside (not filed) for
+        as long as it does; the caller files it once a rank is heard again."""
+        if report.id not in self._held_hangs:
+            log.info("held %s: every rank went silent at once inside a call (a stop of the "
+                     "whole job)", report.id)
+            self.dropped.append(report)
+            del self.dropped[:-_RECENT]
+        self._held_hangs.add(report.id)
 
     def withdraw(self, fid: str) -> bool:
         """Forget a held report; False if it is not held (filed or dropped already)."""

@@ -101,10 +101,9 @@ def test_crashed_rank_named():
                   {("gpu", "node001/gpu1"), ("rank", "3")}), [r.summary for r in reports]
 
 
-@pytest.mark.xfail(strict=True, reason="a stop of the whole job (SIGTERM of every rank, some "
-                   "inside a call, which their collectors ship as open) files a noncomm_hang and "
-                   "a comm_hang: the teardown gate holds only errors")
 def test_stop_of_the_whole_job_files_no_hang():
+    # every rank went silent within ~50 ms, inside a call, right as all_gather #108 got its last
+    # member: the teardown gate holds the hang reports (no rank is heard again)
     reports = _replay(FIXTURES / "demo_stop_teardown.jsonl.gz", tail_s=20)
     assert not [r.summary for r in reports if r.kind in ("noncomm_hang", "comm_hang", "error")]
 

@@ -157,3 +157,52 @@ def test_open_row_of_a_rank_its_peers_wait_for_inside_the_call_is_no_move():
         eng.advance(t + k * 50 * MS)
     scan = scan_open(eng.arena, eng.timing.bound, t + 2_000 * MS, eng.hangs._symmetric())
     assert scan.moved_on == set() and 3 in scan.waiting
+
+
+def _stop_job(after_last_entry_ms: float, rank3_enters: bool = True):
+    """Ranks 0-3 run a (all_reduce, ~2 ms once all are in) then b, 20 times; then all enter a
+    #20, ranks 0 and 1 also b #20 (a is asynchronous for them), and every rank goes silent.
+    ``after_last_entry_ms``: when ranks 0 and 1 enter b #20, after a #20's last entry."""
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2, 3])
+    eng.add_group("b", [0, 1, 2, 3])
+    t = 0
+    out = []
+    for seq in range(20):
+        t += 20 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r * MS // 2, t + 4 * MS) for r in range(4)]
+                          + [_row(r, B, seq, t + 5 * MS, t + 6 * MS) for r in range(4)]))
+        out += eng.advance(t)
+    t += 20 * MS
+    last = t + 3 * MS // 2
+    b_at = last + int(after_last_entry_ms * MS)
+    eng.add_ops(_cols([_row(r, A, 20, t + r * MS // 2, -1) for r in range(4 if rank3_enters
+                                                                          else 3)]
+                      + [_row(r, B, 20, b_at, -1) for r in (0, 1)]))
+    for k in range(1, 60):
+        out += eng.advance(t + k * 100 * MS)
+    return eng, out
+
+
+def test_stop_of_the_whole_job_inside_its_calls_files_no_hang():
+    # every rank went silent within 2 ms, inside a call, right as a #20 got its last member:
+    # nothing says a #20 is stuck; a stop of the whole job (SIGTERM) explains the silence
+    eng, out = _stop_job(after_last_entry_ms=0.2)
+    assert not [r for r in out if r.kind in ("noncomm_hang", "comm_hang", "error")], \
+        [r.summary for r in out]
+    assert {r.kind for r in eng.teardown.dropped} >= {"comm_hang"}
+
+
+def test_job_that_ran_on_after_the_stuck_call_should_have_finished_is_a_comm_hang():
+    # the same, but ranks 0 and 1 were still running 20 ms after a #20 had everyone (it
+    # normally finishes 2.5 ms after its last member comes): a #20 is stuck
+    _, out = _stop_job(after_last_entry_ms=20)
+    assert "comm_hang" in {r.kind for r in out}
+
+
+def test_rank_out_of_any_call_when_the_job_went_silent_is_named():
+    # rank 3 never entered a #20 (it is out of any call): a hang on it, however close together
+    # the others went silent
+    _, out = _stop_job(after_last_entry_ms=0.2, rank3_enters=False)
+    hangs = [r for r in out if r.kind == "noncomm_hang"]
+    assert hangs and hangs[-1].evidence["culprits"] == [3]
