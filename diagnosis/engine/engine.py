@@ -166,6 +166,14 @@ class Engine:
                 log.warning("op records of group %r arrived before its group record; they are "
                             "ignored (send group records first)", name)
 
+    def heard(self, ranks: Sequence[int], t_ns: int) -> None:
+        """Signs of life outside op records, such as a collector's periodic stats frame: a frozen
+        rank's stop while a rank blocked by it inside the same call goes on, and a job whose
+        ranks are all gone (a stop) from one whose ranks hang alive."""
+        r = np.asarray(list(ranks), dtype=np.int64)
+        if len(r):
+            self.clock.heard(r, np.full(len(r), int(t_ns), dtype=np.int64))
+
     def add_conns(self, conns: ConnRecords | Columns) -> None:
         if isinstance(conns, Columns):
             conns = ConnRecords.from_columns(conns)

@@ -206,3 +206,46 @@ def test_rank_out_of_any_call_when_the_job_went_silent_is_named():
     _, out = _stop_job(after_last_entry_ms=0.2, rank3_enters=False)
     hangs = [r for r in out if r.kind == "noncomm_hang"]
     assert hangs and hangs[-1].evidence["culprits"] == [3]
+
+
+def _frozen_pair(heartbeats: bool):
+    """Ranks 2 and 3 (one host) are both in c #20, which ranks 4 and 5 finished; rank 3 froze
+    there and rank 2 waits for it inside the call; ranks 0, 1, 4, 5 then wait in a #21 for both.
+    ``heartbeats``: every rank but the frozen one is heard each second (collector stats)."""
+    eng = _engine(6)
+    eng.add_group("a", [0, 1, 2, 3, 4, 5])
+    eng.add_group("c", [2, 3, 4, 5])
+    t = 0
+    for seq in range(20):
+        t += 20 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r * 100, t + 4 * MS) for r in range(6)]
+                          + [_row(r, C, seq, t + 5 * MS, t + 6 * MS) for r in range(2, 6)]))
+        eng.advance(t)
+    t += 20 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t + r * 100, t + 4 * MS) for r in range(6)]
+                      + [_row(2, C, 20, t + 5 * MS, -1), _row(3, C, 20, t + 5 * MS + 300, -1)]
+                      + [_row(r, C, 20, t + 5 * MS, t + 6 * MS) for r in (4, 5)]
+                      + [_row(r, A, 21, t + 8 * MS, -1) for r in (0, 1, 4, 5)]))
+    out = []
+    for k in range(1, 80):
+        now = t + k * 100 * MS
+        if heartbeats and k % 10 == 0:
+            eng.heard([0, 1, 2, 4, 5], now)
+        out += eng.advance(now)
+    return [r for r in out if r.kind == "noncomm_hang"]
+
+
+def test_frozen_rank_and_its_blocked_host_mate_tie_on_op_records():
+    # both fell silent in the same call: op records cannot tell them apart; the tie goes to
+    # rank 2, which came 0.3 ms earlier (the lab's demo_frozen_rank3 replay, still xfail)
+    hangs = _frozen_pair(heartbeats=False)
+    assert hangs and {tuple(r.evidence["culprits"]) for r in hangs} == {(2,)}
+
+
+def test_stats_heartbeats_tell_the_frozen_rank_from_its_blocked_host_mate():
+    # the first report (before any stats frame) names the tie; the next heartbeat, which rank
+    # 2 sends and rank 3 does not, moves it to rank 3 and withdraws the one on rank 2
+    hangs = _frozen_pair(heartbeats=True)
+    assert hangs[-1].evidence["culprits"] == [3] and hangs[-1].state == "open"
+    assert hangs[-1].suspects[0].id == "h1/gpu1"
+    assert [r.state for r in hangs if r.id == "noncomm_hang:2"][-1] == "resolved"
