@@ -5,6 +5,9 @@ moment loses nothing that a sidecar believes delivered. While the store is down 
 retrying the same requests and acknowledges none of them; the ingest streams stop reading once
 ``max_pending`` requests or ``max_pending_records`` rows wait (whichever comes first: requests
 vary from one row to a whole message), which pushes back on the sidecars (they spill to disk).
+One commit carries at most ``max_commit_records`` rows: a store turns a commit into Python
+objects (ClickHouse: lists of every column), and the daemon's resident size follows its largest
+commit, which grew whenever the store fell behind.
 """
 
 from __future__ import annotations
@@ -38,12 +41,14 @@ def _records(w: Write) -> int:
 class Writer:
     def __init__(self, store: Store, *, on_stored: Callable[[list[Write]], None],
                  commit_interval_s: float = 0.02, max_pending: int = 512,
-                 max_pending_records: int = 1_000_000) -> None:
+                 max_pending_records: int = 1_000_000,
+                 max_commit_records: int = 131_072) -> None:
         self._store = store
         self._on_stored = on_stored
         self._interval = commit_interval_s
         self._max_pending = max_pending
         self._max_records = max_pending_records
+        self._max_commit = max_commit_records
         self._items: list[_Item] = []
         self._records = 0
         self._cond = threading.Condition()
@@ -94,11 +99,17 @@ class Writer:
             if not self._items:
                 return []
         # Let a few more requests arrive so that one transaction carries many of them.
-        if not self._stopping:
+        if not self._stopping and self._records < self._max_commit:
             time.sleep(self._interval)
         with self._cond:
-            items, self._items = self._items, []
-            self._records = 0
+            take, rows = 0, 0
+            for it in self._items:  # at least one request, however large
+                if take and rows + it.records > self._max_commit:
+                    break
+                take += 1
+                rows += it.records
+            items, self._items = self._items[:take], self._items[take:]
+            self._records -= rows
             self._cond.notify_all()
             return items
 
