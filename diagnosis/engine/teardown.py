@@ -39,10 +39,12 @@ def stopped_together(seen: np.ndarray, waiting: set[int],
     """Every rank heard from waits in a call and went silent within ``spread_ns`` of the others:
     a stop of the whole job (``seen``: last time each rank was heard, -1 never)."""
     heard = np.flatnonzero(seen >= 0)
-    if len(heard) < 2 or not set(heard.tolist()) <= waiting:
+    if len(heard) < 2 or len(waiting) < len(heard):
         return False
     last = seen[heard]
-    return int(last.max() - last.min()) <= spread_ns
+    if int(last.max() - last.min()) > spread_ns:
+        return False
+    return set(heard.tolist()) <= waiting
 
 
 @dataclass
