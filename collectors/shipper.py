@@ -192,7 +192,8 @@ class Shipper:
         """The collector's counters, as the single entry of a ``SidecarStats``."""
         mine = c4_pb2.CollectorStats(job=self.rank_info.job, rank=self.rank_info.rank,
                                      recorded=self.buffer.recorded, dropped=self.dropped(),
-                                     shipped=self.shipped)
+                                     shipped=self.shipped, t_ns=time.time_ns(),
+                                     attempt=self.rank_info.attempt)
         return c4_pb2.SidecarStats(host=self.rank_info.host, collectors=[mine])
 
     def _send_groups(self) -> None:

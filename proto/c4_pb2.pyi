@@ -132,18 +132,22 @@ class GroupInfo(_message.Message):
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., pg: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., desc: _Optional[str] = ...) -> None: ...
 
 class CollectorStats(_message.Message):
-    __slots__ = ("job", "rank", "recorded", "dropped", "shipped")
+    __slots__ = ("job", "rank", "recorded", "dropped", "shipped", "t_ns", "attempt")
     JOB_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     RECORDED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     SHIPPED_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job: str
     rank: int
     recorded: int
     dropped: int
     shipped: int
-    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., recorded: _Optional[int] = ..., dropped: _Optional[int] = ..., shipped: _Optional[int] = ...) -> None: ...
+    t_ns: int
+    attempt: int
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., recorded: _Optional[int] = ..., dropped: _Optional[int] = ..., shipped: _Optional[int] = ..., t_ns: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class SidecarStats(_message.Message):
     __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors")

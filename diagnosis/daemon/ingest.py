@@ -43,7 +43,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                  limiter: RateLimiter | None = None, max_jobs: int = 0,
                  observe_ack: Callable[[float], None] | None = None,
                  tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS,
-                 max_streams: int = 0) -> None:
+                 max_streams: int = 0,
+                 on_stats: Callable[[c4_pb2.SidecarStats], None] | None = None) -> None:
         self._writer = writer
         self._known = known_jobs
         self._max_records = max_records
@@ -53,6 +54,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._tokens_checked = tokens_checked
         self._max_sidecars = max_sidecars
         self._max_streams = max_streams  # 0: no limit
+        self._on_stats = on_stats
         self.streams = 0
         self._lock = threading.Lock()
         self.sidecars: OrderedDict[str, SidecarInfo] = OrderedDict()
@@ -84,6 +86,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                                f"limit of {self._limiter.describe()}: retry later with backoff")
             self._seen(req)
             if kind == "stats":
+                if self._on_stats is not None:
+                    self._on_stats(req.stats)
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
                 return
             with self._lock:

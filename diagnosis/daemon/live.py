@@ -29,6 +29,7 @@ import numpy as np
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.store import ConnRows, GroupRecord, OpRows, RankRecord, Store, Write
+from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 APPLY_CHUNK = 200_000
 # Evicted jobs remembered, so that a job speaking again is rebuilt from the store.
 MAX_EVICTED = 4096
+MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
 
 
 def _new_engine(topology: Any) -> Any:
@@ -89,6 +91,8 @@ class LiveView:
         self._rate: deque[tuple[float, int]] = deque(maxlen=4096)
         self.records_total = 0
         self.records_applied = 0
+        # (job, attempt, rank) -> newest collector heartbeat, applied at the next pass
+        self._heartbeats: dict[tuple[str, int, int], int] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
 
@@ -123,6 +127,26 @@ class LiveView:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def heard(self, stats: c4_pb2.SidecarStats) -> None:
+        """A sidecar's copy of its collectors' counters: each carries when its collector last
+        spoke. A rank frozen inside a call stops speaking while a rank blocked by it in the
+        same call goes on, which op records alone cannot tell apart. Not stored; kept until the
+        next pass (at most one entry per rank)."""
+        with self._cond:
+            for c in stats.collectors:
+                if c.t_ns > 0 and len(self._heartbeats) < MAX_HEARTBEATS:
+                    key = (c.job, c.attempt, c.rank)
+                    self._heartbeats[key] = max(self._heartbeats.get(key, 0), c.t_ns)
+
+    def _apply_heartbeats(self) -> None:
+        with self._cond:
+            beats, self._heartbeats = self._heartbeats, {}
+        for (job, attempt, rank), t_ns in beats.items():
+            st = self._jobs.get((job, attempt))
+            # only registered ranks: a stray rank id must not size the engine's arrays
+            if st is not None and st.engine is not None and rank in st.ranks:
+                st.engine.heard([rank], t_ns)
 
     # -- the detectors' thread -------------------------------------------------------------
     def run(self, stop: threading.Event, interval_s: float) -> None:
@@ -277,6 +301,7 @@ class LiveView:
         t0 = time.perf_counter()
         try:
             with self._lock:
+                self._apply_heartbeats()
                 found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
                          if st.engine is not None]
             filed = 0

@@ -59,7 +59,8 @@ class Daemon:
                                     limiter=RateLimiter(rate, 2 * rate), max_jobs=config.max_jobs,
                                     observe_ack=self.metrics.ack_latency.observe,
                                     tokens_checked=bool(self.tokens),
-                                    max_streams=config.max_streams)
+                                    max_streams=config.max_streams,
+                                    on_stats=self.live.heard)
         self.metrics.attach(self)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()

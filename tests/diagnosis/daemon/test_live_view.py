@@ -33,3 +33,24 @@ def test_jobs_are_independent():
     live.apply([_rank(0, 0), Write("s", 7, RankRecord("other", 3, 0, 1, "n0"))])
     live.drain()
     assert set(live._jobs) == {("job", 0), ("other", 3)}
+
+
+def test_collector_heartbeats_reach_the_engine_of_their_attempt_only():
+    from proto import c4_pb2
+
+    live = LiveView(FaultHub(open_store("memory://")))
+    live.apply([_rank(0, 0), _rank(0, 1)])
+    live.drain()
+    engine = live._jobs[("job", 0)].engine
+    t = 1_800_000_000_000_000_000
+    live.heard(c4_pb2.SidecarStats(host="n1", collectors=[
+        c4_pb2.CollectorStats(job="job", attempt=0, rank=1, t_ns=t),
+        c4_pb2.CollectorStats(job="job", attempt=0, rank=1, t_ns=t - 5),   # older copy
+        c4_pb2.CollectorStats(job="job", attempt=0, rank=500_000, t_ns=t),  # never registered
+        c4_pb2.CollectorStats(job="job", attempt=3, rank=0, t_ns=t),        # no such attempt
+        c4_pb2.CollectorStats(job="job", attempt=0, rank=0)]))             # old collector: no time
+    live.analyze(now_ns=t)
+    assert engine.clock.seen[1] == t
+    assert len(engine.clock.seen) < 1000   # a stray rank id did not size the arrays
+    assert engine.clock.seen[0] < t
+    assert not live._heartbeats            # applied once, not kept
