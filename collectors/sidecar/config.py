@@ -28,7 +28,9 @@ class SidecarConfig:
     flush_interval_s: float = 0.2
     max_inflight: int = 64
     link_interval_s: float = 1.0
-    stats_interval_s: float = 5.0
+    # also the collectors' heartbeat to the daemon: how soon a frozen rank is told from a
+    # rank it blocks
+    stats_interval_s: float = 1.0
     reconnect_max_s: float = 5.0
     # Reaching the daemon: TLS files and bearer token ("": the C4_TLS_* / C4_TOKEN variables).
     tls_ca: str = ""
