@@ -15,10 +15,12 @@ of a fault), where that cannot pick a stale version.
 from __future__ import annotations
 
 import logging
+import queue
 import re
 import threading
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,8 @@ from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
 
 log = logging.getLogger(__name__)
 
+# Connections to the server at most (queries beyond wait for one to come back).
+MAX_CLIENTS = 4
 _ENGINE = "ENGINE = ReplacingMergeTree{ver} ORDER BY ({key})"
 _TABLES: dict[str, tuple[str, str, str]] = {
     # name: (columns, version column, sorting key)
@@ -91,7 +95,10 @@ class ClickHouseStore(Store):
         self._kwargs = dict(host=host, port=port, user=user, password=password,
                             connect_timeout=connect_timeout,
                             send_receive_timeout=send_receive_timeout)
-        self._local = threading.local()
+        # a bounded pool, not a client per thread: each client holds a connection and its
+        # buffers, and threads come and go (a daemon's RPC threads) while clients stayed
+        self._pool: queue.LifoQueue[Client] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
         self._clients: list[Client] = []
         self._clients_lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -120,21 +127,28 @@ class ClickHouseStore(Store):
     def _where(self) -> str:
         return f"ClickHouse at {self.host}:{self.port} (database {self.database})"
 
-    def _client(self) -> Client:
-        if self._closed:
-            raise StoreError(f"{self._where()}: the store is closed")
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = Client(database=self.database, **self._kwargs)
-            self._local.client = client
-            with self._clients_lock:
-                self._clients.append(client)
-        return client
+    @contextmanager
+    def _borrow(self) -> Iterator[Client]:
+        with self._slots:
+            if self._closed:
+                raise StoreError(f"{self._where()}: the store is closed")
+            try:
+                client = self._pool.get_nowait()
+            except queue.Empty:
+                client = Client(database=self.database, **self._kwargs)
+                with self._clients_lock:
+                    self._clients.append(client)
+            try:
+                yield client
+            finally:
+                self._pool.put(client)
 
     def _run(self, query: str, params: Any = None, *, what: str, client: Client | None = None,
              **kwargs: Any) -> Any:
         """Execute one query; every driver or socket failure becomes a StoreError."""
-        client = client or self._client()
+        if client is None:
+            with self._borrow() as borrowed:
+                return self._run(query, params, what=what, client=borrowed, **kwargs)
         try:
             return client.execute(query, params, **kwargs)
         except ch_errors.ServerException as exc:

@@ -114,3 +114,32 @@ def test_unknown_user_is_named(clickhouse_server):  # noqa: F811
     port = clickhouse_server.tcp_port
     with pytest.raises(StoreError, match="check the user, password and database"):
         open_store(f"clickhouse://nobody:secret@127.0.0.1:{port}/c4")
+
+
+@pytest.mark.clickhouse
+def test_threads_share_a_bounded_pool_of_connections(clickhouse_url):  # noqa: F811
+    import threading
+
+    from diagnosis.store.clickhouse import MAX_CLIENTS
+
+    store = open_store(clickhouse_url)
+    try:
+        store.write([Write("pool", 1, RankRecord("pool", 0, 0, 1, "n0"))])
+        errors: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                assert any(j.job == "pool" for j in store.jobs())
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=read) for _ in range(3 * MAX_CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        # a client per thread once kept a connection for every thread that ever read
+        assert len(store._clients) <= MAX_CLIENTS
+    finally:
+        store.close()
