@@ -177,7 +177,7 @@ class Shipper:
                 self._send_open(urgent)
             now = time.monotonic()
             if final or now - self._last_stats >= STATS_EVERY_S:
-                self._send(c4_pb2.IngestRequest(stats=self.stats_message()))
+                self._send(c4_pb2.IngestRequest(stats=self.stats_message(leaving=final)))
                 self._last_stats = now
         except OSError as exc:
             # sendall failed, so the receiver never got this frame whole: resend it later.
@@ -188,12 +188,13 @@ class Shipper:
             self._schedule_reconnect()
 
     # ------------------------------------------------------------------ frames
-    def stats_message(self) -> c4_pb2.SidecarStats:
-        """The collector's counters, as the single entry of a ``SidecarStats``."""
+    def stats_message(self, leaving: bool = False) -> c4_pb2.SidecarStats:
+        """The collector's counters, as the single entry of a ``SidecarStats``; ``leaving`` in
+        its last words, so that a job stopped on purpose is not read as hung."""
         mine = c4_pb2.CollectorStats(job=self.rank_info.job, rank=self.rank_info.rank,
                                      recorded=self.buffer.recorded, dropped=self.dropped(),
                                      shipped=self.shipped, t_ns=time.time_ns(),
-                                     attempt=self.rank_info.attempt)
+                                     attempt=self.rank_info.attempt, leaving=leaving)
         return c4_pb2.SidecarStats(host=self.rank_info.host, collectors=[mine])
 
     def _send_groups(self) -> None:

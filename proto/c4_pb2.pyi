@@ -132,7 +132,7 @@ class GroupInfo(_message.Message):
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., pg: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., desc: _Optional[str] = ...) -> None: ...
 
 class CollectorStats(_message.Message):
-    __slots__ = ("job", "rank", "recorded", "dropped", "shipped", "t_ns", "attempt")
+    __slots__ = ("job", "rank", "recorded", "dropped", "shipped", "t_ns", "attempt", "leaving")
     JOB_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     RECORDED_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,7 @@ class CollectorStats(_message.Message):
     SHIPPED_FIELD_NUMBER: _ClassVar[int]
     T_NS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
     job: str
     rank: int
     recorded: int
@@ -147,7 +148,8 @@ class CollectorStats(_message.Message):
     shipped: int
     t_ns: int
     attempt: int
-    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., recorded: _Optional[int] = ..., dropped: _Optional[int] = ..., shipped: _Optional[int] = ..., t_ns: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    leaving: bool
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., recorded: _Optional[int] = ..., dropped: _Optional[int] = ..., shipped: _Optional[int] = ..., t_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class SidecarStats(_message.Message):
     __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors")

@@ -91,8 +91,8 @@ class LiveView:
         self._rate: deque[tuple[float, int]] = deque(maxlen=4096)
         self.records_total = 0
         self.records_applied = 0
-        # (job, attempt, rank) -> newest collector heartbeat, applied at the next pass
-        self._heartbeats: dict[tuple[str, int, int], int] = {}
+        # (job, attempt, rank) -> (newest collector heartbeat, its last words), for the next pass
+        self._heartbeats: dict[tuple[str, int, int], tuple[int, bool]] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
 
@@ -137,16 +137,17 @@ class LiveView:
             for c in stats.collectors:
                 if c.t_ns > 0 and len(self._heartbeats) < MAX_HEARTBEATS:
                     key = (c.job, c.attempt, c.rank)
-                    self._heartbeats[key] = max(self._heartbeats.get(key, 0), c.t_ns)
+                    t, leaving = self._heartbeats.get(key, (0, False))
+                    self._heartbeats[key] = (max(t, c.t_ns), leaving or c.leaving)
 
     def _apply_heartbeats(self) -> None:
         with self._cond:
             beats, self._heartbeats = self._heartbeats, {}
-        for (job, attempt, rank), t_ns in beats.items():
+        for (job, attempt, rank), (t_ns, leaving) in beats.items():
             st = self._jobs.get((job, attempt))
             # only registered ranks: a stray rank id must not size the engine's arrays
             if st is not None and st.engine is not None and rank in st.ranks:
-                st.engine.heard([rank], t_ns)
+                st.engine.heard([rank], t_ns, leaving=leaving)
 
     # -- the detectors' thread -------------------------------------------------------------
     def run(self, stop: threading.Event, interval_s: float) -> None:

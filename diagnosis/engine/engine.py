@@ -60,6 +60,7 @@ class Engine:
         self._last_detect: int | None = None
         self.error_ranks: set[int] = set()
         self.teardown = TeardownGate()
+        self.leaving: set[int] = set()   # ranks whose collectors said their process is exiting
         self._unknown: set[str] = set()
         self._detected_records = -1
         self.records = 0
@@ -166,13 +167,15 @@ class Engine:
                 log.warning("op records of group %r arrived before its group record; they are "
                             "ignored (send group records first)", name)
 
-    def heard(self, ranks: Sequence[int], t_ns: int) -> None:
+    def heard(self, ranks: Sequence[int], t_ns: int, leaving: bool = False) -> None:
         """Signs of life outside op records, such as a collector's periodic stats frame: a frozen
         rank's stop while a rank blocked by it inside the same call goes on, and a job whose
         ranks are all gone (a stop) from one whose ranks hang alive."""
         r = np.asarray(list(ranks), dtype=np.int64)
         if len(r):
             self.clock.heard(r, np.full(len(r), int(t_ns), dtype=np.int64))
+        if leaving:  # the rank's collector said its process is exiting (SIGTERM or exit)
+            self.leaving.update(r.tolist())
 
     def add_conns(self, conns: ConnRecords | Columns) -> None:
         if isinstance(conns, Columns):

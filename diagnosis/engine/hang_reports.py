@@ -37,6 +37,7 @@ class HangReports:
         self.registry, self.teardown = eng.registry, eng.teardown
         self.pg_names, self.op_names = eng.pg_names, eng.op_names
         self.error_ranks = eng.error_ranks
+        self.leaving = eng.leaving
         self._comm_hang_memo: tuple[object, object] | None = None
         self._errors: dict[tuple[int, int], str] = {}    # failed instance -> its error's id
         self._claims: dict[str, set[int]] = {}           # error id -> its culprits
@@ -133,6 +134,12 @@ class HangReports:
         else:
             self.registry.put(report, now)
 
+    def _all_leaving(self, seen: np.ndarray) -> bool:
+        """Every rank heard from said it is exiting: the job was stopped (or ended), whatever
+        calls its ranks were in."""
+        heard = np.flatnonzero(seen >= 0)
+        return len(heard) > 0 and set(heard.tolist()) <= self.leaving
+
     def _symmetric(self) -> np.ndarray:
         if len(self._sym) != len(self.op_names):
             self._sym = np.asarray([o in SYMMETRIC_OPS for o in self.op_names], dtype=bool)
@@ -150,9 +157,10 @@ class HangReports:
         c = self.clock
         seen = c.seen[: c.size]
         # (a transfer that began and stopped moving is a stuck transfer, whatever the silence)
-        self._stopped = len(self.conns.open_key) == 0 \
-            and stopped_together(seen, scan.waiting) \
-            and stalled_at_once(self.arena, int(seen.max()))
+        self._stopped = (len(self.conns.open_key) == 0
+                         and stopped_together(seen, scan.waiting)
+                         and stalled_at_once(self.arena, int(seen.max()))) \
+            or self._all_leaving(seen)
         for inst in scan.failed:
             self.error(inst, now)
         active: set[str] = set()

@@ -87,7 +87,7 @@ def test_rank_blocked_in_a_collective_ships_it_open_then_dies_of_sigterm(job, si
     stats = {m.stats.collectors[0].rank: m.stats.collectors[0] for m in sink.of_kind("stats")}
     assert (stats[0].recorded, stats[0].shipped, stats[0].dropped) == (CALLS, CALLS, 0)
     # its last words say when it last spoke: the daemon's sign of life for the rank
-    assert stats[0].t_ns >= open_row["t_enter_ns"]
+    assert stats[0].t_ns >= open_row["t_enter_ns"] and stats[0].leaving
 
 
 def test_rank_busy_in_python_ships_its_rows_then_dies_of_sigterm(job, sink):

@@ -110,8 +110,8 @@ def test_stop_of_the_whole_job_files_no_hang():
 
 @pytest.mark.xfail(strict=True, reason="rank 3 (frozen) and rank 2 (blocked by it in the same "
                    "call, which their peers finished) fall silent together: the tie names rank 2; "
-                   "the collectors' stats frames that tell them apart (Engine.heard) are not in "
-                   "the trace format, nor fed by the daemon")
+                   "the collectors' stats frames that tell them apart reach the live engine "
+                   "(Engine.heard) but are not in the trace format")
 def test_frozen_rank_named_not_its_blocked_host_mate():
     reports = _replay(FIXTURES / "demo_frozen_rank3.jsonl.gz", tail_s=10)
     hangs = [r for r in reports if r.kind == "noncomm_hang"]

@@ -54,3 +54,8 @@ def test_collector_heartbeats_reach_the_engine_of_their_attempt_only():
     assert len(engine.clock.seen) < 1000   # a stray rank id did not size the arrays
     assert engine.clock.seen[0] < t
     assert not live._heartbeats            # applied once, not kept
+    assert not engine.leaving
+    live.heard(c4_pb2.SidecarStats(collectors=[
+        c4_pb2.CollectorStats(job="job", attempt=0, rank=0, t_ns=t + 1, leaving=True)]))
+    live.analyze(now_ns=t + 1)
+    assert engine.leaving == {0} and engine.clock.seen[0] == t + 1

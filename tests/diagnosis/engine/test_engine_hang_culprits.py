@@ -159,7 +159,7 @@ def test_open_row_of_a_rank_its_peers_wait_for_inside_the_call_is_no_move():
     assert scan.moved_on == set() and 3 in scan.waiting
 
 
-def _stop_job(after_last_entry_ms: float, rank3_enters: bool = True):
+def _stop_job(after_last_entry_ms: float, rank3_enters: bool = True, leaving: bool = False):
     """Ranks 0-3 run a (all_reduce, ~2 ms once all are in) then b, 20 times; then all enter a
     #20, ranks 0 and 1 also b #20 (a is asynchronous for them), and every rank goes silent.
     ``after_last_entry_ms``: when ranks 0 and 1 enter b #20, after a #20's last entry."""
@@ -179,6 +179,8 @@ def _stop_job(after_last_entry_ms: float, rank3_enters: bool = True):
     eng.add_ops(_cols([_row(r, A, 20, t + r * MS // 2, -1) for r in range(4 if rank3_enters
                                                                           else 3)]
                       + [_row(r, B, 20, b_at, -1) for r in (0, 1)]))
+    if leaving:  # every collector's last words: its process is exiting
+        eng.heard(range(4), b_at + MS, leaving=True)
     for k in range(1, 60):
         out += eng.advance(t + k * 100 * MS)
     return eng, out
@@ -204,6 +206,34 @@ def test_rank_out_of_any_call_when_the_job_went_silent_is_named():
     # rank 3 never entered a #20 (it is out of any call): a hang on it, however close together
     # the others went silent
     _, out = _stop_job(after_last_entry_ms=0.2, rank3_enters=False)
+    hangs = [r for r in out if r.kind == "noncomm_hang"]
+    assert hangs and hangs[-1].evidence["culprits"] == [3]
+
+
+def test_ranks_that_all_said_they_are_exiting_file_no_hang():
+    # the two cases above that are hangs on op records alone, but every rank's collector said
+    # in its last words that its process is exiting: the job was stopped, nothing hangs
+    for kwargs in ({"after_last_entry_ms": 20}, {"after_last_entry_ms": 0.2,
+                                                 "rank3_enters": False}):
+        _, out = _stop_job(leaving=True, **kwargs)
+        assert not [r for r in out if r.kind in ("noncomm_hang", "comm_hang", "error")], \
+            [r.summary for r in out]
+
+
+def test_one_rank_exiting_does_not_hide_the_hang_it_causes():
+    # rank 3 alone leaves (killed by SIGTERM before a #20): the others wait for it, a hang
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2, 3])
+    t, out = 0, []
+    for seq in range(20):
+        t += 20 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r * MS // 2, t + 4 * MS) for r in range(4)]))
+        out += eng.advance(t)
+    t += 20 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t, -1) for r in range(3)]))
+    eng.heard([3], t - 10 * MS, leaving=True)
+    for k in range(1, 60):
+        out += eng.advance(t + k * 100 * MS)
     hangs = [r for r in out if r.kind == "noncomm_hang"]
     assert hangs and hangs[-1].evidence["culprits"] == [3]
 
