@@ -266,6 +266,11 @@ class Outbox:
                     refused = True
                     log.error("the daemon refuses this sidecar (%s): %s", exc.code().name,
                               exc.details())
+                elif exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    # the daemon holds as many streams as it can serve: reconnecting at once
+                    # would only add to its load
+                    refused = True
+                    log.warning("the daemon is full (%s); retrying with backoff", exc.details())
                 else:
                     log.warning("daemon stream broke (%s); reconnecting", exc.code())
             finally:

@@ -137,3 +137,53 @@ def test_streams_beyond_the_limit_are_refused_not_left_waiting():
             t.join(10)
         c.close()
         d.stop(grace=1)
+
+
+@pytest.mark.network
+def test_a_sidecar_refused_for_the_stream_limit_backs_off_then_delivers(tmp_path):
+    from collectors.sidecar.outbox import Outbox
+    from collectors.sidecar.spill import Spill
+
+    d = Daemon(DaemonConfig(listen="127.0.0.1:0", store="memory://", workers=4, max_streams=1))
+    d.start()
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder() -> None:  # the one stream the daemon allows
+        channel = grpc.insecure_channel(f"127.0.0.1:{d.port}")
+
+        def requests():
+            yield _req(c4_pb2.IngestRequest(stats=c4_pb2.SidecarStats(host="h")), 1, "holder")
+            release.wait(30)
+
+        try:
+            for _ack in c4_pb2_grpc.IngestStub(channel).Stream(requests()):
+                held.set()
+        except grpc.RpcError:
+            pass
+        finally:
+            channel.close()
+
+    hold = threading.Thread(target=holder, daemon=True)
+    outbox = Outbox("late", Spill(tmp_path / "spill", 1 << 26), memory_max_bytes=1 << 26,
+                    max_inflight=8, spill_after_s=30.0, security=ClientSecurity())
+    stop = threading.Event()
+    runner = threading.Thread(target=outbox.run, args=(f"127.0.0.1:{d.port}", stop),
+                              kwargs={"reconnect_max_s": 1.0}, daemon=True)
+    c = DaemonClient(f"127.0.0.1:{d.port}", timeout=5.0, security=ClientSecurity())
+    try:
+        hold.start()
+        wait_for(held.is_set, 10, what="the first stream held")
+        outbox.put(rank=rank_info("late", 0, 1, "node0").rank)
+        runner.start()
+        time.sleep(3.0)  # the outbox is refused for this long: count its attempts
+        assert 1 <= outbox.stats.reconnects <= 8, outbox.stats.reconnects
+        release.set()
+        wait_for(lambda: any(j.job == "late" for j in c.jobs()), 20,
+                 what="the refused sidecar's request delivered once a stream was free")
+    finally:
+        release.set()
+        stop.set()
+        runner.join(10)
+        c.close()
+        d.stop(grace=1)
