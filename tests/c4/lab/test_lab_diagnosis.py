@@ -115,7 +115,6 @@ def _inject(lab, job: Job, kind: str, target: str, **kw: Any) -> tuple[dict, set
     return _fault(Path(lab["lab_dir"]), rec), before
 
 
-ENGINE_BUG = "engine mislocalizes it on the real trace: tests/c4/lab/fixtures/README.md"
 
 
 @pytest.fixture(scope="class")
@@ -176,7 +175,6 @@ class TestOneJob:
         _localized(lab, job.name, fault, ("comm_hang",), before, HANG_TIMEOUT)
 
 
-@pytest.mark.xfail(strict=True, reason=ENGINE_BUG)
 def test_crash_is_localized_to_the_killed_rank(lab):
     # SIGKILL of rank 3: its peers' calls fail (gloo: connection closed by peer) and the
     # torchruns stop the job. Those waiting for it, or failing because of it, point at it: an
