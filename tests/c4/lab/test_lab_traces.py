@@ -8,43 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.engine import ConnRecords, Engine
+from diagnosis.engine import Engine
 from diagnosis.report import FaultReport
 from diagnosis.topology import Topology
-from diagnosis.trace.reader import GroupInfo, RankInfo, read_trace
-from proto.codec import Columns
+from tests.support.replay import replay_live
 
 FIXTURES = Path(__file__).parent / "fixtures"
-STEP_NS = 250_000_000   # the daemon's clock runs on while the data falls silent
 
 
 def _replay(path: Path, tail_s: float) -> list[FaultReport]:
-    """Every report change while feeding ``path`` in small blocks, the clock advanced after
-    each and through silences, then ``tail_s`` seconds on."""
-    engine = Engine(Topology.load(FIXTURES / "lab4x2_topology.json"))
-    out: list[FaultReport] = []
-    for item in read_trace(path, block_bytes=4096):
-        if isinstance(item, RankInfo):
-            engine.add_rank(item.rank, item.host, item.gpu, item.nic)
-        elif isinstance(item, GroupInfo):
-            engine.add_group(item.pg, item.ranks)
-        elif isinstance(item, Columns | ConnRecords):
-            first = int(item.columns["t_enter_ns"].min()) if isinstance(item, Columns) \
-                else int(item.t_start_ns.min())
-            now = engine.now_ns
-            while now and now + STEP_NS < first:
-                now += STEP_NS
-                out += engine.advance(now)
-            if isinstance(item, Columns):
-                engine.add_ops(item)
-            else:
-                engine.add_conns(item)
-            out += engine.advance(engine.now_ns)
-    now = engine.now_ns
-    for _ in range(int(tail_s * 1e9) // STEP_NS):
-        now += STEP_NS
-        out += engine.advance(now)
-    return out
+    return replay_live(Engine(Topology.load(FIXTURES / "lab4x2_topology.json")), path, tail_s)
 
 
 def _named(reports: list[FaultReport], kinds: set[str], accept: set[tuple[str, str]]) -> bool:

@@ -7,12 +7,10 @@ import gzip
 import json
 from pathlib import Path
 
-from diagnosis.engine import ConnRecords, Engine
-from diagnosis.report import FaultReport
+from diagnosis.engine import Engine
 from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
-from diagnosis.trace.reader import GroupInfo, RankInfo, read_trace
-from proto.codec import Columns
+from tests.support.replay import replay_live
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -24,36 +22,6 @@ def test_compute_before_one_of_several_calls_per_step_is_noncomm_slow():
     reports, _ = feed_trace(Engine(), FIXTURES / "demo_slow_rank3.jsonl.gz")
     assert [r.kind for r in reports] == ["noncomm_slow"]
     assert reports[0].suspects[0].rank == 3
-
-
-def _live(engine: Engine, path: Path, tail_s: float = 0.0) -> list[FaultReport]:
-    """Feed a trace as the live daemon sees it: small blocks, the clock advanced after each and,
-    where the data falls silent, in steps of 250 ms (the daemon's clock runs on). Returns every
-    report change."""
-    step = 250_000_000
-    out: list[FaultReport] = []
-    for item in read_trace(path, block_bytes=4096):
-        if isinstance(item, RankInfo):
-            engine.add_rank(item.rank, item.host, item.gpu, item.nic)
-        elif isinstance(item, GroupInfo):
-            engine.add_group(item.pg, item.ranks)
-        elif isinstance(item, (Columns, ConnRecords)):
-            first = int(item.columns["t_enter_ns"].min()) if isinstance(item, Columns) \
-                else int(item.t_start_ns.min())
-            now = engine.now_ns
-            while now and now + step < first:
-                now += step
-                out += engine.advance(now)
-            if isinstance(item, Columns):
-                engine.add_ops(item)
-            else:
-                engine.add_conns(item)
-            out += engine.advance(engine.now_ns)
-    now = engine.now_ns
-    for _ in range(int(tail_s * 1e9) // step):
-        now += step
-        out += engine.advance(now)
-    return out
 
 
 def _until(src: Path, dst: Path, t_ns: int) -> Path:
@@ -75,7 +43,7 @@ def test_frozen_rank_in_2d_groups_is_named_not_the_ranks_waiting_for_it(tmp_path
     topology = Topology.load(FIXTURES / "lab2d_topology.json")
     freeze = 1795318560579251000            # when the freezer was applied (lab state)
     before_teardown = _until(path, tmp_path / "frozen.jsonl", freeze + 2_000_000_000)
-    changes = _live(Engine(topology), before_teardown, tail_s=15.0)
+    changes = replay_live(Engine(topology), before_teardown, tail_s=15.0)
     hangs = [r for r in changes if r.kind in ("noncomm_hang", "comm_hang", "error")]
     assert hangs, "the hang was not reported"
     assert all(r.kind == "noncomm_hang" for r in hangs)
@@ -90,7 +58,7 @@ def test_teardown_after_a_hang_files_no_error():
     path = FIXTURES / "lab2d_frozen_teardown.jsonl.gz"
     topology = Topology.load(FIXTURES / "lab2d_topology.json")
     engine = Engine(topology)
-    changes = _live(engine, path, tail_s=30.0)
+    changes = replay_live(engine, path, tail_s=30.0)
     assert not [r for r in changes if r.kind == "error"]
     assert engine.teardown.dropped, "the teardown's errors were never considered"
     reports, _ = feed_trace(Engine(topology), path)
@@ -101,6 +69,6 @@ def test_local_teardown_files_no_error():
     # 4 local ranks killed at the end of a demo: they stop at slightly different times, so
     # some calls were completed by part of the ranks only ("stopped reporting")
     engine = Engine()
-    changes = _live(engine, FIXTURES / "local_teardown.jsonl.gz", tail_s=20.0)
+    changes = replay_live(engine, FIXTURES / "local_teardown.jsonl.gz", tail_s=20.0)
     assert not [r for r in changes if r.kind == "error"]
     assert engine.teardown.dropped
