@@ -28,6 +28,9 @@ class ConnWindow:
         self.changed: list[int] = []    # keys that are new or changed path since last synced
         self.last_end = np.zeros(0, dtype=np.int64)   # last time a transfer of the key finished
         self.last_seq = np.zeros(0, dtype=np.int64)   # highest seq of a finished transfer (-1)
+        self.last_dur = np.zeros(0, dtype=np.int64)   # how long its last finished transfer took
+        self.last_bytes = np.zeros(0, dtype=np.int64)  # what its last two finished transfers
+        self.prev_bytes = np.zeros(0, dtype=np.int64)  # carried (0: none)
         # open transfers: key, start, pg id, seq
         self.open_key = np.zeros(0, dtype=np.int64)
         self.open_start = np.zeros(0, dtype=np.int64)
@@ -61,6 +64,10 @@ class ConnWindow:
             self.pg = np.r_[self.pg, new_pg]
             self.last_end = np.r_[self.last_end, np.full(len(new_src), -1, dtype=np.int64)]
             self.last_seq = np.r_[self.last_seq, np.full(len(new_src), -1, dtype=np.int64)]
+            zeros = np.zeros(len(new_src), dtype=np.int64)
+            self.last_dur = np.r_[self.last_dur, zeros]
+            self.last_bytes = np.r_[self.last_bytes, zeros]
+            self.prev_bytes = np.r_[self.prev_bytes, zeros]
         return ids[inv]
 
     def add(self, recs: ConnRecords, pg_ids: np.ndarray) -> None:
@@ -95,6 +102,8 @@ class ConnWindow:
             return
         np.maximum.at(self.last_end, key[done], recs.t_end_ns[done])
         np.maximum.at(self.last_seq, key[done], recs.seq[done])
+        self._remember_last(key[done], recs.bytes[done],
+                            np.maximum(recs.t_end_ns[done] - recs.t_start_ns[done], 0))
         # only transfers of a known call measure the network: an interval of sampled socket
         # counters (no pg/seq) moves as much as the job asks for, not as much as it could
         timed = done & (recs.seq >= 0)
@@ -104,6 +113,18 @@ class ConnWindow:
         dur = np.maximum(end - start[timed], 1).astype(np.float64)
         per_byte = dur / np.maximum(recs.bytes[timed], 1)
         self.bank.add(k, per_byte, end)
+
+    def _remember_last(self, key: np.ndarray, nbytes: np.ndarray, dur: np.ndarray) -> None:
+        """Per key, the duration and bytes of its latest finished transfer and the bytes of the
+        one before (rows arrive in time order; a key may recur within a batch)."""
+        order = np.argsort(key, kind="stable")
+        k, b, d = key[order], nbytes[order], dur[order]
+        new = np.r_[True, k[1:] != k[:-1]]
+        last = np.r_[new[1:], True]
+        before = np.where(new, self.last_bytes[k], np.r_[0, b[:-1]])
+        self.prev_bytes[k[last]] = before[last]
+        self.last_bytes[k[last]] = b[last]
+        self.last_dur[k[last]] = d[last]
 
     def _effective_start(self, recs: ConnRecords, pg_ids: np.ndarray) -> np.ndarray:
         """A transfer cannot start before both ends entered the operation it belongs to: measure

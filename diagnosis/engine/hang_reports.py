@@ -302,11 +302,12 @@ class HangReports:
         if self._comm_hang_memo is not None and self._comm_hang_memo[0] == memo:
             suspects, how = self._comm_hang_memo[1]
         else:
-            # a transfer cannot begin before its call's last member entered: traffic that
-            # finished before that proves nothing about the stuck call's path
+            # a transfer cannot begin before its call's last member entered, and a component
+            # may die while it runs: only traffic that finished after the stuck call would
+            # normally have ended proves its path alive
+            since = min(x.last + self.timing.settle(x.group) for x in stuck)
             suspects, how = self.localizer.comm_hang(self.conns if keys else None, groups, keys,
-                                                     min(x.last for x in stuck),
-                                                     self.timing.last_end)
+                                                     since, self.timing.last_end)
             self._comm_hang_memo = (memo, (suspects, how))
         pg = self.arena.pg_of[s.group]
         name = self.label(s.group)

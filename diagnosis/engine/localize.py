@@ -259,26 +259,39 @@ class Localizer:
         return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),
                 "no connection records to localize the transfer")
 
+    @staticmethod
+    def _stalled_by(win: ConnWindow, sel: np.ndarray) -> int:
+        """The latest moment by which the stuck transfers (rows ``sel`` of the open ones)
+        surely stopped moving. A component may die half-way through a transfer, so traffic that
+        finished after the stuck one began proves nothing by itself; traffic that finished after
+        it stopped proves its path alive. It stopped before it would normally have ended (its
+        connection's last duration), and before any transfer of the same call that ended short
+        of its usual bytes: that one ran dry because the stuck one stopped feeding it (a ring
+        forwards what it receives)."""
+        keys = win.open_key[sel]
+        by = int((win.open_start[sel] + win.last_dur[keys]).min())
+        starved = np.zeros(len(win), dtype=bool)
+        for pg, seq in set(zip(win.pg[keys].tolist(), win.open_seq[sel].tolist())):
+            if pg >= 0 and seq >= 0:
+                starved |= (win.pg == pg) & (win.last_seq == seq)
+        starved &= win.last_bytes < 0.9 * win.prev_bytes
+        starved[keys] = False
+        if starved.any():
+            # (by its own host's clock, which may put it before the stuck one began)
+            by = min(by, int(win.last_end[starved].min()))
+        return by
 
     def _hang_conns(self, win: ConnWindow, stuck_keys: list[int]) -> tuple[list[Suspect], str]:
         """Stuck transfers onto their paths: the components that explain the most of them and
-        that no transfer finishing after the first of them began crossed. Components explaining
-        exactly the same stuck transfers (a single stuck transfer: both its ends) are scored by
-        how long each had been silent before it (equal spans, e.g. a NIC and its cable, or two
-        components never seen alive: equal scores). The other uncleared components of the stuck
-        paths follow, by how many stuck transfers cross them, so that the far end of a stuck
-        connection stays in view; the sending GPUs come last."""
+        that no transfer finishing after they stopped moving (:meth:`_stalled_by`) crossed.
+        They are scored by how long each had been silent before then (a single stuck transfer:
+        both its ends; equal spans, e.g. a NIC and its cable, or two components never seen
+        alive: equal scores), the senders as if stalled by themselves (GPU or software). The
+        other uncleared components of the stuck paths follow, by how many stuck transfers cross
+        them, so that the far end of a stuck connection stays in view."""
         sel = np.isin(win.open_key, stuck_keys)
-        # traffic that finished after a stuck transfer began proves its path alive then; traffic
-        # that finished before it began proves nothing (the component may have died in between).
-        # Transfers of the stuck call itself (or a later call of its communicator) ran with it
-        # whatever the hosts' clocks say: a short one may end, by another host's clock, before
-        # the stuck one began
-        first = int(win.open_start[sel].min())
-        proven = win.last_end > first
-        for pg, seq in set(zip(win.pg[win.open_key[sel]].tolist(), win.open_seq[sel].tolist())):
-            if pg >= 0 and seq >= 0:
-                proven |= (win.pg == pg) & (win.last_seq >= seq)
+        stalled = self._stalled_by(win, sel)
+        proven = win.last_end >= stalled
         moved = np.flatnonzero(proven)
         clear = [self.key_sets(win, int(k))[1] for k in moved]
         obs = [o for o in (self.key_sets(win, k)[0] for k in stuck_keys) if o]
@@ -289,33 +302,37 @@ class Localizer:
             return (self.placement.suspects(srcs, [0.6] * len(srcs)),
                     f"{n} transfer(s) stopped while the rest of the path kept moving")
         alive = self._last_alive(win)
-        out: list[Suspect] = []
-        named: set[Component] = set()
+        # the odds of each explanation: a component failing at a constant rate died within the
+        # time it was silent before the transfers stopped (a NIC and its cable: equal odds); a
+        # sender that stalled by itself (GPU or software) is weighed as a component dying
+        # within half of a stuck transfer's normal run
+        odds: dict[Component, float] = {}
         for e in found:
-            # equally explaining components still differ in how long each has been silent: a
-            # component that carried a finished transfer shortly before the stuck one began had
-            # little time to die in; at a constant failure rate the odds are the silent spans
-            span = {c: first - alive.get(c, win.first_ns) for c in e.components}
-            top = max(max(span.values()), 1)
             score = float(min(max(e.score, 0.05), 1.0))
             for c in e.components:
-                out.append(Suspect(c.type, c.id, round(score * max(span[c], 1) / top, 4)))
-                named.add(c)
+                odds[c] = max(odds.get(c, 0.0),
+                              score * max(stalled - alive.get(c, win.first_ns), 1))
+        sender = 0.5 * max(int(win.last_dur[win.open_key[sel]].max()),
+                           stalled - int(win.open_start[sel].min()), 1)
+        top = max(max(odds.values()), sender)
+        out = [Suspect(c.type, c.id, round(o / top, 4)) for c, o in odds.items()]
         cleared: set[Component] = set().union(*clear) if clear else set()
         count: dict[Component, int] = {}
         for o in obs:
             for c in o:
-                if c not in named and c not in cleared:
+                if c not in odds and c not in cleared:
                     count[c] = count.get(c, 0) + 1
         low = min(x.score for x in out)
         rest = sorted(count, key=lambda c: (-count[c], KIND_ORDER.get(c.type, 9),
                                             alive.get(c, -1), c.id))
         out += [Suspect(c.type, c.id, round(0.5 * low * count[c] / len(obs), 4)) for c in rest]
+        gpu = round(sender / top, 4)
+        out += self.placement.suspects(srcs, [gpu] * len(srcs))
         out.sort(key=lambda x: (-x.score, KIND_ORDER.get(x.type, 9), x.id))
-        tail = 0.5 * min(x.score for x in out)
-        out += [Suspect(x.type, x.id, round(tail, 4), rank=x.rank)
-                for x in self.placement.suspects(srcs, [tail] * len(srcs))]
-        if len(found) == 1 and len(found[0].components) > 1:
+        if out[0].type in ("gpu", "rank", "host"):
+            how = (f"{n} transfer(s) stopped moving while every component on their paths had "
+                   "carried traffic shortly before: the sender more likely stalled")
+        elif len(found) == 1 and len(found[0].components) > 1:
             how = (f"{n} transfer(s) stopped moving; {len(found[0].components)} components "
                    "lie on exactly the stuck paths, the one silent longest named first")
         else:

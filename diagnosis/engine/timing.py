@@ -17,6 +17,7 @@ class GroupTiming:
     def __init__(self, arena: Arena, config: EngineConfig) -> None:
         self.arena, self.cfg = arena, config
         self.span = np.zeros((0, _K))
+        self.tail = np.zeros((0, _K))     # from the last entry to the last exit
         self.period = np.zeros((0, _K))
         self.count = np.zeros(0, dtype=np.int64)
         self.last_first = np.zeros(0, dtype=np.int64)
@@ -34,6 +35,7 @@ class GroupTiming:
             return
         grow = max(G, 2 * cap, 64) - cap
         self.span = np.vstack([self.span, np.full((grow, _K), np.nan)])
+        self.tail = np.vstack([self.tail, np.full((grow, _K), np.nan)])
         self.period = np.vstack([self.period, np.full((grow, _K), np.nan)])
         self.count = np.r_[self.count, np.zeros(grow, dtype=np.int64)]
         self.last_first = np.r_[self.last_first, np.full(grow, -1, dtype=np.int64)]
@@ -65,6 +67,7 @@ class GroupTiming:
         occ = np.arange(len(g)) - np.repeat(firsts, np.diff(np.r_[firsts, len(g)]))
         col = (self.count[g] + occ) % _K
         self.span[g, col] = span
+        self.tail[g, col] = np.where(np.isnan(span), np.nan, (end_max - last).astype(np.float64))
         self.period[g, col] = period
         np.add.at(self.count, g, 1)
         tail = np.r_[~same[1:], True]
@@ -90,6 +93,14 @@ class GroupTiming:
                     self.xkey_group.append(t[0])
                 ids[i] = kid
             self.xfer.add(ids[inv.ravel()], xfer[ok] / nbytes[ok], end_max[ok])
+
+    def settle(self, group: int) -> int:
+        """How long a call of the communicator normally runs after its last member entered
+        (median; 0 without history)."""
+        self._ensure(len(self.arena))
+        row = self.tail[group]
+        row = row[~np.isnan(row)]
+        return int(np.median(row)) if len(row) else 0
 
     def bound(self, groups: np.ndarray) -> np.ndarray:
         """The hang bound (ns) of each communicator: a multiple of its longest normal span plus

@@ -108,6 +108,12 @@ class Simulation:
         self.congestion_log: list[dict] = []
         # when a hang actually happened (relative ns): ("rank", r) or ("fault", index)
         self.events: dict[tuple[str, int], float] = {}
+        # a dead NIC or link dies at a moment inside its onset iteration (relative ns): transfers
+        # crossing it that are still in flight then, or start later, never end
+        self.death: dict[int, float] = {}
+        self.drng = np.random.default_rng([cfg.seed, 5])
+        self.dead_mask = {n: self.conns.crossing(f.links) for n, f in enumerate(self.faults)
+                          if f.kind.startswith("dead_")}
         self.done = False
 
     # ----- public ---------------------------------------------------------------------------
@@ -147,6 +153,7 @@ class Simulation:
         self.iteration_start.append(cfg.t0_ns + int(finite.min()))
         active = [f for f in self.faults if f.active(i)]
         onset_now = [f for f in self.faults if f.onset == i]
+        self._deaths(i, onset_now)
 
         mult = self.speed * (cfg.warmup[i] if i < len(cfg.warmup) else 1.0)
         mult = mult * np.exp(rng.normal(0.0, cfg.iteration_jitter))
@@ -199,17 +206,47 @@ class Simulation:
         for n, (f, seen) in enumerate(zip(self.faults, self.seen)):
             if f.active(i) and len(c["conn"]):
                 idx = c["conn"].astype(np.int64)
-                seen[idx] = True
-                stuck = ~np.isfinite(c["t_end_ns"]) & np.isin(idx, np.flatnonzero(
-                    self.conns.crossing(f.links))) if f.kind.startswith("dead_") else None
-                if stuck is not None and stuck.any():
-                    self.events.setdefault(("fault", n), float(c["t_start_ns"][stuck].min()))
+                died = self.death.get(n)
+                # a transfer that ended before the component died saw it healthy
+                seen[idx[c["t_end_ns"] > died] if died is not None else idx] = True
+                if died is None:
+                    continue
+                stuck = ~np.isfinite(c["t_end_ns"]) & self.dead_mask[n][idx]
+                if stuck.any():
+                    self.events.setdefault(("fault", n),
+                                           max(float(c["t_start_ns"][stuck].min()), died))
         if not cfg.conns:
             c = {k: v[:0] for k, v in c.items()}
         return self._finish(i, ops.columns(), c)
 
+    def _deaths(self, i: int, onset_now: list[faultmod.Fault]) -> None:
+        """Pick the moment each dead fault starting now strikes: uniformly within this
+        iteration (its length guessed from the previous one), so that transfers already done
+        that iteration saw the component healthy and one in flight stops half-way."""
+        starts = self.iteration_start
+        span = starts[-1] - starts[-2] if len(starts) > 1 else 0.0
+        for f in onset_now:
+            if f.kind.startswith("dead_"):
+                n = self.faults.index(f)
+                self.death[n] = starts[-1] - self.cfg.t0_ns + float(self.drng.uniform(0, span))
+
+    def _cut(self, conn: np.ndarray, start: np.ndarray, dur: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """``dur`` with every transfer that crosses a component dead before it would end made
+        endless, and when each such transfer stopped moving (+inf for the others)."""
+        stall = np.full(np.shape(dur), np.inf)
+        for n, died in self.death.items():
+            hit = self.dead_mask[n][conn] & (start + dur > died)
+            if hit.any():
+                dur = np.where(hit, np.inf, dur)
+                stall = np.where(hit, np.minimum(stall, np.maximum(start, died)), stall)
+        return dur, stall
+
     def _bandwidth(self, active: list[faultmod.Fault], i: int) -> np.ndarray:
-        net = [f for f in active if f.network]
+        # a dead component dies mid-iteration (see _cut): until then it carries traffic at full
+        # rate, so it only zeroes bandwidth from the iteration after its onset
+        net = [f for f in active if f.network and not (f.kind.startswith("dead_")
+                                                       and f.onset == i)]
         self._congest(i)
         key = tuple(sorted(self.faults.index(f) for f in net))
         bw = self._bw_cache.get(key) if not self.congestion else None
@@ -276,7 +313,8 @@ class Simulation:
         c = block + (np.arange(D)[:, None] * (P - 1) + lo) * T + np.arange(T)[None, :]
         with np.errstate(divide="ignore"):
             dur = cfg.p2p_bytes / self.bw[c] * self._jit(c.shape, cfg.net_jitter)
-        end = start + dur + cfg.latency_us * 1e3
+        dur, _ = self._cut(c, start, dur + cfg.latency_us * 1e3)
+        end = start + dur
         src, dst = self.ranks3[:, s, :], self.ranks3[:, to, :]
         pg = self.pp_g[:, s, :]
         ops.add(src.size, rank=src, pg=pg, seq=seq, op=SEND, nbytes=cfg.p2p_bytes,
@@ -300,10 +338,13 @@ class Simulation:
         with np.errstate(divide="ignore"):
             dur = per_conn / bw * self._jit(bw.shape, cfg.net_jitter)
         dur = dur + 2 * (D - 1) * cfg.latency_us * 1e3
+        normal = dur
+        dur, stall = self._cut(self.conns.dp0 + self.ranks3, start, dur)
         failed = np.zeros(self.shape, dtype=bool)
         for f in onset_now:
             if f.kind in ("comm_hang", "error"):
                 dur.reshape(-1)[f.rank] = np.inf
+                stall.reshape(-1)[f.rank] = start.reshape(-1)[f.rank]
                 self.events.setdefault(("rank", f.rank), float(start.reshape(-1)[f.rank]))
             if f.kind == "error":
                 failed.reshape(-1)[f.rank] = True
@@ -315,8 +356,8 @@ class Simulation:
         nbytes = np.full(self.shape, per_conn)
         t_end = start + dur
         for p, t in zip(*np.nonzero(~np.isfinite(dur).all(axis=0))):
-            self._stalled_ring(nbytes[:, p, t], t_end[:, p, t], dur[:, p, t], start[0, p, t],
-                               bw[:, p, t], failed[:, p, t])
+            self._stalled_ring(nbytes[:, p, t], t_end[:, p, t], dur[:, p, t], normal[:, p, t],
+                               start[0, p, t], float(stall[:, p, t].min()), failed[:, p, t])
         keep = self.conns.inter[self.conns.dp0:self.conns.dp0 + self.lay.world]
         keep = keep.reshape(self.shape) & np.isfinite(start) & (nbytes > 0)
         cons.add(int(keep.sum()), conn=self.conns.dp0 + self.ranks3[keep], bytes=nbytes[keep],
@@ -326,19 +367,25 @@ class Simulation:
         return out
 
     def _stalled_ring(self, nbytes: np.ndarray, t_end: np.ndarray, dur: np.ndarray,
-                      start: float, bw: np.ndarray, failed: np.ndarray) -> None:
-        """A ring with a stuck connection: each other connection forwards only the chunks that
-        reach it without crossing the stuck one, then idles (its transfers completed); the stuck
-        one keeps its bytes in flight (no end). A failed rank's connections carry nothing."""
+                      normal: np.ndarray, start: float, stall: float,
+                      failed: np.ndarray) -> None:
+        """A ring whose stuck connection stopped moving at ``stall``: until then every
+        connection moved at its normal pace; after it, each other one forwards only the chunks
+        that reach it without crossing the stuck one, then idles (its transfer completed, short
+        of bytes, unless it would have finished by then anyway); the stuck one keeps its bytes
+        in flight (no end). A failed rank's connections carry nothing."""
         D = len(nbytes)
         stuck = np.flatnonzero(~np.isfinite(dur))
         chunk = self.cfg.dp_bytes / D
+        full = nbytes.copy()
         for j in range(D):
-            if j in stuck:
+            if j in stuck or not np.isfinite(stall):
                 continue
             k = min((j - d) % D for d in stuck)
-            nbytes[j] = k * chunk
-            t_end[j] = start + k * chunk / bw[j] if bw[j] > 0 else np.inf
+            done = stall + k * chunk * normal[j] / full[j] if full[j] > 0 else stall
+            if done < start + normal[j]:
+                nbytes[j] = min(full[j], (stall - start) / normal[j] * full[j] + k * chunk)
+                t_end[j] = done
         for j in np.flatnonzero(failed):
             nbytes[j] = 0
             nbytes[(j - 1) % D] = 0

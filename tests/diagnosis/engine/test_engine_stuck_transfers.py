@@ -50,10 +50,11 @@ def write_job(w: TraceWriter, p2p: list[tuple[str, int, int]], dead: int | None,
             w.op(r, "dp", it, "all_reduce", 4 << 20, t + r * 10_000, None if stuck else t + 10 * MS)
         for s, d in RING:
             # a ring with a dead member: the connections into and out of it stay open, the
-            # others forward what reaches them and finish
+            # others forward what reaches them (a chunk) and finish
             hit = stuck and dead in (s, d)
             if conns:
-                w.conn(s, d, 3 << 20, t + 50_000, None if hit else t + (4 if stuck else 9) * MS,
+                w.conn(s, d, (1 if stuck else 3) << 20, t + 50_000,
+                       None if hit else t + (4 if stuck else 9) * MS,
                        pg="dp", seq=it, path=[nic(s), "switch0", nic(d)])
         if stuck:
             w.end(t + 60_000 * MS)
@@ -136,9 +137,10 @@ def test_equally_silent_ends_tie(tmp_path):
 
 def test_transfers_of_the_stuck_call_clear_whatever_the_clocks(tmp_path):
     # rank 0's transfer to 1 in the all-reduce sticks (its own transport, not the network).
-    # Rank 1's transfer to 2 in the same call sends its one chunk and ends; by host 1's clock,
-    # 0.3 ms behind host 0's, it ended before the stuck one began. It still ran with it: NIC 1
-    # is cleared, and nothing on the path is left to blame but the sender
+    # Rank 1's transfer to 2 in the same call sends its one chunk and ends, short of its usual
+    # bytes: it ran dry because the stuck one stopped. By host 1's clock, 0.3 ms behind host
+    # 0's, it ended before the stuck one began. NIC 1 is still cleared, and nothing on the
+    # path is left to blame but the sender
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path) as w:
         for r in range(4):
@@ -150,14 +152,46 @@ def test_transfers_of_the_stuck_call_clear_whatever_the_clocks(tmp_path):
             for r in range(4):
                 w.op(r, "dp", it, "all_reduce", 4 << 20, t, None if stuck else t + 10 * MS)
             for s, d in RING:
-                start, end = t, t + 9 * MS
+                start, end, nbytes = t, t + 9 * MS, 3 << 20
                 if stuck and s == 0:
                     start, end = t + 300_000, None
                 elif stuck and s == 1:
-                    end = t + 100_000
-                w.conn(s, d, 3 << 20, start, end, pg="dp", seq=it,
+                    end, nbytes = t + 100_000, 1 << 20
+                w.conn(s, d, nbytes, start, end, pg="dp", seq=it,
                        path=[nic(s), "switch0", nic(d)])
         w.end(T0 + HANG * 100 * MS + 60_000 * MS)
     reports, _ = feed_trace(Engine(single_switch(4)), path)
     assert [r.kind for r in reports] == ["comm_hang"]
     assert ids(reports[0], 1) == [("gpu", "node000/gpu0")]
+
+
+def test_a_nic_dying_half_way_through_the_stuck_transfer_stays_a_suspect(tmp_path):
+    # 0>1 usually takes 2 ms. In iteration HANG, 2>0 ends over NIC 0 0.5 ms after 0>1 began
+    # and 3>1 over NIC 1 0.3 ms after; then NIC 0 dies and 0>1 never ends. Neither later
+    # transfer proves its NIC alive after 0>1 should have ended: both NICs stay the top
+    # suspects, NIC 0 (silent 1.5 ms before then) and NIC 1 (1.7 ms) almost even, and the sender
+    # (weighed as a component dying within half of 0>1's usual run) comes after them
+    path = tmp_path / "trace.jsonl"
+    with TraceWriter(path) as w:
+        for r in range(4):
+            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        for pg, s, d in (("pp", 0, 1), ("qq", 2, 0), ("rr", 3, 1)):
+            w.group(pg, [s, d])
+        for it in range(HANG + 1):
+            t = T0 + it * 100 * MS
+            stuck = it == HANG
+            for pg, s, d, start, end in (("qq", 2, 0, t - MS, t + MS // 2),
+                                         ("rr", 3, 1, t - MS, t + 3 * MS // 10),
+                                         ("pp", 0, 1, t, None if stuck else t + 2 * MS)):
+                w.op(s, pg, it, "send", 1 << 20, start, end, peer=d)
+                w.op(d, pg, it, "recv", 1 << 20, start, end, peer=s)
+                w.conn(s, d, 1 << 20, start, end, pg=pg, seq=it,
+                       path=[nic(s), "switch0", nic(d)])
+        w.end(T0 + HANG * 100 * MS + 60_000 * MS)
+    reports, _ = feed_trace(Engine(single_switch(4)), path)
+    assert [r.kind for r in reports] == ["comm_hang"]
+    r = reports[0]
+    assert set(ids(r, 4)) == {("nic", nic(0)), ("link", f"{nic(0)}~switch0"),
+                              ("nic", nic(1)), ("link", f"{nic(1)}~switch0")}
+    assert 0.8 < score(r, "nic", nic(0)) / score(r, "nic", nic(1)) < 0.95
+    assert score(r, "gpu", "node000/gpu0") < score(r, "nic", nic(0))

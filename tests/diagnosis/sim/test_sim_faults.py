@@ -15,6 +15,7 @@ from diagnosis.sim import FaultSpec, SimError
 BASE = {"gpus": 128, "iterations": 9, "microbatches": 2, "seed": 11, "gc_rate": 0.0,
         "checkpoint_every": 0, "congestion_rate": 0.0, "iteration_jitter": 0.0}
 ONSET = 5
+BASE_MB = BASE["microbatches"]
 
 
 def sim(tmp_path, *faults: str, **kw) -> Trace:
@@ -183,6 +184,26 @@ def test_dead_nic_hangs_its_connections(tmp_path):
     for e in tr.truth["faults"][0]["equivalent"]:
         assert all(e["id"] in (c["path"] if e["type"] != "link" else links(c["path"]))
                    for c in open_conns)
+
+
+def test_dead_nic_dies_at_a_moment_inside_its_onset_iteration(tmp_path):
+    # transfers of the onset iteration across the NIC that ended before it died completed;
+    # none across it ends after (clocks: each host's skew, at most 0.2 ms either way); over a
+    # few seeds some did, so the death is not at the iteration's start
+    skew = 400_000
+    inside = 0
+    for seed in (1, 2, 3, 4):
+        tr = sim(tmp_path / str(seed), f"dead_nic:auto@{ONSET}", gpus=128, iterations=7,
+                 seed=seed)
+        f = tr.truth["faults"][0]
+        nic, event = f["component"]["id"], f["event_ns"]
+        assert f["onset_ns"] <= event
+        done = [c for c in tr.conns if nic in c["path"] and c.get("t_end_ns") is not None]
+        assert max(c["t_end_ns"] for c in done) <= event + skew
+        # (dp calls count iterations; pipeline calls count microbatches)
+        inside += any(c["seq"] >= ONSET * (1 if c["pg"].startswith("dp") else BASE_MB)
+                      for c in done)
+    assert inside
 
 
 def test_rank_hang_leaves_no_op_lines_for_the_hung_rank(tmp_path):
