@@ -33,6 +33,10 @@ class EngineConfig:
     hang_min_ns: int = 1_000_000_000
     #: Bound used for a communicator with no completed call yet (no history to learn from).
     hang_cold_ns: int = 30_000_000_000
+    #: A receiver heard from (a collector's heartbeat) this long after a send/recv should have
+    #: completed is alive and waiting: the sender's data is stuck on the way. Longer than the
+    #: collectors' heartbeat period, so that a rank frozen in the call is not taken as alive.
+    alive_after_ns: int = 2_500_000_000
 
     # ---- non-communication slow ---------------------------------------------------------------
     #: Smallest excess of a rank's own compute time over its peers', as a fraction of the
@@ -111,7 +115,8 @@ class EngineConfig:
     detect_every_ns: int = 2_000_000_000
 
     def __post_init__(self) -> None:
-        positive_int = ("window", "history", "hang_min_ns", "hang_cold_ns", "slow_min_samples",
+        positive_int = ("window", "history", "hang_min_ns", "hang_cold_ns", "alive_after_ns",
+                        "slow_min_samples",
                         "min_compute_ns", "comm_learn", "comm_min_samples", "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:

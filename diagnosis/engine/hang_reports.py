@@ -170,8 +170,8 @@ class HangReports:
                    and now - s.last > s.bound]
         # everyone entered and nothing finishes: the transfer; some members got out: a member
         # stopped inside the call (the transfer would hold everyone)
-        comm = [s for s in entered if not (s.end >= 0).any()]
-        partial = [s for s in entered if (s.end >= 0).any()]
+        comm = [s for s in entered if not (s.end >= 0).any() or self._in_flight(s)]
+        partial = [s for s in entered if (s.end >= 0).any() and not self._in_flight(s)]
         explained = self.explained()
         roots: dict[int, Stuck] = {}
         for s in sorted(cands, key=lambda s: s.first):
@@ -207,6 +207,18 @@ class HangReports:
                     blamed = set(self.registry.get(fid).evidence.get("culprits", []))
                     self.registry.resolve(fid, now, "explained by an error report"
                                           if blamed & explained else "the waiting call finished")
+
+    def _in_flight(self, s: Stuck) -> bool:
+        """A send/recv whose sender got out (gloo and TCP return once the data is handed to the
+        socket) while its receiver, heard from well after it should have received the data,
+        still waits: the data is stuck on the way, not in a rank."""
+        if not self.arena.p2p[s.group] or len(s.ranks) != 2:
+            return False
+        if s.end[0] < 0 or s.status[0] > 0 or s.enter[1] < 0 or s.end[1] >= 0:
+            return False
+        dst, c = int(s.ranks[1]), self.clock
+        due = max(int(s.end[0]), int(s.enter[1])) + self.timing.settle(s.group)
+        return dst < c.size and int(c.seen[dst]) > due + self.cfg.alive_after_ns
 
     def _silent_first(self, cands: list[Stuck], partial: list[Stuck],
                       explained: set[int]) -> tuple[int, list[int]] | None:
@@ -315,8 +327,13 @@ class HangReports:
         top = suspects[0] if suspects else None
         where = f"{top.type} {top.id}" if top else "an unknown component"
         others = f" (and {len(stuck) - 1} more stuck calls)" if len(stuck) > 1 else ""
-        summary = (f"every member of {name} entered {op} #{s.seq}{others} but it has not "
-                   f"finished for {ms(now - s.last)} ({how}); check {where}")
+        if self._in_flight(s):
+            src, dst = (int(r) for r in s.ranks)
+            summary = (f"{name} #{s.seq}{others}: the data left rank {src} but rank {dst} has "
+                       f"not received it for {ms(now - s.last)} ({how}); check {where}")
+        else:
+            summary = (f"every member of {name} entered {op} #{s.seq}{others} but it has not "
+                       f"finished for {ms(now - s.last)} ({how}); check {where}")
         fid = None
         for old in self.registry.open_ids("comm_hang"):
             fid = old          # one communication hang at a time: later evidence refines it

@@ -163,13 +163,12 @@ class TestOneJob:
         report = _localized(lab, job.name, fault, ("noncomm_hang",), before, HANG_TIMEOUT)
         assert report.suspects[0].id == "node001/gpu1" and report.suspects[0].rank == 3
 
-    @pytest.mark.xfail(strict=False, reason="engine: right when the stuck call began after the "
-                       "cable died, not when it died during the call (fixtures/README.md, "
-                       "dead_link_node003_b); which one happens is down to timing")
     def test_dead_link_is_localized_to_that_link(self, lab, job):
         # node003's only cable goes down: the transfers across it stop where they are and the
         # job hangs (no timeout for half an hour). One stuck transfer cannot tell the cable from
         # the rest of its path: it is named among equals (fixtures/dead_link_node003.jsonl.gz).
+        # The cable may die during a call (fixtures/dead_link_node003_b.jsonl.gz), and a gloo
+        # send returns once its data is in the socket, leaving only the receiver waiting.
         fault, before = _inject(lab, job, "dead-link", "leaf01~node003/nic0")
         assert fault["expected_report"] == "comm_hang"
         _localized(lab, job.name, fault, ("comm_hang",), before, HANG_TIMEOUT)

@@ -1,0 +1,71 @@
+"""A send that returned (gloo and TCP hand the data to the socket) while its receiver waits:
+with the receiver heard from since, the data is stuck on the way (``comm_hang``); on op
+records alone, the receiver is the one that stopped (``noncomm_hang``), as before."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.engine import Engine, EngineConfig
+from proto.codec import OP_COLUMNS, Columns
+
+MS = 1_000_000
+STRINGS = ["a", "p", "all_reduce", "send", "recv", ""]
+A, P, AR, SEND, RECV, DT = range(6)
+
+
+def _cols(rows: list[tuple]) -> Columns:
+    arr = {k: np.array([row[i] for row in rows], dtype=dt)
+           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
+    return Columns(arr, STRINGS)
+
+
+def _row(rank: int, pg: int, seq: int, op: int, enter: int, end: int, peer: int = -1) -> tuple:
+    # rank pg seq op nbytes dtype t_enter t_start t_end status peer
+    return (rank, pg, seq, op, 1 << 20, DT, enter, -1, end, 0, peer)
+
+
+def _stuck_send(heartbeats: bool):
+    """Ranks 0-3 (hosts h0, h1) all-reduce on "a"; rank 1 sends to rank 2 on "p". At step 20
+    rank 1's send returns but rank 2's recv never does; ranks 0, 1, 3 then wait in a #21.
+    ``heartbeats``: every rank is heard each second (collector stats), rank 2 included."""
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+    for r in range(4):
+        eng.add_rank(r, f"h{r // 2}", f"h{r // 2}/gpu{r % 2}")
+    eng.add_group("a", [0, 1, 2, 3])
+    t = 0
+    for seq in range(20):
+        t += 20 * MS
+        eng.add_ops(_cols([_row(1, P, seq, SEND, t, t + 2 * MS, peer=2),
+                           _row(2, P, seq, RECV, t, t + 2 * MS, peer=1)]
+                          + [_row(r, A, seq, AR, t + 3 * MS, t + 5 * MS) for r in range(4)]))
+        eng.advance(t)
+    t += 20 * MS
+    eng.add_ops(_cols([_row(1, P, 20, SEND, t, t + MS // 2, peer=2),
+                       _row(2, P, 20, RECV, t, -1, peer=1)]
+                      + [_row(r, A, 20, AR, t + 3 * MS, -1) for r in (0, 1, 3)]))
+    out = []
+    for k in range(1, 80):
+        now = t + k * 100 * MS
+        if heartbeats and k % 10 == 0:
+            eng.heard(range(4), now)
+        out += eng.advance(now)
+    return [r for r in out if r.kind in ("comm_hang", "noncomm_hang")]
+
+
+def test_receiver_heard_from_while_it_waits_is_a_stuck_transfer():
+    hangs = _stuck_send(heartbeats=True)
+    last = hangs[-1]
+    assert last.kind == "comm_hang" and last.state == "open", [r.summary for r in hangs]
+    assert last.evidence["group"] == "send/recv p:1>2"
+    assert "the data left rank 1 but rank 2 has not received it" in last.summary
+    # the first report, before rank 2 was heard well after the data was due, blamed rank 2;
+    # it is withdrawn
+    assert hangs[0].kind == "noncomm_hang" and hangs[0].evidence["culprits"] == [2]
+    assert [r.state for r in hangs if r.id == hangs[0].id][-1] == "resolved"
+
+
+def test_on_op_records_alone_the_waiting_receiver_is_named():
+    hangs = _stuck_send(heartbeats=False)
+    assert {r.kind for r in hangs} == {"noncomm_hang"}
+    assert hangs[-1].evidence["culprits"] == [2]
