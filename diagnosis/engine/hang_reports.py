@@ -126,13 +126,15 @@ class HangReports:
                 out.add(r)
         return out
 
-    def _file(self, report: FaultReport, now: int) -> None:
-        """File a hang report, unless the whole job stopped at once (see ``teardown``) and the
-        report is new: then it waits until a rank is heard again."""
-        if self._stopped and self.registry.get(report.id) is None:
+    def _file(self, report: FaultReport, now: int) -> str:
+        """File a hang report (a new incident if an earlier one of that id was resolved);
+        returns its id. If the whole job stopped at once (see ``teardown``) and the report is
+        new, it waits until a rank is heard again."""
+        cur = self.registry.get(report.id)
+        if self._stopped and (cur is None or cur.state != "open"):
             self.teardown.hold_hang(report)
-        else:
-            self.registry.put(report, now)
+            return report.id
+        return self.registry.put(report, now, renew=True)
 
     def _all_leaving(self, seen: np.ndarray) -> bool:
         """Every rank heard from said it is exiting: the job was stopped (or ended), whatever
@@ -300,8 +302,7 @@ class HangReports:
                              max(top.first, quiet), summary,
                              pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
                              evidence=evidence, id=fid)
-        self._file(report, now)
-        return fid
+        return self._file(report, now)
 
     def _report_comm_hang(self, stuck: list[Stuck], now: int) -> str:
         stuck = sorted(stuck, key=lambda s: s.last)
@@ -345,8 +346,7 @@ class HangReports:
                                         for k in keys[:16]]}
         report = FaultReport("comm_hang", tuple(suspects), s.last, summary,
                              pg=self.pg_names[pg], seq=s.seq, evidence=evidence, id=fid)
-        self._file(report, now)
-        return fid
+        return self._file(report, now)
 
     def _report_missing(self, s: Stuck, now: int) -> None:
         absent = [r for r in s.absent.tolist() if r not in self.error_ranks]
