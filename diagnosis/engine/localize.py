@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,8 @@ class CommFinding:
     observations: list[str]    # names of the explained observations
     healthy: int               # healthy observations considered
     via: str                   # "connections" or "communicators"
+    ends: list[frozenset[int]] = field(default_factory=list)  # ranks of each explained one
+    sure: bool = True          # its components lie on every candidate path of what it explains
 
 
 class Localizer:
@@ -157,15 +159,17 @@ class Localizer:
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
         slow_idx = np.flatnonzero(slow)
-        obs = [self.key_sets(win, int(k))[0] for k in slow_idx]
-        ok = [i for i, o in enumerate(obs) if o]
+        sets = [self.key_sets(win, int(k)) for k in slow_idx]
+        ok = [i for i, (may, _) in enumerate(sets) if may]
         slow_idx = slow_idx[ok]
-        obs = [obs[i] for i in ok]
-        found, _ = explain(obs, [], self.cfg.comm_purity,
+        sets = [sets[i] for i in ok]
+        found, _ = explain([may for may, _ in sets], [], self.cfg.comm_purity,
                            clearing=self.clearing(win, healthy))
         names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
+        ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in slow_idx]
         return [self._finding(e, slow_idx, names, onset, res.median, int(healthy.sum()),
-                              "connections") for e in found]
+                              "connections", ends, [must for _, must in sets])
+                for e in found]
 
     def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int]) -> list[CommFinding]:
         """Communicators whose transfers turned slow, as observations over their ring pairs."""
@@ -194,18 +198,23 @@ class Localizer:
         g_onset = np.array([first[g] for g in slow_g], dtype=np.int64)
         g_med = np.array([float(np.nanmax(res.median[groups == g])) for g in slow_g])
         names = [self.arena.names[g] for g in slow_g]
-        return [self._finding(e, idx, names, g_onset, g_med, len(clear), "communicators")
-                for e in found]
+        members = [frozenset(self.arena.members[g].tolist()) for g in slow_g]
+        must = [self.group_sets(g)[1] for g in slow_g]
+        return [self._finding(e, idx, names, g_onset, g_med, len(clear), "communicators",
+                              members, must) for e in found]
 
     @staticmethod
     def _finding(e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
-                 median: np.ndarray, healthy: int, via: str) -> CommFinding:
+                 median: np.ndarray, healthy: int, via: str, ends: list[frozenset[int]],
+                 must: list[frozenset[Component]]) -> CommFinding:
         keys = idx[e.explained]
         # the onset most of the explained observations agree on (a single early change point
         # may be noise, or a call that straddled the onset)
         return CommFinding(e, int(np.percentile(onset[keys], 50, method="higher")),
                            1.0 + float(np.median(median[keys])),
-                           [names[i] for i in e.explained], healthy, via)
+                           [names[i] for i in e.explained], healthy, via,
+                           [ends[i] for i in e.explained],
+                           any(all(c in must[i] for i in e.explained) for c in e.components))
 
     def _last_alive(self, win: ConnWindow) -> dict[Component, int]:
         """The last time a transfer surely crossing each component finished."""

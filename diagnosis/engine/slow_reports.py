@@ -23,6 +23,7 @@ class SlowReports:
     def __init__(self, eng: Engine) -> None:
         self.cfg, self.arena, self.placement = eng.cfg, eng.arena, eng.placement
         self.registry, self.pg_names, self.error_ranks = eng.registry, eng.pg_names, eng.error_ranks
+        self._pending: set[str] = set()    # thin comm_slow findings seen in the last pass
 
     def noncomm(self, found: list[SlowRank], now: int) -> None:
         best: dict[int, SlowRank] = {}
@@ -88,10 +89,38 @@ class SlowReports:
                 "median_excess_ms": round(s.excess_ns / 1e6, 3), "samples": s.samples,
                 "late_fraction": round(s.frac, 3), "noise_sigma": round(s.sigma, 4)}
 
+    def _slow_ranks(self) -> set[int]:
+        """Ranks with an open ``noncomm_slow`` report (their own, or their host's)."""
+        out: set[int] = set()
+        for fid in self.registry.open_ids("noncomm_slow"):
+            r = self.registry.get(fid)
+            out.update(s.rank for s in r.suspects if s.rank is not None and s.rank >= 0)
+            out.update(r.evidence.get("ranks", []))
+        return out
+
     def comm(self, findings: list[CommFinding], now: int) -> None:
         current: set[str] = set()
+        pending: set[str] = set()
+        slow_ranks = self._slow_ranks()
         for f in findings:
             comps = f.explanation.components
+            # a slow GPU (or host) is slow at its transfers too (its kernels or, with gloo,
+            # its CPU move the data): traffic that is slow only where it touches one is its
+            # symptom, already reported
+            fid = f"comm_slow:{comps[0].type}:{comps[0].id}" if comps else ""
+            if f.ends and all(e & slow_ranks for e in f.ends):
+                culprits = sorted(set().union(*f.ends) & slow_ranks)
+                self.registry.resolve(fid, now, f"explained by slow rank(s) {culprits}")
+                continue
+            # one slow observation explained only by ECMP alternatives (components on some of
+            # its candidate paths, never surely crossed by healthy traffic): the first sign of
+            # a fault elsewhere on its path as often as of a slow uplink; wait one more pass
+            cur = self.registry.get(fid)
+            if not f.sure and len(f.observations) == 1 and fid not in self._pending \
+                    and (cur is None or cur.state != "open"):
+                pending.add(fid)
+                continue
+            pending.add(fid)
             suspects = []
             for c in comps:
                 if c.type == "rank":
@@ -114,6 +143,7 @@ class SlowReports:
             self.registry.put(FaultReport("comm_slow", tuple(suspects), f.onset_ns, summary,
                                           evidence=evidence, id=fid), now)
             current.add(fid)
+        self._pending = pending
         # slowness that went away was transient (congestion by other traffic): withdraw it; an
         # intermittent fault comes back and re-opens its report
         for old in self.registry.open_ids("comm_slow"):

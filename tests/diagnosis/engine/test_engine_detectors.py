@@ -108,3 +108,16 @@ def test_comm_slow_without_connection_records_uses_communicators(tmp_path):
     assert ("nic", "node005/nic1") in suspects
     # a ring alone cannot tell its members' NICs apart, but it never blames another rail
     assert not any(i.endswith(("nic0", "nic2", "nic3")) for _, i in suspects)
+
+
+def test_transfers_slow_only_where_they_touch_a_slow_gpu_are_its_symptom(tmp_path):
+    # rank 21 (node005/gpu1) computes 30% slower and every transfer of its own (its NIC's) is
+    # slow too, as a throttled GPU's kernels (or, with gloo, a starved CPU) move its data
+    # slower: one fault, reported once, on the GPU
+    _, reports = run(tmp_path, hosts=16, slow_ranks={21: 1.3},
+                     slow_components={"node005/nic1": 2.0})
+    assert [r.kind for r in reports if r.state == "open"] == ["noncomm_slow"]
+    assert top([r for r in reports if r.state == "open"][0]) == ("gpu", "node005/gpu1")
+    for r in reports:
+        if r.kind == "comm_slow":
+            assert "explained by slow rank(s) [21]" in r.evidence.get("resolved", "")
