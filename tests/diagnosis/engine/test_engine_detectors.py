@@ -117,7 +117,7 @@ def test_transfers_slow_only_where_they_touch_a_slow_gpu_are_its_symptom(tmp_pat
     _, reports = run(tmp_path, hosts=16, slow_ranks={21: 1.3},
                      slow_components={"node005/nic1": 2.0})
     assert [r.kind for r in reports if r.state == "open"] == ["noncomm_slow"]
-    assert top([r for r in reports if r.state == "open"][0]) == ("gpu", "node005/gpu1")
+    assert top(next(r for r in reports if r.state == "open")) == ("gpu", "node005/gpu1")
     for r in reports:
         if r.kind == "comm_slow":
             assert "explained by slow rank(s) [21]" in r.evidence.get("resolved", "")
