@@ -155,7 +155,8 @@ class HangReports:
         return f"{name}" if not self.arena.p2p[g] else f"send/recv {name}"
 
     def scan(self, now: int) -> None:
-        scan = scan_open(self.arena, self.timing.bound, now, self._symmetric())
+        scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
+                         self.timing.tail_bound)
         c = self.clock
         seen = c.seen[: c.size]
         # (a transfer that began and stopped moving is a stuck transfer, whatever the silence)
@@ -211,16 +212,18 @@ class HangReports:
                                           if blamed & explained else "the waiting call finished")
 
     def _in_flight(self, s: Stuck) -> bool:
-        """A send/recv whose sender got out (gloo and TCP return once the data is handed to the
-        socket) while its receiver, heard from well after it should have received the data,
-        still waits: the data is stuck on the way, not in a rank."""
-        if not self.arena.p2p[s.group] or len(s.ranks) != 2:
+        """A call every member entered, that some got out of (a send returns once gloo or TCP
+        has its data; a collective's member leaves once it has all it needs) while the others,
+        heard from well after the data was due, still wait inside: the data owed to them is
+        stuck on the way, not in a rank. (A rank frozen inside the call is not heard from.)"""
+        if (s.enter < 0).any() or (s.status > 0).any():
             return False
-        if s.end[0] < 0 or s.status[0] > 0 or s.enter[1] < 0 or s.end[1] >= 0:
+        out, inside = s.end >= 0, s.end < 0
+        if not out.any() or not inside.any():
             return False
-        dst, c = int(s.ranks[1]), self.clock
-        due = max(int(s.end[0]), int(s.enter[1])) + self.timing.settle(s.group)
-        return dst < c.size and int(c.seen[dst]) > due + self.cfg.alive_after_ns
+        due = int(s.end[out].max()) + self.timing.settle(s.group) + self.cfg.alive_after_ns
+        c = self.clock
+        return all(r < c.size and int(c.seen[r]) > due for r in s.ranks[inside].tolist())
 
     def _silent_first(self, cands: list[Stuck], partial: list[Stuck],
                       explained: set[int]) -> tuple[int, list[int]] | None:
@@ -329,9 +332,10 @@ class HangReports:
         where = f"{top.type} {top.id}" if top else "an unknown component"
         others = f" (and {len(stuck) - 1} more stuck calls)" if len(stuck) > 1 else ""
         if self._in_flight(s):
-            src, dst = (int(r) for r in s.ranks)
-            summary = (f"{name} #{s.seq}{others}: the data left rank {src} but rank {dst} has "
-                       f"not received it for {ms(now - s.last)} ({how}); check {where}")
+            done = self.placement.describe_many(s.ranks[s.end >= 0].tolist())
+            wait = self.placement.describe_many(s.ranks[s.end < 0].tolist())
+            summary = (f"{name} #{s.seq}{others}: {done} got out, {wait} still waits for data "
+                       f"that has not arrived for {ms(now - s.last)} ({how}); check {where}")
         else:
             summary = (f"every member of {name} entered {op} #{s.seq}{others} but it has not "
                        f"finished for {ms(now - s.last)} ({how}); check {where}")

@@ -72,10 +72,11 @@ class HangScan:
 
 
 def scan_open(arena: Arena, bounds_of, now: int,
-              symmetric: np.ndarray | None = None) -> HangScan:
+              symmetric: np.ndarray | None = None, tails_of=None) -> HangScan:
     """Every open instance, vectorized; only the few past their bound become Python objects.
     ``symmetric`` (by op id, see ``moved_on``): tell the ranks that moved on from their open
-    rows, which then wait nowhere."""
+    rows, which then wait nowhere. ``tails_of``: the bound of a call every member entered,
+    counted from its last entry (else ``bounds_of`` from the first entry applies to all)."""
     out = HangScan(now)
     slots = arena.open_slots()
     if len(slots) == 0:
@@ -93,6 +94,13 @@ def scan_open(arena: Arena, bounds_of, now: int,
     g = slots // arena.W
     bound = bounds_of(g)
     past = (now - first) > bound
+    if tails_of is not None:
+        last = np.maximum.reduceat(enter, starts)
+        all_in = np.minimum.reduceat(enter, starts) >= 0
+        tail = tails_of(g)
+        quick = all_in & ((now - last) > tail)
+        past |= quick
+        bound = np.where(all_in, np.minimum(bound, tail), bound)
     for i in np.flatnonzero(past | bad).tolist():
         sl = slice(starts[i], starts[i] + n[i])
         e = enter[sl]

@@ -4,6 +4,8 @@ the communication-slow series come from here."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
@@ -102,18 +104,28 @@ class GroupTiming:
         row = row[~np.isnan(row)]
         return int(np.median(row)) if len(row) else 0
 
+    def tail_bound(self, groups: np.ndarray) -> np.ndarray:
+        """The hang bound (ns) of a call every member has entered: a multiple of the longest
+        normal run after the last entry, floored. What the members did between calls no longer
+        matters, so a stall of the whole job some calls ago (which stretched the periods) does
+        not delay it; a communicator without history uses :meth:`bound`."""
+        self._ensure(len(self.arena))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            tail = np.nanmax(self.tail[groups], axis=1)
+        out = np.where(np.isnan(tail), self.bound(groups),
+                       self.cfg.hang_factor * np.nan_to_num(tail, nan=0.0))
+        return np.maximum(out, self.cfg.hang_min_ns).astype(np.int64)
+
     def bound(self, groups: np.ndarray) -> np.ndarray:
         """The hang bound (ns) of each communicator: a multiple of its longest normal span plus
         its longest period, floored; a communicator without history borrows the job's largest."""
         self._ensure(len(self.arena))
         cfg = self.cfg
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                span = np.nanmax(self.span[groups], axis=1)
-                period = np.nanmax(self.period[groups], axis=1)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            span = np.nanmax(self.span[groups], axis=1)
+            period = np.nanmax(self.period[groups], axis=1)
         learnt = cfg.hang_factor * (np.nan_to_num(span, nan=0.0)
                                     + np.nan_to_num(period, nan=0.0))
         known = self.count[groups] > 0

@@ -1,6 +1,7 @@
-"""A send that returned (gloo and TCP hand the data to the socket) while its receiver waits:
-with the receiver heard from since, the data is stuck on the way (``comm_hang``); on op
-records alone, the receiver is the one that stopped (``noncomm_hang``), as before."""
+"""A send that returned (gloo and TCP hand the data to the socket) while its receiver waits, or
+a collective some members got out of while another waits inside: with the waiting rank heard
+from since, the data is stuck on the way (``comm_hang``); on op records alone, the waiting rank
+is the one that stopped (``noncomm_hang``), as before."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_receiver_heard_from_while_it_waits_is_a_stuck_transfer():
     last = hangs[-1]
     assert last.kind == "comm_hang" and last.state == "open", [r.summary for r in hangs]
     assert last.evidence["group"] == "send/recv p:1>2"
-    assert "the data left rank 1 but rank 2 has not received it" in last.summary
+    assert "rank 1 (h0/gpu1) got out, rank 2 (h1/gpu0) still waits for data" in last.summary
     # the first report, before rank 2 was heard well after the data was due, blamed rank 2;
     # it is withdrawn
     assert hangs[0].kind == "noncomm_hang" and hangs[0].evidence["culprits"] == [2]
@@ -69,3 +70,41 @@ def test_on_op_records_alone_the_waiting_receiver_is_named():
     hangs = _stuck_send(heartbeats=False)
     assert {r.kind for r in hangs} == {"noncomm_hang"}
     assert hangs[-1].evidence["culprits"] == [2]
+
+
+def _stuck_inside(heartbeats: bool):
+    """Ranks 0-3 all-reduce on "a" each step; at step 20 ranks 0-2 get out and rank 3 stays
+    inside (its last chunk never arrives), then 0-2 wait in a #21 without it."""
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+    for r in range(4):
+        eng.add_rank(r, f"h{r // 2}", f"h{r // 2}/gpu{r % 2}")
+    eng.add_group("a", [0, 1, 2, 3])
+    t = 0
+    for seq in range(20):
+        t += 20 * MS
+        eng.add_ops(_cols([_row(r, A, seq, AR, t + r * MS // 10, t + 5 * MS) for r in range(4)]))
+        eng.advance(t)
+    t += 20 * MS
+    eng.add_ops(_cols([_row(r, A, 20, AR, t + r * MS // 10, t + 5 * MS) for r in range(3)]
+                      + [_row(3, A, 20, AR, t + MS, -1)]
+                      + [_row(r, A, 21, AR, t + 25 * MS, -1) for r in range(3)]))
+    out = []
+    for k in range(1, 80):
+        now = t + k * 100 * MS
+        if heartbeats and k % 10 == 0:
+            eng.heard(range(4), now)
+        out += eng.advance(now)
+    return [r for r in out if r.kind in ("comm_hang", "noncomm_hang")]
+
+
+def test_member_left_inside_a_collective_while_heard_from_waits_for_stuck_data():
+    hangs = _stuck_inside(heartbeats=True)
+    last = hangs[-1]
+    assert last.kind == "comm_hang" and last.state == "open", [r.summary for r in hangs]
+    assert "rank 3 (h1/gpu1) still waits for data" in last.summary
+
+
+def test_member_left_inside_a_collective_on_op_records_alone_is_named():
+    hangs = _stuck_inside(heartbeats=False)
+    assert {r.kind for r in hangs} == {"noncomm_hang"}
+    assert hangs[-1].evidence["culprits"] == [3]
