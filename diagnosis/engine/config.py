@@ -33,8 +33,12 @@ class EngineConfig:
     hang_min_ns: int = 1_000_000_000
     #: Bound used for a communicator with no completed call yet (no history to learn from).
     hang_cold_ns: int = 30_000_000_000
-    #: A receiver heard from (a collector's heartbeat) this long after a send/recv should have
-    #: completed is alive and waiting: the sender's data is stuck on the way. Longer than the
+    #: How late signs of life may reach the engine after the fact: collectors flush rows and
+    #: stats about once a second and sidecars forward stats once a second. A decision that
+    #: rests on not having heard from a rank waits this long first.
+    evidence_delay_ns: int = 3_000_000_000
+    #: A rank heard from (a collector's heartbeat) this long after the data of a call it waits
+    #: in was due is alive and waiting: the data is stuck on the way. Longer than the
     #: collectors' heartbeat period, so that a rank frozen in the call is not taken as alive.
     alive_after_ns: int = 2_500_000_000
 
@@ -116,6 +120,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         positive_int = ("window", "history", "hang_min_ns", "hang_cold_ns", "alive_after_ns",
+                        "evidence_delay_ns",
                         "slow_min_samples",
                         "min_compute_ns", "comm_learn", "comm_min_samples", "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")

@@ -59,7 +59,7 @@ class Engine:
         self._now = 0
         self._last_detect: int | None = None
         self.error_ranks: set[int] = set()
-        self.teardown = TeardownGate()
+        self.teardown = TeardownGate(self.cfg.evidence_delay_ns)
         self.leaving: set[int] = set()   # ranks whose collectors said their process is exiting
         self._unknown: set[str] = set()
         self._detected_records = -1

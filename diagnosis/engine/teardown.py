@@ -1,9 +1,10 @@
 """Errors that may be a teardown: a launcher stopping a job on purpose (SIGTERM/SIGKILL of every
 rank) ends the last calls with errors and stops the ranks at slightly different times, which looks
 like ranks failing or going missing. Such an error report waits a grace period (the learnt hang
-bound of its communicator) and is dropped when the whole job goes silent within it; it is filed
-as soon as the other ranks are heard more than half the grace later (they kept running: one rank
-died; the ranks of a teardown stop well within that).
+bound of its communicator, plus the time signs of life take to arrive) and is dropped when the
+whole job went silent within the grace; it is filed as soon as the other ranks are heard more than
+half the grace later (they kept running: one rank died; the ranks of a teardown stop well within
+that).
 
 A lone failure that leaves its peers waiting in the failed call (a rank errors and the job hangs
 on it) is still filed when the job then goes silent: a teardown stops the waiters too and fails
@@ -57,7 +58,8 @@ class _Held:
 
 
 class TeardownGate:
-    def __init__(self) -> None:
+    def __init__(self, delay_ns: int = 0) -> None:
+        self.delay_ns = delay_ns      # how late signs of life may arrive (see EngineConfig)
         self.held: dict[str, _Held] = {}
         self.recent: list[int] = []
         self.dropped: list[FaultReport] = []
@@ -107,7 +109,8 @@ class TeardownGate:
                 # the job kept running for longer than a teardown's spread (well within one
                 # bound): a rank really failed
                 out.append(h.report)
-            elif final or now >= h.t + h.grace:
+            elif final or now >= h.t + h.grace + self.delay_ns:
+                # (not before the signs of life of that time had time to arrive)
                 together = int((np.abs(times - h.t) <= h.grace).sum())
                 if h.blocked and together < 2:
                     out.append(h.report)        # a lone failure the job hangs on

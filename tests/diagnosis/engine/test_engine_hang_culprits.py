@@ -279,3 +279,26 @@ def test_stats_heartbeats_tell_the_frozen_rank_from_its_blocked_host_mate():
     assert hangs[-1].evidence["culprits"] == [3] and hangs[-1].state == "open"
     assert hangs[-1].suspects[0].id == "h1/gpu1"
     assert [r.state for r in hangs if r.id == "noncomm_hang:2"][-1] == "resolved"
+
+
+def test_a_crash_is_filed_when_the_others_signs_of_life_arrive_late():
+    # rank 3 dies: 0, 1 and 2 fail a #20 without it. Their next signs of life (collector stats,
+    # about one a second) reach the engine only after the communicator's grace has passed: the
+    # error waits for them instead of being taken for a teardown of the whole job
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2, 3])
+    t = 0
+    for seq in range(20):
+        t += 20 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r, t + 2 * MS) for r in range(4)]))
+        eng.advance(t)
+    t += 20 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t, t + 5 * MS, ERROR) for r in range(3)]))
+    out = []
+    for k in range(1, 10):                  # 0.9 s of silence: well past the 0.1 s grace
+        out += eng.advance(t + k * 100 * MS)
+    eng.heard([0, 1, 2], t + 800 * MS)     # sent 0.8 s after the failure, arrived late
+    for k in range(10, 60):
+        out += eng.advance(t + k * 100 * MS)
+    errors = [r for r in out if r.kind == "error"]
+    assert errors and errors[-1].evidence["culprits"] == [3] and errors[-1].state == "open"
