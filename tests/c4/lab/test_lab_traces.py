@@ -66,6 +66,14 @@ def test_dead_cable_named_among_the_stuck_path():
     assert _named(reports, {"comm_hang"}, CABLE), [r.summary for r in reports]
 
 
+def test_dead_cable_soon_after_a_frozen_rank_is_named_in_seconds():
+    # the frozen-rank test had just stalled the job for ~10 s: the periods it stretched set the
+    # learnt hang bound of group "2" to ~40 s. All of group "2" then entered all_reduce #492
+    # and nothing finished; such a call is judged on its usual run after the last entry
+    reports = _replay(FIXTURES / "dead_link_after_hang.jsonl.gz", tail_s=10)
+    assert _named(reports, {"comm_hang"}, CABLE), [r.summary for r in reports]
+
+
 def test_crashed_rank_named():
     # rank 2 (rank 3's host-mate) entered the failed call and failed first, but its row came
     # after ranks 0 and 1's: the member absent from the failed call is rank 3
