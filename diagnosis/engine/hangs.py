@@ -98,8 +98,7 @@ def scan_open(arena: Arena, bounds_of, now: int,
         last = np.maximum.reduceat(enter, starts)
         all_in = np.minimum.reduceat(enter, starts) >= 0
         tail = tails_of(g)
-        quick = all_in & ((now - last) > tail)
-        past |= quick
+        past |= all_in & ((now - last) > tail)
         bound = np.where(all_in, np.minimum(bound, tail), bound)
     for i in np.flatnonzero(past | bad).tolist():
         sl = slice(starts[i], starts[i] + n[i])
