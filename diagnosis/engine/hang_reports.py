@@ -42,7 +42,7 @@ class HangReports:
         self._errors: dict[tuple[int, int], str] = {}    # failed instance -> its error's id
         self._claims: dict[str, set[int]] = {}           # error id -> its culprits
         self._failed: dict[int, int] = {}                # rank -> entry of its latest failed call
-        self._missing: set[str] = set()                  # error ids of ranks that stopped reporting
+        self._missing: dict[str, int] = {}   # error ids of ranks that stopped reporting -> when
         self._sym = np.zeros(0, dtype=bool)
         self._stopped = False           # the whole job went silent at once (see teardown)
 
@@ -204,6 +204,7 @@ class HangReports:
         if self.cfg.report_missing:
             for s in gone:
                 self._report_missing(s, now)
+            self._heard_again(now)
         for kind in ("noncomm_hang", "comm_hang"):
             for fid in self.registry.open_ids(kind):
                 if fid not in active:
@@ -352,8 +353,22 @@ class HangReports:
                              pg=self.pg_names[pg], seq=s.seq, evidence=evidence, id=fid)
         return self._file(report, now)
 
+    def _heard_again(self, now: int) -> None:
+        """Withdraw "stopped reporting" for ranks that speak again (a frozen process thawed, a
+        collector that reconnected): they were silent, not gone."""
+        c = self.clock
+        for fid, quiet in list(self._missing.items()):
+            ranks = self._claims.get(fid, set())
+            if ranks and all(r < c.size and int(c.seen[r]) > quiet for r in ranks):
+                del self._missing[fid]
+                self._withdraw(fid, now, "the rank(s) report again")
+
     def _report_missing(self, s: Stuck, now: int) -> None:
-        absent = [r for r in s.absent.tolist() if r not in self.error_ranks]
+        c = self.clock
+        done = int(s.end.max())
+        # (a rank heard from after its peers finished the call has not stopped reporting)
+        absent = [r for r in s.absent.tolist() if r not in self.error_ranks
+                  and not (r < c.size and int(c.seen[r]) > done)]
         if not absent:
             return
         name = self.label(s.group)
@@ -367,8 +382,8 @@ class HangReports:
                                                   "stopped_reporting": True},
                              id="error:" + ",".join(map(str, absent[:8])))
         self._claim(report.id, absent)
-        self._missing.add(report.id)
         heard = self.clock.seen[np.asarray(absent, dtype=np.int64)] \
             if max(absent) < self.clock.size else np.asarray([-1])
         quiet = int(heard.max()) if (heard >= 0).all() else s.first
+        self._missing[report.id] = quiet
         self.teardown.hold(report, quiet, self._grace(s.group), absent, blocked=False)

@@ -137,3 +137,23 @@ def test_batch_without_string_table_is_ignored():
     cols.strings = []
     eng.add_ops(cols)
     assert eng.dropped == 1 and eng.finish() == []
+
+
+def test_rank_that_reports_again_is_no_longer_an_error():
+    # rank 2's telemetry stops at seq 20 while its peers go on (its collector frozen); from
+    # seq 40 it speaks again: the "stopped reporting" error is withdrawn
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+    for r, h in ((0, "h0"), (1, "h0"), (2, "h1")):
+        eng.add_rank(r, h)
+    eng.add_group("g", [0, 1, 2])
+    t, out = 0, []
+    for seq in range(60):
+        t += 100 * MS
+        ranks = range(2) if 20 <= seq < 40 else range(3)
+        eng.add_ops(_cols([_row(r, seq, t + r, t + MS) for r in ranks]))
+        out += eng.advance(t)
+    errors = [r for r in out if r.kind == "error"]
+    assert errors and errors[0].evidence["stopped_reporting"] is True
+    assert errors[-1].state == "resolved"
+    assert errors[-1].evidence["resolved"] == "the rank(s) report again"
+    assert not [r for r in eng.reports() if r.state == "open"]
