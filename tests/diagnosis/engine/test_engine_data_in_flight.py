@@ -26,6 +26,18 @@ def _row(rank: int, pg: int, seq: int, op: int, enter: int, end: int, peer: int 
     return (rank, pg, seq, op, 1 << 20, DT, enter, -1, end, 0, peer)
 
 
+def _wait(eng: Engine, t: int, heartbeats: bool) -> list:
+    """Advance 8 s past ``t``, every rank heard each second if ``heartbeats``; the hang
+    reports filed meanwhile."""
+    out = []
+    for k in range(1, 80):
+        now = t + k * 100 * MS
+        if heartbeats and k % 10 == 0:
+            eng.heard(range(4), now)
+        out += eng.advance(now)
+    return [r for r in out if r.kind in ("comm_hang", "noncomm_hang")]
+
+
 def _stuck_send(heartbeats: bool):
     """Ranks 0-3 (hosts h0, h1) all-reduce on "a"; rank 1 sends to rank 2 on "p". At step 20
     rank 1's send returns but rank 2's recv never does; ranks 0, 1, 3 then wait in a #21.
@@ -45,13 +57,7 @@ def _stuck_send(heartbeats: bool):
     eng.add_ops(_cols([_row(1, P, 20, SEND, t, t + MS // 2, peer=2),
                        _row(2, P, 20, RECV, t, -1, peer=1)]
                       + [_row(r, A, 20, AR, t + 3 * MS, -1) for r in (0, 1, 3)]))
-    out = []
-    for k in range(1, 80):
-        now = t + k * 100 * MS
-        if heartbeats and k % 10 == 0:
-            eng.heard(range(4), now)
-        out += eng.advance(now)
-    return [r for r in out if r.kind in ("comm_hang", "noncomm_hang")]
+    return _wait(eng, t, heartbeats)
 
 
 def test_receiver_heard_from_while_it_waits_is_a_stuck_transfer():
@@ -88,13 +94,7 @@ def _stuck_inside(heartbeats: bool):
     eng.add_ops(_cols([_row(r, A, 20, AR, t + r * MS // 10, t + 5 * MS) for r in range(3)]
                       + [_row(3, A, 20, AR, t + MS, -1)]
                       + [_row(r, A, 21, AR, t + 25 * MS, -1) for r in range(3)]))
-    out = []
-    for k in range(1, 80):
-        now = t + k * 100 * MS
-        if heartbeats and k % 10 == 0:
-            eng.heard(range(4), now)
-        out += eng.advance(now)
-    return [r for r in out if r.kind in ("comm_hang", "noncomm_hang")]
+    return _wait(eng, t, heartbeats)
 
 
 def test_member_left_inside_a_collective_while_heard_from_waits_for_stuck_data():
