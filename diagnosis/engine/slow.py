@@ -282,6 +282,11 @@ class NoncommSlow:
         cur = np.take_along_axis(cls.late[li], (seq % _LATE)[:, None, None].repeat(n, 2),
                                  axis=1)[:, 0, :]
         late_ns = np.where(valid.any(axis=1), late_ns, cur)
+        # extra compute spread over many calls of the span (a slower GPU before every layer's
+        # call of a sharded model) makes the member a little late at each: it delayed its peers
+        # by the sum, which no single call shows
+        spread = np.where(span[:, :, None], cls.late[li], 0.0).sum(axis=1, dtype=np.float64)
+        late_ns = np.maximum(late_ns, spread)
         t = enter.min(axis=1)
         C = (own - prev_own).astype(np.float64)
         medC = np.median(C, axis=1, keepdims=True)

@@ -56,9 +56,9 @@ class SlowReports:
             return
         name = self.arena.names[s.group]
         summary = (f"{self.placement.describe(s.rank)} spends {ms(s.excess_ns)} "
-                   f"({100 * s.excess:.0f}%) longer than its {name} peers outside collectives and "
-                   f"arrives late in {100 * s.frac:.0f}% of {s.samples} calls: check that GPU "
-                   "(clocks, thermals, ECC) or its host's load")
+                   f"({100 * s.excess:.0f}%) longer than its peers in group {name} outside "
+                   f"collectives and arrives late in {100 * s.frac:.0f}% of {s.samples} calls: "
+                   "check that GPU (clocks, thermals, ECC) or its host's load")
         report = FaultReport("noncomm_slow", (self.placement.suspect(s.rank, s.frac),),
                              s.onset_ns, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
                              evidence=self._slow_evidence(s), id=fid)
