@@ -69,6 +69,10 @@ class Engine:
         self.slow_reports = SlowReports(self)
         self.lossy = LossyLinks(self)
 
+    def reset(self) -> None:
+        """Forget every record and report: as new, with the same topology and config."""
+        self.__init__(self.topology, self.cfg)  # type: ignore[misc]
+
     @property
     def now_ns(self) -> int:
         """The latest time seen in the data."""

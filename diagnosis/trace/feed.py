@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import gzip
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.report import FaultReport
+from diagnosis.trace.order import OrderWatch, conn_visible_ns, time_ordered
 from diagnosis.trace.parallel import read_blocks_parallel
-from diagnosis.trace.reader import End, GroupInfo, RankInfo, read_trace
+from diagnosis.trace.reader import End, GroupInfo, Item, RankInfo, read_trace
 from proto.codec import Columns
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -20,6 +25,17 @@ class FeedStats:
     ops: int = 0
     conns: int = 0
     end_ns: int | None = None
+    #: the trace was out of time order and was sorted before the engine saw it
+    sorted: bool = False
+
+
+class _OutOfOrder(Exception):
+    def __init__(self, watch: OrderWatch, pos: int) -> None:
+        super().__init__(pos)
+        self.pos = pos
+        self.why = (f"a record comes {watch.behind_ns / 1e9:.1f} s before one read earlier"
+                    if watch.behind_ns else f"a call comes {watch.behind_calls} calls of its "
+                    "communicator behind one read earlier")
 
 
 def feed_trace(engine: Engine, path: str | Path, *,
@@ -29,21 +45,48 @@ def feed_trace(engine: Engine, path: str | Path, *,
     """Feed every record of the trace to ``engine``, advancing its clock with the data after
     each block; return the final reports and what was read. ``progress`` gets bytes read;
     ``workers`` > 0 parses blocks in that many processes, for traces larger than
-    ``min_parallel_bytes`` (below that, starting processes costs more than it saves)."""
-    stats = FeedStats()
+    ``min_parallel_bytes`` (below that, starting processes costs more than it saves).
+
+    A trace whose rows go back in time by more than a few seconds (per-rank logs one after the
+    other, shuffled lines) is read again, sorted on disk, into a reset engine."""
+    parallel = workers > 0 and Path(path).stat().st_size > max(4 * block_bytes,
+                                                               min_parallel_bytes)
+    try:
+        return _feed(engine, path, progress, block_bytes, workers if parallel else 0, False)
+    except _OutOfOrder as exc:
+        log.warning("%s is not in time order (%s): sorting its records first", path, exc.why)
+        if progress is not None:
+            progress(-exc.pos)
+        engine.reset()
+        return _feed(engine, path, progress, block_bytes, workers if parallel else 0, True)
+
+
+def _items(fh: BinaryIO, path: str | Path, block_bytes: int, workers: int) -> Iterator[Item]:
+    if workers > 0:
+        return read_blocks_parallel(fh, str(path), workers, block_bytes)
+    return read_trace(fh, block_bytes=block_bytes, name=str(path))
+
+
+def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | None,
+          block_bytes: int, workers: int, ordered: bool) -> tuple[list[FaultReport], FeedStats]:
+    stats = FeedStats(sorted=ordered)
+    watch = None if ordered else OrderWatch()
     last_pos = 0
     with open(path, "rb") as raw:
         # a gzip trace decompresses on the fly; progress follows the compressed bytes
         fh = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
-        if workers > 0 and Path(path).stat().st_size > max(4 * block_bytes, min_parallel_bytes):
-            items = read_blocks_parallel(fh, str(path), workers, block_bytes)
-        else:
-            items = read_trace(fh, block_bytes=block_bytes, name=str(path))
+        items: Iterable[Item] = _items(fh, path, block_bytes, workers)
+        if ordered:
+            items = time_ordered(_counted(items, raw, progress))
         for item in items:
             if isinstance(item, Columns):
+                if watch is not None and not watch.check_ops(item):
+                    raise _OutOfOrder(watch, raw.tell())
                 engine.add_ops(item)
                 stats.ops += len(item)
             elif isinstance(item, ConnRecords):
+                if watch is not None and not watch.check(conn_visible_ns(item)):
+                    raise _OutOfOrder(watch, raw.tell())
                 engine.add_conns(item)
                 stats.conns += len(item)
             elif isinstance(item, RankInfo):
@@ -53,6 +96,11 @@ def feed_trace(engine: Engine, path: str | Path, *,
             elif isinstance(item, End):
                 stats.end_ns = item.t_ns
             stats.records += 1 if not isinstance(item, (Columns, ConnRecords)) else len(item)
+            if ordered:
+                # sorted batches: the file is read already; let the detectors look after each
+                if isinstance(item, (Columns, ConnRecords)):
+                    engine.advance(engine.now_ns)
+                continue
             pos = raw.tell()
             if pos != last_pos:
                 # a new block: let the detectors look at the data so far
@@ -61,3 +109,15 @@ def feed_trace(engine: Engine, path: str | Path, *,
                     progress(pos - last_pos)
                 last_pos = pos
     return engine.finish(stats.end_ns), stats
+
+
+def _counted(items: Iterable[Item], raw: BinaryIO,
+             progress: Callable[[int], None] | None) -> Iterator[Item]:
+    """``items``, reporting the bytes read as they are consumed."""
+    last = 0
+    for item in items:
+        yield item
+        pos = raw.tell()
+        if progress is not None and pos != last:
+            progress(pos - last)
+        last = pos
