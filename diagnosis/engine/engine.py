@@ -160,7 +160,7 @@ class Engine:
                 self.slow.update(fin)
                 bad = np.flatnonzero((fin.status > 0).any(axis=1))
                 for i in bad.tolist():
-                    self.hangs.error(HangReports.as_stuck(fin, i), self._now)
+                    self.hangs.error(self.hangs.as_stuck(fin, i), self._now)
 
     def _drop(self, bad: np.ndarray, pg: np.ndarray, g: np.ndarray) -> None:
         self.dropped += int(bad.sum())

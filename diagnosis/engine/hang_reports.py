@@ -43,13 +43,14 @@ class HangReports:
         self._claims: dict[str, set[int]] = {}           # error id -> its culprits
         self._failed: dict[int, int] = {}                # rank -> entry of its latest failed call
         self._missing: dict[str, int] = {}   # error ids of ranks that stopped reporting -> when
+        self._timed_out: set[str] = set()  # hangs that ended in failed calls: kept open
         self._sym = np.zeros(0, dtype=bool)
         self._stopped = False           # the whole job went silent at once (see teardown)
 
-    @staticmethod
-    def as_stuck(fin: Finished, i: int) -> Stuck:
+    def as_stuck(self, fin: Finished, i: int) -> Stuck:
         g = int(fin.group[i])
-        return Stuck(int(fin.slots[i]), g, int(fin.seq[i]), -1, int(fin.enter[i].min()),
+        op = int(self.arena.s_op[int(fin.slots[i])])
+        return Stuck(int(fin.slots[i]), g, int(fin.seq[i]), op, int(fin.enter[i].min()),
                      int(fin.enter[i].max()), 0, np.asarray([], dtype=np.int64),
                      fin.enter[i], fin.end[i], fin.status[i])
 
@@ -66,6 +67,13 @@ class HangReports:
             culprits = [r for r in culprits if r not in victims]
         key = (inst.group, inst.seq)
         old = self._errors.get(key)
+        if culprits and how in ("never entered it", "timed out") and self._waited_past_bound(inst):
+            if old is not None:
+                del self._errors[key]
+                self._withdraw(old, now, "superseded: its members failed only after waiting "
+                               "past the hang bound (a hang that timed out)")
+            self._report_timed_out(inst, culprits, now)
+            return
         if not culprits:
             if old is not None:
                 del self._errors[key]
@@ -101,6 +109,65 @@ class HangReports:
         blocked = bool(((inst.enter >= 0) & (inst.end < 0) & (inst.status <= 0)).any())
         self.teardown.hold(report, t, self._grace(inst.group), culprits, blocked,
                            replaces=old)
+
+    def _waited_past_bound(self, inst: Stuck) -> bool:
+        """Members left the call only by failing, after waiting longer than its hang bound (a
+        collective timeout, such as NCCL's watchdog): the call hung before it failed."""
+        failed = (inst.status > 0) & (inst.end >= 0) & (inst.enter >= 0)
+        if not failed.any():
+            return False
+        waited = int((inst.end[failed] - inst.enter[failed]).max())
+        return waited > self._grace(inst.group)
+
+    def _report_timed_out(self, inst: Stuck, culprits: list[int], now: int) -> None:
+        """A hang that ended in failed calls: a member never came (``noncomm_hang``) or every
+        member entered and the transfer never finished (``comm_hang``). Filed at once, not
+        taken for a teardown (a stop fails calls as soon as it strikes, not after the hang
+        bound), and kept open: no later call of the job resolves it."""
+        name = self.label(inst.group)
+        op = self.op_names[inst.op] if 0 <= inst.op < len(self.op_names) else "call"
+        failed = (inst.status > 0) & (inst.end >= 0) & (inst.enter >= 0)
+        waited = int(np.median(inst.end[failed] - inst.enter[failed]))
+        statuses = "/".join(sorted({STATUS_NAMES[x] for x in inst.status.tolist() if x > 0}))
+        absent = inst.absent.tolist()
+        if absent:
+            fid = next((old for old in self.registry.open_ids("noncomm_hang")
+                        if set(self.registry.get(old).evidence.get("culprits", []))
+                        & set(culprits)), "noncomm_hang:" + ",".join(map(str, culprits[:8])))
+            who = self.placement.describe_many(culprits)
+            last = self._describe_last(culprits[0])
+            summary = (f"{who} never entered {op} #{inst.seq} on {name}; the "
+                       f"{int(failed.sum())} ranks that did waited {ms(waited)} and failed "
+                       f"({statuses}); {'it' if len(culprits) == 1 else 'the first'} last "
+                       f"completed {last}: inspect {'its' if len(culprits) == 1 else 'their'} "
+                       "process (stack, GPU)")
+            c0 = culprits[0]
+            quiet = int(self.clock.last_end[c0]) if c0 < self.clock.size else -1
+            report = FaultReport(
+                "noncomm_hang", tuple(self.placement.suspects(culprits, [0.95] * len(culprits))),
+                max(int(inst.first), quiet), summary,
+                pg=self.pg_names[self.arena.pg_of[inst.group]], seq=inst.seq,
+                evidence={"culprits": culprits, "timed_out": True, "status": statuses,
+                          "waited_ms": round(waited / 1e6, 1),
+                          "last_completed": {str(r): self._describe_last(r)
+                                             for r in culprits[:16]}},
+                id=fid)
+        else:
+            keys = self.localizer.stuck_transfers(self.conns, now, 0)
+            since = inst.last + self.timing.settle(inst.group)
+            suspects, how = self.localizer.comm_hang(self.conns if keys else None, [inst.group],
+                                                     keys, since, self.timing.last_end)
+            fid = next(iter(self.registry.open_ids("comm_hang")), None) or \
+                f"comm_hang:{name}:{inst.seq}"
+            summary = (f"every member of {name} entered {op} #{inst.seq}, waited {ms(waited)} "
+                       f"and failed ({statuses}) ({how}); check "
+                       + (f"{suspects[0].type} {suspects[0].id}" if suspects else "the transfer"))
+            report = FaultReport("comm_hang", tuple(suspects), int(inst.last), summary,
+                                 pg=self.pg_names[self.arena.pg_of[inst.group]], seq=inst.seq,
+                                 evidence={"group": name, "seq": inst.seq, "timed_out": True,
+                                           "status": statuses,
+                                           "waited_ms": round(waited / 1e6, 1)}, id=fid)
+        self._timed_out.add(self.registry.put(report, now, renew=True))
 
     def _claim(self, fid: str, ranks: list[int]) -> None:
         self._claims[fid] = set(ranks)
@@ -207,7 +274,7 @@ class HangReports:
             self._heard_again(now)
         for kind in ("noncomm_hang", "comm_hang"):
             for fid in self.registry.open_ids(kind):
-                if fid not in active:
+                if fid not in active and fid not in self._timed_out:
                     blamed = set(self.registry.get(fid).evidence.get("culprits", []))
                     self.registry.resolve(fid, now, "explained by an error report"
                                           if blamed & explained else "the waiting call finished")
