@@ -10,13 +10,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from diagnosis.topology.builders import rail_optimized, single_switch
+    from diagnosis.topology.builders import (
+        rail_optimized,
+        single_switch,
+        three_tier,
+        top_of_rack,
+    )
     from diagnosis.topology.model import Topology, TopologyError, link_id, natural_key
 
 __all__ = ["Topology", "TopologyError", "link_id", "natural_key", "rail_optimized",
-           "single_switch"]
+           "single_switch", "three_tier", "top_of_rack"]
 _HOME = {"Topology": "model", "TopologyError": "model", "link_id": "model",
-         "natural_key": "model", "rail_optimized": "builders", "single_switch": "builders"}
+         "natural_key": "model", "rail_optimized": "builders", "single_switch": "builders",
+         "three_tier": "builders", "top_of_rack": "builders"}
 
 
 def __getattr__(name: str) -> Any:

@@ -10,35 +10,52 @@ topology_app = typer.Typer(help="Generate and inspect cluster topologies (node-l
                            no_args_is_help=True)
 
 
+_KINDS = "rail, dual_port, tor, three_tier, single_switch"
+
+
 @topology_app.command("gen")
 def gen(
-    kind: str = typer.Argument("rail", help="Fabric: 'rail' (rail-optimized leaf/spine) or "
-                               "'single' (every NIC on one switch)."),
+    kind: str = typer.Argument("rail", help=f"Fabric: {_KINDS} ('single' = single_switch). "
+                               "See diagnosis.topology.fabrics."),
     hosts: int = typer.Option(16, "--hosts", help="Number of hosts."),
     gpus_per_host: int = typer.Option(8, "--gpus-per-host", help="GPUs per host."),
-    rails: int | None = typer.Option(None, "--rails", help="NICs (rails) per host "
-                                     "[default: one per GPU]. Rail fabrics only."),
+    rails: int | None = typer.Option(None, "--nics-per-host", "--rails",
+                                     help="NICs per host (rails on rail fabrics) [default: one "
+                                     "per GPU]; GPU i uses NIC i*nics/gpus."),
     hosts_per_leaf: int = typer.Option(16, "--hosts-per-leaf", help="Hosts under each leaf."),
-    spines: int | None = typer.Option(None, "--spines", help="Spine switches "
-                                      "[default: hosts per leaf, non-blocking]."),
+    spines: int | None = typer.Option(None, "--spines", help="Spine switches (per pod on "
+                                      "three_tier) [default: non-blocking]."),
     nic_gbps: float = typer.Option(400, "--nic-gbps", help="NIC speed in Gbit/s."),
     uplink_gbps: float | None = typer.Option(None, "--uplink-gbps", help="Leaf-spine link "
                                              "speed [default: non-blocking]."),
     dual_port: bool = typer.Option(False, "--dual-port", help="Each NIC has two ports on two "
-                                   "leaves (rail fabrics only)."),
+                                   "leaves (same as the dual_port fabric; rail only)."),
+    groups_per_pod: int = typer.Option(1, "--groups-per-pod", help="three_tier: leaf groups "
+                                       "(of --hosts-per-leaf hosts) per pod."),
+    cores_per_plane: int | None = typer.Option(None, "--cores-per-plane", help="three_tier: "
+                                               "core switches per spine plane [default: "
+                                               "non-blocking, leaves per pod]."),
+    core_gbps: float | None = typer.Option(None, "--core-gbps", help="three_tier: spine-core "
+                                           "link speed [default: non-blocking]."),
     output: Path = typer.Option(..., "--output", "-o", help="Write the topology JSON here."),
 ) -> None:
     """Write a generated topology as node-link JSON."""
-    from diagnosis.topology import rail_optimized, single_switch
+    from diagnosis.topology.fabrics import build_fabric
+    from diagnosis.topology.model import TopologyError
 
-    if kind == "rail":
-        topo = rail_optimized(hosts, gpus_per_host, rails=rails, hosts_per_leaf=hosts_per_leaf,
-                              spines=spines, nic_gbps=nic_gbps, uplink_gbps=uplink_gbps,
-                              dual_port=dual_port)
-    elif kind == "single":
-        topo = single_switch(hosts, gpus_per_host, nic_gbps=nic_gbps)
-    else:
-        raise typer.BadParameter(f"unknown kind {kind!r}; use 'rail' or 'single'")
+    fabric = {"single": "single_switch"}.get(kind, kind)
+    if dual_port:
+        if fabric not in ("rail", "dual_port"):
+            raise typer.BadParameter(f"--dual-port is for rail fabrics, not {kind!r}; "
+                                     "use the dual_port fabric")
+        fabric = "dual_port"
+    try:
+        topo = build_fabric(fabric, hosts, gpus_per_host, nics_per_host=rails,
+                            hosts_per_leaf=hosts_per_leaf, spines=spines, nic_gbps=nic_gbps,
+                            uplink_gbps=uplink_gbps, groups_per_pod=groups_per_pod,
+                            cores_per_plane=cores_per_plane, core_gbps=core_gbps)
+    except TopologyError as exc:
+        raise typer.BadParameter(str(exc)) from None
     topo.save(output)
     typer.echo(f"wrote {output}: {len(topo.hosts())} hosts, {len(topo.gpus())} GPUs, "
                f"{len(topo.nics())} NICs, {len(topo.switches())} switches, "
@@ -81,7 +98,9 @@ def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link)."
         speeds[(pair, topo.capacity(lk))] += 1
     for (pair, gbps), n in sorted(speeds.items()):
         table.add_row(f"links {pair}", str(n), f"{gbps:g} Gbit/s")
-    table.add_row("two-tier paths", "", "structural" if topo.index.two_tier else "graph search")
+    ix = topo.index
+    table.add_row("paths", "", "structural (two-tier)" if ix.two_tier else
+                  "structural (tiered)" if ix.tiered else "graph search")
     Console().print(table)
 
 
