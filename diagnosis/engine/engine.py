@@ -17,6 +17,7 @@ from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.hang_reports import HangReports
+from diagnosis.engine.hangs import op_key
 from diagnosis.engine.localize import Localizer
 from diagnosis.engine.lossy import LossyLinks
 from diagnosis.engine.owntime import OwnClock
@@ -33,6 +34,7 @@ from proto.codec import Columns
 
 log = logging.getLogger(__name__)
 
+# (as hangs.op_key spells them: any recorder's spelling of send and recv)
 SEND_OPS = frozenset({"send", "isend"})
 RECV_OPS = frozenset({"recv", "irecv"})
 
@@ -101,7 +103,8 @@ class Engine:
         if oid is None:
             oid = self._op_ids[name] = len(self.op_names)
             self.op_names.append(name)
-            kind = 1 if name in SEND_OPS else 2 if name in RECV_OPS else 0
+            key = op_key(name)
+            kind = 1 if key in SEND_OPS else 2 if key in RECV_OPS else 0
             self._op_kind = np.r_[self._op_kind, np.int8(kind)]
         return oid
 

@@ -10,10 +10,10 @@ import numpy as np
 
 from diagnosis.engine.arena import Finished
 from diagnosis.engine.hangs import (
-    SYMMETRIC_OPS,
     Stuck,
     chain,
     error_culprits,
+    is_symmetric,
     scan_open,
     stalled_at_once,
 )
@@ -211,7 +211,7 @@ class HangReports:
 
     def _symmetric(self) -> np.ndarray:
         if len(self._sym) != len(self.op_names):
-            self._sym = np.asarray([o in SYMMETRIC_OPS for o in self.op_names], dtype=bool)
+            self._sym = np.asarray([is_symmetric(o) for o in self.op_names], dtype=bool)
         return self._sym
 
     def _grace(self, g: int) -> int:

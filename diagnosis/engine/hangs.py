@@ -165,6 +165,20 @@ SYMMETRIC_OPS = frozenset({
     "barrier"})
 
 
+def op_key(name: str) -> str:
+    """An operation name as the op sets here spell it, whatever the recorder: ``AllReduce``,
+    ``nccl:all_reduce`` and ``all_reduce`` are one operation (lower case, no backend prefix,
+    no underscores; the sets hold both spellings)."""
+    return name.rsplit(":", 1)[-1].strip().lower().replace("_", "")
+
+
+_SYMMETRIC_KEYS = frozenset(op_key(o) for o in SYMMETRIC_OPS)
+
+
+def is_symmetric(name: str) -> bool:
+    return op_key(name) in _SYMMETRIC_KEYS
+
+
 def moved_on(arena: Arena, symmetric: np.ndarray) -> set[int]:
     """Ranks that left a call they still seem to be in, and then stopped.
 
