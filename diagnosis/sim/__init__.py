@@ -1,5 +1,6 @@
-"""A training-job simulator: a 3D-parallel job on a rail-optimized fabric, with realistic noise
-and injected faults, written as a c4 trace with its topology and the ground truth.
+"""A training-job simulator: a 3D-parallel job on a choice of fabrics (rail-optimized by default),
+with realistic noise and injected faults, written as a c4 trace with its topology and the
+ground truth.
 
 Names are imported lazily so that ``c4 --help`` does not load numpy and networkx.
 """

@@ -7,8 +7,10 @@ from pathlib import Path
 import typer
 
 from diagnosis.sim.config import FAULT_KINDS
+from diagnosis.topology.fabrics import FABRICS
 
 _KINDS = ", ".join(FAULT_KINDS)
+_FABRICS = "|".join(FABRICS)
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +22,7 @@ def sim(
     out: Path = typer.Option(..., "--out", "-o", help="Directory for trace.jsonl, topology.json "
                              "and truth.json (created if missing)."),
     gpus: int = typer.Option(512, help="World size (GPUs, one rank each)."),
-    gpus_per_host: int = typer.Option(8, help="GPUs per host (one NIC, one rail, per GPU)."),
+    gpus_per_host: int = typer.Option(8, help="GPUs per host."),
     tp: int = typer.Option(8, help="Tensor-parallel size (inside a host)."),
     pp: int = typer.Option(4, help="Pipeline stages (across hosts)."),
     iterations: int = typer.Option(40, help="Training iterations to simulate."),
@@ -29,7 +31,7 @@ def sim(
         [], "--fault", "-f",
         help="Fault to inject, repeatable: KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]."
              f" KIND: {_KINDS}. TARGET: auto, cable/uplink (links), "
-             "leaf/spine (switches), a topology id, or a rank (GPU faults). ONSET/END: "
+             "leaf/spine/core (switches), a topology id, or a rank (GPU faults). ONSET/END: "
              "iterations. slow: time multiplier (1.15 = 15% slower). every/on: intermittent."),
     seed: int = typer.Option(0, help="Seed: the same options and seed give the same files."),
     conns: bool = typer.Option(True, "--conns/--no-conns",
@@ -39,9 +41,18 @@ def sim(
     order: str = typer.Option("complete", help="Line order: 'complete' (as collectors ship "
                               "records: by completion time) or 'enter' (each iteration's "
                               "records by entry time)."),
-    hosts_per_leaf: int = typer.Option(16, help="Hosts under one leaf switch per rail."),
+    fabric: str = typer.Option("rail", help=f"Fabric: {_FABRICS}. rail: rail-optimized "
+                               "leaf/spine; dual_port: the same with two ports per NIC; tor: "
+                               "all NICs of a host on one top-of-rack leaf; three_tier: pods "
+                               "of rail-optimized leaf/spine joined by a core; single_switch: "
+                               "every NIC on one switch."),
+    nics_per_host: int = typer.Option(0, help="NICs per host (0: one per GPU); fewer NICs "
+                                      "than GPUs: GPU i shares NIC i*nics/gpus."),
+    hosts_per_leaf: int = typer.Option(16, help="Hosts under one leaf switch (per rail on "
+                                       "rail fabrics; on three_tier also a pod's hosts)."),
     nic_gbps: float = typer.Option(400.0, help="NIC and cable speed."),
-    uplink_gbps: float = typer.Option(0.0, help="Leaf-spine link speed (0: non-blocking)."),
+    uplink_gbps: float = typer.Option(0.0, help="Switch-to-switch link speed (0: "
+                                      "non-blocking)."),
     gc_rate: float = typer.Option(0.002, help="One-off pauses per rank per iteration."),
     checkpoint_every: int = typer.Option(25, help="Slow checkpoint step every N iterations "
                                          "(0: never)."),
@@ -57,6 +68,7 @@ def sim(
         cfg = SimConfig(gpus=gpus, gpus_per_host=gpus_per_host, tp=tp, pp=pp,
                         iterations=iterations, microbatches=microbatches, seed=seed,
                         conns=conns, faults=tuple(FaultSpec.parse(f) for f in fault),
+                        fabric=fabric, nics_per_host=nics_per_host or None,
                         hosts_per_leaf=hosts_per_leaf, nic_gbps=nic_gbps,
                         uplink_gbps=uplink_gbps or None, gc_rate=gc_rate,
                         checkpoint_every=checkpoint_every, hang_wait_s=hang_wait, job=job)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diagnosis.errors import DiagnosisError
+from diagnosis.topology.fabrics import FABRICS, RAIL_FABRICS
 
 
 class SimError(DiagnosisError):
@@ -40,8 +41,8 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
 
 # Target keywords besides "auto": pick a random component of one sort, seeded.
 TARGET_KEYWORDS = {
-    "link": ("auto", "cable", "uplink"),   # cable: nic~leaf, uplink: switch~switch
-    "switch": ("auto", "leaf", "spine"),
+    "link": ("auto", "cable", "uplink"),   # cable: nic~switch, uplink: any switch~switch
+    "switch": ("auto", "leaf", "spine", "core"),   # by the switch's tier
 }
 
 
@@ -51,7 +52,8 @@ class FaultSpec:
 
     ``KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]``: TARGET is ``auto`` (a random
     component of the right kind that carries the job's traffic), a keyword (``cable``, ``uplink``
-    for links; ``leaf``, ``spine`` for switches), a topology id, or for GPU faults a rank number.
+    for links; ``leaf``, ``spine``, ``core`` for switches), a topology id, or for GPU faults a
+    rank number.
     ONSET and END are iteration numbers (the fault is active in iterations ONSET .. END-1);
     ``slow`` multiplies compute time or divides bandwidth; ``every``/``on`` make it intermittent
     (active ``on`` iterations out of every ``every``, starting at ONSET).
@@ -126,7 +128,10 @@ class SimConfig:
     seed: int = 0
     conns: bool = True
     faults: tuple[FaultSpec, ...] = ()
-    # topology
+    # topology (diagnosis.topology.fabrics): the fabric, and NICs per host (None: one per GPU;
+    # fewer: GPU i shares NIC i*nics//gpus)
+    fabric: str = "rail"
+    nics_per_host: int | None = None
     hosts_per_leaf: int = 16
     nic_gbps: float = 400.0
     uplink_gbps: float | None = None
@@ -171,9 +176,27 @@ class SimConfig:
         if self.gpus % self.gpus_per_host:
             raise bad(f"--gpus {self.gpus} is not a multiple of --gpus-per-host "
                       f"{self.gpus_per_host}")
-        if (self.tp * self.pp) % self.gpus_per_host and self.dp > 1:
+        self._check_fabric()
+        if (self.fabric in RAIL_FABRICS and (self.tp * self.pp) % self.gpus_per_host
+                and self.dp > 1):
             raise bad(f"tp*pp = {self.tp * self.pp} must be a multiple of --gpus-per-host "
-                      f"{self.gpus_per_host} so that data-parallel rings stay on one rail")
+                      f"{self.gpus_per_host} so that data-parallel rings stay on one rail of "
+                      f"the {self.fabric} fabric (or use --fabric tor or single_switch)")
+
+    def _check_fabric(self) -> None:
+        if self.fabric not in FABRICS:
+            raise SimError(f"--fabric {self.fabric!r} is not one of {', '.join(FABRICS)}")
+        if self.nics_per_host is not None and not 1 <= self.nics_per_host <= self.gpus_per_host:
+            raise SimError(f"--nics-per-host {self.nics_per_host} must be between 1 and "
+                           f"--gpus-per-host {self.gpus_per_host} (a NIC serves one or more "
+                           "GPUs; a NIC without a GPU would carry nothing)")
+        if self.hosts_per_leaf < 1:
+            raise SimError(f"--hosts-per-leaf {self.hosts_per_leaf} must be at least 1")
+        if self.fabric == "single_switch" and self.uplink_gbps is not None:
+            raise SimError("--uplink-gbps: the single_switch fabric has no uplinks; drop it or "
+                           "pick another --fabric")
+        if not self.nic_gbps > 0 or (self.uplink_gbps is not None and not self.uplink_gbps > 0):
+            raise SimError("--nic-gbps and --uplink-gbps must be positive")
 
     @property
     def dp(self) -> int:

@@ -90,18 +90,22 @@ def _resolve_one(spec: FaultSpec, cfg: SimConfig, lay: Layout, conns: Connection
         nics = sorted({e for pair in ends for e in pair if _kind(topo, e) == "nic"})
         nic = nics[int(rng.integers(len(nics)))] if spec.target == "auto" else spec.target
         _check(topo, nic, "nic", spec)
-        cables = [lk for lk in topo.links_of(nic) if _kind(topo, _other(lk, nic)) == "switch"]
-        return Fault(spec, {"type": "nic", "id": nic},
-                     [{"type": "nic", "id": nic}] + [{"type": "link", "id": c} for c in cables],
-                     onset, links=conns.links_of_node(nic))
+        # a NIC and its cable lie on exactly the same paths only when it is the NIC's one cable
+        # (a dual-port NIC has two: a fault of the whole NIC is not one of either cable's)
+        cables = _cables(topo, nic)
+        accept = [{"type": "nic", "id": nic}]
+        accept += [{"type": "link", "id": c} for c in cables if len(cables) == 1]
+        return Fault(spec, {"type": "nic", "id": nic}, accept, onset,
+                     links=conns.links_of_node(nic))
     if comp == "link":
         if spec.target in TARGET_KEYWORDS["link"]:
             pool = [lid for lid, (a, b) in zip(used, ends)
                     if spec.target == "auto"
                     or (spec.target == "cable") == ("nic" in (_kind(topo, a), _kind(topo, b)))]
             if not pool:
-                raise SimError(f"fault {spec.kind}: the job's traffic crosses no {spec.target} "
-                               "link")
+                raise SimError(f"fault {spec.kind}: the job's traffic crosses no "
+                               f"{spec.target} on the {cfg.fabric} fabric; target "
+                               f"{_offer(topo, used, 'link')}, auto or a link id")
             link = pool[int(rng.integers(len(pool)))]
         else:
             link = spec.target
@@ -110,7 +114,10 @@ def _resolve_one(spec: FaultSpec, cfg: SimConfig, lay: Layout, conns: Connection
             except TopologyError as exc:
                 raise SimError(f"fault {spec.kind}: {exc}") from None
         accept = [{"type": "link", "id": link}]
-        accept += [{"type": "nic", "id": e} for e in link.split("~") if _kind(topo, e) == "nic"]
+        # likewise a cable stands for its NIC only when it is the NIC's one cable: a faulty
+        # port of a dual-port NIC is named by its cable
+        accept += [{"type": "nic", "id": e} for e in link.split("~")
+                   if _kind(topo, e) == "nic" and _cables(topo, e) == [link]]
         idx = np.array([used.index(link)] if link in used else [], dtype=np.int64)
         return Fault(spec, {"type": "link", "id": link}, accept, onset, links=idx)
     # switch
@@ -119,7 +126,9 @@ def _resolve_one(spec: FaultSpec, cfg: SimConfig, lay: Layout, conns: Connection
         pool = [s for s in switches
                 if spec.target == "auto" or topo.graph.nodes[s].get("tier") == spec.target]
         if not pool:
-            raise SimError(f"fault {spec.kind}: the job's traffic crosses no {spec.target} switch")
+            raise SimError(f"fault {spec.kind}: the job's traffic crosses no {spec.target} "
+                           f"switch on the {cfg.fabric} fabric; target "
+                           f"{_offer(topo, used, 'switch')}, auto or a switch id")
         sw = pool[int(rng.integers(len(pool)))]
     else:
         sw = spec.target
@@ -135,6 +144,22 @@ def _kind(topo: Topology, node: str) -> str:
 def _other(link: str, node: str) -> str:
     a, b = link.split("~")
     return b if a == node else a
+
+
+def _cables(topo: Topology, nic: str) -> list[str]:
+    """The NIC's links to the fabric (one per port)."""
+    return [lk for lk in topo.links_of(nic) if _kind(topo, _other(lk, nic)) == "switch"]
+
+
+def _offer(topo: Topology, used: list[str], comp: str) -> str:
+    """The target keywords that do find a component on the job's traffic (error messages)."""
+    if comp == "switch":
+        words = {str(topo.graph.nodes[e].get("tier")) for lid in used for e in lid.split("~")
+                 if _kind(topo, e) == "switch"}
+    else:
+        words = {"cable" if "nic" in (_kind(topo, a), _kind(topo, b)) else "uplink"
+                 for a, b in (lid.split("~") for lid in used)}
+    return ", ".join(sorted(words))
 
 
 def _check(topo: Topology, node: str, kind: str, spec: FaultSpec) -> None:

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnosis.sim import faults as faultmod
-from diagnosis.sim.config import SimConfig
+from diagnosis.sim.config import SimConfig, SimError
 from diagnosis.sim.layout import Layout
 from diagnosis.sim.network import Connections
-from diagnosis.topology import Topology, rail_optimized
+from diagnosis.topology import Topology, TopologyError
+from diagnosis.topology.fabrics import build_fabric
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,15 @@ class Batch:
 
 
 def build_topology(cfg: SimConfig) -> Topology:
-    return rail_optimized(cfg.hosts, cfg.gpus_per_host, hosts_per_leaf=cfg.hosts_per_leaf,
-                          nic_gbps=cfg.nic_gbps, uplink_gbps=cfg.uplink_gbps)
+    """The job's fabric (``cfg.fabric``); ``uplink_gbps`` sets every switch-to-switch link."""
+    three = cfg.fabric == "three_tier"
+    try:
+        return build_fabric(cfg.fabric, cfg.hosts, cfg.gpus_per_host,
+                            nics_per_host=cfg.nics_per_host, hosts_per_leaf=cfg.hosts_per_leaf,
+                            nic_gbps=cfg.nic_gbps, uplink_gbps=cfg.uplink_gbps,
+                            core_gbps=cfg.uplink_gbps if three else None)
+    except TopologyError as exc:
+        raise SimError(f"--fabric {cfg.fabric}: {exc}") from None
 
 
 class _Acc:
@@ -103,7 +111,7 @@ class Simulation:
         # benign transient congestion (other tenants' traffic) on uplinks: (link, until, keep)
         self.crng = np.random.default_rng([cfg.seed, 4])
         self.uplinks = np.array([i for i, lid in enumerate(self.conns.link_ids)
-                                 if "/" not in lid], dtype=np.int64)
+                                 if self.conns.is_uplink(lid)], dtype=np.int64)
         self.congestion: list[tuple[int, int, float]] = []
         self.congestion_log: list[dict] = []
         # when a hang actually happened (relative ns): ("rank", r) or ("fault", index)

@@ -41,6 +41,7 @@ class Connections:
     fwd0: int
     bwd0: int
     nvlink_gbps: float
+    node_kind: dict[str, str]   # topology kind of every node on a used link
 
     def __len__(self) -> int:
         return len(self.src)
@@ -105,8 +106,9 @@ class Connections:
         hop_share = counts[inv].astype(np.float64)
         link_cap = np.array([topo.capacity(lid) for lid in link_ids], dtype=np.float64)
         link_cap[~np.isfinite(link_cap)] = nvlink_gbps
+        node_kind = {n: topo.kind(n) for lid in link_ids for n in lid.split("~")}
         return cls(src, dst, phase, inter, path_json, ptr, hop_link, hop_share, link_ids,
-                   link_cap, dp0, fwd0, bwd0, nvlink_gbps)
+                   link_cap, dp0, fwd0, bwd0, nvlink_gbps, node_kind)
 
     def bandwidth(self, factor: np.ndarray) -> np.ndarray:
         """Bytes per ns of each connection when link ``i`` keeps ``factor[i]`` of its capacity
@@ -152,11 +154,14 @@ class Connections:
             for node in lid.split("~"):
                 by_node.setdefault(node, set()).update(sets.get(i, ()))
         for node, conns in by_node.items():
-            if conns == target:
-                kind = "nic" if "/nic" in node else "switch" if "/" not in node else ""
-                if kind:
-                    out.append((kind, node))
+            kind = self.node_kind[node]
+            if conns == target and kind in ("nic", "switch"):
+                out.append((kind, node))
         return out
+
+    def is_uplink(self, link: str) -> bool:
+        """Whether a used link joins two switches (on any tier)."""
+        return all(self.node_kind[n] == "switch" for n in link.split("~"))
 
     def links_of_node(self, node: str) -> np.ndarray:
         """Indices of the used links that end at ``node``."""
