@@ -34,6 +34,9 @@ class Placement:
                 gpu = None
             if nic is None and gpu is not None:
                 nic = topo.nic_of_gpu(gpu)
+            if nic is None and gpu is None and host is not None and self._known(host):
+                nics = topo.nics(host)
+                nic = nics[0] if len(nics) == 1 else None   # a host's only NIC is the rank's
             if nic is not None and not self._known(nic):
                 nic = None
         self._places[rank] = Place(host or None, gpu or None, nic or None)

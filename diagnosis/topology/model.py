@@ -115,8 +115,20 @@ class Topology:
         return self.graph.nodes[node]["host"]
 
     def nic_of_gpu(self, gpu: str) -> str | None:
+        """The NIC linked to the GPU; without such a link (a topology that leaves PCIe out),
+        the host's only NIC, or the NIC at the GPU's position among the host's GPUs (GPU i of
+        G uses NIC i*N/G, the usual pairing of rail-optimized hosts)."""
         self.kind(gpu)
-        return self.index.gpu_nic.get(gpu)
+        nic = self.index.gpu_nic.get(gpu)
+        if nic is not None:
+            return nic
+        host = self.graph.nodes[gpu].get("host")
+        nics, gpus = self.index.nics.get(host, []), self.index.gpus.get(host, [])
+        if len(nics) == 1:
+            return nics[0]
+        if nics and gpu in gpus and not any(g in self.index.gpu_nic for g in gpus):
+            return nics[gpus.index(gpu) * len(nics) // len(gpus)]
+        return None
 
     def rail(self, nic: str) -> int | None:
         self.kind(nic)

@@ -1,0 +1,49 @@
+"""Where a rank's traffic enters the network when the topology leaves PCIe out (no gpu-nic
+links) or the trace names only the rank's host."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from diagnosis.engine import Engine
+from diagnosis.engine.tomography import Component
+from diagnosis.topology import Topology
+
+
+def _fabric(nics_per_host: int) -> Topology:
+    """Two hosts with two GPUs each and ``nics_per_host`` NICs on one switch; no gpu-nic link."""
+    g = nx.Graph()
+    g.add_node("sw", kind="switch", tier="leaf")
+    for h in ("node0", "node1"):
+        g.add_node(h, kind="host")
+        for i in range(2):
+            g.add_node(f"{h}/gpu{i}", kind="gpu", host=h)
+            g.add_edge(h, f"{h}/gpu{i}")
+        for i in range(nics_per_host):
+            g.add_node(f"{h}/nic{i}", kind="nic", host=h)
+            g.add_edge(h, f"{h}/nic{i}")
+            g.add_edge(f"{h}/nic{i}", "sw", gbps=100)
+    return Topology(g)
+
+
+def test_gpus_use_the_nic_at_their_position_without_pcie_links():
+    eng = Engine(_fabric(nics_per_host=2))
+    for rank, (h, i) in enumerate([("node0", 0), ("node0", 1), ("node1", 0), ("node1", 1)]):
+        eng.add_rank(rank, h, gpu=f"{h}/gpu{i}")
+    assert [eng.placement.nic(r) for r in range(4)] == ["node0/nic0", "node0/nic1",
+                                                        "node1/nic0", "node1/nic1"]
+    may, must = eng.localizer.pair(1, 3)
+    assert Component("nic", "node0/nic1") in must and Component("nic", "node1/nic1") in must
+
+
+def test_a_rank_placed_by_host_only_uses_its_hosts_only_nic():
+    eng = Engine(_fabric(nics_per_host=1))
+    eng.add_rank(0, "node0")
+    eng.add_rank(1, "node1")
+    assert (eng.placement.nic(0), eng.placement.nic(1)) == ("node0/nic0", "node1/nic0")
+
+
+def test_a_host_with_several_nics_and_no_gpu_named_leaves_the_nic_unknown():
+    eng = Engine(_fabric(nics_per_host=2))
+    eng.add_rank(0, "node0")
+    assert eng.placement.nic(0) is None
