@@ -70,7 +70,10 @@ def _items(fh: BinaryIO, path: str | Path, block_bytes: int, workers: int) -> It
 def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | None,
           block_bytes: int, workers: int, ordered: bool) -> tuple[list[FaultReport], FeedStats]:
     stats = FeedStats(sorted=ordered)
+    # ops and conns each in order; one may lag the other (a simulator or exporter writing
+    # them in separate chunks), which the engine, keeping them apart, does not mind
     watch = None if ordered else OrderWatch()
+    conn_watch = None if ordered else OrderWatch()
     last_pos = 0
     with open(path, "rb") as raw:
         # a gzip trace decompresses on the fly; progress follows the compressed bytes
@@ -85,8 +88,8 @@ def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | No
                 engine.add_ops(item)
                 stats.ops += len(item)
             elif isinstance(item, ConnRecords):
-                if watch is not None and not watch.check(conn_visible_ns(item)):
-                    raise _OutOfOrder(watch, raw.tell())
+                if conn_watch is not None and not conn_watch.check(conn_visible_ns(item)):
+                    raise _OutOfOrder(conn_watch, raw.tell())
                 engine.add_conns(item)
                 stats.conns += len(item)
             elif isinstance(item, RankInfo):
