@@ -24,6 +24,7 @@ class SlowReports:
         self.cfg, self.arena, self.placement = eng.cfg, eng.arena, eng.placement
         self.registry, self.pg_names, self.error_ranks = eng.registry, eng.pg_names, eng.error_ranks
         self._pending: set[str] = set()    # thin comm_slow findings seen in the last pass
+        self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
 
     def noncomm(self, found: list[SlowRank], now: int) -> None:
         best: dict[int, SlowRank] = {}
@@ -37,23 +38,41 @@ class SlowReports:
         for r in best:
             by_host.setdefault(self.placement.host(r), []).append(r)
         strong = np.log(self.cfg.slow_alpha)
+        filed: set[str] = set()
         for host, ranks in by_host.items():
             members = self.placement.ranks_of_host(host) if host else []
             pooled = sum(best[r].logp for r in ranks)
             if host and len(ranks) >= 2 and len(members) >= 2 and pooled < strong and \
                     len(ranks) >= self.cfg.host_fraction * len(members):
-                self._slow_host(host, sorted(ranks), best, now)
+                filed.add(self._slow_host(host, sorted(ranks), best, now))
             else:
                 for r in ranks:
                     if best[r].logp < strong:
-                        self._slow_rank(best[r], now)
+                        filed.add(self._slow_rank(best[r], now))
+        self._withdraw_unconfirmed(filed, now)
 
-    def _slow_rank(self, s: SlowRank, now: int) -> None:
+    def _withdraw_unconfirmed(self, filed: set[str], now: int) -> None:
+        """A slow rank or host that later passes, judging more samples, no longer find: its
+        finding was a chance split of its samples (a GPU a few percent slower all along meets
+        the start-up of the period learner), not a change. A real fault, intermittent too,
+        is found again at every pass; after ``slow_unconfirmed_passes`` without it, the report
+        is withdrawn."""
+        for fid in self.registry.open_ids("noncomm_slow"):
+            if fid in filed:
+                self._unseen.pop(fid, None)
+                continue
+            self._unseen[fid] = self._unseen.get(fid, 0) + 1
+            if self._unseen[fid] >= self.cfg.slow_unconfirmed_passes:
+                del self._unseen[fid]
+                self.registry.resolve(fid, now, "later passes over more samples no longer "
+                                      "find it slow")
+
+    def _slow_rank(self, s: SlowRank, now: int) -> str:
         fid = f"noncomm_slow:rank:{s.rank}"
         host = self.placement.host(s.rank)
         hid = f"noncomm_slow:host:{host}"
         if host and self.registry.get(hid) is not None:
-            return
+            return hid
         name = self.arena.names[s.group]
         summary = (f"{self.placement.describe(s.rank)} spends {ms(s.excess_ns)} "
                    f"({100 * s.excess:.0f}%) longer than its peers in group {name} outside "
@@ -63,9 +82,10 @@ class SlowReports:
                              s.onset_ns, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
                              evidence=self._slow_evidence(s), id=fid)
         self.registry.put(report, now)
+        return fid
 
     def _slow_host(self, host: str, ranks: list[int], best: dict[int, SlowRank],
-                   now: int) -> None:
+                   now: int) -> str:
         fid = f"noncomm_slow:host:{host}"
         rows = [best[r] for r in ranks]
         excess = float(np.median([s.excess for s in rows]))
@@ -83,6 +103,7 @@ class SlowReports:
         self.registry.put(report, now)
         for r in ranks:
             self.registry.resolve(f"noncomm_slow:rank:{r}", now, f"part of slow host {host}")
+        return fid
 
     def _slow_evidence(self, s: SlowRank) -> dict[str, Any]:
         return {"group": self.arena.names[s.group], "median_excess": round(s.excess, 4),
