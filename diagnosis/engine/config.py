@@ -31,7 +31,9 @@ class EngineConfig:
     hang_factor: float = 4.0
     #: Floor of the learnt hang bound, in ns.
     hang_min_ns: int = 1_000_000_000
-    #: Bound used for a communicator with no completed call yet (no history to learn from).
+    #: Bound used for a call with no history to learn from: of a communicator with no completed
+    #: call yet, or of an operation its communicator never completed before (the barrier after
+    #: a checkpoint that one rank writes alone: no fault however long the others wait for it).
     hang_cold_ns: int = 30_000_000_000
     #: How late signs of life may reach the engine after the fact: collectors flush rows and
     #: stats about once a second and sidecars forward stats once a second. A decision that
@@ -72,6 +74,9 @@ class EngineConfig:
     #: A host is named (rather than its GPUs) when at least this fraction of its ranks, and at
     #: least two, are slow.
     host_fraction: float = 0.75
+    #: A filed slow rank or host that this many detection passes in a row no longer find
+    #: (judging more samples) is withdrawn: its finding was a chance split of its samples.
+    slow_unconfirmed_passes: int = 3
 
     # ---- communication slow -------------------------------------------------------------------
     #: Samples of a connection (or communicator operation) skipped before its baseline is
@@ -121,7 +126,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         positive_int = ("window", "history", "hang_min_ns", "hang_cold_ns", "alive_after_ns",
                         "evidence_delay_ns",
-                        "slow_min_samples",
+                        "slow_min_samples", "slow_unconfirmed_passes",
                         "min_compute_ns", "comm_learn", "comm_min_samples", "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:

@@ -223,7 +223,7 @@ class HangReports:
 
     def scan(self, now: int) -> None:
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
-                         self.timing.tail_bound)
+                         self.timing.tail_bound, self.timing.novel, self.cfg.hang_cold_ns)
         c = self.clock
         seen = c.seen[: c.size]
         # (a transfer that began and stopped moving is a stuck transfer, whatever the silence)

@@ -72,11 +72,14 @@ class HangScan:
 
 
 def scan_open(arena: Arena, bounds_of, now: int,
-              symmetric: np.ndarray | None = None, tails_of=None) -> HangScan:
+              symmetric: np.ndarray | None = None, tails_of=None, novel_of=None,
+              cold_ns: int = 0) -> HangScan:
     """Every open instance, vectorized; only the few past their bound become Python objects.
     ``symmetric`` (by op id, see ``moved_on``): tell the ranks that moved on from their open
     rows, which then wait nowhere. ``tails_of``: the bound of a call every member entered,
-    counted from its last entry (else ``bounds_of`` from the first entry applies to all)."""
+    counted from its last entry (else ``bounds_of`` from the first entry applies to all).
+    ``novel_of(groups, ops)``: calls of an operation their communicator never completed
+    before; their bound is at least ``cold_ns``."""
     out = HangScan(now)
     slots = arena.open_slots()
     if len(slots) == 0:
@@ -93,11 +96,15 @@ def scan_open(arena: Arena, bounds_of, now: int,
     bad = np.add.reduceat((status > 0).astype(np.int64), starts) > 0
     g = slots // arena.W
     bound = bounds_of(g)
+    floor = np.zeros(len(g), dtype=np.int64)
+    if novel_of is not None:
+        floor = np.where(novel_of(g, arena.s_op[slots]), np.int64(cold_ns), floor)
+    bound = np.maximum(bound, floor)
     past = (now - first) > bound
     if tails_of is not None:
         last = np.maximum.reduceat(enter, starts)
         all_in = np.minimum.reduceat(enter, starts) >= 0
-        tail = tails_of(g)
+        tail = np.maximum(tails_of(g), floor)
         past |= all_in & ((now - last) > tail)
         bound = np.where(all_in, np.minimum(bound, tail), bound)
     for i in np.flatnonzero(past | bad).tolist():

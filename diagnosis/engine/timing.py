@@ -30,6 +30,9 @@ class GroupTiming:
         self.xfer = SeriesBank(config.history, config.comm_skip, config.comm_learn)
         self._xkeys: dict[tuple[int, int], int] = {}
         self.xkey_group: list[int] = []
+        # (communicator, operation) pairs with a call that completed normally, as g << 24 | op
+        self._done_ops: set[int] = set()
+        self._done_arr = np.zeros(0, dtype=np.int64)
 
     def _ensure(self, G: int) -> None:
         cap = len(self.count)
@@ -81,6 +84,10 @@ class GroupTiming:
         xfer = np.maximum(end_med - last, 0).astype(np.float64) + 1.0
         ok = (fin.status == 0).all(axis=1)
         if ok.any():
+            done = (g[ok].astype(np.int64) << 24) | op[ok].astype(np.int64)
+            if not np.isin(done, self._done_arr).all():
+                self._done_ops.update(done.tolist())
+                self._done_arr = np.fromiter(self._done_ops, dtype=np.int64)
             # one integer per (communicator, op, size): sizes below 2**40, ops below 2**23
             sig = (op[ok].astype(np.int64) << 40) | nbytes[ok].astype(np.int64)
             usig, sinv = np.unique(sig, return_inverse=True)
@@ -95,6 +102,13 @@ class GroupTiming:
                     self.xkey_group.append(t[0])
                 ids[i] = kid
             self.xfer.add(ids[inv.ravel()], xfer[ok] / nbytes[ok], end_max[ok])
+
+    def novel(self, groups: np.ndarray, ops: np.ndarray) -> np.ndarray:
+        """Whether each (communicator, operation) has never completed a call: nothing tells
+        how long such a call normally waits (a barrier after a checkpoint that one rank
+        writes alone, an evaluation step), so its hang bound is the cold one."""
+        key = (np.asarray(groups, dtype=np.int64) << 24) | np.asarray(ops, dtype=np.int64)
+        return ~np.isin(key, self._done_arr)
 
     def settle(self, group: int) -> int:
         """How long a call of the communicator normally runs after its last member entered
