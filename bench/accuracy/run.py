@@ -3,6 +3,7 @@ scored against the ground truth. Prints a table; ``--json FILE`` writes the full
 
     python -m bench.accuracy.run --quick
     python -m bench.accuracy.run --gpus 512,4096 --seeds 4 --json results.json
+    python -m bench.accuracy.run --quick --fabric three_tier --nics-per-host 4
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import sys
 import tempfile
 import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -22,6 +24,7 @@ from bench.accuracy.analyze import analyze_cli, analyze_stream, analyze_trace
 from bench.accuracy.scenarios import Scenario, scenarios
 from bench.accuracy.score import Row, score_scenario, summarize
 from diagnosis.sim.run import simulate
+from diagnosis.topology.fabrics import FABRICS
 
 TARGETS = {  # top-1 targets from the issue (with conn records)
     "rank_hang": 99.0, "slow_gpu": 99.0, "slow_host": 99.0, "comm_hang": 99.0, "error": 99.0,
@@ -43,9 +46,9 @@ def run_one(sc: Scenario, mode: str, workdir: str) -> dict[str, Any]:
         try:
             run = analyze_cli if mode == "cli" else analyze_trace
             reports = run(res.trace, res.topology)
-        except Exception as exc:   # a crash is a result too: no reports, noted
+        except Exception:   # a crash is a result too: no reports, noted with where it was
             reports = []
-            truth["analyze_error"] = str(exc)[-500:]
+            truth["analyze_error"] = traceback.format_exc()[-3000:]
         t_an = time.perf_counter() - t0 - t_sim
         res.trace.unlink()
     score = score_scenario(truth, reports)
@@ -97,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=4, help="scenarios per fault kind and size")
     ap.add_argument("--kinds", default="", help="comma-separated fault kinds (default: all)")
     ap.add_argument("--no-conns", action="store_true", help="traces without conn records")
+    ap.add_argument("--fabric", choices=list(FABRICS), default="rail",
+                    help="the simulated fabric (see diagnosis/sim/README.md)")
+    ap.add_argument("--nics-per-host", type=int, default=None,
+                    help="NICs per host (default: one per GPU); GPUs share NICs when fewer")
     ap.add_argument("--mode", choices=("trace", "cli", "stream"), default="trace",
                     help="trace: the trace file through c4 analyze's reader and engine, in "
                     "process; cli: `c4 analyze` in a subprocess; stream: records fed to the "
@@ -110,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [512] if args.quick else [int(x) for x in args.gpus.split(",") if x]
     seeds = 1 if args.quick else args.seeds
     kinds = [k for k in args.kinds.split(",") if k] or None
-    todo = scenarios(sizes, seeds, args.quick, conns=not args.no_conns, kinds=kinds)
+    todo = scenarios(sizes, seeds, args.quick, conns=not args.no_conns, kinds=kinds,
+                     fabric=args.fabric, nics_per_host=args.nics_per_host)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="c4-accuracy-") as work:
         if args.jobs > 1:
@@ -126,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{len(done[-1]['reports'])} reports", file=sys.stderr)
     wall = time.perf_counter() - t0
     rows = summarize((d["label"], d["gpus"], _score_of(d), d["name"]) for d in done)
-    print(f"\naccuracy: {len(done)} scenarios, mode {args.mode}, conns "
-          f"{'off' if args.no_conns else 'on'}, {wall:.0f} s\n")
+    nics = f", {args.nics_per_host} NICs per host" if args.nics_per_host else ""
+    print(f"\naccuracy: {len(done)} scenarios, fabric {args.fabric}{nics}, mode {args.mode}, "
+          f"conns {'off' if args.no_conns else 'on'}, {wall:.0f} s\n")
     print_table(rows)
     print("\ndet/top3/top1≡: % of observable faults; top1: % of those not ambiguous; amb: "
           "faults named tied first with components the ground truth calls indistinguishable "
@@ -138,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
           "false: reports explained by no fault; target: top-1 % (healthy: 0 false reports)")
     errors = [d for d in done if d["analyze_error"]]
     for d in errors[:5]:
-        print(f"analyze failed on {d['name']}: {d['analyze_error']}")
+        print(f"analyze failed on {d['name']}:\n{d['analyze_error']}")
     shown = [r for r in rows if r.failures]
     if shown:
         print("\nmisses and false reports:")
@@ -147,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r.gpus} {r.label}: {f}")
     if args.json:
         args.json.write_text(json.dumps({
-            "mode": args.mode, "conns": not args.no_conns, "wall_s": wall,
+            "mode": args.mode, "conns": not args.no_conns, "fabric": args.fabric,
+            "nics_per_host": args.nics_per_host, "wall_s": wall,
             "rows": [r.to_json() for r in rows], "scenarios": done}, indent=1) + "\n")
     return 0
 

@@ -1,18 +1,20 @@
 """The bench's seeded scenarios: for each size, every fault kind several times (subtle and gross,
-varied targets, onsets mid-run, some intermittent), several faults at once, and healthy runs."""
+varied targets, onsets mid-run, some intermittent), several faults at once, and healthy runs,
+on one fabric."""
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
 from diagnosis.sim.config import FAULT_KINDS, FaultSpec, SimConfig
+from diagnosis.topology.model import TIERS
 
 SLOW_KINDS = [k for k, v in FAULT_KINDS.items() if v.slows]
 LINK_TARGETS = ("cable", "uplink")
-SWITCH_TARGETS = ("leaf", "spine")
 
 
 @dataclass(frozen=True)
@@ -23,22 +25,44 @@ class Scenario:
     cfg: SimConfig
 
 
-def base_config(gpus: int, quick: bool, conns: bool) -> SimConfig:
+def base_config(gpus: int, quick: bool, conns: bool, fabric: str = "rail",
+                nics_per_host: int | None = None) -> SimConfig:
     """The job: TP 8 inside a host, 4 pipeline stages, data parallel over the rest."""
     iterations = 30 if quick or gpus > 1024 else 40
     return SimConfig(gpus=gpus, gpus_per_host=8, tp=8, pp=4, iterations=iterations,
-                     microbatches=2, conns=conns, job=f"bench{gpus}")
+                     microbatches=2, conns=conns, job=f"bench{gpus}", fabric=fabric,
+                     nics_per_host=nics_per_host)
+
+
+@lru_cache(maxsize=8)
+def fabric_targets(base: SimConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The link and switch target keywords that find a component on the job's traffic, read
+    from its built fabric and connections: no uplinks or spines on one switch, or when the
+    job fits under one leaf; a core only on a three-tier fabric whose traffic leaves a pod."""
+    from diagnosis.sim.layout import Layout
+    from diagnosis.sim.model import build_topology
+    from diagnosis.sim.network import Connections
+
+    topo = build_topology(base)
+    net = Connections.build(Layout.build(base, topo), topo, np.random.default_rng(0),
+                            base.nvlink_gbps)
+    links = tuple(t for t in LINK_TARGETS
+                  if any((t == "uplink") == net.is_uplink(lid) for lid in net.link_ids))
+    tiers = {topo.graph.nodes[n].get("tier") for n, kind in net.node_kind.items()
+             if kind == "switch"}
+    return links, tuple(t for t in TIERS if t in tiers)
 
 
 def _fault(kind: str, k: int, rng: np.random.Generator, base: SimConfig) -> FaultSpec:
     iterations = base.iterations
     onset = int(rng.integers(int(iterations * 0.35), int(iterations * 0.6) + 1))
-    spines = base.hosts > base.hosts_per_leaf      # else one leaf per rail, no uplinks
     target = "auto"
-    if FAULT_KINDS[kind].component == "link":
-        target = LINK_TARGETS[k % 2] if spines else "cable"
-    elif FAULT_KINDS[kind].component == "switch":
-        target = SWITCH_TARGETS[k % 2] if spines else "leaf"
+    comp = FAULT_KINDS[kind].component
+    if comp in ("link", "switch"):
+        # cycle through the kinds of link and tiers of switch the job's traffic crosses
+        links, tiers = fabric_targets(base)
+        pool = links if comp == "link" else tiers
+        target = pool[k % len(pool)] if pool else "auto"
     if not FAULT_KINDS[kind].slows:
         return FaultSpec(kind, target, onset)
     # alternate gross (1.5-3x) and subtle (10-25% slower) fail-slow; every third intermittent
@@ -48,11 +72,12 @@ def _fault(kind: str, k: int, rng: np.random.Generator, base: SimConfig) -> Faul
 
 
 def scenarios(sizes: list[int], seeds: int, quick: bool, conns: bool = True,
-              kinds: list[str] | None = None) -> list[Scenario]:
+              kinds: list[str] | None = None, fabric: str = "rail",
+              nics_per_host: int | None = None) -> list[Scenario]:
     out: list[Scenario] = []
     kinds = kinds or list(FAULT_KINDS)
     for gpus in sizes:
-        base = base_config(gpus, quick, conns)
+        base = base_config(gpus, quick, conns, fabric, nics_per_host)
         for kind in [*kinds, "multi"]:
             for k in range(seeds):
                 seed = zlib.crc32(f"{kind}/{gpus}/{k}".encode())

@@ -11,11 +11,13 @@ The matching rule, exactly:
   count for the fault, even when they name the right component.
 * A suspect **names** the fault when ``(type, id)`` is in the fault's ``accept`` list (written by
   the simulator). That list holds the faulty component itself, plus only these equivalents:
-  for a NIC, its cable(s) to the leaf; for a NIC-to-leaf cable, that NIC (the two lie on exactly
-  the same paths, so timing cannot tell them apart); for a GPU fault, the rank running on that
-  GPU as a ``rank`` suspect (what a detector without topology can say). A host, switch, an
-  uplink, or a GPU's host never stands in for anything else. Link ids compare with their two
-  endpoints sorted.
+  for a NIC with a single cable to the fabric, that cable; for such a cable, that NIC (the two
+  lie on exactly the same paths, so timing cannot tell them apart); for a GPU fault, the rank
+  running on that GPU as a ``rank`` suspect (what a detector without topology can say). A
+  dual-port NIC and one of its two cables never stand in for each other (a faulty port is
+  named by its cable; the simulator lists the NIC as ``equivalent`` only when every
+  connection it carried used that port). A host, switch, an uplink, or a GPU's host never
+  stands in for anything else. Link ids compare with their two endpoints sorted.
 * **top-1**: some addressing report has a first suspect that names the fault, and every
   suspect sharing that first score names it too (a NIC and its cable may tie; a tie with
   anything else does not single the fault out, whichever of them is listed first).
