@@ -204,7 +204,11 @@ def test_pipeline_receive_makes_a_victim_not_a_culprit() -> None:
                     3: done(4)}, cfg)
     assert hang.kind == "noncomm_hang" and _ranks(hang) == [3, 2]
     assert hang.top.score > 0.8 and hang.suspects[1].score < 0.5
-    assert "rank 2 waits behind in recv from rank 3 on process group '0'" in hang.summary
+    # the receive is matched against rank 3's sends (it has none open), so the report leads
+    # with the transfer rank 3 owes; ranks 0, 1 wait behind it
+    assert ("rank 3 never posted the send matching the recv rank 2 waits in (recv from rank 3 "
+            "on process group '0')") in hang.summary
+    assert "ranks 0, 1 wait behind in all_reduce #5" in hang.summary
     # without the receive on record, rank 2 is as much a suspect as rank 3
     (hang,) = _job({0: [*done(4), stuck], 1: [*done(4), dict(stuck)], 2: done(4),
                     3: done(4)}, cfg)

@@ -77,6 +77,9 @@ class Recorder:
     backend: str = "nccl"
     max_entries: int = 2000
     timeout_ms: int = 600_000
+    # TORCH_NCCL_ENABLE_TIMING: without it no start event is recorded, so no entry is ever
+    # "started" and no duration is measured.
+    timing: bool = True
     entries: list[dict] = field(default_factory=list)
     groups: dict[str, _Group] = field(default_factory=dict)
     next_id: int = 0
@@ -142,6 +145,8 @@ class Recorder:
 
     def _record(self, g: _Group, name: str, sizes: Any, out: Any, dtype: str | None,
                 state: str, p2p: bool) -> dict:
+        if state == "started" and not self.timing:
+            raise ValueError("without timing no entry is ever marked started")
         created = self.clock.tick()
         started = created + STEP // 4 if state in ("started", "completed") else None
         done = created + STEP // 2 if state == "completed" else None
@@ -165,6 +170,8 @@ class Recorder:
             "retired": done is not None or self.backend == "gloo",
             "timeout_ms": self.timeout_ms, "is_p2p": p2p,
         }
+        if self.timing and done is not None and name not in ("coalesced",):
+            e["duration_ms"] = 0.25
         self.next_id += 1
         self.entries.append(e)
         del self.entries[:-self.max_entries]  # the ring buffer keeps the newest

@@ -1,0 +1,126 @@
+"""Calls every member entered that never completed (comm_hang), and calls that failed.
+
+Only groups whose backend reports completion (NCCL) can show a comm hang: on gloo every entry
+stays ``scheduled``. Per group the earliest such call is the stuck one (the rest queue behind it
+on the group's stream); for a send/recv, the first pair both ends are inside. With timing on,
+an entry is ``started`` once its GPU kernel began: a call all members started and none finished
+is a transfer that makes no progress. When no member reports starts (timing off), a call can
+also stay open because a member's GPU is still busy with earlier work; if that member is
+waiting in an earlier stalled call, that explains it and no comm hang is filed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from diagnosis.flight_recorder.calls import CallTable, Key
+from diagnosis.flight_recorder.parse import FrEntry
+from diagnosis.flight_recorder.text import ranks
+from diagnosis.report import FaultReport, Suspect
+
+if TYPE_CHECKING:
+    from diagnosis.flight_recorder.analyzer import _Job
+
+COMM_HANG_SCORE = 0.5
+UNTIMED_COMM_HANG_SCORE = 0.4
+STATE_ERROR_SCORE = 0.6
+ERROR_STATES = frozenset({"error", "errored", "failed", "timeout", "timed_out", "timedout",
+                          "aborted"})
+
+
+@dataclass(frozen=True)
+class CommHang:
+    ranks: frozenset[int]
+    label: str
+    report: FaultReport
+
+
+def find(job: _Job) -> list[CommHang]:
+    t = job.t
+    out = []
+    for pg, key in sorted(job.open_calls.items()):
+        by_rank = t.calls[key]
+        entries = {r: min(es, key=lambda e: e.index) for r, es in by_rank.items()}
+        states = {r: t.state(r, key) for r in by_rank}
+        stuck = {r: s for r, s in states.items() if s != "completed"}
+        if _queued_behind(job, stuck, entries):
+            continue
+        ends = sorted({e.op for es in by_rank.values() for e in es if e.closes_group})
+        op = ends[0] if ends else entries[min(entries)].op
+        label = f"{op} #{key[1]} on {t.membership.label(pg)}"
+        head = f"all {len(by_rank)} members of {t.membership.label(pg)} entered {op} #{key[1]}"
+        out.append(_hang(t, stuck, entries, label, head, pg, key[1]))
+    for p in job.pending_p2p:
+        stuck = {p.send.rank: p.send_state, p.recv.rank: p.recv_state}
+        entries = {p.send.rank: p.send, p.recv.rank: p.recv}
+        if _queued_behind(job, stuck, entries):
+            continue
+        where = t.membership.label(p.pg)
+        label = f"send from rank {p.send.rank} to rank {p.recv.rank} on {where}"
+        head = (f"ranks {p.send.rank} and {p.recv.rank} are both inside the send from rank "
+                f"{p.send.rank} to rank {p.recv.rank} on {where}")
+        out.append(_hang(t, stuck, entries, label, head, p.pg, p.send.p2p_seq))
+    return out
+
+
+def stuck_in(job: _Job, rank: int) -> str | None:
+    """The unfinished call every member entered that ``rank`` is inside, if any."""
+    return next((h.label for h in job.comm if rank in h.ranks), None)
+
+
+def _queued_behind(job: _Job, stuck: dict[int, str], entries: dict[int, FrEntry]) -> bool:
+    """Whether no member is known to be inside the call and one of them is waiting in a
+    stalled call it entered before this one (its stream may never have reached this one)."""
+    if any(s == "started" for s in stuck.values()):
+        return False
+    for r in stuck:
+        key = job.blocked.get(r)
+        if key is not None and job.all_stalls[key].order.get(r, entries[r].index) < \
+                entries[r].index:
+            return True
+    return False
+
+
+def _hang(t: CallTable, stuck: dict[int, str], entries: dict[int, FrEntry], label: str,
+          head: str, pg: str, seq: int) -> CommHang:
+    timed = any(s == "started" for s in stuck.values()) or bool(set(entries) & t.reports_starts)
+    score = COMM_HANG_SCORE if timed else UNTIMED_COMM_HANG_SCORE
+    summary = (f"{head} and it never completed on {ranks(stuck)}: the transfer itself is "
+               "stuck; check the links and NICs between them")
+    if not timed:
+        summary += (" (no rank reports when its GPU began the call, NCCL timing being off: a "
+                    "GPU still busy with earlier work would look the same)")
+    timed_out = sorted(r for r in stuck if entries[r].retired)
+    report = FaultReport(
+        kind="comm_hang",
+        suspects=tuple(Suspect(type="rank", id=str(r), rank=r, score=score)
+                       for r in sorted(stuck)),
+        first_seen_ns=min((e.time_created_ns for e in entries.values() if e.time_created_ns),
+                          default=0),
+        summary=summary, pg=pg, seq=seq,
+        evidence={"states": {str(r): s for r, s in sorted(stuck.items())},
+                  "timed_out": timed_out, "call": label})
+    return CommHang(frozenset(stuck), label, report)
+
+
+def state_errors(t: CallTable) -> list[FaultReport]:
+    failed: dict[Key, dict[int, str]] = defaultdict(dict)
+    for d in t.dumps.values():
+        for e in d.entries:
+            if e.state.lower() in ERROR_STATES:
+                failed[(t.group(e), e.seq)][d.rank] = e.state
+    reports = []
+    for (pg, seq), by in sorted(failed.items()):
+        calls = t.calls.get((pg, seq), {})
+        op = next((e.op for es in calls.values() for e in es), "call")
+        reports.append(FaultReport(
+            kind="error",
+            suspects=tuple(Suspect(type="rank", id=str(r), rank=r, score=STATE_ERROR_SCORE)
+                           for r in sorted(by)),
+            first_seen_ns=t.first_ns((pg, seq), by) or 0,
+            summary=(f"{op} #{seq} on {t.membership.label(pg)} failed on {ranks(by)} "
+                     f"(state {', '.join(sorted(set(by.values())))})"),
+            pg=pg, seq=seq, evidence={"states": {str(r): s for r, s in by.items()}}))
+    return reports
