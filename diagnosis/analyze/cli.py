@@ -22,6 +22,9 @@ def analyze(
                                                 file_okay=False, help="Analyze a directory of "
                                                 "PyTorch Flight Recorder dumps instead of a "
                                                 "trace."),
+    prefix: str | None = typer.Option(None, "--prefix", help="With --flight-recorder: the file "
+                                      "name prefix of the dumps to read (nccl_trace_rank_) when "
+                                      "DIR holds several sets."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the output to this "
                                        "file instead of standard output."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=0, help="Processes parsing a "
@@ -35,9 +38,11 @@ def analyze(
         _fail(f"--format must be 'json' or 'table', not {fmt!r}")
     if (trace is None) == (flight_recorder is None):
         _fail("give either a TRACE file or --flight-recorder DIR")
+    if prefix is not None and flight_recorder is None:
+        _fail("--prefix selects Flight Recorder dumps: use it with --flight-recorder DIR")
     try:
         if flight_recorder is not None:
-            reports = _flight_recorder(flight_recorder)
+            reports = _flight_recorder(flight_recorder, prefix)
         else:
             reports = _trace(trace, topology, jobs)
     except DiagnosisError as exc:
@@ -50,10 +55,10 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _flight_recorder(path: Path) -> list:
+def _flight_recorder(path: Path, prefix: str | None) -> list:
     from diagnosis.flight_recorder import analyze_dumps
 
-    return analyze_dumps(Path(path))
+    return analyze_dumps(Path(path), prefix)
 
 
 def _trace(trace: Path, topology_path: Path | None, jobs: int | None) -> list:

@@ -105,7 +105,7 @@ def find_dump_files(path: Path, prefix: str | None = None) -> dict[int, Path]:
                 return by_ext[ext]
     names = sorted(f"{pre}<rank>{ext}" for pre, ext in groups)
     raise DiagnosisError(f"{path} holds several sets of dumps ({', '.join(names)}): "
-                         "pass the prefix of the set to analyse")
+                         "pass the prefix of the set to analyse (c4 analyze --prefix)")
 
 
 def load_dumps(path: Path, prefix: str | None = None) -> list[RankDump]:

@@ -117,6 +117,9 @@ def parse_dump(obj: Any, rank: int, source: str) -> RankDump:
     if "version" not in obj:
         raise FormatError("missing: is this a Flight Recorder dump?", source=source,
                           field="version")
+    if isinstance(obj["version"], bool) or not isinstance(obj["version"], (str, int, float)):
+        raise FormatError(f"bad value {obj['version']!r}: a format version is text like '2.10'",
+                          source=source, field="version")
     version = str(obj["version"])
     major, _, minor = version.partition(".")
     if not (major.isdigit() and minor.isdigit()) or int(major) != SUPPORTED_MAJOR:

@@ -7,8 +7,10 @@ against the reader that ships with torch where it is installed.
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
+import random
 from pathlib import Path
 
 import pytest
@@ -158,3 +160,47 @@ def test_truncated_constructed_dumps_are_format_errors(tmp_path: Path, cut: floa
         f.write_bytes(data[: int(len(data) * cut)])
         with pytest.raises(FormatError, match=rf"^{f.name}\b.*(truncated|missing)"):
             load_dump(f, 0)
+
+
+@pytest.mark.parametrize("version", [None, {"major": 2}, [2, 10], True])
+def test_version_that_is_not_a_version_is_a_format_error(tmp_path: Path, version: object) -> None:
+    d = world(1)[0].dump_dict()
+    d["version"] = version
+    (tmp_path / "r0").write_bytes(pickle.dumps(d))
+    with pytest.raises(FormatError, match=r"^r0 \(field 'version'\): bad value"):
+        load_dump(tmp_path / "r0", 0)
+
+
+_ODD_VALUES = [None, 0, -1, 2**70, 1.5, float("nan"), "", "x", "nccl:", "nccl:send 0->9",
+               "nccl:recv 9<-0", "nccl:send a->b", "nccl:coalesced", [], [[]], [[1, 2]], {},
+               {"a": 1}, ("0",), ("0", "d", "e"), True, "[0, 1]", "[", [None], "started"]
+
+
+def test_damaged_dumps_give_reports_or_a_format_error_never_a_crash(tmp_path: Path) -> None:
+    """Seeded random damage to the fields of constructed dumps (torch's format): the analysis
+    either reads them or says which file and field is wrong; nothing else escapes."""
+    base = [rec.dump_dict() for rec in _hang_job()]
+    rng = random.Random(20240611)
+    for it in range(150):
+        dumps = copy.deepcopy(base)
+        for _ in range(rng.randint(1, 4)):
+            d = rng.choice(dumps)
+            if rng.random() < 0.15:
+                d[rng.choice(["version", "pg_config", "pg_status", "entries"])] = rng.choice(
+                    _ODD_VALUES)
+            elif isinstance(d.get("entries"), list) and d["entries"]:
+                e = rng.choice(d["entries"])
+                if isinstance(e, dict):
+                    key = rng.choice(sorted(e))
+                    if rng.random() < 0.15:
+                        del e[key]
+                    else:
+                        e[key] = rng.choice([*_ODD_VALUES, rng.randint(-3, 30)])
+        out = tmp_path / str(it)
+        out.mkdir()
+        for rank, d in enumerate(dumps):
+            (out / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(d))
+        try:
+            analyze_dumps(out)
+        except FormatError as exc:
+            assert str(exc).startswith("nccl_trace_rank_")
