@@ -53,7 +53,8 @@ def analyze_dumps(path: Path, prefix: str | None = None) -> list[FaultReport]:
 def analyze(dumps: Sequence[RankDump]) -> list[FaultReport]:
     """Fault reports for already loaded dumps: hangs, mismatches, stuck transfers, failures."""
     job = _Job(CallTable(dumps))
-    return [*job.hangs(), *job.mismatch_reports, *job.comm_hangs(), *comm.state_errors(job.t)]
+    hangs = job.hangs()  # first: it sets aside the stalls that only wait behind a comm hang
+    return [*hangs, *job.mismatch_reports, *job.comm_hangs(), *comm.state_errors(job.t)]
 
 
 class _Job:
@@ -72,6 +73,10 @@ class _Job:
         self.all_stalls = {**self.inferred, **self.stalls}
         self.blocked = self._blocked_at()
         self.comm = comm.find(self)
+        # Ranks inside a call every member entered and none finished: they wait on the transfer,
+        # so a later call they never reached is its consequence, not their fault.
+        self.in_comm = {r: h for h in self.comm for r in h.ranks}
+        self.behind_comm: dict[str, list[Stall]] = defaultdict(list)
 
     # -- stalls ---------------------------------------------------------------------------------
 
@@ -179,10 +184,12 @@ class _Job:
                     best[r] = (idx, key)
         return {r: key for r, (_, key) in best.items()}
 
-    def _roots(self, key: tuple) -> tuple[set[int], set[int], list[tuple]]:
-        """(culprits, victims in between, stalls visited) behind stall ``key``."""
+    def _roots(self, key: tuple) -> tuple[set[int], set[int], list[tuple], set[int]]:
+        """(culprits, victims in between, stalls visited, ranks inside a stuck transfer)
+        behind stall ``key``."""
         culprits: set[int] = set()
         victims: set[int] = set()
+        in_comm: set[int] = set()
         seen_keys: dict[tuple, None] = {}
         path: list[tuple] = []
 
@@ -199,22 +206,26 @@ class _Job:
                 if r in self.blocked:
                     victims.add(r)
                     visit(self.blocked[r])
+                elif r in self.in_comm:
+                    in_comm.add(r)
                 else:
                     culprits.add(r)
             path.pop()
 
         visit(key)
-        return culprits, victims - culprits, list(seen_keys)
+        return culprits, victims - culprits, list(seen_keys), in_comm
 
     # -- reports --------------------------------------------------------------------------------
 
     def hangs(self) -> list[FaultReport]:
-        if not self.stalls:
-            return []
         clusters: dict[frozenset[int], list[Stall]] = defaultdict(list)
         victims_of: dict[frozenset[int], set[int]] = defaultdict(set)
         for stall in sorted(self.stalls.values(), key=_stall_order):
-            culprits, victims, visited = self._roots(stall.key)
+            culprits, victims, visited, in_comm = self._roots(stall.key)
+            if not culprits:
+                for h in {self.in_comm[r].label: self.in_comm[r] for r in in_comm}.values():
+                    self.behind_comm[h.label].append(stall)
+                continue
             cluster = clusters[frozenset(culprits)]
             cluster.append(stall)
             cluster.extend(self.inferred[k] for k in visited
@@ -237,7 +248,8 @@ class _Job:
         suspects += [Suspect(type="rank", id=str(r), rank=r, score=VICTIM_SCORE)
                      for r in sorted(victims)]
         cyclic = bool(culprits & set(self.blocked))
-        stuck = {r: k for r in culprits if (k := comm.stuck_in(self, r)) is not None}
+        stuck = {r: self.in_comm[r].label for s in stalls for r in s.missing
+                 if r in self.in_comm and r not in self.blocked}
         evidence = {
             "stalled_calls": [
                 {"pg": s.pg, "seq": s.seq, "op": s.op, "call": s.describe(),
@@ -300,7 +312,22 @@ class _Job:
         return f"{e.label} ({self.t.p2p_state(e) if e.is_p2p else e.state})"
 
     def comm_hangs(self) -> list[FaultReport]:
-        return [h.report for h in self.comm]
+        """The comm hangs, with the stalled calls that wait behind them and nothing else."""
+        out = []
+        for h in self.comm:
+            behind = self.behind_comm.get(h.label, [])
+            r = h.report
+            if behind:
+                waiters = set().union(*(s.waiting for s in behind))
+                r = r.with_updates(
+                    summary=f"{r.summary}; {ranks(waiters)} "
+                            f"{verb(waiters, 'waits', 'wait')} behind it in "
+                            + ", ".join(s.describe() for s in behind),
+                    evidence={**r.evidence, "behind_it": [
+                        {"pg": s.pg, "seq": s.seq, "waiting": sorted(s.waiting),
+                         "missing": sorted(s.missing)} for s in behind]})
+            out.append(r)
+        return out
 
 
 def _op(by_rank: dict[int, list[FrEntry]]) -> str:

@@ -65,11 +65,6 @@ def find(job: _Job) -> list[CommHang]:
     return out
 
 
-def stuck_in(job: _Job, rank: int) -> str | None:
-    """The unfinished call every member entered that ``rank`` is inside, if any."""
-    return next((h.label for h in job.comm if rank in h.ranks), None)
-
-
 def _queued_behind(job: _Job, stuck: dict[int, str], entries: dict[int, FrEntry]) -> bool:
     """Whether no member is known to be inside the call and one of them is waiting in a
     stalled call it entered before this one (its stream may never have reached this one)."""

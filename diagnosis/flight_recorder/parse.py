@@ -174,6 +174,8 @@ class _Fields:
         return self._int(key, self.e[key])
 
     def _int(self, key: str, v: Any) -> int:
+        if type(v) is int:  # the common case, first: dumps hold millions of these
+            return v
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
             raise self.fail(key, f"bad value: expected a whole number, found {type(v).__name__}")
         try:
@@ -199,6 +201,12 @@ class _Fields:
             return ()
         if not isinstance(v, (list, tuple)):
             raise self.fail(key, f"bad value: tensor sizes are a list, not {type(v).__name__}")
+        try:  # the common shape first: a list of lists of ints
+            out = tuple(tuple(dims) for dims in v)
+            if all(type(n) is int for dims in out for n in dims):
+                return out
+        except TypeError:
+            pass
         try:
             return _tuples(v)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -210,7 +218,7 @@ class _Fields:
             return ()
         if isinstance(v, str):  # one dtype for all tensors
             return (v,)
-        if not isinstance(v, (list, tuple)) or not all(isinstance(d, str) for d in v):
+        if not isinstance(v, (list, tuple)) or not all(type(d) is str for d in v):
             raise self.fail(key, "bad value: dtypes are a list of names")
         return tuple(v)
 

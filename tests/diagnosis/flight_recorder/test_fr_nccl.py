@@ -180,3 +180,19 @@ def test_mismatch_names_the_minority_and_is_not_also_a_comm_hang(tmp_path: Path,
     (err,) = analyze_dumps(write(recs, tmp_path))
     assert err.kind == "error" and _ranks(err) == [2] and err.seq == 4
     assert err.summary.startswith(f"rank 2 called {what} where ranks 0, 1, 3 called")
+
+
+def test_ranks_inside_a_stuck_transfer_are_not_culprits_of_the_next_call(tmp_path: Path) -> None:
+    """Constructed to torch's format (no NCCL here): every rank is inside all_reduce #5, which
+    never completes; ranks 0 and 1 had already enqueued #6 (NCCL calls are asynchronous), ranks
+    2 and 3 had not. The fault is the transfer, not ranks 2 and 3."""
+    recs = world(4)
+    _steps(recs, 4)
+    for rec in recs:
+        rec.collective("0", state="started")
+    for rec in recs[:2]:
+        rec.collective("0", state="scheduled")
+    (hang,) = analyze_dumps(write(recs, tmp_path))
+    assert hang.kind == "comm_hang" and hang.seq == 5 and sorted(_ranks(hang)) == [0, 1, 2, 3]
+    assert hang.evidence["behind_it"] == [{"pg": "0", "seq": 6, "waiting": [0, 1],
+                                           "missing": [2, 3]}]
