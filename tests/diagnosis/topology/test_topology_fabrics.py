@@ -85,6 +85,18 @@ def test_top_of_rack_oversubscribed() -> None:
     assert len(check_paths(t, "node000/nic1", "node007/nic0")) == 2
 
 
+def test_dual_port_shape_and_paths() -> None:
+    t = rail_optimized(8, 4, hosts_per_leaf=2, spines=2, dual_port=True)
+    # 4 groups x 4 rails x 2 planes of leaves; two cables per NIC, at half its speed
+    assert kinds(t) == {"host": 8, "gpu": 32, "nic": 32, "switch": 32 + 2}
+    assert link_kinds(t) == {"gpu-nic": 32, "leaf-nic": 64, "leaf-spine": 32 * 2}
+    assert sorted(t.index.nic_up["node003/nic2"]) == ["leaf01r2a", "leaf01r2b"]
+    assert t.capacity("leaf01r2b~node003/nic2") == 200
+    every_nic_reachable(t)
+    assert len(check_paths(t, "node002/nic2", "node003/nic2")) == 2
+    assert len(check_paths(t, "node000/nic2", "node007/nic2")) == 2 * 2 * 2
+
+
 def test_three_tier_shape() -> None:
     t = three_tier(12, 4, rails=2, hosts_per_leaf=2, groups_per_pod=2, spines_per_pod=3,
                    nic_gbps=100)
