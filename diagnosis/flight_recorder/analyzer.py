@@ -35,6 +35,11 @@ from diagnosis.report import FaultReport, Suspect
 
 log = logging.getLogger(__name__)
 
+# Calls that can finish on one rank before the others are done (the root of a broadcast
+# hands its data on and leaves); every other collective finishes only when all took part.
+ROOTED_OPS = frozenset({"broadcast", "_broadcast_oop", "reduce", "_reduce_oop", "gather",
+                        "scatter"})
+
 CULPRIT_SCORE = 0.9
 UNDUMPED_CULPRIT_SCORE = 0.8
 VICTIM_SCORE = 0.3
@@ -89,6 +94,10 @@ class _Job:
             states = {r: self.t.state(r, key) for r in by_rank}
             waiting = {r for r, s in states.items() if not tracking or s != "completed"}
             if not waiting:
+                continue
+            if tracking and "completed" in states.values() and _op(by_rank) not in ROOTED_OPS:
+                # Done somewhere, so every member took part: the dumps of the others were
+                # taken before they saw it finish (or, for the missing, before they issued it).
                 continue
             when = first_ns(by_rank, waiting)
             missing = {r for r in self.m.of(pg) - by_rank.keys()

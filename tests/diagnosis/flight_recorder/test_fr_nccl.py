@@ -88,6 +88,18 @@ def test_dumps_a_moment_apart_are_not_faults(tmp_path: Path) -> None:
     recs[1].collective("0")
     recs[1].collective("0")
     assert analyze_dumps(write(recs, tmp_path)) == []
+    # rank 0 dumped before it saw its all_reduce #6 finish; the others had completed it, which
+    # an all_reduce cannot do unless every member took part
+    recs[0].collective("0")
+    recs[0].collective("0", state="started")
+    recs[2].collective("0")
+    recs[2].collective("0")
+    recs[1].collective("0")
+    assert analyze_dumps(write(recs, tmp_path / "later")) == []
+    # and rank 2 dumped before it issued #7, which rank 0 is inside and rank 1 completed
+    recs[0].collective("0", state="started")
+    recs[1].collective("0")
+    assert analyze_dumps(write(recs, tmp_path / "early")) == []
 
 
 @pytest.mark.parametrize("missing", [(3,), (1,), (1, 3)])
