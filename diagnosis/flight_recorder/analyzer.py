@@ -68,6 +68,7 @@ class _Job:
         self.m = table.membership
         self.mismatch_reports, self.mismatched = mismatches(table)
         p2p = match_p2p(table)
+        self.unmatched_p2p = p2p.unmatched
         self.mismatch_reports += p2p_mismatch_reports(table, p2p.mismatches)
         self.pending_p2p = [p for p in p2p.pending
                             if not any(x.send is p.send for x in p2p.mismatches)]
@@ -170,7 +171,7 @@ class _Job:
         """Rank ``rank`` blocked in an unmatched send/recv ``e``: a wait on its peer."""
         state = self.t.p2p_state(e)
         pair = peer_ranks(e.peer)
-        if state == "completed" or pair is None:
+        if state == "completed" or pair is None or (rank, e.index) not in self.unmatched_p2p:
             return None
         g = self.t.group(e)
         src, dst = (self.m.global_rank(g, x) for x in pair)

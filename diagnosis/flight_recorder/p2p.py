@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diagnosis.flight_recorder.calls import CallTable, Stall
 from diagnosis.flight_recorder.groups import peer_ranks
@@ -57,6 +57,9 @@ class P2pFindings:
     stalls: list[Stall]
     pending: list[PendingPair]
     mismatches: list[SizeMismatch]
+    # (rank, record_id) of sends/recvs that could not be matched: buffers that wrapped on a
+    # backend without states. Only for these may a rank's wait on its peer be guessed.
+    unmatched: set[tuple[int, int]] = field(default_factory=set)
 
 
 def match_p2p(table: CallTable) -> P2pFindings:
@@ -141,6 +144,7 @@ def _by_order(table: CallTable, ch: Channel, sends: list[FrEntry], recvs: list[F
     if any(d is not None and not d.whole_history for d in known):
         log.debug("%s->%s on %r: a buffer wrapped and no states are kept; not matched",
                   src, dst, g)
+        out.unmatched.update((e.rank, e.index) for e in (*sends, *recvs))
         return
     for send, recv in zip(sends, recvs):
         if _sizes(send) != _sizes(recv):

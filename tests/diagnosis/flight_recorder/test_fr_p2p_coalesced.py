@@ -205,3 +205,21 @@ def test_wrapped_pipeline_buffers_still_match_open_transfers(tmp_path: Path) -> 
     recs[2].recv("0", 1, state="started")
     (hang,) = analyze_dumps(write(recs, tmp_path))
     assert _ranks(hang) == [1], hang.summary
+
+
+def test_ranks_inside_a_stuck_transfer_are_not_a_circular_wait(tmp_path: Path) -> None:
+    """Constructed to torch's format (no NCCL here): rank 0 waits in all_reduce #3; ranks 1
+    and 2 never came because both are inside a send from 1 to 2 that never finishes. That is
+    one stuck transfer (comm_hang), not two ranks waiting on each other."""
+    recs = world(3)
+    for _ in range(2):
+        for rec in recs:
+            rec.collective("0")
+    recs[0].collective("0", state="started")
+    recs[1].send("0", 2, state="started")
+    recs[2].recv("0", 1, state="started")
+    (hang,) = analyze_dumps(write(recs, tmp_path))
+    assert hang.kind == "comm_hang" and sorted(_ranks(hang)) == [1, 2], hang.summary
+    assert hang.evidence["behind_it"] == [{"pg": "0", "seq": 3, "waiting": [0],
+                                           "missing": [1, 2]}]
+    assert "rank 0 waits behind it in all_reduce #3" in hang.summary
