@@ -24,8 +24,10 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]  # (group key, collective sequence id)
 
-# Backends whose entries never leave "scheduled" in any dump seen so far.
-_STATELESS_BACKENDS = frozenset({"gloo"})
+# Backends that mark entries started/completed (the accelerator libraries torch's analyzer
+# knows, all built on device events). gloo never does; an unknown backend is trusted to track
+# state only once one of its entries shows it.
+_STATEFUL_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "rcclx", "xccl", "hccl", "mccl"})
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,7 @@ class CallTable:
 
     def tracks_state(self, pg: str) -> bool:
         """Whether "not completed" means what it says on this group."""
-        if pg in self.progressed:
-            return True
-        backends = self.backends.get(pg, set())
-        return bool(backends) and not backends & _STATELESS_BACKENDS
+        return pg in self.progressed or bool(self.backends.get(pg, set()) & _STATEFUL_BACKENDS)
 
     def never_started(self, rank: int, state: str) -> bool:
         """Whether a call in ``state`` was enqueued but its GPU stream never began it."""

@@ -208,3 +208,19 @@ def test_ranks_inside_a_stuck_transfer_are_not_culprits_of_the_next_call(tmp_pat
     assert hang.kind == "comm_hang" and hang.seq == 5 and sorted(_ranks(hang)) == [0, 1, 2, 3]
     assert hang.evidence["behind_it"] == [{"pg": "0", "seq": 6, "waiting": [0, 1],
                                            "missing": [2, 3]}]
+
+
+@pytest.mark.parametrize(("backend", "kinds"), [("nccl", ["comm_hang"]), ("xccl", ["comm_hang"]),
+                                                ("ucc", []), ("gloo", [])])
+def test_only_backends_known_to_report_completion_can_show_a_comm_hang(
+        tmp_path: Path, backend: str, kinds: list) -> None:
+    """Constructed to torch's format: every member recorded all_reduce #1 and #2, nothing ever
+    left ``scheduled``. From NCCL (timing off) #1 is stuck; from a backend that never reports
+    completion this is just what every healthy dump looks like."""
+    recs = world(3, backend=backend, timing=False)
+    _steps(recs, 2)
+    for rec in recs:
+        for e in rec.entries:
+            e.update(state="scheduled", time_discovered_started_ns=None,
+                     time_discovered_completed_ns=None)
+    assert [r.kind for r in analyze_dumps(write(recs, tmp_path))] == kinds
