@@ -24,6 +24,10 @@ class EngineConfig:
     #: Samples kept per communicator member / per connection for the slow detectors.
     history: int = 64
 
+    #: How far the clocks of two hosts may disagree (the trace format promises under 1 ms):
+    #: differences of times taken on different hosts below this are no evidence.
+    clock_skew_ns: int = 1_000_000
+
     # ---- hangs -------------------------------------------------------------------------------
     #: A wait counts as a hang once it exceeds ``hang_factor`` times the longest normal
     #: (span + period) this communicator has shown: a rank that is several iterations behind
@@ -124,8 +128,8 @@ class EngineConfig:
     detect_every_ns: int = 2_000_000_000
 
     def __post_init__(self) -> None:
-        positive_int = ("window", "history", "hang_min_ns", "hang_cold_ns", "alive_after_ns",
-                        "evidence_delay_ns",
+        positive_int = ("window", "history", "hang_min_ns", "clock_skew_ns", "hang_cold_ns",
+                        "alive_after_ns", "evidence_delay_ns",
                         "slow_min_samples", "slow_unconfirmed_passes",
                         "min_compute_ns", "comm_learn", "comm_min_samples", "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")

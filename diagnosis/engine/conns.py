@@ -129,14 +129,18 @@ class ConnWindow:
     def _effective_start(self, recs: ConnRecords, pg_ids: np.ndarray) -> np.ndarray:
         """A transfer cannot start before both ends entered the operation it belongs to: measure
         from the later of its start and the two entries, so that a late peer (a compute fault)
-        does not look like a slow connection."""
+        does not look like a slow connection. The ends' clocks may disagree by up to
+        ``clock_skew_ns``: an entry later than the start by less than that is no evidence of a
+        late peer, and taking it would turn the hosts' clock offsets into noise of up to that
+        much on every short transfer."""
         start = recs.t_start_ns.copy()
         has = (pg_ids >= 0) & (recs.seq >= 0)
         if has.any():
             rows = np.flatnonzero(has)
             enter = self.arena.entered(pg_ids[rows], recs.seq[rows], recs.src[rows],
                                        recs.dst[rows])
-            start[rows] = np.maximum(start[rows], enter)
+            late = enter - start[rows] > self.cfg.clock_skew_ns
+            start[rows] = np.where(late, enter, start[rows])
         return start
 
     def prune_open(self, limit: int = 200_000) -> None:
