@@ -114,8 +114,9 @@ def _by_tail(table: CallTable, ch: Channel, sends: list[FrEntry], recvs: list[Fr
         if len(late) == 1:
             waiter = recv if late[0] is send else send
             out.stalls.append(_stall(where, ch, waiter, waiting=waiter.rank,
-                                     missing=late[0].rank, reason="never_started"))
-        elif not late or len(late) == 2:
+                                     missing=late[0].rank, reason="never_started",
+                                     named_by=late[0]))
+        else:  # both inside (or both not begun: comm.py decides whether that is stuck)
             out.pending.append(PendingPair(g, send, recv, table.p2p_state(send),
                                            table.p2p_state(recv)))
         return
@@ -173,13 +174,16 @@ def _sizes(e: FrEntry) -> tuple:
 
 
 def _stall(where: str, ch: Channel, e: FrEntry, waiting: int, missing: int,
-           reason: str = "never_joined") -> Stall:
-    """Rank ``waiting`` is in transfer ``e`` (its own send or recv, or the peer's when the peer
-    never started its half) and rank ``missing`` is not."""
-    g = ch[0]
-    direction = "from" if e.op == "recv" else "to"
-    other = missing if e.rank == waiting else waiting
-    return Stall(key=(g, *ch[1:], e.index, e.rank), pg=g, seq=e.p2p_seq, op=e.op,
+           reason: str = "never_joined", named_by: FrEntry | None = None) -> Stall:
+    """Rank ``waiting`` is inside its half ``e`` of a transfer and rank ``missing`` is not.
+
+    The call is named from ``named_by``'s side (the waiting rank's by default): the summary of
+    a rank that entered but never started its half names that half.
+    """
+    n = named_by or e
+    direction = "from" if n.op == "recv" else "to"
+    other = missing if n.rank == waiting else waiting
+    return Stall(key=(ch[0], *ch[1:], e.index, e.rank), pg=ch[0], seq=e.p2p_seq, op=n.op,
                  waiting=frozenset({waiting}), missing=frozenset({missing}),
                  first_ns=e.time_created_ns, order={waiting: e.index},
-                 label=f"{e.op} {direction} rank {other} on {where}", p2p=True, reason=reason)
+                 label=f"{n.op} {direction} rank {other} on {where}", p2p=True, reason=reason)

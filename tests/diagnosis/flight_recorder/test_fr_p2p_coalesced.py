@@ -223,3 +223,16 @@ def test_ranks_inside_a_stuck_transfer_are_not_a_circular_wait(tmp_path: Path) -
     assert hang.evidence["behind_it"] == [{"pg": "0", "seq": 3, "waiting": [0],
                                            "missing": [1, 2]}]
     assert "rank 0 waits behind it in all_reduce #3" in hang.summary
+
+
+def test_receiver_whose_gpu_never_started_the_recv_is_the_culprit(tmp_path: Path) -> None:
+    """Constructed to torch's format (no NCCL here), timing on: rank 0's send started, rank
+    1 posted the receive but its stream never began it."""
+    recs = world(2)
+    _pipeline(recs, 2)
+    recs[0].send("0", 1, state="started")
+    recs[1].recv("0", 0, state="scheduled")
+    (hang,) = analyze_dumps(write(recs, tmp_path))
+    assert hang.kind == "noncomm_hang" and _ranks(hang) == [1]
+    assert hang.summary.startswith("rank 1 entered recv from rank 0 on process group '0' but "
+                                   "its GPU never started it while rank 0 waits inside")
