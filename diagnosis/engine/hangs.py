@@ -18,8 +18,13 @@
   job is being torn down (see ``teardown``); rows that arrive meanwhile (a member only late to
   report its failure) correct the culprits. A rank whose latest call failed is a victim of that
   error: it is no culprit of a hang, nor of a failed call it never entered.
-A wait is a hang once it exceeds the communicator's learnt bound (see ``timing``). Hang reports
-are held while the whole job looks stopped at once (``stalled_at_once`` and ``teardown``).
+* A call its members left only by failing, after waiting past its hang bound (a collective
+  timeout such as NCCL's watchdog), was a hang: the absent members' ``noncomm_hang`` (a
+  ``comm_hang`` if every member was inside), not an error nor a teardown.
+A wait is a hang once it exceeds the communicator's learnt bound (see ``timing``); a call of an
+operation the communicator never completed before waits at least the cold bound (its normal
+wait is unknown: the barrier after a checkpoint one rank writes alone). Hang reports are held
+while the whole job looks stopped at once (``stalled_at_once`` and ``teardown``).
 """
 
 from __future__ import annotations
