@@ -68,6 +68,7 @@ def _check_spec_section_3(doc: dict) -> None:
 
 
 def test_nccl_dumps_through_the_cli_follow_the_report_format(tmp_path: Path) -> None:
+    """NCCL dumps constructed to torch's format (no NCCL here), through ``c4 analyze``."""
     _nccl_pipeline_hang(tmp_path)
     res = CliRunner().invoke(build_app(), ["analyze", "--flight-recorder", str(tmp_path),
                                            "--format", "json"])
@@ -80,6 +81,7 @@ def test_nccl_dumps_through_the_cli_follow_the_report_format(tmp_path: Path) -> 
 
 
 def test_prefix_chooses_a_set_and_damaged_dumps_fail_cleanly(tmp_path: Path) -> None:
+    """NCCL dumps constructed to torch's format (no NCCL here) next to the real gloo fixture."""
     _nccl_pipeline_hang(tmp_path)
     for f in (FIXTURE / "pickle").iterdir():
         shutil.copy(f, tmp_path / f.name.replace("nccl_trace_rank_", "gloo_"))

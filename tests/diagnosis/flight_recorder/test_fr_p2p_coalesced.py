@@ -236,3 +236,16 @@ def test_receiver_whose_gpu_never_started_the_recv_is_the_culprit(tmp_path: Path
     assert hang.kind == "noncomm_hang" and _ranks(hang) == [1]
     assert hang.summary.startswith("rank 1 entered recv from rank 0 on process group '0' but "
                                    "its GPU never started it while rank 0 waits inside")
+
+
+def test_stage_without_a_dump_is_the_undumped_culprit_of_both_neighbours(tmp_path: Path) -> None:
+    """Constructed to torch's format (no NCCL here): stage 1 of 3 crashed without a dump;
+    stage 0 waits to send to it and stage 2 to receive from it."""
+    recs = world(3)
+    _pipeline(recs, 3)
+    recs[0].send("0", 1, state="started")
+    recs[2].recv("0", 1, state="started")
+    (hang,) = analyze_dumps(write(recs, tmp_path, skip=(1,)))
+    assert _ranks(hang) == [1] and hang.top.score == pytest.approx(0.8)
+    assert hang.evidence["no_dump"] == [1] and "rank 1 left no dump" in hang.summary
+    assert sorted(c["waiting"][0] for c in hang.evidence["stalled_calls"]) == [0, 2]

@@ -66,8 +66,9 @@ def test_every_version_and_encoding_reads_and_analyses_alike(tmp_path: Path, ver
 
 
 def test_constructed_dumps_are_read_by_torchs_own_loader(tmp_path: Path) -> None:
-    """The construction is checked against torch's reader and operation parser, where torch is
-    installed: if these dumps were not torch's format, torch would reject them."""
+    """Dumps constructed to torch's format (no NCCL here) are checked against torch's reader
+    and operation parser, where torch is installed: were they not torch's format, torch would
+    reject them."""
     loader = pytest.importorskip("torch.distributed.flight_recorder.components.loader")
     types = pytest.importorskip("torch.distributed.flight_recorder.components.types")
     write(_hang_job(), tmp_path)
@@ -124,6 +125,8 @@ def _dump_with(tmp_path: Path, field: str, value: object, encoding: str = "pickl
 @pytest.mark.parametrize("encoding", ["pickle", "json"])
 def test_bad_field_names_file_field_and_entry(tmp_path: Path, field: str, value: object,
                                               why: str, encoding: str) -> None:
+    """A dump constructed to torch's format (no NCCL here) with one field of one entry
+    damaged: the error names the file, the field and the entry."""
     if encoding == "json" and isinstance(value, float):
         pytest.skip("JSON has no infinity")
     _dump_with(tmp_path, field, value, encoding)
@@ -136,6 +139,8 @@ def test_bad_field_names_file_field_and_entry(tmp_path: Path, field: str, value:
 
 
 def test_entry_that_is_not_a_dict_and_garbage_config_or_status(tmp_path: Path) -> None:
+    """A dump constructed to torch's format (no NCCL here): an unusable pg_config or pg_status
+    is ignored (gloo writes the former wrong), an entry that is not a dict is an error."""
     recs = world(2)
     for rec in recs:
         rec.collective("0")
@@ -153,6 +158,8 @@ def test_entry_that_is_not_a_dict_and_garbage_config_or_status(tmp_path: Path) -
 
 @pytest.mark.parametrize("cut", [0.1, 0.5, 0.9, 0.99])
 def test_truncated_constructed_dumps_are_format_errors(tmp_path: Path, cut: float) -> None:
+    """Dumps constructed to torch's format (no NCCL here), cut short as by a rank that died
+    while writing."""
     recs = _hang_job()
     for encoding in ("pickle", "json"):
         data = recs[0].dump(encoding=encoding)
@@ -164,6 +171,7 @@ def test_truncated_constructed_dumps_are_format_errors(tmp_path: Path, cut: floa
 
 @pytest.mark.parametrize("version", [None, {"major": 2}, [2, 10], True])
 def test_version_that_is_not_a_version_is_a_format_error(tmp_path: Path, version: object) -> None:
+    """A dump constructed to torch's format (no NCCL here) whose version is not text."""
     d = world(1)[0].dump_dict()
     d["version"] = version
     (tmp_path / "r0").write_bytes(pickle.dumps(d))
