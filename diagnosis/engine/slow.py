@@ -211,7 +211,7 @@ class NoncommSlow:
     def update(self, fin: Finished) -> None:
         n = fin.enter.shape[1]
         keep = ~self.arena.p2p[fin.group]
-        if n < 3 or not keep.any():
+        if n < 2 or not keep.any():
             return
         cls = self.classes.get(n)
         if cls is None:
@@ -323,13 +323,21 @@ class NoncommSlow:
             t = np.take_along_axis(cls.t[:G], idx, axis=1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
+                if n > 2:
+                    sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
+                else:
+                    # two members mirror each other (each is measured against their mean), so
+                    # their spread is the fault itself: the noise is how much a member's
+                    # samples move from one to the next, which a change of level leaves alone
+                    step = np.diff(x, axis=1) / np.sqrt(2.0)
+                    sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
                 thr = np.maximum(cfg.slow_min_excess / 2, cfg.slow_noise_k * sigma)
                 high = a > thr[:, None, None]
                 valid = ~np.isnan(a)
                 # the communicator's own rate of late samples: median over members, so that
-                # the faulty member does not raise it
-                rate = row_quantile(high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1), 0.5)
+                # the faulty member does not raise it (of two, the lower)
+                per_member = high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+                rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
             p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
             series = a.transpose(0, 2, 1).reshape(G * n, K)
             res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
