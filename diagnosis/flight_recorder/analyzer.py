@@ -83,6 +83,10 @@ class _Job:
         # so a later call they never reached is its consequence, not their fault.
         self.in_comm = {r: h for h in self.comm for r in h.ranks}
         self.behind_comm: dict[str, list[Stall]] = defaultdict(list)
+        log.info("%d dumps, %d groups, %d calls: %d stalled (%d guessed), %d stuck transfers, "
+                 "%d mismatches; no dump from ranks %s", len(table.dumps), len(self.m.members),
+                 len(table.calls), len(self.stalls), len(self.inferred), len(self.comm),
+                 len(self.mismatch_reports), sorted(self.m.undumped) or "none")
 
     # -- stalls ---------------------------------------------------------------------------------
 

@@ -85,6 +85,10 @@ class CallTable:
                 self.last_seq[k] = max(self.last_seq.get(k, e.seq), e.seq)
             if d.entries and not d.entries[-1].is_p2p:
                 self.last_key[d.rank] = (self.group(d.entries[-1]), d.entries[-1].seq)
+            if not d.whole_history:
+                log.debug("%s: the buffer starts at record %d (it wrapped, or holds active "
+                          "calls only): calls before it are not known", d.source,
+                          d.entries[0].index)
 
     def group(self, e: FrEntry) -> str:
         return self.membership.key(e.rank, e.pg)
