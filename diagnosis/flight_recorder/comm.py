@@ -38,11 +38,14 @@ class CommHang:
 
 
 def find(job: _Job) -> list[CommHang]:
+    """The stuck transfers among the calls every member entered and none finished."""
     t = job.t
     out = []
     for pg, key in sorted(job.open_calls.items()):
         by_rank = t.calls[key]
-        entries = {r: min(es, key=lambda e: e.index) for r, es in by_rank.items()}
+        # a coalesced group speaks through its closing entry (its members carry no state)
+        entries = {r: max(es, key=lambda e: (e.closes_group, -e.index))
+                   for r, es in by_rank.items()}
         states = {r: t.state(r, key) for r in by_rank}
         stuck = {r: s for r, s in states.items() if s != "completed"}
         if _queued_behind(job, stuck, entries):
@@ -72,8 +75,8 @@ def _queued_behind(job: _Job, stuck: dict[int, str], entries: dict[int, FrEntry]
         return False
     for r in stuck:
         key = job.blocked.get(r)
-        if key is not None and job.all_stalls[key].order.get(r, entries[r].index) < \
-                entries[r].index:
+        entered = entries[r].index
+        if key is not None and job.all_stalls[key].order.get(r, entered) < entered:
             return True
     return False
 

@@ -61,11 +61,15 @@ def test_call_every_member_entered_and_none_finished_is_a_comm_hang(tmp_path: Pa
     for rec in recs:
         rec.collective("0", state=state)
         rec.collective("0", state="scheduled")  # queued behind the stuck one
+    # rank 1's watchdog retired the call on its timeout: retired but not completed
+    recs[1].entries[-2]["retired"] = True
     (hang,) = analyze_dumps(write(recs, tmp_path))
     assert hang.kind == "comm_hang" and (hang.pg, hang.seq) == ("0", 6)
     assert sorted(_ranks(hang)) == [0, 1, 2, 3]
     assert all(0 < s.score <= 0.5 for s in hang.suspects)
     assert "never completed" in hang.summary
+    assert hang.evidence["timed_out"] == [1]
+    assert hang.evidence["states"] == dict.fromkeys("0123", state)
 
 
 def test_rank_whose_gpu_never_started_the_call_is_the_culprit(tmp_path: Path) -> None:
