@@ -19,11 +19,9 @@ def replay_live(engine: Engine, path: Path, tail_s: float = 0.0,
     each and, where the data falls silent, in steps of ``step_ns``; then ``tail_s`` on."""
     out: list[FaultReport] = []
     for item in read_trace(path, block_bytes=4096):
-        if isinstance(item, RankInfo):
-            engine.add_rank(item.rank, item.host, item.gpu, item.nic)
-        elif isinstance(item, GroupInfo):
-            engine.add_group(item.pg, item.ranks)
-        elif isinstance(item, Columns | ConnRecords):
+        if _register(engine, item):
+            continue
+        if isinstance(item, Columns | ConnRecords):
             first = int(item.columns["t_enter_ns"].min()) if isinstance(item, Columns) \
                 else int(item.t_start_ns.min())
             now = engine.now_ns
@@ -51,11 +49,9 @@ def replay_visible(engine: Engine, path: Path, tail_s: float = 0.0,
     late is seen waiting meanwhile."""
     out: list[FaultReport] = []
     for item in read_trace(path, block_bytes=1):
-        if isinstance(item, RankInfo):
-            engine.add_rank(item.rank, item.host, item.gpu, item.nic)
-        elif isinstance(item, GroupInfo):
-            engine.add_group(item.pg, item.ranks)
-        elif isinstance(item, Columns):
+        if _register(engine, item):
+            continue
+        if isinstance(item, Columns):
             c = item.columns
             due = int(max(c["t_end_ns"].max(), c["t_enter_ns"].max() + open_after_ns))
             now = engine.now_ns
@@ -69,3 +65,14 @@ def replay_visible(engine: Engine, path: Path, tail_s: float = 0.0,
         now += step_ns
         out += engine.advance(now)
     return out
+
+
+def _register(engine: Engine, item: object) -> bool:
+    """Hand a rank or group record to the engine; False for anything else."""
+    if isinstance(item, RankInfo):
+        engine.add_rank(item.rank, item.host, item.gpu, item.nic)
+    elif isinstance(item, GroupInfo):
+        engine.add_group(item.pg, item.ranks)
+    else:
+        return False
+    return True
