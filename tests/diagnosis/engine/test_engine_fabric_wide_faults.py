@@ -1,0 +1,28 @@
+"""A fault that slows (nearly) every connection, such as the one switch of a small fabric slowed
+every other pair of iterations: the pooled rate of slow samples, which a connection is judged
+against, rises with the fault itself; a connection's own quieter past tells its healthy rate."""
+
+from __future__ import annotations
+
+from diagnosis.engine import Engine
+from diagnosis.sim.config import FaultSpec, SimConfig
+from diagnosis.sim.run import simulate
+from diagnosis.topology import Topology
+from diagnosis.trace.feed import feed_trace
+
+
+def analyze(tmp_path, faults):
+    cfg = SimConfig(gpus=128, iterations=40, microbatches=2, seed=11, fabric="single_switch",
+                    faults=faults)
+    res = simulate(cfg, tmp_path)
+    reports, _ = feed_trace(Engine(Topology.load(res.topology)), res.trace)
+    return [(r.kind, r.suspects[0].id) for r in reports]
+
+
+def test_intermittent_slow_single_switch_is_named(tmp_path):
+    fault = FaultSpec("slow_switch", "switch0", onset=17, slow=2.5, every=4, on=2)
+    assert analyze(tmp_path, (fault,)) == [("comm_slow", "switch0")]
+
+
+def test_healthy_single_switch_job_has_no_report(tmp_path):
+    assert analyze(tmp_path, ()) == []
