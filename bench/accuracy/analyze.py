@@ -56,7 +56,8 @@ def conn_records(sim: Simulation, c: dict[str, np.ndarray]):
 
     net = sim.conns
     idx = c["conn"]
-    paths = [tuple(json.loads(net.path_json[k])) for k in idx.tolist()]
+    paths = [tuple(json.loads(net.path_json[k])) for k in idx.tolist()] if sim.cfg.paths \
+        else None
     return ConnRecords(net.src[idx], net.dst[idx], c["bytes"], c["t_start_ns"], c["t_end_ns"],
                        c["pg"], c["seq"], list(sim.strings), paths)
 

@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-conns", action="store_true", help="traces without conn records")
     ap.add_argument("--fabric", choices=list(FABRICS), default="rail",
                     help="the simulated fabric (see diagnosis/sim/README.md)")
+    ap.add_argument("--no-paths", action="store_true",
+                    help="conn records without the route each transfer took (ECMP candidates "
+                    "from the topology only, as most collectors)")
     ap.add_argument("--nics-per-host", type=int, default=None,
                     help="NICs per host (default: one per GPU); GPUs share NICs when fewer")
     ap.add_argument("--mode", choices=("trace", "cli", "stream"), default="trace",
@@ -118,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = 1 if args.quick else args.seeds
     kinds = [k for k in args.kinds.split(",") if k] or None
     todo = scenarios(sizes, seeds, args.quick, conns=not args.no_conns, kinds=kinds,
-                     fabric=args.fabric, nics_per_host=args.nics_per_host)
+                     fabric=args.fabric, nics_per_host=args.nics_per_host,
+                     paths=not args.no_paths)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="c4-accuracy-") as work:
         if args.jobs > 1:
@@ -136,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize((d["label"], d["gpus"], _score_of(d), d["name"]) for d in done)
     nics = f", {args.nics_per_host} NICs per host" if args.nics_per_host else ""
     print(f"\naccuracy: {len(done)} scenarios, fabric {args.fabric}{nics}, mode {args.mode}, "
-          f"conns {'off' if args.no_conns else 'on'}, {wall:.0f} s\n")
+          f"conns {'off' if args.no_conns else 'on'}"
+          f"{'' if args.no_conns or not args.no_paths else ' (no paths)'}, {wall:.0f} s\n")
     print_table(rows)
     print("\ndet/top3/top1≡: % of observable faults; top1: % of those not ambiguous; amb: "
           "faults named tied first with components the ground truth calls indistinguishable "
@@ -156,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r.gpus} {r.label}: {f}")
     if args.json:
         args.json.write_text(json.dumps({
-            "mode": args.mode, "conns": not args.no_conns, "fabric": args.fabric,
+            "mode": args.mode, "conns": not args.no_conns, "paths": not args.no_paths,
+            "fabric": args.fabric,
             "nics_per_host": args.nics_per_host, "wall_s": wall,
             "rows": [r.to_json() for r in rows], "scenarios": done}, indent=1) + "\n")
     return 0

@@ -26,12 +26,12 @@ class Scenario:
 
 
 def base_config(gpus: int, quick: bool, conns: bool, fabric: str = "rail",
-                nics_per_host: int | None = None) -> SimConfig:
+                nics_per_host: int | None = None, paths: bool = True) -> SimConfig:
     """The job: TP 8 inside a host, 4 pipeline stages, data parallel over the rest."""
     iterations = 30 if quick or gpus > 1024 else 40
     return SimConfig(gpus=gpus, gpus_per_host=8, tp=8, pp=4, iterations=iterations,
                      microbatches=2, conns=conns, job=f"bench{gpus}", fabric=fabric,
-                     nics_per_host=nics_per_host)
+                     nics_per_host=nics_per_host, paths=paths)
 
 
 @lru_cache(maxsize=8)
@@ -73,11 +73,11 @@ def _fault(kind: str, k: int, rng: np.random.Generator, base: SimConfig) -> Faul
 
 def scenarios(sizes: list[int], seeds: int, quick: bool, conns: bool = True,
               kinds: list[str] | None = None, fabric: str = "rail",
-              nics_per_host: int | None = None) -> list[Scenario]:
+              nics_per_host: int | None = None, paths: bool = True) -> list[Scenario]:
     out: list[Scenario] = []
     kinds = kinds or list(FAULT_KINDS)
     for gpus in sizes:
-        base = base_config(gpus, quick, conns, fabric, nics_per_host)
+        base = base_config(gpus, quick, conns, fabric, nics_per_host, paths)
         for kind in [*kinds, "multi"]:
             for k in range(seeds):
                 seed = zlib.crc32(f"{kind}/{gpus}/{k}".encode())

@@ -36,6 +36,9 @@ def sim(
     seed: int = typer.Option(0, help="Seed: the same options and seed give the same files."),
     conns: bool = typer.Option(True, "--conns/--no-conns",
                                help="Emit conn records (one per transfer per connection)."),
+    paths: bool = typer.Option(True, "--paths/--no-paths",
+                               help="Give each conn record the route it took (without: as "
+                               "collectors that cannot see the ECMP path of a flow)."),
     gzip: bool = typer.Option(False, "--gzip", help="Write trace.jsonl.gz instead (for "
                               "storage: c4 analyze reads plain JSON Lines)."),
     order: str = typer.Option("complete", help="Line order: 'complete' (as collectors ship "
@@ -67,7 +70,8 @@ def sim(
     try:
         cfg = SimConfig(gpus=gpus, gpus_per_host=gpus_per_host, tp=tp, pp=pp,
                         iterations=iterations, microbatches=microbatches, seed=seed,
-                        conns=conns, faults=tuple(FaultSpec.parse(f) for f in fault),
+                        conns=conns, paths=paths,
+                        faults=tuple(FaultSpec.parse(f) for f in fault),
                         fabric=fabric, nics_per_host=nics_per_host or None,
                         hosts_per_leaf=hosts_per_leaf, nic_gbps=nic_gbps,
                         uplink_gbps=uplink_gbps or None, gc_rate=gc_rate,

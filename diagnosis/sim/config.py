@@ -127,6 +127,9 @@ class SimConfig:
     microbatches: int = 4
     seed: int = 0
     conns: bool = True
+    #: conn records carry the route each transfer took; without it (as collectors that cannot
+    #: see which ECMP path a flow hashed to) the analyzer has the topology's candidates only
+    paths: bool = True
     faults: tuple[FaultSpec, ...] = ()
     # topology (diagnosis.topology.fabrics): the fabric, and NICs per host (None: one per GPU;
     # fewer: GPU i shares NIC i*nics//gpus)

@@ -18,9 +18,9 @@ _OP = ('{"type":"op","rank":%d,"pg":"%s","seq":%d,"op":"%s","bytes":%d,"t_enter_
 _OP_PEER = ('{"type":"op","rank":%d,"pg":"%s","seq":%d,"op":"%s","bytes":%d,"t_enter_ns":%d,'
             '"t_start_ns":%d,"t_end_ns":%d,"peer":%d}\n')
 _OPEN_CONN = ('{"type":"conn","src":%d,"dst":%d,"bytes":%d,"t_start_ns":%d,"pg":"%s",'
-              '"seq":%d,"path":%s}\n')
+              '"seq":%d%s}\n')
 _CONN = ('{"type":"conn","src":%d,"dst":%d,"bytes":%d,"t_start_ns":%d,"t_end_ns":%d,'
-         '"pg":"%s","seq":%d,"path":%s}\n')
+         '"pg":"%s","seq":%d%s}\n')
 
 
 def open_trace(path: str | Path, compress: bool = False) -> TextIO:
@@ -95,7 +95,8 @@ class TraceWriter:
         idx = c["conn"]
         src, dst = net.src[idx], net.dst[idx]
         pg = self.strings[c["pg"]]
-        paths = [net.path_json[k] for k in idx.tolist()]
+        paths = [f',"path":{net.path_json[k]}' for k in idx.tolist()] if self.sim.cfg.paths \
+            else [""] * n
         done = c["t_end_ns"] >= 0
         lines = np.empty(n, dtype=object)
         if done.any():

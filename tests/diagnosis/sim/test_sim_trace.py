@@ -167,6 +167,14 @@ def test_no_conns_option(tmp_path):
     assert tr.ops and not tr.conns
 
 
+def test_no_paths_option_keeps_the_conns_without_their_route(tmp_path):
+    with_paths = run(tmp_path / "a", gpus=64, iterations=2, microbatches=1)
+    without = run(tmp_path / "b", gpus=64, iterations=2, microbatches=1, paths=False)
+    assert with_paths.conns and all("path" in c for c in with_paths.conns)
+    assert len(without.conns) == len(with_paths.conns)
+    assert not any("path" in c for c in without.conns)
+
+
 def test_bad_layouts_are_refused():
     with pytest.raises(SimError, match="--tp"):
         SimConfig(gpus=64, tp=3)
