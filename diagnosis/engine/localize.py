@@ -126,18 +126,24 @@ class Localizer:
             sigma = float(np.nan_to_num(robust_sigma(finite), nan=0.0)) if len(finite) else 0.0
         thr = max(cfg.comm_min_excess / 2, cfg.comm_noise_k * sigma)
         valid = np.isfinite(ring)
-        high = valid & (np.nan_to_num(ring, nan=-np.inf) > thr)
-        pooled = float(high[valid].mean()) if valid.any() else 0.0
+        high = ring > thr                                   # (NaN compares False)
+        n_high = high.sum(axis=1)
+        pooled = float(n_high.sum() / max(int(valid.sum()), 1))
+        p0 = np.full(len(keys), pooled)
         # a fault that slows (nearly) every connection (the one switch of a small fabric)
         # raises the pooled rate each is judged against: a connection's own oldest third of
-        # samples, when quieter, tells its healthy rate
-        seen = np.cumsum(valid, axis=1)
-        n = seen[:, -1]
-        early = valid & (seen <= np.maximum(n // 3, 1)[:, None])
-        n_early = early.sum(axis=1)
-        own = np.where(n_early >= cfg.comm_min_samples,
-                       (high & early).sum(axis=1) / np.maximum(n_early, 1), 1.0)
-        p0 = np.clip(np.minimum(pooled, own), cfg.slow_base_rate, 0.5)
+        # samples, when quieter, tells its healthy rate (only rows with enough slow samples
+        # to be judged slow at all need it)
+        rows = np.flatnonzero(n_high >= cfg.comm_min_samples)
+        if len(rows):
+            v, h = valid[rows], high[rows]
+            seen = np.cumsum(v, axis=1)
+            early = v & (seen <= np.maximum(seen[:, -1] // 3, 1)[:, None])
+            n_early = early.sum(axis=1)
+            own = np.where(n_early >= cfg.comm_min_samples,
+                           (h & early).sum(axis=1) / np.maximum(n_early, 1), 1.0)
+            p0[rows] = np.minimum(pooled, own)
+        p0 = np.clip(p0, cfg.slow_base_rate, 0.5)
         res = change_point(ring, np.full(len(keys), thr), p0, cfg.comm_min_samples)
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
             & (res.frac - res.pre_frac >= cfg.comm_min_frac) \

@@ -277,15 +277,17 @@ class NoncommSlow:
         # per step have different compute before them)
         over = np.where(valid, gap - _member_median(gap, valid), -np.inf)
         at = over.argmax(axis=1)[:, None, :]
-        late_ns = np.take_along_axis(cls.late[li], at, axis=1)[:, 0, :].astype(np.float64)
+        late_rows = cls.late[li]
+        late_ns = np.take_along_axis(late_rows, at, axis=1)[:, 0, :].astype(np.float64)
         # no gap known in the span: the lateness at this call
-        cur = np.take_along_axis(cls.late[li], (seq % _LATE)[:, None, None].repeat(n, 2),
+        cur = np.take_along_axis(late_rows, (seq % _LATE)[:, None, None].repeat(n, 2),
                                  axis=1)[:, 0, :]
         late_ns = np.where(valid.any(axis=1), late_ns, cur)
         # extra compute spread over many calls of the span (a slower GPU before every layer's
         # call of a sharded model) makes the member a little late at each: it delayed its peers
         # by the sum, which no single call shows
-        spread = np.where(span[:, :, None], cls.late[li], 0.0).sum(axis=1, dtype=np.float64)
+        spread = np.einsum("rk,rkn->rn", span.astype(np.float32), late_rows,
+                           dtype=np.float64)
         late_ns = np.maximum(late_ns, spread)
         t = enter.min(axis=1)
         C = (own - prev_own).astype(np.float64)

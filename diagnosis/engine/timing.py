@@ -30,9 +30,8 @@ class GroupTiming:
         self.xfer = SeriesBank(config.history, config.comm_skip, config.comm_learn)
         self._xkeys: dict[tuple[int, int], int] = {}
         self.xkey_group: list[int] = []
-        # (communicator, operation) pairs with a call that completed normally, as g << 24 | op
-        self._done_ops: set[int] = set()
-        self._done_arr = np.zeros(0, dtype=np.int64)
+        # per communicator and operation id: a call of it completed normally
+        self._done_ops = np.zeros((0, 0), dtype=bool)
 
     def _ensure(self, G: int) -> None:
         cap = len(self.count)
@@ -84,10 +83,7 @@ class GroupTiming:
         xfer = np.maximum(end_med - last, 0).astype(np.float64) + 1.0
         ok = (fin.status == 0).all(axis=1)
         if ok.any():
-            done = (g[ok].astype(np.int64) << 24) | op[ok].astype(np.int64)
-            if not np.isin(done, self._done_arr).all():
-                self._done_ops.update(done.tolist())
-                self._done_arr = np.fromiter(self._done_ops, dtype=np.int64)
+            self._mark_done(g[ok], op[ok])
             # one integer per (communicator, op, size): sizes below 2**40, ops below 2**23
             sig = (op[ok].astype(np.int64) << 40) | nbytes[ok].astype(np.int64)
             usig, sinv = np.unique(sig, return_inverse=True)
@@ -103,12 +99,25 @@ class GroupTiming:
                 ids[i] = kid
             self.xfer.add(ids[inv.ravel()], xfer[ok] / nbytes[ok], end_max[ok])
 
+    def _mark_done(self, groups: np.ndarray, ops: np.ndarray) -> None:
+        n_g, n_o = self._done_ops.shape
+        need_g, need_o = int(groups.max()) + 1, int(ops.max()) + 1
+        if need_g > n_g or need_o > n_o:
+            grown = np.zeros((max(need_g, 2 * n_g), max(need_o, n_o + 8)), dtype=bool)
+            grown[:n_g, :n_o] = self._done_ops
+            self._done_ops = grown
+        self._done_ops[groups, ops] = True
+
     def novel(self, groups: np.ndarray, ops: np.ndarray) -> np.ndarray:
         """Whether each (communicator, operation) has never completed a call: nothing tells
         how long such a call normally waits (a barrier after a checkpoint that one rank
         writes alone, an evaluation step), so its hang bound is the cold one."""
-        key = (np.asarray(groups, dtype=np.int64) << 24) | np.asarray(ops, dtype=np.int64)
-        return ~np.isin(key, self._done_arr)
+        g, o = np.asarray(groups, dtype=np.int64), np.asarray(ops, dtype=np.int64)
+        n_g, n_o = self._done_ops.shape
+        known = (g >= 0) & (g < n_g) & (o >= 0) & (o < n_o)
+        out = np.ones(len(g), dtype=bool)
+        out[known] = ~self._done_ops[g[known], o[known]]
+        return out
 
     def settle(self, group: int) -> int:
         """How long a call of the communicator normally runs after its last member entered
