@@ -132,9 +132,9 @@ class Localizer:
         p0 = np.full(len(keys), pooled)
         # a fault that slows (nearly) every connection (the one switch of a small fabric)
         # raises the pooled rate each is judged against: a connection's own oldest third of
-        # samples, when quieter, tells its healthy rate (only rows with enough slow samples
-        # to be judged slow at all need it)
-        rows = np.flatnonzero(n_high >= cfg.comm_min_samples)
+        # samples, when quieter, tells its healthy rate (only rows with two slow samples or
+        # more, the least a change point starts on, need it)
+        rows = np.flatnonzero(n_high >= 2)
         if len(rows):
             v, h = valid[rows], high[rows]
             seen = np.cumsum(v, axis=1)
