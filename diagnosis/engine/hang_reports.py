@@ -234,7 +234,12 @@ class HangReports:
         for inst in scan.failed:
             self.error(inst, now)
         active: set[str] = set()
-        cands = [s for s in scan.stuck if len(s.absent) and len(s.waiting)]
+        # a member absent from a call "waits nowhere" only once the rows that would show it
+        # inside another call had time to arrive (collectors ship a call pending 0.5 s, then
+        # flush; sidecars batch): at the 1 s floor, a rank that had just entered another call
+        # was taken for the culprit
+        cands = [s for s in scan.stuck if len(s.absent) and len(s.waiting)
+                 and now - s.first >= self.cfg.evidence_delay_ns]
         gone = [s for s in scan.stuck if len(s.absent) and not len(s.waiting)]
         entered = [s for s in scan.stuck if not len(s.absent) and len(s.waiting)
                    and now - s.last > s.bound]

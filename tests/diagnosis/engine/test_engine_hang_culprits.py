@@ -27,8 +27,10 @@ def _row(rank: int, pg: int, seq: int, enter: int, end: int, status: int = 0) ->
     return (rank, pg, seq, OP, 1024, DT, enter, -1, end, status, -1)
 
 
-def _engine(ranks: int) -> Engine:
-    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+def _engine(ranks: int, evidence_ns: int = 3_000 * MS) -> Engine:
+    """Hang bounds of 100 ms; ``evidence_ns``: how late rows may arrive (a culprit of a hang
+    waits nowhere only after that long)."""
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS, evidence_delay_ns=evidence_ns))
     for r in range(ranks):
         eng.add_rank(r, f"h{r // 2}", f"h{r // 2}/gpu{r % 2}")
     return eng
@@ -75,7 +77,7 @@ def test_hang_on_a_rank_whose_error_rows_come_later_is_withdrawn_by_the_error():
     # as above, but ranks 0-2's failed rows of a #20 arrive only after rank 4 has waited in
     # b #20 past its bound: a noncomm_hang names rank 1, then the error explains it while rank
     # 4 still waits; ranks 5 and 6 (group "c") go on all along
-    eng = _engine(7)
+    eng = _engine(7, evidence_ns=100 * MS)
     eng.add_group("a", [0, 1, 2, 3])
     eng.add_group("b", [1, 4])
     eng.add_group("c", [5, 6])
@@ -127,7 +129,7 @@ def test_frozen_rank_whose_last_rows_never_left_is_named():
                       + [_row(3, A, 20, t + 3, -1)]
                       + [_row(r, B, 20, t + 3 * MS, t + 4 * MS) for r in range(3)]
                       + [_row(r, A, 21, t + 5 * MS, -1) for r in range(3)]))
-    for k in range(1, 40):
+    for k in range(1, 80):      # past the 3 s that rows showing rank 3 elsewhere could take
         out += eng.advance(t + k * 50 * MS)
     hangs = [r for r in out if r.kind == "noncomm_hang"]
     assert hangs, [r.summary for r in out]
@@ -302,3 +304,30 @@ def test_a_crash_is_filed_when_the_others_signs_of_life_arrive_late():
         out += eng.advance(t + k * 100 * MS)
     errors = [r for r in out if r.kind == "error"]
     assert errors and errors[-1].evidence["culprits"] == [3] and errors[-1].state == "open"
+
+
+def test_a_rank_whose_open_row_elsewhere_arrives_late_is_not_the_culprit():
+    # ranks 0-2 in "a", ranks 2 and 3 in "b"; rank 3 freezes. Rank 2 enters b #20 and waits
+    # for it, but its open row is shipped only 1.5 s later (collectors ship a pending call
+    # after a while, sidecars batch); meanwhile ranks 0 and 1 wait in a #20 for rank 2.
+    # Before that row, rank 2 looked like a rank that waits nowhere: only rank 3 is named.
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2])
+    eng.add_group("b", [2, 3])
+    t = 0
+    out = []
+    for seq in range(20):
+        t += 10 * MS
+        eng.add_ops(_cols([_row(r, B, seq, t, t + 2 * MS) for r in (2, 3)]
+                          + [_row(r, A, seq, t + 3 * MS, t + 4 * MS) for r in range(3)]))
+        out += eng.advance(t)
+    t += 10 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t + 3 * MS, -1) for r in (0, 1)]))
+    for k in range(1, 16):
+        out += eng.advance(t + k * 100 * MS)
+    eng.add_ops(_cols([_row(2, B, 20, t, -1)]))
+    for k in range(16, 80):
+        out += eng.advance(t + k * 100 * MS)
+    hangs = [r for r in out if r.kind == "noncomm_hang"]
+    assert hangs, [r.summary for r in out]
+    assert all(r.evidence["culprits"] == [3] for r in hangs), [r.summary for r in hangs]
