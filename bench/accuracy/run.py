@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.accuracy.analyze import analyze_cli, analyze_stream, analyze_trace
-from bench.accuracy.scenarios import Scenario, scenarios
+from bench.accuracy.scenarios import JobShape, Scenario, scenarios
 from bench.accuracy.score import Row, score_scenario, summarize
 from diagnosis.sim.run import simulate
 from diagnosis.topology.fabrics import FABRICS
@@ -92,6 +92,17 @@ def print_table(rows: list[Row], out=sys.stdout) -> None:
               f"{r.false_per_1000_iters:>11.2f}{unobs}", file=out)
 
 
+def _shape(text: str) -> JobShape:
+    if not text:
+        return JobShape()
+    try:
+        gph, tp, pp, mb = (int(x) for x in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--shape {text!r}: give four integers GPH,TP,PP,MB, "
+                         "e.g. 8,4,8,4") from None
+    return JobShape(gpus_per_host=gph, tp=tp, pp=pp, microbatches=mb)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -107,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                     "from the topology only, as most collectors)")
     ap.add_argument("--nics-per-host", type=int, default=None,
                     help="NICs per host (default: one per GPU); GPUs share NICs when fewer")
+    ap.add_argument("--shape", default="", metavar="GPH,TP,PP,MB",
+                    help="job layout: GPUs per host, tensor-parallel size, pipeline stages, "
+                    "microbatches (default 8,8,4,2)")
     ap.add_argument("--mode", choices=("trace", "cli", "stream"), default="trace",
                     help="trace: the trace file through c4 analyze's reader and engine, in "
                     "process; cli: `c4 analyze` in a subprocess; stream: records fed to the "
@@ -122,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [k for k in args.kinds.split(",") if k] or None
     todo = scenarios(sizes, seeds, args.quick, conns=not args.no_conns, kinds=kinds,
                      fabric=args.fabric, nics_per_host=args.nics_per_host,
-                     paths=not args.no_paths)
+                     paths=not args.no_paths, shape=_shape(args.shape))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="c4-accuracy-") as work:
         if args.jobs > 1:
@@ -139,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     rows = summarize((d["label"], d["gpus"], _score_of(d), d["name"]) for d in done)
     nics = f", {args.nics_per_host} NICs per host" if args.nics_per_host else ""
+    if args.shape:
+        nics += f", shape {args.shape} (GPH,TP,PP,MB)"
     print(f"\naccuracy: {len(done)} scenarios, fabric {args.fabric}{nics}, mode {args.mode}, "
           f"conns {'off' if args.no_conns else 'on'}"
           f"{'' if args.no_conns or not args.no_paths else ' (no paths)'}, {wall:.0f} s\n")
@@ -163,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "mode": args.mode, "conns": not args.no_conns, "paths": not args.no_paths,
             "fabric": args.fabric,
-            "nics_per_host": args.nics_per_host, "wall_s": wall,
+            "nics_per_host": args.nics_per_host, "shape": asdict(_shape(args.shape)),
+            "wall_s": wall,
             "rows": [r.to_json() for r in rows], "scenarios": done}, indent=1) + "\n")
     return 0
 

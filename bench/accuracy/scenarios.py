@@ -25,13 +25,24 @@ class Scenario:
     cfg: SimConfig
 
 
+@dataclass(frozen=True)
+class JobShape:
+    """How the job is laid out: by default TP 8 inside a host, 4 pipeline stages, data
+    parallel over the rest."""
+    gpus_per_host: int = 8
+    tp: int = 8
+    pp: int = 4
+    microbatches: int = 2
+
+
 def base_config(gpus: int, quick: bool, conns: bool, fabric: str = "rail",
-                nics_per_host: int | None = None, paths: bool = True) -> SimConfig:
-    """The job: TP 8 inside a host, 4 pipeline stages, data parallel over the rest."""
+                nics_per_host: int | None = None, paths: bool = True,
+                shape: JobShape = JobShape()) -> SimConfig:
     iterations = 30 if quick or gpus > 1024 else 40
-    return SimConfig(gpus=gpus, gpus_per_host=8, tp=8, pp=4, iterations=iterations,
-                     microbatches=2, conns=conns, job=f"bench{gpus}", fabric=fabric,
-                     nics_per_host=nics_per_host, paths=paths)
+    return SimConfig(gpus=gpus, gpus_per_host=shape.gpus_per_host, tp=shape.tp, pp=shape.pp,
+                     iterations=iterations, microbatches=shape.microbatches, conns=conns,
+                     job=f"bench{gpus}", fabric=fabric, nics_per_host=nics_per_host,
+                     paths=paths)
 
 
 @lru_cache(maxsize=8)
@@ -73,11 +84,12 @@ def _fault(kind: str, k: int, rng: np.random.Generator, base: SimConfig) -> Faul
 
 def scenarios(sizes: list[int], seeds: int, quick: bool, conns: bool = True,
               kinds: list[str] | None = None, fabric: str = "rail",
-              nics_per_host: int | None = None, paths: bool = True) -> list[Scenario]:
+              nics_per_host: int | None = None, paths: bool = True,
+              shape: JobShape = JobShape()) -> list[Scenario]:
     out: list[Scenario] = []
     kinds = kinds or list(FAULT_KINDS)
     for gpus in sizes:
-        base = base_config(gpus, quick, conns, fabric, nics_per_host, paths)
+        base = base_config(gpus, quick, conns, fabric, nics_per_host, paths, shape)
         for kind in [*kinds, "multi"]:
             for k in range(seeds):
                 seed = zlib.crc32(f"{kind}/{gpus}/{k}".encode())

@@ -67,6 +67,7 @@ class Engine:
         self._detected_records = -1
         self.records = 0
         self.dropped = 0
+        self.inverted = 0   # op rows that ended before they were entered
         self.hangs = HangReports(self)
         self.slow_reports = SlowReports(self)
         self.lossy = LossyLinks(self)
@@ -131,6 +132,7 @@ class Engine:
         status = c["status"].astype(np.int8)
         peer = c["peer"].astype(np.int64)
         nbytes = c["nbytes"].astype(np.int64)
+        self._straighten(rank, enter, end)
         self._now = max(self._now, int(enter.max()), int(end.max()))
         self.clock.heard(rank, np.maximum(enter, end))
         kind = self._op_kind[op]
@@ -173,6 +175,20 @@ class Engine:
                 self._unknown.add(name)
                 log.warning("op records of group %r arrived before its group record; they are "
                             "ignored (send group records first)", name)
+
+    def _straighten(self, rank: np.ndarray, enter: np.ndarray, end: np.ndarray) -> None:
+        """A call cannot end before it was entered (a collector's clock stepped back, or an
+        exporter swapped fields). Such a row still shows that its rank arrived and left, so it
+        is kept, entered when it ended, rather than dropped into a false hang."""
+        inverted = (end >= 0) & (end < enter)
+        if not inverted.any():
+            return
+        if not self.inverted:
+            log.warning("op records that end before they were entered (t_end_ns < t_enter_ns) "
+                        "are read as entered when they ended; check the clock of the collector "
+                        "that wrote them (first: rank %d)", int(rank[inverted][0]))
+        self.inverted += int(inverted.sum())
+        enter[inverted] = end[inverted]
 
     def heard(self, ranks: Sequence[int], t_ns: int, leaving: bool = False) -> None:
         """Signs of life outside op records, such as a collector's periodic stats frame: a frozen

@@ -157,3 +157,32 @@ def test_rank_that_reports_again_is_no_longer_an_error():
     assert errors[-1].state == "resolved"
     assert errors[-1].evidence["resolved"] == "the rank(s) report again"
     assert not [r for r in eng.reports() if r.state == "open"]
+
+
+def test_rows_that_end_before_they_were_entered_are_counted_and_do_not_make_a_hang(
+        tmp_path, caplog):
+    """A collector whose clock stepped back writes calls that end before they were entered:
+    they are read as entered when they ended (the rank did arrive and leave), counted and
+    named in one warning, never dropped into a hang of the rank that wrote them."""
+    path = tmp_path / "inverted.jsonl"
+    t = 0
+    inverted = 0
+    with TraceWriter(path) as w:
+        w.group("dp", [0, 1, 2, 3])
+        for it in range(60):
+            t += 40 * MS
+            for r in range(4):
+                enter, end = t + r * 50_000, t + 3 * MS
+                if r == 2 and it % 3 == 0:
+                    enter, end = end + 2 * MS, end
+                    inverted += 1
+                w.op(r, "dp", it, "all_reduce", 1 << 20, enter, end)
+            t += 3 * MS
+        w.end(t + 100 * MS)
+    engine = Engine()
+    with caplog.at_level("WARNING", logger="diagnosis.engine.engine"):
+        reports, _ = feed_trace(engine, path)
+    assert reports == []
+    assert engine.inverted == inverted == 20
+    warned = [r.getMessage() for r in caplog.records if "end before they were" in r.getMessage()]
+    assert len(warned) == 1 and "rank 2" in warned[0]
