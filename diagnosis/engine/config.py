@@ -98,6 +98,11 @@ class EngineConfig:
     #: Fewest post-onset samples before a connection is judged (more than a transient
     #: congestion of an uplink by other traffic lasts).
     comm_min_samples: int = 6
+    #: ... and whose slow samples after the change point spread over at least this much time
+    #: (ns): a connection sampled many times per iteration (pipeline microbatches) gathers
+    #: enough samples within one transient congestion of its path by other traffic, which
+    #: passes within seconds; a faulty component stays slow.
+    comm_min_span_ns: int = 10_000_000_000
     #: A connection is slow when its slow samples after the change point have at most this
     #: probability under the base rate.
     comm_alpha: float = 1e-6
@@ -131,7 +136,8 @@ class EngineConfig:
         positive_int = ("window", "history", "hang_min_ns", "clock_skew_ns", "hang_cold_ns",
                         "alive_after_ns", "evidence_delay_ns",
                         "slow_min_samples", "slow_unconfirmed_passes",
-                        "min_compute_ns", "comm_learn", "comm_min_samples", "detect_every_ns",
+                        "min_compute_ns", "comm_learn", "comm_min_samples", "comm_min_span_ns",
+                        "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:
             value = getattr(self, name)

@@ -148,7 +148,25 @@ class Localizer:
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
             & (res.frac - res.pre_frac >= cfg.comm_min_frac) \
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
-        return ring, rt, thr, res, slow
+        return ring, rt, thr, res, self._lasting(bank, keys, rt, high, res, slow)
+
+    def _lasting(self, bank: SeriesBank, keys: np.ndarray, rt: np.ndarray, high: np.ndarray,
+                 res, slow: np.ndarray) -> np.ndarray:
+        """Of the keys that turned slow, those whose slow samples spread over
+        ``comm_min_span_ns`` since they were first judged slow (in this pass or an unbroken
+        run of earlier ones): a transient congestion passes, a faulty component stays."""
+        since = np.full(len(keys), -1, dtype=np.int64)
+        rows = np.flatnonzero(slow)
+        out = np.zeros(len(keys), dtype=bool)
+        if len(rows):
+            onset = rt[rows, res.start[rows]]
+            before = bank.slow_since[keys[rows]]
+            since[rows] = np.where(before >= 0, np.minimum(before, onset), onset)
+            after = np.arange(rt.shape[1])[None, :] >= res.start[rows, None]
+            last = np.where(after & high[rows], rt[rows], np.iinfo(np.int64).min).max(axis=1)
+            out[rows] = last - since[rows] >= self.cfg.comm_min_span_ns
+        bank.slow_since[keys] = since
+        return out
 
     def comm_slow(self, win: ConnWindow | None, timing_bank: SeriesBank,
                   key_group: list[int]) -> list[CommFinding]:

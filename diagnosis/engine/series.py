@@ -106,6 +106,9 @@ class SeriesBank:
         self.ring = np.zeros((0, history))
         self.ring_t = np.zeros((0, history), dtype=np.int64)
         self.pos = np.zeros(0, dtype=np.int64)
+        # per key: since when (sample time) it has been judged slow pass after pass, -1 if not;
+        # a ring holds a fixed number of samples, so a fault's onset may have left it
+        self.slow_since = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.count)
@@ -122,6 +125,7 @@ class SeriesBank:
         self.ring = np.vstack([self.ring, np.full((grow, self.K), np.nan)])
         self.ring_t = np.vstack([self.ring_t, np.zeros((grow, self.K), dtype=np.int64)])
         self.pos = np.r_[self.pos, np.zeros(grow, dtype=np.int64)]
+        self.slow_since = np.r_[self.slow_since, np.full(grow, -1, dtype=np.int64)]
 
     def add(self, key: np.ndarray, value: np.ndarray, t: np.ndarray) -> None:
         if len(key) == 0:

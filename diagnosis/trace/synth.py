@@ -26,7 +26,7 @@ class SynthJob:
     gpus_per_host: int = 4
     iterations: int = 40
     steps: int = 4                   # tensor-parallel all-reduces per iteration
-    compute_ms: float = 20.0         # per step
+    compute_ms: float = 200.0        # per step
     tp_ms: float = 2.0
     dp_bytes: int = 256 << 20
     nic_gbps: float = 100.0
