@@ -29,7 +29,7 @@ from diagnosis.topology.fabrics import FABRICS
 TARGETS = {  # top-1 targets from the issue (with conn records)
     "rank_hang": 99.0, "slow_gpu": 99.0, "slow_host": 99.0, "comm_hang": 99.0, "error": 99.0,
     "slow_nic": 95.0, "dead_nic": 95.0, "slow_link": 95.0, "dead_link": 95.0,
-    "slow_switch": 95.0, "multi": 95.0,
+    "slow_switch": 95.0, "dead_switch": 95.0, "multi": 95.0,
 }
 
 

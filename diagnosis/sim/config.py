@@ -30,6 +30,8 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("slow_link", "link", "comm_slow", True),
     FaultKind("dead_link", "link", "comm_hang", False),
     FaultKind("slow_switch", "switch", "comm_slow", True),
+    # a switch stops forwarding (power, ASIC, a crashed OS): every transfer crossing it stalls
+    FaultKind("dead_switch", "switch", "comm_hang", False),
     # a rank stops computing: it never enters its next operation
     FaultKind("rank_hang", "gpu", "noncomm_hang", False),
     # a rank's transport stalls: its outgoing transfer in a data-parallel all-reduce never

@@ -145,7 +145,7 @@ class Simulation:
             entry = faultmod.truth_entry(f, self.conns, self.iteration_start, self.end_ns, seen,
                                          self.lay.gpu)
             t = self.events.get(("fault", n), self.events.get(("rank", f.rank)))
-            if f.kind in ("rank_hang", "comm_hang", "error", "dead_nic", "dead_link"):
+            if f.kind in ("rank_hang", "comm_hang", "error") or f.kind.startswith("dead_"):
                 entry["event_ns"] = None if t is None else self.cfg.t0_ns + int(t)
             else:
                 entry["event_ns"] = entry["onset_ns"]

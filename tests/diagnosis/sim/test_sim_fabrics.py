@@ -21,7 +21,8 @@ ONSET = 4
 BASE = {"gpus": 64, "iterations": 8, "microbatches": 2, "seed": 3, "hosts_per_leaf": 2,
         "gc_rate": 0.0, "checkpoint_every": 0, "congestion_rate": 0.0}
 NETWORK = ["slow_nic", "dead_nic", "slow_link:cable", "dead_link:cable", "slow_link:uplink",
-           "dead_link:uplink", "slow_switch:leaf", "slow_switch:spine", "slow_switch:core"]
+           "dead_link:uplink", "slow_switch:leaf", "slow_switch:spine", "slow_switch:core",
+           "dead_switch:leaf", "dead_switch:spine"]
 NO_TIER = {"rail": {"core"}, "dual_port": {"core"}, "tor": {"core"}, "three_tier": set(),
            "single_switch": {"uplink", "spine", "core"}}
 
