@@ -164,7 +164,7 @@ class SeriesBank:
 @dataclass
 class ChangePoint:
     start: np.ndarray     # first sample of the late segment, -1 when none
-    logp: np.ndarray      # log P(at least this many late samples | base rate)
+    logp: np.ndarray      # log P(at least this many late samples | base rate), best split
     count: np.ndarray     # samples in the segment
     frac: np.ndarray      # fraction of them late
     median: np.ndarray    # median of the late samples of the segment
@@ -201,7 +201,8 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     purity = np.where(near, above / np.maximum(length, 1), -1.0)
     start = np.where(has, np.argmax(purity, axis=1), -1)
     s0 = np.maximum(start, 0)
-    best = np.where(has, logp[ix, s0], 0.0)
+    # the test is the scan's: its most significant split, whichever split then gives the onset
+    best = np.where(has, best0, 0.0)
     cnt = np.where(has, length[ix, s0], 0)
     frac = np.where(has, above[ix, s0] / np.maximum(cnt, 1), 0.0)
     # quantiles only for the rows that have a change point at all (few, in a healthy job)
