@@ -78,6 +78,9 @@ def recover(
     restart_timeout: float = typer.Option(600.0, "--restart-timeout",
                                           help="Seconds from restart request to first step "
                                                "before the recovery counts as failed."),
+    hang_grace: float = typer.Option(30.0, "--hang-grace",
+                                     help="Seconds a hang must last before its node is "
+                                          "isolated (a lone checkpoint write ends sooner)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and record, do nothing."),
     require_confirmation: bool = typer.Option(
         False, "--require-confirmation",
@@ -97,6 +100,7 @@ def recover(
         policy = Policy(kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
                         min_score=min_score, max_per_job=max_per_job, max_per_hour=max_per_hour,
                         max_node_fraction=max_node_fraction, cooldown_s=cooldown,
+                        hang_grace_s=hang_grace,
                         dry_run=dry_run, require_confirmation=require_confirmation)
         cfg = ControllerConfig(restart_timeout_s=restart_timeout)
         iso = _isolator(isolator)

@@ -72,6 +72,9 @@ class Controller:
         self._said: dict[str, tuple[str, str | None, str]] = {}
         self._confirm = confirm
         self._probed: dict[tuple[str, str], tuple[bool, str]] = {}
+        # hangs still within the policy's grace, decided again when it has passed (a hang's
+        # report may get no new revision by then)
+        self._waiting: dict[str, FaultReport] = {}
 
     @classmethod
     def for_daemon(cls, client: DaemonClient, journal: Journal, isolator: Isolator,
@@ -100,6 +103,10 @@ class Controller:
                 decision = decide(self.policy, report, placement, history, now, blocked)
                 if self.policy.require_confirmation and decision.action in (ISOLATE, DRY_RUN):
                     decision = self._confirmed(decision, report, placement)
+        if decision.rule == "grace":
+            self._waiting[report.id] = report
+        else:
+            self._waiting.pop(report.id, None)
         rec = None
         if decision.action == ISOLATE:
             assert decision.node is not None
@@ -145,6 +152,13 @@ class Controller:
             return Decision(SKIP, f"probe did not confirm {node}: {note}", node,
                             rule="probe_unconfirmed")
         return replace(decision, reason=f"{decision.reason}; probe confirmed {node}: {note}")
+
+    def recheck(self) -> list[Decision]:
+        """Decide again on the hangs whose grace has passed since they were last seen."""
+        now = self._clock()
+        due = [r for r in self._waiting.values()
+               if now - r.first_seen_ns >= self.policy.hang_grace_s * 1e9]
+        return [self.handle(r) for r in due]
 
     # ----- driving recoveries ------------------------------------------------------------------
     def advance(self, rec: Recovery) -> Recovery:
@@ -241,6 +255,7 @@ class Controller:
                 report = None
             if report is not None:
                 self.handle(report)
+            self.recheck()
             for rec in self.journal.recoveries(active_only=True):
                 self.advance(rec)
 

@@ -10,6 +10,7 @@ from diagnosis.report import KINDS, FaultReport
 
 #: Suspect types that live on one node; links and switches are the traffic planner's business.
 NODE_SUSPECTS = ("host", "gpu", "nic", "rank")
+HANG_KINDS = ("noncomm_hang", "comm_hang")
 
 ISOLATE = "isolate"
 SKIP = "skip"
@@ -36,6 +37,10 @@ class Policy:
     #: After a recovery of a job starts, later reports for it wait this long (the restart
     #: itself disturbs timing; reports from the old attempt are stale).
     cooldown_s: float = 300.0
+    #: A hang is acted on only once it has lasted this long (seconds since its first_seen_ns).
+    #: It is reported within seconds, but a rank that writes a checkpoint alone while its peers
+    #: wait in their next call looks the same until it arrives and the report is withdrawn.
+    hang_grace_s: float = 30.0
     #: Record what would be done, do nothing.
     dry_run: bool = False
     #: Before isolating, probe the suspect's node against healthy peers of the job
@@ -54,8 +59,9 @@ class Policy:
         for name in ("max_per_job", "max_per_hour"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
-        if self.cooldown_s < 0:
-            raise ValueError(f"cooldown_s must not be negative, got {self.cooldown_s}")
+        for name in ("cooldown_s", "hang_grace_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
 
     def node_budget(self, job_nodes: int) -> int:
         """How many of a job's nodes may be isolated in total."""
@@ -132,6 +138,11 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
                         rule="wrong_node")
     if node in set(blocked) or node in history.job_isolated_nodes:
         return Decision(SKIP, f"node {node} is already isolated", node, rule="already_isolated")
+    lasted = (now_ns - report.first_seen_ns) / 1e9
+    if report.kind in HANG_KINDS and lasted < policy.hang_grace_s:
+        return Decision(SKIP, f"the hang has lasted {max(lasted, 0.0):.0f} s; isolating waits "
+                              f"{policy.hang_grace_s:.0f} s in case it ends (a rank writing a "
+                              "checkpoint alone)", node, rule="grace")
     if history.last_recovery_ns is not None and \
             now_ns - history.last_recovery_ns < policy.cooldown_s * 1e9:
         left = policy.cooldown_s - (now_ns - history.last_recovery_ns) / 1e9

@@ -184,3 +184,32 @@ def test_restart_that_never_comes_fails_with_a_reason(daemon, tmp_path):
     clock[0] = rec.updated_ns + 31 * 10**9
     (rec,) = ctl.resume()
     assert rec.state == State.FAILED and "c4 launch" in rec.note
+
+
+def test_a_hang_waits_out_its_grace_even_without_new_revisions(daemon, tmp_path):
+    """A hang within the policy's grace is held; once the grace has passed it is decided again
+    (a hang's report may get no new revision by then), and one withdrawn meanwhile (the rank
+    arrived: it was writing a checkpoint) isolates nothing."""
+    d, client = daemon
+    journal = Journal(tmp_path / "journal.db")
+    blocklist = Counting(tmp_path / "blocklist.json")
+    t0 = 1_900_000_000_000_000_000
+    clock = [t0]
+    ctl = Controller.for_daemon(client, journal, blocklist, Policy(hang_grace_s=30),
+                                clock=lambda: clock[0])
+
+    def hang(host: str, state: str = "open") -> FaultReport:
+        return FaultReport(kind="noncomm_hang", suspects=(Suspect("host", host, 0.95),),
+                           first_seen_ns=t0, summary=f"{host} never arrived",
+                           id=f"hang:{host}", state=state)
+
+    assert ctl.handle(d.hub.file(JOB, hang("node1"))).rule == "grace"
+    assert ctl.handle(d.hub.file(JOB, hang("node2"))).rule == "grace"
+    clock[0] = t0 + 10 * 10**9
+    assert ctl.recheck() == []                                   # not due yet
+    ctl.handle(d.hub.file(JOB, hang("node2", state="resolved")))  # node2's rank arrived
+    clock[0] = t0 + 31 * 10**9
+    (decision,) = ctl.recheck()
+    assert decision.node == "node1" and decision.rule == "isolate", decision.reason
+    assert list(blocklist.isolated()) == ["node1"] and blocklist.calls == 1
+    assert ctl.recheck() == []                                   # decided once

@@ -78,3 +78,20 @@ def test_transition_table():
         check_transition(State.ISOLATED, State.ISOLATING)
     with pytest.raises(TransitionError, match="terminal"):
         check_transition(State.RESUMED, State.FAILED)
+
+
+@pytest.mark.parametrize("kind", ["noncomm_hang", "comm_hang"])
+def test_a_hang_is_acted_on_only_after_its_grace(kind):
+    """A rank writing a checkpoint alone makes its peers wait like a hang until it arrives:
+    the node is isolated only once the hang has lasted the grace."""
+    young = FaultReport(kind=kind, suspects=(Suspect("host", "node2", 0.9),),
+                        first_seen_ns=NOW - 5 * 10**9, summary="waits", id="h", job="j")
+    d = decide(Policy(hang_grace_s=30), young, NODES, History(), NOW)
+    assert d.action == SKIP and d.rule == "grace" and "lasted 5 s" in d.reason, d.reason
+    d = decide(Policy(hang_grace_s=30), young, NODES, History(), NOW + 25 * 10**9)
+    assert (d.action, d.node) == (ISOLATE, "node2"), d.reason
+    # slowness is not a hang: no grace
+    slow = decide(Policy(hang_grace_s=30), _report(), NODES, History(), NOW)
+    assert slow.action == ISOLATE
+    with pytest.raises(ValueError, match="hang_grace_s"):
+        Policy(hang_grace_s=-1)
