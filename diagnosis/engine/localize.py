@@ -130,19 +130,20 @@ class Localizer:
         n_high = high.sum(axis=1)
         pooled = float(n_high.sum() / max(int(valid.sum()), 1))
         p0 = np.full(len(keys), pooled)
-        # a fault that slows (nearly) every connection (the one switch of a small fabric)
-        # raises the pooled rate each is judged against: a connection's own oldest third of
-        # samples, when quieter, tells its healthy rate (only rows with two slow samples or
-        # more, the least a change point starts on, need it)
+        # each key is judged against its own healthy rate when its oldest third of samples
+        # tells it: a fault that slows (nearly) every connection (the one switch of a small
+        # fabric) raises the pooled rate, and a transfer that often shares its NIC with other
+        # traffic (a pipeline send beside the data-parallel all-reduce) is slow in a good share
+        # of its samples all along (only rows with two slow samples or more, the least a
+        # change point starts on, need it)
         rows = np.flatnonzero(n_high >= 2)
         if len(rows):
             v, h = valid[rows], high[rows]
             seen = np.cumsum(v, axis=1)
             early = v & (seen <= np.maximum(seen[:, -1] // 3, 1)[:, None])
             n_early = early.sum(axis=1)
-            own = np.where(n_early >= cfg.comm_min_samples,
-                           (h & early).sum(axis=1) / np.maximum(n_early, 1), 1.0)
-            p0[rows] = np.minimum(pooled, own)
+            own = (h & early).sum(axis=1) / np.maximum(n_early, 1)
+            p0[rows] = np.where(n_early >= cfg.comm_min_samples, own, pooled)
         p0 = np.clip(p0, cfg.slow_base_rate, 0.5)
         res = change_point(ring, np.full(len(keys), thr), p0, cfg.comm_min_samples)
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
@@ -154,14 +155,20 @@ class Localizer:
                  res, slow: np.ndarray) -> np.ndarray:
         """Of the keys that turned slow, those whose slow samples spread over
         ``comm_min_span_ns`` since they were first judged slow (in this pass or an unbroken
-        run of earlier ones): a transient congestion passes, a faulty component stays."""
+        run of earlier ones): a transient congestion passes, a faulty component stays.
+
+        A key is first judged slow only on a change seen within its own judged samples (enough
+        of them before the split). Without them the "change" is from the samples its baseline
+        was learnt on, the job's first calls: warm-up iterations, which run at another pace
+        (fewer transfers contend while compute is slow), shift every later sample alike."""
+        before = bank.slow_since[keys]
+        slow = slow & ((res.pre_count >= self.cfg.comm_min_samples) | (before >= 0))
         since = np.full(len(keys), -1, dtype=np.int64)
         rows = np.flatnonzero(slow)
         out = np.zeros(len(keys), dtype=bool)
         if len(rows):
             onset = rt[rows, res.start[rows]]
-            before = bank.slow_since[keys[rows]]
-            since[rows] = np.where(before >= 0, np.minimum(before, onset), onset)
+            since[rows] = np.where(before[rows] >= 0, np.minimum(before[rows], onset), onset)
             after = np.arange(rt.shape[1])[None, :] >= res.start[rows, None]
             last = np.where(after & high[rows], rt[rows], np.iinfo(np.int64).min).max(axis=1)
             out[rows] = last - since[rows] >= self.cfg.comm_min_span_ns

@@ -4,6 +4,7 @@ spines; an all-reduce ring 0>1>...>5>0 whose leaf-crossing hops take the spines 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -28,11 +29,16 @@ def nic(r: int) -> str:
 
 
 def diagnose(tmp_path, spines: dict[int, str], slow_link: str, factor: float = 1.5,
-             until: int = 40, per_iter: int = 1, iterations: int = 40):
+             until: int = 40, per_iter: int = 1, iterations: int = 40,
+             factor_at: Callable[[int, np.random.Generator], float] | None = None):
     """``spines[s]``: the spine the hop from rank s crosses (hops inside a leaf cross none).
     From iteration ONSET to ``until`` the transfers crossing ``slow_link`` take ``factor`` times
-    longer. Each connection carries ``per_iter`` transfers (chunks) of each all-reduce."""
+    longer, or ``factor_at(iteration, rng)`` times when given. Each connection carries
+    ``per_iter`` transfers (chunks) of each all-reduce."""
     rng = np.random.default_rng(0)
+    if factor_at is None:
+        def factor_at(it: int, rng: np.random.Generator) -> float:
+            return factor if ONSET <= it < until else 1.0
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path) as w:
         for r in range(6):
@@ -48,8 +54,8 @@ def diagnose(tmp_path, spines: dict[int, str], slow_link: str, factor: float = 1
                 links = {"~".join(sorted(p)) for p in itertools.pairwise(hops)}
                 for k in range(per_iter):
                     dur = 8 * MS * np.exp(rng.normal(0, 0.02))
-                    if ONSET <= it < until and slow_link in links:
-                        dur *= factor
+                    if slow_link in links:
+                        dur *= factor_at(it, rng)
                     start = t + k * 20 * MS
                     durs.append(start - t + dur)
                     w.conn(s, d, 32 << 20, start, int(start + dur), pg="dp", seq=it,
@@ -101,3 +107,22 @@ def test_transient_congestion_is_not_a_slow_link(tmp_path, until):
     else:
         assert [r.kind for r in reports] == ["comm_slow"]
         assert reports[0].suspects[0].id in ("leaf00r0~spine00", "leaf01r0~spine00")
+
+
+def test_a_warm_up_pace_learnt_as_baseline_is_not_a_slow_link(tmp_path):
+    """The baseline is learnt on a connection's first transfers: in warm-up iterations (slow
+    compute, little contention) they ran 12% faster than ever after. Every later sample is
+    "slow" against it, but no change happened within the samples judged: no report."""
+    reports = diagnose(tmp_path, {1: "spine00", 3: "spine01", 5: "spine01"}, "leaf00r0~spine00",
+                       factor_at=lambda it, rng: 0.88 if it < 5 else 1.0)
+    assert reports == []
+
+
+def test_a_connection_slow_now_and_then_all_along_is_not_a_slow_link(tmp_path):
+    """A transfer that shares its NIC with other traffic in two iterations out of five is 13%
+    slower in those, from the first to the last: judged against its own rate of slow samples,
+    not the quieter rate of every connection, it has no change point."""
+    reports = diagnose(tmp_path, {1: "spine00", 3: "spine01", 5: "spine01"}, "leaf00r0~spine00",
+                       per_iter=4,
+                       factor_at=lambda it, rng: 1.13 if rng.random() < 0.4 else 1.0)
+    assert reports == []
