@@ -13,7 +13,13 @@ from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.placement import Placement
-from diagnosis.engine.series import SeriesBank, change_point, robust_sigma, row_quantile
+from diagnosis.engine.series import (
+    ChangePoint,
+    SeriesBank,
+    change_point,
+    robust_sigma,
+    row_quantile,
+)
 from diagnosis.engine.tomography import (
     KIND_ORDER,
     Component,
@@ -152,7 +158,7 @@ class Localizer:
         return ring, rt, thr, res, self._lasting(bank, keys, rt, high, res, slow)
 
     def _lasting(self, bank: SeriesBank, keys: np.ndarray, rt: np.ndarray, high: np.ndarray,
-                 res, slow: np.ndarray) -> np.ndarray:
+                 res: ChangePoint, slow: np.ndarray) -> np.ndarray:
         """Of the keys that turned slow, those whose slow samples spread over
         ``comm_min_span_ns`` since they were first judged slow (in this pass or an unbroken
         run of earlier ones): a transient congestion passes, a faulty component stays.

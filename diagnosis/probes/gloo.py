@@ -62,16 +62,21 @@ class GlooProber:
         if len(set(ids)) != len(ids):
             raise ProbeError(f"a host appears twice in {', '.join(ids)}")
         ranks = [h for h in hosts for _ in range(max(1, h.ranks))]
-        master = f"{hosts[0].addr}:{_port(hosts[0])}"
         cfg = self.cfg
-        cmds, envs = [], []
-        for r, h in enumerate(ranks):
-            cmds.append([*h.prefix, cfg.python, str(WORKER), "--rank", str(r), "--world",
-                         str(len(ranks)), "--master", master, "--op", op, "--bytes",
-                         str(cfg.size_bytes), "--iters", str(cfg.iters), "--warmup",
-                         str(cfg.warmup), "--timeout", str(cfg.timeout_s)])
-            envs.append({"OMP_NUM_THREADS": "1", **h.env})
-        out = run_all(cmds, cfg.timeout_s, envs)
+        for _ in range(_PORT_TRIES):
+            master = f"{hosts[0].addr}:{_port(hosts[0])}"
+            cmds, envs = [], []
+            for r, h in enumerate(ranks):
+                cmds.append([*h.prefix, cfg.python, str(WORKER), "--rank", str(r), "--world",
+                             str(len(ranks)), "--master", master, "--op", op, "--bytes",
+                             str(cfg.size_bytes), "--iters", str(cfg.iters), "--warmup",
+                             str(cfg.warmup), "--timeout", str(cfg.timeout_s)])
+                envs.append({"OMP_NUM_THREADS": "1", **h.env})
+            out = run_all(cmds, cfg.timeout_s, envs)
+            # a port guessed for another namespace or host may be taken there: guess again
+            if out.ok or "address already in use" not in out.failure().lower():
+                break
+            log.info("gloo %s probe: the store port of %s was taken; retrying", op, master)
         if not out.ok:
             log.info("gloo %s probe among %s failed: %s", op, ", ".join(ids), out.failure())
             return ProbeResult(op, ids, self.name, False, cfg.size_bytes, seconds=out.seconds,
@@ -91,6 +96,11 @@ class GlooProber:
                     "rank_seconds": got.get("rank_seconds", [])})
 
 
+_PORT_TRIES = 3
+# not the global generator, which a caller may have seeded: two probes would guess alike
+_RANDOM = random.Random()
+
+
 def _port(master: ProbeHost) -> int:
     """A port for rank 0's store: a free one when rank 0 runs on this machine, else a random
     high one (a fresh namespace or a remote host; collisions are unlikely and fail fast)."""
@@ -98,4 +108,4 @@ def _port(master: ProbeHost) -> int:
         with socket.socket() as s:
             s.bind((master.addr, 0))
             return s.getsockname()[1]
-    return random.randint(40000, 49999)
+    return _RANDOM.randint(40000, 49999)

@@ -47,6 +47,26 @@ def test_a_peer_that_fails_fast():
     assert not r.ok and "exited with code 7" in r.error and r.seconds < 20
 
 
+def test_a_store_port_taken_on_the_probed_host_is_guessed_again(monkeypatch):
+    """Rank 0 behind a launcher prefix (another namespace or host) gets a guessed port; when
+    something there already listens on it, the probe guesses again instead of failing."""
+    import socket
+
+    import diagnosis.probes.gloo as gloo
+
+    with socket.socket() as busy, socket.socket() as spare:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        spare.bind(("127.0.0.1", 0))
+        free = spare.getsockname()[1]
+        spare.close()
+        guesses = iter([busy.getsockname()[1], free])
+        monkeypatch.setattr(gloo._RANDOM, "randint", lambda a, b: next(guesses))
+        prober = GlooProber(SMALL)
+        r = prober.pair(ProbeHost("a", addr="127.0.0.1", prefix=("env",)), ProbeHost("b"))
+    assert r.ok, r.error
+
+
 # ----- a slowed peer behind tc, in network namespaces ----------------------------------------
 SHAPED_MBIT = 80
 
