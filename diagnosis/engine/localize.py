@@ -155,21 +155,33 @@ class Localizer:
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
             & (res.frac - res.pre_frac >= cfg.comm_min_frac) \
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
-        return ring, rt, thr, res, self._lasting(bank, keys, rt, high, res, slow)
+        return ring, rt, thr, res, self._lasting(bank, keys, ring, rt, high, thr, res, slow)
 
-    def _lasting(self, bank: SeriesBank, keys: np.ndarray, rt: np.ndarray, high: np.ndarray,
-                 res: ChangePoint, slow: np.ndarray) -> np.ndarray:
+    def _lasting(self, bank: SeriesBank, keys: np.ndarray, ring: np.ndarray, rt: np.ndarray,
+                 high: np.ndarray, thr: float, res: ChangePoint, slow: np.ndarray) -> np.ndarray:
         """Of the keys that turned slow, those whose slow samples spread over
-        ``comm_min_span_ns`` since they were first judged slow (in this pass or an unbroken
-        run of earlier ones): a transient congestion passes, a faulty component stays.
+        ``comm_min_span_ns`` since they were first judged slow: a transient congestion passes,
+        a faulty component stays.
 
         A key is first judged slow only on a change seen within its own judged samples (enough
         of them before the split). Without them the "change" is from the samples its baseline
         was learnt on, the job's first calls: warm-up iterations, which run at another pace
-        (fewer transfers contend while compute is slow), shift every later sample alike."""
-        before = bank.slow_since[keys]
+        (fewer transfers contend while compute is slow), shift every later sample alike. Once
+        judged slow it stays so, whatever one pass's test says, until its newest samples are
+        back below the noise (as a fault lasts, its older samples turn slow too and its own
+        healthy rate is no longer in view)."""
+        before = bank.slow_since[keys].copy()
+        held = np.flatnonzero(before >= 0)
+        if len(held):
+            valid = np.isfinite(ring[held])
+            seen = np.cumsum(valid, axis=1)
+            newest = valid & (seen > (2 * seen[:, -1] // 3)[:, None])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                recent = row_quantile(np.where(newest, ring[held], np.nan), 0.5)
+            before[held[~(recent > thr)]] = -1
         slow = slow & ((res.pre_count >= self.cfg.comm_min_samples) | (before >= 0))
-        since = np.full(len(keys), -1, dtype=np.int64)
+        since = before.copy()
         rows = np.flatnonzero(slow)
         out = np.zeros(len(keys), dtype=bool)
         if len(rows):

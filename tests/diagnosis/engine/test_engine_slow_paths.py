@@ -126,3 +126,15 @@ def test_a_connection_slow_now_and_then_all_along_is_not_a_slow_link(tmp_path):
                        per_iter=4,
                        factor_at=lambda it, rng: 1.13 if rng.random() < 0.4 else 1.0)
     assert reports == []
+
+
+def test_a_slow_link_stays_slow_once_its_history_is_all_slow(tmp_path):
+    """Eight transfers an iteration fill the 64-sample history within eight iterations: as the
+    slowdown lasts, the history's oldest samples turn slow too, the connection's own healthy
+    rate leaves view, and a pass's best split falls inside the slowdown (a few samples in it
+    are not slow). The connection must not start over then: its newest samples are still
+    slow, and it is reported once the slowdown has lasted the span floor."""
+    reports = diagnose(tmp_path, {1: "spine00", 3: "spine01", 5: "spine01"}, "leaf00r0~spine00",
+                       per_iter=8, factor_at=lambda it, rng: 1.0 if it < ONSET or
+                       rng.random() < 0.05 else 1.12)
+    assert [r.kind for r in reports] == ["comm_slow"]
