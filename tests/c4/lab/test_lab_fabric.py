@@ -20,6 +20,7 @@ from c4.lab.plan import Pin, apply_pins, clear_pins
 from c4.lab.procs import CGROUP_ROOT, alive, cgroup_of
 from c4.lab.system import LabError
 from diagnosis.topology import Topology
+from tests.support.services import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.network]
 
@@ -63,8 +64,13 @@ def test_topology_file_matches_the_fabric(lab):
 def test_daemon_sees_every_sidecar(lab):
     from diagnosis.client import DaemonClient
 
+    # a sidecar shows once its first frame arrived: right after the lab starts, on a busy
+    # machine, that can take a moment
     with DaemonClient(lab["daemon"]["address"]) as client:
-        hosts = {s.host for s in client.status().sidecars}
+        def seen() -> set[str]:
+            return {s.host for s in client.status().sidecars}
+        wait_for(lambda: seen() == set(lab["hosts"]), 30, what="every sidecar")
+        hosts = seen()
     assert hosts == set(lab["hosts"])
     assert not lab["daemon"]["address"].startswith(("0.0.0.0", "[::]"))
 
