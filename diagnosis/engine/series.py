@@ -106,8 +106,9 @@ class SeriesBank:
         self.ring = np.zeros((0, history))
         self.ring_t = np.zeros((0, history), dtype=np.int64)
         self.pos = np.zeros(0, dtype=np.int64)
-        # per key: since when (sample time) it has been judged slow pass after pass, -1 if not;
-        # a ring holds a fixed number of samples, so a fault's onset may have left it
+        # per key: since when (sample time) it has been judged slow, -1 if not (kept by the
+        # detector across passes: a ring holds a fixed number of samples, and a fault's onset
+        # may have left it)
         self.slow_since = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
