@@ -68,8 +68,9 @@ def test_isolates_only_what_the_probe_confirms(tmp_path):
     assert "exited with code 9" in dead.reason
     assert DEAD in ctl.isolator.isolated()
     reasons = [d.reason for d in ctl.journal.decisions(JOB)]
-    assert any("gloo cleared" in r for r in reasons) and any("gloo confirmed" in r
-                                                              for r in reasons)
+    # the healthy node's verdict may be inconclusive (see above); the journal keeps both verdicts
+    assert any("gloo cleared" in r or "gloo inconclusive" in r for r in reasons)
+    assert any("gloo confirmed" in r for r in reasons)
 
 
 def test_confirmation_required_without_a_prober_isolates_nothing(tmp_path):
