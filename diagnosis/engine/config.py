@@ -103,6 +103,11 @@ class EngineConfig:
     #: enough samples within one transient congestion of its path by other traffic, which
     #: passes within seconds; a faulty component stays slow.
     comm_min_span_ns: int = 10_000_000_000
+    #: ... or over this many of the job's iterations, when they take less time (but at least
+    #: ``comm_min_span_low_ns``): a job of sub-second iterations recorded for a few seconds
+    #: shows a lasting slowdown as many iterations that a transient congestion never spans.
+    comm_min_rounds: int = 8
+    comm_min_span_low_ns: int = 2_000_000_000
     #: A connection is slow when its slow samples after the change point have at most this
     #: probability under the base rate.
     comm_alpha: float = 1e-6
@@ -137,6 +142,7 @@ class EngineConfig:
                         "alive_after_ns", "evidence_delay_ns",
                         "slow_min_samples", "slow_unconfirmed_passes",
                         "min_compute_ns", "comm_learn", "comm_min_samples", "comm_min_span_ns",
+                        "comm_min_rounds", "comm_min_span_low_ns",
                         "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:

@@ -238,9 +238,19 @@ class Engine:
         for report in self.teardown.settle(self.clock.seen[: self.clock.size], now, final):
             self.registry.put(report, now)
 
+    def _comm_min_span(self) -> int:
+        """How long a slowdown must last to be a fault: ``comm_min_span_ns``, or as many
+        iterations as ``comm_min_rounds`` when they take less (floored)."""
+        cfg = self.cfg
+        rounds = cfg.comm_min_rounds * self.timing.iteration_ns()
+        if rounds <= 0:
+            return cfg.comm_min_span_ns
+        return min(cfg.comm_min_span_ns, max(rounds, cfg.comm_min_span_low_ns))
+
     def _slow(self, now: int) -> None:
         self.slow_reports.noncomm(self.slow.judge(), now)
         findings = self.localizer.comm_slow(self.conns if self.conns.total else None,
-                                            self.timing.xfer, self.timing.xkey_group)
+                                            self.timing.xfer, self.timing.xkey_group,
+                                            self._comm_min_span())
         self.slow_reports.comm(findings, now)
         self.lossy.update(now)

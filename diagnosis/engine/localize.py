@@ -121,7 +121,7 @@ class Localizer:
         return sets
 
     # ----- slow ------------------------------------------------------------------------------
-    def _slow_series(self, bank: SeriesBank, keys: np.ndarray):
+    def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int):
         """Which keys turned slow: a binomial change point on samples above the noise, against
         the base rate of such samples over every key."""
         cfg = self.cfg
@@ -155,13 +155,15 @@ class Localizer:
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
             & (res.frac - res.pre_frac >= cfg.comm_min_frac) \
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
-        return ring, rt, thr, res, self._lasting(bank, keys, ring, rt, high, thr, res, slow)
+        lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span)
+        return ring, rt, thr, res, lasting
 
     def _lasting(self, bank: SeriesBank, keys: np.ndarray, ring: np.ndarray, rt: np.ndarray,
-                 high: np.ndarray, thr: float, res: ChangePoint, slow: np.ndarray) -> np.ndarray:
-        """Of the keys that turned slow, those whose slow samples spread over
-        ``comm_min_span_ns`` since they were first judged slow: a transient congestion passes,
-        a faulty component stays.
+                 high: np.ndarray, thr: float, res: ChangePoint, slow: np.ndarray,
+                 min_span: int) -> np.ndarray:
+        """Of the keys that turned slow, those whose slow samples spread over ``min_span`` (ns)
+        since they were first judged slow: a transient congestion passes, a faulty component
+        stays.
 
         A key is first judged slow only on a change seen within its own judged samples (enough
         of them before the split). Without them the "change" is from the samples its baseline
@@ -189,15 +191,16 @@ class Localizer:
             since[rows] = np.where(before[rows] >= 0, np.minimum(before[rows], onset), onset)
             after = np.arange(rt.shape[1])[None, :] >= res.start[rows, None]
             last = np.where(after & high[rows], rt[rows], np.iinfo(np.int64).min).max(axis=1)
-            out[rows] = last - since[rows] >= self.cfg.comm_min_span_ns
+            out[rows] = last - since[rows] >= min_span
         bank.slow_since[keys] = since
         return out
 
     def comm_slow(self, win: ConnWindow | None, timing_bank: SeriesBank,
-                  key_group: list[int]) -> list[CommFinding]:
+                  key_group: list[int], min_span: int) -> list[CommFinding]:
+        """Slow components; a slowdown counts once it has lasted ``min_span`` (ns)."""
         if win is not None and len(win) and len(win.bank):
-            return self._comm_slow_conns(win)
-        return self._comm_slow_groups(timing_bank, key_group)
+            return self._comm_slow_conns(win, min_span)
+        return self._comm_slow_groups(timing_bank, key_group, min_span)
 
     def _split(self, ring, rt, thr, res, slow):
         rows = np.arange(len(ring))
@@ -210,9 +213,9 @@ class Localizer:
         healthy = ~slow & (np.isfinite(post).sum(axis=1) >= 2) & (post_med < thr)
         return onset, healthy
 
-    def _comm_slow_conns(self, win: ConnWindow) -> list[CommFinding]:
+    def _comm_slow_conns(self, win: ConnWindow, min_span: int) -> list[CommFinding]:
         keys = np.arange(min(len(win), len(win.bank)))
-        ring, rt, thr, res, slow = self._slow_series(win.bank, keys)
+        ring, rt, thr, res, slow = self._slow_series(win.bank, keys, min_span)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
@@ -229,12 +232,13 @@ class Localizer:
                               "connections", ends, [must for _, must in sets])
                 for e in found]
 
-    def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int]) -> list[CommFinding]:
+    def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int],
+                          min_span: int) -> list[CommFinding]:
         """Communicators whose transfers turned slow, as observations over their ring pairs."""
         K = min(len(key_group), len(bank))
         if K == 0:
             return []
-        ring, rt, thr, res, slow = self._slow_series(bank, np.arange(K))
+        ring, rt, thr, res, slow = self._slow_series(bank, np.arange(K), min_span)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)

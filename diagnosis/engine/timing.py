@@ -119,6 +119,19 @@ class GroupTiming:
         out[known] = ~self._done_ops[g[known], o[known]]
         return out
 
+    def iteration_ns(self, min_periods: int = 8) -> int:
+        """The job's slowest rhythm: the longest of the communicators' usual long gaps between
+        calls (each one's 90th percentile, over those with ``min_periods`` gaps seen), which is
+        an iteration when some communicator calls once per iteration or fewer calls leave
+        their longest gap across it; 0 before that is known."""
+        self._ensure(len(self.arena))
+        seen = np.isfinite(self.period).sum(axis=1) >= min_periods
+        if not seen.any():
+            return 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return int(np.nanmax(np.nanquantile(self.period[seen], 0.9, axis=1)))
+
     def settle(self, group: int) -> int:
         """How long a call of the communicator normally runs after its last member entered
         (median; 0 without history)."""

@@ -30,7 +30,8 @@ def nic(r: int) -> str:
 
 def diagnose(tmp_path, spines: dict[int, str], slow_link: str, factor: float = 1.5,
              until: int = 40, per_iter: int = 1, iterations: int = 40,
-             factor_at: Callable[[int, np.random.Generator], float] | None = None):
+             factor_at: Callable[[int, np.random.Generator], float] | None = None,
+             period: int = PERIOD):
     """``spines[s]``: the spine the hop from rank s crosses (hops inside a leaf cross none).
     From iteration ONSET to ``until`` the transfers crossing ``slow_link`` take ``factor`` times
     longer, or ``factor_at(iteration, rng)`` times when given. Each connection carries
@@ -45,7 +46,7 @@ def diagnose(tmp_path, spines: dict[int, str], slow_link: str, factor: float = 1
             w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
         w.group("dp", list(range(6)))
         for it in range(iterations):
-            t = T0 + it * PERIOD
+            t = T0 + it * period
             durs = []
             for s in range(6):
                 d = (s + 1) % 6
@@ -62,7 +63,7 @@ def diagnose(tmp_path, spines: dict[int, str], slow_link: str, factor: float = 1
                            path=hops)
             for r in range(6):
                 w.op(r, "dp", it, "all_reduce", 64 << 20, t, int(t + max(durs) + MS))
-        w.end(T0 + iterations * PERIOD)
+        w.end(T0 + iterations * period)
     # small blocks: the engine judges as the trace goes, as it would live
     reports, _ = feed_trace(Engine(rail_optimized(6, 1, hosts_per_leaf=2, spines=2)), path,
                             block_bytes=16 << 10)
@@ -102,6 +103,21 @@ def test_transient_congestion_is_not_a_slow_link(tmp_path, until):
     reason), before healthy samples could outweigh the slow ones."""
     reports = diagnose(tmp_path, {1: "spine00", 3: "spine01", 5: "spine01"}, "leaf00r0~spine00",
                        factor=1.7, until=until, per_iter=8, iterations=min(until + 2, 40))
+    if until < 40:
+        assert reports == []
+    else:
+        assert [r.kind for r in reports] == ["comm_slow"]
+        assert reports[0].suspects[0].id in ("leaf00r0~spine00", "leaf01r0~spine00")
+
+
+@pytest.mark.parametrize("until", [ONSET + 3, 40])
+def test_short_iterations_count_as_many_iterations_not_ten_seconds(tmp_path, until):
+    """Iterations of 250 ms, recorded for 10 s: a slowdown from the middle to the end lasts 5 s,
+    short of the 10 s floor but 20 iterations, more than a transient congestion spans (the floor
+    is 8 iterations when they are shorter); three iterations of congestion still are not one."""
+    reports = diagnose(tmp_path, {1: "spine00", 3: "spine01", 5: "spine01"}, "leaf00r0~spine00",
+                       factor=1.7, until=until, per_iter=8, iterations=min(until + 2, 40),
+                       period=250 * MS)
     if until < 40:
         assert reports == []
     else:
