@@ -116,7 +116,13 @@ class GroupTiming:
         n_g, n_o = self._done_ops.shape
         known = (g >= 0) & (g < n_g) & (o >= 0) & (o < n_o)
         out = np.ones(len(g), dtype=bool)
-        out[known] = ~self._done_ops[g[known], o[known]]
+        gk = g[known]
+        done = self._done_ops[gk, o[known]]
+        # a point-to-point channel carries one operation, though a call is named by whichever
+        # end's row came last (a receiver waiting alone: its recv)
+        p2p = self.arena.p2p[gk]
+        done[p2p] |= self._done_ops[gk[p2p]].any(axis=1)
+        out[known] = ~done
         return out
 
     def iteration_ns(self, min_periods: int = 8) -> int:
