@@ -106,7 +106,7 @@ class EngineConfig:
     #: ... or over this many of the job's iterations, when they take less time (but at least
     #: ``comm_min_span_low_ns``): a job of sub-second iterations recorded for a few seconds
     #: shows a lasting slowdown as many iterations that a transient congestion never spans.
-    comm_min_rounds: int = 8
+    comm_min_rounds: int = 6
     comm_min_span_low_ns: int = 2_000_000_000
     #: A connection is slow when its slow samples after the change point have at most this
     #: probability under the base rate.

@@ -126,17 +126,17 @@ class GroupTiming:
         return out
 
     def iteration_ns(self, min_periods: int = 8) -> int:
-        """The job's slowest rhythm: the longest of the communicators' usual long gaps between
-        calls (each one's 90th percentile, over those with ``min_periods`` gaps seen), which is
-        an iteration when some communicator calls once per iteration or fewer calls leave
-        their longest gap across it; 0 before that is known."""
+        """The job's iteration, as the longest usual gap between a communicator's calls (the
+        largest of their median periods, over those with ``min_periods`` seen): a communicator
+        called once per iteration has it, one called more often a shorter one; 0 before any
+        is known. (Medians: the longest single gaps are pauses and slow iterations.)"""
         self._ensure(len(self.arena))
         seen = np.isfinite(self.period).sum(axis=1) >= min_periods
         if not seen.any():
             return 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            return int(np.nanmax(np.nanquantile(self.period[seen], 0.9, axis=1)))
+            return int(np.nanmax(np.nanmedian(self.period[seen], axis=1)))
 
     def settle(self, group: int) -> int:
         """How long a call of the communicator normally runs after its last member entered

@@ -114,7 +114,8 @@ def test_transient_congestion_is_not_a_slow_link(tmp_path, until):
 def test_short_iterations_count_as_many_iterations_not_ten_seconds(tmp_path, until):
     """Iterations of 250 ms, recorded for 10 s: a slowdown from the middle to the end lasts 5 s,
     short of the 10 s floor but 20 iterations, more than a transient congestion spans (the floor
-    is 8 iterations when they are shorter); three iterations of congestion still are not one."""
+    is 6 iterations, at least 2 s, when they take less); three iterations of congestion are
+    still not a fault."""
     reports = diagnose(tmp_path, {1: "spine00", 3: "spine01", 5: "spine01"}, "leaf00r0~spine00",
                        factor=1.7, until=until, per_iter=8, iterations=min(until + 2, 40),
                        period=250 * MS)
