@@ -98,10 +98,14 @@ class EngineConfig:
     #: Fewest post-onset samples before a connection is judged (more than a transient
     #: congestion of an uplink by other traffic lasts).
     comm_min_samples: int = 6
-    #: ... and whose slow samples after the change point spread over at least this much time
-    #: (ns): a connection sampled many times per iteration (pipeline microbatches) gathers
-    #: enough samples within one transient congestion of its path by other traffic, which
-    #: passes within seconds; a faulty component stays slow.
+    #: Fewest judged samples before a connection's change point (see ``Localizer._lasting``);
+    #: a communicator's transfer time, which mixes every member's transfers and the pipeline
+    #: sends beside them, needs ``comm_min_samples``. Every sample counts in a short recording.
+    comm_min_before: int = 3
+    #: A slowdown is a fault once its slow samples after the change point spread over at least
+    #: this much time (ns): a connection sampled many times per iteration (pipeline
+    #: microbatches) gathers enough samples within one transient congestion of its path by
+    #: other traffic, which passes within seconds; a faulty component stays slow.
     comm_min_span_ns: int = 10_000_000_000
     #: ... or over this many of the job's iterations, when they take less time (but at least
     #: ``comm_min_span_low_ns``): a job of sub-second iterations recorded for a few seconds
@@ -142,7 +146,7 @@ class EngineConfig:
                         "alive_after_ns", "evidence_delay_ns",
                         "slow_min_samples", "slow_unconfirmed_passes",
                         "min_compute_ns", "comm_learn", "comm_min_samples", "comm_min_span_ns",
-                        "comm_min_rounds", "comm_min_span_low_ns",
+                        "comm_min_before", "comm_min_rounds", "comm_min_span_low_ns",
                         "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:

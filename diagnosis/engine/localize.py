@@ -121,7 +121,7 @@ class Localizer:
         return sets
 
     # ----- slow ------------------------------------------------------------------------------
-    def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int):
+    def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int, min_before: int):
         """Which keys turned slow: a binomial change point on samples above the noise, against
         the base rate of such samples over every key."""
         cfg = self.cfg
@@ -155,23 +155,24 @@ class Localizer:
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
             & (res.frac - res.pre_frac >= cfg.comm_min_frac) \
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
-        lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span)
+        lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span,
+                                min_before)
         return ring, rt, thr, res, lasting
 
     def _lasting(self, bank: SeriesBank, keys: np.ndarray, ring: np.ndarray, rt: np.ndarray,
                  high: np.ndarray, thr: float, res: ChangePoint, slow: np.ndarray,
-                 min_span: int) -> np.ndarray:
+                 min_span: int, min_before: int) -> np.ndarray:
         """Of the keys that turned slow, those whose slow samples spread over ``min_span`` (ns)
         since they were first judged slow: a transient congestion passes, a faulty component
         stays.
 
-        A key is first judged slow only on a change seen within its own judged samples (enough
-        of them before the split). Without them the "change" is from the samples its baseline
-        was learnt on, the job's first calls: warm-up iterations, which run at another pace
-        (fewer transfers contend while compute is slow), shift every later sample alike. Once
-        judged slow it stays so, whatever one pass's test says, until its newest samples are
-        back below the noise (as a fault lasts, its older samples turn slow too and its own
-        healthy rate is no longer in view)."""
+        A key is first judged slow only on a change seen within its own judged samples
+        (``min_before`` of them before the split). Without them the "change" is from the
+        samples its baseline was learnt on, the job's first calls: warm-up iterations, which
+        run at another pace (fewer transfers contend while compute is slow), shift every later
+        sample alike. Once judged slow it stays so, whatever one pass's test says, until its
+        newest samples are back below the noise (as a fault lasts, its older samples turn slow
+        too and its own healthy rate is no longer in view)."""
         before = bank.slow_since[keys].copy()
         held = np.flatnonzero(before >= 0)
         if len(held):
@@ -182,7 +183,7 @@ class Localizer:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 recent = row_quantile(np.where(newest, ring[held], np.nan), 0.5)
             before[held[~(recent > thr)]] = -1
-        slow = slow & ((res.pre_count >= self.cfg.comm_min_samples) | (before >= 0))
+        slow = slow & ((res.pre_count >= min_before) | (before >= 0))
         since = before.copy()
         rows = np.flatnonzero(slow)
         out = np.zeros(len(keys), dtype=bool)
@@ -215,7 +216,8 @@ class Localizer:
 
     def _comm_slow_conns(self, win: ConnWindow, min_span: int) -> list[CommFinding]:
         keys = np.arange(min(len(win), len(win.bank)))
-        ring, rt, thr, res, slow = self._slow_series(win.bank, keys, min_span)
+        ring, rt, thr, res, slow = self._slow_series(win.bank, keys, min_span,
+                                                     self.cfg.comm_min_before)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
@@ -238,7 +240,8 @@ class Localizer:
         K = min(len(key_group), len(bank))
         if K == 0:
             return []
-        ring, rt, thr, res, slow = self._slow_series(bank, np.arange(K), min_span)
+        ring, rt, thr, res, slow = self._slow_series(bank, np.arange(K), min_span,
+                                                     self.cfg.comm_min_samples)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)

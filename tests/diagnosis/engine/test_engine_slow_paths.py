@@ -126,6 +126,16 @@ def test_short_iterations_count_as_many_iterations_not_ten_seconds(tmp_path, unt
         assert reports[0].suspects[0].id in ("leaf00r0~spine00", "leaf01r0~spine00")
 
 
+def test_a_short_recording_needs_few_samples_before_the_change(tmp_path):
+    """18 iterations, slow from the tenth: after the skipped first sample and four learnt as the
+    baseline, four samples before the change are judged, and nine after it (9 s, more than six
+    iterations): enough for a slow link."""
+    reports = diagnose(tmp_path, {1: "spine00", 3: "spine00", 5: "spine01"}, "leaf00r0~spine00",
+                       iterations=18, factor_at=lambda it, rng: 1.5 if it >= 9 else 1.0)
+    assert [r.kind for r in reports] == ["comm_slow"]
+    assert reports[0].suspects[0].id == "leaf00r0~spine00"
+
+
 def test_a_warm_up_pace_learnt_as_baseline_is_not_a_slow_link(tmp_path):
     """The baseline is learnt on a connection's first transfers: in warm-up iterations (slow
     compute, little contention) they ran 12% faster than ever after. Every later sample is
