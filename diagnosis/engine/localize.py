@@ -388,6 +388,10 @@ class Localizer:
                               score * max(stalled - alive.get(c, win.first_ns), 1))
         sender = 0.5 * max(int(win.last_dur[win.open_key[sel]].max()),
                            stalled - int(win.open_start[sel].min()), 1)
+        if len({self.placement.host(r) or r for r in srcs}) > 1:
+            # senders on several hosts stalling within the same moment are as many independent
+            # events, against one component: they follow the components
+            sender = min(sender, 0.5 * min(odds.values()))
         top = max(max(odds.values()), sender)
         out = [Suspect(c.type, c.id, round(o / top, 4)) for c, o in odds.items()]
         cleared: set[Component] = set().union(*clear) if clear else set()

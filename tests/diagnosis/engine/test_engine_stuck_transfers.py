@@ -195,3 +195,33 @@ def test_a_nic_dying_half_way_through_the_stuck_transfer_stays_a_suspect(tmp_pat
                               ("nic", nic(1)), ("link", f"{nic(1)}~switch0")}
     assert 0.8 < score(r, "nic", nic(0)) / score(r, "nic", nic(1)) < 0.95
     assert score(r, "gpu", "node000/gpu0") < score(r, "nic", nic(0))
+
+
+def test_a_busy_switch_comes_before_stalled_senders_on_several_hosts(tmp_path):
+    # each iteration: a 50 ms transfer 0>2, then 3>1 and 1>3 of 2 ms. In iteration HANG the
+    # switch dies 1 ms after 3>1 ends: 0>2 and 1>3 never end. The switch was busy until then
+    # (silent 3 ms before 1>3 was due), while 0>2's sender could have stalled anywhere in its
+    # 50 ms; but senders on two hosts would have had to stall at once, against one switch
+    path = tmp_path / "trace.jsonl"
+    with TraceWriter(path) as w:
+        for r in range(4):
+            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        for pg, s, d in (("big", 0, 2), ("qq", 3, 1), ("rr", 1, 3)):
+            w.group(pg, [s, d])
+        for it in range(HANG + 1):
+            t = T0 + it * 100 * MS
+            stuck = it == HANG
+            for pg, s, d, start, dur, dies in (("big", 0, 2, t, 50 * MS, True),
+                                               ("qq", 3, 1, t + 37 * MS, 2 * MS, False),
+                                               ("rr", 1, 3, t + 40 * MS, 2 * MS, True)):
+                end = None if stuck and dies else start + dur
+                w.op(s, pg, it, "send", 1 << 20, start, end, peer=d)
+                w.op(d, pg, it, "recv", 1 << 20, start, end, peer=s)
+                w.conn(s, d, 1 << 20, start, end, pg=pg, seq=it,
+                       path=[nic(s), "switch0", nic(d)])
+        w.end(T0 + HANG * 100 * MS + 60_000 * MS)
+    reports, _ = feed_trace(Engine(single_switch(4)), path)
+    assert [r.kind for r in reports] == ["comm_hang"]
+    r = reports[0]
+    assert ids(r, 1) == [("switch", "switch0")]
+    assert score(r, "gpu", "node000/gpu0") < r.suspects[0].score
