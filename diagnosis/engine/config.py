@@ -112,6 +112,14 @@ class EngineConfig:
     #: shows a lasting slowdown as many iterations that a transient congestion never spans.
     comm_min_rounds: int = 6
     comm_min_span_low_ns: int = 2_000_000_000
+    #: A connection slow from its first transfer on (its baseline learnt slow) is one whose
+    #: baseline exceeds the median of its peers' (the connections of its transfer size, at least
+    #: ``comm_peer_min`` of them) by this fraction, and by more than their spread.
+    comm_peer_excess: float = 0.15
+    comm_peer_min: int = 8
+    #: ... and such a NIC or cable is named when at least this fraction of the connections
+    #: through it are (a healthy job's ECMP collisions slow some connections of a NIC as much).
+    comm_peer_purity: float = 1.0
     #: A connection is slow when its slow samples after the change point have at most this
     #: probability under the base rate.
     comm_alpha: float = 1e-6
@@ -147,6 +155,7 @@ class EngineConfig:
                         "slow_min_samples", "slow_unconfirmed_passes",
                         "min_compute_ns", "comm_learn", "comm_min_samples", "comm_min_span_ns",
                         "comm_min_before", "comm_min_rounds", "comm_min_span_low_ns",
+                        "comm_peer_min",
                         "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:
@@ -161,7 +170,8 @@ class EngineConfig:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
         for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_min_excess_unseen",
-                     "comm_min_excess", "comm_noise_k"):
+                     "comm_min_excess", "comm_noise_k", "comm_peer_excess",
+                     "comm_peer_purity"):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"EngineConfig.{name} must be positive, got {value!r}")

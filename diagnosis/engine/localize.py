@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from diagnosis.engine import peers
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
@@ -42,6 +43,7 @@ class CommFinding:
     via: str                   # "connections" or "communicators"
     ends: list[frozenset[int]] = field(default_factory=list)  # ranks of each explained one
     sure: bool = True          # its components lie on every candidate path of what it explains
+    against: str = "their baseline"   # what the slowdown is measured against
 
 
 class Localizer:
@@ -200,8 +202,31 @@ class Localizer:
                   key_group: list[int], min_span: int) -> list[CommFinding]:
         """Slow components; a slowdown counts once it has lasted ``min_span`` (ns)."""
         if win is not None and len(win) and len(win.bank):
-            return self._comm_slow_conns(win, min_span)
+            return self._comm_slow_conns(win, min_span) + self._comm_slow_peers(win)
         return self._comm_slow_groups(timing_bank, key_group, min_span)
+
+    def _comm_slow_peers(self, win: ConnWindow) -> list[CommFinding]:
+        """Host-edge components whose connections were slow from their first transfer on,
+        against their peers (:mod:`diagnosis.engine.peers`). ECMP collisions make some
+        connections of a healthy job as slow, so a NIC (or cable) is named only when every
+        connection through it is, and more than one."""
+        verdict = peers.judge(win, self.cfg)
+        found, keys = peers.explain_peers(win, verdict, self.key_sets, self.placement.nic,
+                                          self.cfg.comm_peer_purity)
+        found = [e for e in found if len(e.explained) >= 2]
+        if not found:
+            return []
+        ratio = dict(zip(verdict.keys.tolist(), verdict.ratio.tolist()))
+        names = [f"{win.src[k]}>{win.dst[k]}" for k in keys]
+        ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in keys]
+        out = []
+        for e in found:
+            ks = keys[e.explained]
+            out.append(CommFinding(e, win.first_ns, float(np.median([ratio[int(k)] for k in ks])),
+                                   [names[i] for i in e.explained], int((~verdict.slow).sum()),
+                                   "connections", [ends[i] for i in e.explained],
+                                   against="their peers (slow since the recording began)"))
+        return out
 
     def _split(self, ring, rt, thr, res, slow):
         rows = np.arange(len(ring))

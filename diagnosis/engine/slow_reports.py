@@ -152,7 +152,7 @@ class SlowReports:
             fid = f"comm_slow:{top.type}:{top.id}"
             names = " and ".join(f"{s.type} {s.id}" for s in suspects[:3])
             summary = (f"{len(f.observations)} {f.via} through {names} transfer "
-                       f"{f.slowdown:.1f}x slower than their baseline while "
+                       f"{f.slowdown:.1f}x slower than {f.against} while "
                        f"{f.healthy} others are normal: check {names}")
             evidence = {"slow": f.observations[:32], "slow_count": len(f.observations),
                         "slowdown": round(f.slowdown, 3), "healthy": f.healthy,

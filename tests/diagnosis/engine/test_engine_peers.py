@@ -1,0 +1,72 @@
+"""Connections slow from their first transfer on, judged against their peers: eight hosts, four
+per leaf, two spines; an all-reduce ring 0>1>...>7>0 every 200 ms, whose hops 3>4 and 7>0 cross
+the spines. A connection's own baseline is learnt on its first transfers, so a component
+degraded before recording began is only seen against the other connections."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from diagnosis.engine import Engine
+from diagnosis.topology.builders import rail_optimized
+from diagnosis.trace import TraceWriter
+from diagnosis.trace.feed import feed_trace
+
+MS = 1_000_000
+T0 = 1_000 * MS
+HOSTS = 8
+
+
+def nic(r: int) -> str:
+    return f"node00{r}/nic0"
+
+
+def leaf(r: int) -> str:
+    return f"leaf0{r // 4}r0"
+
+
+def diagnose(tmp_path, slow_link: str, factor: float):
+    """``slow_link`` is ``factor`` times slower from the first iteration to the last."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "trace.jsonl"
+    with TraceWriter(path) as w:
+        for r in range(HOSTS):
+            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        w.group("dp", list(range(HOSTS)))
+        for it in range(40):
+            t = T0 + it * 200 * MS
+            ends = []
+            for s in range(HOSTS):
+                d = (s + 1) % HOSTS
+                hops = [nic(s), leaf(s)] + (["spine00"] if leaf(s) != leaf(d) else []) \
+                    + ([leaf(d)] if leaf(s) != leaf(d) else []) + [nic(d)]
+                links = {"~".join(sorted(p)) for p in itertools.pairwise(hops)}
+                dur = 8 * MS * np.exp(rng.normal(0, 0.02)) * (factor if slow_link in links
+                                                                else 1.0)
+                ends.append(int(t + dur))
+                w.conn(s, d, 32 << 20, t, ends[-1], pg="dp", seq=it, path=hops)
+            for r in range(HOSTS):
+                w.op(r, "dp", it, "all_reduce", 64 << 20, t, max(ends) + MS)
+        w.end(T0 + 40 * 200 * MS)
+    topo = rail_optimized(HOSTS, 1, hosts_per_leaf=4, spines=1)
+    reports, _ = feed_trace(Engine(topo), path)
+    return reports
+
+
+def test_a_cable_slow_since_the_start_is_named_against_its_peers(tmp_path):
+    # 2>3 and 3>4 cross node003's cable and take 1.6x as long as the six other hops
+    reports = diagnose(tmp_path, f"{leaf(3)}~{nic(3)}", 1.6)
+    assert [r.kind for r in reports] == ["comm_slow"]
+    r = reports[0]
+    assert {(s.type, s.id) for s in r.suspects[:2]} == {("nic", nic(3)),
+                                                         ("link", f"{leaf(3)}~{nic(3)}")}
+    assert "than their peers" in r.summary
+    assert sorted(r.evidence["slow"]) == ["2>3", "3>4"]
+
+
+def test_one_connection_slow_since_the_start_is_no_fault(tmp_path):
+    # an uplink carrying 3>4 twice as long (as two flows hashed onto it would): one slow
+    # connection, whose NICs and cables the healthy 2>3 and 4>5 also cross
+    assert diagnose(tmp_path, f"{leaf(3)}~spine00", 2.0) == []
