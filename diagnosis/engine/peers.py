@@ -39,8 +39,9 @@ def judge(win: ConnWindow, cfg: EngineConfig) -> PeerVerdict:
     ok = np.isfinite(base) & (base > 0) & (win.last_bytes[:n] > 0)
     keys = np.flatnonzero(ok)
     if len(keys):
-        ring, _ = bank.ordered(keys)          # newest last
-        recent = row_quantile(ring[:, -8:], 0.5)
+        # its newest samples (NaN where it has fewer)
+        cols = (bank.pos[keys][:, None] - 8 + np.arange(8)[None, :]) % bank.K
+        recent = row_quantile(bank.ring[keys[:, None], cols], 0.5)
         keys = keys[recent > -cfg.comm_min_excess]
     x = np.log(base[keys]) if len(keys) else np.zeros(0)
     size = np.round(np.log2(win.last_bytes[keys])).astype(np.int64) if len(keys) else x
