@@ -165,30 +165,37 @@ def test_transfers_of_the_stuck_call_clear_whatever_the_clocks(tmp_path):
     assert ids(reports[0], 1) == [("gpu", "node000/gpu0")]
 
 
-def test_a_nic_dying_half_way_through_the_stuck_transfer_stays_a_suspect(tmp_path):
-    # 0>1 usually takes 2 ms. In iteration HANG, 2>0 ends over NIC 0 0.5 ms after 0>1 began
-    # and 3>1 over NIC 1 0.3 ms after; then NIC 0 dies and 0>1 never ends. Neither later
-    # transfer proves its NIC alive after 0>1 should have ended: both NICs stay the top
-    # suspects, NIC 0 (silent 1.5 ms before then) and NIC 1 (1.7 ms) almost even, and the sender
-    # (weighed as a component dying within half of 0>1's usual run) comes after them
+def diagnose_p2p(tmp_path, transfers):
+    """Point-to-point transfers only, one of each pair per iteration: ``transfers(t, stuck)``
+    gives (pg, src, dst, start, end) for the iteration starting at ``t`` (end None: never
+    ends); the job waits 60 s after iteration HANG."""
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path) as w:
         for r in range(4):
             w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
-        for pg, s, d in (("pp", 0, 1), ("qq", 2, 0), ("rr", 3, 1)):
+        for pg, s, d, _, _ in transfers(T0, False):
             w.group(pg, [s, d])
         for it in range(HANG + 1):
-            t = T0 + it * 100 * MS
-            stuck = it == HANG
-            for pg, s, d, start, end in (("qq", 2, 0, t - MS, t + MS // 2),
-                                         ("rr", 3, 1, t - MS, t + 3 * MS // 10),
-                                         ("pp", 0, 1, t, None if stuck else t + 2 * MS)):
+            for pg, s, d, start, end in transfers(T0 + it * 100 * MS, it == HANG):
                 w.op(s, pg, it, "send", 1 << 20, start, end, peer=d)
                 w.op(d, pg, it, "recv", 1 << 20, start, end, peer=s)
                 w.conn(s, d, 1 << 20, start, end, pg=pg, seq=it,
                        path=[nic(s), "switch0", nic(d)])
         w.end(T0 + HANG * 100 * MS + 60_000 * MS)
     reports, _ = feed_trace(Engine(single_switch(4)), path)
+    return reports
+
+
+def test_a_nic_dying_half_way_through_the_stuck_transfer_stays_a_suspect(tmp_path):
+    # 0>1 usually takes 2 ms. In iteration HANG, 2>0 ends over NIC 0 0.5 ms after 0>1 began
+    # and 3>1 over NIC 1 0.3 ms after; then NIC 0 dies and 0>1 never ends. Neither later
+    # transfer proves its NIC alive after 0>1 should have ended: both NICs stay the top
+    # suspects, NIC 0 (silent 1.5 ms before then) and NIC 1 (1.7 ms) almost even, and the sender
+    # (weighed as a component dying within half of 0>1's usual run) comes after them
+    reports = diagnose_p2p(tmp_path, lambda t, stuck: (
+        ("qq", 2, 0, t - MS, t + MS // 2),
+        ("rr", 3, 1, t - MS, t + 3 * MS // 10),
+        ("pp", 0, 1, t, None if stuck else t + 2 * MS)))
     assert [r.kind for r in reports] == ["comm_hang"]
     r = reports[0]
     assert set(ids(r, 4)) == {("nic", nic(0)), ("link", f"{nic(0)}~switch0"),
@@ -202,25 +209,10 @@ def test_a_busy_switch_comes_before_stalled_senders_on_several_hosts(tmp_path):
     # switch dies 1 ms after 3>1 ends: 0>2 and 1>3 never end. The switch was busy until then
     # (silent 3 ms before 1>3 was due), while 0>2's sender could have stalled anywhere in its
     # 50 ms; but senders on two hosts would have had to stall at once, against one switch
-    path = tmp_path / "trace.jsonl"
-    with TraceWriter(path) as w:
-        for r in range(4):
-            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
-        for pg, s, d in (("big", 0, 2), ("qq", 3, 1), ("rr", 1, 3)):
-            w.group(pg, [s, d])
-        for it in range(HANG + 1):
-            t = T0 + it * 100 * MS
-            stuck = it == HANG
-            for pg, s, d, start, dur, dies in (("big", 0, 2, t, 50 * MS, True),
-                                               ("qq", 3, 1, t + 37 * MS, 2 * MS, False),
-                                               ("rr", 1, 3, t + 40 * MS, 2 * MS, True)):
-                end = None if stuck and dies else start + dur
-                w.op(s, pg, it, "send", 1 << 20, start, end, peer=d)
-                w.op(d, pg, it, "recv", 1 << 20, start, end, peer=s)
-                w.conn(s, d, 1 << 20, start, end, pg=pg, seq=it,
-                       path=[nic(s), "switch0", nic(d)])
-        w.end(T0 + HANG * 100 * MS + 60_000 * MS)
-    reports, _ = feed_trace(Engine(single_switch(4)), path)
+    reports = diagnose_p2p(tmp_path, lambda t, stuck: (
+        ("big", 0, 2, t, None if stuck else t + 50 * MS),
+        ("qq", 3, 1, t + 37 * MS, t + 39 * MS),
+        ("rr", 1, 3, t + 40 * MS, None if stuck else t + 42 * MS)))
     assert [r.kind for r in reports] == ["comm_hang"]
     r = reports[0]
     assert ids(r, 1) == [("switch", "switch0")]
