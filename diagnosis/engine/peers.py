@@ -30,8 +30,8 @@ class PeerVerdict:
 
 
 def judge(win: ConnWindow, cfg: EngineConfig) -> PeerVerdict:
-    """Each connection with a learnt baseline against the others of its transfer size (within a
-    factor of two), where at least ``comm_peer_min`` are; a connection that has since turned
+    """Each connection with a learnt baseline against the others of its transfer size (to the
+    nearest power of two), where at least ``comm_peer_min`` are; a connection that has since turned
     faster than its baseline is left out (the baseline was a passing state)."""
     bank = win.bank
     n = min(len(win), len(bank))
@@ -43,8 +43,8 @@ def judge(win: ConnWindow, cfg: EngineConfig) -> PeerVerdict:
         cols = (bank.pos[keys][:, None] - 8 + np.arange(8)[None, :]) % bank.K
         recent = row_quantile(bank.ring[keys[:, None], cols], 0.5)
         keys = keys[recent > -cfg.comm_min_excess]
-    x = np.log(base[keys]) if len(keys) else np.zeros(0)
-    size = np.round(np.log2(win.last_bytes[keys])).astype(np.int64) if len(keys) else x
+    x = np.log(base[keys])
+    size = np.round(np.log2(win.last_bytes[keys])).astype(np.int64)
     slow = np.zeros(len(keys), dtype=bool)
     judged = np.zeros(len(keys), dtype=bool)
     ratio = np.ones(len(keys))
