@@ -16,7 +16,7 @@ import numpy as np
 
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
-from diagnosis.engine.series import MAD_SIGMA, row_quantile
+from diagnosis.engine.series import robust_sigma, row_quantile
 from diagnosis.engine.tomography import Component, Explanation, explain
 
 KeySets = Callable[[ConnWindow, int], tuple[frozenset[Component], frozenset[Component]]]
@@ -53,7 +53,7 @@ def judge(win: ConnWindow, cfg: EngineConfig) -> PeerVerdict:
         if m.sum() < cfg.comm_peer_min:
             continue
         dev = x[m] - np.median(x[m])
-        sigma = MAD_SIGMA * np.median(np.abs(dev))
+        sigma = robust_sigma(x[m])
         judged[m] = True
         slow[m] = dev > max(np.log1p(cfg.comm_peer_excess), cfg.comm_noise_k * 2 * sigma)
         ratio[m] = np.exp(dev)
