@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,7 +17,34 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now.
+
+    Chosen below the kernel's ephemeral range: a port the kernel handed out once may be handed
+    to an outgoing connection before our server binds it, and a busy test run opens many.
+    """
+    low = _ephemeral_low()
+    if low > 4096:
+        for _ in range(64):
+            port = random.randrange(max(1024, low - 12000), low)
+            if _bindable(port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -14,18 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from c4.processes import free_port
 from collectors.wire import decode_frames
 from proto import c4_pb2
 from proto.codec import decode_ops
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:

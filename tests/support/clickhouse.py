@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from c4.processes import free_port
 
 CONFIG_DIR = Path("/etc/clickhouse-server")
 START_TIMEOUT_S = 60.0  # two shared cores: a cold start can take far longer than the usual 4 s
@@ -40,12 +41,6 @@ def find_binary() -> list[str] | None:
         if cand and os.access(cand, os.X_OK):
             return [cand, "server"]
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _set(root: ET.Element, tag: str, value: str) -> None:
@@ -102,7 +97,29 @@ class ClickHouseServer:
     def url(self, database: str = "c4") -> str:
         return f"clickhouse://default@127.0.0.1:{self.tcp_port}/{database}"
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+    def start(self, timeout: float = START_TIMEOUT_S, port_tries: int = 3) -> None:
+        """Start and wait until it answers; a port taken meanwhile is swapped for a free one
+        everywhere the config names it (a cluster's replicas name the server's own port)."""
+        for tries_left in range(port_tries - 1, -1, -1):
+            try:
+                self._start_once(timeout)
+                return
+            except RuntimeError as exc:
+                if not tries_left or "Address already in use" not in str(exc):
+                    raise
+            self._move_ports()
+
+    def _move_ports(self) -> None:
+        moves = {str(self.tcp_port): str(free_port()), str(self.http_port): str(free_port())}
+        tree = ET.parse(self.config)
+        for el in tree.getroot().iter():
+            if el.text is not None and el.text.strip() in moves:
+                el.text = moves[el.text.strip()]
+        tree.write(self.config, encoding="utf-8", xml_declaration=True)
+        self.tcp_port = int(moves[str(self.tcp_port)])
+        self.http_port = int(moves[str(self.http_port)])
+
+    def _start_once(self, timeout: float) -> None:
         with open(self.root_dir / "log" / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(
                 [*self.command, f"--config-file={self.config}"], cwd=self.root_dir,
@@ -158,15 +175,8 @@ def running_clickhouse() -> Iterator[ClickHouseServer]:
         pytest.skip(INSTALL_HINT)
     root = Path(tempfile.mkdtemp(prefix="c4-clickhouse-"))
     try:
-        for tries_left in (1, 0):
-            # a port picked free may be taken before the server binds it: pick again once
-            server = ClickHouseServer(root, command)
-            try:
-                server.start()
-                break
-            except RuntimeError:
-                if not tries_left:
-                    raise
+        server = ClickHouseServer(root, command)
+        server.start()
         try:
             yield server
         finally:
