@@ -64,6 +64,7 @@ class Engine:
         self.teardown = TeardownGate(self.cfg.evidence_delay_ns)
         self.leaving: set[int] = set()   # ranks whose collectors said their process is exiting
         self._unknown: set[str] = set()
+        self._unmatched: set[str] = set()   # groups whose send/recv rows carry no peer
         self._detected_records = -1
         self.records = 0
         self.dropped = 0
@@ -136,8 +137,17 @@ class Engine:
         self._now = max(self._now, int(enter.max()), int(end.max()))
         self.clock.heard(rank, np.maximum(enter, end))
         kind = self._op_kind[op]
-        p2p = (kind > 0) & (peer >= 0)
         g = self._pg_group[pg].copy()
+        lone = (kind > 0) & (peer < 0)
+        if lone.any():
+            peer = peer.copy()
+            peer[lone] = self._implied_peers(g[lone], rank[lone])
+            unmatched = lone & (peer < 0) & (g >= 0)
+            self._warn_unmatched(pg[unmatched])
+            g[lone & (peer < 0)] = -1   # dropped below, once their time inside is counted
+        else:
+            unmatched = lone
+        p2p = (kind > 0) & (peer >= 0)
         pos = np.full(n, -1, dtype=np.int64)
         if p2p.any():
             src = np.where(kind == 1, rank, peer)[p2p]
@@ -148,16 +158,19 @@ class Engine:
         if coll.any():
             pos[coll] = self.arena.positions(g[coll], rank[coll])
         ok = (g >= 0) & (pos >= 0) & (seq >= 0)
-        if not ok.all():
-            self._drop(~ok, pg, g)
-            keep = np.flatnonzero(ok)
-            rank, pg, op, seq, enter, end, status, nbytes, g, pos = (
-                a[keep] for a in (rank, pg, op, seq, enter, end, status, nbytes, g, pos))
-        own = np.full(len(rank), -1, dtype=np.int64)
-        done = end >= 0
+        # a rank inside a call it cannot be matched in is not computing: its own time stops
+        done = (ok | unmatched) & (end >= 0)
+        if unmatched.any():
+            self.clock.entered_unmatched(rank[unmatched & ~done], enter[unmatched & ~done])
+        own = np.full(n, -1, dtype=np.int64)
         if done.any():
             own[done] = self.clock.stamp(rank[done], enter[done], end[done], pg[done], op[done],
                                          seq[done])
+        if not ok.all():
+            self._drop(~ok, pg, g)
+            keep = np.flatnonzero(ok)
+            rank, pg, op, seq, enter, end, status, nbytes, g, pos, own = (
+                a[keep] for a in (rank, pg, op, seq, enter, end, status, nbytes, g, pos, own))
         finished = self.arena.ingest(g, pos, seq, op, nbytes, enter, end, status, own)
         if len(finished):
             for fin in self.arena.read(finished):
@@ -167,10 +180,33 @@ class Engine:
                 for i in bad.tolist():
                     self.hangs.error(self.hangs.as_stuck(fin, i), self._now)
 
+    def _implied_peers(self, g: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """The other end of send/recv rows that carry no ``peer``: the other member of a
+        two-rank communicator, else -1 (``seq`` counts per pair, so in a larger one the calls of
+        different pairs cannot be told apart)."""
+        ug, inv = np.unique(g, return_inverse=True)
+        pairs = np.full((len(ug), 2), -1, dtype=np.int64)
+        for i, x in enumerate(ug.tolist()):
+            if x >= 0 and self.arena.n[x] == 2:
+                pairs[i] = self.arena.members[x]
+        a, b = pairs[inv, 0], pairs[inv, 1]
+        return np.where(rank == a, b, np.where(rank == b, a, -1))
+
+    def _warn_unmatched(self, pg: np.ndarray) -> None:
+        names = [self.pg_names[p] for p in np.unique(pg).tolist()]
+        if names and not self._unmatched:
+            log.warning("send/recv records of group %r (and of any other group of more than two "
+                        "ranks) carry no peer, which only a two-rank group implies, so their "
+                        "calls cannot be matched; they are ignored (write `peer` on send/recv op "
+                        "records)", names[0])
+        self._unmatched.update(names)
+
     def _drop(self, bad: np.ndarray, pg: np.ndarray, g: np.ndarray) -> None:
         self.dropped += int(bad.sum())
         for p in np.unique(pg[bad & (g < 0)]).tolist():
             name = self.pg_names[p]
+            if name in self._unmatched:
+                continue
             if name not in self._unknown:
                 self._unknown.add(name)
                 log.warning("op records of group %r arrived before its group record; they are "

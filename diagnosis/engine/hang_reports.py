@@ -225,6 +225,7 @@ class HangReports:
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
                          self.timing.tail_bound, self.timing.novel, self.cfg.hang_cold_ns)
         c = self.clock
+        scan.waiting |= c.inside_unmatched()
         seen = c.seen[: c.size]
         # (a transfer that began and stopped moving is a stuck transfer, whatever the silence)
         self._stopped = (len(self.conns.open_key) == 0

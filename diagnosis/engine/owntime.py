@@ -22,13 +22,16 @@ class OwnClock:
         self.last_seq = np.zeros(0, dtype=np.int64)
         self.last_enter = np.zeros(0, dtype=np.int64)
         self.seen = np.zeros(0, dtype=np.int64)   # last time anything was heard from the rank
+        # entry of the newest open call of the rank that cannot be matched with its peers'
+        # (a send/recv without its peer): the rank waits there, not absent (-1: none)
+        self.unmatched_enter = np.zeros(0, dtype=np.int64)
 
     def ensure(self, max_rank: int) -> None:
         if max_rank < self.size:
             return
         new = max(max_rank + 1, 2 * self.size, 64)
         for name in ("last_end", "own_total", "last_pg", "last_op", "last_seq", "last_enter",
-                     "seen"):
+                     "seen", "unmatched_enter"):
             old = getattr(self, name)
             arr = np.full(new, 0 if name == "own_total" else -1, dtype=np.int64)
             arr[: self.size] = old
@@ -39,6 +42,16 @@ class OwnClock:
         if len(rank):
             self.ensure(int(rank.max()))
             np.maximum.at(self.seen, rank, t)
+
+    def entered_unmatched(self, rank: np.ndarray, enter: np.ndarray) -> None:
+        if len(rank):
+            self.ensure(int(rank.max()))
+            np.maximum.at(self.unmatched_enter, rank, enter)
+
+    def inside_unmatched(self) -> set[int]:
+        """Ranks whose newest call is an open one that cannot be matched."""
+        n = self.size
+        return set(np.flatnonzero(self.unmatched_enter[:n] > self.last_enter[:n]).tolist())
 
     def stamp(self, rank: np.ndarray, enter: np.ndarray, end: np.ndarray, pg: np.ndarray,
               op: np.ndarray, seq: np.ndarray) -> np.ndarray:
