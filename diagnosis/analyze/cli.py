@@ -30,6 +30,11 @@ def analyze(
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=0, help="Processes parsing a "
                                     "large trace in parallel (0: none) [default: CPUs - 1, at "
                                     "most 4]."),
+    stopped_after: float | None = typer.Option(None, "--stopped-after", min=0.0, help="For a "
+                                               "trace without an end record: recording "
+                                               "stopped this many seconds after its last "
+                                               "record (when the hung job was killed), so that "
+                                               "calls still open then are judged as hangs."),
 ) -> None:
     """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors."""
     from diagnosis.errors import DiagnosisError
@@ -38,13 +43,16 @@ def analyze(
         _fail(f"--format must be 'json' or 'table', not {fmt!r}")
     if (trace is None) == (flight_recorder is None):
         _fail("give either a TRACE file or --flight-recorder DIR")
+    if stopped_after is not None and trace is None:
+        _fail("--stopped-after is about a TRACE file: Flight Recorder dumps need no end time")
     if prefix is not None and flight_recorder is None:
         _fail("--prefix selects Flight Recorder dumps: use it with --flight-recorder DIR")
     try:
         if flight_recorder is not None:
             reports = _flight_recorder(flight_recorder, prefix)
         else:
-            reports = _trace(trace, topology, jobs)
+            reports = _trace(trace, topology, jobs,
+                             None if stopped_after is None else int(stopped_after * 1e9))
     except DiagnosisError as exc:
         _fail(str(exc))
     _emit(reports, fmt, output)
@@ -61,7 +69,8 @@ def _flight_recorder(path: Path, prefix: str | None) -> list:
     return analyze_dumps(Path(path), prefix)
 
 
-def _trace(trace: Path, topology_path: Path | None, jobs: int | None) -> list:
+def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
+           stopped_after_ns: int | None) -> list:
     from diagnosis.engine import Engine
     from diagnosis.trace.feed import feed_trace
     from diagnosis.trace.parallel import default_workers
@@ -75,7 +84,7 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None) -> list:
         topology = Topology.load(topology_path)
     engine = Engine(topology)
     if not sys.stderr.isatty():
-        reports, _ = feed_trace(engine, trace, workers=workers)
+        reports, _ = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
         return reports
     from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
@@ -83,7 +92,7 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None) -> list:
                   TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
         task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
         reports, _ = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
-                                workers=workers)
+                                workers=workers, stopped_after_ns=stopped_after_ns)
     return reports
 
 

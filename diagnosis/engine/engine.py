@@ -266,6 +266,10 @@ class Engine:
         self.registry.changed()
         return [r for r in self.registry.all() if r.state == "open"]
 
+    def open_calls(self) -> int:
+        """Calls that some member entered and that have not finished."""
+        return len(self.arena.open_slots())
+
     def reports(self) -> list[FaultReport]:
         return self.registry.all()
 

@@ -41,24 +41,48 @@ class _OutOfOrder(Exception):
 def feed_trace(engine: Engine, path: str | Path, *,
                progress: Callable[[int], None] | None = None,
                block_bytes: int = 4 << 20, workers: int = 0,
-               min_parallel_bytes: int = 64 << 20) -> tuple[list[FaultReport], FeedStats]:
+               min_parallel_bytes: int = 64 << 20,
+               stopped_after_ns: int | None = None) -> tuple[list[FaultReport], FeedStats]:
     """Feed every record of the trace to ``engine``, advancing its clock with the data after
     each block; return the final reports and what was read. ``progress`` gets bytes read;
     ``workers`` > 0 parses blocks in that many processes, for traces larger than
     ``min_parallel_bytes`` (below that, starting processes costs more than it saves).
+
+    A trace without an ``end`` record stopped, as far as c4 can tell, at its last record, so a
+    call still open there has waited for nothing yet. ``stopped_after_ns`` says how long after
+    it recording stopped (what the operator knows: when the hung job was killed).
 
     A trace whose rows go back in time by more than a few seconds (per-rank logs one after the
     other, shuffled lines) is read again, sorted on disk, into a reset engine."""
     parallel = workers > 0 and Path(path).stat().st_size > max(4 * block_bytes,
                                                                min_parallel_bytes)
     try:
-        return _feed(engine, path, progress, block_bytes, workers if parallel else 0, False)
+        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, False)
     except _OutOfOrder as exc:
         log.warning("%s is not in time order (%s): sorting its records first", path, exc.why)
         if progress is not None:
             progress(-exc.pos)
         engine.reset()
-        return _feed(engine, path, progress, block_bytes, workers if parallel else 0, True)
+        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, True)
+    return engine.finish(_end_of(engine, stats, path, stopped_after_ns)), stats
+
+
+def _end_of(engine: Engine, stats: FeedStats, path: str | Path,
+            stopped_after_ns: int | None) -> int | None:
+    if stats.end_ns is not None:
+        if stopped_after_ns is not None:
+            log.warning("%s has an end record; the time given for when recording stopped is "
+                        "not used", path)
+        return stats.end_ns
+    if stopped_after_ns is not None:
+        return engine.now_ns + stopped_after_ns
+    open_calls = engine.open_calls()
+    if open_calls:
+        log.warning("%s has no end record and %d calls were still open at its last record: c4 "
+                    "cannot tell a hang from a recording stopped mid-call. If the job hung, say "
+                    "how long after its last record recording stopped (c4 analyze "
+                    "--stopped-after SECONDS), or write an end record", path, open_calls)
+    return None
 
 
 def _items(fh: BinaryIO, path: str | Path, block_bytes: int, workers: int) -> Iterator[Item]:
@@ -68,7 +92,7 @@ def _items(fh: BinaryIO, path: str | Path, block_bytes: int, workers: int) -> It
 
 
 def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | None,
-          block_bytes: int, workers: int, ordered: bool) -> tuple[list[FaultReport], FeedStats]:
+          block_bytes: int, workers: int, ordered: bool) -> FeedStats:
     stats = FeedStats(sorted=ordered)
     # ops and conns each in order; one may lag the other (a simulator or exporter writing
     # them in separate chunks), which the engine, keeping them apart, does not mind
@@ -111,7 +135,7 @@ def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | No
                 if progress is not None:
                     progress(pos - last_pos)
                 last_pos = pos
-    return engine.finish(stats.end_ns), stats
+    return stats
 
 
 def _counted(items: Iterable[Item], raw: BinaryIO,

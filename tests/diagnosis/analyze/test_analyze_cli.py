@@ -57,3 +57,41 @@ def test_analyze_flight_recorder_directory_without_dumps(tmp_path):
     out = c4("--flight-recorder", str(tmp_path), "--format", "json")
     assert out.returncode == 2
     assert "c4 analyze:" in out.stderr
+
+
+def _without_end(src: Path, dst: Path) -> None:
+    lines = src.read_text().splitlines(keepends=True)
+    dst.write_text("".join(ln for ln in lines if json.loads(ln).get("type") != "end"))
+
+
+def test_trace_without_end_record_says_how_to_judge_its_open_calls(tmp_path):
+    """An exporter that writes no end record: as far as the trace tells, the job stopped at
+    its last record and the open calls have waited for nothing. c4 says so, and judges them
+    once told when recording stopped."""
+    job = SynthJob(hang_rank=9)
+    topo = job.topology()
+    topo.save(tmp_path / "topo.json")
+    job.write(tmp_path / "full.jsonl", topo)
+    _without_end(tmp_path / "full.jsonl", tmp_path / "trace.jsonl")
+    base = (str(tmp_path / "trace.jsonl"), "--topology", str(tmp_path / "topo.json"),
+            "--format", "json")
+    out = c4(*base)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["reports"] == []
+    assert "no end record" in out.stderr and "--stopped-after SECONDS" in out.stderr
+    out = c4(*base, "--stopped-after", "120")
+    assert out.returncode == 0, out.stderr
+    reports = json.loads(out.stdout)["reports"]
+    assert [(r["kind"], r["suspects"][0].get("rank")) for r in reports] == [("noncomm_hang", 9)]
+    assert "no end record" not in out.stderr
+
+
+def test_stopped_after_is_ignored_with_an_end_record(tmp_path):
+    job = SynthJob(hang_rank=9)
+    job.write(tmp_path / "trace.jsonl")
+    out = c4(str(tmp_path / "trace.jsonl"), "--format", "json", "--stopped-after", "0")
+    assert out.returncode == 0, out.stderr
+    assert [r["kind"] for r in json.loads(out.stdout)["reports"]] == ["noncomm_hang"]
+    assert "has an end record" in out.stderr
+    out = c4("--flight-recorder", str(tmp_path), "--stopped-after", "5")
+    assert out.returncode == 2 and "--stopped-after is about a TRACE" in out.stderr
