@@ -404,6 +404,9 @@ class HangReports:
         op = self.op_names[s.op] if s.op >= 0 else "call"
         top = suspects[0] if suspects else None
         where = f"{top.type} {top.id}" if top else "an unknown component"
+        ties = sum(1 for x in suspects if top is not None and x.score >= top.score)
+        if ties > 2:
+            where += f" or any of the {ties - 1} others that explain it as well"
         others = f" (and {len(stuck) - 1} more stuck calls)" if len(stuck) > 1 else ""
         if self._in_flight(s):
             done = self.placement.describe_many(s.ranks[s.end >= 0].tolist())
