@@ -24,13 +24,19 @@ class Placement:
         self.topology = topology
         self._places: dict[int, Place] = {}
         self._default: dict[int, tuple[str, str | None, str | None]] | None = None
+        self.unknown_gpus = 0   # ranks placed on a gpu the topology does not have
 
     def add(self, rank: int, host: str | None, gpu: str | None, nic: str | None) -> None:
         topo = self.topology
         if topo is not None:
             if gpu is not None and not self._known(gpu):
-                log.warning("rank %d: gpu %r is not in the topology; naming the rank instead",
-                            rank, gpu)
+                # once: a trace recorded on another cluster than the topology's would repeat it
+                # for every rank
+                if not self.unknown_gpus:
+                    log.warning("rank %d: gpu %r is not in the topology; naming the rank instead "
+                                "(and for any other rank whose gpu is not; check that the "
+                                "topology is the job's cluster)", rank, gpu)
+                self.unknown_gpus += 1
                 gpu = None
             if nic is None and gpu is not None:
                 nic = topo.nic_of_gpu(gpu)

@@ -3,6 +3,8 @@ links) or the trace names only the rank's host."""
 
 from __future__ import annotations
 
+import logging
+
 import networkx as nx
 
 from diagnosis.engine import Engine
@@ -47,3 +49,16 @@ def test_a_host_with_several_nics_and_no_gpu_named_leaves_the_nic_unknown():
     eng = Engine(_fabric(nics_per_host=2))
     eng.add_rank(0, "node0")
     assert eng.placement.nic(0) is None
+
+
+def test_gpus_missing_from_the_topology_are_named_by_rank_with_one_warning(caplog):
+    """A trace from another cluster than the topology's: every rank's gpu is unknown. One
+    warning says so, not one per rank (thousands in a large job)."""
+    eng = Engine(_fabric(nics_per_host=1))
+    with caplog.at_level(logging.WARNING):
+        for rank in range(4):
+            eng.add_rank(rank, f"host{rank // 2}", gpu=f"host{rank // 2}/gpu{rank % 2}")
+    warned = [r.getMessage() for r in caplog.records if "not in the topology" in r.getMessage()]
+    assert len(warned) == 1 and "'host0/gpu0'" in warned[0]
+    assert eng.placement.unknown_gpus == 4
+    assert [eng.placement.suspect(r, 1.0).type for r in range(4)] == ["rank"] * 4
