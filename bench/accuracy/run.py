@@ -4,6 +4,7 @@ scored against the ground truth. Prints a table; ``--json FILE`` writes the full
     python -m bench.accuracy.run --quick
     python -m bench.accuracy.run --gpus 512,4096 --seeds 4 --json results.json
     python -m bench.accuracy.run --quick --fabric three_tier --nics-per-host 4
+    python -m bench.accuracy.run --gpus 512 --seeds 2 --drop peer
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.accuracy.analyze import analyze_cli, analyze_stream, analyze_trace
+from bench.accuracy.rewrite import DROPS, parse_drops, rewrite
 from bench.accuracy.scenarios import JobShape, Scenario, scenarios
 from bench.accuracy.score import Row, score_scenario, summarize
 from diagnosis.sim.run import simulate
@@ -33,7 +35,8 @@ TARGETS = {  # top-1 targets from the issue (with conn records)
 }
 
 
-def run_one(sc: Scenario, mode: str, workdir: str) -> dict[str, Any]:
+def run_one(sc: Scenario, mode: str, workdir: str,
+            drops: tuple[str, ...] = ()) -> dict[str, Any]:
     t0 = time.perf_counter()
     if mode == "stream":
         reports, truth = analyze_stream(sc.cfg)
@@ -42,15 +45,20 @@ def run_one(sc: Scenario, mode: str, workdir: str) -> dict[str, Any]:
         out = Path(workdir) / sc.name
         res = simulate(sc.cfg, out)
         truth = json.loads(res.truth.read_text())
+        trace = res.trace
+        if drops:
+            trace = res.trace.with_name("sparse.jsonl")
+            rewrite(res.trace, trace, drops)
+            res.trace.unlink()
         t_sim = time.perf_counter() - t0
         try:
             run = analyze_cli if mode == "cli" else analyze_trace
-            reports = run(res.trace, res.topology)
+            reports = run(trace, res.topology)
         except Exception:   # a crash is a result too: no reports, noted with where it was
             reports = []
             truth["analyze_error"] = traceback.format_exc()[-3000:]
         t_an = time.perf_counter() - t0 - t_sim
-        res.trace.unlink()
+        trace.unlink()
     score = score_scenario(truth, reports)
     return {"name": sc.name, "label": sc.label, "gpus": sc.gpus, "seed": sc.cfg.seed,
             "faults": truth["faults"], "iterations": truth["iterations"],
@@ -126,10 +134,19 @@ def main(argv: list[str] | None = None) -> int:
                     "process; cli: `c4 analyze` in a subprocess; stream: records fed to the "
                     "engine as a daemon receives them, advancing each trace second (online "
                     "detection latency)")
+    ap.add_argument("--drop", default="", metavar="FIELD,...",
+                    help="optional trace fields to leave out, as a sparser exporter would "
+                    f"(trace and cli modes): {', '.join(DROPS)}")
     ap.add_argument("--jobs", type=int, default=1, help="scenarios run in parallel")
     ap.add_argument("--json", type=Path, help="write full results here")
     ap.add_argument("--failures", type=int, default=8, help="failed scenarios listed per row")
     args = ap.parse_args(argv)
+    try:
+        drops = parse_drops(args.drop)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if drops and args.mode == "stream":
+        ap.error("--drop rewrites the trace file: use it with --mode trace or cli")
     logging.basicConfig(level=logging.WARNING)
     sizes = [512] if args.quick else [int(x) for x in args.gpus.split(",") if x]
     seeds = 1 if args.quick else args.seeds
@@ -142,11 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.jobs > 1:
             with ProcessPoolExecutor(args.jobs) as pool:
                 done = list(pool.map(run_one, todo, [args.mode] * len(todo),
-                                     [work] * len(todo)))
+                                     [work] * len(todo), [drops] * len(todo)))
         else:
             done = []
             for sc in todo:
-                done.append(run_one(sc, args.mode, work))
+                done.append(run_one(sc, args.mode, work, drops))
                 print(f"  {sc.name:<24} {done[-1]['sim_s']:5.1f}s sim "
                       f"{done[-1]['analyze_s']:6.1f}s analyze "
                       f"{len(done[-1]['reports'])} reports", file=sys.stderr)
@@ -155,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     nics = f", {args.nics_per_host} NICs per host" if args.nics_per_host else ""
     if args.shape:
         nics += f", shape {args.shape} (GPH,TP,PP,MB)"
+    if drops:
+        nics += f", without {', '.join(drops)}"
     print(f"\naccuracy: {len(done)} scenarios, fabric {args.fabric}{nics}, mode {args.mode}, "
           f"conns {'off' if args.no_conns else 'on'}"
           f"{'' if args.no_conns or not args.no_paths else ' (no paths)'}, {wall:.0f} s\n")
@@ -180,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             "mode": args.mode, "conns": not args.no_conns, "paths": not args.no_paths,
             "fabric": args.fabric,
             "nics_per_host": args.nics_per_host, "shape": asdict(_shape(args.shape)),
+            "drops": list(drops),
             "wall_s": wall,
             "rows": [r.to_json() for r in rows], "scenarios": done}, indent=1) + "\n")
     return 0

@@ -196,9 +196,9 @@ class Engine:
         names = [self.pg_names[p] for p in np.unique(pg).tolist()]
         if names and not self._unmatched:
             log.warning("send/recv records of group %r (and of any other group of more than two "
-                        "ranks) carry no peer, which only a two-rank group implies, so their "
-                        "calls cannot be matched; they are ignored (write `peer` on send/recv op "
-                        "records)", names[0])
+                        "ranks) carry no peer, which only a two-rank group implies: their calls "
+                        "cannot be matched across ranks and count only as time spent in a call "
+                        "(write `peer` on send/recv op records)", names[0])
         self._unmatched.update(names)
 
     def _drop(self, bad: np.ndarray, pg: np.ndarray, g: np.ndarray) -> None:
