@@ -291,7 +291,7 @@ class LiveView:
             elif isinstance(body, ConnRows):
                 conns = st.links.add(body.cols)
                 if st.engine is not None and conns is not None and len(conns):
-                    st.engine.add_conns(conns)
+                    st.engine.add_conns(conns, sampled=True)
 
     # -- analysis ----------------------------------------------------------------------------
     def analyze(self, now_ns: int | None = None) -> int:

@@ -70,8 +70,9 @@ class ConnWindow:
             self.prev_bytes = np.r_[self.prev_bytes, zeros]
         return ids[inv]
 
-    def add(self, recs: ConnRecords, pg_ids: np.ndarray) -> None:
-        """``pg_ids`` are the engine's pg ids of each row (-1: none)."""
+    def add(self, recs: ConnRecords, pg_ids: np.ndarray, sampled: bool = False) -> None:
+        """``pg_ids`` are the engine's pg ids of each row (-1: none). ``sampled``: the rows are
+        intervals of sampled socket counters, not transfers."""
         n = len(recs)
         if n == 0:
             return
@@ -104,9 +105,9 @@ class ConnWindow:
         np.maximum.at(self.last_seq, key[done], recs.seq[done])
         self._remember_last(key[done], recs.bytes[done],
                             np.maximum(recs.t_end_ns[done] - recs.t_start_ns[done], 0))
-        # only transfers of a known call measure the network: an interval of sampled socket
-        # counters (no pg/seq) moves as much as the job asks for, not as much as it could
-        timed = done & (recs.seq >= 0)
+        # an interval of sampled socket counters moves as much as the job asks for, not as
+        # much as it could: only those of a known call measure the network
+        timed = done & (recs.seq >= 0) if sampled else done
         if not timed.any():
             return
         k, end = key[timed], recs.t_end_ns[timed]

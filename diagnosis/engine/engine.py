@@ -236,7 +236,10 @@ class Engine:
         if leaving:  # the rank's collector said its process is exiting (SIGTERM or exit)
             self.leaving.update(r.tolist())
 
-    def add_conns(self, conns: ConnRecords | Columns) -> None:
+    def add_conns(self, conns: ConnRecords | Columns, sampled: bool = False) -> None:
+        """Transfers (trace ``conn`` records), or with ``sampled`` the intervals between two
+        samples of a socket's counters, whose durations time the network only when they carry
+        the call they belong to."""
         if isinstance(conns, Columns):
             conns = ConnRecords.from_columns(conns)
         if len(conns) == 0:
@@ -245,7 +248,7 @@ class Engine:
         pg_map = np.array([self._pg_id(s) for s in conns.strings] + [-1], dtype=np.int64)
         pg_ids = np.where(conns.pg >= 0, pg_map[conns.pg], -1)
         self._now = max(self._now, int(conns.t_start_ns.max()), int(conns.t_end_ns.max()))
-        self.conns.add(conns, pg_ids)
+        self.conns.add(conns, pg_ids, sampled)
         self.lossy.add(conns)
 
     # ----- detection --------------------------------------------------------------------------
