@@ -31,6 +31,7 @@ class ConnWindow:
         self.last_dur = np.zeros(0, dtype=np.int64)   # how long its last finished transfer took
         self.last_bytes = np.zeros(0, dtype=np.int64)  # what its last two finished transfers
         self.prev_bytes = np.zeros(0, dtype=np.int64)  # carried (0: none)
+        self.transfers = np.zeros(0, dtype=bool)   # fed transfers, not sampled socket intervals
         # open transfers: key, start, pg id, seq
         self.open_key = np.zeros(0, dtype=np.int64)
         self.open_start = np.zeros(0, dtype=np.int64)
@@ -68,6 +69,7 @@ class ConnWindow:
             self.last_dur = np.r_[self.last_dur, zeros]
             self.last_bytes = np.r_[self.last_bytes, zeros]
             self.prev_bytes = np.r_[self.prev_bytes, zeros]
+            self.transfers = np.r_[self.transfers, np.zeros(len(new_src), dtype=bool)]
         return ids[inv]
 
     def add(self, recs: ConnRecords, pg_ids: np.ndarray, sampled: bool = False) -> None:
@@ -80,6 +82,8 @@ class ConnWindow:
         t0 = int(recs.t_start_ns.min())
         self.first_ns = t0 if self.first_ns < 0 else min(self.first_ns, t0)
         key = self.keys_of(recs.src, recs.dst, pg_ids)
+        if not sampled:
+            self.transfers[key] = True
         if recs.paths is not None:
             for k, p in zip(key.tolist(), recs.paths):
                 if p and self.path[k] != (tp := tuple(p)):
@@ -95,7 +99,13 @@ class ConnWindow:
         # a transfer that finished closes an open one of the same key and seq
         if done.any() and len(self.open_key):
             closed = np.isin(self.open_key * (1 << 32) + self.open_seq,
-                             key[done] * (1 << 32) + recs.seq[done])
+                             key[done] * (1 << 32) + recs.seq[done]) & (self.open_seq >= 0)
+            loose = np.flatnonzero(self.open_seq < 0)
+            if len(loose):
+                # no seq: the same transfer is the one of the same key that began with it
+                fin = set(zip(key[done].tolist(), recs.t_start_ns[done].tolist()))
+                closed[loose] = [(k, t) in fin for k, t in zip(
+                    self.open_key[loose].tolist(), self.open_start[loose].tolist())]
             if closed.any():
                 self.open_key, self.open_start, self.open_seq = (
                     a[~closed] for a in (self.open_key, self.open_start, self.open_seq))

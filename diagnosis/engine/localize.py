@@ -370,9 +370,15 @@ class Localizer:
         keys = win.open_key[sel]
         by = int((win.open_start[sel] + win.last_dur[keys]).min())
         starved = np.zeros(len(win), dtype=bool)
-        for pg, seq in set(zip(win.pg[keys].tolist(), win.open_seq[sel].tolist())):
+        began = win.last_end - win.last_dur
+        for pg, seq, key, start in set(zip(win.pg[keys].tolist(), win.open_seq[sel].tolist(),
+                                           keys.tolist(), win.open_start[sel].tolist())):
             if pg >= 0 and seq >= 0:
                 starved |= (win.pg == pg) & (win.last_seq == seq)
+            elif win.transfers[key]:
+                # a transfer not tied to its call: those of the same collective began with it
+                starved |= win.transfers & (win.pg < 0) \
+                    & (np.abs(began - start) <= win.cfg.clock_skew_ns)
         starved &= win.last_bytes < 0.9 * win.prev_bytes
         starved[keys] = False
         if starved.any():

@@ -3,6 +3,8 @@ traces over four hosts on one switch: which NIC, and what stays in view."""
 
 from __future__ import annotations
 
+import pytest
+
 from diagnosis.engine import Engine
 from diagnosis.topology.builders import single_switch
 from diagnosis.trace import TraceWriter
@@ -138,12 +140,14 @@ def test_equally_silent_ends_tie(tmp_path):
                               ("link", f"{nic(1)}~switch0")}
 
 
-def test_transfers_of_the_stuck_call_clear_whatever_the_clocks(tmp_path):
+@pytest.mark.parametrize("call", [True, False])
+def test_transfers_of_the_stuck_call_clear_whatever_the_clocks(tmp_path, call):
     # rank 0's transfer to 1 in the all-reduce sticks (its own transport, not the network).
     # Rank 1's transfer to 2 in the same call sends its one chunk and ends, short of its usual
     # bytes: it ran dry because the stuck one stopped. By host 1's clock, 0.3 ms behind host
     # 0's, it ended before the stuck one began. NIC 1 is still cleared, and nothing on the
-    # path is left to blame but the sender
+    # path is left to blame but the sender. Without ``call`` (conn records without pg/seq) the
+    # transfers of the same call are those that began with the stuck one
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path) as w:
         for r in range(4):
@@ -160,8 +164,8 @@ def test_transfers_of_the_stuck_call_clear_whatever_the_clocks(tmp_path):
                     start, end = t + 300_000, None
                 elif stuck and s == 1:
                     end, nbytes = t + 100_000, 1 << 20
-                w.conn(s, d, nbytes, start, end, pg="dp", seq=it,
-                       path=[nic(s), "switch0", nic(d)])
+                w.conn(s, d, nbytes, start, end, pg="dp" if call else None,
+                       seq=it if call else None, path=[nic(s), "switch0", nic(d)])
         w.end(T0 + HANG * 100 * MS + 60_000 * MS)
     reports, _ = feed_trace(Engine(single_switch(4)), path)
     assert [r.kind for r in reports] == ["comm_hang"]
