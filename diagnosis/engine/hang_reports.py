@@ -225,7 +225,8 @@ class HangReports:
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
                          self.timing.tail_bound, self.timing.novel, self.cfg.hang_cold_ns)
         c = self.clock
-        scan.waiting |= c.inside_unmatched()
+        unmatched = c.inside_unmatched()
+        scan.waiting |= unmatched
         seen = c.seen[: c.size]
         # (a transfer that began and stopped moving is a stuck transfer, whatever the silence)
         self._stopped = (len(self.conns.open_key) == 0
@@ -254,11 +255,17 @@ class HangReports:
             for r in s.absent.tolist():
                 if r not in scan.waiting and r not in explained:
                     roots.setdefault(r, s)
+        # transfers stuck under calls that cannot be matched (send/recv rows without a peer):
+        # the calls waiting for those ranks wait for the transfers
+        lost = [] if roots or comm or explained or not unmatched or not cands \
+            else self._stuck_unmatched(unmatched, cands, now)
         # (a chain through a failed rank is explained by its error)
-        silent = None if roots or comm or explained \
+        silent = None if roots or comm or explained or lost \
             else self._silent_first(cands, partial, explained)
         if roots:
             active.add(self._report_noncomm_hang(roots, cands, scan.waiting, now))
+        elif lost:
+            active.add(self._report_stuck_unmatched(lost, now))
         elif silent is not None:
             # every absent rank waits elsewhere (or all entered and some got out): the chain's
             # rank silent longest stopped first, and everyone else waits for it
@@ -379,6 +386,35 @@ class HangReports:
                              max(top.first, quiet), summary,
                              pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
                              evidence=evidence, id=fid)
+        return self._file(report, now)
+
+    def _stuck_unmatched(self, unmatched: set[int], cands: list[Stuck], now: int) -> list[int]:
+        """Keys of transfers open past a quarter of the waiting calls' bound between ranks that
+        wait in calls that cannot be matched."""
+        bound = min(s.bound for s in cands)
+        keys = self.localizer.stuck_transfers(self.conns, now, bound // 4)
+        w = self.conns
+        return [k for k in keys if int(w.src[k]) in unmatched or int(w.dst[k]) in unmatched]
+
+    def _report_stuck_unmatched(self, keys: list[int], now: int) -> str:
+        w = self.conns
+        suspects, how = self.localizer.comm_hang(w, [], keys, now, self.timing.last_end)
+        sel = np.isin(w.open_key, keys)
+        first = int(w.open_start[sel].min())
+        pgs = sorted({self.pg_names[int(w.pg[k])] for k in keys if int(w.pg[k]) >= 0})
+        top = suspects[0] if suspects else None
+        where = f"{top.type} {top.id}" if top else "an unknown component"
+        names = ", ".join(f"{w.src[k]}>{w.dst[k]}" for k in keys[:4])
+        more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
+        summary = (f"transfer(s) {names}{more} stopped moving {ms(now - first)} ago under "
+                   f"send/recv calls that carry no peer ({how}); check {where}")
+        # one communication hang at a time: later evidence refines it
+        fid = (self.registry.open_ids("comm_hang") or [None])[-1] \
+            or (f"comm_hang:{top.type}:{top.id}" if top else f"comm_hang:{names}")
+        evidence = {"groups": pgs, "stuck_transfers": [f"{w.src[k]}>{w.dst[k]}"
+                                                       for k in keys[:16]]}
+        report = FaultReport("comm_hang", tuple(suspects), first, summary,
+                             pg=pgs[0] if pgs else None, evidence=evidence, id=fid)
         return self._file(report, now)
 
     def _report_comm_hang(self, stuck: list[Stuck], now: int) -> str:

@@ -109,3 +109,51 @@ def test_time_waiting_in_an_unmatched_receive_is_not_compute(tmp_path):
     assert diagnose(tmp_path, pairs=False, peer=False, slow=1) == with_peer
     assert not [k for k, ranks in with_peer if {2, 3} & set(ranks)]
     assert diagnose(tmp_path, pairs=False, peer=False, slow=3) == [("noncomm_slow", [3])]
+
+
+def _dead_nic_job(path, peer: bool) -> None:
+    """Four hosts on one switch. Each iteration rank 0 sends to rank 1 on the four-rank
+    communicator ``pp``, then all four all-reduce. In iteration 20 NIC 1 dies during the send:
+    its transfer never ends, ranks 0 and 1 wait in the send/recv, 2 and 3 in the all-reduce."""
+    nic = "node00{}/nic0".format
+    with TraceWriter(path) as w:
+        for r in range(STAGES):
+            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        w.group("pp", list(range(STAGES)))
+        w.group("dp", list(range(STAGES)))
+        for it in range(21):
+            t = 1_000 * MS + it * 100 * MS
+            stuck = it == 20
+            end = None if stuck else t + 2 * MS
+            w.op(0, "pp", it, "send", 1 << 20, t, end, **(dict(peer=1) if peer else {}))
+            w.op(1, "pp", it, "recv", 1 << 20, t, end, **(dict(peer=0) if peer else {}))
+            w.conn(0, 1, 1 << 20, t, end, pg="pp", seq=it, path=[nic(0), "switch0", nic(1)])
+            if stuck:
+                for r in (2, 3):
+                    w.op(r, "dp", it, "all_reduce", 4 << 20, t + 5 * MS, None)
+                w.end(t + 60_000 * MS)
+                return
+            t += 5 * MS
+            for r in range(STAGES):
+                w.op(r, "dp", it, "all_reduce", 4 << 20, t, t + 10 * MS)
+            for s in range(STAGES):
+                d = (s + 1) % STAGES
+                w.conn(s, d, 3 << 20, t, t + 9 * MS, pg="dp", seq=it,
+                       path=[nic(s), "switch0", nic(d)])
+
+
+@pytest.mark.parametrize("peer", [True, False])
+def test_a_stuck_transfer_under_unmatched_calls_is_a_comm_hang(tmp_path, peer):
+    """Without peers the send/recv is no call both entered; its conn record still shows the
+    transfer that stopped, and the all-reduce waits for it, not for rank 0 or 1."""
+    from diagnosis.topology.builders import single_switch
+
+    path = tmp_path / "t.jsonl"
+    _dead_nic_job(path, peer)
+    reports, _ = feed_trace(Engine(single_switch(STAGES)), path)
+    assert [r.kind for r in reports] == ["comm_hang"]
+    top = {(s.type, s.id) for s in reports[0].suspects if s.score == reports[0].suspects[0].score}
+    assert ("nic", "node001/nic0") in top or ("nic", "node000/nic0") in top
+    assert top <= {("nic", "node000/nic0"), ("nic", "node001/nic0"),
+                   ("link", "node000/nic0~switch0"), ("link", "node001/nic0~switch0"),
+                   ("switch", "switch0")}
