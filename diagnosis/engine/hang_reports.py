@@ -403,7 +403,7 @@ class HangReports:
         first = int(w.open_start[sel].min())
         pgs = sorted({self.pg_names[int(w.pg[k])] for k in keys if int(w.pg[k]) >= 0})
         top = suspects[0] if suspects else None
-        where = f"{top.type} {top.id}" if top else "an unknown component"
+        where = _where(suspects)
         names = ", ".join(f"{w.src[k]}>{w.dst[k]}" for k in keys[:4])
         more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
         summary = (f"transfer(s) {names}{more} stopped moving {ms(now - first)} ago under "
@@ -439,10 +439,7 @@ class HangReports:
         name = self.label(s.group)
         op = self.op_names[s.op] if s.op >= 0 else "call"
         top = suspects[0] if suspects else None
-        where = f"{top.type} {top.id}" if top else "an unknown component"
-        ties = sum(1 for x in suspects if top is not None and x.score >= top.score)
-        if ties > 2:
-            where += f" or any of the {ties - 1} others that explain it as well"
+        where = _where(suspects)
         others = f" (and {len(stuck) - 1} more stuck calls)" if len(stuck) > 1 else ""
         if self._in_flight(s):
             done = self.placement.describe_many(s.ranks[s.end >= 0].tolist())
@@ -499,3 +496,14 @@ class HangReports:
         quiet = int(heard.max()) if (heard >= 0).all() else s.first
         self._missing[report.id] = quiet
         self.teardown.hold(report, quiet, self._grace(s.group), absent, blocked=False)
+
+
+def _where(suspects) -> str:
+    """What to check: the top suspect, and how many others explain the hang as well (more than
+    a NIC and its cable: naming the first alone would single it out)."""
+    if not suspects:
+        return "an unknown component"
+    top = suspects[0]
+    ties = sum(1 for x in suspects if x.score >= top.score)
+    more = f" or any of the {ties - 1} others that explain it as well" if ties > 2 else ""
+    return f"{top.type} {top.id}{more}"
