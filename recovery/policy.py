@@ -136,6 +136,12 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
         return Decision(SKIP, f"the suspect {top.type} {top.id} is not on any node job "
                               f"{report.job} uses ({', '.join(sorted(placement.nodes))})",
                         rule="wrong_node")
+    tied = {placement.node_of(x.type, x.id, x.rank) for x in report.suspects
+            if x.score >= top.score and x.type in NODE_SUSPECTS} - {None}
+    if len(tied) > 1:
+        return Decision(SKIP, f"suspects on {len(tied)} nodes ({', '.join(sorted(tied))}) "
+                              "explain the fault equally; isolating one would be a guess",
+                        rule="tied")
     if node in set(blocked) or node in history.job_isolated_nodes:
         return Decision(SKIP, f"node {node} is already isolated", node, rule="already_isolated")
     lasted = (now_ns - report.first_seen_ns) / 1e9

@@ -32,6 +32,26 @@ def test_node_suspects_map_to_the_node(report, node):
     assert (d.action, d.node) == (ISOLATE, node), d.reason
 
 
+def test_suspects_tied_across_nodes_are_not_a_node_to_isolate():
+    """A slow communicator of ranks 0, 1 and 2, nothing to tell them apart: isolating the first
+    would be a coin toss. A NIC tied with its host's GPU is one node."""
+    tied = FaultReport(kind="comm_slow", suspects=tuple(
+        Suspect("rank", str(r), 1.0, rank=r) for r in range(3)), first_seen_ns=NOW - 10**9,
+        summary="slow", id="f1", job="j")
+    d = decide(Policy(), tied, NODES, History(), NOW)
+    assert d.action == SKIP and d.rule == "tied" and "3 nodes" in d.reason, d.reason
+    one = FaultReport(kind="comm_hang", suspects=(
+        Suspect("gpu", "node2/gpu0", 0.9), Suspect("nic", "node2/nic0", 0.9)),
+        first_seen_ns=NOW - 10**12, summary="stuck", id="f2", job="j")
+    nics = Placement(NODES.nodes, NODES.rank_node, {**NODES.device_node, "node2/nic0": "node2",
+                                                    "node3/nic0": "node3"})
+    assert decide(Policy(), one, nics, History(), NOW).action == ISOLATE
+    two = FaultReport(kind="comm_hang", suspects=(
+        Suspect("nic", "node2/nic0", 1.0), Suspect("nic", "node3/nic0", 1.0)),
+        first_seen_ns=NOW - 10**12, summary="stuck", id="f3", job="j")
+    assert decide(Policy(), two, nics, History(), NOW).rule == "tied"
+
+
 @pytest.mark.parametrize(("policy", "report", "history", "words"), [
     (Policy(), _report(id_="node9"), History(), "not on any node"),
     (Policy(), _report("link", "node2:leaf0"), History(), "re-plan traffic"),
