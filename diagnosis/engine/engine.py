@@ -22,7 +22,7 @@ from diagnosis.engine.localize import Localizer
 from diagnosis.engine.lossy import LossyLinks
 from diagnosis.engine.owntime import OwnClock
 from diagnosis.engine.placement import Placement
-from diagnosis.engine.records import ConnRecords
+from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, ProgressRecords
 from diagnosis.engine.registry import Registry
 from diagnosis.engine.slow import NoncommSlow
 from diagnosis.engine.slow_reports import SlowReports
@@ -56,6 +56,7 @@ class Engine:
         self._pg_ids: dict[str, int] = {}
         self._pg_group = np.zeros(0, dtype=np.int64)
         self.op_names: list[str] = []
+        self.sample = 1     # the stream keeps one call in ``sample`` (proto.sampling)
         self._op_ids: dict[str, int] = {}
         self._op_kind = np.zeros(0, dtype=np.int8)     # 0 collective, 1 send, 2 recv
         self._now = 0
@@ -250,6 +251,34 @@ class Engine:
         self._now = max(self._now, int(conns.t_start_ns.max()), int(conns.t_end_ns.max()))
         self.conns.add(conns, pg_ids, sampled)
         self.lossy.add(conns)
+
+    def set_sample(self, k: int) -> None:
+        """The stream keeps only the calls that ``proto.sampling`` keeps at factor ``k``
+        (trace ``meta.sample``); 1: every call."""
+        if int(k) < 1:
+            raise ValueError(f"sampling factor must be at least 1, got {k!r}")
+        self.sample = int(k)
+
+    def add_progress(self, recs: ProgressRecords) -> None:
+        """How far ranks have got on their communicators (version 2 ``progress``)."""
+        if len(recs) == 0:
+            return
+        self.records += len(recs)
+        self._now = max(self._now, int(recs.t_ns.max()))
+        self.clock.heard(recs.rank, recs.t_ns)
+
+    def add_linkstats(self, recs: LinkStatRecords) -> None:
+        """Per-connection window statistics (version 2 ``linkstat``)."""
+        if len(recs) == 0:
+            return
+        self.records += len(recs)
+        self._now = max(self._now, int(recs.t_ns.max()))
+
+    def add_ports(self, recs: PortRecords) -> None:
+        """NIC port states and counters (version 2 ``port``)."""
+        if len(recs) == 0:
+            return
+        self.records += len(recs)
 
     # ----- detection --------------------------------------------------------------------------
     def advance(self, now_ns: int) -> list[FaultReport]:
