@@ -121,9 +121,10 @@ def analyze_stream(cfg: SimConfig, step_s: float = 1.0
                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Simulate and diagnose in one pass, advancing the engine every ``step_s`` of trace time;
     returns (reports with ``detected_ns``, truth)."""
-    from diagnosis.sim.run import truth_document
+    from diagnosis.sim.run import CallRate, truth_document
 
     sim = Simulation(cfg)
+    rate = CallRate()
     eng = new_engine(sim)
     seen: dict[str, int] = {}
     n_ops = n_conns = 0
@@ -131,6 +132,7 @@ def analyze_stream(cfg: SimConfig, step_s: float = 1.0
         if ops and len(ops["rank"]):
             eng.add_ops(Columns(ops, list(sim.strings)))
             n_ops += len(ops["rank"])
+            rate.add(ops)
         if cons and len(cons["conn"]):
             eng.add_conns(conn_records(sim, cons))
             n_conns += len(cons["conn"])
@@ -142,7 +144,8 @@ def analyze_stream(cfg: SimConfig, step_s: float = 1.0
         d = r.to_json()
         d["detected_ns"] = max(seen.get(_identity(r), sim.end_ns), int(r.first_seen_ns))
         out.append(d)
-    return out, truth_document(sim, n_ops, n_conns)
+    return out, truth_document(sim, {"op": n_ops, "conn": n_conns},
+                               rate.per_rank_s(sim.lay.world))
 
 
 def _identity(r) -> str:

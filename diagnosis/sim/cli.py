@@ -27,6 +27,10 @@ def sim(
     pp: int = typer.Option(4, help="Pipeline stages (across hosts)."),
     iterations: int = typer.Option(40, help="Training iterations to simulate."),
     microbatches: int = typer.Option(4, help="Microbatches per iteration (pipeline)."),
+    layers: int = typer.Option(1, help="Transformer layers per pipeline stage: 1, one "
+                               "tensor-parallel all-reduce per pass; N > 1, a sequence-parallel "
+                               "all-gather and reduce-scatter per block, two blocks per layer "
+                               "(16: a few hundred calls/s per rank)."),
     fault: list[str] = typer.Option(
         [], "--fault", "-f",
         help="Fault to inject, repeatable: KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]."
@@ -39,6 +43,11 @@ def sim(
     paths: bool = typer.Option(True, "--paths/--no-paths",
                                help="Give each conn record the route it took (without: as "
                                "collectors that cannot see the ECMP path of a flow)."),
+    sample: int = typer.Option(0, help="Write the reduced trace of format version 2, as the "
+                               "edge ships it: calls sampled 1 in K, progress, linkstat "
+                               "instead of conn, NIC port records (0: version 1, every call)."),
+    window_ms: float = typer.Option(1000.0, help="Window of the reduced trace's progress and "
+                                    "linkstat records (with --sample)."),
     gzip: bool = typer.Option(False, "--gzip", help="Write trace.jsonl.gz instead (for "
                               "storage: c4 analyze reads plain JSON Lines)."),
     order: str = typer.Option("complete", help="Line order: 'complete' (as collectors ship "
@@ -69,7 +78,8 @@ def sim(
 
     try:
         cfg = SimConfig(gpus=gpus, gpus_per_host=gpus_per_host, tp=tp, pp=pp,
-                        iterations=iterations, microbatches=microbatches, seed=seed,
+                        iterations=iterations, microbatches=microbatches, layers=layers,
+                        seed=seed, sample=sample or None, window_ms=window_ms,
                         conns=conns, paths=paths,
                         faults=tuple(FaultSpec.parse(f) for f in fault),
                         fabric=fabric, nics_per_host=nics_per_host or None,
@@ -80,5 +90,7 @@ def sim(
     except SimError as exc:
         raise typer.BadParameter(str(exc)) from None
     con = Console()
-    con.print(f"{res.iterations} iterations, {res.ops:,} op and {res.conns:,} conn records")
+    counts = ", ".join(f"{n:,} {kind}" for kind, n in res.records.items() if n)
+    con.print(f"{res.iterations} iterations, {res.calls_per_s_per_rank:.0f} calls/s per rank; "
+              f"records: {counts}")
     con.print(f"trace    {res.trace}\ntopology {res.topology}\ntruth    {res.truth}")

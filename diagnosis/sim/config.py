@@ -127,8 +127,15 @@ class SimConfig:
     pp: int = 4
     iterations: int = 40
     microbatches: int = 4
+    #: transformer layers per stage: 1, one all-reduce per pass (the classic model); N > 1,
+    #: per layer a sequence-parallel all-gather and reduce-scatter (diagnosis.sim.layers)
+    layers: int = 1
     seed: int = 0
     conns: bool = True
+    #: write the reduced trace of format version 2 (diagnosis.sim.reduced), keeping the calls
+    #: sampled at this factor; None: version 1, every call
+    sample: int | None = None
+    window_ms: float = 1000.0     # the reduced trace's progress / linkstat window
     #: conn records carry the route each transfer took; without it (as collectors that cannot
     #: see which ECMP path a flow hashed to) the analyzer has the topology's candidates only
     paths: bool = True
@@ -170,7 +177,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         def bad(msg: str) -> SimError:
             return SimError(msg)
-        for name in ("gpus", "gpus_per_host", "tp", "pp", "iterations", "microbatches"):
+        for name in ("gpus", "gpus_per_host", "tp", "pp", "iterations", "microbatches",
+                     "layers"):
             if getattr(self, name) < 1:
                 raise bad(f"--{name.replace('_', '-')} must be at least 1")
         if self.gpus_per_host % self.tp:
@@ -182,6 +190,10 @@ class SimConfig:
             raise bad(f"--gpus {self.gpus} is not a multiple of --gpus-per-host "
                       f"{self.gpus_per_host}")
         self._check_fabric()
+        if self.sample is not None and self.sample < 1:
+            raise bad(f"--sample {self.sample} must be at least 1")
+        if not self.window_ms > 0 or self.window_ms * 1e6 != int(self.window_ms * 1e6):
+            raise bad(f"--window-ms {self.window_ms} must be a positive whole number of ns")
         if (self.fabric in RAIL_FABRICS and (self.tp * self.pp) % self.gpus_per_host
                 and self.dp > 1):
             raise bad(f"tp*pp = {self.tp * self.pp} must be a multiple of --gpus-per-host "
@@ -206,6 +218,10 @@ class SimConfig:
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
+
+    @property
+    def window_ns(self) -> int:
+        return int(self.window_ms * 1e6)
 
     @property
     def hosts(self) -> int:

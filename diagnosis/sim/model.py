@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnosis.sim import faults as faultmod
+from diagnosis.sim import layers as layermod
 from diagnosis.sim.config import SimConfig, SimError
 from diagnosis.sim.layout import Layout
 from diagnosis.sim.network import Connections
@@ -26,7 +27,7 @@ from diagnosis.topology.fabrics import build_fabric
 
 log = logging.getLogger(__name__)
 
-OP_NAMES = ["all_reduce", "send", "recv"]
+OP_NAMES = ["all_reduce", "send", "recv", layermod.ALL_GATHER, layermod.REDUCE_SCATTER]
 AR, SEND, RECV = 0, 1, 2
 STATUS_OK, STATUS_ERROR = 0, 2
 ERROR_DELAY_NS = 2e6   # a failing transport reports within a couple of ms
@@ -185,7 +186,7 @@ class Simulation:
             arrived = None
             for s in range(P):
                 ready = free[:, s, :] if s == 0 else arrived
-                end = self._tp(ops, s, self._compute(s, m, ready, cfg.fwd_ms), i * 2 * M + m)
+                end = self._stage(ops, s, m, ready, cfg.fwd_ms, i * 2 * M + m)
                 if s < P - 1:
                     arrived = self._p2p(ops, cons, s, s + 1, i * M + m, end, free)
                     free[:, s, :] = arrived
@@ -195,8 +196,7 @@ class Simulation:
             arrived = None
             for s in reversed(range(P)):
                 ready = free[:, s, :] if s == P - 1 else arrived
-                end = self._tp(ops, s, self._compute(s, M + m, ready, cfg.bwd_ms),
-                               i * 2 * M + M + m)
+                end = self._stage(ops, s, M + m, ready, cfg.bwd_ms, i * 2 * M + M + m)
                 if s > 0:
                     arrived = self._p2p(ops, cons, s, s - 1, i * M + m, end, free)
                     free[:, s, :] = arrived
@@ -284,9 +284,26 @@ class Simulation:
     def _jit(self, shape: tuple[int, ...], sigma: float) -> np.ndarray:
         return np.exp(self.rng.normal(0.0, sigma, shape))
 
-    def _compute(self, s: int | slice, k: int, ready: np.ndarray, ms: float) -> np.ndarray:
+    def op_code(self, name: str) -> int:
+        """The string index of an op name."""
+        return OP_NAMES.index(name)
+
+    def _stage(self, ops: _Acc, s: int, k: int, ready: np.ndarray, ms: float,
+               call: int) -> np.ndarray:
+        """Stage ``s``'s compute of one microbatch in one direction (step ``k``) and its
+        tensor-parallel collectives: one all-reduce, or per layer (diagnosis.sim.layers)."""
+        if self.cfg.layers == 1:
+            return self._tp(ops, s, self._compute(s, k, ready, ms), call)
+        return layermod.run_layers(self, ops, s, k, ready, ms, call)
+
+    def _compute(self, s: int | slice, k: int, ready: np.ndarray, ms: float,
+                 first: bool = True) -> np.ndarray:
+        """Compute step ``k`` (or, unless ``first``, a later piece of it, which no one-off
+        pause or hang strikes) from ``ready``."""
         mult = self.mult3[:, s, :]
         dur = ms * 1e6 * mult * self._jit(mult.shape, self.cfg.jitter)
+        if not first:
+            return ready + dur
         dur = dur + self.gc_amt3[:, s, :] * (self.gc_step3[:, s, :] == k)
         hung = self.hang3[:, s, :] == k
         if hung.any():
@@ -295,18 +312,24 @@ class Simulation:
                 self.events.setdefault(("rank", r), t)
         return ready + dur
 
-    def _tp(self, ops: _Acc, s: int, enter: np.ndarray, seq: int) -> np.ndarray:
+    def _tp(self, ops: _Acc, s: int, enter: np.ndarray, seq: int, op: int = AR,
+            nbytes: int | None = None, size: float | None = None, share: int = 2
+            ) -> np.ndarray:
+        """A tensor-parallel collective of stage ``s`` over NVLink: each rank moves ``share``
+        (T-1)/T of the ``size``-byte buffer (2 for an all-reduce, 1 for an all-gather or a
+        reduce-scatter) in as many ring steps; ``nbytes`` is what its rows record."""
         T = self.shape[2]
         if T == 1:
             return enter
         cfg = self.cfg
-        base = (2 * (T - 1) / T * cfg.tp_bytes / (cfg.nvlink_gbps / 8)
-                + 2 * (T - 1) * cfg.latency_us * 1e3)
+        size = cfg.tp_bytes if size is None else size
+        base = (share * (T - 1) / T * size / (cfg.nvlink_gbps / 8)
+                + share * (T - 1) * cfg.latency_us * 1e3)
         start = np.broadcast_to(enter.max(axis=1, keepdims=True), enter.shape)
         end = start + base * self._jit((enter.shape[0], 1), self.cfg.net_jitter)
-        ops.add(enter.size, rank=self.ranks3[:, s, :], pg=self.tp_g[:, s, :], seq=seq, op=AR,
-                nbytes=cfg.tp_bytes, t_enter_ns=enter, t_start_ns=start, t_end_ns=end,
-                status=STATUS_OK, peer=-1)
+        ops.add(enter.size, rank=self.ranks3[:, s, :], pg=self.tp_g[:, s, :], seq=seq, op=op,
+                nbytes=cfg.tp_bytes if nbytes is None else nbytes, t_enter_ns=enter,
+                t_start_ns=start, t_end_ns=end, status=STATUS_OK, peer=-1)
         return end
 
     def _p2p(self, ops: _Acc, cons: _Acc, s: int, to: int, seq: int, send_enter: np.ndarray,

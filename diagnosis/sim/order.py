@@ -30,10 +30,15 @@ class Reorder:
         self.ops: list[dict[str, np.ndarray]] = []
         self.conns: list[dict[str, np.ndarray]] = []
 
+    def horizon(self, iteration_start_ns: int) -> int:
+        """The time up to which every record is known once the iteration that starts at
+        ``iteration_start_ns`` has been simulated: later ones start after it, on any clock."""
+        return iteration_start_ns - 2 * self.skew_ns
+
     def push(self, b: Batch, iteration_start_ns: int) -> tuple[dict, dict]:
         self.ops.append(b.ops)
         self.conns.append(b.conns)
-        return self.release(iteration_start_ns - 2 * self.skew_ns)
+        return self.release(self.horizon(iteration_start_ns))
 
     def flush(self) -> tuple[dict, dict]:
         return self.release(np.iinfo(np.int64).max)

@@ -38,9 +38,14 @@ class TraceWriter:
         self.strings = np.asarray(sim.strings, dtype=object)
         self.n_ops = self.n_conns = 0
 
-    def header(self) -> None:
+    def header(self, sample: int | None = None) -> None:
+        """The meta record (version 2 with ``sample`` when the trace is reduced), then the
+        rank and group records."""
         lay, w = self.sim.lay, self.out.write
-        w(json.dumps({"type": "meta", "version": 1, "job": self.sim.cfg.job}) + "\n")
+        meta: dict[str, object] = {"type": "meta", "version": 1, "job": self.sim.cfg.job}
+        if sample is not None:
+            meta.update(version=2, sample=sample)
+        w(json.dumps(meta) + "\n")
         w("".join(f'{{"type":"rank","rank":{r},"host":"{lay.hosts[h]}","gpu":"{g}","nic":"{n}"}}\n'
                   for r, (h, g, n) in enumerate(zip(lay.host_of.tolist(), lay.gpu, lay.nic))))
         w("".join(json.dumps({"type": "group", "pg": pg, "ranks": ranks},
