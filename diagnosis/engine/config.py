@@ -82,6 +82,10 @@ class EngineConfig:
     #: (judging more samples) is withdrawn: its finding was a chance split of its samples.
     slow_unconfirmed_passes: int = 3
 
+    #: With sampled calls (see ``straggle``), the kept calls of a communicator within this much
+    #: time make one sample (ns).
+    straggle_bucket_ns: int = 1_000_000_000
+
     # ---- communication slow -------------------------------------------------------------------
     #: Samples of a connection (or communicator operation) skipped before its baseline is
     #: learnt (connection set-up, warm-up).
@@ -153,7 +157,8 @@ class EngineConfig:
         positive_int = ("window", "history", "hang_min_ns", "clock_skew_ns", "hang_cold_ns",
                         "alive_after_ns", "evidence_delay_ns",
                         "slow_min_samples", "slow_unconfirmed_passes",
-                        "min_compute_ns", "comm_learn", "comm_min_samples", "comm_min_span_ns",
+                        "min_compute_ns", "straggle_bucket_ns", "comm_learn",
+                        "comm_min_samples", "comm_min_span_ns",
                         "comm_min_before", "comm_min_rounds", "comm_min_span_low_ns",
                         "comm_peer_min",
                         "detect_every_ns",

@@ -145,6 +145,18 @@ class ConnWindow:
         per_byte = dur / np.maximum(recs.bytes[timed], 1)
         self.bank.add(k, per_byte, end)
 
+    def transfer_ns(self, pg: np.ndarray) -> np.ndarray:
+        """Per engine pg id: the longest latest transfer of its connections (NaN: none)."""
+        out = np.full(len(pg), np.nan)
+        has = (self.pg >= 0) & (self.last_end >= 0)
+        if not has.any() or not len(pg):
+            return out
+        top = np.full(int(max(self.pg.max(), pg.max())) + 1, -1, dtype=np.int64)
+        np.maximum.at(top, self.pg[has], self.last_dur[has])
+        ok = (pg >= 0) & (pg < len(top))
+        got = np.where(ok, top[np.clip(pg, 0, len(top) - 1)], -1)
+        return np.where(got >= 0, got.astype(np.float64), np.nan)
+
     def set_open(self, key: np.ndarray, start: np.ndarray, seq: np.ndarray) -> None:
         """Replace the open transfers (as a window statistic tells them)."""
         self.open_key, self.open_start, self.open_seq = (

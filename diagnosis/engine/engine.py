@@ -29,6 +29,7 @@ from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, 
 from diagnosis.engine.registry import Registry
 from diagnosis.engine.slow import NoncommSlow
 from diagnosis.engine.slow_reports import SlowReports
+from diagnosis.engine.straggle import SampledStragglers
 from diagnosis.engine.teardown import TeardownGate
 from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.tomography import PathCache
@@ -52,6 +53,7 @@ class Engine:
         self.clock = OwnClock()
         self.timing = GroupTiming(self.arena, self.cfg)
         self.slow = NoncommSlow(self.arena, self.cfg)
+        self.stragglers = SampledStragglers(self.arena, self.timing, self.cfg)
         self.conns = ConnWindow(self.arena, self.cfg)
         paths = PathCache(topology) if topology is not None else None
         self.ports = PortBoard(topology)
@@ -81,6 +83,8 @@ class Engine:
         self.progress = ProgressBoard(self.arena)
         self.linkstats = LinkStatFeed(self.conns)
         self.timing.pace = self.progress.period
+        self.timing.transfer = lambda g: self.conns.transfer_ns(
+            np.asarray(self.arena.pg_of, dtype=np.int64)[g]) if len(g) else np.zeros(0)
 
     def reset(self) -> None:
         """Forget every record and report: as new, with the same topology and config."""
@@ -188,7 +192,10 @@ class Engine:
                 kept = fin if self.sample == 1 else fin.take(self._sampled(fin.group, fin.seq))
                 if len(kept.slots):
                     self.timing.update(kept)
-                    self.slow.update(kept)
+                    if self.sample == 1:
+                        self.slow.update(kept)
+                    else:
+                        self.stragglers.update(kept)
                 bad = np.flatnonzero((fin.status > 0).any(axis=1))
                 for i in bad.tolist():
                     self.hangs.error(self.hangs.as_stuck(fin, i), self._now)
@@ -380,7 +387,8 @@ class Engine:
         return min(cfg.comm_min_span_ns, max(rounds, cfg.comm_min_span_low_ns))
 
     def _slow(self, now: int) -> None:
-        self.slow_reports.noncomm(self.slow.judge(), now)
+        self.slow_reports.noncomm(self.slow.judge() if self.sample == 1
+                                  else self.stragglers.judge(), now)
         findings = self.localizer.comm_slow(self.conns if self.conns.total else None,
                                             self.timing.xfer, self.timing.xkey_group,
                                             self._comm_min_span())

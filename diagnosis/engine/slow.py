@@ -311,54 +311,61 @@ class NoncommSlow:
     def judge(self) -> list[SlowRank]:
         """Ranks whose late samples, from their best change point on, are too many to be noise
         (binomial tail against the communicator's own rate of late samples)."""
-        cfg = self.cfg
-        out: list[SlowRank] = []
-        for cls in self.classes.values():
-            G = len(cls.groups)
-            if G == 0:
-                continue
-            K, n = cls.K, cls.n
-            idx = (cls.pos[:G, None] + np.arange(K)[None, :]) % K
-            x = np.take_along_axis(cls.x[:G], idx[:, :, None], axis=1).astype(np.float64)
-            a = np.take_along_axis(cls.a[:G], idx[:, :, None], axis=1).astype(np.float64)
-            scale = np.take_along_axis(cls.scale[:G], idx, axis=1)
-            t = np.take_along_axis(cls.t[:G], idx, axis=1)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                if n > 2:
-                    sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
-                else:
-                    # two members mirror each other (each is measured against their mean), so
-                    # their spread is the fault itself: the noise is how much a member's
-                    # samples move from one to the next, which a change of level leaves alone
-                    step = np.diff(x, axis=1) / np.sqrt(2.0)
-                    sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
-                thr = np.maximum(cfg.slow_min_excess / 2, cfg.slow_noise_k * sigma)
-                high = a > thr[:, None, None]
-                valid = ~np.isnan(a)
-                # the communicator's own rate of late samples: median over members, so that
-                # the faulty member does not raise it (of two, the lower)
-                per_member = high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-                rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
-            p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
-            series = a.transpose(0, 2, 1).reshape(G * n, K)
-            res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
-                               cfg.slow_min_samples)
-            # a change, not a persistent trait: late more often and by more than before the
-            # split; without enough samples before it, the excess must be beyond natural spread
-            need = np.where(res.pre_count >= cfg.slow_min_samples, cfg.slow_min_excess,
-                            cfg.slow_min_excess_unseen)
-            ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
-                & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
-                & (res.median >= cfg.slow_min_excess) & (res.effect >= need)
-            for h in np.flatnonzero(ok).tolist():
-                gi, pos = divmod(h, n)
-                s = int(res.start[h])
-                seg = series[h, s:]
-                hi = seg > thr[gi]
-                excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
-                g = cls.groups[gi]
-                out.append(SlowRank(int(self.arena.members[g][pos]), g, int(t[gi, s]),
-                                    float(res.median[h]), excess_ns, int(res.count[h]),
-                                    float(res.frac[h]), float(sigma[gi]), float(res.logp[h])))
-        return out
+        return judge_rings(list(self.classes.values()), self.arena, self.cfg)
+
+
+def judge_rings(rings: list, arena: Arena, cfg: EngineConfig) -> list[SlowRank]:
+    """The slow members of every group of ``rings`` (objects holding, per size class, each
+    group's ring of ``K`` samples per member: ``x`` the excess, ``a`` the excess that counts,
+    ``scale`` (ns per unit), ``t`` sample times, ``pos`` write positions, ``groups``), at the
+    member significance ``slow_alpha_member``."""
+    out: list[SlowRank] = []
+    for cls in rings:
+        G = len(cls.groups)
+        if G == 0:
+            continue
+        K, n = cls.K, cls.n
+        idx = (cls.pos[:G, None] + np.arange(K)[None, :]) % K
+        x = np.take_along_axis(cls.x[:G], idx[:, :, None], axis=1).astype(np.float64)
+        a = np.take_along_axis(cls.a[:G], idx[:, :, None], axis=1).astype(np.float64)
+        scale = np.take_along_axis(cls.scale[:G], idx, axis=1)
+        t = np.take_along_axis(cls.t[:G], idx, axis=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if n > 2:
+                sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
+            else:
+                # two members mirror each other (each is measured against their mean), so
+                # their spread is the fault itself: the noise is how much a member's
+                # samples move from one to the next, which a change of level leaves alone
+                step = np.diff(x, axis=1) / np.sqrt(2.0)
+                sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
+            thr = np.maximum(cfg.slow_min_excess / 2, cfg.slow_noise_k * sigma)
+            high = a > thr[:, None, None]
+            valid = ~np.isnan(a)
+            # the communicator's own rate of late samples: median over members, so that
+            # the faulty member does not raise it (of two, the lower)
+            per_member = high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+            rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
+        p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
+        series = a.transpose(0, 2, 1).reshape(G * n, K)
+        res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
+                           cfg.slow_min_samples)
+        # a change, not a persistent trait: late more often and by more than before the
+        # split; without enough samples before it, the excess must be beyond natural spread
+        need = np.where(res.pre_count >= cfg.slow_min_samples, cfg.slow_min_excess,
+                        cfg.slow_min_excess_unseen)
+        ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
+            & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
+            & (res.median >= cfg.slow_min_excess) & (res.effect >= need)
+        for h in np.flatnonzero(ok).tolist():
+            gi, pos = divmod(h, n)
+            s = int(res.start[h])
+            seg = series[h, s:]
+            hi = seg > thr[gi]
+            excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
+            g = cls.groups[gi]
+            out.append(SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]),
+                                float(res.median[h]), excess_ns, int(res.count[h]),
+                                float(res.frac[h]), float(sigma[gi]), float(res.logp[h])))
+    return out

@@ -38,6 +38,9 @@ class GroupTiming:
         #: each group's pace from progress records (``ProgressBoard.period``), when there are
         #: any: every call counts there, sampled or not
         self.pace = None
+        #: each group's longest recent transfer on its connections (ns, NaN: none), when there
+        #: are connection records (``ConnWindow.transfer_ns``)
+        self.transfer = None
 
     def _ensure(self, G: int) -> None:
         cap = len(self.count)
@@ -135,6 +138,10 @@ class GroupTiming:
         p2p = self.arena.p2p[gk]
         done[p2p] |= self._done_ops[gk[p2p]].any(axis=1)
         out[known] = ~done
+        unnamed = (o < 0) & (g >= 0)
+        if self.pace is not None and unnamed.any():
+            # ... or whose progress records show completed calls, kept or not
+            out[unnamed] &= ~np.isfinite(self.pace(g[unnamed], 1))
         return out
 
     def iteration_ns(self, min_periods: int = 8) -> int:
@@ -155,6 +162,13 @@ class GroupTiming:
                 best = max(best, int(np.nanmax(pace)))
         return best
 
+    def median_period(self, groups: np.ndarray) -> np.ndarray:
+        """Each group's median time between calls (ns; NaN while unknown)."""
+        self._ensure(len(self.arena))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmedian(self.period[groups], axis=1) if len(groups) else np.zeros(0)
+
     def settle(self, group: int) -> int:
         """How long a call of the communicator normally runs after its last member entered
         (median; 0 without history)."""
@@ -172,6 +186,10 @@ class GroupTiming:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             tail = np.nanmax(self.tail[groups], axis=1)
+        if self.transfer is not None and np.isnan(tail).any():
+            # no kept call of it finished yet (sampled calls): its connections' transfers
+            # say how long its data takes once everyone is in
+            tail = np.fmax(tail, self.transfer(np.asarray(groups, dtype=np.int64)))
         out = np.where(np.isnan(tail), self.bound(groups),
                        self.cfg.hang_factor * np.nan_to_num(tail, nan=0.0))
         return np.maximum(out, self.cfg.hang_min_ns).astype(np.int64)

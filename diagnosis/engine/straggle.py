@@ -1,0 +1,147 @@
+"""Stragglers from sampled calls: who enters the calls the stream keeps late, and who only waits.
+
+With every call recorded, a rank's own time (outside calls) tells a slow rank from its victims
+(``slow``). With one call in K, the time between two kept calls of a rank includes calls left
+out, where victims wait: own time is lost. What a kept call still shows is the order its members
+came in. Each member's sample is how late it entered against the call's median entry, over the
+communicator's pace (its mean time between calls, from progress records: every call counts
+there), judged by the same change-point test as own time.
+
+A slow rank is late in every communicator it is in; so are the ranks it holds back, in the
+communicators it is not in (its host's other GPUs at the data-parallel all-reduce, the next
+pipeline stages at theirs). But in the communicator they share with it they are the ones who
+wait: there it alone is late. A rank found late somewhere that waits, in another communicator,
+for a member found late there is a victim, and its findings are dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.engine.arena import Arena, Finished
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.slow import SlowRank, judge_rings
+from diagnosis.engine.timing import GroupTiming
+
+
+class _Rings:
+    """Per group of one size: the last ``K`` samples of each member."""
+
+    def __init__(self, n: int, K: int) -> None:
+        self.n, self.K = n, K
+        self.local: dict[int, int] = {}
+        self.groups: list[int] = []
+        self.x = np.zeros((0, K, n), dtype=np.float32)
+        self.a = np.zeros((0, K, n), dtype=np.float32)
+        self.scale = np.zeros((0, K))
+        self.t = np.zeros((0, K), dtype=np.int64)
+        self.pos = np.zeros(0, dtype=np.int64)
+        # the bucket being filled, per group: sums of lateness and pace, calls, bucket, start
+        self.acc_x = np.zeros((0, n))
+        self.acc_scale = np.zeros(0)
+        self.acc_n = np.zeros(0, dtype=np.int64)
+        self.acc_b = np.zeros(0, dtype=np.int64)
+        self.acc_t = np.zeros(0, dtype=np.int64)
+
+    def add(self, li: np.ndarray, x: np.ndarray, scale: np.ndarray, t: np.ndarray,
+            bucket_ns: int) -> None:
+        """Fold calls (their members' lateness ``x`` over the group's pace ``scale``) into one
+        sample per group and time bucket: a group kept many times a second would otherwise fill
+        its ring within seconds, before any change shows against a past; its mean over a
+        bucket is also steadier than one call (calls right after another are entered at once)."""
+        b = t // bucket_ns
+        o = np.lexsort((t, b, li))
+        li, x, scale, t, b = li[o], x[o], scale[o], t[o], b[o]
+        head = np.flatnonzero(np.r_[True, (li[1:] != li[:-1]) | (b[1:] != b[:-1])])
+        sums = np.add.reduceat(x, head, axis=0)
+        cnt = np.diff(np.r_[head, len(li)])
+        ssum = np.add.reduceat(scale, head)
+        for j, (g, bk) in enumerate(zip(li[head].tolist(), b[head].tolist(), strict=True)):
+            if bk < self.acc_b[g]:
+                continue      # a straggling call of a bucket already written
+            if bk > self.acc_b[g]:
+                self._flush(g)
+                self.acc_b[g] = bk
+                self.acc_t[g] = int(t[head[j]])
+            self.acc_x[g] += sums[j]
+            self.acc_scale[g] += ssum[j]
+            self.acc_n[g] += cnt[j]
+
+    def _flush(self, g: int) -> None:
+        c = int(self.acc_n[g])
+        if c == 0:
+            return
+        col = int(self.pos[g]) % self.K
+        mean = self.acc_x[g] / c
+        self.x[g, col] = mean
+        self.a[g, col] = np.clip(mean, 0.0, None)
+        self.scale[g, col] = self.acc_scale[g] / c
+        self.t[g, col] = self.acc_t[g]
+        self.pos[g] += 1
+        self.acc_x[g] = 0.0
+        self.acc_scale[g] = 0.0
+        self.acc_n[g] = 0
+
+    def index(self, groups: np.ndarray) -> np.ndarray:
+        out = np.empty(len(groups), dtype=np.int64)
+        for i, g in enumerate(groups.tolist()):
+            li = self.local.get(g)
+            if li is None:
+                li = self.local[g] = len(self.groups)
+                self.groups.append(g)
+            out[i] = li
+        grow = len(self.groups) - len(self.pos)
+        if grow > 0:
+            n, K = self.n, self.K
+            self.x = np.concatenate([self.x, np.full((grow, K, n), np.nan, np.float32)])
+            self.a = np.concatenate([self.a, np.full((grow, K, n), np.nan, np.float32)])
+            self.scale = np.vstack([self.scale, np.full((grow, K), np.nan)])
+            self.t = np.vstack([self.t, np.zeros((grow, K), dtype=np.int64)])
+            self.pos = np.r_[self.pos, np.zeros(grow, dtype=np.int64)]
+            self.acc_x = np.concatenate([self.acc_x, np.zeros((grow, n))])
+            self.acc_scale = np.r_[self.acc_scale, np.zeros(grow)]
+            self.acc_n = np.r_[self.acc_n, np.zeros(grow, dtype=np.int64)]
+            self.acc_b = np.r_[self.acc_b, np.full(grow, -1, dtype=np.int64)]
+            self.acc_t = np.r_[self.acc_t, np.zeros(grow, dtype=np.int64)]
+        return out
+
+
+class SampledStragglers:
+    def __init__(self, arena: Arena, timing: GroupTiming, config: EngineConfig) -> None:
+        self.arena, self.timing, self.cfg = arena, timing, config
+        self.rings: dict[int, _Rings] = {}
+
+    def update(self, fin: Finished) -> None:
+        """Take finished kept calls (collectives and send/recv channels alike)."""
+        n = fin.enter.shape[1]
+        if n < 2 or not len(fin.group):
+            return
+        ring = self.rings.get(n)
+        if ring is None:
+            ring = self.rings[n] = _Rings(n, self.cfg.history)
+        li = ring.index(fin.group)
+        late = fin.enter - np.median(fin.enter, axis=1, keepdims=True)
+        scale = np.maximum(self._pace(fin.group), float(self.cfg.min_compute_ns))
+        t = fin.enter.min(axis=1)
+        ring.add(li, late / scale[:, None], scale, t, self.cfg.straggle_bucket_ns)
+
+    def _pace(self, groups: np.ndarray) -> np.ndarray:
+        """Mean time between calls of each group: from progress, else from the kept calls."""
+        ug, inv = np.unique(groups, return_inverse=True)
+        pace = self.timing.pace(ug) if self.timing.pace is not None \
+            else np.full(len(ug), np.nan)
+        missing = ~np.isfinite(pace)
+        if missing.any():
+            pace[missing] = self.timing.median_period(ug[missing])
+        return np.nan_to_num(pace, nan=0.0)[inv.ravel()]
+
+    def judge(self) -> list[SlowRank]:
+        """The late members, without those that are only victims of another."""
+        found = judge_rings(list(self.rings.values()), self.arena, self.cfg)
+        late_in: dict[int, set[int]] = {}
+        for f in found:
+            late_in.setdefault(f.group, set()).add(f.rank)
+        victims: set[int] = set()
+        for g, late in late_in.items():
+            victims.update(r for r in self.arena.members[g].tolist() if r not in late)
+        return [f for f in found if f.rank not in victims]
