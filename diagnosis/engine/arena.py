@@ -32,6 +32,11 @@ class Finished:
     own: np.ndarray        # (k, n) int64, cumulative own time of the member (-1 unknown)
     status: np.ndarray     # (k, n) int8
 
+    def take(self, rows: np.ndarray) -> Finished:
+        """The instances selected by ``rows`` (a boolean mask or indices)."""
+        return Finished(self.slots[rows], self.group[rows], self.seq[rows], self.enter[rows],
+                        self.end[rows], self.own[rows], self.status[rows])
+
 
 class Arena:
     def __init__(self, window: int) -> None:
@@ -233,6 +238,52 @@ class Arena:
         finished = touched[(self.s_ended[touched] == n) & ~self.s_closed[touched]]
         self.s_closed[finished] = True
         return finished
+
+    def fill(self, g: np.ndarray, pos: np.ndarray, seq: np.ndarray, enter: np.ndarray,
+             end: np.ndarray, op: np.ndarray) -> None:
+        """Cells known only approximately (from progress records): start the instances that are
+        newer than their slot's, then set only what no row has set yet (an exact time, from an op
+        row, wins). An instance every member has left is closed without being read back: its
+        times are too coarse to learn from."""
+        if len(g) == 0:
+            return
+        W = self.W
+        slot = g * W + seq % W
+        uslots, inv = np.unique(slot, return_inverse=True)
+        newest = np.full(len(uslots), -1, dtype=np.int64)
+        np.maximum.at(newest, inv, seq)
+        fresh = newest > self.s_seq[uslots]
+        if fresh.any():
+            fs = uslots[fresh]
+            self.evicted_open += int(((self.s_seq[fs] >= 0) & ~self.s_closed[fs]).sum())
+            self.s_seq[fs] = newest[fresh]
+            self.s_closed[fs] = False
+            self.s_op[fs] = -1
+            self.s_bytes[fs] = 0
+            idx, _ = self.slot_cells(fs)
+            self.c_enter[idx] = _MISSING
+            self.c_end[idx] = _MISSING
+            self.c_own[idx] = _MISSING
+            self.c_status[idx] = -1
+        keep = (seq == self.s_seq[slot]) & ~self.s_closed[slot]
+        g, pos, seq, enter, end, op, slot = (a[keep] for a in (g, pos, seq, enter, end, op, slot))
+        if not len(g):
+            return
+        cell = self.base[g] + (seq % W) * self.n[g] + pos
+        new_enter = (self.c_enter[cell] < 0) & (enter >= 0)
+        self.c_enter[cell[new_enter]] = enter[new_enter]
+        new_end = (self.c_end[cell] < 0) & (end >= 0)
+        self.c_end[cell[new_end]] = end[new_end]
+        self.c_status[cell[new_end]] = np.maximum(self.c_status[cell[new_end]], 0)
+        known_op = (op >= 0) & (self.s_op[slot] < 0)
+        self.s_op[slot[known_op]] = op[known_op]
+        touched = np.unique(slot)
+        idx, n = self.slot_cells(touched)
+        starts = np.cumsum(n) - n
+        self.s_entered[touched] = np.add.reduceat((self.c_enter[idx] >= 0).astype(np.int64),
+                                                  starts)
+        self.s_ended[touched] = np.add.reduceat((self.c_end[idx] >= 0).astype(np.int64), starts)
+        self.s_closed[touched[self.s_ended[touched] == n]] = True
 
     # ----- read back ------------------------------------------------------------------------
     def read(self, slots: np.ndarray) -> list[Finished]:

@@ -27,6 +27,9 @@ class ConnWindow:
         self.path: list[tuple[str, ...] | None] = []
         self.changed: list[int] = []    # keys that are new or changed path since last synced
         self.last_end = np.zeros(0, dtype=np.int64)   # last time a transfer of the key finished
+        # how uncertain that time is: 0 for a transfer record, a window's length for a window
+        # statistic (the transfer ended somewhere in the window that ends last_end + spread)
+        self.end_spread = np.zeros(0, dtype=np.int64)
         self.last_seq = np.zeros(0, dtype=np.int64)   # highest seq of a finished transfer (-1)
         self.last_dur = np.zeros(0, dtype=np.int64)   # how long its last finished transfer took
         self.last_bytes = np.zeros(0, dtype=np.int64)  # what its last two finished transfers
@@ -64,6 +67,7 @@ class ConnWindow:
             self.dst = np.r_[self.dst, new_dst]
             self.pg = np.r_[self.pg, new_pg]
             self.last_end = np.r_[self.last_end, np.full(len(new_src), -1, dtype=np.int64)]
+            self.end_spread = np.r_[self.end_spread, np.zeros(len(new_src), dtype=np.int64)]
             self.last_seq = np.r_[self.last_seq, np.full(len(new_src), -1, dtype=np.int64)]
             zeros = np.zeros(len(new_src), dtype=np.int64)
             self.last_dur = np.r_[self.last_dur, zeros]
@@ -111,19 +115,41 @@ class ConnWindow:
                     a[~closed] for a in (self.open_key, self.open_start, self.open_seq))
         if not done.any():
             return
-        np.maximum.at(self.last_end, key[done], recs.t_end_ns[done])
-        np.maximum.at(self.last_seq, key[done], recs.seq[done])
-        self._remember_last(key[done], recs.bytes[done],
-                            np.maximum(recs.t_end_ns[done] - recs.t_start_ns[done], 0))
         # an interval of sampled socket counters moves as much as the job asks for, not as
         # much as it could: only those of a known call measure the network
         timed = done & (recs.seq >= 0) if sampled else done
+        self._finished(key[done], recs.take(np.flatnonzero(done)), start[done], timed[done])
+
+    def add_samples(self, recs: ConnRecords, key: np.ndarray, ended_by: np.ndarray) -> None:
+        """Finished transfers of known keys that time the network as they are (a window's
+        mean transfer of a connection, see ``linkstats``); ``ended_by``: the earliest time
+        each surely finished (a window's start: what proves its path alive)."""
+        if len(recs) == 0:
+            return
+        self.total += len(recs)
+        t0 = int(recs.t_start_ns.min())
+        self.first_ns = t0 if self.first_ns < 0 else min(self.first_ns, t0)
+        self.transfers[key] = True
+        self._finished(key, recs, recs.t_start_ns, np.ones(len(recs), dtype=bool), ended_by)
+        self.end_spread[key] = np.maximum(recs.t_end_ns - ended_by, 0)
+
+    def _finished(self, key: np.ndarray, recs: ConnRecords, start: np.ndarray,
+                  timed: np.ndarray, ended_by: np.ndarray | None = None) -> None:
+        np.maximum.at(self.last_end, key, recs.t_end_ns if ended_by is None else ended_by)
+        np.maximum.at(self.last_seq, key, recs.seq)
+        self._remember_last(key, recs.bytes, np.maximum(recs.t_end_ns - recs.t_start_ns, 0))
         if not timed.any():
             return
         k, end = key[timed], recs.t_end_ns[timed]
         dur = np.maximum(end - start[timed], 1).astype(np.float64)
         per_byte = dur / np.maximum(recs.bytes[timed], 1)
         self.bank.add(k, per_byte, end)
+
+    def set_open(self, key: np.ndarray, start: np.ndarray, seq: np.ndarray) -> None:
+        """Replace the open transfers (as a window statistic tells them)."""
+        self.open_key, self.open_start, self.open_seq = (
+            np.asarray(a, dtype=np.int64) for a in (key, start, seq))
+        self.prune_open()
 
     def _remember_last(self, key: np.ndarray, nbytes: np.ndarray, dur: np.ndarray) -> None:
         """Per key, the duration and bytes of its latest finished transfer and the bytes of the

@@ -18,10 +18,13 @@ from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.hang_reports import HangReports
 from diagnosis.engine.hangs import op_key
+from diagnosis.engine.linkstats import LinkStatFeed
 from diagnosis.engine.localize import Localizer
 from diagnosis.engine.lossy import LossyLinks
 from diagnosis.engine.owntime import OwnClock
 from diagnosis.engine.placement import Placement
+from diagnosis.engine.ports import PortBoard
+from diagnosis.engine.progress import ProgressBoard
 from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, ProgressRecords
 from diagnosis.engine.registry import Registry
 from diagnosis.engine.slow import NoncommSlow
@@ -31,6 +34,7 @@ from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.tomography import PathCache
 from diagnosis.report import FaultReport
 from proto.codec import Columns
+from proto.sampling import sampled_mask
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,7 @@ class Engine:
         self.slow = NoncommSlow(self.arena, self.cfg)
         self.conns = ConnWindow(self.arena, self.cfg)
         paths = PathCache(topology) if topology is not None else None
+        self.ports = PortBoard(topology)
         self.localizer = Localizer(self.arena, self.placement, paths, self.cfg)
         self.registry = Registry()
         self.pg_names: list[str] = []
@@ -73,6 +78,9 @@ class Engine:
         self.hangs = HangReports(self)
         self.slow_reports = SlowReports(self)
         self.lossy = LossyLinks(self)
+        self.progress = ProgressBoard(self.arena)
+        self.linkstats = LinkStatFeed(self.conns)
+        self.timing.pace = self.progress.period
 
     def reset(self) -> None:
         """Forget every record and report: as new, with the same topology and config."""
@@ -175,8 +183,12 @@ class Engine:
         finished = self.arena.ingest(g, pos, seq, op, nbytes, enter, end, status, own)
         if len(finished):
             for fin in self.arena.read(finished):
-                self.timing.update(fin)
-                self.slow.update(fin)
+                # a call the stream left out shows only some members' rows (an error, last
+                # words) beside cells from progress records: nothing to learn timing from
+                kept = fin if self.sample == 1 else fin.take(self._sampled(fin.group, fin.seq))
+                if len(kept.slots):
+                    self.timing.update(kept)
+                    self.slow.update(kept)
                 bad = np.flatnonzero((fin.status > 0).any(axis=1))
                 for i in bad.tolist():
                     self.hangs.error(self.hangs.as_stuck(fin, i), self._now)
@@ -258,27 +270,75 @@ class Engine:
         if int(k) < 1:
             raise ValueError(f"sampling factor must be at least 1, got {k!r}")
         self.sample = int(k)
+        self.timing.max_gap = 8 * self.sample
+
+    def _sampled(self, g: np.ndarray, seq: np.ndarray) -> np.ndarray:
+        """Whether each (communicator or channel, seq) is a call the stream keeps."""
+        names = [self.pg_names[self.arena.pg_of[x]] for x in g.tolist()]
+        return sampled_mask(names, seq.tolist(), self.sample)
 
     def add_progress(self, recs: ProgressRecords) -> None:
-        """How far ranks have got on their communicators (version 2 ``progress``)."""
-        if len(recs) == 0:
+        """How far ranks have got on their communicators (version 2 ``progress``): signs of
+        life, and with sampled calls what the hang detectors stand on (see ``progress``)."""
+        n = len(recs)
+        if n == 0:
             return
-        self.records += len(recs)
+        self.records += n
         self._now = max(self._now, int(recs.t_ns.max()))
         self.clock.heard(recs.rank, recs.t_ns)
+        pg_map = np.array([self._pg_id(s) for s in recs.strings] + [-1], dtype=np.int64)
+        op_map = np.array([self._op_id(s) for s in recs.strings] + [-1], dtype=np.int64)
+        pg = pg_map[recs.pg]
+        op = op_map[recs.op]
+        kind = np.where(op >= 0, self._op_kind[np.maximum(op, 0)], 0)
+        rank, peer = recs.rank, recs.peer.copy()
+        g = self._pg_group[pg].copy()
+        p2p = (kind > 0) | (peer >= 0)
+        lone = p2p & (peer < 0)
+        if lone.any():
+            peer[lone] = self._implied_peers(g[lone], rank[lone])
+        # a peer without a direction: the op names it, else the row cannot be placed
+        p2p_ok = p2p & (peer >= 0) & (kind > 0)
+        pos = np.full(n, -1, dtype=np.int64)
+        if p2p_ok.any():
+            src = np.where(kind == 1, rank, peer)[p2p_ok]
+            dst = np.where(kind == 1, peer, rank)[p2p_ok]
+            g[p2p_ok] = self.arena.channels(pg[p2p_ok], src, dst, self.pg_names)
+            pos[p2p_ok] = np.where(kind[p2p_ok] == 1, 0, 1)
+        coll = ~p2p & (g >= 0)
+        if coll.any():
+            pos[coll] = self.arena.positions(g[coll], rank[coll])
+        ok = (g >= 0) & (pos >= 0)
+        if not ok.all():
+            self._drop(~ok & ~p2p, pg, g)
+            self.dropped += int((~ok & p2p).sum())
+        if not ok.any():
+            return
+        g, pos = g[ok], pos[ok]
+        self.progress.update(g, pos, recs.entered[ok], recs.completed[ok], recs.t_ns[ok])
+        if self.sample > 1:
+            pg_, seq = self.progress.pending(g, pos)
+            self.progress.write(pg_, seq, self._sampled(pg_, seq))
 
     def add_linkstats(self, recs: LinkStatRecords) -> None:
-        """Per-connection window statistics (version 2 ``linkstat``)."""
+        """Per-connection window statistics (version 2 ``linkstat``), which stand for the
+        connection's transfer records (see ``linkstats``)."""
         if len(recs) == 0:
             return
         self.records += len(recs)
         self._now = max(self._now, int(recs.t_ns.max()))
+        pg_map = np.array([self._pg_id(s) for s in recs.strings] + [-1], dtype=np.int64)
+        samples = self.linkstats.add(recs, np.where(recs.pg >= 0, pg_map[recs.pg], -1))
+        if samples is not None:
+            self.lossy.add(samples)
 
     def add_ports(self, recs: PortRecords) -> None:
-        """NIC port states and counters (version 2 ``port``)."""
+        """NIC port states and counters (version 2 ``port``), which weigh the suspects of
+        stuck transfers (see ``ports``)."""
         if len(recs) == 0:
             return
         self.records += len(recs)
+        self.ports.add(recs)
 
     # ----- detection --------------------------------------------------------------------------
     def advance(self, now_ns: int) -> list[FaultReport]:

@@ -35,6 +35,7 @@ class HangReports:
         self.cfg, self.arena, self.clock, self.timing = eng.cfg, eng.arena, eng.clock, eng.timing
         self.conns, self.localizer, self.placement = eng.conns, eng.localizer, eng.placement
         self.registry, self.teardown = eng.registry, eng.teardown
+        self.ports = eng.ports
         self.pg_names, self.op_names = eng.pg_names, eng.op_names
         self.error_ranks = eng.error_ranks
         self.leaving = eng.leaving
@@ -155,8 +156,8 @@ class HangReports:
         else:
             keys = self.localizer.stuck_transfers(self.conns, now, 0)
             since = inst.last + self.timing.settle(inst.group)
-            suspects, how = self.localizer.comm_hang(self.conns if keys else None, [inst.group],
-                                                     keys, since, self.timing.last_end)
+            suspects, how = self._ported(*self.localizer.comm_hang(
+                self.conns if keys else None, [inst.group], keys, since, self.timing.last_end))
             fid = next(iter(self.registry.open_ids("comm_hang")), None) or \
                 f"comm_hang:{name}:{inst.seq}"
             summary = (f"every member of {name} entered {op} #{inst.seq}, waited {ms(waited)} "
@@ -168,6 +169,11 @@ class HangReports:
                                            "status": statuses,
                                            "waited_ms": round(waited / 1e6, 1)}, id=fid)
         self._timed_out.add(self.registry.put(report, now, renew=True))
+
+    def _ported(self, suspects: list, how: str) -> tuple[list, str]:
+        """A hang's suspects reordered by what their NIC ports showed (see ``ports``)."""
+        out, note = self.ports.weigh(list(suspects))
+        return out, f"{how}; {note}" if note else how
 
     def _claim(self, fid: str, ranks: list[int]) -> None:
         self._claims[fid] = set(ranks)
@@ -398,7 +404,8 @@ class HangReports:
 
     def _report_stuck_unmatched(self, keys: list[int], now: int) -> str:
         w = self.conns
-        suspects, how = self.localizer.comm_hang(w, [], keys, now, self.timing.last_end)
+        suspects, how = self._ported(*self.localizer.comm_hang(w, [], keys, now,
+                                                               self.timing.last_end))
         sel = np.isin(w.open_key, keys)
         first = int(w.open_start[sel].min())
         pgs = sorted({self.pg_names[int(w.pg[k])] for k in keys if int(w.pg[k]) >= 0})
@@ -435,6 +442,7 @@ class HangReports:
             suspects, how = self.localizer.comm_hang(self.conns if keys else None, groups, keys,
                                                      since, self.timing.last_end)
             self._comm_hang_memo = (memo, (suspects, how))
+        suspects, how = self._ported(suspects, how)
         pg = self.arena.pg_of[s.group]
         name = self.label(s.group)
         op = self.op_names[s.op] if s.op >= 0 else "call"

@@ -307,10 +307,11 @@ class Localizer:
                            any(all(c in must[i] for i in e.explained) for c in e.components))
 
     def _last_alive(self, win: ConnWindow) -> dict[Component, int]:
-        """The last time a transfer surely crossing each component finished."""
+        """The last time a transfer surely crossing each component finished (known to a
+        window only: its middle)."""
         out: dict[Component, int] = {}
         for k in np.flatnonzero(win.last_end >= 0).tolist():
-            t = int(win.last_end[k])
+            t = int(win.last_end[k] + win.end_spread[k] // 2)
             for c in self.key_sets(win, k)[1]:
                 if out.get(c, -1) < t:
                     out[c] = t

@@ -32,6 +32,12 @@ class GroupTiming:
         self.xkey_group: list[int] = []
         # per communicator and operation id: a call of it completed normally
         self._done_ops = np.zeros((0, 0), dtype=bool)
+        #: the widest seq gap between two calls of a stream that still gives their period: 1
+        #: with every call recorded, wider when calls are sampled (``Engine.set_sample``)
+        self.max_gap = 1
+        #: each group's pace from progress records (``ProgressBoard.period``), when there are
+        #: any: every call counts there, sampled or not
+        self.pace = None
 
     def _ensure(self, G: int) -> None:
         cap = len(self.count)
@@ -64,8 +70,10 @@ class GroupTiming:
         prev_seq = self.last_seq[g].copy()
         prev_first[1:][same[1:]] = first[:-1][same[1:]]
         prev_seq[1:][same[1:]] = seq[:-1][same[1:]]
-        period = np.where((prev_seq == seq - 1) & (prev_first >= 0),
-                          (first - prev_first).astype(np.float64), np.nan)
+        # calls of a sampled stream are several seqs apart: the mean period between them
+        gap = seq - prev_seq
+        period = np.where((gap >= 1) & (gap <= self.max_gap) & (prev_first >= 0),
+                          (first - prev_first) / np.maximum(gap, 1), np.nan)
         start = ~same
         firsts = np.flatnonzero(start)
         occ = np.arange(len(g)) - np.repeat(firsts, np.diff(np.r_[firsts, len(g)]))
@@ -114,10 +122,14 @@ class GroupTiming:
         writes alone, an evaluation step), so its hang bound is the cold one."""
         g, o = np.asarray(groups, dtype=np.int64), np.asarray(ops, dtype=np.int64)
         n_g, n_o = self._done_ops.shape
-        known = (g >= 0) & (g < n_g) & (o >= 0) & (o < n_o)
+        known = (g >= 0) & (g < n_g) & (o < n_o)
         out = np.ones(len(g), dtype=bool)
         gk = g[known]
-        done = self._done_ops[gk, o[known]]
+        ok = o[known]
+        # a call known only from progress records (no op named): novel only to a communicator
+        # that never completed anything
+        done = np.where(ok >= 0, self._done_ops[gk, np.maximum(ok, 0)],
+                        self._done_ops[gk].any(axis=1))
         # a point-to-point channel carries one operation, though a call is named by whichever
         # end's row came last (a receiver waiting alone: its recv)
         p2p = self.arena.p2p[gk]
@@ -132,11 +144,16 @@ class GroupTiming:
         is known. (Medians: the longest single gaps are pauses and slow iterations.)"""
         self._ensure(len(self.arena))
         seen = np.isfinite(self.period).sum(axis=1) >= min_periods
-        if not seen.any():
-            return 0
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return int(np.nanmax(np.nanmedian(self.period[seen], axis=1)))
+        best = 0
+        if seen.any():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                best = int(np.nanmax(np.nanmedian(self.period[seen], axis=1)))
+        if self.pace is not None and len(self.arena):
+            pace = self.pace(np.arange(len(self.arena)), min_periods)
+            if np.isfinite(pace).any():
+                best = max(best, int(np.nanmax(pace)))
+        return best
 
     def settle(self, group: int) -> int:
         """How long a call of the communicator normally runs after its last member entered
@@ -163,14 +180,27 @@ class GroupTiming:
         """The hang bound (ns) of each communicator: a multiple of its longest normal span plus
         its longest period, floored; a communicator without history borrows the job's largest."""
         self._ensure(len(self.arena))
-        cfg = self.cfg
+        learnt, known = self._learnt(np.asarray(groups, dtype=np.int64))
+        if known.all():
+            out = learnt
+        else:
+            every, some = self._learnt(np.arange(len(self.arena)))
+            fallback = float(np.max(every[some])) if some.any() else float(self.cfg.hang_cold_ns)
+            out = np.where(known, learnt, fallback)
+        return np.maximum(out, self.cfg.hang_min_ns).astype(np.int64)
+
+    def _learnt(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A multiple of each group's longest normal span plus its longest period (or its
+        pace from progress records, when longer), and whether anything was learnt of it."""
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            span = np.nanmax(self.span[groups], axis=1)
-            period = np.nanmax(self.period[groups], axis=1)
-        learnt = cfg.hang_factor * (np.nan_to_num(span, nan=0.0)
-                                    + np.nan_to_num(period, nan=0.0))
+            span = np.nanmax(self.span[groups], axis=1) if len(groups) else np.zeros(0)
+            period = np.nanmax(self.period[groups], axis=1) if len(groups) else np.zeros(0)
         known = self.count[groups] > 0
-        fallback = float(np.max(learnt[known])) if known.any() else float(cfg.hang_cold_ns)
-        out = np.where(known, learnt, fallback)
-        return np.maximum(out, cfg.hang_min_ns).astype(np.int64)
+        if self.pace is not None:
+            pace = self.pace(groups)
+            period = np.fmax(period, pace)
+            known |= np.isfinite(pace)
+        learnt = self.cfg.hang_factor * (np.nan_to_num(span, nan=0.0)
+                                         + np.nan_to_num(period, nan=0.0))
+        return learnt, known
