@@ -44,15 +44,20 @@ def analyze_cli(trace: Path, topology: Path, timeout_s: float = 900.0) -> list[d
     return json.loads(proc.stdout)["reports"]
 
 
-def analyze_trace(trace: Path, topology: Path) -> list[dict[str, Any]]:
+def analyze_trace(trace: Path, topology: Path, sample: int = 1) -> list[dict[str, Any]]:
     """What ``c4 analyze TRACE --topology TOPO`` does, in this process: the trace reader feeding
-    the engine (no subprocess start-up, no JSON round trip of the reports)."""
+    the engine (no subprocess start-up, no JSON round trip of the reports). ``sample``: the
+    engine is told that the calls were sampled at that factor (for a projected trace, whose
+    meta record cannot say so)."""
     from diagnosis.engine import Engine
     from diagnosis.report import reports_to_json
     from diagnosis.topology import Topology
     from diagnosis.trace.feed import feed_trace
 
-    reports, _ = feed_trace(Engine(Topology.load(topology)), trace)
+    engine = Engine(Topology.load(topology))
+    if sample > 1:
+        engine.set_sample(sample)
+    reports, _ = feed_trace(engine, trace)
     return reports_to_json(reports)["reports"]
 
 
@@ -61,7 +66,8 @@ def analyze_file(trace: Path, topology: Path, cli: bool = False
     """Reports for a trace file, in process (or through ``c4 analyze`` with ``cli``), and how
     it was read. A reduced trace (format version 2) that the trace reader refuses is analysed
     as the version 1 trace of its sampled calls, so that the bench runs with a reader that
-    predates version 2 and the engine simply finds less."""
+    predates version 2 and the engine simply finds less; in process, the engine is told the
+    sampling factor (``c4 analyze`` cannot be)."""
     from bench.accuracy.rewrite import project_v1
 
     run = analyze_cli if cli else analyze_trace
@@ -73,9 +79,11 @@ def analyze_file(trace: Path, topology: Path, cli: bool = False
         log.warning("%s: the trace reader does not take format version 2 (%s); analysing its "
                     "sampled calls as version 1", trace.name, str(exc).splitlines()[-1][:200])
     projected = trace.with_name(trace.stem + ".v1.jsonl")
-    project_v1(trace, projected)
+    sample = project_v1(trace, projected)
     try:
-        return run(projected, topology), V1_PROJECTION
+        if cli:
+            return analyze_cli(projected, topology), V1_PROJECTION
+        return analyze_trace(projected, topology, sample), V1_PROJECTION
     finally:
         projected.unlink()
 

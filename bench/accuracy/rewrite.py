@@ -51,10 +51,11 @@ def rewrite(src: Path, dst: Path, drops: tuple[str, ...]) -> None:
 V2_TYPES = ("progress", "linkstat", "port")
 
 
-def project_v1(src: Path, dst: Path) -> None:
+def project_v1(src: Path, dst: Path) -> int:
     """Copy a version 2 trace to ``dst`` as version 1: the meta record says version 1 (no
     ``sample``), and the progress, linkstat and port records are left out; the sampled op rows
-    and everything else stay as they are."""
+    and everything else stay as they are. Returns the sampling factor the meta record gave."""
+    sample = 1
     with open(src, "rb") as fin, open(dst, "w") as fout:
         for line in fin:
             rec = json.loads(line)
@@ -62,8 +63,9 @@ def project_v1(src: Path, dst: Path) -> None:
             if kind in V2_TYPES:
                 continue
             if kind == "meta":
-                rec.pop("sample", None)
+                sample = int(rec.pop("sample", 1))
                 rec["version"] = 1
                 fout.write(json.dumps(rec, separators=(",", ":")) + "\n")
                 continue
             fout.write(line.decode())
+    return sample

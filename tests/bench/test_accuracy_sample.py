@@ -31,7 +31,7 @@ def test_each_scenario_once_per_factor_on_the_same_seed():
 def test_v1_projection_keeps_the_sampled_calls_only(tmp_path):
     res = simulate(SimConfig(gpus=64, iterations=3, microbatches=1, sample=8), tmp_path)
     dst = tmp_path / "v1.jsonl"
-    project_v1(res.trace, dst)
+    assert project_v1(res.trace, dst) == 8
     before = res.trace.read_text().splitlines()
     after = dst.read_text().splitlines()
     assert json.loads(after[0]) == {"type": "meta", "version": 1, "job": "sim"}
