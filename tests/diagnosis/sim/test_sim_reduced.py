@@ -221,3 +221,15 @@ def test_cli_sample_window_and_layers(tmp_path):
     assert tr.meta["sample"] == 16 and {s["window_ns"] for s in tr.linkstats} >= {250_000_000}
     assert {o["op"] for o in tr.ops} <= {"all_gather", "reduce_scatter", "send", "recv",
                                          "all_reduce"}
+
+
+@pytest.mark.parametrize("order", ["complete", "enter"])
+def test_the_reducer_never_gets_an_event_after_its_window_closed(tmp_path, caplog, order):
+    cfg = SimConfig(gpus=64, iterations=5, microbatches=2, seed=8, sample=4, window_ms=100,
+                    layers=2, hang_wait_s=3.0,
+                    faults=(FaultSpec.parse("slow_gpu:3@1,slow=2"),
+                            FaultSpec.parse("dead_nic@3")))
+    with caplog.at_level("WARNING", logger="diagnosis.sim.reduced"):
+        res = simulate(cfg, tmp_path, order=order)
+    assert not caplog.records
+    assert res.records["progress"] and res.records["linkstat"]
