@@ -11,6 +11,7 @@ and note when each report first appeared (``detected_ns``): the online detection
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -25,6 +26,11 @@ from diagnosis.sim.model import Simulation
 from proto.codec import Columns
 
 REPO = Path(__file__).resolve().parents[2]
+log = logging.getLogger(__name__)
+
+#: how a trace was analysed: as written, or (a version 2 trace that this c4's trace reader
+#: refused) as the version 1 trace of its sampled calls
+AS_WRITTEN, V1_PROJECTION = "as written", "v1 projection"
 
 
 def analyze_cli(trace: Path, topology: Path, timeout_s: float = 900.0) -> list[dict[str, Any]]:
@@ -38,16 +44,60 @@ def analyze_cli(trace: Path, topology: Path, timeout_s: float = 900.0) -> list[d
     return json.loads(proc.stdout)["reports"]
 
 
-def analyze_trace(trace: Path, topology: Path) -> list[dict[str, Any]]:
+def analyze_trace(trace: Path, topology: Path, sample: int = 1) -> list[dict[str, Any]]:
     """What ``c4 analyze TRACE --topology TOPO`` does, in this process: the trace reader feeding
-    the engine (no subprocess start-up, no JSON round trip of the reports)."""
+    the engine (no subprocess start-up, no JSON round trip of the reports). ``sample``: the
+    engine is told that the calls were sampled at that factor (for a projected trace, whose
+    meta record cannot say so)."""
     from diagnosis.engine import Engine
     from diagnosis.report import reports_to_json
     from diagnosis.topology import Topology
     from diagnosis.trace.feed import feed_trace
 
-    reports, _ = feed_trace(Engine(Topology.load(topology)), trace)
+    engine = Engine(Topology.load(topology))
+    if sample > 1:
+        engine.set_sample(sample)
+    reports, _ = feed_trace(engine, trace)
     return reports_to_json(reports)["reports"]
+
+
+def analyze_file(trace: Path, topology: Path, cli: bool = False
+                 ) -> tuple[list[dict[str, Any]], str]:
+    """Reports for a trace file, in process (or through ``c4 analyze`` with ``cli``), and how
+    it was read. A reduced trace (format version 2) that the trace reader refuses is analysed
+    as the version 1 trace of its sampled calls, so that the bench runs with a reader that
+    predates version 2 and the engine simply finds less; in process, the engine is told the
+    sampling factor (``c4 analyze`` cannot be)."""
+    from bench.accuracy.rewrite import project_v1
+
+    run = analyze_cli if cli else analyze_trace
+    try:
+        return run(trace, topology), AS_WRITTEN
+    except Exception as exc:
+        if not _refuses_v2(exc):
+            raise
+        log.warning("%s: the trace reader does not take format version 2 (%s); analysing its "
+                    "sampled calls as version 1", trace.name, str(exc).splitlines()[-1][:200])
+    projected = trace.with_name(trace.stem + ".v1.jsonl")
+    sample = project_v1(trace, projected)
+    try:
+        if cli:
+            return analyze_cli(projected, topology), V1_PROJECTION
+        return analyze_trace(projected, topology, sample), V1_PROJECTION
+    finally:
+        projected.unlink()
+
+
+def _refuses_v2(exc: Exception) -> bool:
+    """Whether an analysis failed because the reader does not know version 2 (its meta
+    version, or one of its record types), in process or as ``c4 analyze``'s message."""
+    from diagnosis.errors import FormatError
+
+    text = str(exc)
+    if not isinstance(exc, (FormatError, RuntimeError)):
+        return False
+    return ("version 2" in text and "not supported" in text) or any(
+        f"unknown record type '{t}'" in text for t in ("progress", "linkstat", "port"))
 
 
 def conn_records(sim: Simulation, c: dict[str, np.ndarray]):

@@ -5,6 +5,7 @@ scored against the ground truth. Prints a table; ``--json FILE`` writes the full
     python -m bench.accuracy.run --gpus 512,4096 --seeds 4 --json results.json
     python -m bench.accuracy.run --quick --fabric three_tier --nics-per-host 4
     python -m bench.accuracy.run --gpus 512 --seeds 2 --drop peer
+    python -m bench.accuracy.run --quick --sample 1,16,64 --layers 16
 """
 
 from __future__ import annotations
@@ -12,32 +13,51 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import statistics
 import sys
 import tempfile
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.accuracy.analyze import analyze_cli, analyze_stream, analyze_trace
+from bench.accuracy.analyze import AS_WRITTEN, analyze_file, analyze_stream
 from bench.accuracy.rewrite import DROPS, parse_drops, rewrite
 from bench.accuracy.scenarios import JobShape, Scenario, scenarios
-from bench.accuracy.score import Row, score_scenario, summarize
+from bench.accuracy.score import score_scenario, summarize
+from bench.accuracy.table import TARGETS, print_comparison, print_table
 from diagnosis.sim.run import simulate
 from diagnosis.topology.fabrics import FABRICS
 
-TARGETS = {  # top-1 targets from the issue (with conn records)
-    "rank_hang": 99.0, "slow_gpu": 99.0, "slow_host": 99.0, "comm_hang": 99.0, "error": 99.0,
-    "slow_nic": 95.0, "dead_nic": 95.0, "slow_link": 95.0, "dead_link": 95.0,
-    "slow_switch": 95.0, "dead_switch": 95.0, "multi": 95.0,
-}
+__all__ = ["TARGETS", "main", "print_table", "run_one", "with_samples"]
+
+
+def sample_of(sc: Scenario) -> int:
+    return sc.cfg.sample or 1
+
+
+def with_samples(todo: list[Scenario], samples: tuple[int, ...], window_ms: float
+                 ) -> list[Scenario]:
+    """Each scenario once per sampling factor, same seed: K = 1 the full trace (version 1),
+    K > 1 the reduced one (version 2, ``c4 sim --sample K``)."""
+    out = []
+    for sc in todo:
+        for k in samples:
+            if k == 1:
+                out.append(sc)
+            else:
+                out.append(replace(sc, name=f"{sc.name}-k{k}",
+                                   cfg=replace(sc.cfg, sample=k, window_ms=window_ms)))
+    return out
 
 
 def run_one(sc: Scenario, mode: str, workdir: str,
             drops: tuple[str, ...] = ()) -> dict[str, Any]:
     t0 = time.perf_counter()
+    how = AS_WRITTEN
+    trace_bytes = 0
     if mode == "stream":
         reports, truth = analyze_stream(sc.cfg)
         t_sim, t_an = 0.0, time.perf_counter() - t0
@@ -50,10 +70,10 @@ def run_one(sc: Scenario, mode: str, workdir: str,
             trace = res.trace.with_name("sparse.jsonl")
             rewrite(res.trace, trace, drops)
             res.trace.unlink()
+        trace_bytes = trace.stat().st_size
         t_sim = time.perf_counter() - t0
         try:
-            run = analyze_cli if mode == "cli" else analyze_trace
-            reports = run(trace, res.topology)
+            reports, how = analyze_file(trace, res.topology, cli=mode == "cli")
         except Exception:   # a crash is a result too: no reports, noted with where it was
             reports = []
             truth["analyze_error"] = traceback.format_exc()[-3000:]
@@ -61,8 +81,10 @@ def run_one(sc: Scenario, mode: str, workdir: str,
         trace.unlink()
     score = score_scenario(truth, reports)
     return {"name": sc.name, "label": sc.label, "gpus": sc.gpus, "seed": sc.cfg.seed,
+            "sample": sample_of(sc), "analyzed": how,
             "faults": truth["faults"], "iterations": truth["iterations"],
-            "records": truth["records"], "score": asdict(score),
+            "records": truth["records"], "trace_bytes": trace_bytes,
+            "calls_per_s_per_rank": truth.get("calls_per_s_per_rank"), "score": asdict(score),
             "reports": [{k: r.get(k) for k in ("kind", "suspects", "first_seen_ns",
                                                   "detected_ns", "summary")} for r in reports],
             "analyze_error": truth.get("analyze_error"), "sim_s": t_sim, "analyze_s": t_an}
@@ -75,31 +97,6 @@ def _score_of(d: dict[str, Any]):
                          s["false_reports"], s["iterations"], tuple(s["false_kinds"]))
 
 
-def print_table(rows: list[Row], out=sys.stdout) -> None:
-    def pct(v: float | None) -> str:
-        return "   -" if v is None else f"{v:5.1f}"
-
-    head = (f"{'gpus':>5} {'fault':<12} {'runs':>4} {'det%':>6} {'top1%':>6} {'top3%':>6} "
-            f"{'top1≡%':>6} {'amb':>3} "
-            f"{'clean%':>6} {'target':>6} {'lat s':>7} {'lat it':>6} {'onset±s':>7} {'false':>5} "
-            f"{'false/1k it':>11}")
-    print(head, file=out)
-    print("-" * len(head), file=out)
-    for r in rows:
-        j = r.to_json()
-        lat = "-" if j["latency_s_median"] is None else f"{j['latency_s_median']:.1f}"
-        lit = "-" if j["latency_iters_median"] is None else f"{j['latency_iters_median']:.0f}"
-        err = "-" if j["onset_error_s_median"] is None else f"{j['onset_error_s_median']:+.1f}"
-        tgt = f"{TARGETS[r.label]:.0f}" if r.label in TARGETS else "0 fr"
-        unobs = f" ({r.unobservable} unobservable)" if r.unobservable else ""
-        print(f"{r.gpus:>5} {r.label:<12} {r.scenarios:>4} {pct(j['detected_pct']):>6} "
-              f"{pct(j['top1_pct']):>6} {pct(j['top3_pct']):>6} {pct(j['top1_equiv_pct']):>6} "
-              f"{r.ambiguous:>3} "
-              f"{pct(j['clean_pct']):>6} "
-              f"{tgt:>6} {lat:>7} {lit:>6} {err:>7} {r.false_reports:>5} "
-              f"{r.false_per_1000_iters:>11.2f}{unobs}", file=out)
-
-
 def _shape(text: str) -> JobShape:
     if not text:
         return JobShape()
@@ -109,6 +106,39 @@ def _shape(text: str) -> JobShape:
         raise SystemExit(f"--shape {text!r}: give four integers GPH,TP,PP,MB, "
                          "e.g. 8,4,8,4") from None
     return JobShape(gpus_per_host=gph, tp=tp, pp=pp, microbatches=mb)
+
+
+def _samples(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(dict.fromkeys(int(x) for x in text.split(",") if x))
+    except ValueError:
+        raise SystemExit(f"--sample {text!r}: give sampling factors, e.g. 1,16,64") from None
+    if not ks or min(ks) < 1:
+        raise SystemExit(f"--sample {text!r}: factors are integers >= 1")
+    return ks
+
+
+def _caption(k: int, done: list[dict[str, Any]]) -> str:
+    """What the runs at factor ``k`` were: the trace's records per run and how it was read."""
+    if k == 1:
+        what = "full trace (version 1, every call)"
+    else:
+        what = f"reduced trace (version 2: calls sampled 1 in {k}, progress, linkstat, port)"
+    mine = [d for d in done if d["sample"] == k]
+    lines = [sum(d["records"].values()) for d in mine]
+    size = [d["trace_bytes"] for d in mine if d["trace_bytes"]]
+    out = f"K={k}: {what}"
+    if lines:
+        out += f", {statistics.median(lines):,.0f} records"
+    if size:
+        out += f" ({statistics.median(size) / 1e6:,.1f} MB)"
+    if lines:
+        out += " per run (median)"
+    projected = sum(d["analyzed"] != AS_WRITTEN for d in mine)
+    if projected:
+        out += (f"\n  {projected} of {len(mine)} analysed as the version 1 trace of their "
+                "sampled calls: this c4's trace reader does not take version 2")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default="", metavar="GPH,TP,PP,MB",
                     help="job layout: GPUs per host, tensor-parallel size, pipeline stages, "
                     "microbatches (default 8,8,4,2)")
+    ap.add_argument("--layers", type=int, default=1,
+                    help="transformer layers per stage (c4 sim --layers): 1, one TP "
+                    "all-reduce per pass; 16, a few hundred calls/s per rank")
+    ap.add_argument("--sample", default="1", metavar="K,...",
+                    help="sampling factors: each scenario runs once per K on the same seed; "
+                    "K=1 the full trace, K>1 the reduced version 2 trace (c4 sim --sample)")
+    ap.add_argument("--window-ms", type=float, default=1000.0,
+                    help="window of the reduced traces' progress and linkstat records")
     ap.add_argument("--mode", choices=("trace", "cli", "stream"), default="trace",
                     help="trace: the trace file through c4 analyze's reader and engine, in "
                     "process; cli: `c4 analyze` in a subprocess; stream: records fed to the "
@@ -147,13 +185,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     if drops and args.mode == "stream":
         ap.error("--drop rewrites the trace file: use it with --mode trace or cli")
+    samples = _samples(args.sample)
+    if args.mode == "stream" and samples != (1,):
+        ap.error("--sample K>1 analyses the reduced trace file: use it with --mode trace or cli")
+    if args.layers < 1:
+        ap.error("--layers must be at least 1")
     logging.basicConfig(level=logging.WARNING)
     sizes = [512] if args.quick else [int(x) for x in args.gpus.split(",") if x]
     seeds = 1 if args.quick else args.seeds
     kinds = [k for k in args.kinds.split(",") if k] or None
     todo = scenarios(sizes, seeds, args.quick, conns=not args.no_conns, kinds=kinds,
                      fabric=args.fabric, nics_per_host=args.nics_per_host,
-                     paths=not args.no_paths, shape=_shape(args.shape))
+                     paths=not args.no_paths, shape=_shape(args.shape), layers=args.layers)
+    todo = with_samples(todo, samples, args.window_ms)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="c4-accuracy-") as work:
         if args.jobs > 1:
@@ -164,20 +208,30 @@ def main(argv: list[str] | None = None) -> int:
             done = []
             for sc in todo:
                 done.append(run_one(sc, args.mode, work, drops))
-                print(f"  {sc.name:<24} {done[-1]['sim_s']:5.1f}s sim "
+                print(f"  {sc.name:<28} {done[-1]['sim_s']:5.1f}s sim "
                       f"{done[-1]['analyze_s']:6.1f}s analyze "
                       f"{len(done[-1]['reports'])} reports", file=sys.stderr)
     wall = time.perf_counter() - t0
-    rows = summarize((d["label"], d["gpus"], _score_of(d), d["name"]) for d in done)
+    rows_by_k = {k: summarize((d["label"], d["gpus"], _score_of(d), d["name"])
+                              for d in done if d["sample"] == k) for k in samples}
     nics = f", {args.nics_per_host} NICs per host" if args.nics_per_host else ""
     if args.shape:
         nics += f", shape {args.shape} (GPH,TP,PP,MB)"
     if drops:
         nics += f", without {', '.join(drops)}"
-    print(f"\naccuracy: {len(done)} scenarios, fabric {args.fabric}{nics}, mode {args.mode}, "
+    rates = [d["calls_per_s_per_rank"] for d in done if d.get("calls_per_s_per_rank")]
+    rate = f"{statistics.median(rates):.0f}" if rates else "?"
+    print(f"\naccuracy: {len(done)} runs, fabric {args.fabric}{nics}, mode {args.mode}, "
           f"conns {'off' if args.no_conns else 'on'}"
-          f"{'' if args.no_conns or not args.no_paths else ' (no paths)'}, {wall:.0f} s\n")
-    print_table(rows)
+          f"{'' if args.no_conns or not args.no_paths else ' (no paths)'}, {wall:.0f} s")
+    print(f"job: {args.layers} layer{'s' if args.layers > 1 else ''} per stage, {rate} calls/s "
+          "per rank (measured from the generated calls, median over runs)")
+    for k in samples:
+        print(f"\n{_caption(k, done)}\n")
+        print_table(rows_by_k[k])
+    if len(samples) > 1:
+        print("\nthe same scenarios and seeds at each sampling factor:\n")
+        print_comparison(rows_by_k)
     print("\ndet/top3/top1≡: % of observable faults; top1: % of those not ambiguous; amb: "
           "faults named tied first with components the ground truth calls indistinguishable "
           "(counted apart, never hits); clean: runs with every fault top-1 or ambiguous and no "
@@ -188,20 +242,25 @@ def main(argv: list[str] | None = None) -> int:
     errors = [d for d in done if d["analyze_error"]]
     for d in errors[:5]:
         print(f"analyze failed on {d['name']}:\n{d['analyze_error']}")
-    shown = [r for r in rows if r.failures]
-    if shown:
-        print("\nmisses and false reports:")
-        for r in shown:
-            for f in r.failures[:args.failures]:
-                print(f"  {r.gpus} {r.label}: {f}")
+    for k in samples:
+        shown = [r for r in rows_by_k[k] if r.failures]
+        if shown:
+            print(f"\nmisses and false reports{f' (K={k})' if len(samples) > 1 else ''}:")
+            for r in shown:
+                for f in r.failures[:args.failures]:
+                    print(f"  {r.gpus} {r.label}: {f}")
     if args.json:
         args.json.write_text(json.dumps({
             "mode": args.mode, "conns": not args.no_conns, "paths": not args.no_paths,
             "fabric": args.fabric,
             "nics_per_host": args.nics_per_host, "shape": asdict(_shape(args.shape)),
-            "drops": list(drops),
-            "wall_s": wall,
-            "rows": [r.to_json() for r in rows], "scenarios": done}, indent=1) + "\n")
+            "drops": list(drops), "layers": args.layers, "samples": list(samples),
+            "window_ms": args.window_ms, "calls_per_s_per_rank": rates and
+            statistics.median(rates), "wall_s": wall,
+            "rows": [r.to_json() for r in rows_by_k[samples[0]]],
+            "rows_by_sample": {str(k): [r.to_json() for r in rows] for k, rows in
+                               rows_by_k.items()},
+            "scenarios": done}, indent=1) + "\n")
     return 0
 
 

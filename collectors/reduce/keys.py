@@ -16,14 +16,41 @@ def group_starts(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     equal tuples begins: returns (order, first), ``first[i]`` True at a sorted row that differs
     from the one before it."""
     n = len(cols[0])
-    order = np.lexsort(cols[::-1]) if n else np.empty(0, np.int64)
-    first = np.zeros(n, dtype=bool)
-    if n:
+    if not n:
+        return np.empty(0, np.int64), np.zeros(0, dtype=bool)
+    code = _packed(cols)
+    if code is not None:        # one integer per row: one sort instead of a lexsort
+        order = np.argsort(code, kind="stable")
+        s = code[order]
+        first = np.empty(n, dtype=bool)
         first[0] = True
-        for c in cols:
-            s = c[order]
-            first[1:] |= s[1:] != s[:-1]
+        first[1:] = s[1:] != s[:-1]
+        return order, first
+    order = np.lexsort(cols[::-1])
+    first = np.zeros(n, dtype=bool)
+    first[0] = True
+    for c in cols:
+        s = c[order]
+        first[1:] |= s[1:] != s[:-1]
     return order, first
+
+
+def _packed(cols: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """The rows as one int64 each, ordered as the tuples are, when their ranges fit."""
+    lows, spans = [], []
+    for c in cols:
+        lo, hi = int(c.min()), int(c.max())
+        lows.append(lo)
+        spans.append(hi - lo + 1)
+    total = 1
+    for span in spans:
+        total *= span
+    if total >= 1 << 62:
+        return None
+    code = np.zeros(len(cols[0]), np.int64)
+    for c, lo, span in zip(cols, lows, spans):
+        code = code * span + (np.asarray(c, dtype=np.int64) - lo)
+    return code
 
 
 class RowIds:

@@ -11,6 +11,8 @@ Windows close when the release point passes their end: nothing earlier is still 
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from collectors.reduce import EdgeReducer, Reduced
@@ -18,6 +20,8 @@ from diagnosis.sim.model import Batch, Simulation
 from diagnosis.sim.ports import PortEvent, PortStates
 from diagnosis.sim.writer import TraceWriter
 from proto.codec import Columns
+
+log = logging.getLogger(__name__)
 
 _PROGRESS = '{"type":"progress","rank":%d,"pg":"%s","t_ns":%d,"entered":%d%s}\n'
 _PROGRESS_P2P = ('{"type":"progress","rank":%d,"pg":"%s","op":"%s","peer":%d,"t_ns":%d,'
@@ -77,6 +81,11 @@ class ReducedWriter:
         self._ports_due = []
         self._windows(self.reducer.flush(self.sim.end_ns))
         self.writer.end()
+        st = self.reducer.stats
+        if st.late_progress or st.late_transfers:
+            # every event is fed before the release point passes it: this is a bug
+            log.warning("the reducer got %d progress events and %d transfers after their "
+                        "window closed", st.late_progress, st.late_transfers)
 
     # ----- lines ------------------------------------------------------------------------------
     def _windows(self, red: Reduced) -> None:

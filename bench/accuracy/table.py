@@ -1,0 +1,64 @@
+"""The accuracy bench's printed tables: one row per fault kind and size, grouped by sampling
+factor, and a side-by-side of the factors on the same seeds."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from bench.accuracy.score import Row
+
+TARGETS = {  # top-1 targets from the issue (with conn records)
+    "rank_hang": 99.0, "slow_gpu": 99.0, "slow_host": 99.0, "comm_hang": 99.0, "error": 99.0,
+    "slow_nic": 95.0, "dead_nic": 95.0, "slow_link": 95.0, "dead_link": 95.0,
+    "slow_switch": 95.0, "dead_switch": 95.0, "multi": 95.0,
+}
+
+
+def _pct(v: float | None) -> str:
+    return "   -" if v is None else f"{v:5.1f}"
+
+
+def print_table(rows: list[Row], out: TextIO = sys.stdout) -> None:
+    head = (f"{'gpus':>5} {'fault':<12} {'runs':>4} {'det%':>6} {'top1%':>6} {'top3%':>6} "
+            f"{'top1≡%':>6} {'amb':>3} "
+            f"{'clean%':>6} {'target':>6} {'lat s':>7} {'lat it':>6} {'onset±s':>7} {'false':>5} "
+            f"{'false/1k it':>11}")
+    print(head, file=out)
+    print("-" * len(head), file=out)
+    for r in rows:
+        j = r.to_json()
+        lat = "-" if j["latency_s_median"] is None else f"{j['latency_s_median']:.1f}"
+        lit = "-" if j["latency_iters_median"] is None else f"{j['latency_iters_median']:.0f}"
+        err = "-" if j["onset_error_s_median"] is None else f"{j['onset_error_s_median']:+.1f}"
+        tgt = f"{TARGETS[r.label]:.0f}" if r.label in TARGETS else "0 fr"
+        unobs = f" ({r.unobservable} unobservable)" if r.unobservable else ""
+        print(f"{r.gpus:>5} {r.label:<12} {r.scenarios:>4} {_pct(j['detected_pct']):>6} "
+              f"{_pct(j['top1_pct']):>6} {_pct(j['top3_pct']):>6} "
+              f"{_pct(j['top1_equiv_pct']):>6} {r.ambiguous:>3} "
+              f"{_pct(j['clean_pct']):>6} "
+              f"{tgt:>6} {lat:>7} {lit:>6} {err:>7} {r.false_reports:>5} "
+              f"{r.false_per_1000_iters:>11.2f}{unobs}", file=out)
+
+
+def print_comparison(rows_by_k: dict[int, list[Row]], out: TextIO = sys.stdout) -> None:
+    """Per fault kind and size, detection and top-1 at each sampling factor, and the false
+    reports: the same scenarios and seeds in every column."""
+    ks = sorted(rows_by_k)
+    cells = {k: {(r.gpus, r.label): r for r in rows} for k, rows in rows_by_k.items()}
+    keys = list(dict.fromkeys((r.gpus, r.label) for k in ks for r in rows_by_k[k]))
+    head = f"{'gpus':>5} {'fault':<12}" + "".join(f" {'K=' + str(k):>19}" for k in ks)
+    sub = f"{'':>5} {'':<12}" + "".join(f" {'det%':>6} {'top1%':>6} {'false':>5}" for _ in ks)
+    print(head, file=out)
+    print(sub, file=out)
+    print("-" * len(sub), file=out)
+    for key in keys:
+        line = f"{key[0]:>5} {key[1]:<12}"
+        for k in ks:
+            r = cells[k].get(key)
+            if r is None:
+                line += f" {'':>19}"
+                continue
+            j = r.to_json()
+            line += f" {_pct(j['detected_pct']):>6} {_pct(j['top1_pct']):>6} {r.false_reports:>5}"
+        print(line, file=out)
