@@ -35,7 +35,7 @@ from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.tomography import PathCache
 from diagnosis.report import FaultReport
 from proto.codec import Columns
-from proto.sampling import sampled_mask
+from proto.sampling import is_sampled, sampled_mask
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class Engine:
         self._pg_group = np.zeros(0, dtype=np.int64)
         self.op_names: list[str] = []
         self.sample = 1     # the stream keeps one call in ``sample`` (proto.sampling)
+        self._sample_at: dict[str, list[tuple[int, int]]] = {}   # pg -> (from seq, k) steps
         self._op_ids: dict[str, int] = {}
         self._op_kind = np.zeros(0, dtype=np.int8)     # 0 collective, 1 send, 2 recv
         self._now = 0
@@ -271,18 +272,35 @@ class Engine:
         self.conns.add(conns, pg_ids, sampled)
         self.lossy.add(conns)
 
-    def set_sample(self, k: int) -> None:
+    def set_sample(self, k: int, pg: str | None = None, from_seq: int = 0) -> None:
         """The stream keeps only the calls that ``proto.sampling`` keeps at factor ``k``
-        (trace ``meta.sample``); 1: every call."""
+        (trace ``meta.sample``; 1: every call): of every communicator, or with ``pg`` of that
+        one from its call ``from_seq`` on (a live job's factor changes at a call announced
+        ahead, the same on every member)."""
         if int(k) < 1:
             raise ValueError(f"sampling factor must be at least 1, got {k!r}")
-        self.sample = int(k)
+        if pg is None:
+            self._sample_at.clear()
+            self.sample = int(k)
+        else:
+            steps = [s for s in self._sample_at.get(pg, []) if s[0] < int(from_seq)]
+            self._sample_at[pg] = [*steps, (int(from_seq), int(k))]
+            self.sample = max(self.sample, int(k))
         self.timing.max_gap = 8 * self.sample
 
     def _sampled(self, g: np.ndarray, seq: np.ndarray) -> np.ndarray:
         """Whether each (communicator or channel, seq) is a call the stream keeps."""
         names = [self.pg_names[self.arena.pg_of[x]] for x in g.tolist()]
-        return sampled_mask(names, seq.tolist(), self.sample)
+        if not self._sample_at:
+            return sampled_mask(names, seq.tolist(), self.sample)
+        out = np.empty(len(names), dtype=bool)
+        for i, (name, s) in enumerate(zip(names, seq.tolist(), strict=True)):
+            k = self.sample
+            for start, kk in self._sample_at.get(name, []):
+                if s >= start:
+                    k = kk
+            out[i] = is_sampled(name, s, k)
+        return out
 
     def add_progress(self, recs: ProgressRecords) -> None:
         """How far ranks have got on their communicators (version 2 ``progress``): signs of
