@@ -130,8 +130,18 @@ def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item | Skippe
         yield from _block(lines, first, source)
 
 
+@dataclass
+class _Block:
+    """One block of lines and the line number of its first, in the file ``source``."""
+
+    lines: list[bytes]
+    first: int
+    source: str
+
+
 def _block(lines: list[bytes], first: int, source: str) -> Iterator[Item | Skipped]:
-    parsed = _parse(lines, first, source)
+    blk = _Block(lines, first, source)
+    parsed = _parse(blk)
     if parsed is None:
         return
     objs, types = parsed
@@ -142,30 +152,28 @@ def _block(lines: list[bytes], first: int, source: str) -> Iterator[Item | Skipp
     if kinds <= _BATCH_KINDS:
         # the common block: only telemetry; one batch per kind, split by comprehension
         if len(kinds) == 1:
-            yield _batch(types[0], objs, lines, first, source)
+            yield _batch(types[0], objs, blk)
             return
         for kind in BATCH_TYPES:
             if kind in kinds:
-                yield _batch(kind, [o for o, t in zip(objs, types) if t == kind], lines, first,
-                             source)
+                yield _batch(kind, [o for o, t in zip(objs, types) if t == kind], blk)
         return
-    yield from _mixed(objs, types, lines, first, source)
+    yield from _mixed(objs, types, blk)
 
 
-def _parse(lines: list[bytes], first: int,
-           source: str) -> tuple[list[dict[str, Any]], list[Any]] | None:
+def _parse(blk: _Block) -> tuple[list[dict[str, Any]], list[Any]] | None:
     """The block's records and their types; None for a block of blank lines."""
     try:
         # one parse for the whole block; a blank or broken line fails it, and the block is
         # parsed again without blank lines, then line by line to name the bad one
-        objs = orjson.loads(b"[" + b",".join(lines) + b"]")
+        objs = orjson.loads(b"[" + b",".join(blk.lines) + b"]")
         types = [o["type"] for o in objs]
-        if len(objs) != len(lines):     # a line held two values ("1, 2"): find it
+        if len(objs) != len(blk.lines):     # a line held two values ("1, 2"): find it
             raise ValueError
         return objs, types
     except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
         pass
-    body = [ln for ln in lines if ln.strip()]
+    body = [ln for ln in blk.lines if ln.strip()]
     if not body:
         return None
     try:
@@ -175,14 +183,14 @@ def _parse(lines: list[bytes], first: int,
             raise ValueError
         return objs, types
     except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
-        return _slow_parse(lines, first, source)
+        return _slow_parse(blk.lines, blk.first, blk.source)
 
 
-def _mixed(objs: list[dict[str, Any]], types: list[Any], lines: list[bytes], first: int,
-           source: str) -> Iterator[Item | Skipped]:
+def _mixed(objs: list[dict[str, Any]], types: list[Any],
+           blk: _Block) -> Iterator[Item | Skipped]:
     """A block with records other than telemetry, in file order: telemetry gathered into
     batches up to each of them."""
-    line_of = _line_numbers(lines, first)
+    line_of = _line_numbers(blk.lines, blk.first)
     pending: dict[str, list[dict[str, Any]]] = {}
     skipped: set[str] = set()
     for i, (o, t) in enumerate(zip(objs, types)):
@@ -197,11 +205,11 @@ def _mixed(objs: list[dict[str, Any]], types: list[Any], lines: list[bytes], fir
             continue
         # rank and group records precede the ops that use them: flush what came before
         for kind, recs in pending.items():
-            yield _batch(kind, recs, lines, first, source)
+            yield _batch(kind, recs, blk)
         pending = {}
-        yield _small(o, source, line_of[i])
+        yield _small(o, blk.source, line_of[i])
     for kind, recs in pending.items():
-        yield _batch(kind, recs, lines, first, source)
+        yield _batch(kind, recs, blk)
 
 
 def _line_numbers(lines: list[bytes], first: int) -> list[int]:
@@ -264,13 +272,12 @@ def _meta(f: Fields) -> Meta:
     return Meta(version, f.opt_string("job") or None, sample)
 
 
-def _batch(kind: str, recs: list[dict[str, Any]], lines: list[bytes], first: int,
-           source: str) -> Batch:
+def _batch(kind: str, recs: list[dict[str, Any]], blk: _Block) -> Batch:
     build, check = _BATCHES[kind]
     try:
         return build(recs)
     except (Bad, KeyError, ValueError, TypeError, OverflowError):
-        _explain(recs, kind, check, lines, first, source)
+        _explain(recs, kind, check, blk)
         raise   # _explain always raises; keeps type checkers calm
 
 
@@ -342,13 +349,14 @@ def _check_conn(f: Fields) -> None:
 
 
 def _explain(records: list[dict[str, Any]], kind: str, check: Callable[[Fields], None],
-             lines: list[bytes], first: int, source: str) -> None:
+             blk: _Block) -> None:
     """Find the first bad record of a batch and raise a FormatError naming its line and field."""
     # the batch holds the block's records of this kind in file order: find their lines
-    wanted = iter(i for i, ln in enumerate(lines) if ln.strip() and _is_type(ln, kind))
+    wanted = iter(i for i, ln in enumerate(blk.lines) if ln.strip() and _is_type(ln, kind))
     for o in records:
-        check(Fields(o, kind, source, first + next(wanted, 0)))
-    raise FormatError(f"malformed {kind} records in this block", source=source, line=first)
+        check(Fields(o, kind, blk.source, blk.first + next(wanted, 0)))
+    raise FormatError(f"malformed {kind} records in this block", source=blk.source,
+                      line=blk.first)
 
 
 def _is_type(line: bytes, kind: str) -> bool:
