@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,11 @@ from proto.sampling import is_sampled
 S = 1_000_000_000
 
 
-def to_v2(src: Path, dst: Path, *, sample: int = 1, window_ns: int = S,
-          port_every: int = 5) -> dict[str, int]:
+def to_v2(src: Path, dst: Path, *, sample: int = 1, window_ns: int = S, port_every: int = 5,
+          keep_conn: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, int]:
     """Write ``src`` as a version 2 trace at ``dst``, rows in time order; return how many
-    records of each type it holds."""
+    records of each type it holds. The conn records for which ``keep_conn`` is true stay conn
+    records (a mix of both versions), the others become linkstat records."""
     recs = [json.loads(ln) for ln in Path(src).read_text().splitlines() if ln.strip()]
     meta = next((r for r in recs if r["type"] == "meta"), {})
     head = [{"type": "meta", "version": 2, "job": meta.get("job", "v2"), "sample": sample}]
@@ -26,7 +28,11 @@ def to_v2(src: Path, dst: Path, *, sample: int = 1, window_ns: int = S,
     ops = [r for r in recs if r["type"] == "op"]
     rows = [r for r in ops if is_sampled(r["pg"], r["seq"], sample)]
     rows += progress(ops, window_ns)
-    rows += linkstats([r for r in recs if r["type"] == "conn"], window_ns, end)
+    conns = [r for r in recs if r["type"] == "conn"]
+    kept = [c for c in conns if keep_conn is not None and keep_conn(c)]
+    rows += kept
+    rows += linkstats([c for c in conns if not (keep_conn is not None and keep_conn(c))],
+                      window_ns, end)
     rows += ports([r for r in recs if r["type"] == "rank"], ops, window_ns * port_every)
     rows.sort(key=_visible)
     out = head + rows + [{"type": "end", "t_ns": end}]
@@ -40,6 +46,8 @@ def to_v2(src: Path, dst: Path, *, sample: int = 1, window_ns: int = S,
 def _visible(r: dict[str, Any]) -> int:
     if r["type"] == "op":
         return r.get("t_end_ns", r["t_enter_ns"])
+    if r["type"] == "conn":
+        return r.get("t_end_ns", r["t_start_ns"])
     return r["t_ns"]
 
 
