@@ -191,12 +191,14 @@ def _mixed(objs: list[dict[str, Any]], types: list[Any],
     """A block with records other than telemetry, in file order: telemetry gathered into
     batches up to each of them."""
     line_of = _line_numbers(blk.lines, blk.first)
-    pending: dict[str, list[dict[str, Any]]] = {}
+    pending: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
     skipped: set[str] = set()
     for i, (o, t) in enumerate(zip(objs, types)):
         known = isinstance(t, str) and t in TYPES
         if known and t in _BATCH_KINDS:
-            pending.setdefault(t, []).append(o)
+            recs, lines = pending.setdefault(t, ([], []))
+            recs.append(o)
+            lines.append(line_of[i])
             continue
         if isinstance(t, str) and not known:
             if t not in skipped:
@@ -204,12 +206,12 @@ def _mixed(objs: list[dict[str, Any]], types: list[Any],
                 yield Skipped(t, line_of[i])
             continue
         # rank and group records precede the ops that use them: flush what came before
-        for kind, recs in pending.items():
-            yield _batch(kind, recs, blk)
+        for kind, (recs, lines) in pending.items():
+            yield _batch(kind, recs, blk, lines)
         pending = {}
         yield _small(o, blk.source, line_of[i])
-    for kind, recs in pending.items():
-        yield _batch(kind, recs, blk)
+    for kind, (recs, lines) in pending.items():
+        yield _batch(kind, recs, blk, lines)
 
 
 def _line_numbers(lines: list[bytes], first: int) -> list[int]:
@@ -272,12 +274,15 @@ def _meta(f: Fields) -> Meta:
     return Meta(version, f.opt_string("job") or None, sample)
 
 
-def _batch(kind: str, recs: list[dict[str, Any]], blk: _Block) -> Batch:
+def _batch(kind: str, recs: list[dict[str, Any]], blk: _Block,
+           line_of: list[int] | None = None) -> Batch:
+    """The records ``recs`` of type ``kind`` as one columnar batch; ``line_of`` their line
+    numbers, where known (else, the batch holds every record of that type in the block)."""
     build, check = _BATCHES[kind]
     try:
         return build(recs)
     except (Bad, KeyError, ValueError, TypeError, OverflowError):
-        _explain(recs, kind, check, blk)
+        _explain(recs, kind, check, blk, line_of)
         raise   # _explain always raises; keeps type checkers calm
 
 
@@ -349,12 +354,14 @@ def _check_conn(f: Fields) -> None:
 
 
 def _explain(records: list[dict[str, Any]], kind: str, check: Callable[[Fields], None],
-             blk: _Block) -> None:
+             blk: _Block, line_of: list[int] | None) -> None:
     """Find the first bad record of a batch and raise a FormatError naming its line and field."""
-    # the batch holds the block's records of this kind in file order: find their lines
-    wanted = iter(i for i, ln in enumerate(blk.lines) if ln.strip() and _is_type(ln, kind))
-    for o in records:
-        check(Fields(o, kind, blk.source, blk.first + next(wanted, 0)))
+    if line_of is None:
+        # the batch holds the block's records of this kind in file order: find their lines
+        line_of = [blk.first + i for i, ln in enumerate(blk.lines)
+                   if ln.strip() and _is_type(ln, kind)]
+    for o, line in zip(records, line_of):
+        check(Fields(o, kind, blk.source, line))
     raise FormatError(f"malformed {kind} records in this block", source=blk.source,
                       line=blk.first)
 

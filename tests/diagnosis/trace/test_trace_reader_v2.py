@@ -245,3 +245,16 @@ def test_fields_the_format_does_not_name_are_ignored():
                    b'{"type":"port","host":"h","nic":"h/nic0","t_ns":5,"state":"up",'
                    b'"speed_gbps":400.0}\n')
     assert len(_one(items, LinkStatRecords)) == 1 and _one(items, PortRecords).counters == {}
+
+
+@pytest.mark.parametrize("kind", ["op", "linkstat", "progress"])
+def test_bad_record_after_a_rank_record_in_the_same_block_names_its_own_line(kind):
+    """A rank or group record splits a block's telemetry into batches: the second batch's bad
+    record is named by its line, not by the line of the first batch's record of its type."""
+    good = {"op": '{"type":"op","rank":0,"pg":"g","seq":0,"op":"x","bytes":1,"t_enter_ns":1}',
+            "linkstat": L + "}", "progress": P + "}"}[kind]
+    bad = good.replace('"t_enter_ns":1', '"t_enter_ns":"x"').replace('"t_ns":5', '"t_ns":"x"')
+    text = "\n".join([good, '{"type":"rank","rank":0,"host":"h"}', good, bad, good]) + "\n"
+    with pytest.raises(FormatError) as err:
+        _items(text.encode())
+    assert err.value.line == 4 and err.value.field in ("t_ns", "t_enter_ns")
