@@ -1,9 +1,11 @@
 """Streaming reader of telemetry traces (shared specs section 2, JSON Lines).
 
-The file is read in blocks of lines; each block is parsed in one ``orjson`` call and its op and
-conn lines become columnar batches, so the engine receives vectorized chunks and memory stays
-bounded by the block size. A block that does not parse or validate on the fast path is re-read
-line by line to name the first bad line and field in a ``FormatError``.
+The file is read in blocks of lines; each block is parsed in one ``orjson`` call and its
+telemetry lines (op and conn; progress, linkstat and port of format version 2) become columnar
+batches, one per type, so the engine receives vectorized chunks and memory stays bounded by the
+block size. A batch that does not validate on the fast path is checked record by record to name
+the first bad line and field in a ``FormatError``. Lines of types this reader does not know are
+skipped with one warning per type, as the format asks, so that newer writers stay readable.
 """
 
 from __future__ import annotations
