@@ -10,6 +10,7 @@ collecting its values.
 from __future__ import annotations
 
 import itertools
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,11 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 class Bad(Exception):
     """The fast path failed: re-read the batch record by record."""
+
+
+def required(recs: list[dict[str, Any]], field: str) -> list[Any]:
+    """A required field of every record (KeyError where one lacks it), collected in C."""
+    return list(map(itemgetter(field), recs))
 
 
 def int_column(values: list[Any]) -> np.ndarray:

@@ -30,6 +30,7 @@ from diagnosis.trace.columns import (
     opt_intern,
     opt_nonneg_column,
     path_column,
+    required,
 )
 from diagnosis.trace.fields import Fields
 from diagnosis.trace.reader_v2 import (
@@ -169,7 +170,7 @@ def _parse(blk: _Block) -> tuple[list[dict[str, Any]], list[Any]] | None:
         # one parse for the whole block; a blank or broken line fails it, and the block is
         # parsed again without blank lines, then line by line to name the bad one
         objs = orjson.loads(b"[" + b",".join(blk.lines) + b"]")
-        types = [o["type"] for o in objs]
+        types = required(objs, "type")
         if len(objs) != len(blk.lines):     # a line held two values ("1, 2"): find it
             raise ValueError
         return objs, types
@@ -180,7 +181,7 @@ def _parse(blk: _Block) -> tuple[list[dict[str, Any]], list[Any]] | None:
         return None
     try:
         objs = orjson.loads(b"[" + b",".join(body) + b"]")
-        types = [o["type"] for o in objs]
+        types = required(objs, "type")
         if len(objs) != len(body):
             raise ValueError
         return objs, types
@@ -291,30 +292,42 @@ def _batch(kind: str, recs: list[dict[str, Any]], blk: _Block,
 def _ops_fast(ops: list[dict[str, Any]]) -> Columns:
     table: dict[str, int] = {}
     cols: dict[str, np.ndarray] = {
-        "rank": int_column([o["rank"] for o in ops]),
-        "pg": intern([o["pg"] for o in ops], table),
-        "seq": int_column([o["seq"] for o in ops]),
-        "op": intern([o["op"] for o in ops], table),
-        "nbytes": int_column([o["bytes"] for o in ops]),
-        "dtype": intern([o.get("dtype", "") or "" for o in ops], table),
-        "t_enter_ns": int_column([o["t_enter_ns"] for o in ops]),
+        "rank": int_column(required(ops, "rank")),
+        "pg": intern(required(ops, "pg"), table),
+        "seq": int_column(required(ops, "seq")),
+        "op": intern(required(ops, "op"), table),
+        "nbytes": int_column(required(ops, "bytes")),
+        "dtype": _dtypes(ops, table),
+        "t_enter_ns": int_column(required(ops, "t_enter_ns")),
         "t_start_ns": opt_int_column([o.get("t_start_ns") for o in ops]),
         "t_end_ns": opt_int_column([o.get("t_end_ns") for o in ops]),
         "peer": opt_int_column([o.get("peer") for o in ops]),
+        "status": _statuses(ops),
     }
-    status = [o.get("status") for o in ops]
-    if any(s is not None and s != "ok" for s in status):
-        codes = [STATUS_CODES.get("ok" if s is None else s, -1) if isinstance(s, str) or s is None
-                 else -1 for s in status]
-        if min(codes) < 0:
-            raise Bad
-        cols["status"] = np.asarray(codes, dtype=np.uint8)
-    else:
-        cols["status"] = np.zeros(len(ops), dtype=np.uint8)
     if (cols["rank"] < 0).any() or (cols["seq"] < 0).any():
         raise Bad
     out = {name: cols[name].astype(dt, copy=False) for name, dt in OP_COLUMNS.items()}
     return Columns(out, list(table))
+
+
+def _dtypes(ops: list[dict[str, Any]], table: dict[str, int]) -> np.ndarray:
+    dtypes = [o.get("dtype") for o in ops]
+    if dtypes.count(None) == len(dtypes):     # the common case: no op says its dtype
+        return np.full(len(ops), table.setdefault("", len(table)), dtype=np.int64)
+    return intern([d or "" for d in dtypes], table)
+
+
+def _statuses(ops: list[dict[str, Any]]) -> np.ndarray:
+    status = [o.get("status") for o in ops]
+    # the common case, every call ok, costs one count in C
+    if status.count(None) == len(status) or not any(s is not None and s != "ok"
+                                                    for s in status):
+        return np.zeros(len(ops), dtype=np.uint8)
+    codes = [STATUS_CODES.get("ok" if s is None else s, -1) if isinstance(s, str) or s is None
+             else -1 for s in status]
+    if min(codes) < 0:
+        raise Bad
+    return np.asarray(codes, dtype=np.uint8)
 
 
 def _check_op(f: Fields) -> None:
@@ -336,8 +349,8 @@ def _conns_fast(conns: list[dict[str, Any]]) -> ConnRecords:
     table: dict[str, int] = {}
     retrans = [o.get("retrans") for o in conns]
     return ConnRecords(
-        int_column([o["src"] for o in conns]), int_column([o["dst"] for o in conns]),
-        int_column([o["bytes"] for o in conns]), int_column([o["t_start_ns"] for o in conns]),
+        int_column(required(conns, "src")), int_column(required(conns, "dst")),
+        int_column(required(conns, "bytes")), int_column(required(conns, "t_start_ns")),
         opt_int_column([o.get("t_end_ns") for o in conns]),
         opt_intern([o.get("pg") for o in conns], table),
         opt_int_column([o.get("seq") for o in conns]), list(table),

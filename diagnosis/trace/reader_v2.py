@@ -25,6 +25,7 @@ from diagnosis.trace.columns import (
     opt_intern,
     opt_nonneg_column,
     path_column,
+    required,
 )
 from diagnosis.trace.fields import Fields
 
@@ -35,12 +36,12 @@ PORT_STATES = {"up": 1, "down": 0}
 
 def progress_batch(recs: list[dict[str, Any]]) -> ProgressRecords:
     table: dict[str, int] = {}
-    pg = intern([o["pg"] for o in recs], table)
+    pg = intern(required(recs, "pg"), table)
     op = opt_intern([o.get("op") for o in recs], table)
     return ProgressRecords(
-        nonneg_column([o["rank"] for o in recs]), pg, op,
+        nonneg_column(required(recs, "rank")), pg, op,
         opt_nonneg_column([o.get("peer") for o in recs], -1),
-        int_column([o["t_ns"] for o in recs]),
+        int_column(required(recs, "t_ns")),
         opt_nonneg_column([o.get("entered") for o in recs], -1),
         opt_nonneg_column([o.get("completed") for o in recs], -1), list(table))
 
@@ -59,8 +60,8 @@ def linkstat_batch(recs: list[dict[str, Any]]) -> LinkStatRecords:
     table: dict[str, int] = {}
     counts = {name: opt_nonneg_column([o.get(name) for o in recs], 0) for name in LINK_COUNTS}
     return LinkStatRecords(
-        nonneg_column([o["src"] for o in recs]), nonneg_column([o["dst"] for o in recs]),
-        int_column([o["t_ns"] for o in recs]), nonneg_column([o["window_ns"] for o in recs]),
+        nonneg_column(required(recs, "src")), nonneg_column(required(recs, "dst")),
+        int_column(required(recs, "t_ns")), nonneg_column(required(recs, "window_ns")),
         opt_intern([o.get("pg") for o in recs], table), counts["transfers"], counts["bytes"],
         counts["busy_ns"], counts["max_ns"], counts["open"],
         opt_int_column([o.get("open_since_ns") for o in recs]),
@@ -83,8 +84,8 @@ def check_linkstat(f: Fields) -> None:
 
 def port_batch(recs: list[dict[str, Any]]) -> PortRecords:
     table: dict[str, int] = {}
-    host = intern([o["host"] for o in recs], table)
-    nic = intern([o["nic"] for o in recs], table)
+    host = intern(required(recs, "host"), table)
+    nic = intern(required(recs, "nic"), table)
     # KeyError (or TypeError for a list) on any other state sends the batch to the slow path
     up = np.array([PORT_STATES[o["state"]] for o in recs], dtype=np.int8)
     counters = {}
@@ -92,7 +93,7 @@ def port_batch(recs: list[dict[str, Any]]) -> PortRecords:
         values = [o.get(name) for o in recs]
         if values.count(None) < len(values):
             counters[name] = opt_nonneg_column(values, -1)
-    return PortRecords(host, nic, int_column([o["t_ns"] for o in recs]), up, list(table),
+    return PortRecords(host, nic, int_column(required(recs, "t_ns")), up, list(table),
                        counters)
 
 
