@@ -57,7 +57,7 @@ def nonneg_column(values: list[Any]) -> np.ndarray:
 
 def opt_nonneg_column(values: list[Any], absent: int) -> np.ndarray:
     """Non-negative integers, ``absent`` where a row has none (missing or null). A row that
-    gives ``absent`` itself (-1) is an error, not taken for a missing value."""
+    writes -1 is an error, not taken for a missing value where ``absent`` is -1."""
     missing = values.count(None)
     if missing == len(values):
         return np.full(len(values), absent, dtype=np.int64)
