@@ -289,7 +289,7 @@ class Engine:
             self._sample_at[pg] = [*steps, (int(from_seq), int(k))]
             self.sample = max(self.sample, int(k))
         self.timing.max_gap = 8 * self.sample
-        self.stragglers.sample = self.stragglers.pace.sample = self.sample
+        self.stragglers.sample = self.sample
 
     def _sampled(self, g: np.ndarray, seq: np.ndarray) -> np.ndarray:
         """Whether each (communicator or channel, seq) is a call the stream keeps."""
