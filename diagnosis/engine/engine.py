@@ -72,6 +72,7 @@ class Engine:
         self._op_ids: dict[str, int] = {}
         self._op_kind = np.zeros(0, dtype=np.int8)     # 0 collective, 1 send, 2 recv
         self._now = 0
+        self.op_now = 0     # the latest time seen in op rows
         self._last_detect: int | None = None
         self.error_ranks: set[int] = set()
         self.teardown = TeardownGate(self.cfg.evidence_delay_ns)
@@ -83,11 +84,11 @@ class Engine:
         self.records = 0
         self.dropped = 0
         self.inverted = 0   # op rows that ended before they were entered
+        self.progress = ProgressBoard(self.arena)
+        self.linkstats = LinkStatFeed(self.conns)
         self.hangs = HangReports(self)
         self.slow_reports = SlowReports(self)
         self.lossy = LossyLinks(self)
-        self.progress = ProgressBoard(self.arena)
-        self.linkstats = LinkStatFeed(self.conns)
         self.timing.pace = self.progress.period
         self.timing.transfer = lambda g: self.conns.transfer_ns(
             np.asarray(self.arena.pg_of, dtype=np.int64)[g]) if len(g) else np.zeros(0)
@@ -161,6 +162,7 @@ class Engine:
         nbytes = c["nbytes"].astype(np.int64)
         self._straighten(rank, enter, end)
         self._now = max(self._now, int(enter.max()), int(end.max()))
+        self.op_now = max(self.op_now, int(enter.max()), int(end.max()))
         self.clock.heard(rank, np.maximum(enter, end))
         kind = self._op_kind[op]
         g = self._pg_group[pg].copy()
