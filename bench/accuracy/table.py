@@ -21,7 +21,8 @@ def _pct(v: float | None) -> str:
     return "   -" if v is None else f"{v:5.1f}"
 
 
-def print_table(rows: list[Row], out: TextIO = sys.stdout) -> None:
+def print_table(rows: list[Row], out: TextIO | None = None) -> None:
+    out = out or sys.stdout     # the current one (a caller may have redirected it)
     head = (f"{'gpus':>5} {'fault':<12} {'runs':>4} {'det%':>6} {'top1%':>6} {'top3%':>6} "
             f"{'top1≡%':>6} {'amb':>3} "
             f"{'clean%':>6} {'target':>6} {'lat s':>7} {'lat it':>6} {'onset±s':>7} {'false':>5} "
@@ -52,13 +53,14 @@ def _delta(v: list[float] | None, window_s: float | None) -> str:
     return f"{float(np.median(v)):+.1f}/{worst:+.1f}{flag}"
 
 
-def print_comparison(rows_by_k: dict[int, list[Row]], out: TextIO = sys.stdout,
+def print_comparison(rows_by_k: dict[int, list[Row]], out: TextIO | None = None,
                      deltas: dict[int, dict[tuple[int, str], list[float]]] | None = None,
                      window_s: float | None = None) -> None:
     """Per fault kind and size, detection, top-1, false reports and median latency at each
     sampling factor, the same scenarios and seeds in every column; with ``deltas``
     (``score.latency_deltas``), for each factor after the first the latency difference to the
     first on the same faults, median/worst, starred where the worst exceeds ``window_s``."""
+    out = out or sys.stdout
     ks = sorted(rows_by_k)
     cells = {k: {(r.gpus, r.label): r for r in rows} for k, rows in rows_by_k.items()}
     keys = list(dict.fromkeys((r.gpus, r.label) for k in ks for r in rows_by_k[k]))

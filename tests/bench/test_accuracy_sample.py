@@ -38,11 +38,15 @@ def test_a_reduced_trace_is_analysed_as_written(tmp_path, monkeypatch):
     set_sample = Engine.set_sample
     monkeypatch.setattr(Engine, "set_sample",
                         lambda self, k, *a, **kw: (told.append(k), set_sample(self, k, *a, **kw)))
+    def counted(name: str):
+        orig = getattr(Engine, name)
+
+        def feed(self, recs):
+            fed[name] += len(recs)
+            return orig(self, recs)
+        return feed
     for name in fed:
-        def counted(self, recs, _orig=getattr(Engine, name), _name=name):
-            fed[_name] += len(recs)
-            return _orig(self, recs)
-        monkeypatch.setattr(Engine, name, counted)
+        monkeypatch.setattr(Engine, name, counted(name))
 
     res = simulate(SimConfig(gpus=64, iterations=4, microbatches=1, sample=4), tmp_path)
     reports = analyze_file(res.trace, res.topology)
