@@ -6,6 +6,7 @@ scored against the ground truth. Prints a table; ``--json FILE`` writes the full
     python -m bench.accuracy.run --quick --fabric three_tier --nics-per-host 4
     python -m bench.accuracy.run --gpus 512 --seeds 2 --drop peer
     python -m bench.accuracy.run --quick --sample 1,16,64 --layers 16
+    python -m bench.accuracy.run --gpus 512 --seeds 2 --layers 16 --sample 1,16,64 --mode stream
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                     "all-reduce per pass; 16, a few hundred calls/s per rank")
     ap.add_argument("--sample", default="1", metavar="K,...",
                     help="sampling factors: each scenario runs once per K on the same seed; "
-                    "K=1 the full trace, K>1 the reduced version 2 trace (c4 sim --sample)")
+                    "K=1 the full trace, K>1 the reduced version 2 trace (c4 sim --sample); in "
+                    "stream mode the reduced records as the edge ships them")
     ap.add_argument("--window-ms", type=float, default=1000.0,
                     help="window of the reduced traces' progress and linkstat records")
     ap.add_argument("--mode", choices=("trace", "cli", "stream"), default="trace",
