@@ -79,17 +79,20 @@ def test_comparison_shows_latency_and_its_difference_per_factor():
     from bench.accuracy.score import summarize
 
     runs = [(1, 64, "slow_gpu", 7, _score(2.0)), (8, 64, "slow_gpu", 7, _score(3.5)),
-            (16, 64, "slow_gpu", 7, _score(2.4))]
-    rows = {k: summarize([(lab, g, sc, f"s{k}")]) for k, g, lab, _, sc in runs}
+            (16, 64, "slow_gpu", 7, _score(2.4)), (1, 64, "dead_nic", 7, _score(0.3)),
+            (8, 64, "dead_nic", 7, _score(1.3 + 1e-9)), (16, 64, "dead_nic", 7, _score(1.3))]
+    rows = {k: summarize((lab, g, sc, f"s{k}") for kk, g, lab, _, sc in runs if kk == k)
+            for k in (1, 8, 16)}
     out = io.StringIO()
     print_comparison(rows, out, deltas=latency_deltas(runs), window_s=1.0)
-    head, sub, _, row = out.getvalue().splitlines()
+    head, sub, _, nic, row = out.getvalue().splitlines()
     assert head.split() == ["gpus", "fault", "K=1", "K=8", "K=16"]
     assert sub.split().count("lat") == 3 and sub.count("Δlat s") == 2
     cells = row.split()
     assert cells[:2] == ["64", "slow_gpu"] and cells[5] == "2.0"
     assert cells[9:11] == ["3.5", "+1.5/+1.5*"]          # more than a window later: starred
     assert cells[14:16] == ["2.4", "+0.4/+0.4"]
+    assert nic.split()[9:11] == ["1.3", "+1.0/+1.0"]     # one window, give or take a float
 
 
 def test_bench_prints_a_row_group_per_factor_and_the_call_rate(tmp_path, capsys):
