@@ -20,6 +20,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.pace import GroupPace
 from diagnosis.engine.slow import SlowRank, judge_rings
 from diagnosis.engine.timing import GroupTiming
 
@@ -116,6 +117,7 @@ class SampledStragglers:
         self.arena, self.timing, self.cfg = arena, timing, config
         self.rings: dict[int, _Rings] = {}
         self.sample = 1      # the stream's sampling factor (``Engine.set_sample``)
+        self.pace = GroupPace(arena, config)
 
     def update(self, fin: Finished) -> None:
         """Take finished kept calls (collectives and send/recv channels alike)."""
@@ -130,6 +132,7 @@ class SampledStragglers:
         scale = np.maximum(self._pace(fin.group), float(self.cfg.min_compute_ns))
         t = fin.enter.min(axis=1)
         ring.add(li, late / scale[:, None], scale, t, self._bucket(scale))
+        self.pace.update(fin)
 
     def _bucket(self, pace: np.ndarray) -> np.ndarray:
         """The bucket length for groups of this pace: about four kept calls, within a quarter
@@ -150,7 +153,8 @@ class SampledStragglers:
         return np.nan_to_num(pace, nan=0.0)[inv.ravel()]
 
     def judge(self) -> list[SlowRank]:
-        """The late members, without those that are only victims of another."""
+        """The late members, and the members of groups whose pace fell behind with none of
+        them late (a slow host), without those that are only victims of another."""
         found = judge_rings(list(self.rings.values()), self.arena, self.cfg,
                             self.cfg.straggle_min_excess)
         late_in: dict[int, set[int]] = {}
@@ -159,4 +163,12 @@ class SampledStragglers:
         victims: set[int] = set()
         for g, late in late_in.items():
             victims.update(r for r in self.arena.members[g].tolist() if r not in late)
+        late_ranks = {f.rank for f in found}
+        for sg in self.pace.judge():
+            members = self.arena.members[sg.group].tolist()
+            if late_ranks & set(members):
+                continue        # a member late inside it explains its pace (a slow GPU)
+            pace = float(self._pace(np.asarray([sg.group]))[0])
+            found += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
+                               sg.samples, sg.frac, 0.0, sg.logp) for r in members]
         return [f for f in found if f.rank not in victims]

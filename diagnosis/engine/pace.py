@@ -1,0 +1,191 @@
+"""Communicators that compute slower: a slow host (or a slow GPU) stretches the time between the
+calls of the communicators it is in, while its victims keep their pace between waits.
+
+With sampled calls, lateness inside a call shows a slow GPU among its peers (``straggle``), but
+a host whose every GPU is slow is late to nothing inside its own tensor-parallel group: its
+members come together, only slower. What changes is that group's pace: the time per call between
+two kept calls, over the calls between them. Its victims (the next pipeline stages, the other
+replicas) wait now and then but compute as fast as before, so a low quantile of their pace (the
+spans without a wait) does not move. Per time bucket, each group's low quantile is compared with
+that of the groups of its size (which cancels the whole job's changes of pace: a checkpoint, the
+iteration's jitter), and a group whose ratio rises from some bucket on is slow.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnosis.engine.arena import Arena, Finished
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.series import change_point, robust_sigma
+
+# the quantile of a bucket's per-call periods that stands for the group's compute pace: low, so
+# that spans which include a wait (a bubble, the others' lateness) do not count
+_Q = 0.2
+_MIN_PERIODS = 4      # periods a group needs in a bucket to have a value there
+# the share of a group's buckets after the change that must be slow: a quantile of a few
+# periods is noisy, and a slow host's pace is behind in nearly every bucket
+_MIN_FRAC = 0.6
+# buckets a group needs before the change: groups differ by role (a pipeline stage with the
+# loss, or the embedding, keeps another pace), so only a change against its own past counts
+_MIN_BEFORE = 3
+_LEARN = 64           # spacings of kept calls seen before the bucket length is chosen
+
+
+@dataclass
+class SlowGroup:
+    group: int
+    onset_ns: int
+    excess: float         # median relative excess of its pace over its peers' after onset
+    samples: int
+    frac: float
+    logp: float
+
+
+class _Size:
+    """The groups of one size: their series of bucket values, groups along the columns."""
+
+    def __init__(self, K: int) -> None:
+        self.K = K
+        self.col: dict[int, int] = {}
+        self.groups: list[int] = []
+        self.x = np.zeros((K, 0))
+        self.t = np.zeros(K, dtype=np.int64)
+        self.pos = 0
+
+    def column(self, g: int) -> int:
+        c = self.col.get(g)
+        if c is None:
+            c = self.col[g] = len(self.groups)
+            self.groups.append(g)
+            self.x = np.hstack([self.x, np.full((self.K, 1), np.nan)])
+        return c
+
+
+class GroupPace:
+    def __init__(self, arena: Arena, config: EngineConfig) -> None:
+        self.arena, self.cfg = arena, config
+        self.bucket_ns = config.straggle_bucket_ns
+        self.last_first: dict[int, tuple[int, int]] = {}   # group -> (seq, first entry)
+        # periods not yet in a bucket (group, time, period), and those of buckets not yet
+        # written (bucket, group, period)
+        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        self._open = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        self._newest = -1
+        self._closed = -1
+        self.span = 0             # bucket length, chosen from the first kept calls' spacing
+        self._gaps: list[int] = []
+        self.sizes: dict[int, _Size] = {}
+
+    def update(self, fin: Finished) -> None:
+        """Take finished kept collectives (per group in seq order; the groups of a batch may
+        come one after the other, each over the batch's whole span of time)."""
+        keep = ~self.arena.p2p[fin.group]
+        if not keep.any():
+            return
+        g = fin.group[keep]
+        sq = fin.seq[keep]
+        t = fin.enter[keep].min(axis=1)
+        o = np.lexsort((sq, g))
+        g, sq, t = g[o], sq[o], t[o]
+        head = np.r_[True, g[1:] != g[:-1]]
+        prev_s = np.r_[-1, sq[:-1]]
+        prev_t = np.r_[-1, t[:-1]]
+        for i in np.flatnonzero(head).tolist():
+            ps, pt = self.last_first.get(int(g[i]), (-1, -1))
+            prev_s[i], prev_t[i] = ps, pt
+        last = np.r_[head[1:], True]
+        for gg, ss, tt in zip(g[last].tolist(), sq[last].tolist(), t[last].tolist(),
+                              strict=True):
+            self.last_first[gg] = (ss, tt)
+        ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t)
+        per = (t[ok] - prev_t[ok]) / (sq[ok] - prev_s[ok])
+        self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g[ok], t[ok], per), strict=True)]
+        if not self.span:
+            self._gaps.extend((t[ok] - prev_t[ok]).tolist())
+            if len(self._gaps) < _LEARN:
+                return
+            # a bucket long enough for about eight kept calls of a typical group
+            unit = self.bucket_ns
+            self.span = int(min(max(np.ceil(8 * np.median(self._gaps) / unit), 1), 16)) * unit
+        pg, pt, pp = self._pend
+        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        pb = pt // self.span
+        fresh = pb > self._closed           # (else a bucket already written)
+        self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, (pb, pg, pp),
+                                                          strict=True)]
+        if not len(self._open[0]):
+            return
+        self._newest = max(self._newest, int(self._open[0].max()))
+        # a bucket is written once calls two buckets later arrive (the groups' rows of one
+        # moment may come a bucket apart)
+        ob, og, op = self._open
+        done = ob < self._newest - 1
+        if done.any():
+            self._close(ob[done], og[done], op[done])
+            self._closed = int(ob[done].max())
+            self._open = [ob[~done], og[~done], op[~done]]
+
+    def _close(self, b: np.ndarray, g: np.ndarray, per: np.ndarray) -> None:
+        """Write finished buckets: each group's low-quantile pace over its size's median."""
+        o = np.lexsort((per, g, b))
+        b, g, per = b[o], g[o], per[o]
+        head = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (g[1:] != g[:-1])])
+        count = np.diff(np.r_[head, len(b)])
+        # (the lower of the two values around the quantile: no interpolation needed here)
+        value = per[head + np.floor(_Q * (count - 1)).astype(np.int64)]
+        enough = count >= _MIN_PERIODS
+        hb, hg, hv = b[head][enough], g[head][enough], value[enough]
+        n_of = self.arena.n[hg]
+        for bucket in np.unique(hb).tolist():
+            for n in np.unique(n_of[hb == bucket]).tolist():
+                sel = (hb == bucket) & (n_of == n)
+                if sel.sum() < 3:
+                    continue        # nothing to compare with
+                self._write(int(n), bucket, hg[sel], hv[sel])
+
+    def _write(self, n: int, bucket: int, groups: np.ndarray, values: np.ndarray) -> None:
+        med = float(np.median(values))
+        if med <= 0:
+            return
+        size = self.sizes.get(n)
+        if size is None:
+            size = self.sizes[n] = _Size(self.cfg.history)
+        row = size.pos % size.K
+        cols = [size.column(g) for g in groups.tolist()]
+        size.x[row, :] = np.nan
+        size.x[row, cols] = values / med - 1.0
+        size.t[row] = bucket * self.span
+        size.pos += 1
+
+    def judge(self) -> list[SlowGroup]:
+        """Groups whose pace fell behind their peers' from some bucket on."""
+        cfg = self.cfg
+        out: list[SlowGroup] = []
+        for size in self.sizes.values():
+            if not size.groups or size.pos < cfg.slow_min_samples:
+                continue
+            order = (size.pos + np.arange(size.K)) % size.K
+            x = size.x[order].T            # (groups, K), oldest first
+            t = size.t[order]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                sigma = float(np.nan_to_num(robust_sigma(x), nan=0.0))
+            thr = max(cfg.straggle_min_excess, cfg.slow_noise_k * sigma)
+            high = x > thr
+            valid = ~np.isnan(x)
+            rate = float(np.median(high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)))
+            p0 = np.full(len(x), min(max(rate, cfg.slow_base_rate), 0.5))
+            res = change_point(x, np.full(len(x), thr), p0, cfg.slow_min_samples)
+            ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
+                & (res.pre_count >= _MIN_BEFORE) \
+                & (res.frac - res.pre_frac >= cfg.slow_min_frac) & (res.frac >= _MIN_FRAC) \
+                & (res.median >= 2 * cfg.straggle_min_excess)
+            for i in np.flatnonzero(ok).tolist():
+                out.append(SlowGroup(size.groups[i], int(t[res.start[i]]),
+                                     float(res.median[i]), int(res.count[i]),
+                                     float(res.frac[i]), float(res.logp[i])))
+        return out
