@@ -109,7 +109,7 @@ def build(dump: IbDump, source: str) -> Fabric:
                     f"{first.width}{first.speed} (line {first.line}) vs "
                     f"{second.width}{second.speed} (line {second.line}); kept the first",
                     line=second.line)
-    down = [n for n in dump.unconnected if n.key not in agg]
+    down = sorted((n for n in dump.unconnected if n.key not in agg), key=lambda n: n.line or 0)
     if down:
         fabric.warn(f"{len(down)} CA(s) list no connected port (down or unplugged): "
                     f"{few([f'{n.desc!r} ({n.key})' for n in down])}; they are not linked",
@@ -165,6 +165,7 @@ def _node_ids(dump: IbDump, fabric: Fabric) -> dict[str, str]:
         ids[key] = fabric.add_nic(host, clean_id(dev), guid=n.guid, desc=n.desc or None,
                                   ibdev=dev if _KERNEL_DEVICE.match(dev) else None)
     if unnamed:
+        unnamed.sort(key=lambda n: n.line or 0)
         fabric.warn(f"{len(unnamed)} HCA(s) keep a default node description such as "
                     f"{unnamed[0].desc!r}, which names no host: each is the only NIC of a host "
                     "named after its GUID (H-<guid>). Set their node descriptions, pass "
