@@ -220,6 +220,13 @@ class SimConfig:
             raise SimError("--nic-gbps and --uplink-gbps must be positive")
 
     @property
+    def fabric_label(self) -> str:
+        """How messages name the fabric: 'the rail fabric', 'the imported topology t.json'."""
+        if self.topology is not None:
+            return f"the imported topology {self.topology.rsplit('/', 1)[-1]}"
+        return f"the {self.fabric} fabric"
+
+    @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
 

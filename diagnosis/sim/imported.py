@@ -86,13 +86,13 @@ def fit(topo: Topology, gpus: int, gpus_per_host: int, nic_gbps: float = 400.0,
                        "hosts). Lower --gpus, or change --gpus-per-host")
     shapes = Counter(len(cabled[h]) for h in part)
     keep = sorted(part, key=lambda h: (-shapes[len(cabled[h])], natural_key(h)))[:need]
+    notes += _capacities(g, nic_gbps, uplink_gbps)      # of the whole fabric, not the job's part
     drop = [h for h in cabled if h not in set(keep)]
     if drop:
         members = [n for h in drop for n in (h, *g.adj[h]) if kind.get(n) != "switch"]
         g.remove_nodes_from(members)
         notes.append(f"{len(keep)} host(s) kept, {len(drop)} left out (most common shape: "
                      f"{shapes.most_common(1)[0][0]} cabled NICs)")
-    notes += _capacities(g, nic_gbps, uplink_gbps)
     return Topology(g), notes
 
 
