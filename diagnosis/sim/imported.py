@@ -86,6 +86,11 @@ def fit(topo: Topology, gpus: int, gpus_per_host: int, nic_gbps: float = 400.0,
                        "hosts). Lower --gpus, or change --gpus-per-host")
     shapes = Counter(len(cabled[h]) for h in part)
     keep = sorted(part, key=lambda h: (-shapes[len(cabled[h])], natural_key(h)))[:need]
+    kept = Counter(len(cabled[h]) for h in keep)
+    if len(kept) > 1:
+        notes.append("hosts of several shapes kept (" + ", ".join(
+            f"{n} with {k} NIC(s)" for k, n in kept.most_common()) + "): GPUs that share "
+            "fewer NICs are slower on the network, as they would be in the cluster")
     notes += _capacities(g, nic_gbps, uplink_gbps)      # of the whole fabric, not the job's part
     drop = [h for h in cabled if h not in set(keep)]
     if drop:
