@@ -4,7 +4,8 @@ or different parts of one cluster become one graph.
 
 Names are mapped, not just compared:
 
-- hosts by id, else by short name (``node01`` = ``node01.cluster``) when that is unique;
+- hosts by id, else by short name, case aside (``node01`` = ``Node01.cluster``) when that is
+  unique;
 - a host's NICs by id, RDMA device (``mlx5_0``), network interface (``ibp24s0``) or GUID; a NIC
   found by GUID on a host named after that GUID (an HCA with a default node description, see
   :mod:`~diagnosis.topology.importers.ibnetdiscover`) moves to the host the fragment names, and
@@ -75,7 +76,7 @@ class _Merger:
         base = {n for n, d in self.g.nodes(data=True) if d.get("kind") == "host"}
         short: dict[str, list[str]] = {}
         for h in base:
-            short.setdefault(h.split(".")[0], []).append(h)
+            short.setdefault(h.split(".")[0].lower(), []).append(h)
         new: list[str] = []
         for h, d in self.inc.nodes(data=True):
             if d.get("kind") != "host":
@@ -83,10 +84,10 @@ class _Merger:
             if h in base:
                 self.map[h] = h
                 continue
-            same = short.get(h.split(".")[0], [])
+            same = short.get(h.split(".")[0].lower(), [])
             if len(same) == 1:
                 self.map[h] = same[0]
-                self.info(f"host {h!r} taken for {same[0]!r} (same short name)")
+                self.info(f"host {h!r} taken for {same[0]!r} (same short name, case aside)")
                 continue
             if h in self.g:
                 self.warn(f"{h!r} is a host here and a {self.kind(self.g, h)} in the existing "

@@ -116,6 +116,12 @@ def test_conflicts_keep_the_existing_and_are_reported(fabric):
     assert any("gbps 800 in the existing topology, 400 here" in t for t in texts(res.issues))
 
 
+def test_hosts_match_by_short_name(fabric):
+    res = merge(fabric, dgx("A08-P1-DGX-04-C01.cluster.local"), "host")
+    assert res.graph.has_edge("a08-p1-dgx-04-c01/gpu7", "a08-p1-dgx-04-c01/mlx5_5")
+    assert any("taken for 'a08-p1-dgx-04-c01'" in t for t in texts(res.issues))
+
+
 def test_kind_clash_is_kept_apart():
     a, b = nx.Graph(), nx.Graph()
     a.add_node("x", kind="switch")
