@@ -94,6 +94,7 @@ class Fabric:
     source: str = ""
     graph: nx.Graph = field(default_factory=nx.Graph)
     issues: list[Issue] = field(default_factory=list)
+    _partial_speed: bool = field(default=False, repr=False)
 
     # ----- issues ---------------------------------------------------------------------------
     def warn(self, message: str, line: int | None = None, source: str | None = None) -> None:
@@ -159,8 +160,8 @@ class Fabric:
             d = g.edges[a, b]
             d["cables"] = d.get("cables", 1) + 1
             if gbps is None or d.get("gbps") is None:
-                d.pop("gbps", None)
-                d["speed_unknown"] = True
+                if d.pop("gbps", None) is not None or gbps is not None:
+                    self._partial_speed = True
             else:
                 d["gbps"] = d["gbps"] + gbps
         else:
@@ -181,11 +182,10 @@ class Fabric:
 
     # ----- result ---------------------------------------------------------------------------
     def finish(self) -> Fabric:
-        """Drop the bookkeeping flags; report links whose capacity had to be left out."""
-        for _, _, d in self.graph.edges(data=True):
-            if d.pop("speed_unknown", False):
-                self.warn("a link has a cable of unknown speed: its capacity is left out")
-                break
+        """Report links whose capacity had to be left out."""
+        if self._partial_speed:
+            self.warn("a link bundles cables of known and unknown speed: its capacity is left "
+                      "out")
         return self
 
 

@@ -166,3 +166,16 @@ def test_node_name_map_names_default_hcas(tmp_path):
     ("2x", "NDR", 200), ("4x", "???", None), ("??", "NDR", None)])
 def test_cable_rate(width, speed, gbps):
     assert cable_gbps(width, speed) == gbps
+
+
+def test_bundle_with_a_cable_of_unknown_speed(tmp_path):
+    f = tmp_path / "dump.txt"
+    f.write_text('Switch\t8 "S-0000000000000001"\t\t# "leafA" enhanced port 0 lid 1 lmc 0\n'
+                 '[1]\t"S-0000000000000002"[1]\t\t# "spineA" lid 2 4xNDR\n'
+                 '[2]\t"S-0000000000000002"[2]\t\t# "spineA" lid 2 4x???\n'
+                 '[3]\t"H-0000000000000003"[1](3)\t\t# "n1 mlx5_0" lid 3 4xNDR\n')
+    fab = import_ibnetdiscover(f)
+    assert fab.graph.edges["leafA", "spineA"] == {
+        "cables": 2, "ports": {"leafA": [1, 2], "spineA": [1, 2]}}
+    assert fab.graph.edges["leafA", "n1/mlx5_0"]["gbps"] == 400
+    assert any("known and unknown speed" in str(i) for i in fab.issues)
