@@ -120,7 +120,7 @@ def import_(
     host: str | None = typer.Option(None, "--host", help="The host of host-layer files given "
                                     "without HOST=."),
     name: str | None = typer.Option(None, "--name", help="topology.yaml: which topology to "
-                                    "import [default: the cluster default]."),
+                                    "import (default: the cluster default)."),
     name_map: Path | None = typer.Option(None, "--name-map", help="ibnetdiscover: a "
                                          "--node-name-map file ('<guid> \"<name>\"' lines)."),
     fmt: str = typer.Option("text", "--format", help="text or json (counts and issues)."),
@@ -158,12 +158,14 @@ def discover(
     sysfs_root: Path = typer.Option(Path("/sys"), "--sysfs-root", help="Where sysfs is "
                                     "mounted (for a copy of another host's)."),
     host: str | None = typer.Option(None, "--host", help="This host's id in the topology "
-                                    "[default: its hostname]."),
+                                    "(default: its short hostname)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the JSON here "
-                                       "[default: print it]."),
+                                       "(default: print it)."),
 ) -> None:
-    """Discover this host's GPUs, NICs, GPU-NIC pairing and switch ports (nvidia-smi topo -m,
-    ibdev2netdev, lldpctl, sysfs: whichever the host has) and print them as JSON."""
+    """Discover this host's GPUs, NICs, GPU-NIC pairing and switch ports, as JSON.
+
+    Runs whichever of nvidia-smi topo -m, ibdev2netdev and lldpctl the host has; reads sysfs.
+    """
     import json
 
     from diagnosis.topology.discover import discover_host, run_command
@@ -184,8 +186,11 @@ def check(
                                    "pair of leaves up to this many leaves (the exact test of "
                                    "which links no flow tells apart)."),
 ) -> None:
-    """What c4 can and cannot localize on a topology: links no flow can tell apart, links no
-    flow crosses, hosts without GPU-NIC pairing, disconnected parts."""
+    """What c4 can and cannot localize on a topology.
+
+    Links and switches no transfer crosses or tells apart, hosts without GPU-NIC pairing, parts
+    no path joins.
+    """
     import json
 
     from diagnosis.errors import DiagnosisError
