@@ -164,7 +164,7 @@ def discover(
 ) -> None:
     """Discover this host's GPUs, NICs, GPU-NIC pairing and switch ports, as JSON.
 
-    Runs whichever of nvidia-smi topo -m, ibdev2netdev and lldpctl the host has; reads sysfs.
+    Runs what the host has of nvidia-smi topo -m, ibdev2netdev, lldpctl; reads sysfs.
     """
     import json
 
@@ -188,8 +188,7 @@ def check(
 ) -> None:
     """What c4 can and cannot localize on a topology.
 
-    Links and switches no transfer crosses or tells apart, hosts without GPU-NIC pairing, parts
-    no path joins.
+    Components no transfer crosses or tells apart, hosts without pairing, parts unjoined.
     """
     import json
 
