@@ -136,3 +136,15 @@ def test_stream_bench_prints_latency_per_factor(capsys):
     cells = next(ln for ln in comp.splitlines() if " dead_nic " in ln).split()
     assert "/" in cells[-1]                          # the paired difference, median/worst
     assert "in stream mode, when each report appeared" in comp
+
+
+def test_stream_reports_an_error_whose_peers_show_up_only_in_progress():
+    """The failing rank's row comes at once; its peers' entries into the call only with the
+    next window's progress. The error is first held naming the peers as absent, then corrected:
+    a correction is the same failure, not a second one that would make it look like a
+    teardown (it was dropped as one)."""
+    sc = _scenario("error", 16, gpus=128)
+    reports, truth = analyze_stream(replace(sc.cfg, layers=8))
+    errors = [r for r in reports if r["kind"] == "error"]
+    fault = truth["faults"][0]
+    assert errors and errors[0]["suspects"][0]["id"] == fault["component"]["id"], reports
