@@ -71,6 +71,46 @@ def split_frames(buffer: bytearray, max_frame: int = MAX_FRAME) -> list[bytes]:
     return out
 
 
+# IngestRequest's body fields (proto/c4.proto): rank, group, ops, conns, stats
+BODY_FIELDS = {3: "rank", 4: "group", 5: "ops", 6: "conns", 7: "stats"}
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise FrameError("frame ends inside a varint")
+        byte = buf[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def peek_body(payload: bytes) -> tuple[str, int]:
+    """(kind, bytes) of an IngestRequest's body, read off the wire format without parsing it,
+    so that an oversized body can be refused before it costs memory; ("", 0) if none."""
+    pos = 0
+    while pos < len(payload):
+        key, pos = _varint(payload, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _varint(payload, pos)
+        elif wire == 2:
+            length, pos = _varint(payload, pos)
+            if field in BODY_FIELDS:
+                return BODY_FIELDS[field], length
+            pos += length
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise FrameError(f"frame holds a field of wire type {wire}")
+    return "", 0
+
+
 def parse_request(payload: bytes) -> c4_pb2.IngestRequest:
     msg = c4_pb2.IngestRequest()
     try:

@@ -31,9 +31,10 @@ def sidecar(
     spill_max_bytes: int = typer.Option(1 << 30, "--spill-max-bytes", envvar="C4_SPILL_MAX_BYTES",
                                         help="Disk the log may use; beyond it (or when the disk "
                                              "is full) records are dropped and counted."),
-    wal_sync_ms: float = typer.Option(50.0, "--wal-sync-ms", envvar="C4_WAL_SYNC_MS",
-                                      help="fsync the log at most this often (group commit); "
-                                           "0: at once."),
+    wal_sync_ms: float = typer.Option(1000.0, "--wal-sync-ms", envvar="C4_WAL_SYNC_MS",
+                                      help="fsync what is still undelivered this long after it "
+                                           "was logged (all of it in one batch); bounds what a "
+                                           "node crash may lose. 0: at once."),
     no_wal: bool = typer.Option(False, "--no-wal", envvar="C4_NO_WAL", hidden=True,
                                 help="Keep nothing on disk (only to measure the log's cost: a "
                                      "crash loses records)."),

@@ -24,10 +24,11 @@ class SidecarConfig:
     socket_mode: int = 0o660
     socket_group: str = ""
     host: str = field(default_factory=socket.gethostname)
-    # The write-ahead log ("spill"): where, how much disk it may use, how often it is fsynced.
+    # The write-ahead log ("spill"): where, how much disk it may use, and how long a record may
+    # stay undelivered before it is fsynced (what the daemon stored quickly never is).
     spill_dir: Path = field(default_factory=_default_spill_dir)
     spill_max_bytes: int = 1 << 30
-    wal_sync_interval_s: float = 0.05
+    wal_sync_interval_s: float = 1.0
     # False: keep nothing on disk (only to measure what the log costs; a crash loses records).
     wal: bool = True
     # Requests kept in memory (sent or not, unacknowledged); the rest is read back from the log.
@@ -46,7 +47,7 @@ class SidecarConfig:
     # connections, connections, and collectors whose statistics are forwarded.
     max_frame_bytes: int = 16 << 20
     frame_timeout_s: float = 10.0
-    max_buffered_bytes: int = 256 << 20
+    max_buffered_bytes: int = 64 << 20
     max_connections: int = 4096
     max_collectors: int = 4096
     # Reaching the daemon: TLS files and bearer token ("": the C4_TLS_* / C4_TOKEN variables).

@@ -12,8 +12,12 @@
 - **Order of work** for an ops frame: decode (a malformed one is refused), log (``spill.py``:
   only then is it taken), batch.
 
-``take`` returns a ``Receipt`` for ops frames that name their collector: the listener tells
-the collector once the receipt's LSN is durable.
+``take`` parses the frame (raising ``FrameError`` for one that is not a collector frame: the
+listener then closes that connection), after checking the size of its body on the wire: a
+rank or statistics body over ``max_meta_bytes`` (a collector's are ~100 bytes) is refused
+before parsing could cost memory. It returns a ``Receipt`` for ops frames that name their
+collector: the listener tells the collector that the frame is taken (in the log, which the
+sidecar's death does not lose) or refused.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.owners import Owners
 from collectors.sidecar.ratelog import RateLimitedLog
 from collectors.sidecar.spill import Spill
+from collectors.wire import parse_request, peek_body
 from proto import c4_pb2
 from proto.codec import BatchError, decode_ops
 
@@ -55,11 +60,10 @@ class Peer:
 
 @dataclass
 class Receipt:
-    """The fate of one ops frame, to acknowledge once ``lsn`` is durable."""
+    """The fate of one ops frame, for its collector."""
 
     cid: str
     fno: int
-    lsn: int = 0
     code: int = 0
     error: str = ""
 
@@ -117,13 +121,15 @@ class CollectorTable:
 
 class Intake:
     def __init__(self, *, spill: Spill, outbox: Outbox, batcher: Batcher, owners: Owners,
-                 drops: Drops, max_collectors: int = 4096, max_ranks_per_peer: int = 64) -> None:
+                 drops: Drops, max_collectors: int = 4096, max_ranks_per_peer: int = 64,
+                 max_meta_bytes: int = 64 << 10) -> None:
         self._spill = spill
         self._outbox = outbox
         self._batcher = batcher
         self._owners = owners
         self._drops = drops
         self._max_ranks = max_ranks_per_peer
+        self._max_meta = max_meta_bytes
         self.collectors = CollectorTable(max_collectors)
         self.watermarks = Watermarks(spill.recovery.watermarks)
         self._lock = threading.Lock()
@@ -138,7 +144,16 @@ class Intake:
             return {k: dict(v) for k, v in self._pids.items()}
 
     # -- one frame -----------------------------------------------------------------------------
-    def take(self, peer: Peer, raw: bytes, req: c4_pb2.IngestRequest) -> Receipt | None:
+    def take(self, peer: Peer, raw: bytes) -> Receipt | None:
+        """Take one frame from ``peer``; raises ``FrameError`` if it is not a collector frame."""
+        kind, size = peek_body(raw)
+        if kind in ("rank", "stats") and size > self._max_meta:
+            self._drops.add("bounds", frames=1)
+            self._rated.warning("meta", "refusing a %d-byte %s frame from uid %d pid %d: a "
+                                "collector's are ~100 bytes (limit %d)", size, kind, peer.uid,
+                                peer.pid, self._max_meta)
+            return None
+        req = parse_request(raw)
         kind = req.WhichOneof("body")
         if kind == "ops":
             return self._ops(peer, raw, req)
@@ -237,13 +252,13 @@ class Intake:
         with self._lock:
             self.received += len(cols)
         try:
+            # while the daemon is away the frame waits on disk: compressed, 5x more fit
             frame = self._spill.append_frame(peer.uid, peer.pid, cid, fno, raw, len(cols),
-                                             (ops.job, ops.attempt))
+                                             (ops.job, ops.attempt),
+                                             compress=not self._outbox.connected)
         except LogError as exc:
             self._drops.add("disk_full", records=len(cols))
             self._rated.warning("disk_full", "dropping records (counted): %s", exc)
             return receipt  # settled: counted, not to be sent again
         self._batcher.add(cols, frame, len(raw))
-        if receipt is not None:
-            receipt.lsn = frame.lsn
         return receipt

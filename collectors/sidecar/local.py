@@ -15,9 +15,9 @@ most unfinished bytes when all connections together hold more than ``max_buffere
 any connection beyond ``max_connections``. Each reason is counted and logged at most once per
 10 s, however many connections earn it.
 
-Acknowledgements (``collectors/wire.py``): when ``on_frame`` returns a ``Receipt``, the
-collector is told once the log is durable up to it (``durable_lsn``); the sync thread calls
-``wake()`` after each fsync.
+Acknowledgements (``collectors/wire.py``): when ``on_frame`` returns a ``Receipt`` (the frame
+is in the log, or refused, or dropped and counted), the collector is told at the end of the
+pass, one cumulative acknowledgement per connection.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import stat
 import struct
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,15 +41,15 @@ from pathlib import Path
 from collectors.sidecar.errors import SocketSetupError
 from collectors.sidecar.intake import Peer, Receipt
 from collectors.sidecar.ratelog import RateLimitedLog
-from collectors.wire import FrameError, encode_ack, parse_request, split_frames
+from collectors.wire import FrameError, encode_ack, split_frames
 from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Peer, bytes, c4_pb2.IngestRequest], Receipt | None]
+# takes one frame's payload; raises FrameError if it is not a collector frame
+Handler = Callable[[Peer, bytes], Receipt | None]
 
 _RECV_BYTES = 1 << 20
-_INTERNAL = 13  # grpc.StatusCode.INTERNAL
 _HELLO = encode_ack(c4_pb2.IngestAck())
 _CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 # Acknowledgements a peer may leave unread before it is taken for one that never reads them.
@@ -67,7 +68,7 @@ CLOSE_REASONS = {
 @dataclass(frozen=True)
 class Limits:
     max_frame_bytes: int = 16 << 20
-    max_buffered_bytes: int = 256 << 20
+    max_buffered_bytes: int = 64 << 20
     frame_timeout_s: float = 10.0
     max_connections: int = 4096
 
@@ -167,12 +168,10 @@ class LocalListener:
     """Accepts collector connections on ``path`` and hands every frame to ``on_frame``."""
 
     def __init__(self, path: Path, on_frame: Handler, *, mode: int = 0o660,
-                 gid: int | None = None, limits: Limits | None = None,
-                 durable_lsn: Callable[[], int] | None = None) -> None:
+                 gid: int | None = None, limits: Limits | None = None) -> None:
         self.path = Path(path)
         self.limits = limits or Limits()
         self._on_frame = on_frame
-        self._durable = durable_lsn or (lambda: 1 << 62)
         self._listen = bind_socket(self.path, mode, gid)
         self._listen.listen(socket.SOMAXCONN)
         self._listen.setblocking(False)
@@ -201,19 +200,17 @@ class LocalListener:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
 
+
     def connections(self) -> int:
         return len(self._conns)
 
-    def stop(self, before_close: Callable[[], None] | None = None) -> None:
-        """Stop serving; ``before_close`` (e.g. a final fsync) runs before the last
-        acknowledgements go out."""
+    def stop(self) -> None:
+        """Stop serving, after taking what the ranks had already written."""
         self._stopping = True
         self.wake()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self._drain()
-        if before_close is not None:
-            before_close()
         self._send_acks()
         for key in list(self._selector.get_map().values()):
             with contextlib.suppress(OSError):
@@ -299,19 +296,15 @@ class LocalListener:
         self._buffered += len(conn.buf) - held + len(chunk)
         for payload in payloads:
             try:
-                req = parse_request(payload)
+                receipt = self._on_frame(conn.peer, payload)
             except FrameError as exc:
                 self._abuse(conn, "unparsable", str(exc))
                 return False
-            try:
-                receipt = self._on_frame(conn.peer, payload, req)
             except Exception:
-                log.exception("could not take a frame from uid %d pid %d", conn.peer.uid,
-                              conn.peer.pid)
-                # settle it all the same, or its collector would wait for it for ever
-                receipt = Receipt(req.sidecar, req.seq, code=_INTERNAL,
-                                  error="the sidecar failed on this frame (see its log)") \
-                    if req.sidecar and req.seq else None
+                # its collector learns the frame's fate from the next acknowledgement
+                self._rated.warning("failed", "could not take a frame from uid %d pid %d: %s",
+                                    conn.peer.uid, conn.peer.pid, traceback.format_exc())
+                continue
             if receipt is not None:
                 conn.pending.append(receipt)
                 self._awaiting.add(conn)
@@ -339,11 +332,10 @@ class LocalListener:
                             f"for over {self.limits.frame_timeout_s:g} s")
 
     def _send_acks(self) -> None:
-        durable = self._durable()
         for conn in list(self._awaiting):
             out: list[bytes] = []
             top: Receipt | None = None
-            while conn.pending and conn.pending[0].lsn <= durable:
+            while conn.pending:
                 r = conn.pending.popleft()
                 if r.code:
                     out.append(encode_ack(c4_pb2.IngestAck(seq=r.fno, sidecar=r.cid,
@@ -351,8 +343,7 @@ class LocalListener:
                 top = r
             if top is not None:  # cumulative: every frame up to this one is settled
                 out.append(encode_ack(c4_pb2.IngestAck(seq=top.fno, sidecar=top.cid)))
-            if not conn.pending:
-                self._awaiting.discard(conn)
+            self._awaiting.discard(conn)
             if out or conn.unsent:
                 self._send(conn, conn.unsent + b"".join(out))
 

@@ -6,8 +6,8 @@ before it is queued. It is kept until the daemon acknowledges it. The requests t
 in memory up to ``memory_max_bytes``; past that only where they are in the log is kept, and
 they are read back when their turn comes, so a daemon away for long costs disk, not memory.
 Requests go out in the order they were queued (those found in the log at start-up first), so
-the daemon always sees a job's ranks before their records, and each waits until its records
-are durable: a request the daemon stored is then always recognized if it is sent again.
+the daemon always sees a job's ranks before their records; one sent again after a restart
+carries its first (sidecar, seq), so the daemon recognizes it if it stored it before.
 
 A request that the daemon rejects (malformed, unknown job) is final: it is counted, with its
 records, and dropped. A request refused with RESOURCE_EXHAUSTED (over the daemon's per-sender
@@ -100,7 +100,6 @@ class Outbox:
         self._throttled = False  # the daemon refused a request for a limit on this stream
         self.connected = False
         self._rated = RateLimitedLog(log)
-        spill.on_durable(self._wake)
         self._adopt(spill.recovery.requests, spill.recovery.frames)
 
     # -- producers ------------------------------------------------------------------------
@@ -170,10 +169,6 @@ class Outbox:
         self.stats.queued += 1
         self._cond.notify_all()
 
-    def _wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
     # -- state ------------------------------------------------------------------------------
     def pending(self) -> int:
         """Requests not yet acknowledged."""
@@ -208,11 +203,9 @@ class Outbox:
             if self._throttled:
                 return None  # end this stream; the refused requests go again later
             if len(self._inflight) < self.max_inflight and self._queue:
-                entry = self._queue[0]
-                if entry.held is None or self.spill.durable(entry.held.lsn):
-                    self._queue.popleft()
-                    self._inflight[entry.key] = entry
-                    return entry
+                entry = self._queue.popleft()
+                self._inflight[entry.key] = entry
+                return entry
             self._cond.wait(0.2)
         return None
 

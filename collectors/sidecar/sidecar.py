@@ -60,9 +60,7 @@ class Sidecar:
                         max_connections=config.max_connections)
         self.listener = LocalListener(config.socket_path, self.intake.take,
                                       mode=config.socket_mode,
-                                      gid=resolve_group(config.socket_group), limits=limits,
-                                      durable_lsn=lambda: self.spill.durable_lsn)
-        self.spill.on_durable(self.listener.wake)  # collectors hear their frames are safe
+                                      gid=resolve_group(config.socket_group), limits=limits)
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._threads = [
@@ -132,7 +130,7 @@ class Sidecar:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop listening, log what is batched, deliver what the daemon will take within
         ``timeout``; the log keeps the rest for the next sidecar on this spill directory."""
-        self.listener.stop(before_close=self.spill.sync)
+        self.listener.stop()
         self._stop.set()
         self._threads[1].join(timeout)
         self.batcher.flush_due(force=True)

@@ -8,11 +8,14 @@ it; a restarted sidecar starts a new one, so a record torn by a crash stays at t
 old segment, where it is skipped.
 
 Appends never leave a partial record behind: a write that fails (disk full) is cut back to
-where it started and raised as ``LogFull``. There are no temporary files.
+where it started and raised as ``LogFull``. There are no temporary files. Nothing here fsyncs
+on its own: ``sync()`` makes every segment written since the last one durable (the spill
+decides when that is worth it), and a segment deleted before that never costs a disk write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -45,9 +48,26 @@ class Pos:
     length: int
 
 
-def encode_record(kind: int, body: bytes) -> bytes:
-    crc = zlib.crc32(body, zlib.crc32(bytes((kind,))))
-    return HEADER.pack(MAGIC, len(body), crc, kind) + body
+Body = bytes | Sequence[bytes]  # a record's body, whole or in parts (written without joining)
+
+
+def _parts(body: Body) -> list[bytes]:
+    return [body] if isinstance(body, bytes | bytearray | memoryview) else list(body)
+
+
+_KIND_CRC = [zlib.crc32(bytes((k,))) for k in range(256)]
+
+
+def record_header(kind: int, parts: Sequence[bytes]) -> bytes:
+    crc = _KIND_CRC[kind]
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return HEADER.pack(MAGIC, sum(len(p) for p in parts), crc, kind)
+
+
+def encode_record(kind: int, body: Body) -> bytes:
+    parts = _parts(body)
+    return b"".join([record_header(kind, parts), *parts])
 
 
 def _check(data: bytes | memoryview, off: int) -> tuple[int, int] | None:
@@ -64,7 +84,7 @@ def _check(data: bytes | memoryview, off: int) -> tuple[int, int] | None:
     return kind, end
 
 
-def segment_size_for(directory: Path, max_bytes: int, ceiling: int = 4 << 20) -> int:
+def segment_size_for(directory: Path, max_bytes: int, ceiling: int = 16 << 20) -> int:
     """A segment size that lets the log reclaim space in steps small against what it may use:
     at most an eighth of ``max_bytes`` and of the free space, between 64 KiB and ``ceiling``."""
     try:
@@ -93,7 +113,8 @@ class Log:
         self._next = max(self._sizes, default=0) + 1
         self._current: int | None = None  # the segment appended to, once one is open
         self._fd: int | None = None
-        self._dirty = False
+        self._dirty: set[int] = set()     # segments written since they were last synced
+        self._dir_dirty = False           # a segment was created since the last sync
         self._readers: dict[int, int] = {}
         self.corrupt_regions = 0  # stretches of bad bytes skipped by scan()
 
@@ -111,29 +132,36 @@ class Log:
         return self._current
 
     # -- writing -----------------------------------------------------------------------------
-    def append(self, records: Sequence[tuple[int, bytes]], *, reserve: int = 0) -> list[Pos]:
-        """Append ``(kind, body)`` records with one write; return their positions.
+    def append(self, records: Sequence[tuple[int, Body]], *, reserve: int = 0) -> list[Pos]:
+        """Append ``(kind, body)`` records with one write; return their positions. A body may
+        be a sequence of parts: they are checksummed and written in place, never joined.
 
         ``reserve``: bytes of ``max_bytes`` this append must leave free (frames leave room for
         the small records that complete them). Raises ``LogFull`` (nothing written) when the
         records do not fit or the disk is full, ``LogError`` on any other write failure.
         """
-        encoded = [encode_record(kind, body) for kind, body in records]
-        size = sum(len(e) for e in encoded)
+        chunks: list[bytes] = []
+        lengths: list[int] = []
+        for kind, body in records:
+            parts = _parts(body)
+            chunks.append(record_header(kind, parts))
+            chunks.extend(parts)
+            lengths.append(HEADER.size + sum(len(p) for p in parts))
+        size = sum(lengths)
         with self._lock:
             if self.bytes + size > self.max_bytes - reserve:
                 raise LogFull(f"the spill holds {self.bytes} of its {self.max_bytes} bytes "
                               "(--spill-max-bytes); it frees up as the daemon acknowledges")
             fd, segment = self._writable(size)
             start = self._sizes[segment]
-            self._write(fd, segment, start, b"".join(encoded))
+            self._write(fd, segment, start, chunks, size)
             self._sizes[segment] = start + size
             self.bytes += size
-            self._dirty = True
+            self._dirty.add(segment)
         out, off = [], start
-        for e in encoded:
-            out.append(Pos(segment, off, len(e)))
-            off += len(e)
+        for length in lengths:
+            out.append(Pos(segment, off, length))
+            off += length
         return out
 
     def _writable(self, size: int) -> tuple[int, int]:
@@ -155,15 +183,18 @@ class Log:
             self._next += 1
             self._fd, self._current = fd, segment
             self._sizes[segment] = 0
-            self._sync_dir()
+            self._dir_dirty = True
         assert self._fd is not None and self._current is not None
         return self._fd, self._current
 
-    def _write(self, fd: int, segment: int, start: int, data: bytes) -> None:
-        view, done = memoryview(data), 0
+    def _write(self, fd: int, segment: int, start: int, chunks: list[bytes], size: int) -> None:
+        done = 0
         try:
-            while done < len(data):
-                done += os.write(fd, view[done:])
+            done = os.writev(fd, chunks)
+            if done < size:  # short write (rare): the rest, joined
+                rest = memoryview(b"".join(chunks))
+                while done < size:
+                    done += os.write(fd, rest[done:])
         except OSError as exc:
             try:
                 os.ftruncate(fd, start)  # never leave a partial record behind
@@ -179,16 +210,11 @@ class Log:
             raise LogError(f"writing spill segment {self.path(segment)} failed: {exc}") from exc
 
     def _seal(self) -> None:
-        """Finish the current segment (durable), so that the next append opens a new one."""
+        """Finish the current segment, so that the next append opens a new one."""
         if self._fd is None:
             return
-        try:
-            os.fsync(self._fd)
-        except OSError as exc:
-            log.error("fsync of spill segment %s failed: %s", self._current, exc)
         os.close(self._fd)
         self._fd, self._current = None, None
-        self._dirty = False
 
     def seal(self) -> None:
         with self._lock:
@@ -207,18 +233,26 @@ class Log:
             os.close(dfd)
 
     def sync(self) -> None:
-        """Make every record appended so far durable (sealed segments already are)."""
+        """Make every record appended so far durable; raises OSError if the disk fails."""
         with self._lock:
-            if self._fd is None or not self._dirty:
-                return
-            # fsync a duplicate outside the lock: appends go on meanwhile, and a concurrent
-            # seal() may close the original
-            fd = os.dup(self._fd)
-            self._dirty = False
+            # fsync duplicates outside the lock: appends go on meanwhile, and a concurrent
+            # seal() or remove() may close the originals
+            fds: list[int] = []
+            for segment in sorted(self._dirty):
+                with contextlib.suppress(FileNotFoundError):
+                    fds.append(os.dup(self._fd) if segment == self._current and
+                               self._fd is not None else
+                               os.open(self.path(segment), os.O_RDONLY | os.O_CLOEXEC))
+            self._dirty.clear()
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
         try:
-            os.fsync(fd)
+            for fd in fds:
+                os.fdatasync(fd)  # data and size; an mtime alone is not worth a journal commit
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
+        if dir_dirty:
+            self._sync_dir()  # the new segments' names
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, pos: Pos) -> tuple[int, bytes]:
@@ -275,7 +309,8 @@ class Log:
             if segment == self._current:
                 if self._fd is not None:
                     os.close(self._fd)
-                self._fd, self._current, self._dirty = None, None, False
+                self._fd, self._current = None, None
+            self._dirty.discard(segment)  # deleted before it was synced: never written out
             fd = self._readers.pop(segment, None)
             if fd is not None:
                 os.close(fd)

@@ -12,6 +12,8 @@ from diagnosis.client import DaemonClient
 from tests.collectors.sidecar.harness import AckedRank, Car, stored_keys, tmpfs
 from tests.support.services import free_port, start_daemon, wait_for
 
+SENT = 200_000
+
 pytestmark = [pytest.mark.network, pytest.mark.root, pytest.mark.skipif(
     os.geteuid() != 0, reason="mounts a small tmpfs for the spill directory (needs root)")]
 
@@ -23,28 +25,29 @@ def test_full_disk_drops_counted_then_recovers_by_itself(tmp_path):
         daemon = None
         rank = AckedRank(car.sock, "full", 0, 1)
         try:
-            # ~2.4 MB of records into a 1 MiB disk
-            for seq in range(0, 40_000, 500):
+            # ~12 MB of records (~2.5 MB compressed, as they are logged while the daemon is
+            # away) into a 1 MiB disk
+            for seq in range(0, SENT, 500):
                 rank.send_ops(range(seq, seq + 500))
             rank.settle()  # every frame settled: logged, or dropped and counted
             dropped = car.dropped()
             assert set(dropped) == {"disk_full"}, dropped
-            assert 0 < dropped["disk_full"] < 40_000
+            assert 0 < dropped["disk_full"] < SENT
             assert not [p.name for p in spill.iterdir() if p.name.endswith(".tmp")]
             assert car.service is not None and car.service.running()
 
             daemon = start_daemon(tmp_path, port)
             with DaemonClient(f"127.0.0.1:{port}") as client:
                 # exact accounting: what was not dropped (and counted) is stored
-                wait_for(lambda: len(client.ops("full")) == 40_000 - dropped["disk_full"], 60,
+                wait_for(lambda: len(client.ops("full")) == SENT - dropped["disk_full"], 60,
                          what="everything the log held")
                 wait_for(lambda: car.metric("c4_sidecar_spill_bytes") < 512 << 10, 30,
                          what="the log to shrink as the daemon acknowledges")
                 # space is back: new records are taken and delivered, none dropped
-                for seq in range(40_000, 50_000, 500):
+                for seq in range(SENT, SENT + 10_000, 500):
                     rank.send_ops(range(seq, seq + 500))
                 rank.settle()
-                wait_for(lambda: sum(1 for _, s in stored_keys(client, "full") if s >= 40_000)
+                wait_for(lambda: sum(1 for _, s in stored_keys(client, "full") if s >= SENT)
                          == 10_000, 30, what="records sent after the disk had room again")
             assert car.dropped() == dropped
             rank.close()

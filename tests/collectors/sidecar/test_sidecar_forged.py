@@ -63,7 +63,7 @@ def _log_records(spill) -> list[tuple]:
 
 
 def test_a_corrupt_record_in_the_log_loses_only_itself(tmp_path):
-    from collectors.sidecar.spill import KIND_CUT, KIND_FRAME, _cut_parts
+    from collectors.sidecar.spill import KIND_CUT, KIND_FRAME, KIND_FRAME_Z, _cut_parts
 
     port = free_port()
     car = Car(tmp_path, port).start()  # no daemon yet: everything stays in the log
@@ -79,7 +79,8 @@ def test_a_corrupt_record_in_the_log_loses_only_itself(tmp_path):
                        if kind == KIND_CUT)
         wait_for(lambda: cut_frames() == 20, 10, what="every frame batched (cut) in the log")
         car.kill()
-        frames = [pos for pos, kind, _ in _log_records(car.spill) if kind == KIND_FRAME]
+        frames = [pos for pos, kind, _ in _log_records(car.spill)
+                  if kind in (KIND_FRAME, KIND_FRAME_Z)]
         victim = frames[9]  # records 900..999
         with open(car.spill / f"{victim.segment:012d}.c4wal", "r+b") as fh:
             fh.seek(victim.offset + victim.length - 5)
@@ -121,3 +122,14 @@ def test_an_older_sidecars_spill_is_delivered_after_the_upgrade(tmp_path):
     finally:
         car.stop()
         daemon.stop()
+
+
+def test_the_size_of_a_body_is_read_before_parsing():
+    from collectors.wire import peek_body
+
+    forged = _forged_stats(1000)
+    assert peek_body(forged.SerializeToString()) == ("stats", forged.stats.ByteSize())
+    ops = op_batch("j", 0, range(10))
+    ops.sidecar, ops.seq = "collector-1", 7  # fields before the body are skipped
+    assert peek_body(ops.SerializeToString()) == ("ops", ops.ops.ByteSize())
+    assert peek_body(b"") == ("", 0)

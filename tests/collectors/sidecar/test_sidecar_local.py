@@ -16,7 +16,7 @@ import pytest
 
 from collectors.sidecar.intake import Peer
 from collectors.sidecar.local import Limits, LocalListener
-from collectors.wire import HEADER, encode_frame
+from collectors.wire import HEADER, encode_frame, parse_request
 from proto import c4_pb2
 from tests.collectors.sidecar.harness import Car
 from tests.support.services import free_port, wait_for
@@ -59,7 +59,8 @@ class _Frames:
         self.peers: list[Peer] = []
         self._lock = threading.Lock()
 
-    def __call__(self, peer: Peer, raw: bytes, frame: c4_pb2.IngestRequest) -> None:
+    def __call__(self, peer: Peer, raw: bytes) -> None:
+        frame = parse_request(raw)
         with self._lock:
             self.got.append(frame.rank.rank)
             self.peers.append(peer)

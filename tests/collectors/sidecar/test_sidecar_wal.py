@@ -70,17 +70,20 @@ def test_a_full_disk_leaves_no_partial_record(tmp_path):
         log.close()
 
 
-def _frame(spill: Spill, seqs: range, fno: int, cid: str = "c1"):
+def _frame(spill: Spill, seqs: range, fno: int, cid: str = "c1", compress: bool = False):
     req = op_batch("j", 0, seqs)
     req.sidecar, req.seq = cid, fno
-    return spill.append_frame(1000, 42, cid, fno, req.SerializeToString(), len(seqs), ("j", 0))
+    return spill.append_frame(1000, 42, cid, fno, req.SerializeToString(), len(seqs), ("j", 0),
+                              compress=compress)
 
 
 def test_recovery_rebuilds_unacknowledged_requests_under_their_own_numbers(tmp_path):
     spill = Spill(tmp_path, 1 << 30, segment_bytes=64 << 10)
     rank = c4_pb2.IngestRequest(sidecar="car-1", seq=1, rank=rank_info("j", 0, 1, "n").rank)
     held_rank = spill.append_request(rank)
-    frames = [_frame(spill, range(i * 100, i * 100 + 100), i + 1) for i in range(6)]
+    # frames logged while the daemon was away are compressed; they read back the same
+    frames = [_frame(spill, range(i * 100, i * 100 + 100), i + 1, compress=i % 2 == 1)
+              for i in range(6)]
     held_a = spill.append_cut("car-1", 2, frames[:3])
     held_b = spill.append_cut("car-1", 3, frames[3:5])
     spill.release(held_rank)  # acknowledged
@@ -115,3 +118,11 @@ def test_segments_go_oldest_first_once_unreferenced(tmp_path):
     spill.release(cuts[0])
     assert spill.segments() in ([], [segments[-1]])  # the current one may stay
     spill.close()
+
+
+def test_frames_waiting_for_the_daemon_take_a_fifth_of_the_room(tmp_path):
+    plain, packed = Spill(tmp_path / "a", 1 << 30), Spill(tmp_path / "b", 1 << 30)
+    for i in range(20):
+        _frame(plain, range(i * 500, i * 500 + 500), i + 1)
+        _frame(packed, range(i * 500, i * 500 + 500), i + 1, compress=True)
+    assert packed.bytes * 3 < plain.bytes
