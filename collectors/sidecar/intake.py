@@ -187,7 +187,7 @@ class Intake:
         if key not in peer.ranks and len(peer.ranks) >= self._max_ranks:
             self._drops.add("bounds", frames=1)
             self._rated.warning("ranks", "uid %d pid %d registers more than %d ranks on one "
-                          "connection: refused", peer.uid, peer.pid, self._max_ranks)
+                                "connection: refused", peer.uid, peer.pid, self._max_ranks)
             return
         peer.ranks.add(key)
         if peer.pid > 0 and rank.pid != peer.pid:
@@ -212,13 +212,13 @@ class Intake:
                 elif not self.collectors.update(c):
                     self._drops.add("bounds", frames=1)
                     self._rated.warning("collectors", "the table of collectors is full (%d): "
-                                  "statistics of %s rank %d not forwarded", len(self.collectors),
-                                  c.job, c.rank)
+                                        "statistics of %s rank %d not forwarded",
+                                        len(self.collectors), c.job, c.rank)
         if refused:
             self._drops.add("bounds", frames=1)
             self._rated.warning("stats", "refusing statistics from uid %d pid %d for %d ranks: a "
-                          "connection reports only the ranks it registered (%d)", peer.uid,
-                          peer.pid, len(entries), len(peer.ranks))
+                                "connection reports only the ranks it registered (%d)", peer.uid,
+                                peer.pid, len(entries), len(peer.ranks))
 
     def _ops(self, peer: Peer, raw: bytes, req: c4_pb2.IngestRequest) -> Receipt | None:
         ops = req.ops
@@ -241,7 +241,7 @@ class Intake:
         except BatchError as exc:
             self._drops.add("malformed", frames=1)
             self._rated.warning("malformed", "dropping a malformed batch from uid %d pid %d: %s",
-                          peer.uid, peer.pid, exc)
+                                peer.uid, peer.pid, exc)
             if receipt is not None:
                 receipt.code, receipt.error = _INVALID, str(exc)
             return receipt

@@ -262,7 +262,7 @@ class LocalListener:
             if len(self._conns) >= self.limits.max_connections:
                 self._count_close("too_many")
                 self._rated.warning("too_many", "closing a connection from uid %d pid %d: %d "
-                              "connections already (the limit)", uid, pid, len(self._conns))
+                                    "connections already (the limit)", uid, pid, len(self._conns))
                 sock.close()
                 continue
             sock.setblocking(False)
@@ -367,7 +367,7 @@ class LocalListener:
     def _abuse(self, conn: _Conn, reason: str, detail: str) -> None:
         self._count_close(reason)
         self._rated.warning(reason, "closing the connection of uid %d pid %d, which %s: %s",
-                      conn.peer.uid, conn.peer.pid, CLOSE_REASONS[reason], detail)
+                            conn.peer.uid, conn.peer.pid, CLOSE_REASONS[reason], detail)
         self._close(conn)
 
     def _close(self, conn: _Conn) -> None:

@@ -116,7 +116,7 @@ class Outbox:
                     held = self.spill.append_request(req)
                 except LogError as exc:
                     self._rated.warning("unlogged", "request %d (%s) is held in memory only: %s",
-                                  self._seq, kind, exc)
+                                        self._seq, kind, exc)
             records = req.ops.count if kind == "ops" else 0
             self._enqueue(_Entry(self.sidecar_id, self._seq, kind, records, held, req))
 
@@ -263,7 +263,7 @@ class Outbox:
             if ack.code:
                 self.stats.rejected += 1
                 self._rated.warning("rejected", "daemon rejected request %d (%s, %d records): %s",
-                              ack.seq, entry.kind, entry.records, ack.error)
+                                    ack.seq, entry.kind, entry.records, ack.error)
                 if entry.records:
                     self.drops.add("rejected", records=entry.records)
                 self._finish(entry)

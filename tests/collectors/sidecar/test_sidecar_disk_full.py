@@ -43,6 +43,10 @@ def test_full_disk_drops_counted_then_recovers_by_itself(tmp_path):
                          what="everything the log held")
                 wait_for(lambda: car.metric("c4_sidecar_spill_bytes") < 512 << 10, 30,
                          what="the log to shrink as the daemon acknowledges")
+                # and `c4 status` shows the drops (records, every reason)
+                wait_for(lambda: [s.stats.dropped for s in client.status().sidecars
+                                  if s.stats.host] == [dropped["disk_full"]], 10,
+                         what="the drops in the daemon's status")
                 # space is back: new records are taken and delivered, none dropped
                 for seq in range(SENT, SENT + 10_000, 500):
                     rank.send_ops(range(seq, seq + 500))
