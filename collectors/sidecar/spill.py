@@ -115,13 +115,11 @@ class Loaded:
     lost_records: int = 0  # records of frames that failed their checksum
 
 
-def _frame_body(uid: int, pid: int, cid: str, fno: int, records: int, raw: bytes
-                ) -> tuple[bytes, bytes]:
-    """The frame record's body in two parts (written as they are: frames are large)."""
+def _frame_head(uid: int, pid: int, cid: str, fno: int, records: int) -> bytes:
+    """What a frame record holds before the frame itself (written apart: frames are large)."""
     cid_b = cid.encode()[:1024]
-    head = _FRAME_HEAD.pack(uid & 0xFFFFFFFF, pid & 0xFFFFFFFF, fno & (2**64 - 1),
-                            records & 0xFFFFFFFF, len(cid_b))
-    return head + cid_b, raw
+    return _FRAME_HEAD.pack(uid & 0xFFFFFFFF, pid & 0xFFFFFFFF, fno & (2**64 - 1),
+                            records & 0xFFFFFFFF, len(cid_b)) + cid_b
 
 
 @dataclass
@@ -178,7 +176,7 @@ class Spill:
         self._log = Log(directory, max_bytes=max_bytes, segment_bytes=segment_bytes) \
             if directory is not None else None
         self.dir = Path(directory) if directory is not None else None
-        self._lock = threading.Condition()
+        self._lock = threading.Condition(threading.Lock())
         self._lsn = 0            # LSN of the last record appended
         self._durable = 0        # every record up to this LSN is on disk
         self._outstanding: set[int] = set()                # LSNs still needed (undelivered)
@@ -214,12 +212,12 @@ class Spill:
         kind = KIND_FRAME
         if compress and self._log is not None:
             kind, raw = KIND_FRAME_Z, zlib.compress(raw, 1)
-        pos, lsn = self._append(kind, _frame_body(uid, pid, cid, fno, records, raw), reserve)
+        pos, lsn = self._append(kind, _frame_head(uid, pid, cid, fno, records), raw, reserve)
         return FrameRef(pos, lsn, records, key)
 
     def append_request(self, req: c4_pb2.IngestRequest) -> Held:
         """Log a whole request (it carries its sidecar and seq); raises ``LogFull``."""
-        pos, lsn = self._append(KIND_REQUEST, req.SerializeToString(), 0)
+        pos, lsn = self._append(KIND_REQUEST, b"", req.SerializeToString(), 0)
         if self._log is None:
             return Held()
         return Held(lsns=[lsn], segments=[pos.segment], request=pos)
@@ -233,7 +231,7 @@ class Spill:
         if self._log is None:
             return held
         try:
-            pos, lsn = self._append(KIND_CUT, _cut_body(sidecar, seq, frames), 0)
+            pos, lsn = self._append(KIND_CUT, b"", _cut_body(sidecar, seq, frames), 0)
         except LogFull:
             log.warning("no room for the cut of request %s/%d: it is delivered, but a crash "
                         "before the daemon acknowledges it would send its records again",
@@ -243,13 +241,12 @@ class Spill:
         held.segments.append(pos.segment)
         return held
 
-    def _append(self, kind: int, body: bytes | tuple[bytes, bytes], reserve: int
-                ) -> tuple[Pos, int]:
+    def _append(self, kind: int, head: bytes, body: bytes, reserve: int) -> tuple[Pos, int]:
         if self._log is None:
             return Pos(0, 0, 0), 0
         with self._lock:
             try:
-                (pos,) = self._log.append([(kind, body)], reserve=reserve)
+                pos = self._log.append_one(kind, head, body, reserve=reserve)
             except LogFull:
                 if not self._full:
                     self._full = True
