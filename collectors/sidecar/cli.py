@@ -49,6 +49,11 @@ def sidecar(
                                              "a frame before it is closed."),
     max_collectors: int = typer.Option(4096, "--max-collectors", envvar="C4_SIDECAR_MAX_COLLECTORS",
                                        help="Ranks whose statistics the sidecar forwards."),
+    max_request_bytes: int = typer.Option(32 << 20, "--max-request-bytes",
+                                          envvar="C4_SIDECAR_MAX_REQUEST_BYTES",
+                                          help="Largest request sent to the daemon (keep it under "
+                                               "the daemon's 64 MiB message limit); a larger one "
+                                               "is dropped and counted."),
     link_interval: float = typer.Option(1.0, "--link-interval", envvar="C4_LINK_INTERVAL",
                                         help="Seconds between samples of connection counters."),
     tls_ca: str = typer.Option("", "--tls-ca", envvar="C4_TLS_CA",
@@ -89,6 +94,7 @@ def sidecar(
                                wal_sync_interval_s=wal_sync_ms / 1000.0, wal=not no_wal,
                                batch_records=batch_records, max_frame_bytes=max_frame_bytes,
                                frame_timeout_s=frame_timeout, max_collectors=max_collectors,
+                               max_request_bytes=max_request_bytes,
                                link_interval_s=link_interval,
                                tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token,
                                metrics_listen=metrics, **kwargs)
@@ -98,7 +104,10 @@ def sidecar(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"c4 sidecar {car.id} listening on {config.socket_path}, daemon {daemon}")
-    stop.wait()
+    # In slices: the kernel may deliver SIGTERM to another thread, and Python runs the handler
+    # only when the main thread next runs Python; an untimed wait would never return.
+    while not stop.wait(0.5):
+        pass
     car.stop()
     s = car.stats()
     typer.echo(f"c4 sidecar stopped: received {s.received} records, shipped {s.shipped} "
