@@ -1,5 +1,5 @@
-"""The sidecar's write-ahead log: everything it accepts, on disk before it counts as taken, kept
-until the daemon acknowledges it.
+"""The sidecar's write-ahead log: everything it accepts is written here before it counts as
+taken, and kept until the daemon acknowledges it.
 
 Three kinds of record (framed and checksummed by ``wal.Log``):
 
@@ -344,11 +344,6 @@ class Spill:
     def release(self, held: Held) -> None:
         """The request is acknowledged (or given up): its records may go."""
         self._unhold(held.segments, held.lsns)
-
-    def release_frame(self, frame: FrameRef) -> None:
-        """A logged frame that will never be part of a request."""
-        if self._log is not None:
-            self._unhold([frame.pos.segment], [frame.lsn])
 
     def _unhold(self, segments: list[int], lsns: list[int]) -> None:
         if not segments:

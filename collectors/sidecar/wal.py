@@ -65,10 +65,6 @@ def record_header(kind: int, parts: Sequence[bytes]) -> bytes:
     return HEADER.pack(MAGIC, sum(len(p) for p in parts), crc, kind)
 
 
-def encode_record(kind: int, body: Body) -> bytes:
-    parts = _parts(body)
-    return b"".join([record_header(kind, parts), *parts])
-
 
 def _check(data: bytes | memoryview, off: int) -> tuple[int, int] | None:
     """(kind, end) of a sound record at ``off`` of ``data``, else None."""
@@ -233,10 +229,6 @@ class Log:
             return
         os.close(self._fd)
         self._fd, self._current = None, None
-
-    def seal(self) -> None:
-        with self._lock:
-            self._seal()
 
     def _sync_dir(self) -> None:
         try:
