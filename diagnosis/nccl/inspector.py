@@ -1,0 +1,438 @@
+"""NCCL Inspector JSON lines: one completed collective (``coll_perf``) or point-to-point
+operation (``p2p_perf``) per line, per rank and communicator.
+
+The file is ``<dir>/<hostname>-pid<pid>.log`` (one per process, every communicator of it);
+``.jsonl`` and gzip (``.gz``) are read too. Lines are read in blocks, each parsed in one
+``orjson`` call and turned into columns (:class:`NcclOps`), so a block costs no Python
+loop per field. What the lines hold and which traps they set is in the package README; the
+reader:
+
+* takes format versions ``v3.*`` and ``v4.*`` (the version string does not say which fields a
+  line has: NCCL 2.30 added ``comm_name`` and ``p2p_perf`` and still writes ``v4.0``), and any
+  other version with a warning, dispatching on whichever of ``coll_perf``/``p2p_perf`` is there;
+* reads the unmerged v4.1+ variants: ``dump_stats`` markers (their drop counts are kept) and,
+  from v4.3, lines without ``header``/``metadata`` that inherit them from the line before;
+  ``proxy_trace`` records are skipped;
+* reads ``"nan"`` bandwidths as NaN, the verbose ``event_trace_ts`` times when present;
+* skips a line it cannot read (truncated, not JSON, a field of the wrong type) with a warning
+  naming the file and line (:class:`~diagnosis.nccl.problems.Problems`), and reads on.
+
+Times: ``dump_timestamp_us`` is when the line was written, not when the operation ran. With
+verbose output the kernel's stop (``kernel_stop_ts``, the latest channel) is the end, and the end
+minus ``*_exec_time_us`` (GPU-timed) the rank's arrival; without it the end is the dump time (an
+upper bound, late by up to the dump interval).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import fields
+from operator import itemgetter
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import orjson
+
+from diagnosis.nccl.ids import comm_hash, op_name
+from diagnosis.nccl.problems import Problems
+from diagnosis.nccl.records import CommKey, DumpStats, NcclOps, OpRecord
+from diagnosis.trace.columns import Bad, int_column
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LineReader", "find_inspector_files", "parse_lines", "parse_records",
+           "read_inspector_file"]
+
+#: format major versions whose fields this reader knows (others are read with a warning)
+KNOWN_MAJORS = ("v3", "v4")
+#: file name endings of Inspector JSON output (the bundled exporter's list)
+SUFFIXES = (".log", ".log.gz", ".jsonl", ".jsonl.gz")
+_PAYLOADS = ("coll_perf", "p2p_perf")
+_NONE = -1
+
+
+# ----- parsing -------------------------------------------------------------------------------
+class _Context:
+    """The header and metadata in force (v4.3+ lines without them inherit the last ones)."""
+
+    __slots__ = ("header", "metadata", "unknown_versions")
+
+    def __init__(self) -> None:
+        self.header: dict[str, Any] | None = None
+        self.metadata: dict[str, Any] | None = None
+        self.unknown_versions: set[str] = set()
+
+
+def parse_lines(lines: list[bytes], first_line: int, source: str,
+                problems: Problems | None = None,
+                context: _Context | None = None) -> NcclOps:
+    """The records of consecutive lines of one file (``first_line``: the number of the first).
+
+    Blank lines are skipped; a line that cannot be read is skipped with a problem noted."""
+    problems = problems if problems is not None else Problems()
+    ctx = context if context is not None else _Context()
+    try:
+        objs = orjson.loads(b"[" + b",".join(lines) + b"]")
+        if len(objs) != len(lines):
+            raise ValueError
+        return _fast(objs, first_line, source, problems, ctx)
+    except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, Bad, AttributeError):
+        pass
+    recs, stats = parse_records(lines, first_line, source, problems, ctx)
+    return NcclOps.from_records(recs, source, stats)
+
+
+def parse_records(lines: list[bytes], first_line: int, source: str,
+                  problems: Problems | None = None, context: _Context | None = None
+                  ) -> tuple[list[OpRecord], list[DumpStats]]:
+    """The records and ``dump_stats`` markers of consecutive lines, one line at a time (every
+    field kept); a line that cannot be read is skipped with a problem noted."""
+    problems = problems if problems is not None else Problems()
+    ctx = context if context is not None else _Context()
+    recs: list[OpRecord] = []
+    stats: list[DumpStats] = []
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        n = first_line + i
+        try:
+            o = orjson.loads(ln)
+        except orjson.JSONDecodeError:
+            problems.add(source, n, "bad_line", "not a JSON object (a truncated line?): "
+                         "skipped; the lines after it are read")
+            continue
+        _one(o, n, source, problems, ctx, recs, stats)
+    return recs, stats
+
+
+def _fast(objs: list[Any], first: int, source: str, problems: Problems,
+          ctx: _Context) -> NcclOps:
+    """The common block: every line a full record (header, metadata, one payload)."""
+    n = len(objs)
+    if not n:
+        return NcclOps.empty(source)
+    hdr = list(map(itemgetter("header"), objs))
+    meta = list(map(itemgetter("metadata"), objs))
+    coll = [o.get("coll_perf") for o in objs]
+    n_coll = n - coll.count(None)
+    if n_coll == n:
+        pay, is_p2p = coll, None
+    else:
+        p2p = [o.get("p2p_perf") for o in objs]
+        if n_coll + n - p2p.count(None) != n:
+            raise Bad    # a marker, another payload or none: line by line
+        pay = [c if c is not None else p for c, p in zip(coll, p2p)]
+        is_p2p = np.fromiter((c is None for c in coll), dtype=bool, count=n)
+    versions = dict.fromkeys(map(itemgetter("inspector_output_format_version"), meta))
+    for v in versions:
+        _check_version(v, source, first, problems, ctx)
+    # processes and communicators: interned by (hostname, pid) and (id, rank)
+    hosts = list(map(itemgetter("hostname"), meta))
+    pids = list(map(itemgetter("pid"), meta))
+    procs = dict.fromkeys(zip(hosts, pids))
+    ids = list(map(itemgetter("id"), hdr))
+    ranks = list(map(itemgetter("rank"), hdr))
+    comm_keys = dict.fromkeys(zip(ids, ranks, pids))
+    ctx.header, ctx.metadata = hdr[-1], meta[-1]
+    first_of = {k: i for i, k in reversed(list(enumerate(zip(ids, ranks, pids))))}
+    comms: list[CommKey] = []
+    for k in comm_keys:
+        h = hdr[first_of[k]]
+        comms.append(_comm(h))
+    for p in procs:
+        if not isinstance(p[0], str) or not isinstance(p[1], int):
+            raise Bad
+    proc_idx = {p: i for i, p in enumerate(procs)}
+    comm_idx = {k: i for i, k in enumerate(comm_keys)}
+    proc = np.fromiter(map(proc_idx.__getitem__, zip(hosts, pids)), dtype=np.int32, count=n)
+    comm = np.fromiter(map(comm_idx.__getitem__, zip(ids, ranks, pids)), dtype=np.int32, count=n)
+    if is_p2p is None:
+        funcs = list(map(itemgetter("coll"), pay))
+        sn = int_column(list(map(itemgetter("coll_sn"), pay)))
+        msg = int_column(list(map(itemgetter("coll_msg_size_bytes"), pay)))
+        exe = _opt_int(list(map(_getter("coll_exec_time_us"), pay)))
+        bw = list(map(_getter("coll_busbw_gbs"), pay))
+        peer = np.full(n, _NONE, dtype=np.int64)
+    else:
+        funcs = [p["p2p"] if q else p["coll"] for p, q in zip(pay, is_p2p.tolist())]
+        sn = int_column([p["p2p_sn"] if q else p["coll_sn"] for p, q in zip(pay, is_p2p.tolist())])
+        msg = int_column([p["p2p_msg_size_bytes"] if q else p["coll_msg_size_bytes"]
+                          for p, q in zip(pay, is_p2p.tolist())])
+        exe = _opt_int([p.get("p2p_exec_time_us") if q else p.get("coll_exec_time_us")
+                        for p, q in zip(pay, is_p2p.tolist())])
+        bw = [p.get("p2p_busbw_gbs") if q else p.get("coll_busbw_gbs")
+              for p, q in zip(pay, is_p2p.tolist())]
+        peer = np.full(n, _NONE, dtype=np.int64)
+        peer[is_p2p] = int_column([p["p2p_peer"] for p, q in zip(pay, is_p2p.tolist()) if q])
+    op_table = {f: i for i, f in enumerate(dict.fromkeys(funcs))}
+    if not all(isinstance(f, str) for f in op_table):
+        raise Bad
+    op = np.fromiter(map(op_table.__getitem__, funcs), dtype=np.int32, count=n)
+    if (sn < 0).any() or (msg < 0).any():
+        raise Bad
+    dump = int_column(list(map(itemgetter("dump_timestamp_us"), meta)))
+    busbw = _bandwidth(bw, first, source, problems)
+    start, kstart, kstop = _verbose(pay, is_p2p)
+    return NcclOps(source, list(procs), comms, [op_name(f) for f in op_table],
+                          proc, comm, op, sn, peer, msg, exe, dump, start, kstart, kstop,
+                          np.arange(first, first + n, dtype=np.int64), busbw)
+
+
+def _getter(key: str):
+    return lambda d: d.get(key)
+
+
+def _opt_int(values: list[Any]) -> np.ndarray:
+    missing = values.count(None)
+    if missing == len(values):
+        return np.full(len(values), _NONE, dtype=np.int64)
+    if missing:
+        values = [_NONE if v is None else v for v in values]
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f":       # an older or foreign writer's float µs
+        if not np.isfinite(arr).all():
+            raise Bad
+        arr = np.round(arr)
+    elif arr.dtype.kind not in "iu":
+        raise Bad
+    return arr.astype(np.int64)
+
+
+def _bandwidth(values: list[Any], first: int, source: str, problems: Problems) -> np.ndarray:
+    """Bus bandwidths; NCCL prints NaN as the string ``"nan"``, read as NaN (noted once)."""
+    try:
+        arr = np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
+    except (ValueError, TypeError):
+        raise Bad from None
+    if any(isinstance(v, str) for v in values):
+        i = next(i for i, v in enumerate(values) if isinstance(v, str))
+        problems.add(source, first + i, "nan", 'bandwidth written as the string "nan" (an '
+                     "execution time of 0 µs): read as not a number")
+    return arr
+
+
+def _verbose(pay: list[dict[str, Any]], is_p2p: np.ndarray | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The verbose times (µs): enqueue, first kernel start, last kernel stop; -1 without."""
+    n = len(pay)
+    traces = [p.get("event_trace_ts") for p in pay]
+    if traces.count(None) == n:
+        none = np.full(n, _NONE, dtype=np.int64)
+        return none, none.copy(), none.copy()
+    start = np.full(n, _NONE, dtype=np.int64)
+    kstart = np.full(n, _NONE, dtype=np.int64)
+    kstop = np.full(n, _NONE, dtype=np.int64)
+    for i, t in enumerate(traces):
+        if t is None:
+            continue
+        s, a, b = _trace_times(t)
+        start[i], kstart[i], kstop[i] = s, a, b
+    return start, kstart, kstop
+
+
+def _trace_times(t: Any) -> tuple[int, int, int]:
+    if not isinstance(t, dict):
+        raise Bad
+    s = t.get("coll_start_ts", t.get("p2p_start_ts"))
+    starts = [k.get("kernel_start_ts") for k in t.get("kernel_events") or ()]
+    stops = [k.get("kernel_stop_ts") for k in t.get("kernel_events") or ()]
+    starts = [x for x in starts if isinstance(x, int) and x > 0]
+    stops = [x for x in stops if isinstance(x, int) and x > 0]
+    return (s if isinstance(s, int) and s > 0 else _NONE, min(starts) if starts else _NONE,
+            max(stops) if stops else _NONE)
+
+
+def _comm(h: dict[str, Any]) -> CommKey:
+    name = h.get("comm_name")
+    rank, nranks, nnodes = h["rank"], h["n_ranks"], h.get("nnodes", 0)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (rank, nranks, nnodes)):
+        raise Bad
+    if not 0 <= rank < max(nranks, 1):
+        raise Bad
+    try:
+        hsh = comm_hash(h["id"])
+    except ValueError:
+        raise Bad from None
+    return CommKey(hsh, rank, nranks, nnodes,
+                   name if isinstance(name, str) and name and name != "unknown" else None)
+
+
+def _check_version(v: Any, source: str, line: int, problems: Problems, ctx: _Context) -> None:
+    if isinstance(v, str) and v.split(".")[0] in KNOWN_MAJORS:
+        return
+    key = repr(v)
+    if key not in ctx.unknown_versions:
+        ctx.unknown_versions.add(key)
+        problems.add(source, line, "unknown_version",
+                     f"inspector_output_format_version {v!r} is not one this c4 knows "
+                     f"({', '.join(m + '.x' for m in KNOWN_MAJORS)}): its coll_perf/p2p_perf "
+                     "fields are read as v4's")
+
+
+def _one(o: Any, n: int, source: str, problems: Problems, ctx: _Context,
+         recs: list[OpRecord], stats: list[DumpStats]) -> None:
+    """One parsed line on the slow path: a record, a marker, or a problem noted."""
+    if not isinstance(o, dict):
+        problems.add(source, n, "bad_line", "not a JSON object: skipped")
+        return
+    if isinstance(o.get("header"), dict):
+        ctx.header = o["header"]
+    if isinstance(o.get("metadata"), dict):
+        ctx.metadata = o["metadata"]
+    if "dump_stats" in o:
+        stats.append(_stats(o["dump_stats"], n, source, ctx))
+        return
+    kind = next((k for k in _PAYLOADS if k in o), None)
+    if kind is None:
+        if "proxy_trace" not in o:
+            problems.add(source, n, "unknown_record", "a line with neither coll_perf nor "
+                         f"p2p_perf (keys {', '.join(sorted(o)) or 'none'}): skipped")
+        return
+    if ctx.header is None or ctx.metadata is None:
+        problems.add(source, n, "no_header", f"a {kind} line without header/metadata and no "
+                     "earlier line to take them from: skipped")
+        return
+    try:
+        rec = _record(o[kind], kind == "p2p_perf", ctx, source, n, problems)
+    except (Bad, KeyError, TypeError, ValueError) as exc:
+        what = f"field {exc.args[0]!r} missing" if isinstance(exc, KeyError) else \
+            "a field of the wrong type"
+        problems.add(source, n, "bad_field", f"{kind} line with {what}: skipped")
+        return
+    recs.append(rec)
+
+
+def _record(p: dict[str, Any], p2p: bool, ctx: _Context, source: str, n: int,
+            problems: Problems) -> OpRecord:
+    h, m = ctx.header, ctx.metadata
+    assert h is not None and m is not None
+    version = m.get("inspector_output_format_version", "")
+    _check_version(version, source, n, problems, ctx)
+    pre = "p2p" if p2p else "coll"
+    func = p["p2p" if p2p else "coll"]
+    sn, msg = p[f"{pre}_sn"], p[f"{pre}_msg_size_bytes"]
+    exe = p.get(f"{pre}_exec_time_us")
+    host, pid, dump = m["hostname"], m["pid"], m["dump_timestamp_us"]
+    for v in (sn, msg, pid, dump):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise Bad
+    if not isinstance(func, str) or not isinstance(host, str):
+        raise Bad
+    if exe is not None:
+        if not isinstance(exe, (int, float)) or isinstance(exe, bool) or not math.isfinite(exe):
+            raise Bad
+        exe = round(exe)
+    peer = p["p2p_peer"] if p2p else _NONE
+    if not isinstance(peer, int):
+        raise Bad
+    bw = {}
+    for k in ("algobw", "busbw"):
+        v = p.get(f"{pre}_{k}_gbs")
+        if isinstance(v, str):
+            problems.add(source, n, "nan", f'bandwidth written as the string {v!r}: read as '
+                         "not a number")
+        try:
+            bw[k] = math.nan if v is None else float(v)
+        except ValueError:
+            bw[k] = math.nan
+    s = ks = ke = None
+    if "event_trace_ts" in p:
+        a, b, c = _trace_times(p["event_trace_ts"])
+        s, ks, ke = (None if x < 0 else x for x in (a, b, c))
+    try:
+        comm = _comm(h)
+    except (Bad, KeyError):
+        raise Bad from None
+    return OpRecord(source, n, comm, host, pid, version if isinstance(version, str) else "",
+                           dump, op_name(func), func, sn, peer, msg, exe,
+                           p.get(f"{pre}_timing_source"), bw["algobw"], bw["busbw"], s, ks, ke)
+
+
+def _stats(d: Any, n: int, source: str, ctx: _Context) -> DumpStats:
+    m = ctx.metadata or {}
+    d = d if isinstance(d, dict) else {}
+    dropped = sum(v for k, v in d.items()
+                  if k.endswith("_dropped_since_last_dump") and isinstance(v, int))
+    return DumpStats(source, n, str(m.get("hostname", "")), int(m.get("pid", -1) or -1),
+                     int(m.get("dump_timestamp_us", 0) or 0), dropped, dict(d))
+
+
+# ----- files -----------------------------------------------------------------------------------
+def find_inspector_files(root: str | Path) -> list[Path]:
+    """The Inspector JSON files under ``root`` (recursively), in name order."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES)
+                  and not p.name.startswith("."))
+
+
+def _open(path: Path) -> IO[bytes]:
+    raw = open(path, "rb")  # noqa: SIM115 - handed to the caller, closed there
+    if path.name.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    return raw
+
+
+def read_inspector_file(path: str | Path, *, problems: Problems | None = None,
+                        block_bytes: int = 4 << 20) -> Iterator[NcclOps]:
+    """Every record of one Inspector file, a block of lines at a time. A last line without its
+    newline (the process died mid-write) is noted and skipped."""
+    path = Path(path)
+    problems = problems if problems is not None else Problems()
+    reader = LineReader(str(path), problems)
+    try:
+        with _open(path) as fh:
+            while True:
+                chunk = fh.read(block_bytes)
+                if not chunk:
+                    break
+                batch = reader.feed(chunk)
+                if len(batch) or batch.stats:
+                    yield batch
+    except (OSError, EOFError) as exc:   # a gzip file cut short
+        problems.add(str(path), reader.line, "truncated_file",
+                     f"the file ends early ({exc}): read up to here")
+    reader.finish()
+
+
+class LineReader:
+    """Turns the bytes of one file, fed as they come, into batches of whole lines. Keeps the
+    partial last line for the next feed and the header/metadata context of v4.3+ lines; also
+    what the follower uses (diagnosis.nccl.follow)."""
+
+    def __init__(self, source: str, problems: Problems) -> None:
+        self.source = source
+        self.problems = problems
+        self.line = 1                 # number of the next whole line
+        self.partial = b""
+        self.context = _Context()
+
+    def feed(self, data: bytes) -> NcclOps:
+        data = self.partial + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self.partial = data
+            return NcclOps.empty(self.source)
+        self.partial = data[cut + 1:]
+        lines = data[:cut].split(b"\n")
+        first = self.line
+        self.line += len(lines)
+        return parse_lines(lines, first, self.source, self.problems, self.context)
+
+    def finish(self) -> None:
+        """The end of the file: a partial last line is a truncated record."""
+        if self.partial.strip():
+            self.problems.add(self.source, self.line, "truncated_line",
+                              "the last line has no newline (the process died while writing "
+                              "it?): skipped")
+        self.partial = b""
+
+
+def batch_fields() -> tuple[str, ...]:
+    """The column names of :class:`NcclOps` (for writers and tests)."""
+    return tuple(f.name for f in fields(NcclOps))

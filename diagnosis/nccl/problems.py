@@ -1,0 +1,58 @@
+"""Bad input that a reader skips: each kind warned about with its file and line, then counted.
+
+NCCL's telemetry is written by processes that die mid-line, rotated under the reader, and
+printed by versions that disagree on spellings. A reader never stops at such input: it skips
+what it cannot read, warns once per (file, kind) with the file and line of the first case, and
+keeps counts, so that what was lost is known (``Problems.summary``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One piece of bad input: where it was and what is wrong with it."""
+
+    source: str
+    line: int | None
+    kind: str
+    message: str
+
+    def where(self) -> str:
+        return f"{self.source}:{self.line}" if self.line is not None else self.source
+
+
+@dataclass
+class Problems:
+    """Collects the problems of a read; warns about the first of each kind in each file."""
+
+    #: problems kept in full (the first ones); the rest are only counted
+    keep: int = 200
+    seen: list[Problem] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    _warned: set[tuple[str, str]] = field(default_factory=set)
+    logger: logging.Logger = log
+
+    def add(self, source: str, line: int | None, kind: str, message: str) -> None:
+        """Note a problem; the first of its kind in ``source`` is logged as a warning."""
+        p = Problem(source, line, kind, message)
+        self.counts[kind] += 1
+        if len(self.seen) < self.keep:
+            self.seen.append(p)
+        key = (source, kind)
+        if key not in self._warned:
+            self._warned.add(key)
+            self.logger.warning("%s: %s", p.where(), message)
+
+    def __len__(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> dict[str, int]:
+        """Problems by kind."""
+        return dict(self.counts)
