@@ -333,9 +333,13 @@ class Engine:
             out[i] = is_sampled(name, s, k)
         return out
 
-    def add_progress(self, recs: ProgressRecords) -> None:
+    def add_progress(self, recs: ProgressRecords, fill_open: bool = False) -> None:
         """How far ranks have got on their communicators (version 2 ``progress``): signs of
-        life, and with sampled calls what the hang detectors stand on (see ``progress``)."""
+        life, and with sampled calls what the hang detectors stand on (see ``progress``).
+
+        ``fill_open``: the stream's op rows hold completed calls only (NCCL's Inspector writes
+        an operation once it has finished, RAS counts launches): the calls members are inside
+        are written from progress, as for sampled streams, whatever the sampling factor."""
         n = len(recs)
         if n == 0:
             return
@@ -372,7 +376,9 @@ class Engine:
             return
         g, pos = g[ok], pos[ok]
         self.progress.update(g, pos, recs.entered[ok], recs.completed[ok], recs.t_ns[ok])
-        if self.sample > 1:
+        if fill_open:
+            self.progress.write(*self.progress.pending(g, pos))
+        elif self.sample > 1:
             pg_, seq = self.progress.pending(g, pos)
             self.progress.write(pg_, seq, self._sampled(pg_, seq))
 

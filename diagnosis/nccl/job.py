@@ -78,6 +78,8 @@ class Resolved:
     canonical: dict[Proc, Proc]
     incomplete: dict[str, tuple[int, int]] = field(default_factory=dict)
     world: str | None = None
+    #: IP address -> hostname, as the logs tie them
+    aliases: dict[str, str] = field(default_factory=dict)
 
     def rank(self, host: str, pid: int) -> int | None:
         key = self.canonical.get((host, pid), (host, pid))
@@ -179,7 +181,7 @@ class JobModel:
                         have, want)
         by_rank = {rank_of[k]: v for k, v in procs.items()}
         return Resolved(rank_of, pg_of, groups, by_rank, canonical, incomplete,
-                        pg_of.get(world) if world is not None else None)
+                        pg_of.get(world) if world is not None else None, dict(self.aliases))
 
     def _join(self) -> dict[Proc, Proc]:
         """Union of the names of one process; the canonical one is a hostname when known."""

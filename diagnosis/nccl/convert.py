@@ -1,0 +1,194 @@
+"""Operation rows of NCCL's sources (:class:`~diagnosis.nccl.records.NcclOps`) -> c4's op rows.
+
+Once the job is reconciled (:class:`~diagnosis.nccl.job.Resolved`), each row gets its global
+rank, its communicator's name, a per-communicator sequence number (:mod:`diagnosis.nccl.seqmap`;
+rows must come in each stream's completion order, a file read front to back or followed), the
+peer's global rank for sends and receives, c4's ``bytes`` (the rank's input) and times in ns.
+Rows of a communicator whose members are not all known, of a process no rank was given to, or
+repeating a call already seen are left out and counted.
+
+The converter also remembers, per (rank, communicator), which collectives completed when
+(:class:`Frontiers`): RAS counts launches, and only with the completions beside them do they
+say which calls a rank is inside (:mod:`diagnosis.nccl.ras_progress`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnosis.nccl.ids import bytes_from_msg
+from diagnosis.nccl.job import Resolved
+from diagnosis.nccl.records import NcclOps
+from diagnosis.nccl.seqmap import SeqMapper
+from proto.codec import OP_COLUMNS, Columns
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Frontiers", "OpConverter"]
+
+
+@dataclass
+class _Stream:
+    chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    seq: np.ndarray | None = None
+    op: np.ndarray | None = None
+    sn: np.ndarray | None = None
+    end: np.ndarray | None = None
+
+    def compact(self) -> None:
+        if not self.chunks:
+            return
+        parts = self.chunks
+        if self.seq is not None:
+            parts = [(self.seq, self.op, self.sn, self.end), *parts]   # type: ignore[list-item]
+        seq, op, sn, end = (np.concatenate([p[i] for p in parts]) for i in range(4))
+        order = np.argsort(seq, kind="stable")
+        self.seq, self.op, self.sn, self.end = seq[order], op[order], sn[order], end[order]
+        self.chunks = []
+
+
+class Frontiers:
+    """Per (rank, communicator): the collectives completed, with NCCL's numbers, and when."""
+
+    def __init__(self) -> None:
+        self._streams: dict[tuple[int, str], _Stream] = defaultdict(_Stream)
+        self._op_ids: dict[str, int] = {}
+        self.gappy: dict[tuple[int, str], set[str]] = {}
+
+    def add(self, rank: np.ndarray, pg: list[str], seq: np.ndarray, op: list[str],
+            sn: np.ndarray, end_ns: np.ndarray) -> None:
+        keys = list(zip(rank.tolist(), pg))
+        ids = np.asarray([self._op_ids.setdefault(o, len(self._op_ids)) for o in op],
+                         dtype=np.int64)
+        by: dict[tuple[int, str], list[int]] = defaultdict(list)
+        for i, k in enumerate(keys):
+            by[k].append(i)
+        for k, rows in by.items():
+            idx = np.asarray(rows)
+            self._streams[k].chunks.append((seq[idx], ids[idx], sn[idx], end_ns[idx]))
+
+    def at(self, rank: int, pg: str, t_ns: int) -> tuple[int, dict[str, int]] | None:
+        """The seq of the last collective the rank completed by ``t_ns`` on ``pg`` and, per
+        type, the highest NCCL number completed up to it; None when none had completed."""
+        st = self._streams.get((rank, pg))
+        if st is None:
+            return None
+        st.compact()
+        assert st.seq is not None and st.end is not None and st.op is not None \
+            and st.sn is not None
+        done = st.end <= t_ns
+        if not done.any():
+            return None
+        frontier = int(st.seq[done].max())
+        upto = st.seq <= frontier
+        names = {v: k for k, v in self._op_ids.items()}
+        last = {}
+        for oid in np.unique(st.op[upto]).tolist():
+            last[names[oid]] = int(st.sn[upto & (st.op == oid)].max())
+        return frontier, last
+
+    def known(self, rank: int, pg: str) -> bool:
+        return (rank, pg) in self._streams
+
+
+class OpConverter:
+    """Turns operation rows into c4's, stream state kept between batches."""
+
+    def __init__(self, resolved: Resolved) -> None:
+        self.r = resolved
+        self.mapper = SeqMapper()
+        self.frontiers = Frontiers()
+        self.dropped: Counter = Counter()
+        self.rows = 0
+        self._peer_maps: dict[str, np.ndarray] = {}
+
+    def convert(self, ops: NcclOps) -> Columns | None:
+        """The rows c4 can use, as an op batch (``proto.codec.OP_COLUMNS``); None if none."""
+        n = len(ops)
+        if not n:
+            return None
+        r = self.r
+        canon = [r.canonical.get(p, p) for p in ops.procs]
+        proc_rank = np.asarray([r.rank_of.get(p, -1) for p in canon] or [-1], dtype=np.int64)
+        comm_pg = [r.pg_of.get(c.hash) for c in ops.comms]
+        comm_ok = np.asarray([pg is not None and pg in r.groups for pg in comm_pg] or [False])
+        # streams: one process on one communicator
+        code = ops.proc.astype(np.int64) * max(len(ops.comms), 1) + ops.comm
+        ucode, stream = np.unique(code, return_inverse=True)
+        keys = [(canon[int(c) // max(len(ops.comms), 1)],
+                 ops.comms[int(c) % max(len(ops.comms), 1)].hash) for c in ucode.tolist()]
+        mapped = self.mapper.map(keys, stream, ops.ops, ops.op, ops.sn, ops.peer)
+        for key in keys:
+            st = self.mapper.streams.get(key)
+            rank = r.rank_of.get(key[0], -1)
+            pg = r.pg_of.get(key[1])
+            if st is not None and st.gappy and pg is not None:
+                self.frontiers.gappy[(rank, pg)] = set(st.gappy)
+        rank = proc_rank[ops.proc]
+        ok_comm = comm_ok[ops.comm]
+        keep = ~mapped.dup & (rank >= 0) & ok_comm & (mapped.seq >= 0)
+        self._count_drops(mapped.dup, rank, ok_comm)
+        p2p = ops.peer >= 0
+        peer = np.full(n, -1, dtype=np.int64)
+        if p2p.any():
+            for ci in np.unique(ops.comm[p2p]).tolist():
+                pg = comm_pg[ci]
+                members = self._members(pg)
+                rows = p2p & (ops.comm == ci)
+                pr = ops.peer[rows]
+                good = (pr >= 0) & (pr < len(members))
+                out = np.full(len(pr), -1, dtype=np.int64)
+                out[good] = members[pr[good]]
+                peer[rows] = out
+            keep &= ~p2p | (peer >= 0)
+        if not keep.any():
+            return None
+        idx = np.flatnonzero(keep)
+        self.rows += len(idx)
+        op_names = [ops.ops[int(o)] for o in ops.op[idx].tolist()]
+        pg_names = [comm_pg[int(c)] for c in ops.comm[idx].tolist()]
+        nranks = np.asarray([c.nranks for c in ops.comms], dtype=np.int64)[ops.comm[idx]]
+        nbytes = np.asarray([bytes_from_msg(o, int(m), int(k)) for o, m, k in
+                             zip(op_names, ops.msg_bytes[idx].tolist(), nranks.tolist())],
+                            dtype=np.int64)
+        end = ops.end_us[idx] * 1000
+        enter = ops.enter_us[idx] * 1000
+        start = np.where(ops.kstart_us[idx] > 0, ops.kstart_us[idx] * 1000, -1)
+        table: dict[str, int] = {}
+        pg_col = np.asarray([table.setdefault(x, len(table)) for x in pg_names], dtype=np.int64)
+        op_col = np.asarray([table.setdefault(x, len(table)) for x in op_names], dtype=np.int64)
+        blank = table.setdefault("", len(table))
+        coll = ~p2p[idx]
+        if coll.any():
+            ci = np.flatnonzero(coll)
+            self.frontiers.add(rank[idx][ci], [pg_names[i] for i in ci.tolist()],
+                               mapped.seq[idx][ci], [op_names[i] for i in ci.tolist()],
+                               ops.sn[idx][ci], end[ci])
+        cols = {
+            "rank": rank[idx], "pg": pg_col, "seq": mapped.seq[idx], "op": op_col,
+            "nbytes": nbytes, "dtype": np.full(len(idx), blank), "t_enter_ns": enter,
+            "t_start_ns": start, "t_end_ns": end, "status": np.zeros(len(idx)),
+            "peer": peer[idx]}
+        return Columns({k: np.asarray(cols[k]).astype(dt) for k, dt in OP_COLUMNS.items()},
+                       list(table))
+
+    def _members(self, pg: str | None) -> np.ndarray:
+        if pg is None or pg not in self.r.groups:
+            return np.zeros(0, dtype=np.int64)
+        m = self._peer_maps.get(pg)
+        if m is None:
+            m = self._peer_maps[pg] = np.asarray(self.r.groups[pg], dtype=np.int64)
+        return m
+
+    def _count_drops(self, dup: np.ndarray, rank: np.ndarray, ok_comm: np.ndarray) -> None:
+        for why, mask in (("repeated", dup), ("no_rank", rank < 0),
+                          ("incomplete_communicator", ~ok_comm)):
+            k = int(mask.sum())
+            if k:
+                self.dropped[why] += k

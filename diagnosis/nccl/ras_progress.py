@@ -1,0 +1,157 @@
+"""RAS status reports -> c4's ``progress`` records and failed op rows.
+
+RAS counts the collectives each rank *launched* (per type). Beside the completions the
+Inspector wrote (:class:`~diagnosis.nccl.convert.Frontiers`), that says which calls a rank is
+inside: those launched past the last one it completed (``entered`` > ``completed``). Without
+completions (no Inspector record for that rank and communicator), c4 takes every call but the
+last as completed for the ranks furthest ahead, and every call as completed for the ranks
+behind them: members of one collective finish it together, so a call some member has left is
+one the laggards finished too; what they have not done is launch the next.
+
+A report is dated when it was taken (``RasSnapshot.t_ns``), so a call is known entered from the
+first report that shows it: a rank that never launches the call its peers wait in is what
+``noncomm_hang`` looks for. A rank RAS cannot reach (``missing_ranks``, unresponsive in two
+reports running or considered dead) or that reports an asynchronous error gets a failed row
+(status ``error``) in the call after the last one it completed: the error its peers will meet.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnosis.engine.records import ProgressRecords
+from diagnosis.nccl.convert import Frontiers
+from diagnosis.nccl.ids import op_name
+from diagnosis.nccl.job import Resolved
+from diagnosis.nccl.problems import Problems
+from diagnosis.nccl.ras import RasSnapshot
+from diagnosis.nccl.seqmap import launched_index
+from proto.codec import OP_COLUMNS, STATUS_CODES, Columns
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RasFeed", "RasRows"]
+
+
+@dataclass
+class RasRows:
+    """What one report gives the engine: progress, failed rows (with their error text)."""
+
+    t_ns: int
+    progress: ProgressRecords | None = None
+    errors: Columns | None = None
+
+
+@dataclass
+class _Missing:
+    first_ns: int
+    times: int = 1
+    reported: bool = False
+
+
+@dataclass
+class RasFeed:
+    """Turns reports into rows, one report at a time, in time order."""
+
+    resolved: Resolved
+    frontiers: Frontiers
+    problems: Problems = field(default_factory=Problems)
+    _missing: dict[tuple[int, str], _Missing] = field(default_factory=dict)
+    _failed: set[tuple[int, str]] = field(default_factory=set)
+
+    def rows(self, snap: RasSnapshot) -> RasRows | None:
+        if snap.t_ns is None:
+            self.problems.add(snap.source, snap.line, "ras_time", "a report without a time: "
+                              "it cannot be placed among the other records (skipped)")
+            return None
+        t = int(snap.t_ns)
+        r = self.resolved
+        prog: dict[str, list] = {k: [] for k in ("rank", "pg", "entered", "completed")}
+        err: list[tuple[int, str, int, str, str]] = []
+        for c in snap.comms:
+            pg = r.pg_of.get(c.hash)
+            if pg is None or pg not in r.groups:
+                continue
+            entries = []
+            pending: set[str] = set()
+            for rk in c.ranks:
+                g = r.rank(rk.host, rk.pid)
+                if g is None:
+                    continue
+                front = self.frontiers.at(g, pg, t)
+                counts = {op_name(k): v for k, v in rk.counts.items()}
+                if front is None:
+                    entered, completed = launched_index(counts, None, -1), None
+                else:
+                    gappy = self.frontiers.gappy.get((g, pg), set())
+                    entered = max(launched_index(counts, front[1], front[0], gappy),
+                                  front[0])
+                    completed = front[0]
+                    pending |= {k for k, v in counts.items() if v > front[1].get(k, -1) + 1}
+                entries.append((g, entered, completed))
+                if rk.failed and (g, pg) not in self._failed:
+                    self._failed.add((g, pg))
+                    err.append((g, pg, entered if entered >= 0 else 0, "unknown",
+                                f"RAS: rank {rk.rank} of {pg} reports init state "
+                                f"{rk.init_state}, asynchronous error {rk.async_error}"))
+            top = max((e for _, e, _ in entries), default=-1)
+            for g, entered, completed in entries:
+                if entered < 0:
+                    continue
+                if completed is None:
+                    completed = entered - 1 if entered == top else entered
+                prog["rank"].append(g)
+                prog["pg"].append(pg)
+                prog["entered"].append(entered)
+                prog["completed"].append(completed if completed >= 0 else None)
+            op = next(iter(pending)) if len(pending) == 1 else "unknown"
+            err += [(*e[:3], op, e[3]) for e in self._missing_rows(c.missing, pg, t, top)]
+        out = RasRows(t)
+        if prog["rank"]:
+            n = len(prog["rank"])
+            out.progress = ProgressRecords.build(prog["rank"], prog["pg"], [t] * n,
+                                                 prog["entered"], prog["completed"])
+        if err:
+            out.errors = failed_rows(err, t)
+        return out
+
+    def _missing_rows(self, missing: Iterable, pg: str, t: int, top: int
+                      ) -> list[tuple[int, str, int, str]]:
+        out = []
+        for m in missing:
+            g = self.resolved.rank(m.host, m.pid)
+            if g is None:
+                continue
+            st = self._missing.get((g, pg))
+            if st is None:
+                st = self._missing[(g, pg)] = _Missing(t)
+            elif t > st.first_ns:
+                st.times += 1
+            if st.reported or not (m.considered_dead or (m.unresponsive and st.times >= 2)):
+                continue
+            st.reported = True
+            front = self.frontiers.at(g, pg, t)
+            seq = front[0] + 1 if front is not None else max(top, 0)
+            state = "considered dead" if m.considered_dead else "unresponsive"
+            out.append((g, pg, seq, f"RAS: rank {m.rank} of {pg} (process {m.pid} on "
+                        f"{m.host}) is {state}: missing from every report since then"))
+        return out
+
+
+def failed_rows(rows: list[tuple[int, str, int, str, str]], t_ns: int) -> Columns:
+    """Op rows with status ``error`` for (rank, pg, seq, op, error text), at ``t_ns``."""
+    n = len(rows)
+    table: dict[str, int] = {}
+    pg = [table.setdefault(x[1], len(table)) for x in rows]
+    op = [table.setdefault(x[3], len(table)) for x in rows]
+    blank = table.setdefault("", len(table))
+    cols = {"rank": [x[0] for x in rows], "pg": pg, "seq": [x[2] for x in rows],
+            "op": op, "nbytes": [0] * n, "dtype": [blank] * n, "t_enter_ns": [t_ns] * n,
+            "t_start_ns": [-1] * n, "t_end_ns": [t_ns] * n,
+            "status": [STATUS_CODES["error"]] * n, "peer": [-1] * n}
+    return Columns({k: np.asarray(cols[k]).astype(dt) for k, dt in OP_COLUMNS.items()},
+                   list(table), {i: x[4] for i, x in enumerate(rows)})
