@@ -26,11 +26,11 @@ upper bound, late by up to the dump interval).
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import math
 from collections.abc import Iterator
 from dataclasses import fields
-from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,13 +38,14 @@ import numpy as np
 import orjson
 
 from diagnosis.nccl.ids import comm_hash, op_name
+from diagnosis.nccl.inspector_fast import scan_block
 from diagnosis.nccl.problems import Problems
 from diagnosis.nccl.records import CommKey, DumpStats, NcclOps, OpRecord
-from diagnosis.trace.columns import Bad, int_column
+from diagnosis.trace.columns import Bad
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LineReader", "find_inspector_files", "parse_lines", "parse_records",
+__all__ = ["LineReader", "find_inspector_files", "parse_block", "parse_lines", "parse_records",
            "read_inspector_file"]
 
 #: format major versions whose fields this reader knows (others are read with a warning)
@@ -59,30 +60,76 @@ _NONE = -1
 class _Context:
     """The header and metadata in force (v4.3+ lines without them inherit the last ones)."""
 
-    __slots__ = ("header", "metadata", "unknown_versions")
+    __slots__ = ("header", "last_line", "metadata", "unknown_versions")
 
     def __init__(self) -> None:
         self.header: dict[str, Any] | None = None
         self.metadata: dict[str, Any] | None = None
         self.unknown_versions: set[str] = set()
+        self.last_line: bytes | None = None      # the previous block's last line
+
+
+def parse_block(block: bytes, first_line: int, source: str,
+                problems: Problems | None = None, context: _Context | None = None) -> NcclOps:
+    """The records of whole lines (``block`` ends with a newline; ``first_line`` is the number
+    of its first line): the scanner (:mod:`diagnosis.nccl.inspector_fast`) reads the compact
+    lines, the JSON path the rest; rows in file order."""
+    problems = problems if problems is not None else Problems()
+    ctx = context if context is not None else _Context()
+    try:
+        ops, bad, versions = scan_block(block, first_line, source)
+    except ValueError:
+        ops, bad, versions = NcclOps.empty(source), None, []
+    for v in versions:
+        _check_version(v, source, first_line, problems, ctx)
+    lines = block.split(b"\n")[:-1]
+    if bad is None:
+        bad = np.arange(len(lines))
+    if len(bad):
+        recs: list[OpRecord] = []
+        stats: list[DumpStats] = []
+        bad_set = set(bad.tolist())
+        for i in bad.tolist():
+            if i > 0 and i - 1 not in bad_set:
+                _context_from(lines[i - 1], ctx)      # a v4.3+ line inherits header/metadata
+            elif i == 0 and ctx.last_line is not None:
+                _context_from(ctx.last_line, ctx)
+            ln = lines[i]
+            if not ln.strip():
+                continue
+            try:
+                o = orjson.loads(ln)
+            except orjson.JSONDecodeError:
+                problems.add(source, first_line + i, "bad_line", "not a JSON object (a "
+                             "truncated line?): skipped; the lines after it are read")
+                continue
+            _one(o, first_line + i, source, problems, ctx, recs, stats)
+        slow = NcclOps.from_records(recs, source, stats)
+        ops = NcclOps.concat([ops, slow], source).in_line_order()
+    if lines:
+        ctx.last_line = lines[-1]
+    return ops
+
+
+def _context_from(line: bytes, ctx: _Context) -> None:
+    try:
+        o = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return
+    if isinstance(o, dict):
+        if isinstance(o.get("header"), dict):
+            ctx.header = o["header"]
+        if isinstance(o.get("metadata"), dict):
+            ctx.metadata = o["metadata"]
 
 
 def parse_lines(lines: list[bytes], first_line: int, source: str,
                 problems: Problems | None = None,
                 context: _Context | None = None) -> NcclOps:
-    """The records of consecutive lines of one file (``first_line``: the number of the first).
-
-    Blank lines are skipped; a line that cannot be read is skipped with a problem noted."""
-    problems = problems if problems is not None else Problems()
-    ctx = context if context is not None else _Context()
-    try:
-        objs = orjson.loads(b"[" + b",".join(lines) + b"]")
-        if len(objs) != len(lines):
-            raise ValueError
-        return _fast(objs, first_line, source, problems, ctx)
-    except (orjson.JSONDecodeError, ValueError, TypeError, KeyError, Bad, AttributeError):
-        pass
-    recs, stats = parse_records(lines, first_line, source, problems, ctx)
+    """The records of consecutive lines, every line through the JSON path (the reference the
+    scanner is tested against). Blank lines are skipped; a line that cannot be read is
+    skipped with a problem noted."""
+    recs, stats = parse_records(lines, first_line, source, problems, context)
     return NcclOps.from_records(recs, source, stats)
 
 
@@ -107,131 +154,6 @@ def parse_records(lines: list[bytes], first_line: int, source: str,
             continue
         _one(o, n, source, problems, ctx, recs, stats)
     return recs, stats
-
-
-def _fast(objs: list[Any], first: int, source: str, problems: Problems,
-          ctx: _Context) -> NcclOps:
-    """The common block: every line a full record (header, metadata, one payload)."""
-    n = len(objs)
-    if not n:
-        return NcclOps.empty(source)
-    hdr = list(map(itemgetter("header"), objs))
-    meta = list(map(itemgetter("metadata"), objs))
-    coll = [o.get("coll_perf") for o in objs]
-    n_coll = n - coll.count(None)
-    if n_coll == n:
-        pay, is_p2p = coll, None
-    else:
-        p2p = [o.get("p2p_perf") for o in objs]
-        if n_coll + n - p2p.count(None) != n:
-            raise Bad    # a marker, another payload or none: line by line
-        pay = [c if c is not None else p for c, p in zip(coll, p2p)]
-        is_p2p = np.fromiter((c is None for c in coll), dtype=bool, count=n)
-    versions = dict.fromkeys(map(itemgetter("inspector_output_format_version"), meta))
-    for v in versions:
-        _check_version(v, source, first, problems, ctx)
-    # processes and communicators: interned by (hostname, pid) and (id, rank)
-    hosts = list(map(itemgetter("hostname"), meta))
-    pids = list(map(itemgetter("pid"), meta))
-    procs = dict.fromkeys(zip(hosts, pids))
-    ids = list(map(itemgetter("id"), hdr))
-    ranks = list(map(itemgetter("rank"), hdr))
-    comm_keys = dict.fromkeys(zip(ids, ranks, pids))
-    ctx.header, ctx.metadata = hdr[-1], meta[-1]
-    first_of = {k: i for i, k in reversed(list(enumerate(zip(ids, ranks, pids))))}
-    comms: list[CommKey] = []
-    for k in comm_keys:
-        h = hdr[first_of[k]]
-        comms.append(_comm(h))
-    for p in procs:
-        if not isinstance(p[0], str) or not isinstance(p[1], int):
-            raise Bad
-    proc_idx = {p: i for i, p in enumerate(procs)}
-    comm_idx = {k: i for i, k in enumerate(comm_keys)}
-    proc = np.fromiter(map(proc_idx.__getitem__, zip(hosts, pids)), dtype=np.int32, count=n)
-    comm = np.fromiter(map(comm_idx.__getitem__, zip(ids, ranks, pids)), dtype=np.int32, count=n)
-    if is_p2p is None:
-        funcs = list(map(itemgetter("coll"), pay))
-        sn = int_column(list(map(itemgetter("coll_sn"), pay)))
-        msg = int_column(list(map(itemgetter("coll_msg_size_bytes"), pay)))
-        exe = _opt_int(list(map(_getter("coll_exec_time_us"), pay)))
-        bw = list(map(_getter("coll_busbw_gbs"), pay))
-        peer = np.full(n, _NONE, dtype=np.int64)
-    else:
-        funcs = [p["p2p"] if q else p["coll"] for p, q in zip(pay, is_p2p.tolist())]
-        sn = int_column([p["p2p_sn"] if q else p["coll_sn"] for p, q in zip(pay, is_p2p.tolist())])
-        msg = int_column([p["p2p_msg_size_bytes"] if q else p["coll_msg_size_bytes"]
-                          for p, q in zip(pay, is_p2p.tolist())])
-        exe = _opt_int([p.get("p2p_exec_time_us") if q else p.get("coll_exec_time_us")
-                        for p, q in zip(pay, is_p2p.tolist())])
-        bw = [p.get("p2p_busbw_gbs") if q else p.get("coll_busbw_gbs")
-              for p, q in zip(pay, is_p2p.tolist())]
-        peer = np.full(n, _NONE, dtype=np.int64)
-        peer[is_p2p] = int_column([p["p2p_peer"] for p, q in zip(pay, is_p2p.tolist()) if q])
-    op_table = {f: i for i, f in enumerate(dict.fromkeys(funcs))}
-    if not all(isinstance(f, str) for f in op_table):
-        raise Bad
-    op = np.fromiter(map(op_table.__getitem__, funcs), dtype=np.int32, count=n)
-    if (sn < 0).any() or (msg < 0).any():
-        raise Bad
-    dump = int_column(list(map(itemgetter("dump_timestamp_us"), meta)))
-    busbw = _bandwidth(bw, first, source, problems)
-    start, kstart, kstop = _verbose(pay, is_p2p)
-    return NcclOps(source, list(procs), comms, [op_name(f) for f in op_table],
-                          proc, comm, op, sn, peer, msg, exe, dump, start, kstart, kstop,
-                          np.arange(first, first + n, dtype=np.int64), busbw)
-
-
-def _getter(key: str):
-    return lambda d: d.get(key)
-
-
-def _opt_int(values: list[Any]) -> np.ndarray:
-    missing = values.count(None)
-    if missing == len(values):
-        return np.full(len(values), _NONE, dtype=np.int64)
-    if missing:
-        values = [_NONE if v is None else v for v in values]
-    arr = np.asarray(values)
-    if arr.dtype.kind == "f":       # an older or foreign writer's float µs
-        if not np.isfinite(arr).all():
-            raise Bad
-        arr = np.round(arr)
-    elif arr.dtype.kind not in "iu":
-        raise Bad
-    return arr.astype(np.int64)
-
-
-def _bandwidth(values: list[Any], first: int, source: str, problems: Problems) -> np.ndarray:
-    """Bus bandwidths; NCCL prints NaN as the string ``"nan"``, read as NaN (noted once)."""
-    try:
-        arr = np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
-    except (ValueError, TypeError):
-        raise Bad from None
-    if any(isinstance(v, str) for v in values):
-        i = next(i for i, v in enumerate(values) if isinstance(v, str))
-        problems.add(source, first + i, "nan", 'bandwidth written as the string "nan" (an '
-                     "execution time of 0 µs): read as not a number")
-    return arr
-
-
-def _verbose(pay: list[dict[str, Any]], is_p2p: np.ndarray | None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The verbose times (µs): enqueue, first kernel start, last kernel stop; -1 without."""
-    n = len(pay)
-    traces = [p.get("event_trace_ts") for p in pay]
-    if traces.count(None) == n:
-        none = np.full(n, _NONE, dtype=np.int64)
-        return none, none.copy(), none.copy()
-    start = np.full(n, _NONE, dtype=np.int64)
-    kstart = np.full(n, _NONE, dtype=np.int64)
-    kstop = np.full(n, _NONE, dtype=np.int64)
-    for i, t in enumerate(traces):
-        if t is None:
-            continue
-        s, a, b = _trace_times(t)
-        start[i], kstart[i], kstop[i] = s, a, b
-    return start, kstart, kstop
 
 
 def _trace_times(t: Any) -> tuple[int, int, int]:
@@ -384,6 +306,11 @@ def read_inspector_file(path: str | Path, *, problems: Problems | None = None,
     newline (the process died mid-write) is noted and skipped."""
     path = Path(path)
     problems = problems if problems is not None else Problems()
+    pretty = _pretty(path, problems)
+    if pretty is not None:
+        if len(pretty) or pretty.stats:
+            yield pretty
+        return
     reader = LineReader(str(path), problems)
     try:
         with _open(path) as fh:
@@ -398,6 +325,38 @@ def read_inspector_file(path: str | Path, *, problems: Problems | None = None,
         problems.add(str(path), reader.line, "truncated_file",
                      f"the file ends early ({exc}): read up to here")
     reader.finish()
+
+
+def _pretty(path: Path, problems: Problems) -> NcclOps | None:
+    """A file of pretty-printed records (documentation samples, a ``jq .`` of a dump): read as
+    JSON documents one after the other; None for JSON lines."""
+    with _open(path) as fh:
+        head = fh.read(64)
+    if not head.lstrip().startswith(b"{") or head.lstrip()[1:].lstrip()[:1] not in (b'"', b"}"):
+        return None
+    first = head.lstrip().split(b"\n", 1)[0].strip()
+    if first != b"{":
+        return None
+    with _open(path) as fh:
+        text = fh.read().decode("utf-8", "replace")
+    dec, pos = json.JSONDecoder(), 0
+    ctx = _Context()
+    recs: list[OpRecord] = []
+    stats: list[DumpStats] = []
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            break
+        line = text.count("\n", 0, pos) + 1
+        try:
+            obj, pos = dec.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            problems.add(str(path), line, "bad_line", "a record cut short: the rest of the "
+                         "file is skipped")
+            break
+        _one(obj, line, str(path), problems, ctx, recs, stats)
+    return NcclOps.from_records(recs, str(path), stats)
 
 
 class LineReader:
@@ -419,10 +378,10 @@ class LineReader:
             self.partial = data
             return NcclOps.empty(self.source)
         self.partial = data[cut + 1:]
-        lines = data[:cut].split(b"\n")
+        block = data[:cut + 1]
         first = self.line
-        self.line += len(lines)
-        return parse_lines(lines, first, self.source, self.problems, self.context)
+        self.line += block.count(b"\n")
+        return parse_block(block, first, self.source, self.problems, self.context)
 
     def finish(self) -> None:
         """The end of the file: a partial last line is a truncated record."""

@@ -162,6 +162,15 @@ class NcclOps:
             busbw=np.asarray([r.busbw_gbs for r in recs], dtype=np.float64),
             dropped=sum(s.dropped for s in st), stats=st)
 
+    def in_line_order(self) -> NcclOps:
+        """The rows sorted by line (rows of two paths joined)."""
+        if len(self) < 2 or (np.diff(self.line) >= 0).all():
+            return self
+        o = np.argsort(self.line, kind="stable")
+        for name in ("proc", "comm", "op", *_INT_COLS, "busbw"):
+            setattr(self, name, getattr(self, name)[o])
+        return self
+
     def records(self) -> list[OpRecord]:
         """The rows as records (tests, small files); bandwidths other than bus are not kept."""
         out = []

@@ -100,7 +100,7 @@ class SeqMapper:
         types = sorted({ops[int(x)] for x in np.unique(t).tolist()}
                        | {k for st in states for k in st.last})
         type_id = {name: i for i, name in enumerate(types)}
-        row_type = np.asarray([type_id[name] for name in ops], dtype=np.int64)[t]
+        row_type = np.asarray([type_id.get(name, -1) for name in ops], dtype=np.int64)[t]
         total = s.copy()
         own_before = np.full(n, -1, dtype=np.int64)
         new_last: list[np.ndarray] = []

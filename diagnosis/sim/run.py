@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,27 +62,40 @@ class CallRate:
 
 
 def simulate(cfg: SimConfig, out_dir: str | Path, *, compress: bool = False,
-             order: str = "complete") -> SimResult:
+             order: str = "complete", sinks: Sequence[SinkFactory] = (),
+             trace: bool = True) -> SimResult:
     """Simulate ``cfg`` and write ``trace.jsonl`` (or ``.jsonl.gz``), ``topology.json`` and
     ``truth.json`` into ``out_dir``; the trace is streamed one iteration at a time.
 
     ``order``: ``complete`` writes records as collectors ship them (by completion time, calls
     in flight by entry time); ``enter`` writes each iteration's records by entry time. With
-    ``cfg.sample`` the trace is the reduced one of format version 2 (diagnosis.sim.reduced)."""
+    ``cfg.sample`` the trace is the reduced one of format version 2 (diagnosis.sim.reduced).
+
+    ``sinks`` make, from the simulation and ``out_dir``, writers of other formats of the same
+    run that take the op rows in completion order (``diagnosis.sim.formats``); ``trace=False``
+    writes no c4 trace (only the sinks' files)."""
     if order not in ORDERS:
         raise SimError(f"order {order!r} is not one of {ORDERS}")
+    if sinks and order != "complete":
+        raise SimError("other formats than the trace are written in completion order: "
+                       "use order 'complete'")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sim = Simulation(cfg)
     sim.topo.save(out / TOPOLOGY)
-    trace = out / (TRACE_GZ if compress else TRACE)
+    made = [make(sim, out) for make in sinks]
+    path = out / (TRACE_GZ if compress else TRACE)
     rate = CallRate()
-    with open_trace(trace, compress) as fh:
-        writer = TraceWriter(fh, sim)
+    with open_trace(path, compress) if trace else open(os.devnull, "w") as fh:
+        writer = TraceWriter(fh, sim) if trace else _Counted(fh, sim)
         reduced = (ReducedWriter(writer, sim, cfg.sample, cfg.window_ns)
                    if cfg.sample is not None else None)
-        n = _write(sim, writer, reduced, order, rate)
+        n = _write(sim, writer, reduced, order, rate, made)
+    if not trace:
+        path = made[0].path if made else path
     records = {"op": writer.n_ops, "conn": writer.n_conns}
+    for sink in made:
+        records.update(sink.records())
     if reduced is not None:
         records.update(progress=reduced.n_progress, linkstat=reduced.n_linkstat,
                        port=reduced.n_port)
@@ -88,12 +103,41 @@ def simulate(cfg: SimConfig, out_dir: str | Path, *, compress: bool = False,
     (out / TRUTH).write_text(json.dumps(truth_document(sim, records, per_s), indent=1) + "\n")
     log.info("simulated %d iterations (%.0f calls/s per rank): %s", n, per_s,
              ", ".join(f"{v} {k}" for k, v in records.items()))
-    return SimResult(trace, out / TOPOLOGY, out / TRUTH, writer.n_ops, writer.n_conns, n,
+    return SimResult(path, out / TOPOLOGY, out / TRUTH, writer.n_ops, writer.n_conns, n,
                      per_s, records)
 
 
+class Sink(Protocol):
+    """Another format of the same run: takes the op rows in completion order."""
+
+    path: Path
+
+    def rows(self, ops: dict[str, np.ndarray], upto_ns: int) -> None: ...
+
+    def end(self, end_ns: int) -> None: ...
+
+    def records(self) -> dict[str, int]: ...
+
+
+SinkFactory = Callable[[Simulation, Path], Sink]
+
+
+class _Counted(TraceWriter):
+    """Counts the rows of a trace that is not written."""
+
+    def header(self, sample: int | None = None) -> None:
+        pass
+
+    def rows(self, ops: dict[str, np.ndarray], conns: dict[str, np.ndarray]) -> None:
+        self.n_ops += len(ops["rank"]) if ops else 0
+        self.n_conns += len(conns["conn"]) if conns else 0
+
+    def end(self) -> None:
+        pass
+
+
 def _write(sim: Simulation, writer: TraceWriter, reduced: ReducedWriter | None, order: str,
-           rate: CallRate) -> int:
+           rate: CallRate, sinks: Sequence[Sink] = ()) -> int:
     """Stream the simulation's records to the trace; returns the iterations simulated."""
     cfg = sim.cfg
     (reduced or writer).header()
@@ -108,13 +152,20 @@ def _write(sim: Simulation, writer: TraceWriter, reduced: ReducedWriter | None, 
         rows = reorder.push(batch, sim.iteration_start[-1]) if order == "complete" \
             else (batch.ops, batch.conns)
         _rows(writer, reduced, rows, upto)
+        for sink in sinks:
+            sink.rows(rows[0], upto)
         n += 1
     if order == "complete":
-        _rows(writer, reduced, reorder.flush(), upto)
+        rows = reorder.flush()
+        _rows(writer, reduced, rows, upto)
+        for sink in sinks:
+            sink.rows(rows[0], upto)
     if reduced is not None:
         reduced.end()
     else:
         writer.end()
+    for sink in sinks:
+        sink.end(sim.end_ns)
     return n
 
 
