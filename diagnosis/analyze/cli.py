@@ -1,5 +1,5 @@
-"""``c4 analyze``: stream a telemetry trace (or Flight Recorder dumps) through the detectors and
-print the fault reports (shared specs section 3)."""
+"""``c4 analyze``: stream a telemetry trace (or Flight Recorder dumps, or NCCL's own telemetry)
+through the detectors and print the fault reports (shared specs section 3)."""
 
 from __future__ import annotations
 
@@ -37,25 +37,46 @@ def analyze(
                                                "stopped this many seconds after its last "
                                                "record (when the hung job was killed), so that "
                                                "calls still open then are judged as hangs."),
+    nccl_inspector: list[Path] = typer.Option([], "--nccl-inspector", exists=True, help="NCCL "
+                                              "Inspector output instead of a trace: a "
+                                              "directory of <host>-pid<pid>.log (.jsonl, .gz) "
+                                              "and .prom files, every node's (repeatable)."),
+    ncclras: list[Path] = typer.Option([], "--ncclras", exists=True, dir_okay=False,
+                                       help="ncclras output: status reports (text or -f json, "
+                                       "one or several one after the other) or monitor events "
+                                       "(repeatable)."),
+    logs: list[str] = typer.Option([], "--logs", help="Job logs with NCCL_DEBUG lines and "
+                                   "PyTorch watchdog lines: a file, a directory (every file "
+                                   "in it) or a quoted glob (repeatable)."),
+    nccl_profiler: list[Path] = typer.Option([], "--nccl-profiler", exists=True, dir_okay=False,
+                                             help="NCCL profiler output: the example plugin's "
+                                             "Chrome traces or CoMMA's latency files "
+                                             "(repeatable)."),
 ) -> None:
     """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors.
 
     Traces of format version 2 (reduced telemetry: sampled calls, progress, linkstat and port
     records) are read like version 1; records of a type this c4 does not know are skipped with
-    a warning.
+    a warning. NCCL's telemetry (--nccl-inspector, --ncclras, --logs, --nccl-profiler, any mix)
+    goes through the same detectors (see diagnosis/nccl/README.md).
     """
     from diagnosis.errors import DiagnosisError
 
     if fmt not in ("json", "table"):
         _fail(f"--format must be 'json' or 'table', not {fmt!r}")
-    if (trace is None) == (flight_recorder is None):
-        _fail("give either a TRACE file or --flight-recorder DIR")
-    if stopped_after is not None and trace is None:
+    nccl = bool(nccl_inspector or ncclras or logs or nccl_profiler)
+    if (trace is not None) + (flight_recorder is not None) + nccl != 1:
+        _fail("give a TRACE file, --flight-recorder DIR, or NCCL's telemetry "
+              "(--nccl-inspector DIR, --ncclras FILE, --logs FILE, --nccl-profiler FILE)")
+    if stopped_after is not None and trace is None and not nccl:
         _fail("--stopped-after is about a TRACE file: Flight Recorder dumps need no end time")
     if prefix is not None and flight_recorder is None:
         _fail("--prefix selects Flight Recorder dumps: use it with --flight-recorder DIR")
     try:
-        if flight_recorder is not None:
+        if nccl:
+            reports = _nccl(nccl_inspector, ncclras, logs, nccl_profiler, topology, jobs,
+                            None if stopped_after is None else int(stopped_after * 1e9))
+        elif flight_recorder is not None:
             reports = _flight_recorder(flight_recorder, prefix)
         else:
             reports = _trace(trace, topology, jobs,
@@ -74,6 +95,27 @@ def _flight_recorder(path: Path, prefix: str | None) -> list:
     from diagnosis.flight_recorder import analyze_dumps
 
     return analyze_dumps(Path(path), prefix)
+
+
+def _nccl(inspector: list[Path], ras: list[Path], logs: list[str], profiler: list[Path],
+          topology_path: Path | None, jobs: int | None, stopped_after_ns: int | None) -> list:
+    from diagnosis.nccl.analyze import analyze_nccl, dropped_summary
+    from diagnosis.nccl.sources import expand_paths, read_sources
+
+    sources = read_sources(inspector, ras, expand_paths(logs), profiler, workers=jobs)
+    topology = None
+    if topology_path is not None:
+        from diagnosis.topology import Topology
+
+        topology = Topology.load(topology_path)
+    reports, stats = analyze_nccl(sources, topology, stopped_after_ns=stopped_after_ns)
+    typer.echo(f"read {stats.ops_read:,} operations of {stats.ranks} ranks in {stats.groups} "
+               f"communicators ({', '.join(f'{n} {k}' for k, n in stats.files.items())}); "
+               f"{stats.ras_reports} RAS reports"
+               + (f"; left out: {dropped_summary(stats)}" if stats.dropped else "")
+               + (f"; bad input: {sources.problems.summary()}" if len(sources.problems) else ""),
+               err=True)
+    return reports
 
 
 def _trace(trace: Path, topology_path: Path | None, jobs: int | None,

@@ -50,6 +50,12 @@ class Problems:
             self._warned.add(key)
             self.logger.warning("%s: %s", p.where(), message)
 
+    def merge(self, other: Problems) -> None:
+        """Take the problems another reader collected (a worker process's), warned already."""
+        self.counts.update(other.counts)
+        self.seen.extend(other.seen[: max(0, self.keep - len(self.seen))])
+        self._warned |= other._warned
+
     def __len__(self) -> int:
         return sum(self.counts.values())
 

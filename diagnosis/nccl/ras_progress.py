@@ -109,7 +109,8 @@ class RasFeed:
                 prog["entered"].append(entered)
                 prog["completed"].append(completed if completed >= 0 else None)
             op = next(iter(pending)) if len(pending) == 1 else "unknown"
-            err += [(*e[:3], op, e[3]) for e in self._missing_rows(c.missing, pg, t, top)]
+            if top >= 0:     # a communicator of point-to-point calls only has no call to fail
+                err += [(*e[:3], op, e[3]) for e in self._missing_rows(c.missing, pg, t, top)]
         out = RasRows(t)
         if prog["rank"]:
             n = len(prog["rank"])

@@ -8,9 +8,12 @@ holds status reports or monitor events; a profiler file is the example plugin's 
 
 from __future__ import annotations
 
+import glob
 import logging
+import os
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +30,7 @@ from diagnosis.nccl.records import NcclOps
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NcclSources", "read_sources"]
+__all__ = ["NcclSources", "expand_paths", "read_sources"]
 
 
 @dataclass
@@ -52,16 +55,19 @@ class NcclSources:
 
 def read_sources(inspector: Iterable[str | Path] = (), ras: Iterable[str | Path] = (),
                  logs: Iterable[str | Path] = (), profiler: Iterable[str | Path] = (),
-                 problems: Problems | None = None) -> NcclSources:
-    """Read every source given.
+                 problems: Problems | None = None, workers: int | None = 0) -> NcclSources:
+    """Read every source given; ``workers`` > 0 reads the Inspector files in that many
+    processes (None: the CPUs less one, at most 4).
 
     Raises:
         DiagnosisError: a path does not exist, or an Inspector directory holds no Inspector
             file (the message says how to get some).
     """
     out = NcclSources(problems=problems if problems is not None else Problems())
+    if workers is None:
+        workers = max(0, min(4, (os.cpu_count() or 1) - 1))
     for root in inspector:
-        _inspector(Path(root), out)
+        _inspector(Path(root), out, workers)
     for f in ras:
         _ras(_exists(f), out)
     logs = [_exists(f) for f in logs]
@@ -80,7 +86,34 @@ def _exists(path: str | Path) -> Path:
     return p
 
 
-def _inspector(root: Path, out: NcclSources) -> None:
+def expand_paths(paths: Iterable[str]) -> list[Path]:
+    """Files named, every file of a directory named, and the files a quoted glob matches.
+
+    Raises:
+        DiagnosisError: a name matches nothing."""
+    out: list[Path] = []
+    for name in paths:
+        p = Path(name)
+        if p.is_dir():
+            out += sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+        elif p.exists():
+            out.append(p)
+        elif any(ch in name for ch in "*?["):
+            found = sorted(Path(g) for g in glob.glob(name) if Path(g).is_file())
+            if not found:
+                raise DiagnosisError(f"{name} matches no file")
+            out += found
+        else:
+            raise DiagnosisError(f"{name} does not exist")
+    return out
+
+
+def _read_one(path: Path) -> tuple[list[NcclOps], Problems]:
+    problems = Problems()
+    return [b for b in read_inspector_file(path, problems=problems) if len(b)], problems
+
+
+def _inspector(root: Path, out: NcclSources, workers: int = 0) -> None:
     _exists(root)
     files = find_inspector_files(root)
     proms = sorted(root.rglob("*.prom")) if root.is_dir() else \
@@ -91,10 +124,15 @@ def _inspector(root: Path, out: NcclSources) -> None:
             "writes nothing unless NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS is set "
             "(c4 run --nccl-inspector sets it), into NCCL_INSPECTOR_DUMP_DIR or "
             "nccl-inspector-<jobid> in the job's working directory")
-    for f in files:
-        out.files["inspector"] += 1
-        parts = list(read_inspector_file(f, problems=out.problems))
-        out.ops.extend(p for p in parts if len(p))
+    out.files["inspector"] += len(files)
+    if workers > 0 and len(files) > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            done = list(pool.map(_read_one, files, chunksize=max(1, len(files) // (4 * workers))))
+    else:
+        done = [_read_one(f) for f in files]
+    for parts, problems in done:
+        out.ops.extend(parts)
+        out.problems.merge(problems)
     for f in proms:
         out.files["prometheus"] += 1
         pf = read_prom_file(f, out.problems)
