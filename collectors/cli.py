@@ -39,6 +39,18 @@ def run(
     sidecar_socket: Path | None = typer.Option(
         None, "--sidecar-socket", help="Unix socket of the node's sidecar (sets "
         "C4_SIDECAR_SOCKET; default: $XDG_RUNTIME_DIR/c4/sidecar.sock or /tmp/c4/sidecar.sock)."),
+    nccl_inspector: str | None = typer.Option(
+        None, "--nccl-inspector", is_flag=False, flag_value="", metavar="[DIR]",
+        help="Turn NCCL's Inspector on for the job (NCCL 2.28+), writing into DIR (give it as "
+        "--nccl-inspector=DIR; default: nccl-inspector-<job> in the working directory): sets "
+        "NCCL_INSPECTOR_ENABLE, a dump interval (without one it writes nothing), verbose "
+        "timing, every call recorded."),
+    nccl_plugin: str | None = typer.Option(
+        None, "--nccl-profiler-plugin", metavar="PATH",
+        help="With --nccl-inspector: the Inspector library (libnccl-profiler-inspector.so; "
+        "default: found by name on the library path)."),
+    collect: bool = typer.Option(True, "--collect/--no-collect", help="Install c4's hook on "
+                                 "torch.distributed (off: NCCL's Inspector alone)."),
 ) -> None:
     """Run COMMAND with the c4 collector hooking torch.distributed in its Python processes.
 
@@ -51,7 +63,17 @@ def run(
         command = command[1:]
     if not command:
         raise typer.BadParameter("give the command to run after `--`", param_hint="COMMAND")
-    env = run_environment(dict(os.environ), job, sidecar_socket)
+    env = run_environment(dict(os.environ), job, sidecar_socket) if collect else dict(os.environ)
+    if nccl_inspector == "--":      # the flag without a value, then the command's "--"
+        nccl_inspector = ""
+    if nccl_inspector is not None:
+        from diagnosis.nccl.inspector_env import inspector_environment
+
+        for note in inspector_environment(env, nccl_inspector or None, nccl_plugin, job):
+            typer.echo(f"c4 run: {note}", err=True)
+    elif nccl_plugin is not None:
+        raise typer.BadParameter("give it with --nccl-inspector",
+                                 param_hint="--nccl-profiler-plugin")
     if shutil.which(command[0], path=env.get("PATH")) is None and os.sep not in command[0]:
         typer.echo(f"c4 run: command not found: {command[0]}", err=True)
         raise typer.Exit(127)

@@ -98,10 +98,19 @@ class Frontiers:
 
 
 class OpConverter:
-    """Turns operation rows into c4's, stream state kept between batches."""
+    """Turns operation rows into c4's, stream state kept between batches.
 
-    def __init__(self, resolved: Resolved) -> None:
+    ``require_groups``: keep only rows of communicators whose every member is known (offline,
+    where the engine needs the whole group). A node following its own files (live) sees part
+    of each communicator: it keeps every row with a rank, and gives sends and receives the
+    peer's global rank where ``members`` (pg -> global rank by communicator rank, -1 unknown,
+    as :class:`~diagnosis.nccl.live.GroupAssembler` collects them) knows it."""
+
+    def __init__(self, resolved: Resolved, require_groups: bool = True,
+                 members: dict[str, np.ndarray] | None = None) -> None:
         self.r = resolved
+        self.require_groups = require_groups
+        self.members = members if members is not None else {}
         self.mapper = SeqMapper()
         self.frontiers = Frontiers()
         self.dropped: Counter = Counter()
@@ -117,7 +126,8 @@ class OpConverter:
         canon = [r.canonical.get(p, p) for p in ops.procs]
         proc_rank = np.asarray([r.rank_of.get(p, -1) for p in canon] or [-1], dtype=np.int64)
         comm_pg = [r.pg_of.get(c.hash) for c in ops.comms]
-        comm_ok = np.asarray([pg is not None and pg in r.groups for pg in comm_pg] or [False])
+        comm_ok = np.asarray([pg is not None and (pg in r.groups or not self.require_groups)
+                              for pg in comm_pg] or [False])
         # streams: one process on one communicator
         code = ops.proc.astype(np.int64) * max(len(ops.comms), 1) + ops.comm
         ucode, stream = np.unique(code, return_inverse=True)
@@ -146,7 +156,8 @@ class OpConverter:
                 out = np.full(len(pr), -1, dtype=np.int64)
                 out[good] = members[pr[good]]
                 peer[rows] = out
-            keep &= ~p2p | (peer >= 0)
+            if self.require_groups:
+                keep &= ~p2p | (peer >= 0)
         if not keep.any():
             return None
         idx = np.flatnonzero(keep)
@@ -179,8 +190,10 @@ class OpConverter:
                        list(table))
 
     def _members(self, pg: str | None) -> np.ndarray:
-        if pg is None or pg not in self.r.groups:
+        if pg is None:
             return np.zeros(0, dtype=np.int64)
+        if pg not in self.r.groups:
+            return self.members.get(pg, np.zeros(0, dtype=np.int64))
         m = self._peer_maps.get(pg)
         if m is None:
             m = self._peer_maps[pg] = np.asarray(self.r.groups[pg], dtype=np.int64)

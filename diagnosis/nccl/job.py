@@ -133,10 +133,14 @@ class JobModel:
         self.aliases[addr] = hostname
 
     # ----- reconciliation -------------------------------------------------------------------
-    def resolve(self, host_order: list[str] | None = None) -> Resolved:
+    def resolve(self, host_order: list[str] | None = None, hints_only: bool = False
+                ) -> Resolved:
         """Join the names of each process, number the ranks, name the communicators.
 
-        ``host_order``: the topology's hosts, in its order (ranks fill hosts in that order)."""
+        ``host_order``: the topology's hosts, in its order (ranks fill hosts in that order).
+        ``hints_only``: number only the processes whose rank a source gave (``rank_hint``:
+        the live follower reads it from the process's environment), as a node that sees part
+        of the job must, so that every node numbers alike."""
         canonical = self._join()
         procs: dict[Proc, ProcInfo] = {}
         for key, info in self.procs.items():
@@ -163,23 +167,28 @@ class JobModel:
             members[comm][rank] = min(owners)
         for comm, info in self.comms.items():
             info.members = members.get(comm, {})
-        rank_of, world = self._ranks(procs, host_order)
+        if hints_only:
+            rank_of = {k: p.rank_hint for k, p in procs.items() if p.rank_hint is not None}
+            world = None
+        else:
+            rank_of, world = self._ranks(procs, host_order)
         pg_of = self._names()
         groups: dict[str, tuple[int, ...]] = {}
         incomplete: dict[str, tuple[int, int]] = {}
         for comm, info in self.comms.items():
             pg = pg_of[comm]
-            if len(info.members) == info.nranks and all(r in info.members
-                                                         for r in range(info.nranks)):
+            if len(info.members) == info.nranks and all(
+                    r in info.members and info.members[r] in rank_of
+                    for r in range(info.nranks)):
                 groups[pg] = tuple(rank_of[info.members[r]] for r in range(info.nranks))
             else:
                 incomplete[pg] = (len(info.members), info.nranks)
-        if incomplete:
+        if incomplete and not hints_only:
             pg, (have, want) = next(iter(incomplete.items()))
             log.warning("%d communicators have members no source names (%s: %d of %d): their "
                         "records are left out; give every node's files", len(incomplete), pg,
                         have, want)
-        by_rank = {rank_of[k]: v for k, v in procs.items()}
+        by_rank = {rank_of[k]: v for k, v in procs.items() if k in rank_of}
         return Resolved(rank_of, pg_of, groups, by_rank, canonical, incomplete,
                         pg_of.get(world) if world is not None else None, dict(self.aliases))
 

@@ -1,0 +1,298 @@
+"""NCCL's telemetry on a live node, as records to ship: the hook a sidecar calls.
+
+:class:`NcclNode` follows the node's Inspector dump directory (:mod:`follow`) and polls RAS
+(:mod:`ras_client`), reconciles what they say and, at each :meth:`NcclNode.step`, returns what
+is new as c4's records (:class:`NcclRecords`): ranks, communicator members, op rows (completed
+calls; failed rows for ranks RAS lost), and progress (the calls RAS says ranks are inside)::
+
+    node = NcclNode(inspector_dir="/scratch/job/nccl-inspector", ras=RasPoller(),
+                    rank_of=environ_rank, skip=lambda host, pid: pid in hooked_pids)
+    while running:                              # e.g. in the sidecar's tick, every second
+        recs = node.step()
+        for msg in recs.messages(job, attempt):   # RankInfo, GroupInfo, OpBatch
+            outbox.put(msg)                        # as collector records are shipped
+
+What a node cannot do alone, and this module leaves to whoever sees every node:
+
+* global ranks come from each process's environment (``RANK``, set by torchrun and most
+  launchers; :func:`environ_rank` reads ``/proc/<pid>/environ``); a process without one is
+  held back (counted in ``NcclRecords.unranked``);
+* a communicator spans nodes, so a node knows only its own members: it ships them
+  (``NcclRecords.members``) and :class:`GroupAssembler`, fed with every node's, says when a
+  group is complete (the daemon's part, not wired here); a group whose members are all on
+  this node is shipped as a group record at once;
+* ``progress`` records have no wire message yet: ``messages`` leaves them out (counted), an
+  engine in the same process takes them directly (``Engine.add_progress(..., fill_open=True)``).
+
+A job can run c4's torch hook and the Inspector both: ``skip`` names the processes whose calls
+the hook already ships, and their Inspector rows are dropped (one source per process, no
+duplicates).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from diagnosis.engine.records import ProgressRecords
+from diagnosis.nccl.convert import OpConverter
+from diagnosis.nccl.follow import InspectorFollower
+from diagnosis.nccl.job import JobModel, Resolved
+from diagnosis.nccl.observe import observe_ops
+from diagnosis.nccl.problems import Problems
+from diagnosis.nccl.ras import RasSnapshot
+from diagnosis.nccl.ras_client import RasPoller
+from diagnosis.nccl.ras_progress import RasFeed
+from diagnosis.nccl.records import NcclOps
+from proto.codec import Columns, concat
+
+log = logging.getLogger(__name__)
+
+_HOLD_ROWS = 1_000_000      # rows held for processes whose rank is not known yet
+
+__all__ = ["GroupAssembler", "NcclNode", "NcclRecords", "environ_rank", "local_addresses"]
+
+
+def environ_rank(pid: int, proc_root: str = "/proc") -> int | None:
+    """The global rank a launcher gave the process (``RANK`` in its environment), if any."""
+    try:
+        raw = Path(proc_root, str(pid), "environ").read_bytes()
+    except OSError:
+        return None
+    for item in raw.split(b"\0"):
+        if item.startswith(b"RANK="):
+            try:
+                return int(item[5:])
+            except ValueError:
+                return None
+    return None
+
+
+def local_addresses() -> set[str]:
+    """This node's names and addresses (RAS names nodes by address)."""
+    names = {"localhost", "127.0.0.1", "::1", socket.gethostname()}
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None):
+            names.add(str(info[4][0]))
+    except OSError:
+        pass
+    return names
+
+
+@dataclass
+class NcclRecords:
+    """What one step found: new ranks (rank, host, pid, gpu, nic), communicator members
+    (pg, size, rank in it, global rank), complete groups, op rows, progress."""
+
+    ranks: list[tuple[int, str, int, str | None, str | None]] = field(default_factory=list)
+    members: list[tuple[str, int, int, int]] = field(default_factory=list)
+    groups: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    ops: Columns | None = None
+    progress: ProgressRecords | None = None
+    unranked: int = 0
+
+    def __len__(self) -> int:
+        return (len(self.ranks) + len(self.members) + len(self.groups)
+                + (len(self.ops) if self.ops is not None else 0)
+                + (len(self.progress) if self.progress is not None else 0))
+
+    def messages(self, job: str, attempt: int = 0) -> list[Any]:
+        """The records as ingest messages (``proto.c4_pb2`` RankInfo, GroupInfo, OpBatch), in
+        the order the daemon needs them: ranks and groups before the rows that use them.
+        Progress has no message yet and is left out."""
+        from proto import c4_pb2
+        from proto.codec import encode_ops
+
+        out: list[Any] = [c4_pb2.RankInfo(job=job, attempt=attempt, rank=r, host=h, pid=p,
+                                          gpu=g or "", nic=n or "", backend="nccl")
+                          for r, h, p, g, n in self.ranks]
+        out += [c4_pb2.GroupInfo(job=job, attempt=attempt, pg=pg, ranks=list(ranks))
+                for pg, ranks in self.groups]
+        if self.ops is not None and len(self.ops):
+            out.append(encode_ops(job, self.ops, attempt))
+        return out
+
+
+@dataclass
+class GroupAssembler:
+    """Members of communicators as nodes report them -> complete groups, once each."""
+
+    sizes: dict[str, int] = field(default_factory=dict)
+    members: dict[str, dict[int, int]] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+
+    def add(self, members: Iterable[tuple[str, int, int, int]]) -> list[tuple[str, tuple]]:
+        """Take (pg, size, rank in it, global rank) facts; return the groups they complete."""
+        out = []
+        for pg, size, rank, g in members:
+            self.sizes[pg] = max(self.sizes.get(pg, 0), size)
+            self.members.setdefault(pg, {})[rank] = g
+            m = self.members[pg]
+            if pg not in self.done and len(m) == self.sizes[pg] and all(
+                    r in m for r in range(self.sizes[pg])):
+                self.done.add(pg)
+                out.append((pg, tuple(m[r] for r in range(self.sizes[pg]))))
+        return out
+
+    def partial(self) -> dict[str, np.ndarray]:
+        """Per communicator, global rank by communicator rank (-1: not reported yet)."""
+        out = {}
+        for pg, m in self.members.items():
+            arr = np.full(self.sizes[pg], -1, dtype=np.int64)
+            for r, g in m.items():
+                if 0 <= r < len(arr):
+                    arr[r] = g
+            out[pg] = arr
+        return out
+
+
+@dataclass
+class NcclNode:
+    """The node's NCCL telemetry, followed and reconciled; :meth:`step` returns what is new."""
+
+    inspector_dir: str | Path | None = None
+    ras: RasPoller | None = None
+    rank_of: Callable[[int], int | None] = environ_rank
+    skip: Callable[[str, int], bool] = field(default=lambda host, pid: False)
+    hosts: set[str] = field(default_factory=local_addresses)
+    problems: Problems = field(default_factory=Problems)
+    follower: InspectorFollower | None = None
+    model: JobModel = field(default_factory=JobModel)
+    assembler: GroupAssembler = field(default_factory=GroupAssembler)
+    _converter: OpConverter | None = None
+    _resolved: Resolved | None = None
+    _known: set[tuple] = field(default_factory=set)
+    _sent_ranks: set[int] = field(default_factory=set)
+    _held: list[NcclOps] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.follower is None and self.inspector_dir is not None:
+            self.follower = InspectorFollower(Path(self.inspector_dir), self.problems)
+
+    def step(self) -> NcclRecords:
+        """Read what is new and return it as c4's records."""
+        out = NcclRecords()
+        batches = self.follower.poll() if self.follower is not None else []
+        snaps = [self._local(s) for s in self.ras.poll()] if self.ras is not None else []
+        batches = [b for b in (self._skip(b) for b in self._held + batches) if len(b)]
+        changed = False
+        for b in batches:
+            before = len(self.model.procs), len(self.model.comms)
+            observe_ops(self.model, b)
+            changed |= (len(self.model.procs), len(self.model.comms)) != before
+        for s in snaps:
+            for c in s.comms:
+                for r in c.ranks:
+                    self.model.see_member(c.hash, r.rank, c.size, r.host, r.pid,
+                                          cuda_dev=r.cuda_dev)
+            changed = True
+        if changed or self._resolved is None:
+            self._resolve(out)
+        assert self._converter is not None and self._resolved is not None
+        self._held = []
+        parts = []
+        for b in batches:
+            unranked = np.asarray([self._resolved.rank(h, p) is None for h, p in b.procs]
+                                  or [False])[b.proc]
+            if unranked.any():
+                out.unranked += int(unranked.sum())
+                if sum(len(h) for h in self._held) + len(b) <= _HOLD_ROWS:
+                    self._held.append(b)      # until the process's rank is known
+                else:
+                    self.problems.add(b.source, None, "unranked", "rows of a process whose "
+                                      "global rank is unknown (no RANK in its environment): "
+                                      "dropped")
+                continue
+            cols = self._converter.convert(b)
+            if cols is not None:
+                parts.append(cols)
+        feed = RasFeed(self._resolved, self._converter.frontiers, self.problems)
+        progress = []
+        for s in snaps:
+            rows = feed.rows(s)
+            if rows is not None:
+                if rows.progress is not None:
+                    progress.append(rows.progress)
+                if rows.errors is not None:
+                    parts.append(rows.errors)
+        out.ops = concat(parts) if parts else None
+        out.progress = _join_progress(progress)
+        return out
+
+    def _skip(self, b: NcclOps) -> NcclOps:
+        """The rows of processes the torch hook does not already report."""
+        drop = [self.skip(h, p) for h, p in b.procs]
+        if not any(drop):
+            return b
+        keep = ~np.asarray(drop)[b.proc]
+        return _take(b, keep)
+
+    def _local(self, s: RasSnapshot) -> RasSnapshot:
+        """RAS answers for the whole job: keep this node's ranks (each node ships its own)."""
+        from dataclasses import replace
+
+        comms = tuple(replace(c, ranks=tuple(r for r in c.ranks if r.host in self.hosts),
+                              missing=tuple(m for m in c.missing if m.host in self.hosts))
+                      for c in s.comms)
+        return replace(s, comms=comms)
+
+    def _resolve(self, out: NcclRecords) -> None:
+        for key, p in self.model.procs.items():
+            if p.rank_hint is None:
+                r = self.rank_of(key[1])
+                if r is not None:
+                    p.rank_hint = r
+        self._resolved = r = self.model.resolve(hints_only=True)
+        if self._converter is None:
+            self._converter = OpConverter(r, require_groups=False,
+                                          members=self.assembler.partial())
+        self._converter.r = r
+        for rank, p in sorted(r.procs.items()):
+            if rank not in self._sent_ranks:
+                self._sent_ranks.add(rank)
+                out.ranks.append((rank, p.host, p.pid, None, None))
+        facts = []
+        for comm, info in self.model.comms.items():
+            pg = r.pg_of[comm]
+            for crank, proc in info.members.items():
+                g = r.rank_of.get(proc)
+                key = (pg, crank, g)
+                if g is not None and key not in self._known:
+                    self._known.add(key)
+                    facts.append((pg, info.nranks, crank, g))
+        out.members += facts
+        out.groups += self.assembler.add(facts)
+        self._converter.members.update(self.assembler.partial())
+
+
+def _take(b: NcclOps, keep: np.ndarray) -> NcclOps:
+    from dataclasses import replace
+
+    cols = {name: getattr(b, name)[keep] for name in ("proc", "comm", "op", "sn", "peer",
+                                                     "msg_bytes", "exec_us", "dump_us",
+                                                     "start_us", "kstart_us", "kstop_us",
+                                                     "line", "busbw")}
+    return replace(b, **cols)
+
+
+def _join_progress(parts: list[ProgressRecords]) -> ProgressRecords | None:
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    rows: dict[str, list] = {k: [] for k in ("rank", "pg", "t", "entered", "completed")}
+    for p in parts:
+        for i in range(len(p)):
+            rows["rank"].append(int(p.rank[i]))
+            rows["pg"].append(p.strings[int(p.pg[i])])
+            rows["t"].append(int(p.t_ns[i]))
+            rows["entered"].append(int(p.entered[i]) if p.entered[i] >= 0 else None)
+            rows["completed"].append(int(p.completed[i]) if p.completed[i] >= 0 else None)
+    return ProgressRecords.build(rows["rank"], rows["pg"], rows["t"], rows["entered"],
+                                 rows["completed"])
