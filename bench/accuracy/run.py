@@ -8,6 +8,7 @@ scored against the ground truth. Prints a table; ``--json FILE`` writes the full
     python -m bench.accuracy.run --gpus 512 --seeds 2 --drop peer
     python -m bench.accuracy.run --quick --sample 1,16,64 --layers 16
     python -m bench.accuracy.run --gpus 512 --seeds 2 --layers 16 --sample 1,16,64 --mode stream
+    python -m bench.accuracy.run --quick --as trace,nccl-inspector,nccl-inspector+ncclras
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.accuracy.analyze import analyze_file, analyze_stream
+from bench.accuracy.nccl import FORMATS, print_can_show, print_formats, run_nccl
 from bench.accuracy.rewrite import DROPS, parse_drops, rewrite
 from bench.accuracy.scenarios import JobShape, Scenario, scenarios
 from bench.accuracy.score import latency_deltas, score_scenario, summarize
@@ -56,7 +58,9 @@ def with_samples(todo: list[Scenario], samples: tuple[int, ...], window_ms: floa
 
 
 def run_one(sc: Scenario, mode: str, workdir: str,
-            drops: tuple[str, ...] = ()) -> dict[str, Any]:
+            drops: tuple[str, ...] = (), fmt: str = "trace") -> dict[str, Any]:
+    if fmt != "trace":
+        return run_nccl(sc, fmt, workdir)
     t0 = time.perf_counter()
     trace_bytes = 0
     if mode == "stream":
@@ -179,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drop", default="", metavar="FIELD,...",
                     help="optional trace fields to leave out, as a sparser exporter would "
                     f"(trace and cli modes): {', '.join(DROPS)}")
+    ap.add_argument("--as", dest="formats", default="trace", metavar="FORMAT,...",
+                    help="what the scenarios are written as and read back from: trace (c4's), "
+                    "nccl-inspector (NCCL Inspector files), nccl-inspector+ncclras (and "
+                    "ncclras reports); several: one table each and a side-by-side")
     ap.add_argument("--jobs", type=int, default=1, help="scenarios run in parallel")
     ap.add_argument("--json", type=Path, help="write full results here")
     ap.add_argument("--failures", type=int, default=8, help="failed scenarios listed per row")
@@ -190,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     if drops and args.mode == "stream":
         ap.error("--drop rewrites the trace file: use it with --mode trace or cli")
     samples = _samples(args.sample)
+    formats = tuple(dict.fromkeys(f for f in args.formats.split(",") if f))
+    if not formats or any(f not in FORMATS for f in formats):
+        ap.error(f"--as {args.formats}: choose from {', '.join(FORMATS)}")
+    if formats != ("trace",) and (samples != (1,) or args.mode == "stream" or drops):
+        ap.error("--as nccl-*: every call, trace mode, no --drop (NCCL writes what it writes)")
     if args.layers < 1:
         ap.error("--layers must be at least 1")
     logging.basicConfig(level=logging.WARNING)
@@ -201,20 +214,25 @@ def main(argv: list[str] | None = None) -> int:
                      paths=not args.no_paths, shape=_shape(args.shape), layers=args.layers,
                      topology=None if args.topology is None else str(args.topology.resolve()))
     todo = with_samples(todo, samples, args.window_ms)
+    runs = [(sc, f) for f in formats for sc in todo]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="c4-accuracy-") as work:
         if args.jobs > 1:
             with ProcessPoolExecutor(args.jobs) as pool:
-                done = list(pool.map(run_one, todo, [args.mode] * len(todo),
-                                     [work] * len(todo), [drops] * len(todo)))
+                done = list(pool.map(run_one, [r[0] for r in runs], [args.mode] * len(runs),
+                                     [work] * len(runs), [drops] * len(runs),
+                                     [r[1] for r in runs]))
         else:
             done = []
-            for sc in todo:
-                done.append(run_one(sc, args.mode, work, drops))
+            for sc, f in runs:
+                done.append(run_one(sc, args.mode, work, drops, f))
+                done[-1].setdefault("format", f)
                 print(f"  {sc.name:<28} {done[-1]['sim_s']:5.1f}s sim "
                       f"{done[-1]['analyze_s']:6.1f}s analyze "
                       f"{len(done[-1]['reports'])} reports", file=sys.stderr)
     wall = time.perf_counter() - t0
+    if formats != ("trace",):
+        return _formats_report(done, formats, wall, args)
     rows_by_k = {k: summarize((d["label"], d["gpus"], _score_of(d), d["name"])
                               for d in done if d["sample"] == k) for k in samples}
     nics = f", {args.nics_per_host} NICs per host" if args.nics_per_host else ""
@@ -279,6 +297,35 @@ def main(argv: list[str] | None = None) -> int:
             "latency_delta_s_by_sample": {
                 str(k): [{"gpus": g, "label": lab, "deltas": v} for (g, lab), v in cells.items()]
                 for k, cells in (deltas or {}).items()},
+            "scenarios": done}, indent=1) + "\n")
+    return 0
+
+
+def _formats_report(done: list[dict[str, Any]], formats: tuple[str, ...], wall: float,
+                    args: argparse.Namespace) -> int:
+    """One table per format, a side-by-side, and what each NCCL source can show."""
+    by_fmt = {f: summarize((d["label"], d["gpus"], _score_of(d), d["name"])
+                           for d in done if d.get("format", "trace") == f) for f in formats}
+    print(f"\naccuracy: {len(done)} runs, fabric {args.fabric}, formats {', '.join(formats)}, "
+          f"{wall:.0f} s")
+    for f in formats:
+        print(f"\n{f}\n")
+        print_table(by_fmt[f])
+    print("\nthe same scenarios and seeds in each format:\n")
+    print_formats(by_fmt)
+    print("\nwhat NCCL's sources can show, and why:\n")
+    print_can_show()
+    for f in formats:
+        for r in by_fmt[f]:
+            for x in r.failures[:args.failures]:
+                print(f"  [{f}] {r.gpus} {r.label}: {x}")
+    errors = [d for d in done if d["analyze_error"]]
+    for d in errors[:5]:
+        print(f"analyze failed on {d['name']} ({d.get('format')}):\n{d['analyze_error']}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "formats": list(formats), "wall_s": wall,
+            "rows_by_format": {f: [r.to_json() for r in rows] for f, rows in by_fmt.items()},
             "scenarios": done}, indent=1) + "\n")
     return 0
 

@@ -53,6 +53,7 @@ class NcclStats:
     dropped: dict[str, int] = field(default_factory=dict)
     progress: int = 0
     failed_rows: int = 0
+    inferred_p2p: int = 0
     ras_reports: int = 0
     ranks: int = 0
     groups: int = 0
@@ -84,7 +85,7 @@ def analyze_nccl(sources: NcclSources, topology: Any = None,
     conv = OpConverter(resolved)
     batches = [c for c in (conv.convert(ops) for ops in sources.ops) if c is not None]
     ops = _by_completion(batches)
-    feed = RasFeed(resolved, conv.frontiers, sources.problems)
+    feed = RasFeed(resolved, conv.frontiers, sources.problems, conv.history)
     snaps = sorted((s for s in sources.ras if s.format == "json" or s.comms),
                    key=lambda s: s.t_ns or 0)
     ras_rows = [r for r in (feed.rows(s) for s in snaps) if r is not None]
@@ -166,6 +167,9 @@ def _ras(eng: Engine, rows: RasRows, stats: NcclStats) -> None:
     if rows.errors is not None and len(rows.errors):
         eng.add_ops(rows.errors)
         stats.failed_rows += len(rows.errors)
+    if rows.open_p2p is not None and len(rows.open_p2p):
+        eng.add_ops(rows.open_p2p)
+        stats.inferred_p2p += len(rows.open_p2p)
 
 
 def dropped_summary(stats: NcclStats) -> str:

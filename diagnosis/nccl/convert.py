@@ -97,6 +97,67 @@ class Frontiers:
         return (rank, pg) in self._streams
 
 
+class History:
+    """Per rank, the calls it completed (communicator, op, peer, seq, end), to tell what it
+    does next: a rank's calls repeat every iteration, so the call that followed its last one
+    the previous times is the one it is in now when it has been silent since."""
+
+    def __init__(self, keep: int = 4096) -> None:
+        self.keep = keep
+        self._rows: dict[int, list[tuple[int, str, str, int, int]]] = defaultdict(list)
+
+    def add(self, rank: np.ndarray, pg: list[str], op: list[str], peer: np.ndarray,
+            seq: np.ndarray, end_ns: np.ndarray) -> None:
+        for r, g, o, p, s, e in zip(rank.tolist(), pg, op, peer.tolist(), seq.tolist(),
+                                    end_ns.tolist()):
+            self._rows[r].append((e, g, o, p, s))
+
+    def _sorted(self, rank: int) -> list[tuple[int, str, str, int, int]]:
+        rows = self._rows.get(rank, [])
+        if len(rows) > 1 and any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
+            rows.sort()
+        if len(rows) > self.keep:
+            del rows[: len(rows) - self.keep]
+        return rows
+
+    def last_end(self, rank: int, t_ns: int) -> int | None:
+        """When the rank last completed a call, by ``t_ns``."""
+        rows = self._sorted(rank)
+        i = _upto(rows, t_ns)
+        return rows[i - 1][0] if i else None
+
+    def next_p2p(self, rank: int, t_ns: int, longest: int = 8) -> tuple[str, str, int, int] | None:
+        """The send or receive (pg, op, peer, seq) the rank is in at ``t_ns`` by its pattern:
+        the call that followed its last few calls every time before (the shortest such
+        context, seen at least twice, up to ``longest`` calls); None when that is not a send
+        or receive, or the pattern says nothing."""
+        rows = self._sorted(rank)
+        n = _upto(rows, t_ns)
+        sig = [row[1:4] for row in rows[:n]]
+        for k in range(1, min(longest, n // 2) + 1):
+            ctx = sig[n - k:n]
+            after = [sig[i] for i in range(n - 1, k - 1, -1) if sig[i - k:i] == ctx][:3]
+            if len(after) < 2:
+                return None
+            if all(a == after[0] for a in after):
+                pg, op, peer = after[0]
+                if op not in ("send", "recv"):
+                    return None
+                return pg, op, peer, sum(1 for x in sig if x == after[0])
+        return None
+
+
+def _upto(rows: list[tuple[int, str, str, int, int]], t_ns: int) -> int:
+    lo, hi = 0, len(rows)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if rows[mid][0] <= t_ns:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class OpConverter:
     """Turns operation rows into c4's, stream state kept between batches.
 
@@ -113,6 +174,7 @@ class OpConverter:
         self.members = members if members is not None else {}
         self.mapper = SeqMapper()
         self.frontiers = Frontiers()
+        self.history = History()
         self.dropped: Counter = Counter()
         self.rows = 0
         self._peer_maps: dict[str, np.ndarray] = {}
@@ -175,6 +237,7 @@ class OpConverter:
         pg_col = np.asarray([table.setdefault(x, len(table)) for x in pg_names], dtype=np.int64)
         op_col = np.asarray([table.setdefault(x, len(table)) for x in op_names], dtype=np.int64)
         blank = table.setdefault("", len(table))
+        self.history.add(rank[idx], pg_names, op_names, peer[idx], mapped.seq[idx], end)
         coll = ~p2p[idx]
         if coll.any():
             ci = np.flatnonzero(coll)

@@ -170,6 +170,7 @@ class NcclNode:
     _known: set[tuple] = field(default_factory=set)
     _sent_ranks: set[int] = field(default_factory=set)
     _held: list[NcclOps] = field(default_factory=list)
+    _feed: RasFeed | None = None
 
     def __post_init__(self) -> None:
         if self.follower is None and self.inspector_dir is not None:
@@ -212,7 +213,12 @@ class NcclNode:
             cols = self._converter.convert(b)
             if cols is not None:
                 parts.append(cols)
-        feed = RasFeed(self._resolved, self._converter.frontiers, self.problems)
+        feed = self._feed
+        if feed is None or feed.resolved is not self._resolved:
+            feed = self._feed = RasFeed(self._resolved, self._converter.frontiers,
+                                        self.problems, self._converter.history,
+                                        _missing=feed._missing if feed else {},
+                                        _open_p2p=feed._open_p2p if feed else set())
         progress = []
         for s in snaps:
             rows = feed.rows(s)
@@ -221,6 +227,8 @@ class NcclNode:
                     progress.append(rows.progress)
                 if rows.errors is not None:
                     parts.append(rows.errors)
+                if rows.open_p2p is not None:
+                    parts.append(rows.open_p2p)
         out.ops = concat(parts) if parts else None
         out.progress = _join_progress(progress)
         return out

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnosis.engine.records import ProgressRecords
-from diagnosis.nccl.convert import Frontiers
+from diagnosis.nccl.convert import Frontiers, History
 from diagnosis.nccl.ids import op_name
 from diagnosis.nccl.job import Resolved
 from diagnosis.nccl.problems import Problems
@@ -39,11 +39,13 @@ __all__ = ["RasFeed", "RasRows"]
 
 @dataclass
 class RasRows:
-    """What one report gives the engine: progress, failed rows (with their error text)."""
+    """What one report gives the engine: progress, failed rows (with their error text), and
+    the sends and receives ranks are taken to be inside (open rows)."""
 
     t_ns: int
     progress: ProgressRecords | None = None
     errors: Columns | None = None
+    open_p2p: Columns | None = None
 
 
 @dataclass
@@ -55,11 +57,21 @@ class _Missing:
 
 @dataclass
 class RasFeed:
-    """Turns reports into rows, one report at a time, in time order."""
+    """Turns reports into rows, one report at a time, in time order.
+
+    RAS counts collectives only: a rank blocked in a send or a receive looks as idle as one
+    stuck computing. With ``history`` (the calls each rank completed), a rank that launched
+    nothing its peers wait for, has been silent ``silence_ns`` and whose own pattern says a
+    send or receive comes next is taken to be inside it: an open row for that call (what c4's
+    hook would have shipped), so that a hang is followed through the pipeline to the rank
+    that waits on no one."""
 
     resolved: Resolved
     frontiers: Frontiers
     problems: Problems = field(default_factory=Problems)
+    history: History | None = None
+    silence_ns: int = 5_000_000_000
+    _open_p2p: set[tuple] = field(default_factory=set)
     _missing: dict[tuple[int, str], _Missing] = field(default_factory=dict)
     _failed: set[tuple[int, str]] = field(default_factory=set)
 
@@ -72,6 +84,7 @@ class RasFeed:
         r = self.resolved
         prog: dict[str, list] = {k: [] for k in ("rank", "pg", "entered", "completed")}
         err: list[tuple[int, str, int, str, str]] = []
+        inside: dict[int, bool] = {}
         for c in snap.comms:
             pg = r.pg_of.get(c.hash)
             if pg is None or pg not in r.groups:
@@ -104,6 +117,7 @@ class RasFeed:
                     continue
                 if completed is None:
                     completed = entered - 1 if entered == top else entered
+                inside[g] = inside.get(g, False) or entered > completed
                 prog["rank"].append(g)
                 prog["pg"].append(pg)
                 prog["entered"].append(entered)
@@ -112,6 +126,7 @@ class RasFeed:
             if top >= 0:     # a communicator of point-to-point calls only has no call to fail
                 err += [(*e[:3], op, e[3]) for e in self._missing_rows(c.missing, pg, t, top)]
         out = RasRows(t)
+        out.open_p2p = self._p2p_waits(inside, t)
         if prog["rank"]:
             n = len(prog["rank"])
             out.progress = ProgressRecords.build(prog["rank"], prog["pg"], [t] * n,
@@ -141,6 +156,42 @@ class RasFeed:
             out.append((g, pg, seq, f"RAS: rank {m.rank} of {pg} (process {m.pid} on "
                         f"{m.host}) is {state}: missing from every report since then"))
         return out
+
+
+    def _p2p_waits(self, inside: dict[int, bool], t: int) -> Columns | None:
+        """Open send/recv rows for the silent ranks the report shows inside no collective."""
+        if self.history is None:
+            return None
+        rows = []
+        for g, busy in inside.items():
+            if busy:
+                continue
+            last = self.history.last_end(g, t)
+            if last is None or t - last < self.silence_ns:
+                continue
+            nxt = self.history.next_p2p(g, t)
+            if nxt is None or (g, *nxt) in self._open_p2p:
+                continue
+            self._open_p2p.add((g, *nxt))
+            rows.append((g, *nxt))
+        if not rows:
+            return None
+        return open_rows(rows, t)
+
+
+def open_rows(rows: list[tuple[int, str, str, int, int]], t_ns: int) -> Columns:
+    """Open op rows for (rank, pg, op, peer, seq), entered at ``t_ns``."""
+    n = len(rows)
+    table: dict[str, int] = {}
+    pg = [table.setdefault(x[1], len(table)) for x in rows]
+    op = [table.setdefault(x[2], len(table)) for x in rows]
+    blank = table.setdefault("", len(table))
+    cols = {"rank": [x[0] for x in rows], "pg": pg, "seq": [x[4] for x in rows], "op": op,
+            "nbytes": [0] * n, "dtype": [blank] * n, "t_enter_ns": [t_ns] * n,
+            "t_start_ns": [-1] * n, "t_end_ns": [-1] * n, "status": [0] * n,
+            "peer": [x[3] for x in rows]}
+    return Columns({k: np.asarray(cols[k]).astype(dt) for k, dt in OP_COLUMNS.items()},
+                   list(table))
 
 
 def failed_rows(rows: list[tuple[int, str, int, str, str]], t_ns: int) -> Columns:

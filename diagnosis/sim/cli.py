@@ -15,7 +15,8 @@ _FABRICS = "|".join(FABRICS)
 
 def register(app: typer.Typer) -> None:
     app.command("sim", help="Simulate a 3D-parallel training job (with injected faults) and "
-                "write trace.jsonl, topology.json and truth.json into --out.")(sim)
+                "write trace.jsonl (or NCCL's own telemetry: --as), topology.json and "
+                "truth.json into --out.")(sim)
 
 
 def sim(
@@ -77,13 +78,30 @@ def sim(
                                          "(0: never)."),
     hang_wait: float = typer.Option(60.0, help="Seconds recorded after the job stops moving."),
     job: str = typer.Option("sim", help="Job name in the trace's meta record."),
+    as_: list[str] = typer.Option(["trace"], "--as", help="Formats to write the run in "
+                                  "(repeatable or comma-separated): trace (c4's, trace.jsonl), "
+                                  "nccl-inspector (NCCL Inspector files, one per process, in "
+                                  "nccl-inspector/), ncclras (ncclras -f json reports taken "
+                                  "every --ras-every s once the job stood still, and at the "
+                                  "end, in ncclras.json)."),
+    inspector_verbose: bool = typer.Option(True, "--inspector-verbose/--no-inspector-verbose",
+                                           help="Inspector lines with their per-call times "
+                                           "(NCCL_INSPECTOR_DUMP_VERBOSE=1, as c4 run sets)."),
+    dump_interval_ms: float = typer.Option(100.0, help="The Inspector's dump interval."),
+    ras_every: float = typer.Option(10.0, help="Seconds between the ncclras reports."),
 ) -> None:
     from rich.console import Console
 
     from diagnosis.sim.config import FaultSpec, SimConfig, SimError
+    from diagnosis.sim.formats import sinks_for
     from diagnosis.sim.run import simulate
 
+    formats = [f.strip() for item in as_ for f in item.split(",") if f.strip()]
     try:
+        sinks = sinks_for(formats, verbose=inspector_verbose,
+                          dump_interval_us=int(dump_interval_ms * 1000), ras_every_s=ras_every)
+        if sinks and sample:
+            raise SimError("--as nccl-inspector/ncclras writes every call: leave out --sample")
         cfg = SimConfig(gpus=gpus, gpus_per_host=gpus_per_host, tp=tp, pp=pp,
                         iterations=iterations, microbatches=microbatches, layers=layers,
                         seed=seed, sample=sample or None, window_ms=window_ms,
@@ -94,11 +112,13 @@ def sim(
                         hosts_per_leaf=hosts_per_leaf, nic_gbps=nic_gbps,
                         uplink_gbps=uplink_gbps or None, gc_rate=gc_rate,
                         checkpoint_every=checkpoint_every, hang_wait_s=hang_wait, job=job)
-        res = simulate(cfg, out, compress=gzip, order=order)
+        res = simulate(cfg, out, compress=gzip, order=order, sinks=sinks,
+                       trace="trace" in formats)
     except SimError as exc:
         raise typer.BadParameter(str(exc)) from None
     con = Console()
     counts = ", ".join(f"{n:,} {kind}" for kind, n in res.records.items() if n)
     con.print(f"{res.iterations} iterations, {res.calls_per_s_per_rank:.0f} calls/s per rank; "
               f"records: {counts}")
-    con.print(f"trace    {res.trace}\ntopology {res.topology}\ntruth    {res.truth}")
+    con.print(f"{'trace' if 'trace' in formats else 'output':<8} {res.trace}\n"
+              f"topology {res.topology}\ntruth    {res.truth}")
