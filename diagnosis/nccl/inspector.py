@@ -29,6 +29,7 @@ import gzip
 import json
 import logging
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -80,11 +81,13 @@ def parse_block(block: bytes, first_line: int, source: str,
         ops, bad, versions = scan_block(block, first_line, source)
     except ValueError:
         ops, bad, versions = NcclOps.empty(source), None, []
-    for v in versions:
-        _check_version(v, source, first_line, problems, ctx)
+    for v, at in versions:
+        _check_version(v, source, first_line + at, problems, ctx)
     lines = block.split(b"\n")[:-1]
     if bad is None:
         bad = np.arange(len(lines))
+    if b'"nan"' in block:
+        _note_nan(block, bad, first_line, source, problems)
     if len(bad):
         recs: list[OpRecord] = []
         stats: list[DumpStats] = []
@@ -109,6 +112,17 @@ def parse_block(block: bytes, first_line: int, source: str,
     if lines:
         ctx.last_line = lines[-1]
     return ops
+
+
+def _note_nan(block: bytes, bad: np.ndarray, first_line: int, source: str,
+              problems: Problems) -> None:
+    """Notes the scanned lines with a ``"nan"`` string (the scanner does not read bandwidths,
+    so it would not see them; the JSON path notes its own lines)."""
+    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    at = [m.start() for m in re.finditer(rb'"nan"', block)]
+    for i in np.setdiff1d(np.searchsorted(ends, at), bad).tolist():
+        problems.add(source, first_line + i, "nan", 'a bandwidth written as the string "nan": '
+                     "read as not a number")
 
 
 def _context_from(line: bytes, ctx: _Context) -> None:

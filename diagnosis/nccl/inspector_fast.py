@@ -177,10 +177,10 @@ class _Scan:
 
 
 def scan_block(block: bytes, first_line: int, source: str
-               ) -> tuple[NcclOps, np.ndarray, list[str]]:
+               ) -> tuple[NcclOps, np.ndarray, list[tuple[str, int]]]:
     """The records of a block of whole lines (each ending in a newline) that the scanner could
     read, the numbers (0-based, within the block) of the lines it could not, and the format
-    versions of the lines it read."""
+    versions of the lines it read with the first line (0-based) of each."""
     sc = _Scan(block)
     buf, pos = sc.buf, sc.pos
     is_p2p = pos["p2p"] >= 0
@@ -217,7 +217,13 @@ def scan_block(block: bytes, first_line: int, source: str
     ops = _ops(source, first_line, g[keep], {k: v[keep] for k, v in vals.items()},
                {k: (i[keep], t) for k, (i, t) in strings.items()}, named[g][keep],
                kstart[g][keep], kstop[g][keep], busbw[keep])
-    return ops, np.flatnonzero(sc.bad), strings["version"][1]
+    vidx, vtable = strings["version"]
+    versions = []
+    for j, v in enumerate(vtable):
+        hit = np.flatnonzero(vidx == j)
+        if len(hit):
+            versions.append((v, int(g[hit[0]])))
+    return ops, np.flatnonzero(sc.bad), versions
 
 
 def _ops(source: str, first: int, rows: np.ndarray, v: dict[str, np.ndarray],

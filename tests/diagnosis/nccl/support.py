@@ -1,0 +1,38 @@
+"""The recorded NCCL samples (``shared/fixtures/nccl``, described in its FORMATS.md and
+SOURCES.md), and small simulated jobs written as NCCL would have written them."""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+from tests.support.topology_fixtures import topo_fixture
+
+
+def fixture(name: str) -> Path:
+    """One recorded sample; skips the test when the shared fixtures are absent."""
+    return topo_fixture(name, "nccl")
+
+
+def local_ns(stamp: str) -> int:
+    """``%F %T`` in this machine's time zone as epoch ns (how ncclras prints times)."""
+    return int(time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) * 1e9)
+
+
+@functools.lru_cache(maxsize=8)
+def simulated(tmp_root: str, fault: str | None, gpus: int = 64, iterations: int = 14,
+              formats: tuple[str, ...] = ("nccl-inspector", "ncclras"),
+              verbose: bool = True) -> Path:
+    """A small simulated job (pipeline of 2, TP 8) written in ``formats`` under ``tmp_root``."""
+    from diagnosis.sim.config import FaultSpec, SimConfig
+    from diagnosis.sim.formats import sinks_for
+    from diagnosis.sim.run import simulate
+
+    out = Path(tmp_root) / f"{fault or 'healthy'}-{gpus}-{'-'.join(formats)}-{int(verbose)}"
+    cfg = SimConfig(gpus=gpus, pp=2, iterations=iterations, microbatches=2, job="t",
+                    faults=(FaultSpec.parse(fault),) if fault else (), seed=3,
+                    checkpoint_every=0)
+    simulate(cfg, out, sinks=sinks_for([f for f in formats if f != "trace"], verbose=verbose),
+             trace="trace" in formats)
+    return out
