@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import orjson
-import pytest
 
 from diagnosis.nccl.inspector import (
     find_inspector_files,
