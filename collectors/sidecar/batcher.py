@@ -28,10 +28,13 @@ class Batcher:
 
     def add_ops(self, batch: c4_pb2.OpBatch) -> None:
         """Raises proto.codec.BatchError for a malformed batch (the caller drops it)."""
-        cols = decode_ops(batch)
+        self.add_columns(batch.job, batch.attempt, decode_ops(batch))
+
+    def add_columns(self, job: str, attempt: int, cols: Columns) -> None:
+        """Decoded op rows of one job attempt (the edge's choice of what to ship)."""
         if not len(cols):
             return
-        key = (batch.job, batch.attempt)
+        key = (job, attempt)
         with self._lock:
             self._pending.setdefault(key, []).append(cols)
             self._counts[key] = self._counts.get(key, 0) + len(cols)

@@ -7,6 +7,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors.sidecar.edge import EdgeConfig
+
 
 def _default_spill_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -39,6 +41,8 @@ class SidecarConfig:
     token: str = ""
     # Prometheus ``/metrics``: "" (off), PORT (on loopback) or HOST:PORT.
     metrics_listen: str = ""
+    # Reduction at the edge, ports and the detail ring (collectors.sidecar.edge).
+    edge: EdgeConfig = field(default_factory=EdgeConfig)
 
     def __post_init__(self) -> None:
         if ":" not in self.daemon:

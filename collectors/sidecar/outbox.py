@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,8 +54,10 @@ class OutboxStats:
 class Outbox:
     def __init__(self, sidecar_id: str, spill: Spill, *, memory_max_bytes: int,
                  max_inflight: int, spill_after_s: float,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 on_control: Callable[[c4_pb2.Control], None] | None = None) -> None:
         self.sidecar_id = sidecar_id
+        self.on_control = on_control  # the daemon's messages down the stream (seq 0)
         self.security = security
         self.spill = spill
         self.memory_max_bytes = memory_max_bytes
@@ -163,6 +165,10 @@ class Outbox:
             return
 
     def _ack(self, ack: c4_pb2.IngestAck) -> None:
+        if ack.HasField("control"):
+            if self.on_control is not None:
+                self.on_control(ack.control)
+            return
         with self._cond:
             key = (ack.sidecar, ack.seq)
             if ack.code == _EXHAUSTED and key in self._inflight:

@@ -9,12 +9,13 @@ from typing import Any
 
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.config import SidecarConfig
+from collectors.sidecar.edge import Edge
 from collectors.sidecar.local import LocalListener
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.spill import Spill
 from diagnosis.security.channel import ClientSecurity
 from proto import c4_pb2
-from proto.codec import BatchError, encode_conns
+from proto.codec import BatchError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,11 @@ class Sidecar:
                              max_inflight=config.max_inflight,
                              spill_after_s=config.spill_after_s, security=security)
         self.metrics_server: Any = None
-        self.batcher = Batcher(self.outbox.put, batch_records=config.batch_records,
+        # what leaves the node per job (reduction, ports, detail ring): collectors.sidecar.edge
+        self.edge = Edge(config.host, config.edge, self.outbox.put,
+                         lambda job, attempt, cols: self.batcher.add_columns(job, attempt, cols))
+        self.outbox.on_control = self.edge.on_control
+        self.batcher = Batcher(self.edge.emit, batch_records=config.batch_records,
                                flush_interval_s=config.flush_interval_s)
         self.listener = LocalListener(config.socket_path, self._on_frame)
         self._lock = threading.Lock()
@@ -62,7 +67,7 @@ class Sidecar:
         kind = req.WhichOneof("body")
         if kind == "ops":
             try:
-                self.batcher.add_ops(req.ops)
+                self.edge.add_ops(req.ops)
             except BatchError as exc:
                 with self._lock:
                     self.rejected += 1
@@ -74,6 +79,7 @@ class Sidecar:
             with self._lock:
                 self._pids.setdefault((req.rank.job, req.rank.attempt), {})[req.rank.rank] = \
                     req.rank.pid
+            self.edge.job(req.rank.job, req.rank.attempt)
             self.batcher.passthrough(rank=req.rank)
         elif kind == "group":
             self.batcher.passthrough(group=req.group)
@@ -97,6 +103,7 @@ class Sidecar:
 
         while not self._stop.wait(min(self.config.flush_interval_s, 0.1)):
             self.batcher.flush_due()
+            self.edge.tick()
             now = time.monotonic()
             if now - last_link >= self.config.link_interval_s:
                 last_link = now
@@ -121,15 +128,18 @@ class Sidecar:
                 log.exception("link counter sampling failed for job %s", job)
                 continue
             if len(cols):
-                self.outbox.put(conns=encode_conns(job, cols, attempt=attempt))
+                self.edge.add_conns(job, attempt, cols)
 
     def stats(self) -> c4_pb2.SidecarStats:
         s = self.outbox.stats
         with self._lock:
+            e = self.edge.stats
             return c4_pb2.SidecarStats(
                 host=self.config.host, received=self.received, shipped=s.shipped,
                 spilled=s.spilled, dropped=s.dropped, rejected=self.rejected + s.rejected,
-                spill_bytes=self.spill.bytes, collectors=list(self._collectors.values()))
+                spill_bytes=self.spill.bytes, collectors=list(self._collectors.values()),
+                records_out=e.records_out, bytes_out=e.bytes_out, late_steps=e.late_steps,
+                detail_refused=e.detail_refused)
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
