@@ -26,10 +26,23 @@ from typing import Any
 
 import numpy as np
 
+from diagnosis.daemon.budget import BudgetConfig, Decision, JobBudget
+from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.links import ConnResolver
-from diagnosis.store import ConnRows, GroupRecord, OpRows, RankRecord, Store, Write
+from diagnosis.daemon.linkstats import LinkStatResolver
+from diagnosis.engine.records import PortRecords, ProgressRecords
+from diagnosis.store import (
+    BatchRows,
+    ConnRows,
+    GroupRecord,
+    OpRows,
+    RankRecord,
+    Store,
+    Write,
+)
 from proto import c4_pb2
+from proto.codec import PORT_COUNTER_COLUMNS, Columns
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +73,48 @@ class JobState:
     last_ns: int = 0
     links: ConnResolver = field(default_factory=ConnResolver)
     heard: float = field(default_factory=time.monotonic)  # last write applied (monotonic)
+    budget: JobBudget = field(default_factory=lambda: JobBudget(BudgetConfig()))
+    linkstats: LinkStatResolver = field(default_factory=LinkStatResolver)
+    reduced: bool = False      # its sampling factor has been above 1
 
 
 def records_of(w: Write) -> int:
     """Rows a write carries (1 for a registration): the unit of the daemon's memory bounds."""
-    body = w.body
-    return len(body.cols) if isinstance(body, OpRows | ConnRows) else 1
+    cols = getattr(w.body, "cols", None)
+    return len(cols) if cols is not None else 1
+
+
+def top_seqs(pg: np.ndarray, seq: np.ndarray, strings: list[str]) -> dict[str, int]:
+    """The highest seq per communicator name in a batch (``pg`` indexes ``strings``)."""
+    if not len(pg):
+        return {}
+    top = np.full(len(strings), -1, np.int64)
+    np.maximum.at(top, np.asarray(pg, dtype=np.int64), np.asarray(seq, dtype=np.int64))
+    return {strings[i]: int(top[i]) for i in np.flatnonzero(top >= 0).tolist()}
+
+
+def progress_records(cols: Columns) -> ProgressRecords:
+    c = cols.columns
+    return ProgressRecords(c["rank"], c["pg"], c["op"], c["peer"], c["t_ns"], c["entered"],
+                           c["completed"], list(cols.strings))
+
+
+def port_records(cols: Columns) -> PortRecords:
+    c = cols.columns
+    return PortRecords(c["host"], c["nic"], c["t_ns"], c["up"], list(cols.strings),
+                       {k: c[k] for k in PORT_COUNTER_COLUMNS})
 
 
 class LiveView:
     def __init__(self, hub: FaultHub, *, topology: Any = None, store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
-                 observe_analysis: Callable[[float], None] | None = None) -> None:
+                 observe_analysis: Callable[[float], None] | None = None,
+                 budget: BudgetConfig | None = None, control: ControlHub | None = None) -> None:
         self._hub = hub
+        self._budget = budget or BudgetConfig(records_per_s=0)
+        self._control = control
+        self._writer_id = f"c4-daemon-{time.time_ns()}"   # (sidecar, seq) of its own writes
+        self._writes = 0
         self._topology = topology
         self._store = store
         self._max_backlog = max_backlog_records
@@ -91,8 +133,10 @@ class LiveView:
         self._rate: deque[tuple[float, int]] = deque(maxlen=4096)
         self.records_total = 0
         self.records_applied = 0
-        # (job, attempt, rank) -> (newest collector heartbeat, its last words), for the next pass
-        self._heartbeats: dict[tuple[str, int, int], tuple[int, bool]] = {}
+        # (job, attempt, rank) -> (newest collector heartbeat, its last words, calls recorded),
+        # for the next pass
+        self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
+        self.decisions: list[tuple[str, int, Decision]] = []   # recent, for status and tests
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
 
@@ -137,17 +181,21 @@ class LiveView:
             for c in stats.collectors:
                 if c.t_ns > 0 and len(self._heartbeats) < MAX_HEARTBEATS:
                     key = (c.job, c.attempt, c.rank)
-                    t, leaving = self._heartbeats.get(key, (0, False))
-                    self._heartbeats[key] = (max(t, c.t_ns), leaving or c.leaving)
+                    t, leaving, rec = self._heartbeats.get(key, (0, False, 0))
+                    self._heartbeats[key] = (max(t, c.t_ns), leaving or c.leaving,
+                                             max(rec, c.recorded))
 
     def _apply_heartbeats(self) -> None:
         with self._cond:
             beats, self._heartbeats = self._heartbeats, {}
-        for (job, attempt, rank), (t_ns, leaving) in beats.items():
+        now = time.monotonic()
+        for (job, attempt, rank), (t_ns, leaving, recorded) in beats.items():
             st = self._jobs.get((job, attempt))
             # only registered ranks: a stray rank id must not size the engine's arrays
-            if st is not None and st.engine is not None and rank in st.ranks:
-                st.engine.heard([rank], t_ns, leaving=leaving)
+            if st is not None and rank in st.ranks:
+                st.budget.recorded(rank, recorded, now)
+                if st.engine is not None:
+                    st.engine.heard([rank], t_ns, leaving=leaving)
 
     # -- the detectors' thread -------------------------------------------------------------
     def run(self, stop: threading.Event, interval_s: float) -> None:
@@ -220,7 +268,8 @@ class LiveView:
                 log.info("job %s attempt %d replaces attempt %d in the live view", job,
                          attempt, old[1])
                 del self._jobs[old]
-            state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology))
+            state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology),
+                                               budget=JobBudget(self._budget))
             # Evicted while idle, or known from before a daemon restart: its registrations
             # were stored earlier and will not come again.
             evicted = key in self._evicted
@@ -244,6 +293,7 @@ class LiveView:
             self._add_rank(st, r)
         for g in groups:
             self._add_group(st, g)
+        self._restore_schedule(st)
         if ranks or groups:
             log.info("live view: job %s attempt %d reloaded (%d ranks, %d groups)", st.job,
                      st.attempt, len(ranks), len(groups))
@@ -272,8 +322,11 @@ class LiveView:
             st.engine.add_group(body.pg, list(body.ranks))
 
     def _apply_now(self, writes: list[Write]) -> None:
+        now = time.monotonic()
         for w in writes:
             body = w.body
+            if not isinstance(body, RankRecord | GroupRecord | OpRows | ConnRows | BatchRows):
+                continue   # detail records: stored for the reports, not analysed again
             st = self._job(body.job, body.attempt, w)
             if st is None:
                 continue
@@ -286,12 +339,106 @@ class LiveView:
                 st.records += n
                 if n:
                     st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
+                    st.budget.observe("ops", n, now)
+                    st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
+                                                    body.cols.strings), now)
                 if st.engine is not None:
                     st.engine.add_ops(body.cols)
             elif isinstance(body, ConnRows):
+                st.budget.observe("conns", len(body.cols), now)
+                names = np.asarray(body.cols.strings, dtype=object)
+                if len(body.cols):
+                    st.linkstats.learn(body.cols["rank"], names[body.cols["local"]].tolist())
                 conns = st.links.add(body.cols)
                 if st.engine is not None and conns is not None and len(conns):
                     st.engine.add_conns(conns, sampled=True)
+            elif body.cols is not None:
+                self._apply_batch(st, body, now)
+
+    def _apply_batch(self, st: JobState, body: BatchRows, now: float) -> None:
+        """Reduced telemetry: progress, linkstat and port records."""
+        cols = body.cols
+        assert cols is not None
+        st.budget.observe(body.kind, len(cols), now)
+        eng = st.engine
+        if body.kind == "progress":
+            st.budget.observe_seqs(top_seqs(cols["pg"], cols["entered"], cols.strings), now)
+            if eng is not None and len(cols):
+                eng.add_progress(progress_records(cols))
+        elif body.kind == "linkstat":
+            recs = st.linkstats.add(cols, now)
+            if eng is not None and recs is not None and len(recs):
+                eng.add_linkstats(recs)
+        elif body.kind == "port" and eng is not None and len(cols):
+            eng.add_ports(port_records(cols))
+
+    # -- the records budget -----------------------------------------------------------------
+    def _budgets(self, now_ns: int) -> None:
+        """Each job's sampling factor and windows from what it sends (``budget``)."""
+        now = time.monotonic()
+        for st in self._jobs.values():
+            decision = st.budget.decide(now, now_ns)
+            if decision is not None:
+                self._enact(st, decision, now_ns)
+
+    def _enact(self, st: JobState, d: Decision, now_ns: int) -> None:
+        msg = c4_pb2.SampleSchedule(
+            job=st.job, attempt=st.attempt, version=d.version, window_ns=d.window_ns,
+            window_from_ns=d.window_from_ns,
+            steps=[c4_pb2.SampleStep(pg=pg, from_seq=s, sample=k)
+                   for pg, steps in sorted(d.steps.items()) for s, k in steps])
+        if st.engine is not None:
+            for pg, (from_seq, k) in d.new_steps.items():
+                st.engine.set_sample(k, pg, from_seq)
+        st.reduced = st.reduced or d.sample > 1
+        if self._store is not None:
+            self._writes += 1
+            try:
+                self._store.write([Write(self._writer_id, self._writes, BatchRows(
+                    st.job, st.attempt, "schedule", len(msg.steps), now_ns, now_ns,
+                    msg.SerializeToString()))])
+            except Exception as exc:
+                log.warning("cannot store the sampling schedule of job %s: %s", st.job, exc)
+        sent = self._control.publish(msg) if self._control is not None else 0
+        self.decisions = [*self.decisions[-63:], (st.job, st.attempt, d)]
+        log.info("job %s: sampling factor %d, windows %s (%s); sent to %d sidecars", st.job,
+                 d.sample, f"{d.window_ns / 1e9:g} s" if d.window_ns else "default", d.why,
+                 sent)
+
+    def _restore_schedule(self, st: JobState) -> None:
+        """A job known from before a daemon restart keeps its schedule."""
+        if self._store is None:
+            return
+        try:
+            stored = self._store.batches(st.job, st.attempt, kinds=["schedule"])
+        except Exception as exc:
+            log.warning("cannot reload the sampling schedule of job %s: %s", st.job, exc)
+            return
+        if not stored:
+            return
+        msg = c4_pb2.SampleSchedule.FromString(stored[-1].payload)
+        steps: dict[str, list[tuple[int, int]]] = {}
+        for step in msg.steps:
+            steps.setdefault(step.pg, []).append((int(step.from_seq), int(step.sample)))
+        sample = max((k for v in steps.values() for _, k in v), default=1)
+        st.budget.restore(msg.version, sample, msg.window_ns, steps)
+        st.reduced = sample > 1
+        if st.engine is not None:
+            for pg, v in steps.items():
+                for from_seq, k in v:
+                    st.engine.set_sample(k, pg, from_seq)
+        if self._control is not None:
+            self._control.publish(msg)
+
+    def job_reduced(self, job: str) -> bool:
+        """Whether a job in the live view ships (or has shipped) reduced telemetry."""
+        with self._lock:
+            return any(st.reduced for (j, _), st in self._jobs.items() if j == job)
+
+    def sample_of(self, job: str) -> int:
+        with self._lock:
+            return max((st.budget.sample for (j, _), st in self._jobs.items() if j == job),
+                       default=1)
 
     # -- analysis ----------------------------------------------------------------------------
     def analyze(self, now_ns: int | None = None) -> int:
@@ -305,6 +452,7 @@ class LiveView:
                 self._apply_heartbeats()
                 found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
                          if st.engine is not None]
+                self._budgets(now_ns)
             filed = 0
             for job, reports in found:
                 for report in reports:

@@ -1,0 +1,312 @@
+"""A records budget per job: the daemon chooses each job's sampling factor K and window.
+
+What a job sends is measured per kind over the last ``measure_s`` seconds: op rows, progress,
+linkstat, port records and raw connection samples as ingested, and the job's full call rate
+from its collectors' counters (``CollectorStats.recorded``, which every sidecar forwards each
+second) or, without them, the ingested op rows times K. Then:
+
+* **K** is the smallest power of two that brings the full call rate under the part of the
+  budget the other kinds leave (``records_per_s`` minus their rate, at least ``ops_floor`` of
+  the budget), capped at ``max_sample``. K = 1 while the job fits. Powers of two nest: the calls
+  kept at 2K are a subset of those kept at K (``proto.sampling``). K goes up as soon as it must;
+  it comes down one step only once the full rate at K/2 would use at most ``lower_at`` of the
+  budget, and never within ``hold_s`` of the last change (each change costs a burst of
+  announcements and leaves the meters a transition to settle).
+* **Windows**: progress and linkstat grow with ranks and connections, not calls, so K cannot
+  bound them. When they alone take more than ``1 - ops_floor`` of the budget, or the job is over
+  budget with K at its cap, the window doubles (up to ``max_window_s``): both kinds emit at
+  most one record per key per window, so their rate halves; it halves again once they would
+  use less than a quarter of the budget at the shorter window. The cost: a hang is seen up to
+  one window later, and a link's statistics are coarser.
+* A change of K is announced per communicator as "from seq S on": S is the highest seq seen
+  on it plus ``margin_s`` seconds of its calls (its measured pace), so that every member's
+  sidecar has the step before its rows reach S and all switch at the same call. A window
+  change takes effect at an instant ``margin_s`` ahead, on a multiple of both windows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+NS = 1_000_000_000
+KINDS = ("ops", "progress", "linkstat", "port", "conns")
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """The daemon's ``--job-records-per-s`` and what goes with it."""
+
+    #: records per second one job may send (every kind); 0: no budget, K stays 1
+    records_per_s: float = 200_000.0
+    #: the largest sampling factor (a power of two)
+    max_sample: int = 1024
+    #: the sidecars' default window, and the longest the daemon may set
+    window_s: float = 1.0
+    max_window_s: float = 16.0
+    #: share of the budget kept for op rows when windows are chosen
+    ops_floor: float = 0.5
+    #: K comes down when the full rate at K/2 would use at most this share of the budget
+    lower_at: float = 0.6
+    #: how far ahead of the fastest member a change takes effect
+    margin_s: float = 5.0
+    #: no change within this long of the last
+    hold_s: float = 15.0
+    #: rates are measured over this long
+    measure_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.records_per_s < 0:
+            raise ValueError(f"records_per_s must be >= 0 (0: no budget), got "
+                             f"{self.records_per_s}")
+        if self.max_sample < 1 or self.max_sample & (self.max_sample - 1):
+            raise ValueError(f"max_sample must be a power of two, got {self.max_sample}")
+        if not 0 < self.window_s <= self.max_window_s:
+            raise ValueError(f"windows must satisfy 0 < window_s ({self.window_s}) <= "
+                             f"max_window_s ({self.max_window_s})")
+        for name in ("ops_floor", "lower_at"):
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
+        for name in ("margin_s", "hold_s", "measure_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+class RateMeter:
+    """Counts per kind in one-second buckets over the last ``span_s`` seconds."""
+
+    def __init__(self, span_s: float) -> None:
+        self.span = max(1, math.ceil(span_s))
+        self._buckets: deque[tuple[int, dict[str, float]]] = deque()
+        self._since: float | None = None
+
+    def add(self, kind: str, n: float, now: float) -> None:
+        sec = int(now)
+        if self._since is None:
+            self._since = now
+        if not self._buckets or self._buckets[-1][0] != sec:
+            self._buckets.append((sec, {}))
+            while self._buckets and self._buckets[0][0] <= sec - self.span:
+                self._buckets.popleft()
+        counts = self._buckets[-1][1]
+        counts[kind] = counts.get(kind, 0.0) + n
+
+    def rate(self, kind: str, now: float) -> float:
+        """Per second over the span (or since the first count, if shorter)."""
+        if self._since is None:
+            return 0.0
+        lo = int(now) - self.span
+        total = sum(c.get(kind, 0.0) for s, c in self._buckets if s > lo)
+        return total / max(min(now - self._since, float(self.span)), 1.0)
+
+
+@dataclass
+class _Pace:
+    """A communicator's highest seq seen, and its calls per second."""
+
+    top: int = -1
+    t_top: float = 0.0
+    anchor: tuple[float, int] | None = None
+    rate: float = 0.0
+
+    def see(self, seq: int, now: float, span: float) -> None:
+        if seq <= self.top:
+            return
+        self.top, self.t_top = seq, now
+        if self.anchor is None:
+            self.anchor = (now, seq)
+            return
+        t0, s0 = self.anchor
+        if now - t0 >= 1.0:
+            self.rate = max((seq - s0) / (now - t0), 0.0)
+            if now - t0 >= span:
+                self.anchor = (now, seq)
+
+
+@dataclass
+class Decision:
+    """A new schedule: the job's factor and window and each communicator's steps."""
+
+    version: int
+    sample: int
+    window_ns: int
+    window_from_ns: int
+    steps: dict[str, list[tuple[int, int]]]
+    new_steps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    why: str = ""
+
+
+class JobBudget:
+    """The budget of one job attempt: feed it what the job sends, ask it for decisions."""
+
+    def __init__(self, config: BudgetConfig) -> None:
+        self.cfg = config
+        self.meter = RateMeter(config.measure_s)
+        self.sample = 1
+        self.window_ns = int(config.window_s * NS)
+        self.steps: dict[str, list[tuple[int, int]]] = {}
+        self.version = 0
+        self._paces: dict[str, _Pace] = {}
+        self._last_change: float | None = None
+        self._recorded: dict[int, int] = {}      # rank -> its collector's last count
+        self._recorded_total = 0                 # the sum of counts since first heard
+        self._full: deque[tuple[float, int]] = deque()
+        self._now_ns = 0
+
+    # -- what the job sends -----------------------------------------------------------------
+    def observe(self, kind: str, n: int, now: float) -> None:
+        self.meter.add(kind, n, now)
+
+    def observe_seqs(self, tops: dict[str, int], now: float) -> None:
+        """The highest seq seen per communicator in a batch (op rows or progress)."""
+        for pg, seq in tops.items():
+            pace = self._paces.get(pg)
+            if pace is None:
+                pace = self._paces[pg] = _Pace()
+            pace.see(seq, now, self.cfg.measure_s)
+
+    def recorded(self, rank: int, count: int, now: float) -> None:
+        """A collector's cumulative count of calls recorded (its first count is a baseline)."""
+        old = self._recorded.get(rank)
+        self._recorded[rank] = count
+        if old is not None and count >= old:
+            self._recorded_total += count - old
+        if not self._full or now - self._full[-1][0] >= 1.0:
+            self._full.append((now, self._recorded_total))
+            while len(self._full) > 2 and now - self._full[1][0] >= self.cfg.measure_s:
+                self._full.popleft()
+
+    def full_rate(self, now: float) -> float:
+        """Calls per second the job makes (every call, sampled or not)."""
+        if len(self._full) >= 2 and self._full[-1][0] - self._full[0][0] >= 1.0 and \
+                now - self._full[-1][0] < 3 * self.cfg.measure_s:
+            (t0, c0), (t1, c1) = self._full[0], self._full[-1]
+            return (c1 - c0) / (t1 - t0)
+        return self.meter.rate("ops", now) * self.sample
+
+    def rates(self, now: float) -> dict[str, float]:
+        out = {k: self.meter.rate(k, now) for k in KINDS}
+        out["full"] = self.full_rate(now)
+        return out
+
+    # -- decisions ------------------------------------------------------------------------
+    def decide(self, now: float, now_ns: int) -> Decision | None:
+        """A new schedule when the job's factor or window must change, else None."""
+        cfg = self.cfg
+        self._now_ns = now_ns
+        if cfg.records_per_s <= 0:
+            return None
+        if self._last_change is not None and now - self._last_change < cfg.hold_s:
+            return None
+        if self.meter._since is None or now - self.meter._since < min(cfg.measure_s, 3.0):
+            return None   # not measured yet
+        budget = cfg.records_per_s
+        r = self.rates(now)
+        other = r["progress"] + r["linkstat"] + r["port"] + r["conns"]
+        window_ns, why_w = self._window(budget, other, r["full"])
+        # the other kinds at the new window
+        other_at = other * self.window_ns / window_ns
+        for_ops = max(budget - other_at, cfg.ops_floor * budget)
+        sample, why_k = self._factor(r["full"], for_ops)
+        if sample == self.sample and window_ns == self.window_ns:
+            return self._cover_new(now) or self._prune()
+        return self._announce(sample, window_ns, now, now_ns, why_k or why_w)
+
+    def _window(self, budget: float, other: float, full: float) -> tuple[int, str]:
+        cfg = self.cfg
+        w = self.window_ns
+        longest = int(cfg.max_window_s * NS)
+        share = (1 - cfg.ops_floor) * budget
+        ops_at_cap = full / cfg.max_sample
+        if w < longest and (other > share or (self.sample >= cfg.max_sample and
+                                              other + ops_at_cap > budget)):
+            return min(2 * w, longest), (f"progress and linkstat at {other:,.0f}/s: windows "
+                                         f"to {min(2 * w, longest) / NS:g} s")
+        shortest = int(cfg.window_s * NS)
+        if w > shortest and 2 * other < 0.25 * budget and not (
+                self.sample >= cfg.max_sample and 2 * other + ops_at_cap > budget):
+            return max(w // 2, shortest), f"windows back to {max(w // 2, shortest) / NS:g} s"
+        return w, ""
+
+    def _factor(self, full: float, for_ops: float) -> tuple[int, str]:
+        cfg = self.cfg
+        need = 1 if full <= for_ops else 1 << max(0, math.ceil(math.log2(full / for_ops)))
+        need = min(need, cfg.max_sample)
+        if need > self.sample:
+            return need, f"{full:,.0f} calls/s over {for_ops:,.0f}/s left for them: K={need}"
+        if need < self.sample and full / (self.sample // 2) <= cfg.lower_at * for_ops:
+            k = self.sample // 2
+            return k, f"{full:,.0f} calls/s fit at K={k}"
+        return self.sample, ""
+
+    def _announce(self, sample: int, window_ns: int, now: float, now_ns: int,
+                  why: str) -> Decision:
+        cfg = self.cfg
+        new_steps: dict[str, tuple[int, int]] = {}
+        if sample != self.sample:
+            for pg in self._paces:
+                new_steps[pg] = self._step(pg, sample, now)
+        window_from = 0
+        if window_ns != self.window_ns:
+            unit = max(window_ns, self.window_ns)
+            window_from = -(-(now_ns + int(cfg.margin_s * NS)) // unit) * unit
+        self.sample, self.window_ns = sample, window_ns
+        self._bump()
+        self._last_change = now
+        return Decision(self.version, sample, self._window_field(), window_from,
+                        {pg: list(v) for pg, v in self.steps.items()}, new_steps, why)
+
+    def _step(self, pg: str, sample: int, now: float) -> tuple[int, int]:
+        """A step to ``sample`` for ``pg``, ``margin_s`` of its calls ahead of its fastest
+        member, replacing any step not yet in force."""
+        pace = self._paces[pg]
+        ahead = math.ceil(pace.rate * (self.cfg.margin_s + now - pace.t_top))
+        step = (pace.top + 1 + max(ahead, 1), sample)
+        kept = [s for s in self.steps.get(pg, []) if s[0] < step[0]]
+        self.steps[pg] = [*kept[-1:], step]
+        return step
+
+    def _bump(self) -> None:
+        """A new version: above every earlier one, also those of a daemon that ran before
+        (sidecars keep the highest version they got), so milliseconds of the clock."""
+        self.version = max(self.version + 1, self._now_ns // 1_000_000)
+
+    def _window_field(self) -> int:
+        """The window as announced: 0 while it is the sidecars' default."""
+        return 0 if self.window_ns == int(self.cfg.window_s * NS) else self.window_ns
+
+    def _cover_new(self, now: float) -> Decision | None:
+        """Communicators first seen since K went above 1 get a step too."""
+        if self.sample <= 1:
+            return None
+        fresh = [pg for pg in self._paces if pg not in self.steps]
+        if not fresh:
+            return None
+        new_steps = {pg: self._step(pg, self.sample, now) for pg in fresh}
+        self._bump()
+        return Decision(self.version, self.sample, self._window_field(), 0,
+                        {pg: list(v) for pg, v in self.steps.items()}, new_steps,
+                        f"{len(fresh)} new communicators at K={self.sample}")
+
+    def _prune(self) -> Decision | None:
+        """Once every step is in force, drop the steps before it: a sidecar leaves reduced
+        mode only when no step of the schedule keeps fewer than every call."""
+        stale = False
+        for pg, steps in self.steps.items():
+            pace = self._paces.get(pg)
+            if len(steps) > 1 and pace is not None and pace.top >= steps[-1][0]:
+                self.steps[pg] = steps[-1:]
+                stale = True
+        if not stale:
+            return None
+        self._bump()
+        return Decision(self.version, self.sample, self._window_field(), 0,
+                        {pg: list(v) for pg, v in self.steps.items()}, {}, "steps in force")
+
+    def restore(self, version: int, sample: int, window_ns: int,
+                steps: dict[str, list[tuple[int, int]]]) -> None:
+        """Take back a schedule stored before a daemon restart."""
+        self.version, self.sample = version, sample
+        self.window_ns = window_ns or self.window_ns
+        self.steps = {pg: list(v) for pg, v in steps.items()}
