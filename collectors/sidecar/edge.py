@@ -266,17 +266,19 @@ class EdgeJob:
         if not self.reduced or self.reducer is None:
             return None, None
         wm = now_ns - int(self.config.lag_s * 1e9)
-        parts = []
+        progress, links = [], []
         pending = self._pending_window
         if pending is not None and (pending[1] <= wm):
             new_ns, at = pending
             at = at or wm
-            parts.append(self.reducer.flush(at))
+            last = self.reducer.flush(at)
+            progress.append(self._progress(last.progress))
+            links.append(self._linkstat(last.linkstat))
             self._pending_window = None
             self._start_reducer(new_ns, at - int(self.config.lag_s * 1e9) - self.window_ns, at)
-        parts.append(self.reducer.advance(wm))
-        progress = [self._progress(p.progress) for p in parts]
-        links = [self._linkstat(p.linkstat) for p in parts]
+        out = self.reducer.advance(wm)
+        progress.append(self._progress(out.progress))
+        links.append(self._linkstat(out.linkstat))
         return _join(progress), _join(links)
 
     def _progress(self, p: Columns) -> Columns | None:

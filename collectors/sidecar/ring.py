@@ -115,8 +115,11 @@ class DetailRing:
         rows = self.rows(req.job, req.attempt, from_ns=req.from_ns, to_ns=req.to_ns,
                          ranks=set(req.ranks) or None)
         with self._lock:
-            lost = self._lost_upto.get(key, 0)
+            lost = self._lost_upto.get(key)
         held_from = self.held_from(req.job, req.attempt)
+        if not self.max_bytes:
+            return Answer(c4_pb2.DetailBatch.GONE, None, 0)
+        lost_some = lost is not None and lost >= req.from_ns
         if rows is not None:
             rows = _latest_per_call(rows)
         truncated = False
@@ -125,10 +128,9 @@ class DetailRing:
             mask = np.zeros(len(rows), dtype=bool)
             mask[order] = True
             rows, truncated = _take(rows, mask), True
-        if rows is None and lost >= req.from_ns:
+        if rows is None and lost_some:
             return Answer(c4_pb2.DetailBatch.GONE, None, held_from)
-        status = c4_pb2.DetailBatch.PARTIAL if lost >= req.from_ns else \
-            c4_pb2.DetailBatch.COMPLETE
+        status = c4_pb2.DetailBatch.PARTIAL if lost_some else c4_pb2.DetailBatch.COMPLETE
         return Answer(status, rows, held_from, truncated)
 
 

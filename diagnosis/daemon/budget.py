@@ -152,6 +152,7 @@ class JobBudget:
         self._recorded: dict[int, int] = {}      # rank -> its collector's last count
         self._recorded_total = 0                 # the sum of counts since first heard
         self._full: deque[tuple[float, int]] = deque()
+        self._heard_counts = False
         self._now_ns = 0
 
     # -- what the job sends -----------------------------------------------------------------
@@ -172,6 +173,13 @@ class JobBudget:
         self._recorded[rank] = count
         if old is not None and count >= old:
             self._recorded_total += count - old
+        self._heard_counts = True
+
+    def _snapshot(self, now: float) -> None:
+        """The collectors' total as of ``now`` (taken once per decision, when every rank's
+        latest count is in)."""
+        if not self._heard_counts:
+            return
         if not self._full or now - self._full[-1][0] >= 1.0:
             self._full.append((now, self._recorded_total))
             while len(self._full) > 2 and now - self._full[1][0] >= self.cfg.measure_s:
@@ -195,6 +203,7 @@ class JobBudget:
         """A new schedule when the job's factor or window must change, else None."""
         cfg = self.cfg
         self._now_ns = now_ns
+        self._snapshot(now)
         if cfg.records_per_s <= 0:
             return None
         if self._last_change is not None and now - self._last_change < cfg.hold_s:
