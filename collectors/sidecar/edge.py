@@ -74,7 +74,7 @@ class EdgeConfig:
     window_s: float = 1.0
     #: the watermark's lag behind now: rows of calls entered earlier have all arrived
     #: (collectors flush every 0.1 s and ship a pending call open after 0.5 s)
-    lag_s: float = 1.5
+    lag_s: float = 0.8
     #: bytes of full records kept for detail requests (``--detail-bytes``; 0: none)
     ring_bytes: int = 128 << 20
     #: read NIC port states and counters from sysfs (``--ports/--no-ports``)

@@ -7,7 +7,6 @@ come back from the node's ring."""
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from pathlib import Path
 
