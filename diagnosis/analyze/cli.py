@@ -11,8 +11,10 @@ import typer
 
 
 def analyze(
-    trace: Path | None = typer.Argument(None, help="Telemetry trace (JSON Lines, shared specs "
-                                        "section 2).", exists=True, dir_okay=False),
+    trace: Path | None = typer.Argument(None, help="Telemetry trace: JSON Lines (shared specs "
+                                        "section 2), format version 1 or 2 or a mix of both, "
+                                        "gzip-compressed if it ends in .gz.", exists=True,
+                                        dir_okay=False),
     topology: Path | None = typer.Option(None, "--topology", "-t", exists=True, dir_okay=False,
                                          help="Topology (node-link JSON). Without it suspects "
                                          "are ranks, or hosts from the trace's rank records."),
@@ -28,15 +30,20 @@ def analyze(
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the output to this "
                                        "file instead of standard output."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=0, help="Processes parsing a "
-                                    "large trace in parallel (0: none) [default: CPUs - 1, at "
-                                    "most 4]."),
+                                    "large trace in parallel (0: none; default: CPUs - 1, at "
+                                    "most 4)."),
     stopped_after: float | None = typer.Option(None, "--stopped-after", min=0.0, help="For a "
                                                "trace without an end record: recording "
                                                "stopped this many seconds after its last "
                                                "record (when the hung job was killed), so that "
                                                "calls still open then are judged as hangs."),
 ) -> None:
-    """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors."""
+    """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors.
+
+    Traces of format version 2 (reduced telemetry: sampled calls, progress, linkstat and port
+    records) are read like version 1; records of a type this c4 does not know are skipped with
+    a warning.
+    """
     from diagnosis.errors import DiagnosisError
 
     if fmt not in ("json", "table"):

@@ -82,9 +82,13 @@ class EngineConfig:
     #: (judging more samples) is withdrawn: its finding was a chance split of its samples.
     slow_unconfirmed_passes: int = 3
 
-    #: With sampled calls (see ``straggle``), the kept calls of a communicator within this much
-    #: time make one sample (ns).
+    #: With sampled calls (see ``straggle``), the kept calls of a communicator within a bucket
+    #: of time make one sample: about four of them, from a quarter of this (ns) to twice it.
     straggle_bucket_ns: int = 1_000_000_000
+    #: ... and the smallest lateness worth a report, as a fraction of the communicator's pace
+    #: (the mean time between its calls: wall time, so a GPU 10% slower at a compute share of
+    #: half of it shows about 5%; calls issued right after another show none).
+    straggle_min_excess: float = 0.03
 
     # ---- communication slow -------------------------------------------------------------------
     #: Samples of a connection (or communicator operation) skipped before its baseline is
@@ -175,6 +179,7 @@ class EngineConfig:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
         for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_min_excess_unseen",
+                     "straggle_min_excess",
                      "comm_min_excess", "comm_noise_k", "comm_peer_excess",
                      "comm_peer_purity"):
             value = getattr(self, name)

@@ -63,8 +63,10 @@ class Engine:
         self._pg_ids: dict[str, int] = {}
         self._pg_group = np.zeros(0, dtype=np.int64)
         self.op_names: list[str] = []
-        self.sample = 1     # the stream keeps one call in ``sample`` (proto.sampling)
+        # the stream keeps one call in ``sample`` (proto.sampling; the largest factor in force)
+        self.sample = 1
         self._sample_at: dict[str, list[tuple[int, int]]] = {}   # pg -> (from seq, k) steps
+        self._default_sample = 1
         self._op_ids: dict[str, int] = {}
         self._op_kind = np.zeros(0, dtype=np.int8)     # 0 collective, 1 send, 2 recv
         self._now = 0
@@ -281,21 +283,22 @@ class Engine:
             raise ValueError(f"sampling factor must be at least 1, got {k!r}")
         if pg is None:
             self._sample_at.clear()
-            self.sample = int(k)
+            self.sample = self._default_sample = int(k)
         else:
             steps = [s for s in self._sample_at.get(pg, []) if s[0] < int(from_seq)]
             self._sample_at[pg] = [*steps, (int(from_seq), int(k))]
             self.sample = max(self.sample, int(k))
         self.timing.max_gap = 8 * self.sample
+        self.stragglers.sample = self.stragglers.pace.sample = self.sample
 
     def _sampled(self, g: np.ndarray, seq: np.ndarray) -> np.ndarray:
         """Whether each (communicator or channel, seq) is a call the stream keeps."""
         names = [self.pg_names[self.arena.pg_of[x]] for x in g.tolist()]
         if not self._sample_at:
-            return sampled_mask(names, seq.tolist(), self.sample)
+            return sampled_mask(names, seq.tolist(), self._default_sample)
         out = np.empty(len(names), dtype=bool)
         for i, (name, s) in enumerate(zip(names, seq.tolist(), strict=True)):
-            k = self.sample
+            k = self._default_sample
             for start, kk in self._sample_at.get(name, []):
                 if s >= start:
                     k = kk

@@ -314,11 +314,15 @@ class NoncommSlow:
         return judge_rings(list(self.classes.values()), self.arena, self.cfg)
 
 
-def judge_rings(rings: list, arena: Arena, cfg: EngineConfig) -> list[SlowRank]:
+def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
+                min_excess: float | None = None) -> list[SlowRank]:
     """The slow members of every group of ``rings`` (objects holding, per size class, each
     group's ring of ``K`` samples per member: ``x`` the excess, ``a`` the excess that counts,
     ``scale`` (ns per unit), ``t`` sample times, ``pos`` write positions, ``groups``), at the
-    member significance ``slow_alpha_member``."""
+    member significance ``slow_alpha_member``; ``min_excess`` (default ``slow_min_excess``): the
+    smallest excess worth a report, in the samples' unit."""
+    least = cfg.slow_min_excess if min_excess is None else min_excess
+    unseen = cfg.slow_min_excess_unseen * least / cfg.slow_min_excess
     out: list[SlowRank] = []
     for cls in rings:
         G = len(cls.groups)
@@ -340,7 +344,7 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig) -> list[SlowRank]:
                 # samples move from one to the next, which a change of level leaves alone
                 step = np.diff(x, axis=1) / np.sqrt(2.0)
                 sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
-            thr = np.maximum(cfg.slow_min_excess / 2, cfg.slow_noise_k * sigma)
+            thr = np.maximum(least / 2, cfg.slow_noise_k * sigma)
             high = a > thr[:, None, None]
             valid = ~np.isnan(a)
             # the communicator's own rate of late samples: median over members, so that
@@ -353,11 +357,10 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig) -> list[SlowRank]:
                            cfg.slow_min_samples)
         # a change, not a persistent trait: late more often and by more than before the
         # split; without enough samples before it, the excess must be beyond natural spread
-        need = np.where(res.pre_count >= cfg.slow_min_samples, cfg.slow_min_excess,
-                        cfg.slow_min_excess_unseen)
+        need = np.where(res.pre_count >= cfg.slow_min_samples, least, unseen)
         ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
             & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
-            & (res.median >= cfg.slow_min_excess) & (res.effect >= need)
+            & (res.median >= least) & (res.effect >= need)
         for h in np.flatnonzero(ok).tolist():
             gi, pos = divmod(h, n)
             s = int(res.start[h])

@@ -20,6 +20,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.pace import GroupPace
 from diagnosis.engine.slow import SlowRank, judge_rings
 from diagnosis.engine.timing import GroupTiming
 
@@ -42,14 +43,18 @@ class _Rings:
         self.acc_n = np.zeros(0, dtype=np.int64)
         self.acc_b = np.zeros(0, dtype=np.int64)
         self.acc_t = np.zeros(0, dtype=np.int64)
+        self.bucket = np.zeros(0, dtype=np.int64)     # per group, its bucket length (0: unset)
 
     def add(self, li: np.ndarray, x: np.ndarray, scale: np.ndarray, t: np.ndarray,
-            bucket_ns: int) -> None:
+            bucket_ns: np.ndarray) -> None:
         """Fold calls (their members' lateness ``x`` over the group's pace ``scale``) into one
         sample per group and time bucket: a group kept many times a second would otherwise fill
         its ring within seconds, before any change shows against a past; its mean over a
-        bucket is also steadier than one call (calls right after another are entered at once)."""
-        b = t // bucket_ns
+        bucket is also steadier than one call (calls right after another are entered at once).
+        ``bucket_ns``: per row, its group's bucket length (fixed once chosen)."""
+        unset = self.bucket[li] <= 0
+        self.bucket[li[unset]] = bucket_ns[unset]
+        b = t // self.bucket[li]
         o = np.lexsort((t, b, li))
         li, x, scale, t, b = li[o], x[o], scale[o], t[o], b[o]
         head = np.flatnonzero(np.r_[True, (li[1:] != li[:-1]) | (b[1:] != b[:-1])])
@@ -103,6 +108,7 @@ class _Rings:
             self.acc_n = np.r_[self.acc_n, np.zeros(grow, dtype=np.int64)]
             self.acc_b = np.r_[self.acc_b, np.full(grow, -1, dtype=np.int64)]
             self.acc_t = np.r_[self.acc_t, np.zeros(grow, dtype=np.int64)]
+            self.bucket = np.r_[self.bucket, np.zeros(grow, dtype=np.int64)]
         return out
 
 
@@ -110,6 +116,8 @@ class SampledStragglers:
     def __init__(self, arena: Arena, timing: GroupTiming, config: EngineConfig) -> None:
         self.arena, self.timing, self.cfg = arena, timing, config
         self.rings: dict[int, _Rings] = {}
+        self.sample = 1      # the stream's sampling factor (``Engine.set_sample``)
+        self.pace = GroupPace(arena, config)
 
     def update(self, fin: Finished) -> None:
         """Take finished kept calls (collectives and send/recv channels alike)."""
@@ -123,7 +131,16 @@ class SampledStragglers:
         late = fin.enter - np.median(fin.enter, axis=1, keepdims=True)
         scale = np.maximum(self._pace(fin.group), float(self.cfg.min_compute_ns))
         t = fin.enter.min(axis=1)
-        ring.add(li, late / scale[:, None], scale, t, self.cfg.straggle_bucket_ns)
+        ring.add(li, late / scale[:, None], scale, t, self._bucket(scale))
+        self.pace.update(fin)
+
+    def _bucket(self, pace: np.ndarray) -> np.ndarray:
+        """The bucket length for groups of this pace: about four kept calls, within a quarter
+        of and twice ``straggle_bucket_ns`` (1 s while the pace is unknown)."""
+        base = self.cfg.straggle_bucket_ns
+        known = pace > self.cfg.min_compute_ns
+        want = 4.0 * pace * self.sample
+        return np.where(known, np.clip(want, base // 4, 2 * base), base).astype(np.int64)
 
     def _pace(self, groups: np.ndarray) -> np.ndarray:
         """Mean time between calls of each group: from progress, else from the kept calls."""
@@ -136,12 +153,22 @@ class SampledStragglers:
         return np.nan_to_num(pace, nan=0.0)[inv.ravel()]
 
     def judge(self) -> list[SlowRank]:
-        """The late members, without those that are only victims of another."""
-        found = judge_rings(list(self.rings.values()), self.arena, self.cfg)
+        """The late members, and the members of groups whose pace fell behind with none of
+        them late (a slow host), without those that are only victims of another."""
+        found = judge_rings(list(self.rings.values()), self.arena, self.cfg,
+                            self.cfg.straggle_min_excess)
         late_in: dict[int, set[int]] = {}
         for f in found:
             late_in.setdefault(f.group, set()).add(f.rank)
         victims: set[int] = set()
         for g, late in late_in.items():
             victims.update(r for r in self.arena.members[g].tolist() if r not in late)
+        late_ranks = {f.rank for f in found}
+        for sg in self.pace.judge():
+            members = self.arena.members[sg.group].tolist()
+            if late_ranks & set(members):
+                continue        # a member late inside it explains its pace (a slow GPU)
+            pace = float(self._pace(np.asarray([sg.group]))[0])
+            found += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
+                               sg.samples, sg.frac, 0.0, sg.logp) for r in members]
         return [f for f in found if f.rank not in victims]

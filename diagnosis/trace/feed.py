@@ -4,29 +4,42 @@ from __future__ import annotations
 
 import gzip
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from diagnosis.engine import ConnRecords, Engine
+from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
 from diagnosis.report import FaultReport
-from diagnosis.trace.order import OrderWatch, conn_visible_ns, time_ordered
+from diagnosis.trace.order import OrderWatch, time_ordered, visible_ns
 from diagnosis.trace.parallel import read_blocks_parallel
-from diagnosis.trace.reader import End, GroupInfo, Item, RankInfo, read_trace
+from diagnosis.trace.reader import Batch, End, GroupInfo, Item, Meta, RankInfo, read_trace
 from proto.codec import Columns
 
 log = logging.getLogger(__name__)
 
+_BATCHES = (Columns, ConnRecords, ProgressRecords, LinkStatRecords, PortRecords)
+
 
 @dataclass
 class FeedStats:
+    """What was read: records of every type, and rows of each kind of telemetry."""
+
     records: int = 0
     ops: int = 0
     conns: int = 0
+    progress: int = 0
+    linkstats: int = 0
+    ports: int = 0
     end_ns: int | None = None
+    #: the trace keeps the calls that proto.sampling keeps at this factor (meta ``sample``)
+    sample: int = 1
     #: the trace was out of time order and was sorted before the engine saw it
     sorted: bool = False
+    #: meta records read (a trace made of several joined together has several)
+    metas: int = 0
 
 
 class _OutOfOrder(Exception):
@@ -94,10 +107,9 @@ def _items(fh: BinaryIO, path: str | Path, block_bytes: int, workers: int) -> It
 def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | None,
           block_bytes: int, workers: int, ordered: bool) -> FeedStats:
     stats = FeedStats(sorted=ordered)
-    # ops and conns each in order; one may lag the other (a simulator or exporter writing
+    # each kind of telemetry in order; one may lag another (a simulator or exporter writing
     # them in separate chunks), which the engine, keeping them apart, does not mind
-    watch = None if ordered else OrderWatch()
-    conn_watch = None if ordered else OrderWatch()
+    watches: dict[type, OrderWatch] | None = None if ordered else {}
     last_pos = 0
     with open(path, "rb") as raw:
         # a gzip trace decompresses on the fly; progress follows the compressed bytes
@@ -106,26 +118,16 @@ def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | No
         if ordered:
             items = time_ordered(_counted(items, raw, progress))
         for item in items:
-            if isinstance(item, Columns):
-                if watch is not None and not watch.check_ops(item):
+            if watches is not None and isinstance(item, _BATCHES):
+                watch = watches.setdefault(type(item), OrderWatch())
+                in_order = watch.check_ops(item) if isinstance(item, Columns) \
+                    else watch.check(visible_ns(item))
+                if not in_order:
                     raise _OutOfOrder(watch, raw.tell())
-                engine.add_ops(item)
-                stats.ops += len(item)
-            elif isinstance(item, ConnRecords):
-                if conn_watch is not None and not conn_watch.check(conn_visible_ns(item)):
-                    raise _OutOfOrder(conn_watch, raw.tell())
-                engine.add_conns(item)
-                stats.conns += len(item)
-            elif isinstance(item, RankInfo):
-                engine.add_rank(item.rank, item.host, item.gpu, item.nic)
-            elif isinstance(item, GroupInfo):
-                engine.add_group(item.pg, item.ranks)
-            elif isinstance(item, End):
-                stats.end_ns = item.t_ns
-            stats.records += 1 if not isinstance(item, (Columns, ConnRecords)) else len(item)
+            _add(engine, item, stats, path)
             if ordered:
                 # sorted batches: the file is read already; let the detectors look after each
-                if isinstance(item, (Columns, ConnRecords)):
+                if isinstance(item, _BATCHES):
                     engine.advance(engine.now_ns)
                 continue
             pos = raw.tell()
@@ -136,6 +138,56 @@ def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | No
                     progress(pos - last_pos)
                 last_pos = pos
     return stats
+
+
+def _add(engine: Engine, item: Item, stats: FeedStats, path: str | Path) -> None:
+    """Hand one item to the engine and count it."""
+    if isinstance(item, _BATCHES):
+        _add_batch(engine, item, stats)
+        stats.records += len(item)
+        return
+    stats.records += 1
+    if isinstance(item, RankInfo):
+        engine.add_rank(item.rank, item.host, item.gpu, item.nic)
+    elif isinstance(item, GroupInfo):
+        engine.add_group(item.pg, item.ranks)
+    elif isinstance(item, Meta):
+        _meta(engine, item, stats, path)
+    elif isinstance(item, End):
+        stats.end_ns = item.t_ns
+
+
+def _add_batch(engine: Engine, item: Batch, stats: FeedStats) -> None:
+    n = len(item)
+    if isinstance(item, Columns):
+        engine.add_ops(item)
+        stats.ops += n
+    elif isinstance(item, ConnRecords):
+        engine.add_conns(item)
+        stats.conns += n
+    elif isinstance(item, ProgressRecords):
+        engine.add_progress(item)
+        stats.progress += n
+    elif isinstance(item, LinkStatRecords):
+        engine.add_linkstats(item)
+        stats.linkstats += n
+    else:
+        engine.add_ports(item)
+        stats.ports += n
+
+
+def _meta(engine: Engine, meta: Meta, stats: FeedStats, path: str | Path) -> None:
+    """The sampling factor of the trace. Traces joined together may have been sampled
+    differently: a call is in every part only if each part's factor keeps it, which the least
+    common multiple of the factors says (crc % lcm == 0 exactly when every crc % k == 0)."""
+    sample = math.lcm(stats.sample, meta.sample)
+    if stats.metas and meta.sample != stats.sample:
+        log.warning("%s: meta records disagree on which calls the trace keeps (sample %d, then "
+                    "%d): calls are judged as sampled at %d, the ones every part keeps", path,
+                    stats.sample, meta.sample, sample)
+    stats.metas += 1
+    stats.sample = sample
+    engine.set_sample(sample)
 
 
 def _counted(items: Iterable[Item], raw: BinaryIO,

@@ -12,11 +12,21 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from diagnosis.engine.records import CONN_DTYPES, ConnRecords
-from diagnosis.trace.reader import End, Item
+from diagnosis.engine.records import (
+    CONN_DTYPES,
+    LINKSTAT_DTYPES,
+    PORT_COUNTERS,
+    PROGRESS_DTYPES,
+    ConnRecords,
+    LinkStatRecords,
+    PortRecords,
+    ProgressRecords,
+)
+from diagnosis.trace.reader import Batch, End, Item
 from proto.codec import OP_COLUMNS, Columns
 
 #: How far rows may go back in time before the trace counts as out of order: collectors flush
@@ -168,7 +178,7 @@ class _Runs:
 
 
 class _Strings:
-    """One string table for every batch (batches each bring their own)."""
+    """One string table for every batch of a kind (batches each bring their own)."""
 
     def __init__(self) -> None:
         self.table: list[str] = []
@@ -178,71 +188,181 @@ class _Strings:
         return np.asarray([self._index.setdefault(s, len(self._index)) for s in strings],
                           dtype=np.int64)
 
+    def index(self, col: np.ndarray, strings: list[str]) -> np.ndarray:
+        """``col``, indexes into ``strings`` (-1: none), as indexes into this table."""
+        if not strings:
+            return np.full(len(col), -1, dtype=np.int64)
+        col = np.asarray(col, dtype=np.int64)
+        return np.where(col >= 0, self.remap(strings)[np.maximum(col, 0)], -1)
+
     def sync(self) -> list[str]:
         if len(self.table) != len(self._index):
             self.table = list(self._index)
         return self.table
 
 
+class _Paths:
+    """One table of paths (tuples of node ids) for every batch: rows keep an index, -1 none."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, ...]] = []
+        self._ids: dict[tuple[str, ...], int] = {}
+
+    def ids(self, paths: list[tuple[str, ...] | None] | None, n: int) -> np.ndarray:
+        pid = np.full(n, -1, dtype=np.int64)
+        if paths is not None:
+            for i, p in enumerate(paths):
+                if p is not None:
+                    j = self._ids.get(p)
+                    if j is None:
+                        j = self._ids[p] = len(self.rows)
+                        self.rows.append(p)
+                    pid[i] = j
+        return pid
+
+    def paths(self, pid: np.ndarray) -> list[tuple[str, ...] | None] | None:
+        if (pid < 0).all():
+            return None
+        return [self.rows[i] if i >= 0 else None for i in pid.tolist()]
+
+
+class _Kind:
+    """How the batches of one record type become flat integer columns for the runs (their
+    string and path indexes into tables shared across batches), and come back."""
+
+    def __init__(self, paths: _Paths) -> None:
+        self.strings = _Strings()
+        self.paths = paths
+
+    def split(self, item: Any) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def join(self, batch: dict[str, np.ndarray]) -> Batch:
+        raise NotImplementedError
+
+
+class _OpKind(_Kind):
+    def split(self, item: Any) -> dict[str, np.ndarray]:
+        remap = self.strings.remap(item.strings)
+        cols = {k: (remap[v.astype(np.int64)] if k in _OP_STRINGS and len(item.strings)
+                    else np.asarray(v)) for k, v in item.columns.items()}
+        cols["vis"] = op_visible_ns(item)
+        return cols
+
+    def join(self, batch: dict[str, np.ndarray]) -> Batch:
+        return Columns({k: batch[k].astype(dt, copy=False) for k, dt in OP_COLUMNS.items()},
+                       list(self.strings.sync()))
+
+
+class _ConnKind(_Kind):
+    def split(self, item: Any) -> dict[str, np.ndarray]:
+        cols = {k: np.asarray(getattr(item, k)) for k in CONN_DTYPES}
+        cols["pg"] = self.strings.index(item.pg, item.strings)
+        cols["path"] = self.paths.ids(item.paths, len(item))
+        cols["retrans"] = (np.full(len(item), -1, dtype=np.int64) if item.retrans is None
+                           else item.retrans)
+        cols["vis"] = conn_visible_ns(item)
+        return cols
+
+    def join(self, batch: dict[str, np.ndarray]) -> Batch:
+        retrans = batch["retrans"]
+        return ConnRecords(*(batch[k] for k in CONN_DTYPES), strings=list(self.strings.sync()),
+                           paths=self.paths.paths(batch["path"]),
+                           retrans=None if (retrans < 0).all() else retrans)
+
+
+class _ProgressKind(_Kind):
+    def split(self, item: Any) -> dict[str, np.ndarray]:
+        cols = {k: np.asarray(getattr(item, k)) for k in PROGRESS_DTYPES}
+        cols["pg"] = self.strings.index(item.pg, item.strings)
+        cols["op"] = self.strings.index(item.op, item.strings)
+        cols["vis"] = item.t_ns
+        return cols
+
+    def join(self, batch: dict[str, np.ndarray]) -> Batch:
+        return ProgressRecords(*(batch[k] for k in PROGRESS_DTYPES),
+                               strings=list(self.strings.sync()))
+
+
+class _LinkStatKind(_Kind):
+    def split(self, item: Any) -> dict[str, np.ndarray]:
+        cols = {k: np.asarray(getattr(item, k)) for k in LINKSTAT_DTYPES}
+        cols["pg"] = self.strings.index(item.pg, item.strings)
+        cols["path"] = self.paths.ids(item.paths, len(item))
+        cols["vis"] = item.t_ns
+        return cols
+
+    def join(self, batch: dict[str, np.ndarray]) -> Batch:
+        return LinkStatRecords(*(batch[k] for k in LINKSTAT_DTYPES),
+                               strings=list(self.strings.sync()),
+                               paths=self.paths.paths(batch["path"]))
+
+
+class _PortKind(_Kind):
+    def split(self, item: Any) -> dict[str, np.ndarray]:
+        cols = {"host": self.strings.index(item.host, item.strings),
+                "nic": self.strings.index(item.nic, item.strings),
+                "t_ns": item.t_ns, "up": item.up, "vis": item.t_ns}
+        for name in PORT_COUNTERS:
+            col = item.counters.get(name)
+            cols[name] = np.full(len(item), -1, dtype=np.int64) if col is None else col
+        return cols
+
+    def join(self, batch: dict[str, np.ndarray]) -> Batch:
+        # a counter that no row of the batch gives is left out, as the reader does
+        counters = {k: batch[k] for k in PORT_COUNTERS if (batch[k] >= 0).any()}
+        return PortRecords(batch["host"], batch["nic"], batch["t_ns"], batch["up"],
+                           list(self.strings.sync()), counters)
+
+
+_KINDS: dict[type, tuple[str, type[_Kind]]] = {
+    Columns: ("op", _OpKind), ConnRecords: ("conn", _ConnKind),
+    ProgressRecords: ("progress", _ProgressKind), LinkStatRecords: ("linkstat", _LinkStatKind),
+    PortRecords: ("port", _PortKind)}
+
+
+def visible_ns(item: Batch) -> np.ndarray:
+    """When each row of a batch became known: see :func:`op_visible_ns` and
+    :func:`conn_visible_ns`; the rows of version 2 kinds at their ``t_ns``."""
+    if isinstance(item, Columns):
+        return op_visible_ns(item)
+    if isinstance(item, ConnRecords):
+        return conn_visible_ns(item)
+    return item.t_ns
+
+
 def time_ordered(items: Iterable[Item], run_rows: int = 1 << 21, step: int = 1 << 16,
                  folder: str | Path | None = None) -> Iterator[Item]:
-    """The items of a trace with its op and conn rows in time order (see :func:`op_visible_ns`).
+    """The items of a trace with the rows of each telemetry kind in time order (see
+    :func:`visible_ns`).
 
     Meta, rank and group records pass first, in their order; the telemetry follows in batches
     of at most ``step`` rows per run; the ``end`` record comes last. Runs of ``run_rows`` rows
     are spilled under ``folder`` (a temporary directory by default) and removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="c4-sort-", dir=folder) as tmp:
-        ops = _Runs(Path(tmp), "op", run_rows)
-        conns = _Runs(Path(tmp), "conn", run_rows)
-        names, pgs = _Strings(), _Strings()
-        path_rows: list[tuple[str, ...]] = []
-        path_ids: dict[tuple[str, ...], int] = {}
+        paths = _Paths()     # conn and linkstat rows name the same paths
+        kinds = {cls: (make(paths), _Runs(Path(tmp), name, run_rows))
+                 for cls, (name, make) in _KINDS.items()}
         end: End | None = None
         for item in items:
-            if isinstance(item, Columns):
-                remap = names.remap(item.strings)
-                cols = {k: (remap[v.astype(np.int64)] if k in _OP_STRINGS and len(item.strings)
-                            else np.asarray(v)) for k, v in item.columns.items()}
-                cols["vis"] = op_visible_ns(item)
-                ops.add(cols)
-            elif isinstance(item, ConnRecords):
-                cols = {k: np.asarray(getattr(item, k)) for k in CONN_DTYPES}
-                if item.strings:
-                    remap = pgs.remap(item.strings)
-                    cols["pg"] = np.where(item.pg >= 0, remap[np.maximum(item.pg, 0)], -1)
-                pid = np.full(len(item), -1, dtype=np.int64)
-                if item.paths is not None:
-                    for i, p in enumerate(item.paths):
-                        if p is not None:
-                            j = path_ids.get(p)
-                            if j is None:
-                                j = path_ids[p] = len(path_rows)
-                                path_rows.append(p)
-                            pid[i] = j
-                cols["path"] = pid
-                cols["vis"] = conn_visible_ns(item)
-                conns.add(cols)
+            kind = kinds.get(type(item))
+            if kind is not None:
+                codec, runs = kind
+                runs.add(codec.split(item))
             elif isinstance(item, End):
                 end = item
             else:
                 yield item
-        ops.finish()
-        conns.finish()
+        for _, runs in kinds.values():
+            runs.finish()
         while True:
-            bounds = [b for b in (ops.bound(step), conns.bound(step)) if b is not None]
+            bounds = [b for _, runs in kinds.values() if (b := runs.bound(step)) is not None]
             if not bounds:
                 break
             t = min(bounds)
-            batch = ops.take(t)
-            if batch is not None:
-                yield Columns({k: batch[k].astype(dt, copy=False)
-                               for k, dt in OP_COLUMNS.items()}, list(names.sync()))
-            batch = conns.take(t)
-            if batch is not None:
-                pid = batch["path"]
-                rows = None if (pid < 0).all() else \
-                    [path_rows[i] if i >= 0 else None for i in pid.tolist()]
-                yield ConnRecords(*(batch[k] for k in CONN_DTYPES), strings=list(pgs.sync()),
-                                  paths=rows)
+            for kind, runs in kinds.values():
+                batch = runs.take(t)
+                if batch is not None:
+                    yield kind.join(batch)
         if end is not None:
             yield end

@@ -10,7 +10,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, BinaryIO
 
 from diagnosis.errors import FormatError
-from diagnosis.trace.reader import Item, _block
+from diagnosis.trace.reader import Item, Skipped, _block, drop_unknown
 
 
 def default_workers() -> int:
@@ -29,10 +29,16 @@ def _parse(lines: list[bytes], first: int, source: str) -> tuple[str, Any]:
 def read_blocks_parallel(fh: BinaryIO, source: str, workers: int,
                          block_bytes: int = 4 << 20) -> Iterator[Item]:
     """Like ``read_trace`` on an open binary file, with ``workers`` parsing processes."""
+    # unknown record types come back as markers, warned about here: once per type, and in
+    # this process, where logging is configured
+    return drop_unknown(_blocks(fh, source, workers, block_bytes), source)
+
+
+def _blocks(fh: BinaryIO, source: str, workers: int, block_bytes: int) -> Iterator[Item | Skipped]:
     pending: deque[Future] = deque()
     line_no = 1
 
-    def drain(fut: Future) -> Iterator[Item]:
+    def drain(fut: Future) -> Iterator[Item | Skipped]:
         status, value = fut.result()
         if status == "error":
             message, src, line, field = value

@@ -1,16 +1,18 @@
 """Streaming reader of telemetry traces (shared specs section 2, JSON Lines).
 
-The file is read in blocks of lines; each block is parsed in one ``orjson`` call and its op and
-conn lines become columnar batches, so the engine receives vectorized chunks and memory stays
-bounded by the block size. A block that does not parse or validate on the fast path is re-read
-line by line to name the first bad line and field in a ``FormatError``.
+The file is read in blocks of lines; each block is parsed in one ``orjson`` call and its
+telemetry lines (op and conn; progress, linkstat and port of format version 2) become columnar
+batches, one per type, so the engine receives vectorized chunks and memory stays bounded by the
+block size. A batch that does not validate on the fast path is checked record by record to name
+the first bad line and field in a ``FormatError``. Lines of types this reader does not know are
+skipped with one warning per type, as the format asks, so that newer writers stay readable.
 """
 
 from __future__ import annotations
 
 import gzip
-import itertools
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -18,15 +20,34 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
-from diagnosis.engine.records import ConnRecords
+from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, ProgressRecords
 from diagnosis.errors import FormatError
+from diagnosis.trace.columns import (
+    Bad,
+    int_column,
+    intern,
+    opt_int_column,
+    opt_intern,
+    opt_nonneg_column,
+    path_column,
+    required,
+)
+from diagnosis.trace.fields import Fields
+from diagnosis.trace.reader_v2 import (
+    check_linkstat,
+    check_port,
+    check_progress,
+    linkstat_batch,
+    port_batch,
+    progress_batch,
+)
 from proto.codec import OP_COLUMNS, STATUS_CODES, Columns
 
-TYPES = ("meta", "rank", "group", "op", "conn", "end")
+log = logging.getLogger(__name__)
 
-_OP_INT = ("rank", "seq", "bytes", "t_enter_ns")          # required integers of an op line
-_OP_OPT_INT = ("t_start_ns", "t_end_ns", "peer")
-_CONN_INT = ("src", "dst", "bytes", "t_start_ns")
+#: the record types this reader knows; a line of any other type is skipped with a warning
+TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "end")
+VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -47,6 +68,8 @@ class GroupInfo:
 class Meta:
     version: int
     job: str | None = None
+    #: the trace holds the calls that proto.sampling keeps at this factor (1: every call)
+    sample: int = 1
 
 
 @dataclass(frozen=True)
@@ -54,17 +77,25 @@ class End:
     t_ns: int
 
 
-Item = Meta | RankInfo | GroupInfo | Columns | ConnRecords | End
+@dataclass(frozen=True)
+class Skipped:
+    """Lines of a record type this reader does not know (first at ``line``): dropped, with one
+    warning per type, by :func:`drop_unknown`."""
+
+    kind: str
+    line: int
 
 
-class _Bad(Exception):
-    """Fast path failed: re-read the block line by line."""
+Batch = Columns | ConnRecords | ProgressRecords | LinkStatRecords | PortRecords
+Item = Meta | RankInfo | GroupInfo | End | Batch
 
 
 def read_trace(path: str | Path | BinaryIO, block_bytes: int = 4 << 20,
                name: str | None = None) -> Iterator[Item]:
-    """Yield the trace's records in file order, ops and conns as columnar batches (one per block).
-    A path ending in ``.gz`` is decompressed on the fly.
+    """Yield the trace's records in file order, telemetry as columnar batches (per block, one per
+    record type: op Columns, ConnRecords, ProgressRecords, LinkStatRecords, PortRecords). A
+    path ending in ``.gz`` is decompressed on the fly. Lines of record types this reader does
+    not know are skipped with one warning per type.
 
     Raises FormatError naming file, line and field for malformed input.
     """
@@ -72,12 +103,26 @@ def read_trace(path: str | Path | BinaryIO, block_bytes: int = 4 << 20,
         source = name or str(path)
         opener = gzip.open if str(path).endswith(".gz") else open
         with opener(path, "rb") as fh:
-            yield from _read(fh, block_bytes, source)
+            yield from drop_unknown(_read(fh, block_bytes, source), source)
     else:
-        yield from _read(path, block_bytes, name or getattr(path, "name", "<stream>"))
+        source = name or getattr(path, "name", "<stream>")
+        yield from drop_unknown(_read(path, block_bytes, source), source)
 
 
-def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item]:
+def drop_unknown(items: Iterable[Item | Skipped], source: str) -> Iterator[Item]:
+    """``items`` without the Skipped markers, warning once per unknown record type."""
+    seen: set[str] = set()
+    for item in items:
+        if not isinstance(item, Skipped):
+            yield item
+        elif item.kind not in seen:
+            seen.add(item.kind)
+            log.warning("%s:%d: skipping records of unknown type %r (this c4 reads %s); a newer "
+                        "c4 may know them, or check the exporter that wrote them", source,
+                        item.line, item.kind, ", ".join(TYPES))
+
+
+def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item | Skipped]:
     line_no = 0
     while True:
         lines = fh.readlines(block_bytes)
@@ -88,69 +133,95 @@ def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item]:
         yield from _block(lines, first, source)
 
 
-def _block(lines: list[bytes], first: int, source: str) -> Iterator[Item]:
+@dataclass
+class _Block:
+    """One block of lines and the line number of its first, in the file ``source``."""
+
+    lines: list[bytes]
+    first: int
+    source: str
+
+
+def _block(lines: list[bytes], first: int, source: str) -> Iterator[Item | Skipped]:
+    blk = _Block(lines, first, source)
+    parsed = _parse(blk)
+    if parsed is None:
+        return
+    objs, types = parsed
+    try:
+        kinds = set(types)
+    except TypeError:          # an unhashable "type": _mixed names the line
+        kinds = {None}
+    if kinds <= _BATCH_KINDS:
+        # the common block: only telemetry; one batch per kind, split by comprehension
+        if len(kinds) == 1:
+            yield _batch(types[0], objs, blk)
+            return
+        for kind in BATCH_TYPES:
+            if kind in kinds:
+                yield _batch(kind, [o for o, t in zip(objs, types) if t == kind], blk)
+        return
+    yield from _mixed(objs, types, blk)
+
+
+def _parse(blk: _Block) -> tuple[list[dict[str, Any]], list[Any]] | None:
+    """The block's records and their types; None for a block of blank lines."""
     try:
         # one parse for the whole block; a blank or broken line fails it, and the block is
         # parsed again without blank lines, then line by line to name the bad one
-        objs = orjson.loads(b"[" + b",".join(lines) + b"]")
-        types = [o["type"] for o in objs]
-        if len(objs) != len(lines):     # a line held two values ("1, 2"): find it
+        objs = orjson.loads(b"[" + b",".join(blk.lines) + b"]")
+        types = required(objs, "type")
+        if len(objs) != len(blk.lines):     # a line held two values ("1, 2"): find it
             raise ValueError
+        return objs, types
     except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
-        body = [ln for ln in lines if ln.strip()]
-        if not body:
-            return
-        try:
-            objs = orjson.loads(b"[" + b",".join(body) + b"]")
-            types = [o["type"] for o in objs]
-            if len(objs) != len(body):
-                raise ValueError from None
-        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
-            objs, types = _slow_parse(lines, first, source)
+        pass
+    body = [ln for ln in blk.lines if ln.strip()]
+    if not body:
+        return None
     try:
-        kinds = set(types)
-    except TypeError:          # an unhashable "type": the loop below names the line
-        kinds = {None}
-    if kinds <= {"op", "conn"}:
-        # the common block: only telemetry, split by comprehension
-        if "op" in kinds:
-            yield _ops([o for o, t in zip(objs, types) if t == "op"] if "conn" in kinds
-                       else objs, lines, first, source)
-        if "conn" in kinds:
-            yield _conns([o for o, t in zip(objs, types) if t == "conn"] if "op" in kinds
-                         else objs, lines, first, source)
-        return
-    line_of: list[int] | None = None
-    ops: list[dict[str, Any]] = []
-    conns: list[dict[str, Any]] = []
+        objs = orjson.loads(b"[" + b",".join(body) + b"]")
+        types = required(objs, "type")
+        if len(objs) != len(body):
+            raise ValueError
+        return objs, types
+    except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+        return _slow_parse(blk.lines, blk.first, blk.source)
+
+
+def _mixed(objs: list[dict[str, Any]], types: list[Any],
+           blk: _Block) -> Iterator[Item | Skipped]:
+    """A block with records other than telemetry, in file order: telemetry gathered into
+    batches up to each of them."""
+    line_of = _line_numbers(blk.lines, blk.first)
+    pending: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
+    skipped: set[str] = set()
     for i, (o, t) in enumerate(zip(objs, types)):
-        if t == "op":
-            ops.append(o)
+        known = isinstance(t, str) and t in TYPES
+        if known and t in _BATCH_KINDS:
+            recs, lines = pending.setdefault(t, ([], []))
+            recs.append(o)
+            lines.append(line_of[i])
             continue
-        if t == "conn":
-            conns.append(o)
+        if isinstance(t, str) and not known:
+            if t not in skipped:
+                skipped.add(t)
+                yield Skipped(t, line_of[i])
             continue
-        if line_of is None:
-            line_of = _line_numbers(lines, first)
         # rank and group records precede the ops that use them: flush what came before
-        if ops:
-            yield _ops(ops, lines, first, source)
-            ops = []
-        if conns:
-            yield _conns(conns, lines, first, source)
-            conns = []
-        yield _small(o, t, source, line_of[i])
-    if ops:
-        yield _ops(ops, lines, first, source)
-    if conns:
-        yield _conns(conns, lines, first, source)
+        for kind, (recs, lines) in pending.items():
+            yield _batch(kind, recs, blk, lines)
+        pending = {}
+        yield _small(o, blk.source, line_of[i])
+    for kind, (recs, lines) in pending.items():
+        yield _batch(kind, recs, blk, lines)
 
 
 def _line_numbers(lines: list[bytes], first: int) -> list[int]:
     return [first + i for i, ln in enumerate(lines) if ln.strip()]
 
 
-def _slow_parse(lines: list[bytes], first: int, source: str) -> tuple[list[Any], list[str]]:
+def _slow_parse(lines: list[bytes], first: int, source: str) -> tuple[list[Any], list[Any]]:
     objs, types = [], []
     for i, ln in enumerate(lines):
         if not ln.strip():
@@ -162,187 +233,152 @@ def _slow_parse(lines: list[bytes], first: int, source: str) -> tuple[list[Any],
                               source=source, line=first + i) from None
         if not isinstance(o, dict):
             raise FormatError("each line must be a JSON object", source=source, line=first + i)
-        t = o.get("type")
-        if t not in TYPES:
-            raise FormatError(f"unknown record type {t!r}; expected one of {', '.join(TYPES)}",
-                              source=source, line=first + i, field="type")
+        _type_of(o, source, first + i)
         objs.append(o)
-        types.append(t)
+        types.append(o["type"])
     return objs, types
 
 
-def _small(o: dict[str, Any], t: str, source: str, line: int) -> Item:
-    def need(field: str, kind: type | tuple[type, ...], what: str) -> Any:
-        v = o.get(field)
-        if v is None or not isinstance(v, kind) or isinstance(v, bool):
-            raise FormatError(f"{t} record needs {what}", source=source, line=line, field=field)
-        return v
+def _type_of(o: dict[str, Any], source: str, line: int) -> str:
+    t = o.get("type")
+    if not isinstance(t, str):
+        raise FormatError(f"each record needs a string 'type' ({', '.join(TYPES)}), got {t!r}",
+                          source=source, line=line, field="type")
+    return t
 
-    def opt(field: str) -> str | None:
-        v = o.get(field)
-        if v is not None and not isinstance(v, str):
-            raise FormatError(f"{t} record field must be a string", source=source, line=line,
-                              field=field)
-        return v or None
 
+def _small(o: dict[str, Any], source: str, line: int) -> Item:
+    t = _type_of(o, source, line)
+    f = Fields(o, t, source, line)
     if t == "rank":
-        return RankInfo(need("rank", int, "an integer rank"), need("host", str, "a host id"),
-                        opt("gpu"), opt("nic"))
+        return RankInfo(f.integer("rank"), f.string("host", "a host id"),
+                        f.opt_string("gpu") or None, f.opt_string("nic") or None)
     if t == "group":
-        ranks = need("ranks", list, "a list of global ranks")
-        if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
-            raise FormatError("group ranks must be integers", source=source, line=line,
-                              field="ranks")
-        return GroupInfo(need("pg", str, "a communicator name"), tuple(ranks))
+        ranks = f.int_list("ranks", "a list of global ranks (integers)")
+        return GroupInfo(f.string("pg", "a communicator name"), tuple(ranks))
     if t == "meta":
-        version = need("version", int, "the format version (1)")
-        if version != 1:
-            raise FormatError(f"format version {version} is not supported (only 1)",
-                              source=source, line=line, field="version")
-        return Meta(version, opt("job"))
+        return _meta(f)
     if t == "end":
-        return End(need("t_ns", int, "an integer time in ns"))
-    raise FormatError(f"unknown record type {t!r}", source=source, line=line, field="type")
+        return End(f.integer("t_ns"))
+    raise AssertionError(f"{t!r} is not a record of its own")   # _mixed sends only those
 
 
-def _int_column(values: list[Any]) -> np.ndarray:
-    arr = np.array(values)
-    if arr.dtype.kind not in "iu":
-        raise _Bad
-    return arr.astype(np.int64, copy=False)
+def _meta(f: Fields) -> Meta:
+    version = f.integer("version")
+    if version not in VERSIONS:
+        f.fail("version", f"says format version {version}, which this c4 does not read (it "
+               f"reads {' and '.join(map(str, VERSIONS))}): a newer c4 may")
+    sample = f.opt_integer("sample", 1)
+    if sample is None:
+        sample = 1
+    if sample != 1 and version == 1:
+        f.fail("sample", f"has sample {sample}, but only version 2 samples calls: write "
+               "\"version\": 2, or leave the sample out of a trace that holds every call")
+    return Meta(version, f.opt_string("job") or None, sample)
 
 
-def _opt_int_column(values: list[Any]) -> np.ndarray:
+def _batch(kind: str, recs: list[dict[str, Any]], blk: _Block,
+           line_of: list[int] | None = None) -> Batch:
+    """The records ``recs`` of type ``kind`` as one columnar batch; ``line_of`` their line
+    numbers, where known (else, the batch holds every record of that type in the block)."""
+    build, check = _BATCHES[kind]
     try:
-        return _int_column(values)
-    except (_Bad, ValueError, TypeError):
-        pass
-    out = [-1 if v is None else v for v in values]
-    return _int_column(out)
-
-
-def _intern(values: list[Any], table: dict[str, int]) -> np.ndarray:
-    uniq = dict.fromkeys(values)          # hashing in C; types checked once per distinct value
-    if not all(isinstance(v, str) for v in uniq):
-        raise _Bad
-    for v in uniq:
-        uniq[v] = table.setdefault(v, len(table))
-    return np.array([uniq[v] for v in values], dtype=np.uint32)
-
-
-def _ops(ops: list[dict[str, Any]], lines: list[bytes], first: int, source: str) -> Columns:
-    try:
-        return _ops_fast(ops)
-    except (_Bad, KeyError, ValueError, TypeError, OverflowError):
-        _explain(ops, "op", lines, first, source)
+        return build(recs)
+    except (Bad, KeyError, ValueError, TypeError, OverflowError):
+        _explain(recs, kind, check, blk, line_of)
         raise   # _explain always raises; keeps type checkers calm
 
 
 def _ops_fast(ops: list[dict[str, Any]]) -> Columns:
     table: dict[str, int] = {}
     cols: dict[str, np.ndarray] = {
-        "rank": _int_column([o["rank"] for o in ops]),
-        "pg": _intern([o["pg"] for o in ops], table),
-        "seq": _int_column([o["seq"] for o in ops]),
-        "op": _intern([o["op"] for o in ops], table),
-        "nbytes": _int_column([o["bytes"] for o in ops]),
-        "dtype": _intern([o.get("dtype", "") or "" for o in ops], table),
-        "t_enter_ns": _int_column([o["t_enter_ns"] for o in ops]),
-        "t_start_ns": _opt_int_column([o.get("t_start_ns") for o in ops]),
-        "t_end_ns": _opt_int_column([o.get("t_end_ns") for o in ops]),
-        "peer": _opt_int_column([o.get("peer") for o in ops]),
+        "rank": int_column(required(ops, "rank")),
+        "pg": intern(required(ops, "pg"), table),
+        "seq": int_column(required(ops, "seq")),
+        "op": intern(required(ops, "op"), table),
+        "nbytes": int_column(required(ops, "bytes")),
+        "dtype": _dtypes(ops, table),
+        "t_enter_ns": int_column(required(ops, "t_enter_ns")),
+        "t_start_ns": opt_int_column([o.get("t_start_ns") for o in ops]),
+        "t_end_ns": opt_int_column([o.get("t_end_ns") for o in ops]),
+        "peer": opt_int_column([o.get("peer") for o in ops]),
+        "status": _statuses(ops),
     }
-    status = [o.get("status") for o in ops]
-    if any(s is not None and s != "ok" for s in status):
-        codes = [STATUS_CODES.get("ok" if s is None else s, -1) if isinstance(s, str) or s is None
-                 else -1 for s in status]
-        if min(codes) < 0:
-            raise _Bad
-        cols["status"] = np.asarray(codes, dtype=np.uint8)
-    else:
-        cols["status"] = np.zeros(len(ops), dtype=np.uint8)
     if (cols["rank"] < 0).any() or (cols["seq"] < 0).any():
-        raise _Bad
+        raise Bad
     out = {name: cols[name].astype(dt, copy=False) for name, dt in OP_COLUMNS.items()}
     return Columns(out, list(table))
 
 
-def _conns(conns: list[dict[str, Any]], lines: list[bytes], first: int,
-           source: str) -> ConnRecords:
-    try:
-        return _conns_fast(conns)
-    except (_Bad, KeyError, ValueError, TypeError, OverflowError):
-        _explain(conns, "conn", lines, first, source)
-        raise
+def _dtypes(ops: list[dict[str, Any]], table: dict[str, int]) -> np.ndarray:
+    dtypes = [o.get("dtype") for o in ops]
+    if dtypes.count(None) == len(dtypes):     # the common case: no op says its dtype
+        return np.full(len(ops), table.setdefault("", len(table)), dtype=np.int64)
+    return intern([d or "" for d in dtypes], table)
+
+
+def _statuses(ops: list[dict[str, Any]]) -> np.ndarray:
+    status = [o.get("status") for o in ops]
+    # the common case, every call ok, costs one count in C
+    if status.count(None) == len(status) or not any(s is not None and s != "ok"
+                                                    for s in status):
+        return np.zeros(len(ops), dtype=np.uint8)
+    codes = [STATUS_CODES.get("ok" if s is None else s, -1) if isinstance(s, str) or s is None
+             else -1 for s in status]
+    if min(codes) < 0:
+        raise Bad
+    return np.asarray(codes, dtype=np.uint8)
+
+
+def _check_op(f: Fields) -> None:
+    f.integer("rank", 0)
+    f.string("pg", "a communicator name")
+    f.integer("seq", 0)
+    f.string("op", "an operation name")
+    f.integer("bytes")
+    f.integer("t_enter_ns")
+    for name in ("t_start_ns", "t_end_ns", "peer"):
+        f.opt_integer(name)
+    f.opt_string("dtype")
+    s = f.rec.get("status")
+    if s is not None and (not isinstance(s, str) or s not in STATUS_CODES):
+        f.fail("status", f"status {s!r} is not one of ok, timeout, error")
 
 
 def _conns_fast(conns: list[dict[str, Any]]) -> ConnRecords:
     table: dict[str, int] = {}
-    pgs = [o.get("pg") for o in conns]
-    if all(p is None for p in pgs):
-        pg = np.full(len(conns), -1, dtype=np.int32)
-    else:
-        if not all(p is None or isinstance(p, str) for p in pgs):
-            raise _Bad
-        pg = np.array([-1 if p is None else table.setdefault(p, len(table)) for p in pgs],
-                      dtype=np.int32)
-    raw_paths = [o.get("path") for o in conns]
-    paths = None
-    if any(p is not None for p in raw_paths):
-        if not set(map(type, raw_paths)) <= {list, type(None)}:
-            raise _Bad
-        paths = [tuple(p) if p else None for p in raw_paths]
-        # every element of every distinct path a string: one pass in C over the elements
-        distinct = [p for p in dict.fromkeys(paths) if p is not None]
-        if not set(map(type, itertools.chain.from_iterable(distinct))) <= {str}:
-            raise _Bad
+    retrans = [o.get("retrans") for o in conns]
     return ConnRecords(
-        _int_column([o["src"] for o in conns]), _int_column([o["dst"] for o in conns]),
-        _int_column([o["bytes"] for o in conns]), _int_column([o["t_start_ns"] for o in conns]),
-        _opt_int_column([o.get("t_end_ns") for o in conns]), pg,
-        _opt_int_column([o.get("seq") for o in conns]), list(table), paths)
+        int_column(required(conns, "src")), int_column(required(conns, "dst")),
+        int_column(required(conns, "bytes")), int_column(required(conns, "t_start_ns")),
+        opt_int_column([o.get("t_end_ns") for o in conns]),
+        opt_intern([o.get("pg") for o in conns], table),
+        opt_int_column([o.get("seq") for o in conns]), list(table),
+        path_column([o.get("path") for o in conns]),
+        None if retrans.count(None) == len(retrans) else opt_nonneg_column(retrans, -1))
 
 
-def _explain(records: list[dict[str, Any]], kind: str, lines: list[bytes], first: int,
-             source: str) -> None:
+def _check_conn(f: Fields) -> None:
+    for name in ("src", "dst", "bytes", "t_start_ns"):
+        f.integer(name)
+    f.opt_integer("t_end_ns")
+    f.opt_integer("seq")
+    f.opt_string("pg", "a communicator name")
+    f.opt_path("path")
+    f.opt_integer("retrans", 0)
+
+
+def _explain(records: list[dict[str, Any]], kind: str, check: Callable[[Fields], None],
+             blk: _Block, line_of: list[int] | None) -> None:
     """Find the first bad record of a batch and raise a FormatError naming its line and field."""
-    wanted = iter(i for i, ln in enumerate(lines) if ln.strip() and _is_type(ln, kind))
-    for o in records:
-        line = first + next(wanted, 0)
-        req = _OP_INT if kind == "op" else _CONN_INT
-        for f in req:
-            v = o.get(f)
-            if not isinstance(v, int) or isinstance(v, bool) or (v < 0 and f in ("rank", "seq")):
-                raise FormatError(f"{kind} record needs a non-negative integer {f!r}" if v is None
-                                  else f"{kind} record field must be a non-negative integer, "
-                                  f"got {v!r}", source=source, line=line, field=f)
-        opt = _OP_OPT_INT if kind == "op" else ("t_end_ns", "seq")
-        for f in opt:
-            v = o.get(f)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-                raise FormatError(f"{kind} record field must be an integer or null, got {v!r}",
-                                  source=source, line=line, field=f)
-        if kind == "op":
-            for f in ("pg", "op"):
-                if not isinstance(o.get(f), str):
-                    raise FormatError(f"op record needs a string {f!r}", source=source,
-                                      line=line, field=f)
-            if o.get("dtype") is not None and not isinstance(o.get("dtype"), str):
-                raise FormatError("op record field must be a string", source=source, line=line,
-                                  field="dtype")
-            s = o.get("status")
-            if s is not None and (not isinstance(s, str) or s not in STATUS_CODES):
-                raise FormatError(f"status {s!r} is not one of ok, timeout, error",
-                                  source=source, line=line, field="status")
-        else:
-            if o.get("pg") is not None and not isinstance(o.get("pg"), str):
-                raise FormatError("conn record field must be a string", source=source,
-                                  line=line, field="pg")
-            p = o.get("path")
-            if p is not None and not (isinstance(p, list) and all(isinstance(x, str) for x in p)):
-                raise FormatError("conn path must be a list of topology node ids",
-                                  source=source, line=line, field="path")
-    raise FormatError(f"malformed {kind} records in this block", source=source, line=first)
+    if line_of is None:
+        # the batch holds the block's records of this kind in file order: find their lines
+        line_of = [blk.first + i for i, ln in enumerate(blk.lines)
+                   if ln.strip() and _is_type(ln, kind)]
+    for o, line in zip(records, line_of):
+        check(Fields(o, kind, blk.source, line))
+    raise FormatError(f"malformed {kind} records in this block", source=blk.source,
+                      line=blk.first)
 
 
 def _is_type(line: bytes, kind: str) -> bool:
@@ -350,3 +386,15 @@ def _is_type(line: bytes, kind: str) -> bool:
         return orjson.loads(line).get("type") == kind
     except (orjson.JSONDecodeError, AttributeError):
         return False
+
+
+_BATCHES: dict[str, tuple[Callable[[list[dict[str, Any]]], Batch], Callable[[Fields], None]]] = {
+    "op": (_ops_fast, _check_op),
+    "conn": (_conns_fast, _check_conn),
+    "progress": (progress_batch, check_progress),
+    "linkstat": (linkstat_batch, check_linkstat),
+    "port": (port_batch, check_port),
+}
+#: the record types that come as columnar batches, in the order a block yields them
+BATCH_TYPES = tuple(_BATCHES)
+_BATCH_KINDS = frozenset(_BATCHES)

@@ -33,7 +33,16 @@ def _seed() -> bytes:
         w.op(0, "pp.0", 0, "send", 64, 500, 600, peer=1)
         w.op(1, "pp.0", 0, "recv", 64, 500, 610, peer=0, status="timeout")
         w.conn(0, 1, 512, 160, 190, pg="dp.0", seq=0, path=["node000/nic0", "leaf0"])
-        w.conn(1, 0, 512, 320)
+        w.conn(1, 0, 512, 320, retrans=3)
+        # a version 2 part, as when traces are joined together
+        w.meta("job1", sample=3)
+        w.progress(0, "dp.0", 700, 2, 2)
+        w.progress(1, "pp.0", 710, 0, op="recv", peer=0)
+        w.linkstat(0, 1, 800, 100, pg="dp.0", path=["node000/nic0", "leaf0"], transfers=2,
+                   nbytes=1024, busy_ns=60, max_ns=40, retrans=1)
+        w.linkstat(1, 0, 800, 100, open_=1, open_since_ns=750)
+        w.port("node000", "node000/nic0", 900, "down", link_downed=1, symbol_errors=4)
+        w.port("node001", "node001/nic0", 900, "up", rx_bytes=1 << 30)
         w.end(1000)
     return buf.getvalue()
 
@@ -47,6 +56,8 @@ def _read(data: bytes, block: int) -> list:
         return list(read_trace(io.BytesIO(data), block_bytes=block, name="fuzz.jsonl"))
     except FormatError as exc:
         assert "fuzz.jsonl" in str(exc)
+        # the slow path finds whatever failed the fast one: a line, and for a record a field
+        assert exc.line is not None and "records in this block" not in str(exc), str(exc)
         return []
 
 
@@ -76,12 +87,31 @@ def test_mutated_records(data):
         _analyze(text)
 
 
+FIELDS = ("rank", "pg", "seq", "op", "bytes", "t_enter_ns", "t_end_ns", "t_start_ns", "peer",
+          "status", "src", "dst", "host", "ranks", "version", "t_ns", "path", "sample",
+          "entered", "completed", "window_ns", "transfers", "busy_ns", "max_ns", "open",
+          "open_since_ns", "retrans", "nic", "state", "link_downed", "rx_bytes")
+TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "end", "x")
+
+
 @fuzz(40)
-@given(st.lists(st.fixed_dictionaries(
-    {"type": st.sampled_from(("meta", "rank", "group", "op", "conn", "end", "x"))},
-    optional={k: json_values for k in ("rank", "pg", "seq", "op", "bytes", "t_enter_ns",
-                                       "t_end_ns", "t_start_ns", "peer", "status", "src",
-                                       "dst", "host", "ranks", "version", "t_ns", "path")}),
-    max_size=12))
+@given(st.lists(st.fixed_dictionaries({"type": st.sampled_from(TYPES)},
+                                      optional={k: json_values for k in FIELDS}),
+                max_size=12))
 def test_made_up_records(records):
     _read("\n".join(json.dumps(o) for o in records).encode(), 4 << 20)
+
+
+# values a field may plausibly hold, right or wrong: the engine sees the ones the reader takes
+_plausible = (st.integers(-2, 5) | st.integers(0, 2**63 - 1) | st.none()
+              | st.sampled_from(("up", "down", "dp.0", "node000/nic0", "send")))
+
+
+@fuzz(60)
+@given(st.lists(st.fixed_dictionaries(
+    {"type": st.sampled_from(("progress", "linkstat", "port", "conn"))},
+    optional={k: _plausible for k in FIELDS}), max_size=10))
+def test_made_up_v2_records_through_the_engine(records):
+    text = b"".join(orjson.dumps(o) + b"\n" for o in records)
+    if _read(SEED + text, 4 << 20):
+        _analyze(SEED + text)

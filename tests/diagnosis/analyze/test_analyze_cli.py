@@ -95,3 +95,67 @@ def test_stopped_after_is_ignored_with_an_end_record(tmp_path):
     assert "has an end record" in out.stderr
     out = c4("--flight-recorder", str(tmp_path), "--stopped-after", "5")
     assert out.returncode == 2 and "--stopped-after is about a TRACE" in out.stderr
+
+
+def _hang_v2(tmp_path: Path, **kwargs) -> tuple[str, ...]:
+    """A job whose rank 9 hangs, as a version 2 trace; the c4 analyze arguments for it."""
+    from tests.support.v2trace import to_v2
+
+    job = SynthJob(hang_rank=9)
+    topo = job.topology()
+    topo.save(tmp_path / "topo.json")
+    job.write(tmp_path / "v1.jsonl", topo)
+    counts = to_v2(tmp_path / "v1.jsonl", tmp_path / "trace.jsonl", **kwargs)
+    assert counts["progress"] and counts["linkstat"] and counts["port"]
+    return str(tmp_path / "trace.jsonl"), "--topology", str(tmp_path / "topo.json"), "--format", \
+        "json"
+
+
+def test_analyze_reads_a_version_2_trace(tmp_path):
+    out = c4(*_hang_v2(tmp_path))
+    assert out.returncode == 0, out.stderr
+    reports = json.loads(out.stdout)["reports"]
+    assert [(r["kind"], r["suspects"][0].get("rank")) for r in reports] == [("noncomm_hang", 9)]
+    assert "WARNING" not in out.stderr
+
+
+def test_analyze_reads_a_gzip_mix_of_version_1_and_2_records(tmp_path):
+    import gzip
+
+    # some connections keep their conn records (with retrans), the others send linkstats
+    args = _hang_v2(tmp_path, keep_conn=lambda c: c["src"] % 2 == 0)
+    text = (tmp_path / "trace.jsonl").read_text()
+    assert '"type": "conn"' in text and '"type": "linkstat"' in text
+    lines = text.splitlines(keepends=True)
+    lines = [ln.replace('"t_start_ns"', '"retrans": 1, "t_start_ns"') if '"conn"' in ln else ln
+             for ln in lines]
+    gz = tmp_path / "trace.jsonl.gz"
+    gz.write_bytes(gzip.compress("".join(lines).encode()))
+    out = c4(str(gz), *args[1:])
+    assert out.returncode == 0, out.stderr
+    reports = json.loads(out.stdout)["reports"]
+    assert [(r["kind"], r["suspects"][0].get("rank")) for r in reports] == [("noncomm_hang", 9)]
+
+
+def test_analyze_skips_unknown_record_types_with_one_warning_each(tmp_path):
+    args = _hang_v2(tmp_path)
+    path = tmp_path / "trace.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    extra = ['{"type": "gpu_temp", "rank": 0, "celsius": 70}\n',
+             '{"type": "nvlink", "rank": 0}\n']
+    path.write_text("".join(lines[:40] + extra * 3 + lines[40:] + extra))
+    out = c4(*args)
+    assert out.returncode == 0, out.stderr
+    reports = json.loads(out.stdout)["reports"]
+    assert [(r["kind"], r["suspects"][0].get("rank")) for r in reports] == [("noncomm_hang", 9)]
+    assert out.stderr.count("unknown type") == 2
+    assert "trace.jsonl:41: skipping records of unknown type 'gpu_temp'" in out.stderr
+    assert "trace.jsonl:42: skipping records of unknown type 'nvlink'" in out.stderr
+
+
+def test_analyze_help_says_which_traces_it_reads():
+    out = c4("--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.replace("\u2502", " ").split())     # without the box's sides
+    assert "version 1 or 2" in text and ".gz" in text
+    assert "default: CPUs - 1, at most 4" in text

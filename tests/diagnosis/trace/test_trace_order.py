@@ -119,3 +119,114 @@ def test_order_watch_catches_a_collective_far_behind_its_communicator():
     assert w.check_ops(batch([("p", 0, 4)] * 3))        # point-to-point rows are not judged
     assert not w.check_ops(batch([("b", 4, -1), ("a", 60, -1)]))             # 39 behind
     assert w.behind_calls == 39
+
+
+# ----- version 2 -------------------------------------------------------------------------------
+def _v2_rows(items):
+    """Every row of the version 2 kinds (and conn retrans) as hashable tuples, names resolved."""
+    from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
+
+    def name(strings, i):
+        return strings[i] if i >= 0 else None
+
+    out = Counter()
+    for it in items:
+        for i in range(len(it) if hasattr(it, "__len__") else 0):
+            if isinstance(it, ProgressRecords):
+                out[("progress", int(it.rank[i]), name(it.strings, it.pg[i]),
+                     name(it.strings, it.op[i]), int(it.peer[i]), int(it.t_ns[i]),
+                     int(it.entered[i]), int(it.completed[i]))] += 1
+            elif isinstance(it, LinkStatRecords):
+                out[("linkstat", name(it.strings, it.pg[i]),
+                     it.paths[i] if it.paths is not None else None,
+                     *(int(getattr(it, k)[i]) for k in (
+                         "src", "dst", "t_ns", "window_ns", "transfers", "bytes", "busy_ns",
+                         "max_ns", "open", "open_since_ns", "retrans")))] += 1
+            elif isinstance(it, PortRecords):
+                out[("port", name(it.strings, it.host[i]), name(it.strings, it.nic[i]),
+                     int(it.t_ns[i]), int(it.up[i]),
+                     tuple(sorted((k, int(v[i])) for k, v in it.counters.items()
+                                  if v[i] >= 0)))] += 1
+            elif hasattr(it, "retrans") and it.retrans is not None:
+                out[("retrans", int(it.src[i]), int(it.t_start_ns[i]), int(it.retrans[i]))] += 1
+    return out
+
+
+def _v2_job(tmp_path):
+    import random
+
+    from tests.support.v2trace import to_v2
+
+    job = SynthJob(hosts=4, gpus_per_host=2, iterations=30, slow_ranks={5: 1.5})
+    topo = job.topology()
+    job.write(tmp_path / "v1.jsonl", topo)
+    to_v2(tmp_path / "v1.jsonl", tmp_path / "v2.jsonl")
+    # some conns with retrans too, and port counters on some rows only
+    lines = [json.loads(ln) for ln in (tmp_path / "v2.jsonl").read_text().splitlines()]
+    rng = random.Random(3)
+    for x in lines:
+        if x["type"] == "port" and rng.random() < 0.3:
+            x["link_downed"] = rng.randrange(3)
+        if x["type"] == "linkstat" and rng.random() < 0.3:
+            x["retrans"] = rng.randrange(5)
+    lines.insert(-1, {"type": "conn", "src": 0, "dst": 1, "bytes": 8, "t_start_ns": job.t0_ns,
+                      "t_end_ns": job.t0_ns + 10, "retrans": 2})
+    (tmp_path / "v2.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return topo
+
+
+def test_time_ordered_sorts_every_v2_kind_and_keeps_every_field(tmp_path):
+    from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
+
+    _v2_job(tmp_path)
+    shuffled = tmp_path / "s.jsonl"
+    _reorder_all(tmp_path / "v2.jsonl", shuffled)
+    items = list(time_ordered(read_trace(shuffled, block_bytes=4096), run_rows=200, step=40,
+                              folder=tmp_path))
+    want = _v2_rows(read_trace(tmp_path / "v2.jsonl"))
+    assert _v2_rows(items) == want
+    assert {k[0] for k in want} == {"progress", "linkstat", "port", "retrans"}
+    for cls in (ProgressRecords, LinkStatRecords, PortRecords):
+        t = np.concatenate([i.t_ns for i in items if isinstance(i, cls)])
+        assert len(t) > 50 and (np.diff(t) >= 0).all(), cls.__name__
+    assert list(tmp_path.glob("c4-sort-*")) == []
+
+
+def _reorder_all(path, out) -> None:
+    """Every telemetry line of a trace shuffled (header first, end last)."""
+    lines = [json.loads(ln) for ln in path.read_text().splitlines()]
+    head = [x for x in lines if x["type"] in ("meta", "rank", "group")]
+    tail = [x for x in lines if x["type"] == "end"]
+    rows = _shuffled([x for x in lines if x["type"] not in ("meta", "rank", "group", "end")])
+    out.write_text("".join(json.dumps(x) + "\n" for x in head + rows + tail))
+
+
+def test_shuffled_v2_trace_is_sorted_and_gives_the_reports_of_the_ordered_one(tmp_path):
+    topo = _v2_job(tmp_path)
+    ordered, stats = feed_trace(Engine(topo), tmp_path / "v2.jsonl")
+    assert not stats.sorted
+    assert [(r.kind, r.suspects[0].rank) for r in ordered] == [("noncomm_slow", 5)]
+    _reorder_all(tmp_path / "v2.jsonl", tmp_path / "s.jsonl")
+    reports, shuffled = feed_trace(Engine(topo), tmp_path / "s.jsonl", block_bytes=8192)
+    assert shuffled.sorted
+    assert (shuffled.progress, shuffled.linkstats, shuffled.ports, shuffled.ops) == (
+        stats.progress, stats.linkstats, stats.ports, stats.ops)
+    assert [(r.kind, r.suspects[0].rank) for r in reports] == [("noncomm_slow", 5)]
+
+
+def test_a_v2_kind_far_out_of_order_is_caught_alone(tmp_path):
+    """Ops in order, progress rows of one rank after another's: the progress watch alone
+    finds it."""
+    from tests.support.v2trace import to_v2
+
+    job = SynthJob(hosts=2, gpus_per_host=2, iterations=30)
+    job.write(tmp_path / "v1.jsonl", job.topology())
+    to_v2(tmp_path / "v1.jsonl", tmp_path / "v2.jsonl")
+    lines = [json.loads(ln) for ln in (tmp_path / "v2.jsonl").read_text().splitlines()]
+    progress = sorted((x for x in lines if x["type"] == "progress"),
+                      key=lambda x: (x["rank"], x["t_ns"]))
+    rest = [x for x in lines if x["type"] not in ("progress", "end")]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(x) + "\n"
+                                              for x in rest + progress + lines[-1:]))
+    _, stats = feed_trace(Engine(job.topology()), tmp_path / "p.jsonl", block_bytes=8192)
+    assert stats.sorted and stats.progress == len(progress)

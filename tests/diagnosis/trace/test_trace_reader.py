@@ -88,8 +88,12 @@ def test_small_blocks_stream_in_order(tmp_path):
     ('{"type":"conn","src":0,"dst":1,"bytes":4,"t_start_ns":1,"path":"a-b"}', "path", "list"),
     ('{"type":"rank","rank":0}', "host", "host"),
     ('{"type":"group","pg":"g","ranks":[0,"1"]}', "ranks", "integers"),
-    ('{"type":"bogus"}', "type", "unknown"),
-    ('{"type":"meta","version":2}', "version", "version"),
+    # an unknown type is skipped (test_trace_reader_v2), but a record must say its type
+    ('{"type":7}', "type", "string 'type'"),
+    ('{"type":null,"rank":0}', "type", "string 'type'"),
+    ('{"type":["op"]}', "type", "string 'type'"),
+    ('{"rank":0}', "type", "string 'type'"),
+    ('{"type":"meta","version":3}', "version", "version 3"),
 ])
 def test_malformed_line_names_file_line_and_field(tmp_path, line, field, words):
     path = tmp_path / "bad.jsonl"

@@ -1,0 +1,134 @@
+"""The parts the engine reads reduced telemetry with, on hand-built records: progress written into
+the arena, window statistics as connection evidence, port states weighing suspects, and the
+sampling schedule."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.engine import Engine
+from diagnosis.engine.arena import Arena
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.conns import ConnWindow
+from diagnosis.engine.linkstats import LinkStatFeed
+from diagnosis.engine.ports import PortBoard
+from diagnosis.engine.progress import ProgressBoard
+from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
+from diagnosis.report import Suspect
+from proto.sampling import is_sampled
+
+S = 1_000_000_000
+
+
+def board(n: int = 4) -> tuple[Arena, ProgressBoard, int]:
+    arena = Arena(8)
+    g = arena.add_group(0, "dp", np.arange(n))
+    return arena, ProgressBoard(arena), g
+
+
+def update(b: ProgressBoard, g: int, rows: list[tuple[int, int, int, int]]) -> None:
+    """rows: (member, entered, completed, t)."""
+    pos, ent, comp, t = (np.asarray(x) for x in zip(*rows, strict=True))
+    b.update(np.full(len(rows), g), pos, ent, comp, t)
+
+
+def test_a_call_some_members_are_inside_becomes_an_open_instance():
+    arena, b, g = board()
+    update(b, g, [(0, 7, 6, 1 * S), (1, 7, 6, 1 * S), (2, 6, 6, 1 * S), (3, 7, 7, 1 * S)])
+    groups, seqs = b.pending(np.full(4, g), np.arange(4))
+    assert sorted(set(zip(groups.tolist(), seqs.tolist()))) == [(g, 7)]
+    b.write(groups, seqs)
+    slot = g * arena.W + 7 % arena.W
+    cells = slice(arena.base[g] + (7 % arena.W) * 4, arena.base[g] + (7 % arena.W) * 4 + 4)
+    assert arena.s_seq[slot] == 7 and not arena.s_closed[slot]
+    # 0 and 1 wait inside, 2 never came, 3 is already out of it
+    assert arena.c_enter[cells].tolist() == [S, S, -1, S]
+    assert arena.c_end[cells].tolist() == [-1, -1, -1, S]
+    # the absent member catches up and everyone leaves: the instance closes
+    update(b, g, [(2, 9, 9, 2 * S), (0, 9, 9, 2 * S), (1, 9, 9, 2 * S)])
+    b.write(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    assert arena.s_closed[slot]
+
+
+def test_counts_only_grow_and_keep_the_earliest_time_they_were_seen():
+    _, b, g = board(2)
+    update(b, g, [(0, 5, 4, 3 * S), (0, 5, 4, 2 * S), (0, 3, 2, 4 * S)])
+    row = b.off[g]
+    assert (b.entered[row], b.completed[row], b.t_entered[row]) == (5, 4, 2 * S)
+
+
+def test_pace_from_progress_counts_every_call():
+    _, b, g = board(2)
+    update(b, g, [(0, 0, 0, 1 * S)])
+    update(b, g, [(0, 100, 100, 3 * S)])
+    assert b.period(np.asarray([g]))[0] == 2 * S / 100
+    assert np.isnan(b.period(np.asarray([g]), min_calls=200)[0])
+
+
+def feed(win: ConnWindow) -> LinkStatFeed:
+    return LinkStatFeed(win)
+
+
+def test_a_window_becomes_one_sample_and_its_open_transfers():
+    arena = Arena(8)
+    win = ConnWindow(arena, EngineConfig())
+    f = feed(win)
+    recs = LinkStatRecords.build([0, 1], [1, 0], [2 * S, 2 * S], [S, S], transfers=[4, 0],
+                                 nbytes=[4 << 20, 0], busy_ns=[400_000_000, 0],
+                                 open_=[0, 1], open_since_ns=[None, int(1.5 * S)])
+    samples = f.add(recs, np.array([-1, -1]))
+    assert len(samples) == 1 and samples.bytes[0] == 1 << 20
+    assert samples.t_end_ns[0] - samples.t_start_ns[0] == 100_000_000
+    k10 = win.keys_of(np.array([1]), np.array([0]), np.array([-1]))[0]
+    assert win.open_key.tolist() == [k10] and win.open_start.tolist() == [int(1.5 * S)]
+    # (a window's transfer proves its path alive only from the window's start)
+    k01 = win.keys_of(np.array([0]), np.array([1]), np.array([-1]))[0]
+    assert win.last_end[k01] == S + 1
+    # the next window has a record of another connection only: after a whole window without
+    # one, 1 -> 0 had nothing in flight any more
+    f.add(LinkStatRecords.build([0], [1], [3 * S], [S], transfers=[1], nbytes=[1], busy_ns=[1]),
+          np.array([-1]))
+    assert len(win.open_key) == 1
+    f.add(LinkStatRecords.build([0], [1], [4 * S], [S], transfers=[1], nbytes=[1], busy_ns=[1]),
+          np.array([-1]))
+    assert len(win.open_key) == 0
+
+
+def test_port_evidence_reorders_a_hangs_suspects():
+    ports = PortBoard()
+    ports.add(PortRecords.build(["h1", "h2"], ["h1/nic0", "h2/nic0"], [S, S], ["up", "up"]))
+    tied = [Suspect("nic", "h1/nic0", 1.0), Suspect("nic", "h2/nic0", 1.0),
+            Suspect("link", "leaf0~h2/nic0", 1.0), Suspect("gpu", "h1/gpu0", 0.3)]
+    out, note = ports.weigh(tied)
+    # both ports up and clean all along: the stalled sender comes first
+    assert out[0].id == "h1/gpu0" and "stayed up" in note
+    ports.add(PortRecords.build(["h2"], ["h2/nic0"], [2 * S], ["down"]))
+    out, note = ports.weigh(tied)
+    assert {s.id for s in out[:2]} == {"h2/nic0", "leaf0~h2/nic0"} and "h2/nic0" in note
+    assert out[2].score <= 0.5
+    assert PortBoard().weigh(tied) == (tied, "")
+
+
+def test_error_counters_that_climb_make_a_port_suspect():
+    ports = PortBoard()
+    ports.add(PortRecords.build(["h1"] * 2, ["h1/nic0"] * 2, [S, 2 * S], ["up", "up"],
+                                symbol_errors=[3, 90]))
+    assert ports.errors_grew("h1/nic0") and ports.evidence("h1/nic0") > 1
+
+
+def test_a_factor_per_communicator_from_an_announced_call_on():
+    eng = Engine()
+    eng.add_group("dp", [0, 1])
+    eng.set_sample(4, pg="dp", from_seq=100)
+    g = np.array([eng.arena.group_of_pg(eng._pg_ids["dp"])] * 200)
+    seq = np.arange(200)
+    kept = eng._sampled(g, seq)
+    assert kept[:100].all()
+    assert kept[100:].tolist() == [is_sampled("dp", s, 4) for s in range(100, 200)]
+
+
+def test_progress_rows_without_a_group_are_counted_as_dropped():
+    eng = Engine()
+    eng.set_sample(8)
+    eng.add_progress(ProgressRecords.build([0], ["nope"], [S], [3], [2]))
+    assert eng.dropped == 1
