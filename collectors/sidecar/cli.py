@@ -43,15 +43,16 @@ def sidecar(
     detail_bytes: int = typer.Option(128 << 20, "--detail-bytes", envvar="C4_DETAIL_BYTES",
                                      help="Memory for the full records of the last minutes, "
                                           "pulled by the daemon around a fault (0: keep none)."),
-    ports: bool = typer.Option(True, "--ports/--no-ports", envvar="C4_PORTS",
-                               help="Report NIC port states and error counters from sysfs."),
+    ports: str = typer.Option("mapped", "--ports", envvar="C4_PORTS",
+                              help="NIC port states and error counters from sysfs: mapped "
+                                   "(the ports of --nic-map, none without it), all (every "
+                                   "port but lo; unmapped ones as HOST/PORT) or off."),
     sysfs_root: str = typer.Option("/sys", "--sysfs-root", envvar="C4_SYSFS_ROOT",
                                    help="Where sysfs is mounted (for containers and tests)."),
     nic_map: str = typer.Option("", "--nic-map", envvar="C4_NIC_MAP",
                                 help="Ports to topology NIC ids, PORT=NIC,...: eth0=node3/nic0, "
-                                     "mlx5_0/1=node3/nic1 (InfiniBand: DEVICE/PORT). Only the "
-                                     "mapped ports are reported; none given: every port but lo "
-                                     "as HOST/PORT."),
+                                     "mlx5_0/1=node3/nic1 (InfiniBand: DEVICE/PORT): the ids "
+                                     "the ranks announce (C4_NIC) and the topology uses."),
     port_heartbeat: float = typer.Option(30.0, "--port-heartbeat", envvar="C4_PORT_HEARTBEAT",
                                          help="Seconds between port records while nothing "
                                               "changes."),

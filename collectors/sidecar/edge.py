@@ -64,6 +64,7 @@ STATUS_OK = 0
 MAX_OPEN_REMEMBERED = 65536
 PORTS_IDLE_S = 60.0      # a job whose ranks were silent this long gets no port records
 JOB_IDLE_S = 600.0       # ... and this long: forgotten
+PORT_MODES = ("mapped", "all", "off")
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,9 @@ class EdgeConfig:
     lag_s: float = 0.8
     #: bytes of full records kept for detail requests (``--detail-bytes``; 0: none)
     ring_bytes: int = 128 << 20
-    #: read NIC port states and counters from sysfs (``--ports/--no-ports``)
-    ports: bool = True
+    #: NIC ports read from sysfs (``--ports``): "mapped" (the ports of ``nic_map``: none
+    #: without one), "all" (every port but lo, unmapped ones as ``<host>/<port>``), "off"
+    ports: str = "mapped"
     sysfs_root: str = "/sys"
     #: port name -> topology NIC id (``--nic-map``); empty: ``<host>/<port>``
     nic_map: tuple[tuple[str, str], ...] = ()
@@ -93,6 +95,8 @@ class EdgeConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.lag_s < 0 or self.ring_bytes < 0:
             raise ValueError("lag_s and ring_bytes must not be negative")
+        if self.ports not in PORT_MODES:
+            raise ValueError(f"ports must be one of {', '.join(PORT_MODES)}, got {self.ports!r}")
 
     @property
     def window_ns(self) -> int:
@@ -324,10 +328,11 @@ class Edge:
         self._add_columns = add_columns
         self._clock = clock
         self.ring = DetailRing(config.ring_bytes)
+        watch = config.ports == "all" or (config.ports == "mapped" and bool(config.nic_map))
         self.ports = PortWatch(host, sysfs_root=config.sysfs_root,
-                               nic_map=dict(config.nic_map),
+                               nic_map=dict(config.nic_map), all_ports=config.ports == "all",
                                heartbeat_s=config.port_heartbeat_s, clock=clock) \
-            if config.ports else None
+            if watch else None
         self.stats = EdgeStats()
         self._jobs: dict[Key, EdgeJob] = {}
         self._lock = threading.RLock()

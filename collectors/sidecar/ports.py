@@ -4,7 +4,8 @@ Read every window: ``/sys/class/net/<if>/operstate`` and ``statistics/``, and
 ``/sys/class/infiniband/<dev>/ports/<n>/state``, ``counters/`` and ``hw_counters/``. A port is
 named ``<if>`` (netdev) or ``<dev>/<n>`` (InfiniBand port) and mapped to the topology NIC id the
 daemon knows: through the sidecar's ``--nic-map`` (``eth0=node3/nic0,mlx5_0/1=node3/nic1``),
-else ``<host>/<port name>``. With a map, only the mapped ports are read.
+the ids the ranks announce (``C4_NIC``) and the topology uses; with ``--ports all`` the
+unmapped ones as ``<host>/<port name>``. With a map, only the mapped ports are read.
 
 A record goes out when a port's state or one of its error counters changed, and every
 ``heartbeat_s`` otherwise (with the byte counters), so the daemon knows the port is still
@@ -166,13 +167,14 @@ class PortWatch:
     thread)."""
 
     def __init__(self, host: str, *, sysfs_root: str | Path = "/sys",
-                 nic_map: Mapping[str, str] | None = None, heartbeat_s: float = 30.0,
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 nic_map: Mapping[str, str] | None = None, all_ports: bool = False,
+                 heartbeat_s: float = 30.0, clock: Callable[[], int] = time.time_ns) -> None:
         if heartbeat_s <= 0:
             raise ValueError(f"the port heartbeat must be positive, got {heartbeat_s}")
         self.host = host
         self.root = Path(sysfs_root)
         self.nic_map = dict(nic_map or {})
+        self.all_ports = all_ports
         self.heartbeat_ns = int(heartbeat_s * 1e9)
         self._clock = clock
         self._last: dict[str, PortReading] = {}     # nic id -> last reading sent
@@ -180,9 +182,11 @@ class PortWatch:
         self._latest: dict[str, tuple[int, PortReading]] = {}
 
     def nic_id(self, port: str) -> str | None:
-        if self.nic_map:
-            return self.nic_map.get(port)
-        return f"{self.host}/{port}"
+        """The topology id of a port: mapped, else (all ports) ``<host>/<port>``, else None."""
+        nic = self.nic_map.get(port)
+        if nic is None and self.all_ports:
+            nic = f"{self.host}/{port}"
+        return nic
 
     def read(self) -> dict[str, PortReading]:
         """The node's ports now, by NIC id."""

@@ -2,8 +2,8 @@
 
 What a job sends is measured per kind over the last ``measure_s`` seconds: op rows, progress,
 linkstat, port records and raw connection samples as ingested, and the job's full call rate
-from its collectors' counters (``CollectorStats.recorded``, which every sidecar forwards each
-second) or, without them, the ingested op rows times K. Then:
+from its collectors' counters (``CollectorStats.recorded`` and ``t_ns``, which every sidecar
+forwards each second) or, without them, the ingested op rows times K. Then:
 
 * **K** is the smallest power of two that brings the full call rate under the part of the
   budget the other kinds leave (``records_per_s`` minus their rate, at least ``ops_floor`` of
@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+
+import numpy as np
 
 NS = 1_000_000_000
 KINDS = ("ops", "progress", "linkstat", "port", "conns")
@@ -149,10 +151,9 @@ class JobBudget:
         self.version = 0
         self._paces: dict[str, _Pace] = {}
         self._last_change: float | None = None
-        self._recorded: dict[int, int] = {}      # rank -> its collector's last count
-        self._recorded_total = 0                 # the sum of counts since first heard
-        self._full: deque[tuple[float, int]] = deque()
-        self._heard_counts = False
+        # per rank: (anchor t_ns, anchor count, latest t_ns, latest count) of its collector
+        self._rank_row: dict[int, int] = {}
+        self._counts = np.zeros((0, 4), np.int64)
         self._now_ns = 0
 
     # -- what the job sends -----------------------------------------------------------------
@@ -167,30 +168,47 @@ class JobBudget:
                 pace = self._paces[pg] = _Pace()
             pace.see(seq, now, self.cfg.measure_s)
 
-    def recorded(self, rank: int, count: int, now: float) -> None:
-        """A collector's cumulative count of calls recorded (its first count is a baseline)."""
-        old = self._recorded.get(rank)
-        self._recorded[rank] = count
-        if old is not None and count >= old:
-            self._recorded_total += count - old
-        self._heard_counts = True
-
-    def _snapshot(self, now: float) -> None:
-        """The collectors' total as of ``now`` (taken once per decision, when every rank's
-        latest count is in)."""
-        if not self._heard_counts:
+    def recorded(self, rank: int, count: int, t_ns: int) -> None:
+        """A collector's cumulative count of calls recorded, as of ``t_ns`` on its clock. Each
+        rank's rate is its count's growth over its own timestamps (exact, whatever the delays
+        on the way), between an anchor and its latest report; the anchor moves up once it is
+        two measuring spans old."""
+        i = self._rank_row.get(rank)
+        if i is None:
+            i = self._rank_row[rank] = len(self._rank_row)
+            if i >= len(self._counts):
+                grown = np.zeros((max(64, 2 * len(self._counts)), 4), np.int64)
+                grown[: len(self._counts)] = self._counts
+                self._counts = grown
+            self._counts[i] = (t_ns, count, t_ns, count)
             return
-        if not self._full or now - self._full[-1][0] >= 1.0:
-            self._full.append((now, self._recorded_total))
-            while len(self._full) > 2 and now - self._full[1][0] >= self.cfg.measure_s:
-                self._full.popleft()
+        row = self._counts[i]
+        if t_ns <= row[2] or count < row[3]:
+            if count < row[3]:           # a restarted collector: start over
+                row[:] = (t_ns, count, t_ns, count)
+            return
+        row[2], row[3] = t_ns, count
+        if t_ns - row[0] > 2 * self.cfg.measure_s * NS:
+            row[0], row[1] = row[2] - int(self.cfg.measure_s * NS), \
+                row[3] - self._rate_of(row) * self.cfg.measure_s
+
+    @staticmethod
+    def _rate_of(row: np.ndarray) -> int:
+        span = row[2] - row[0]
+        return int((row[3] - row[1]) * NS / span) if span > 0 else 0
 
     def full_rate(self, now: float) -> float:
-        """Calls per second the job makes (every call, sampled or not)."""
-        if len(self._full) >= 2 and self._full[-1][0] - self._full[0][0] >= 1.0 and \
-                now - self._full[-1][0] < 3 * self.cfg.measure_s:
-            (t0, c0), (t1, c1) = self._full[0], self._full[-1]
-            return (c1 - c0) / (t1 - t0)
+        """Calls per second the job makes (every call, sampled or not): the sum of its
+        collectors' rates, or without their counters the op rows ingested times K."""
+        n = len(self._rank_row)
+        if n:
+            c = self._counts[:n]
+            span = c[:, 2] - c[:, 0]
+            ok = span >= NS
+            if ok.any():
+                rates = (c[ok, 3] - c[ok, 1]) * NS / span[ok]
+                # ranks not yet measured count as the measured ones' mean
+                return float(rates.sum() * n / int(ok.sum()))
         return self.meter.rate("ops", now) * self.sample
 
     def rates(self, now: float) -> dict[str, float]:
@@ -203,7 +221,6 @@ class JobBudget:
         """A new schedule when the job's factor or window must change, else None."""
         cfg = self.cfg
         self._now_ns = now_ns
-        self._snapshot(now)
         if cfg.records_per_s <= 0:
             return None
         if self._last_change is not None and now - self._last_change < cfg.hold_s:

@@ -15,6 +15,7 @@ from collections import deque
 
 import numpy as np
 
+from diagnosis.daemon.batches import linkstat_records
 from diagnosis.engine.records import LinkStatRecords
 from proto.codec import Columns, concat
 
@@ -70,7 +71,7 @@ class LinkStatResolver:
         batch = concat([c for c, _ in ready]) if len(ready) > 1 else ready[0][0]
         dst = np.concatenate([d for _, d in ready])
         self.resolved += len(dst)
-        return _records(batch, dst)
+        return linkstat_records(batch, dst)
 
     def waiting(self) -> int:
         return self._waiting_rows
@@ -87,11 +88,3 @@ class LinkStatResolver:
 
 def _take(cols: Columns, mask: np.ndarray) -> Columns:
     return Columns({k: v[mask] for k, v in cols.columns.items()}, cols.strings)
-
-
-def _records(cols: Columns, dst: np.ndarray) -> LinkStatRecords:
-    c = cols.columns
-    pg = c["pg"].astype(np.int64)
-    return LinkStatRecords(c["src"], dst, c["t_ns"], c["window_ns"], pg, c["transfers"],
-                           c["bytes"], c["busy_ns"], c["max_ns"], c["open"], c["open_since_ns"],
-                           c["retrans"], list(cols.strings))

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.budget import BudgetConfig, Decision, JobBudget
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
-from diagnosis.engine.records import PortRecords, ProgressRecords
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -42,7 +42,6 @@ from diagnosis.store import (
     Write,
 )
 from proto import c4_pb2
-from proto.codec import PORT_COUNTER_COLUMNS, Columns
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +90,6 @@ def top_seqs(pg: np.ndarray, seq: np.ndarray, strings: list[str]) -> dict[str, i
     top = np.full(len(strings), -1, np.int64)
     np.maximum.at(top, np.asarray(pg, dtype=np.int64), np.asarray(seq, dtype=np.int64))
     return {strings[i]: int(top[i]) for i in np.flatnonzero(top >= 0).tolist()}
-
-
-def progress_records(cols: Columns) -> ProgressRecords:
-    c = cols.columns
-    return ProgressRecords(c["rank"], c["pg"], c["op"], c["peer"], c["t_ns"], c["entered"],
-                           c["completed"], list(cols.strings))
-
-
-def port_records(cols: Columns) -> PortRecords:
-    c = cols.columns
-    return PortRecords(c["host"], c["nic"], c["t_ns"], c["up"], list(cols.strings),
-                       {k: c[k] for k in PORT_COUNTER_COLUMNS})
 
 
 class LiveView:
@@ -188,12 +175,11 @@ class LiveView:
     def _apply_heartbeats(self) -> None:
         with self._cond:
             beats, self._heartbeats = self._heartbeats, {}
-        now = time.monotonic()
         for (job, attempt, rank), (t_ns, leaving, recorded) in beats.items():
             st = self._jobs.get((job, attempt))
             # only registered ranks: a stray rank id must not size the engine's arrays
             if st is not None and rank in st.ranks:
-                st.budget.recorded(rank, recorded, now)
+                st.budget.recorded(rank, recorded, t_ns)
                 if st.engine is not None:
                     st.engine.heard([rank], t_ns, leaving=leaving)
 

@@ -30,7 +30,7 @@ class Rig:
         self.now = T0
         self.sent: list[tuple[str, object]] = []
         self.batched: list[Columns] = []
-        self.edge = Edge("node0", EdgeConfig(ports=False, lag_s=1.0, **config),
+        self.edge = Edge("node0", EdgeConfig(ports="off", lag_s=1.0, **config),
                          self._emit, lambda job, attempt, cols: self.batched.append(cols),
                          clock=lambda: self.now)
         self.edge.job("j", 0)

@@ -7,7 +7,10 @@ come back from the node's ring."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +89,7 @@ def test_budget_sampling_progress_ports_hang_and_detail(tmp_path):
         assert any(not is_sampled("0", q, k) for q in seqs), "unsampled calls came back"
         (sc,) = status.sidecars
         assert sc.stats.records_out > 0 and sc.stats.late_steps == 0
+        _check_export(tmp_path, port, k, len(ops), sum(len(d) for d in full))
     finally:
         job.close()
         car.stop()
@@ -117,3 +121,34 @@ def _check_volume(ops, steps: dict, k: int) -> None:
     top = int(seq.max())
     after = int((seq >= start).sum()) / max(top - start, 1)
     assert 0.6 / k < after / before < 1.6 / k, (before, after, k)
+
+
+def _export(tmp_path: Path, port: int, *flags: str) -> list[dict]:
+    out = tmp_path / f"export{'-'.join(flags)}.jsonl"
+    done = subprocess.run([sys.executable, "-m", "c4", "export", "big", "-o", str(out), *flags,
+                           "--daemon", f"127.0.0.1:{port}"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _check_export(tmp_path: Path, port: int, k: int, stored: int, detail: int) -> None:
+    """A version 2 trace: the job's factor, its calls thinned to it, its progress and port
+    records; with --full also the calls pulled around the report."""
+    lines = _export(tmp_path, port)
+    kinds = Counter(rec["type"] for rec in lines)
+    assert lines[0] == {"type": "meta", "version": 2, "job": "big", "sample": k}
+    assert kinds["rank"] == RANKS and kinds["group"] == len(PGS) and kinds["end"] == 1
+    assert kinds["progress"] > 0 and kinds["port"] >= 2 and "linkstat" not in kinds
+    ops = [rec for rec in lines if rec["type"] == "op"]
+    assert all(is_sampled(rec["pg"], rec["seq"], k) or rec.get("status", "ok") != "ok"
+               or "t_end_ns" not in rec for rec in ops)
+    assert len(ops) < stored
+    full = [rec for rec in _export(tmp_path, port, "--full") if rec["type"] == "op"]
+    assert len(ops) < len(full) <= len(ops) + detail
+    keys = [(r["rank"], r["pg"], r["op"], r["seq"]) for r in full]
+    assert len(keys) == len(set(keys)), "one line per call"
+    trace = tmp_path / "export--full.jsonl"
+    done = subprocess.run([sys.executable, "-m", "c4", "analyze", str(trace)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

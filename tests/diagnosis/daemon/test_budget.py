@@ -20,7 +20,7 @@ def _run(b: JobBudget, seconds: int, *, calls: float, ranks: int = 4, progress: 
     for s in range(seconds):
         now = t0 + s + 1
         for r in range(ranks):
-            b.recorded(r, int(per_rank * (s + 1)), now)
+            b.recorded(r, int(per_rank * now), int(now * NS) + r * 1000)
         b.observe("ops", int(calls / b.sample), now)
         b.observe("progress", int(progress), now)
         b.observe("linkstat", int(linkstat), now)
