@@ -14,15 +14,13 @@ call.
 from __future__ import annotations
 
 import bisect
-import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from collectors.reduce.keys import group_starts
 from proto import c4_pb2
 from proto.codec import Columns
+from proto.sampling import sampled_seqs
 
 
 @dataclass(frozen=True)
@@ -68,25 +66,27 @@ class Schedule:
 
     def kept(self, ops: Columns) -> np.ndarray:
         """Mask of the rows whose call this schedule keeps (status and openness aside)."""
-        return kept_by(ops, self.factor)
-
-
-def kept_by(ops: Columns, factor: Callable[[str, int], int]) -> np.ndarray:
-    """Mask of the rows whose call ``(pg, seq)`` is kept at ``factor(pg, seq)``: each distinct
-    call is judged once (a node's ranks share most calls)."""
-    n = len(ops)
-    if not n:
-        return np.zeros(0, dtype=bool)
-    pg = np.asarray(ops["pg"], dtype=np.int64)
-    seq = np.asarray(ops["seq"], dtype=np.int64)
-    order, first = group_starts(pg, seq)
-    starts = order[first]
-    names = np.asarray(ops.strings, dtype=object)[pg[starts]].tolist()
-    crc = zlib.crc32
-    keep_call = np.fromiter(
-        ((k := factor(p, s)) <= 1 or crc(f"{p}:{s}".encode()) % k == 0
-         for p, s in zip(names, seq[starts].tolist(), strict=True)),
-        dtype=bool, count=len(starts))
-    keep = np.empty(n, dtype=bool)
-    keep[order] = keep_call[np.cumsum(first) - 1]
-    return keep
+        n = len(ops)
+        keep = np.ones(n, dtype=bool)
+        if not n or not self.steps:
+            return keep
+        pg = np.asarray(ops["pg"])
+        seq = np.asarray(ops["seq"], dtype=np.int64)
+        for i, name in enumerate(ops.strings):
+            steps = self.steps.get(name)
+            if not steps:
+                continue
+            rows = np.flatnonzero((pg == i) & (seq >= 0))
+            if not len(rows):
+                continue
+            s = seq[rows]
+            starts = np.fromiter((a for a, _ in steps), dtype=np.int64, count=len(steps))
+            factors = np.fromiter((k for _, k in steps), dtype=np.int64, count=len(steps))
+            at = np.searchsorted(starts, s, side="right") - 1
+            k_row = np.where(at >= 0, factors[np.maximum(at, 0)], 1)
+            out = np.ones(len(rows), dtype=bool)
+            for k in np.unique(k_row[k_row > 1]).tolist():
+                m = k_row == k
+                out[m] = sampled_seqs(name, s[m], k)
+            keep[rows] = out
+        return keep

@@ -143,3 +143,19 @@ def test_control_rides_an_ack_that_old_sidecars_ignore():
     assert back.HasField("control") and back.control.schedule.steps[0].sample == 16
     # an ack without a control message stays as it was on the wire
     assert not c4_pb2.IngestAck(seq=5).HasField("control")
+
+
+def test_vectorised_sampling_is_the_crc32_rule():
+    from proto.sampling import is_sampled, prefix_state, sampled_after, sampled_seqs
+
+    rng = np.random.default_rng(0)
+    seqs = np.concatenate([np.arange(0, 3000), rng.integers(0, 10**15, 3000),
+                           np.array([9, 10, 99, 100, 10**9 - 1, 10**9])])
+    for pg, k in (("0", 2), ("tp.17", 16), ("dp:3", 64), ("", 3)):
+        want = np.array([is_sampled(pg, int(s), k) for s in seqs])
+        np.testing.assert_array_equal(sampled_seqs(pg, seqs, k), want)
+    pgs = ["a", "bb", "c.9"]
+    which = rng.integers(0, 3, len(seqs))
+    states = np.array([prefix_state(p) for p in pgs], dtype=np.uint32)[which]
+    want = np.array([is_sampled(pgs[w], int(s), 8) for w, s in zip(which, seqs)])
+    np.testing.assert_array_equal(sampled_after(states, seqs, 8), want)
