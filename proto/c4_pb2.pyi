@@ -286,7 +286,7 @@ class CollectorStats(_message.Message):
     def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., recorded: _Optional[int] = ..., dropped: _Optional[int] = ..., shipped: _Optional[int] = ..., t_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class SidecarStats(_message.Message):
-    __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors", "records_out", "bytes_out", "late_steps", "detail_refused")
+    __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors", "records_out", "bytes_out", "late_steps", "detail_refused", "detail_records")
     HOST_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
     SHIPPED_FIELD_NUMBER: _ClassVar[int]
@@ -299,6 +299,7 @@ class SidecarStats(_message.Message):
     BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
     LATE_STEPS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_RECORDS_FIELD_NUMBER: _ClassVar[int]
     host: str
     received: int
     shipped: int
@@ -311,7 +312,8 @@ class SidecarStats(_message.Message):
     bytes_out: int
     late_steps: int
     detail_refused: int
-    def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ...) -> None: ...
+    detail_records: int
+    def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ..., detail_records: _Optional[int] = ...) -> None: ...
 
 class IngestRequest(_message.Message):
     __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail")

@@ -113,7 +113,7 @@ class EdgeStats:
     linkstat_out: int = 0
     conns_out: int = 0
     ports_out: int = 0
-    records_out: int = 0          # every record of every kind that left the node
+    records_out: int = 0          # every record that left the node (detail aside)
     bytes_out: int = 0            # their ingest requests' sizes
     schedules: int = 0            # schedule versions taken
     late_steps: int = 0           # steps that arrived after rows they cover (mended)
@@ -143,15 +143,29 @@ class EdgeJob:
         self._open: OrderedDict[tuple[int, str, str, int, int], None] = OrderedDict()
         self.ports_sent = False
         self.heard = time.monotonic()   # last rows or samples from its ranks
+        self._inbox: list[Columns] = []
 
     @property
     def reduced(self) -> bool:
         return self.schedule.max_sample > 1
 
     # -- op rows ------------------------------------------------------------------------
-    def take_ops(self, cols: Columns) -> Columns:
-        """The rows of a collector batch to ship now."""
+    def take_ops(self, cols: Columns) -> Columns | None:
+        """The rows of a collector batch to ship now (full telemetry), or None: reduced, they
+        wait for :meth:`drain` (one pass per tick for every rank's batches, not one per
+        batch: the reducer's cost is mostly per call)."""
         self._note_seqs(cols)
+        if not self.reduced:
+            return cols
+        self._inbox.append(cols)
+        return None
+
+    def drain(self) -> Columns | None:
+        """The rows to ship of the batches received since the last drain (reduced mode)."""
+        if not self._inbox:
+            return None
+        cols = concat(self._inbox) if len(self._inbox) > 1 else self._inbox[0]
+        self._inbox = []
         if not self.reduced:
             return cols
         assert self.reducer is not None
@@ -346,8 +360,11 @@ class Edge:
         n = msg.ops.count if kind == "detail" else 0 if kind in ("rank", "group", "stats") \
             else msg.count  # type: ignore[attr-defined]
         with self._lock:
-            self.stats.records_out += n
-            self.stats.bytes_out += msg.ByteSize()  # type: ignore[attr-defined]
+            if kind == "detail":     # on demand, not the steady stream
+                self.stats.detail_rows += n
+            else:
+                self.stats.records_out += n
+                self.stats.bytes_out += msg.ByteSize()  # type: ignore[attr-defined]
             if kind == "ops":
                 self.stats.ops_out += n
         self._emit_raw(**body)
@@ -373,9 +390,19 @@ class Edge:
             st = self.job(batch.job, batch.attempt)
             st.heard = time.monotonic()
             kept = st.take_ops(cols)
-        if len(kept):
+        if kept is not None and len(kept):
             self._add_columns(batch.job, batch.attempt, kept)
         return n
+
+    def drain(self) -> None:
+        """Judge the rows of reduced jobs received since the last call, ship the kept ones."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for st in jobs:
+            with self._lock:
+                kept = st.drain()
+            if kept is not None and len(kept):
+                self._add_columns(st.job, st.attempt, kept)
 
     def add_conns(self, job: str, attempt: int, cols: Columns) -> None:
         """A sample of the job's socket counters."""
@@ -446,7 +473,6 @@ class Edge:
             out.ops.CopyFrom(encode_ops(req.job, answer.rows, attempt=req.attempt))
         with self._lock:
             self.stats.detail_requests += 1
-            self.stats.detail_rows += len(answer.rows) if answer.rows is not None else 0
             if answer.status == c4_pb2.DetailBatch.GONE:
                 self.stats.detail_refused += 1
             elif answer.status == c4_pb2.DetailBatch.PARTIAL:
@@ -469,6 +495,7 @@ class Edge:
                 self._handle(msg)
             except Exception:
                 log.exception("could not handle a control message from the daemon")
+        self.drain()
         now = self._clock()
         if now < self._next_window:
             return

@@ -139,7 +139,7 @@ class Sidecar:
                 spilled=s.spilled, dropped=s.dropped, rejected=self.rejected + s.rejected,
                 spill_bytes=self.spill.bytes, collectors=list(self._collectors.values()),
                 records_out=e.records_out, bytes_out=e.bytes_out, late_steps=e.late_steps,
-                detail_refused=e.detail_refused)
+                detail_refused=e.detail_refused, detail_records=e.detail_rows)
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -157,6 +157,7 @@ class Sidecar:
         """Stop listening, flush, and deliver (or spill) everything before returning."""
         self.listener.stop()
         self._stop.set()
+        self.edge.drain()
         self.batcher.flush_due(force=True)
         self._stopped.set()
         self._threads[0].join(timeout)

@@ -42,6 +42,8 @@ class BudgetConfig:
 
     #: records per second one job may send (every kind); 0: no budget, K stays 1
     records_per_s: float = 200_000.0
+    #: a factor for every job whatever its rate (a power of two; 0: by the budget)
+    fixed_sample: int = 0
     #: the largest sampling factor (a power of two)
     max_sample: int = 1024
     #: the sidecars' default window, and the longest the daemon may set
@@ -64,6 +66,9 @@ class BudgetConfig:
                              f"{self.records_per_s}")
         if self.max_sample < 1 or self.max_sample & (self.max_sample - 1):
             raise ValueError(f"max_sample must be a power of two, got {self.max_sample}")
+        if self.fixed_sample < 0 or self.fixed_sample & (self.fixed_sample - 1):
+            raise ValueError(f"fixed_sample must be 0 or a power of two, got "
+                             f"{self.fixed_sample}")
         if not 0 < self.window_s <= self.max_window_s:
             raise ValueError(f"windows must satisfy 0 < window_s ({self.window_s}) <= "
                              f"max_window_s ({self.max_window_s})")
@@ -221,13 +226,18 @@ class JobBudget:
         """A new schedule when the job's factor or window must change, else None."""
         cfg = self.cfg
         self._now_ns = now_ns
-        if cfg.records_per_s <= 0:
+        if cfg.records_per_s <= 0 and not cfg.fixed_sample:
             return None
         if self._last_change is not None and now - self._last_change < cfg.hold_s:
             return None
         if self.meter._since is None or now - self.meter._since < min(cfg.measure_s, 3.0):
             return None   # not measured yet
         budget = cfg.records_per_s
+        if budget <= 0:         # a fixed factor and no budget: default windows
+            if cfg.fixed_sample == self.sample:
+                return self._cover_new(now) or self._prune()
+            return self._announce(cfg.fixed_sample, self.window_ns, now, now_ns,
+                                  f"a fixed factor K={cfg.fixed_sample}")
         r = self.rates(now)
         other = r["progress"] + r["linkstat"] + r["port"] + r["conns"]
         window_ns, why_w = self._window(budget, other, r["full"])
@@ -257,6 +267,8 @@ class JobBudget:
 
     def _factor(self, full: float, for_ops: float) -> tuple[int, str]:
         cfg = self.cfg
+        if cfg.fixed_sample:
+            return cfg.fixed_sample, f"a fixed factor K={cfg.fixed_sample}"
         need = 1 if full <= for_ops else 1 << max(0, math.ceil(math.log2(full / for_ops)))
         need = min(need, cfg.max_sample)
         if need > self.sample:

@@ -53,6 +53,9 @@ def daemon(
                                            "budget (every call, always)."),
     max_sample: int = typer.Option(1024, "--max-sample", envvar="C4_MAX_SAMPLE",
                                    help="The largest sampling factor K (a power of two)."),
+    sample: int = typer.Option(0, "--sample", envvar="C4_SAMPLE",
+                               help="Sample every job's calls at this factor K (a power of "
+                                    "two) whatever its rate; 0: K from the budget."),
     window: float = typer.Option(1.0, "--window", envvar="C4_WINDOW",
                                  help="The sidecars' progress/linkstat window (seconds): "
                                       "the one they use until told otherwise."),
@@ -86,7 +89,8 @@ def daemon(
                               metrics_listen=metrics,
                               budget=BudgetConfig(records_per_s=job_records,
                                                   max_sample=max_sample, window_s=window,
-                                                  max_window_s=max_window),
+                                                  max_window_s=max_window,
+                                                  fixed_sample=sample),
                               detail=DetailConfig(enabled=detail, max_records=detail_records))
         def ready(d) -> None:
             tls = "mutual TLS" if tls_client_ca else "TLS" if tls_cert else "plaintext"

@@ -5,8 +5,7 @@ Requests accepted on a stream tell which jobs it carries and for which hosts (``
 ``SidecarStats.host``). A job's sampling schedule goes to every stream that carries the job,
 now and whenever a stream first carries it (a sidecar that reconnects, or a node that joins);
 a detail request goes to the streams of the hosts it names. A detail answer is accepted only
-for a request sent and not yet answered (so a sender cannot fill the store with detail nobody
-asked for), and each answer is expected once per host asked.
+for a request sent lately (so a sender cannot fill the store with detail nobody asked for).
 """
 
 from __future__ import annotations
@@ -139,11 +138,11 @@ class ControlHub:
             self._send(push, c4_pb2.Control(detail=req))
         return asked
 
-    def expected(self, request: int, host: str) -> bool:
-        """Whether a detail answer from ``host`` was asked for (a resend of one is too: the
-        store keeps it once)."""
+    def expected(self, request: int) -> bool:
+        """Whether detail request ``request`` was sent (lately): its answers are taken, each
+        once per stream asked (a resend of one too: the store keeps it once)."""
         with self._lock:
-            return host in self._expected.get(request, ())
+            return request in self._expected
 
     def streams(self) -> int:
         with self._lock:

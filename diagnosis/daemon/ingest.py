@@ -95,8 +95,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                     self.control.seen(stream, req)
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
                 return
-            if kind == "detail" and not self.control.expected(req.detail.request,
-                                                              req.detail.host):
+            if kind == "detail" and not self.control.expected(req.detail.request):
                 raise Rejected(grpc.StatusCode.FAILED_PRECONDITION,
                                f"detail for request {req.detail.request} from host "
                                f"{req.detail.host!r} was not asked for (or long ago): dropped")

@@ -6,6 +6,7 @@ sampled)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -42,7 +43,6 @@ def test_real_job_sampled_by_budget_and_hang_found_from_progress(tmp_path):
     job = Service([*c4_command("run", "--job", "steady", "--sidecar-socket", str(sock), "--"),
                    sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nproc-per-node", "4", str(SCRIPT)], tmp_path / "job.log", env=env).start()
-    stopped = None
     try:
         with DaemonClient(f"127.0.0.1:{port}") as client:
             sched = wait_for(lambda: _schedule(client, "steady"), 90,
@@ -57,7 +57,6 @@ def test_real_job_sampled_by_budget_and_hang_found_from_progress(tmp_path):
             wait_for(lambda: top() > switch + 300, 60, what="calls well past the switch")
             pid = int((tmp_path / "pids" / "rank2.pid").read_text())
             os.kill(pid, signal.SIGSTOP)
-            stopped = pid
             report = wait_for(lambda: [r for r in client.faults("steady")
                                        if any(s.rank == 2 for s in r.suspects)], 40,
                               what="a report naming the stopped rank 2")[0]
@@ -70,9 +69,11 @@ def test_real_job_sampled_by_budget_and_hang_found_from_progress(tmp_path):
             ops = client.ops("steady")
         _check_switch(ops, steps)
     finally:
-        if stopped is not None:
-            os.kill(stopped, signal.SIGKILL)
         job.kill()
+        # torchrun's workers run in sessions of their own: they go by pid
+        for f in (tmp_path / "pids").glob("rank*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(f.read_text()), signal.SIGKILL)
         car.stop()
         daemon.stop()
 

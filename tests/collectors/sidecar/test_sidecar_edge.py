@@ -48,6 +48,7 @@ class Rig:
         cols.columns["dtype"] = np.zeros(len(cols), np.uint32)
         cols.columns["t_start_ns"] = np.full(len(cols), -1, np.int64)
         self.edge.add_ops(encode_ops("j", cols))
+        self.edge.drain()
 
     def schedule(self, version: int, steps: dict, window_ns: int = 0, from_ns: int = 0) -> None:
         msg = c4_pb2.SampleSchedule(job="j", version=version, window_ns=window_ns,

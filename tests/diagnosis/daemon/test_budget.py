@@ -103,3 +103,9 @@ def test_no_budget_no_decisions():
 def test_bad_settings(bad):
     with pytest.raises(ValueError):
         BudgetConfig(**bad)
+
+
+def test_a_fixed_factor_whatever_the_rate():
+    b = JobBudget(BudgetConfig(records_per_s=0, fixed_sample=16))
+    ((_, d),) = _run(b, 12, calls=1_000)
+    assert d.sample == 16 and set(d.new_steps) == {"0", "1"}
