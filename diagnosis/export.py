@@ -54,7 +54,8 @@ class ExportSummary:
 
 
 def _sample(schedules: list[c4_pb2.SampleSchedule]) -> int:
-    return max((s.sample for msg in schedules for s in msg.steps), default=1)
+    return max([1, *(s.sample for msg in schedules for s in msg.steps),
+                *(msg.default_sample for msg in schedules)])
 
 
 def _merge_detail(ops: Columns, details: list[c4_pb2.DetailBatch]) -> tuple[Columns, int]:

@@ -352,20 +352,22 @@ class SampleStep(_message.Message):
     def __init__(self, pg: _Optional[str] = ..., from_seq: _Optional[int] = ..., sample: _Optional[int] = ...) -> None: ...
 
 class SampleSchedule(_message.Message):
-    __slots__ = ("job", "attempt", "version", "steps", "window_ns", "window_from_ns")
+    __slots__ = ("job", "attempt", "version", "steps", "window_ns", "window_from_ns", "default_sample")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_NS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FROM_NS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     version: int
     steps: _containers.RepeatedCompositeFieldContainer[SampleStep]
     window_ns: int
     window_from_ns: int
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[SampleStep, _Mapping]]] = ..., window_ns: _Optional[int] = ..., window_from_ns: _Optional[int] = ...) -> None: ...
+    default_sample: int
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[SampleStep, _Mapping]]] = ..., window_ns: _Optional[int] = ..., window_from_ns: _Optional[int] = ..., default_sample: _Optional[int] = ...) -> None: ...
 
 class DetailRequest(_message.Message):
     __slots__ = ("job", "attempt", "fault_id", "request", "from_ns", "to_ns", "ranks", "max_records")

@@ -119,7 +119,7 @@ def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
                 sched = wait_for(lambda: [c.schedule for c in client.reduced(job)
                                           if c.WhichOneof("body") == "schedule"], 120,
                                  what="the sampling schedule")[-1]
-                start = max(s.from_seq for s in sched.steps)
+                start = max((s.from_seq for s in sched.steps), default=0)
                 wait_for(lambda: int(client.ops(job, limit=0)["seq"].max()) > start, 120,
                          what="calls past the switch")
             time.sleep(warmup)

@@ -7,8 +7,8 @@ alone, so every member of a communicator keeps the same calls, whichever sidecar
 and whenever its rows arrive, provided the step reached the sidecar before the rows of seq S did
 (the daemon announces S a few seconds of calls ahead; a step that arrives late is counted and
 mended from the detail ring, see :mod:`collectors.sidecar.edge`). Factors are powers of two, so
-the calls kept at 2K are a subset of those kept at K. A communicator without steps keeps every
-call.
+the calls kept at 2K are a subset of those kept at K. Before its first step, and without steps,
+a communicator keeps the calls of the job's default factor (set once, when the job starts).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Schedule:
     steps: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     window_ns: int = 0
     window_from_ns: int = 0
+    default: int = 1
 
     @classmethod
     def from_proto(cls, msg: c4_pb2.SampleSchedule) -> Schedule:
@@ -42,39 +43,39 @@ class Schedule:
                                  ">= 1")
             steps.setdefault(s.pg, []).append((int(s.from_seq), int(s.sample)))
         return cls(int(msg.version), {pg: tuple(sorted(v)) for pg, v in steps.items()},
-                   int(msg.window_ns), int(msg.window_from_ns))
+                   int(msg.window_ns), int(msg.window_from_ns), max(1, int(msg.default_sample)))
 
     def to_proto(self, job: str, attempt: int) -> c4_pb2.SampleSchedule:
         return c4_pb2.SampleSchedule(
             job=job, attempt=attempt, version=self.version, window_ns=self.window_ns,
-            window_from_ns=self.window_from_ns,
+            window_from_ns=self.window_from_ns, default_sample=self.default,
             steps=[c4_pb2.SampleStep(pg=pg, from_seq=s, sample=k)
                    for pg, steps in sorted(self.steps.items()) for s, k in steps])
 
     @property
     def max_sample(self) -> int:
         """The largest factor in force or announced: above 1, the job ships reduced."""
-        return max((k for steps in self.steps.values() for _, k in steps), default=1)
+        return max([self.default, *(k for steps in self.steps.values() for _, k in steps)])
 
     def factor(self, pg: str, seq: int) -> int:
         """The factor in force at call ``seq`` of ``pg``."""
         steps = self.steps.get(pg)
         if not steps:
-            return 1
+            return self.default
         i = bisect.bisect_right(steps, (int(seq), 1 << 62)) - 1
-        return steps[i][1] if i >= 0 else 1
+        return steps[i][1] if i >= 0 else self.default
 
     def kept(self, ops: Columns) -> np.ndarray:
         """Mask of the rows whose call this schedule keeps (status and openness aside)."""
         n = len(ops)
         keep = np.ones(n, dtype=bool)
-        if not n or not self.steps:
+        if not n or (not self.steps and self.default <= 1):
             return keep
         pg = np.asarray(ops["pg"])
         seq = np.asarray(ops["seq"], dtype=np.int64)
         for i, name in enumerate(ops.strings):
-            steps = self.steps.get(name)
-            if not steps:
+            steps = self.steps.get(name, ())
+            if not steps and self.default <= 1:
                 continue
             rows = np.flatnonzero((pg == i) & (seq >= 0))
             if not len(rows):
@@ -83,7 +84,8 @@ class Schedule:
             starts = np.fromiter((a for a, _ in steps), dtype=np.int64, count=len(steps))
             factors = np.fromiter((k for _, k in steps), dtype=np.int64, count=len(steps))
             at = np.searchsorted(starts, s, side="right") - 1
-            k_row = np.where(at >= 0, factors[np.maximum(at, 0)], 1)
+            k_row = np.where(at >= 0, factors[np.maximum(at, 0)], self.default) if len(steps) \
+                else np.full(len(rows), self.default, dtype=np.int64)
             out = np.ones(len(rows), dtype=bool)
             for k in np.unique(k_row[k_row > 1]).tolist():
                 m = k_row == k

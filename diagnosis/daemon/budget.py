@@ -18,6 +18,10 @@ forwards each second) or, without them, the ingested op rows times K. Then:
   most one record per key per window, so their rate halves; it halves again once they would
   use less than a quarter of the budget at the shorter window. The cost: a hang is seen up to
   one window later, and a link's statistics are coarser.
+* A job starts at the factor its size calls for (``world_size`` x ``calls_per_rank`` into the
+  op rows' share of the budget), as the default of every communicator, announced when its
+  first rank registers: a 16,384-rank job must not ship every call of its first seconds.
+  ``fixed_sample`` makes that default the factor of every job, whatever its size and rate.
 * A change of K is announced per communicator as "from seq S on": S is the highest seq seen
   on it plus ``margin_s`` seconds of its calls (its measured pace), so that every member's
   sidecar has the step before its rows reach S and all switch at the same call. A window
@@ -44,6 +48,10 @@ class BudgetConfig:
     records_per_s: float = 200_000.0
     #: a factor for every job whatever its rate (a power of two; 0: by the budget)
     fixed_sample: int = 0
+    #: calls per second a rank is taken to make until the job is measured: a job whose ranks
+    #: would then not fit starts sampled (its default factor), rather than flooding the daemon
+    #: with every call of its first seconds; 0: every job starts at K = 1
+    calls_per_rank: float = 400.0
     #: the largest sampling factor (a power of two)
     max_sample: int = 1024
     #: the sidecars' default window, and the longest the daemon may set
@@ -142,6 +150,7 @@ class Decision:
     steps: dict[str, list[tuple[int, int]]]
     new_steps: dict[str, tuple[int, int]] = field(default_factory=dict)
     why: str = ""
+    default: int = 1
 
 
 class JobBudget:
@@ -151,6 +160,8 @@ class JobBudget:
         self.cfg = config
         self.meter = RateMeter(config.measure_s)
         self.sample = 1
+        self.default = 1
+        self.world = 0       # the job's world size, from its ranks' registrations
         self.window_ns = int(config.window_s * NS)
         self.steps: dict[str, list[tuple[int, int]]] = {}
         self.version = 0
@@ -228,16 +239,17 @@ class JobBudget:
         self._now_ns = now_ns
         if cfg.records_per_s <= 0 and not cfg.fixed_sample:
             return None
+        if not self.version:
+            first = self._start(now)
+            if first is not None:
+                return first
         if self._last_change is not None and now - self._last_change < cfg.hold_s:
             return None
         if self.meter._since is None or now - self.meter._since < min(cfg.measure_s, 3.0):
             return None   # not measured yet
         budget = cfg.records_per_s
-        if budget <= 0:         # a fixed factor and no budget: default windows
-            if cfg.fixed_sample == self.sample:
-                return self._cover_new(now) or self._prune()
-            return self._announce(cfg.fixed_sample, self.window_ns, now, now_ns,
-                                  f"a fixed factor K={cfg.fixed_sample}")
+        if budget <= 0:         # a fixed factor, set as the default: nothing more to decide
+            return None
         r = self.rates(now)
         other = r["progress"] + r["linkstat"] + r["port"] + r["conns"]
         window_ns, why_w = self._window(budget, other, r["full"])
@@ -248,6 +260,27 @@ class JobBudget:
         if sample == self.sample and window_ns == self.window_ns:
             return self._cover_new(now) or self._prune()
         return self._announce(sample, window_ns, now, now_ns, why_k or why_w)
+
+    def _start(self, now: float) -> Decision | None:
+        """The factor a job starts with, from its size alone (once, before any measure)."""
+        cfg = self.cfg
+        if cfg.fixed_sample:
+            k0 = cfg.fixed_sample
+        elif cfg.calls_per_rank > 0 and self.world:
+            expected = self.world * cfg.calls_per_rank
+            for_ops = cfg.ops_floor * cfg.records_per_s
+            k0 = 1 if expected <= for_ops else \
+                min(1 << math.ceil(math.log2(expected / for_ops)), cfg.max_sample)
+        else:
+            return None
+        if k0 <= 1:
+            return None
+        self.default = self.sample = k0
+        self._bump()
+        self._last_change = now
+        return Decision(self.version, k0, self._window_field(), 0, {}, {},
+                        f"{self.world} ranks at {cfg.calls_per_rank:g} calls/s each: K={k0} "
+                        "from the start", default=k0)
 
     def _window(self, budget: float, other: float, full: float) -> tuple[int, str]:
         cfg = self.cfg
@@ -293,7 +326,8 @@ class JobBudget:
         self._bump()
         self._last_change = now
         return Decision(self.version, sample, self._window_field(), window_from,
-                        {pg: list(v) for pg, v in self.steps.items()}, new_steps, why)
+                        {pg: list(v) for pg, v in self.steps.items()}, new_steps, why,
+                        self.default)
 
     def _step(self, pg: str, sample: int, now: float) -> tuple[int, int]:
         """A step to ``sample`` for ``pg``, ``margin_s`` of its calls ahead of its fastest
@@ -315,8 +349,8 @@ class JobBudget:
         return 0 if self.window_ns == int(self.cfg.window_s * NS) else self.window_ns
 
     def _cover_new(self, now: float) -> Decision | None:
-        """Communicators first seen since K went above 1 get a step too."""
-        if self.sample <= 1:
+        """Communicators first seen since K left the default get a step too."""
+        if self.sample == self.default:
             return None
         fresh = [pg for pg in self._paces if pg not in self.steps]
         if not fresh:
@@ -325,7 +359,7 @@ class JobBudget:
         self._bump()
         return Decision(self.version, self.sample, self._window_field(), 0,
                         {pg: list(v) for pg, v in self.steps.items()}, new_steps,
-                        f"{len(fresh)} new communicators at K={self.sample}")
+                        f"{len(fresh)} new communicators at K={self.sample}", self.default)
 
     def _prune(self) -> Decision | None:
         """Once every step is in force, drop the steps before it: a sidecar leaves reduced
@@ -340,11 +374,12 @@ class JobBudget:
             return None
         self._bump()
         return Decision(self.version, self.sample, self._window_field(), 0,
-                        {pg: list(v) for pg, v in self.steps.items()}, {}, "steps in force")
+                        {pg: list(v) for pg, v in self.steps.items()}, {}, "steps in force",
+                        self.default)
 
     def restore(self, version: int, sample: int, window_ns: int,
-                steps: dict[str, list[tuple[int, int]]]) -> None:
+                steps: dict[str, list[tuple[int, int]]], default: int = 1) -> None:
         """Take back a schedule stored before a daemon restart."""
-        self.version, self.sample = version, sample
+        self.version, self.sample, self.default = version, sample, max(1, default)
         self.window_ns = window_ns or self.window_ns
         self.steps = {pg: list(v) for pg, v in steps.items()}

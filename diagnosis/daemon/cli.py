@@ -55,7 +55,13 @@ def daemon(
                                    help="The largest sampling factor K (a power of two)."),
     sample: int = typer.Option(0, "--sample", envvar="C4_SAMPLE",
                                help="Sample every job's calls at this factor K (a power of "
-                                    "two) whatever its rate; 0: K from the budget."),
+                                    "two) from its start, whatever its rate; 0: K from the "
+                                    "budget."),
+    calls_per_rank: float = typer.Option(400.0, "--calls-per-rank", envvar="C4_CALLS_PER_RANK",
+                                         help="Calls per second a rank is taken to make until "
+                                              "its job is measured: a job too large for the "
+                                              "budget at that rate starts sampled. 0: every "
+                                              "job starts at K = 1."),
     window: float = typer.Option(1.0, "--window", envvar="C4_WINDOW",
                                  help="The sidecars' progress/linkstat window (seconds): "
                                       "the one they use until told otherwise."),
@@ -90,7 +96,8 @@ def daemon(
                               budget=BudgetConfig(records_per_s=job_records,
                                                   max_sample=max_sample, window_s=window,
                                                   max_window_s=max_window,
-                                                  fixed_sample=sample),
+                                                  fixed_sample=sample,
+                                                  calls_per_rank=calls_per_rank),
                               detail=DetailConfig(enabled=detail, max_records=detail_records))
         def ready(d) -> None:
             tls = "mutual TLS" if tls_client_ca else "TLS" if tls_cert else "plaintext"

@@ -298,6 +298,7 @@ class LiveView:
     @staticmethod
     def _add_rank(st: JobState, body: RankRecord) -> None:
         st.ranks[body.rank] = body
+        st.budget.world = max(st.budget.world, int(body.world_size))
         if st.engine is not None:
             st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None)
 
@@ -370,13 +371,11 @@ class LiveView:
     def _enact(self, st: JobState, d: Decision, now_ns: int) -> None:
         msg = c4_pb2.SampleSchedule(
             job=st.job, attempt=st.attempt, version=d.version, window_ns=d.window_ns,
-            window_from_ns=d.window_from_ns,
+            window_from_ns=d.window_from_ns, default_sample=d.default,
             steps=[c4_pb2.SampleStep(pg=pg, from_seq=s, sample=k)
                    for pg, steps in sorted(d.steps.items()) for s, k in steps])
-        if st.engine is not None:
-            for pg, (from_seq, k) in d.new_steps.items():
-                st.engine.set_sample(k, pg, from_seq)
-        st.reduced = st.reduced or d.sample > 1
+        self._engine_schedule(st, d.default, d.steps)
+        st.reduced = st.reduced or d.sample > 1 or d.default > 1
         if self._store is not None:
             self._writes += 1
             try:
@@ -390,6 +389,17 @@ class LiveView:
         log.info("job %s: sampling factor %d, windows %s (%s); sent to %d sidecars", st.job,
                  d.sample, f"{d.window_ns / 1e9:g} s" if d.window_ns else "default", d.why,
                  sent)
+
+    @staticmethod
+    def _engine_schedule(st: JobState, default: int,
+                         steps: dict[str, list[tuple[int, int]]]) -> None:
+        """Tell the engine the job's schedule: its default factor, then every step."""
+        if st.engine is None:
+            return
+        st.engine.set_sample(default)          # (clears the engine's per-pg steps)
+        for pg, v in steps.items():
+            for from_seq, k in v:
+                st.engine.set_sample(k, pg, from_seq)
 
     def _restore_schedule(self, st: JobState) -> None:
         """A job known from before a daemon restart keeps its schedule."""
@@ -406,13 +416,11 @@ class LiveView:
         steps: dict[str, list[tuple[int, int]]] = {}
         for step in msg.steps:
             steps.setdefault(step.pg, []).append((int(step.from_seq), int(step.sample)))
-        sample = max((k for v in steps.values() for _, k in v), default=1)
-        st.budget.restore(msg.version, sample, msg.window_ns, steps)
+        default = max(1, int(msg.default_sample))
+        sample = max([default, *(k for v in steps.values() for _, k in v)])
+        st.budget.restore(msg.version, sample, msg.window_ns, steps, default)
         st.reduced = sample > 1
-        if st.engine is not None:
-            for pg, v in steps.items():
-                for from_seq, k in v:
-                    st.engine.set_sample(k, pg, from_seq)
+        self._engine_schedule(st, default, steps)
         if self._control is not None:
             self._control.publish(msg)
 

@@ -35,7 +35,8 @@ def _schedule(client: DaemonClient, job: str):
 def test_real_job_sampled_by_budget_and_hang_found_from_progress(tmp_path):
     port = free_port()
     daemon = start_daemon(tmp_path, port, extra=["--job-records-per-s", "300",
-                                                 "--analyze-interval", "0.5"])
+                                                 "--analyze-interval", "0.5",
+                                                 "--calls-per-rank", "0"])
     car, sock = start_sidecar(tmp_path, port, "node0")
     env = {"C4_TEST_LOG": str(tmp_path / "pids"), "C4_TEST_RATE": "150",
            "C4_TEST_SECONDS": "90", "OMP_NUM_THREADS": "1",

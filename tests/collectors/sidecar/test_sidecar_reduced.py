@@ -47,7 +47,8 @@ def test_budget_sampling_progress_ports_hang_and_detail(tmp_path):
     sysfs = _sysfs(tmp_path / "sys")
     port = free_port()
     daemon = start_daemon(tmp_path, port, extra=["--job-records-per-s", "1500",
-                                                 "--analyze-interval", "0.5"])
+                                                 "--analyze-interval", "0.5",
+                                                 "--calls-per-rank", "0"])
     car, sock = start_sidecar(tmp_path, port, "node0",
                               extra=["--sysfs-root", str(sysfs), "--nic-map", "eth0=node0/nic0"])
     job = PacedJob(sock, "big", ranks=RANKS, host="node0", pgs=PGS, rate=RATE).start()

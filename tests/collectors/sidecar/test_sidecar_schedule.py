@@ -53,3 +53,13 @@ def test_powers_of_two_nest():
 def test_a_bad_step_is_refused():
     with pytest.raises(ValueError, match="factor 0"):
         Schedule.from_proto(c4_pb2.SampleSchedule(steps=[c4_pb2.SampleStep(pg="0", sample=0)]))
+
+
+def test_the_default_factor_holds_before_the_first_step_and_without_steps():
+    s = Schedule.from_proto(c4_pb2.SampleSchedule(job="j", version=1, default_sample=64, steps=[
+        c4_pb2.SampleStep(pg="dp", from_seq=1000, sample=16)]))
+    assert (s.factor("dp", 999), s.factor("dp", 1000), s.factor("tp", 5)) == (64, 16, 64)
+    assert s.max_sample == 64
+    cols = _calls("tp", range(0, 2048), ranks=1)
+    np.testing.assert_array_equal(s.kept(cols), sampled_mask(["tp"] * 2048, range(2048), 64))
+    assert Schedule.from_proto(c4_pb2.SampleSchedule()).max_sample == 1

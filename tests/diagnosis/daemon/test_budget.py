@@ -108,4 +108,18 @@ def test_bad_settings(bad):
 def test_a_fixed_factor_whatever_the_rate():
     b = JobBudget(BudgetConfig(records_per_s=0, fixed_sample=16))
     ((_, d),) = _run(b, 12, calls=1_000)
-    assert d.sample == 16 and set(d.new_steps) == {"0", "1"}
+    assert (d.default, d.sample, d.new_steps) == (16, 16, {}), "the default from the start"
+
+
+def test_a_large_job_starts_sampled_from_its_size_then_follows_its_rate():
+    b = JobBudget(BudgetConfig(records_per_s=200_000, calls_per_rank=400, hold_s=5))
+    b.world = 16_384
+    first = b.decide(0.5, NS // 2)
+    assert first is not None and first.default == 128 and first.steps == {}
+    # it turns out to make 50 calls/s per rank (819k/s): K comes down, per communicator
+    later = _run(b, 40, calls=16_384 * 50, ranks=16_384 // 512, t0=1)
+    assert later and all(d.default == 128 for _, d in later)
+    assert b.sample < 128 and all(steps[-1][1] == b.sample for steps in b.steps.values())
+    small = JobBudget(BudgetConfig(records_per_s=200_000))
+    small.world = 64
+    assert small.decide(0.5, NS // 2) is None, "a job that fits starts with every call"
