@@ -63,6 +63,9 @@ class Arena:
         scap = 64 * window
         self.s_seq = np.full(scap, _MISSING)
         self.s_closed = np.zeros(scap, dtype=bool)
+        # the instance is known from progress records only (window-coarse times, on the clock of
+        # the progress stream, which may lag the op rows')
+        self.s_coarse = np.zeros(scap, dtype=bool)
         self.s_entered = np.zeros(scap, dtype=np.int64)
         self.s_ended = np.zeros(scap, dtype=np.int64)
         self.s_op = np.zeros(scap, dtype=np.int64)
@@ -155,7 +158,8 @@ class Arena:
         if need <= cap:
             return
         new = max(need, 2 * cap)
-        for name in ("s_seq", "s_closed", "s_entered", "s_ended", "s_op", "s_bytes"):
+        for name in ("s_seq", "s_closed", "s_coarse", "s_entered", "s_ended", "s_op",
+                     "s_bytes"):
             old = getattr(self, name)
             arr = np.full(new, -1 if name == "s_seq" else 0, dtype=old.dtype)
             arr[:cap] = old
@@ -229,6 +233,7 @@ class Arena:
         self.c_status[cell] = status_v
         self.s_op[slot] = op
         self.s_bytes[slot] = nbytes
+        self.s_coarse[slot] = False
         touched = np.unique(slot)
         idx, n = self.slot_cells(touched)
         starts = np.cumsum(n) - n
@@ -258,6 +263,7 @@ class Arena:
             self.evicted_open += int(((self.s_seq[fs] >= 0) & ~self.s_closed[fs]).sum())
             self.s_seq[fs] = newest[fresh]
             self.s_closed[fs] = False
+            self.s_coarse[fs] = True
             self.s_op[fs] = -1
             self.s_bytes[fs] = 0
             idx, _ = self.slot_cells(fs)

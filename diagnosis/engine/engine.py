@@ -39,6 +39,8 @@ from proto.sampling import is_sampled, sampled_mask
 
 log = logging.getLogger(__name__)
 
+_NAMES_REMEMBERED = 10_000     # unknown group names remembered (to warn once each)
+
 # (as hangs.op_key spells them: any recorder's spelling of send and recv)
 SEND_OPS = frozenset({"send", "isend"})
 RECV_OPS = frozenset({"recv", "irecv"})
@@ -70,21 +72,23 @@ class Engine:
         self._op_ids: dict[str, int] = {}
         self._op_kind = np.zeros(0, dtype=np.int8)     # 0 collective, 1 send, 2 recv
         self._now = 0
+        self.op_now = 0     # the latest time seen in op rows
         self._last_detect: int | None = None
         self.error_ranks: set[int] = set()
         self.teardown = TeardownGate(self.cfg.evidence_delay_ns)
         self.leaving: set[int] = set()   # ranks whose collectors said their process is exiting
         self._unknown: set[str] = set()
+        self._unknown_count = 0
         self._unmatched: set[str] = set()   # groups whose send/recv rows carry no peer
         self._detected_records = -1
         self.records = 0
         self.dropped = 0
         self.inverted = 0   # op rows that ended before they were entered
+        self.progress = ProgressBoard(self.arena)
+        self.linkstats = LinkStatFeed(self.conns)
         self.hangs = HangReports(self)
         self.slow_reports = SlowReports(self)
         self.lossy = LossyLinks(self)
-        self.progress = ProgressBoard(self.arena)
-        self.linkstats = LinkStatFeed(self.conns)
         self.timing.pace = self.progress.period
         self.timing.transfer = lambda g: self.conns.transfer_ns(
             np.asarray(self.arena.pg_of, dtype=np.int64)[g]) if len(g) else np.zeros(0)
@@ -113,7 +117,11 @@ class Engine:
         if pid is None:
             pid = self._pg_ids[name] = len(self.pg_names)
             self.pg_names.append(name)
-            self._pg_group = np.r_[self._pg_group, -1]
+            if pid >= len(self._pg_group):
+                # grown by doubling: a batch of a million new names stays linear
+                grown = np.full(max(64, 2 * len(self._pg_group)), -1, dtype=np.int64)
+                grown[: len(self._pg_group)] = self._pg_group
+                self._pg_group = grown
         return pid
 
     def _op_id(self, name: str) -> int:
@@ -122,8 +130,11 @@ class Engine:
             oid = self._op_ids[name] = len(self.op_names)
             self.op_names.append(name)
             key = op_key(name)
-            kind = 1 if key in SEND_OPS else 2 if key in RECV_OPS else 0
-            self._op_kind = np.r_[self._op_kind, np.int8(kind)]
+            if oid >= len(self._op_kind):
+                grown = np.zeros(max(16, 2 * len(self._op_kind)), dtype=np.int8)
+                grown[: len(self._op_kind)] = self._op_kind
+                self._op_kind = grown
+            self._op_kind[oid] = 1 if key in SEND_OPS else 2 if key in RECV_OPS else 0
         return oid
 
     # ----- telemetry --------------------------------------------------------------------------
@@ -137,9 +148,9 @@ class Engine:
             self.dropped += n
             log.warning("op batch without a string table (pg and op names): ignored")
             return
-        pg_map = np.array([self._pg_id(s) for s in strings], dtype=np.int64)
-        op_map = np.array([self._op_id(s) for s in strings], dtype=np.int64)
         c = cols.columns
+        pg_map = self._names(strings, c["pg"], self._pg_id)
+        op_map = self._names(strings, c["op"], self._op_id)
         rank = c["rank"].astype(np.int64)
         pg = pg_map[c["pg"]]
         op = op_map[c["op"]]
@@ -151,6 +162,7 @@ class Engine:
         nbytes = c["nbytes"].astype(np.int64)
         self._straighten(rank, enter, end)
         self._now = max(self._now, int(enter.max()), int(end.max()))
+        self.op_now = max(self.op_now, int(enter.max()), int(end.max()))
         self.clock.heard(rank, np.maximum(enter, end))
         kind = self._op_kind[op]
         g = self._pg_group[pg].copy()
@@ -203,6 +215,16 @@ class Engine:
                 for i in bad.tolist():
                     self.hangs.error(self.hangs.as_stuck(fin, i), self._now)
 
+    @staticmethod
+    def _names(strings: list[str], column: np.ndarray, intern) -> np.ndarray:
+        """Ids of the strings a column uses (-1 for the rest of the batch's table: a table of
+        a million names that no row uses costs nothing)."""
+        out = np.full(len(strings), -1, dtype=np.int64)
+        used = np.unique(column)
+        used = used[(used >= 0) & (used < len(strings))]
+        out[used] = [intern(strings[i]) for i in used.tolist()]
+        return out
+
     def _implied_peers(self, g: np.ndarray, rank: np.ndarray) -> np.ndarray:
         """The other end of send/recv rows that carry no ``peer``: the other member of a
         two-rank communicator, else -1 (``seq`` counts per pair, so in a larger one the calls of
@@ -226,14 +248,20 @@ class Engine:
 
     def _drop(self, bad: np.ndarray, pg: np.ndarray, g: np.ndarray) -> None:
         self.dropped += int(bad.sum())
-        for p in np.unique(pg[bad & (g < 0)]).tolist():
-            name = self.pg_names[p]
-            if name in self._unmatched:
-                continue
-            if name not in self._unknown:
-                self._unknown.add(name)
-                log.warning("op records of group %r arrived before its group record; they are "
-                            "ignored (send group records first)", name)
+        names = [self.pg_names[p] for p in np.unique(pg[bad & (g < 0)]).tolist()]
+        new = [n for n in names if n not in self._unmatched and n not in self._unknown]
+        if not new:
+            return
+        # one line for the first such group, then one per tenfold more: a batch naming a million
+        # unknown groups must not write a million lines
+        before = self._unknown_count
+        self._unknown_count += len(new)
+        if len(self._unknown) < _NAMES_REMEMBERED:
+            self._unknown.update(new[: _NAMES_REMEMBERED - len(self._unknown)])
+        if before == 0 or len(str(self._unknown_count)) > len(str(before)):
+            log.warning("records of group %r (%d groups so far) arrived before its group record; "
+                        "they are ignored (send group records first)", new[0],
+                        self._unknown_count)
 
     def _straighten(self, rank: np.ndarray, enter: np.ndarray, end: np.ndarray) -> None:
         """A call cannot end before it was entered (a collector's clock stepped back, or an
@@ -289,7 +317,7 @@ class Engine:
             self._sample_at[pg] = [*steps, (int(from_seq), int(k))]
             self.sample = max(self.sample, int(k))
         self.timing.max_gap = 8 * self.sample
-        self.stragglers.sample = self.stragglers.pace.sample = self.sample
+        self.stragglers.sample = self.sample
 
     def _sampled(self, g: np.ndarray, seq: np.ndarray) -> np.ndarray:
         """Whether each (communicator or channel, seq) is a call the stream keeps."""

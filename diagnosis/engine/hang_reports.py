@@ -36,6 +36,8 @@ class HangReports:
         self.conns, self.localizer, self.placement = eng.conns, eng.localizer, eng.placement
         self.registry, self.teardown = eng.registry, eng.teardown
         self.ports = eng.ports
+        self.progress = eng.progress
+        self.op_now = lambda: eng.op_now
         self.pg_names, self.op_names = eng.pg_names, eng.op_names
         self.error_ranks = eng.error_ranks
         self.leaving = eng.leaving
@@ -229,7 +231,8 @@ class HangReports:
 
     def scan(self, now: int) -> None:
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
-                         self.timing.tail_bound, self.timing.novel, self.cfg.hang_cold_ns)
+                         self.timing.tail_bound, self.timing.novel, self.cfg.hang_cold_ns,
+                         self._progress_lag(now))
         c = self.clock
         unmatched = c.inside_unmatched()
         scan.waiting |= unmatched
@@ -297,6 +300,16 @@ class HangReports:
                     blamed = set(self.registry.get(fid).evidence.get("culprits", []))
                     self.registry.resolve(fid, now, "explained by an error report"
                                           if blamed & explained else "the waiting call finished")
+
+    def _progress_lag(self, now: int) -> int:
+        """How far the progress records lag the op rows (the edge closes a window after its
+        end; op rows go out as calls complete): while both flow, the progress a moment shows
+        arrives that much later. Once the job stops, the op rows stop too, and the silence of
+        progress counts from there."""
+        newest = self.progress.newest
+        if newest < 0:
+            return 0
+        return int(min(max(self.op_now() - newest, 0), max(now - newest, 0)))
 
     def _in_flight(self, s: Stuck) -> bool:
         """A call every member entered, that some got out of (a send returns once gloo or TCP

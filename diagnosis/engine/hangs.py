@@ -78,13 +78,15 @@ class HangScan:
 
 def scan_open(arena: Arena, bounds_of, now: int,
               symmetric: np.ndarray | None = None, tails_of=None, novel_of=None,
-              cold_ns: int = 0) -> HangScan:
+              cold_ns: int = 0, coarse_lag: int = 0) -> HangScan:
     """Every open instance, vectorized; only the few past their bound become Python objects.
     ``symmetric`` (by op id, see ``moved_on``): tell the ranks that moved on from their open
     rows, which then wait nowhere. ``tails_of``: the bound of a call every member entered,
     counted from its last entry (else ``bounds_of`` from the first entry applies to all).
     ``novel_of(groups, ops)``: calls of an operation their communicator never completed
-    before; their bound is at least ``cold_ns``."""
+    before; their bound is at least ``cold_ns``. ``coarse_lag``: how far the progress records
+    lag the op rows; an instance known from them alone has waited only as long as they tell,
+    so its times are moved on by the lag."""
     out = HangScan(now)
     slots = arena.open_slots()
     if len(slots) == 0:
@@ -94,6 +96,10 @@ def scan_open(arena: Arena, bounds_of, now: int,
     idx, n = arena.slot_cells(slots)
     starts = np.cumsum(n) - n
     enter, end, status = arena.c_enter[idx], arena.c_end[idx], arena.c_status[idx]
+    if coarse_lag > 0:
+        lag = np.where(np.repeat(arena.s_coarse[slots], n), coarse_lag, 0)
+        enter = np.where(enter >= 0, enter + lag, enter)
+        end = np.where(end >= 0, end + lag, end)
     ranks = arena.c_rank[idx]
     waiting_cell = (enter >= 0) & (end < 0)
     out.waiting = set(np.unique(ranks[waiting_cell]).tolist())

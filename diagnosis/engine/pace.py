@@ -32,6 +32,7 @@ _MIN_FRAC = 0.6
 # buckets a group needs before the change: groups differ by role (a pipeline stage with the
 # loss, or the embedding, keeps another pace), so only a change against its own past counts
 _MIN_BEFORE = 3
+_LEARN = 64           # spacings of kept calls seen before the bucket length is chosen
 
 
 @dataclass
@@ -68,41 +69,57 @@ class GroupPace:
     def __init__(self, arena: Arena, config: EngineConfig) -> None:
         self.arena, self.cfg = arena, config
         self.bucket_ns = config.straggle_bucket_ns
-        self.sample = 1
         self.last_first: dict[int, tuple[int, int]] = {}   # group -> (seq, first entry)
-        self._periods: dict[int, list[float]] = {}          # this bucket's, per group
-        self._bucket = -1
+        # per bucket not yet written, each group's periods
+        self._open: dict[int, dict[int, list[float]]] = {}
+        self._newest = -1
+        self._closed = -1
+        self.span = 0             # bucket length, chosen from the first kept calls' spacing
+        self._gaps: list[int] = []
+        self._pending: list[tuple[int, int, float]] = []
         self.sizes: dict[int, _Size] = {}
 
     def update(self, fin: Finished) -> None:
-        """Take finished kept collectives (in seq order per group)."""
+        """Take finished kept collectives (per group in seq order; the groups of a batch may
+        come one after the other, each over the batch's whole span of time)."""
         keep = ~self.arena.p2p[fin.group]
         if not keep.any():
             return
         first = fin.enter.min(axis=1)
         for g, s, t in zip(fin.group[keep].tolist(), fin.seq[keep].tolist(),
                            first[keep].tolist(), strict=True):
-            # (a bucket holds a few kept calls of a busy group whatever the factor)
-            b = t // (self.bucket_ns * max(1, self.sample // 16))
-            if b > self._bucket:
-                self._close()
-                self._bucket = b
             prev = self.last_first.get(g)
             self.last_first[g] = (s, t)
             if prev is None or s <= prev[0] or t <= prev[1]:
                 continue
-            self._periods.setdefault(g, []).append((t - prev[1]) / (s - prev[0]))
+            self._pending.append((g, t, (t - prev[1]) / (s - prev[0])))
+            if not self.span:
+                self._gaps.append(t - prev[1])
+        if not self.span:
+            if len(self._gaps) < _LEARN:
+                return
+            # a bucket long enough for about eight kept calls of a typical group
+            unit = self.bucket_ns
+            self.span = int(min(max(np.ceil(8 * np.median(self._gaps) / unit), 1), 16)) * unit
+        for g, t, per in self._pending:
+            b = t // self.span
+            if b > self._closed:        # (else a bucket already written)
+                self._open.setdefault(b, {}).setdefault(g, []).append(per)
+                self._newest = max(self._newest, b)
+        self._pending = []
+        # a bucket is written once calls two buckets later arrive (the groups' rows of one
+        # moment may come a bucket apart)
+        for b in sorted(x for x in self._open if x < self._newest - 1):
+            self._close(b, self._open.pop(b), self.span)
+            self._closed = b
 
-    def _close(self) -> None:
-        """Write the finished bucket: each group's low-quantile pace over its size's median."""
-        if not self._periods:
-            return
+    def _close(self, bucket: int, periods: dict[int, list[float]], span: int) -> None:
+        """Write a bucket: each group's low-quantile pace over its size's median."""
         by_size: dict[int, list[tuple[int, float]]] = {}
-        for g, per in self._periods.items():
+        for g, per in periods.items():
             if len(per) >= _MIN_PERIODS:
                 by_size.setdefault(int(self.arena.n[g]), []).append(
                     (g, float(np.quantile(per, _Q))))
-        self._periods = {}
         for n, vals in by_size.items():
             if len(vals) < 3:
                 continue        # nothing to compare with
@@ -116,7 +133,7 @@ class GroupPace:
             cols = [size.column(g) for g, _ in vals]
             size.x[row, :] = np.nan
             size.x[row, cols] = [v / med - 1.0 for _, v in vals]
-            size.t[row] = self._bucket * self.bucket_ns * max(1, self.sample // 16)
+            size.t[row] = bucket * span
             size.pos += 1
 
     def judge(self) -> list[SlowGroup]:

@@ -35,6 +35,7 @@ class ProgressBoard:
         self.t_first = np.zeros(0, dtype=np.int64)
         # instances written from progress that are still open: (group, seq) as slots
         self._open = np.zeros(0, dtype=np.int64)
+        self.newest = -1          # the latest record time seen: how far the progress stream goes
 
     def _ensure(self) -> None:
         G = len(self.arena)
@@ -59,6 +60,8 @@ class ProgressBoard:
         """Take progress rows (a member ``pos`` of group ``g`` at ``t``). Rows may come out of
         order: a count only grows, and its time is the earliest record that showed it."""
         self._ensure()
+        if len(t):
+            self.newest = max(self.newest, int(t.max()))
         row = self.off[g] + pos
         first = (self.first_completed[row] < 0) & (completed >= 0)
         if first.any():

@@ -186,3 +186,23 @@ def test_rows_that_end_before_they_were_entered_are_counted_and_do_not_make_a_ha
     assert engine.inverted == inverted == 20
     warned = [r.getMessage() for r in caplog.records if "end before they were" in r.getMessage()]
     assert len(warned) == 1 and "rank 2" in warned[0]
+
+
+def test_a_batch_of_many_unknown_group_names_is_dropped_with_one_line(caplog):
+    """A forged batch naming many groups no group record announced: dropped and counted, with
+    one warning (it was one per group)."""
+    n = 200_000
+    strings = [f"pg{i}" for i in range(n)] + ["all_reduce", "unused"] * 1000
+    cols = {k: np.zeros(n, dtype=dt) for k, dt in OP_COLUMNS.items()}
+    cols["pg"] = np.arange(n, dtype=np.uint32)
+    cols["op"] = np.full(n, n, dtype=np.uint32)
+    cols["t_enter_ns"] = np.arange(n, dtype=np.int64) + 10**18
+    cols["t_end_ns"] = cols["t_enter_ns"] + 5
+    cols["peer"] = cols["peer"] - 1
+    eng = Engine()
+    with caplog.at_level("WARNING"):
+        eng.add_ops(Columns(cols, strings))
+    assert eng.dropped == n
+    assert len([r for r in caplog.records if "group record" in r.message]) == 1
+    # names no row uses are not interned at all
+    assert "unused" not in eng.pg_names and "unused" not in eng.op_names

@@ -51,6 +51,16 @@ def test_each_fault_is_named_from_the_reduced_stream(tmp_path, fault):
     assert not others, [(r.kind, r.summary) for r in others]
 
 
+def test_a_slow_host_is_named_by_its_groups_pace(tmp_path):
+    """Every GPU of the host slower: none of them is late inside its tensor-parallel group, but
+    that group's pace between kept calls falls behind the other groups'. (It takes a job with
+    enough groups to compare and seconds of buckets after the onset.)"""
+    reports, truth, _ = analyse(tmp_path, 16, "slow_host:auto@12,slow=1.5", gpus=128,
+                                iterations=40, layers=16)
+    assert named(reports, truth["faults"][0]), [(r.kind, r.summary) for r in reports]
+    assert len(reports) == 1
+
+
 def test_a_healthy_reduced_run_files_nothing(tmp_path):
     reports, _, stats = analyse(tmp_path, 16)
     assert stats.linkstats > 0 and stats.ports > 0
