@@ -51,6 +51,7 @@ APPLY_CHUNK = 200_000
 # Evicted jobs remembered, so that a job speaking again is rebuilt from the store.
 MAX_EVICTED = 4096
 MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
+HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
 
 
 def _new_engine(topology: Any) -> Any:
@@ -175,13 +176,23 @@ class LiveView:
     def _apply_heartbeats(self) -> None:
         with self._cond:
             beats, self._heartbeats = self._heartbeats, {}
+        # per job, the ranks heard at about the same time go to the engine together (a 100 ms
+        # bucket, its latest time): one call per bucket, not one per rank, at 100k+ ranks
+        groups: dict[tuple[str, int, int, bool], tuple[list[int], int]] = {}
         for (job, attempt, rank), (t_ns, leaving, recorded) in beats.items():
             st = self._jobs.get((job, attempt))
             # only registered ranks: a stray rank id must not size the engine's arrays
             if st is not None and rank in st.ranks:
                 st.budget.recorded(rank, recorded, t_ns)
-                if st.engine is not None:
-                    st.engine.heard([rank], t_ns, leaving=leaving)
+                ranks, t = groups.setdefault((job, attempt, t_ns // HEARD_BUCKET_NS, leaving),
+                                             ([], 0))
+                ranks.append(rank)
+                if t_ns > t:
+                    groups[(job, attempt, t_ns // HEARD_BUCKET_NS, leaving)] = (ranks, t_ns)
+        for (job, attempt, _, leaving), (ranks, t_ns) in groups.items():
+            st = self._jobs[(job, attempt)]
+            if st.engine is not None:
+                st.engine.heard(ranks, t_ns, leaving=leaving)
 
     # -- the detectors' thread -------------------------------------------------------------
     def run(self, stop: threading.Event, interval_s: float) -> None:
