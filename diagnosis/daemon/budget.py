@@ -170,11 +170,42 @@ class JobBudget:
         # per rank: (anchor t_ns, anchor count, latest t_ns, latest count) of its collector
         self._rank_row: dict[int, int] = {}
         self._counts = np.zeros((0, 4), np.int64)
+        # kind -> {window end: (records, window length)}
+        self._windows: dict[str, dict[int, tuple[int, int]]] = {}
         self._now_ns = 0
 
     # -- what the job sends -----------------------------------------------------------------
     def observe(self, kind: str, n: int, now: float) -> None:
         self.meter.add(kind, n, now)
+
+    def observe_windows(self, kind: str, t_ns: np.ndarray, window_ns: np.ndarray | int) -> None:
+        """Windowed records (progress, linkstat) by the window they close: the records per
+        window are the job's demand, whatever the rate at which they arrive (a daemon that
+        falls behind would otherwise measure its own throughput and never lengthen the
+        windows that overload it)."""
+        if not len(t_ns):
+            return
+        t = np.asarray(t_ns, dtype=np.int64)
+        ends, first, counts = np.unique(t, return_index=True, return_counts=True)
+        lengths = np.broadcast_to(np.asarray(window_ns, dtype=np.int64), t.shape)[first]
+        seen = self._windows.setdefault(kind, {})
+        for end, n, length in zip(ends.tolist(), counts.tolist(), lengths.tolist(),
+                                  strict=True):
+            total, _ = seen.get(end, (0, length))
+            seen[end] = (total + n, max(length, 1))
+        if len(seen) > 256:
+            for end in sorted(seen)[:-128]:
+                del seen[end]
+
+    def _window_rate(self, kind: str) -> float | None:
+        """Records per second of the busiest window of the last ``measure_s`` of data time."""
+        seen = self._windows.get(kind)
+        if not seen:
+            return None
+        latest = max(seen)
+        recent = [n * NS / w for end, (n, w) in seen.items()
+                  if end >= latest - self.cfg.measure_s * NS]
+        return max(recent) if recent else None
 
     def observe_seqs(self, tops: dict[str, int], now: float) -> None:
         """The highest seq seen per communicator in a batch (op rows or progress)."""
@@ -229,6 +260,10 @@ class JobBudget:
 
     def rates(self, now: float) -> dict[str, float]:
         out = {k: self.meter.rate(k, now) for k in KINDS}
+        for kind in ("progress", "linkstat"):
+            demand = self._window_rate(kind)
+            if demand is not None:
+                out[kind] = demand
         out["full"] = self.full_rate(now)
         return out
 

@@ -360,10 +360,12 @@ class LiveView:
         st.budget.observe(body.kind, len(cols), now)
         eng = st.engine
         if body.kind == "progress":
+            st.budget.observe_windows("progress", cols["t_ns"], st.budget.window_ns)
             st.budget.observe_seqs(top_seqs(cols["pg"], cols["entered"], cols.strings), now)
             if eng is not None and len(cols):
                 eng.add_progress(progress_records(cols))
         elif body.kind == "linkstat":
+            st.budget.observe_windows("linkstat", cols["t_ns"], cols["window_ns"])
             recs = st.linkstats.add(cols, now)
             if eng is not None and recs is not None and len(recs):
                 eng.add_linkstats(recs)

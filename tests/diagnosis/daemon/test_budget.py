@@ -123,3 +123,26 @@ def test_a_large_job_starts_sampled_from_its_size_then_follows_its_rate():
     small = JobBudget(BudgetConfig(records_per_s=200_000))
     small.world = 64
     assert small.decide(0.5, NS // 2) is None, "a job that fits starts with every call"
+
+
+def test_windowed_records_count_by_window_not_by_arrival():
+    """A daemon behind its stream still sees the job's demand: records per window."""
+    import numpy as np
+
+    b = JobBudget(BudgetConfig(records_per_s=10_000, hold_s=5, max_sample=64, max_window_s=8))
+    for s in range(1, 13):
+        # 8,000 progress records a window, of which only a quarter arrive each second
+        ends = np.full(2_000, s * NS)
+        b.observe_windows("progress", ends, NS)
+        b.observe_windows("progress", np.full(2_000, s * NS), NS)
+        b.observe_windows("progress", np.full(4_000, (s - 1) * NS), NS)
+    assert b.rates(12.0)["progress"] == 8_000
+    # the job's calls fit at K=64, the windowed records alone do not: windows lengthen
+    d = None
+    for s in range(12, 20):
+        for r in range(4):
+            b.recorded(r, 100 * s, s * NS + r)
+        b.observe_seqs({"0": 1000 * s}, float(s))
+        b.observe("ops", 1, float(s))
+        d = b.decide(float(s), s * NS) or d
+    assert d is not None and d.window_ns == 2 * NS and d.window_from_ns % (2 * NS) == 0
