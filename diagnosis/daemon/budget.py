@@ -173,6 +173,9 @@ class JobBudget:
         # kind -> {window end: (records, window length)}
         self._windows: dict[str, dict[int, tuple[int, int]]] = {}
         self._now_ns = 0
+        #: the share of the budget the daemon can give now (``LiveView`` lowers it while its
+        #: detectors fall behind)
+        self.scale = 1.0
 
     # -- what the job sends -----------------------------------------------------------------
     def observe(self, kind: str, n: int, now: float) -> None:
@@ -198,14 +201,25 @@ class JobBudget:
                 del seen[end]
 
     def _window_rate(self, kind: str) -> float | None:
-        """Records per second of the busiest window of the last ``measure_s`` of data time."""
+        """Records per second of the busiest window of the last ``measure_s`` of data time,
+        among the windows of the current length (older ones say nothing of it)."""
         seen = self._windows.get(kind)
         if not seen:
             return None
         latest = max(seen)
         recent = [n * NS / w for end, (n, w) in seen.items()
-                  if end >= latest - self.cfg.measure_s * NS]
+                  if end >= latest - self.cfg.measure_s * NS and w == self.window_ns]
         return max(recent) if recent else None
+
+    def _settled(self) -> bool:
+        """Whether the windowed kinds have been seen at the current window length for a
+        measuring span of data time: a daemon behind its stream judges a window change only
+        on data from after it (else it would lengthen the windows again and again)."""
+        for seen in self._windows.values():
+            ends = [end for end, (_, w) in seen.items() if w == self.window_ns]
+            if ends and max(ends) - min(ends) >= self.cfg.measure_s * NS:
+                return True
+        return not self._windows
 
     def observe_seqs(self, tops: dict[str, int], now: float) -> None:
         """The highest seq seen per communicator in a batch (op rows or progress)."""
@@ -285,9 +299,11 @@ class JobBudget:
         budget = cfg.records_per_s
         if budget <= 0:         # a fixed factor, set as the default: nothing more to decide
             return None
+        budget *= self.scale
         r = self.rates(now)
         other = r["progress"] + r["linkstat"] + r["port"] + r["conns"]
-        window_ns, why_w = self._window(budget, other, r["full"])
+        window_ns, why_w = self._window(budget, other, r["full"]) if self._settled() else \
+            (self.window_ns, "")
         # the other kinds at the new window
         other_at = other * self.window_ns / window_ns
         for_ops = max(budget - other_at, cfg.ops_floor * budget)

@@ -52,6 +52,10 @@ APPLY_CHUNK = 200_000
 MAX_EVICTED = 4096
 MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
 HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
+# the budget governor (``_govern``): the detectors' lag it holds budgets to
+LAG_TARGET_S = 5.0
+GOVERN_EVERY_S = 30.0
+MIN_SCALE = 1 / 16
 
 
 def _new_engine(topology: Any) -> Any:
@@ -125,6 +129,8 @@ class LiveView:
         # for the next pass
         self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
         self.decisions: list[tuple[str, int, Decision]] = []   # recent, for status and tests
+        self.budget_scale = 1.0
+        self._governed_at = -GOVERN_EVERY_S
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
 
@@ -376,10 +382,34 @@ class LiveView:
     def _budgets(self, now_ns: int) -> None:
         """Each job's sampling factor and windows from what it sends (``budget``)."""
         now = time.monotonic()
+        scale = self._govern(now)
         for st in self._jobs.values():
+            st.budget.scale = scale
             decision = st.budget.decide(now, now_ns)
             if decision is not None:
                 self._enact(st, decision, now_ns)
+
+    def _govern(self, now: float) -> float:
+        """The share of every job's budget the daemon can follow: halved while the detectors
+        lag more than ``LAG_TARGET_S`` behind what was stored (at most once per
+        ``GOVERN_EVERY_S``: a lower factor reaches the detectors only after the backlog), and
+        doubled back once they keep up again. The budget flag is what a job may send at most;
+        a daemon on a busy or small machine takes less."""
+        lag = self.lag()
+        if now - self._governed_at < GOVERN_EVERY_S:
+            return self.budget_scale
+        if lag > LAG_TARGET_S and self.budget_scale > MIN_SCALE:
+            self.budget_scale = max(MIN_SCALE, self.budget_scale / 2)
+            self._governed_at = now
+            log.warning("the detectors are %.1f s behind: every job's budget down to %.0f%% "
+                        "(raise the daemon's CPU or lower --job-records-per-s)", lag,
+                        100 * self.budget_scale)
+        elif lag < LAG_TARGET_S / 5 and self.budget_scale < 1.0 and \
+                now - self._governed_at >= 2 * GOVERN_EVERY_S:
+            self.budget_scale = min(1.0, self.budget_scale * 2)
+            self._governed_at = now
+            log.info("the detectors keep up again: budgets at %.0f%%", 100 * self.budget_scale)
+        return self.budget_scale
 
     def _enact(self, st: JobState, d: Decision, now_ns: int) -> None:
         msg = c4_pb2.SampleSchedule(
