@@ -15,11 +15,19 @@ def progress_records(cols: Columns) -> ProgressRecords:
 
 
 def linkstat_records(cols: Columns, dst: np.ndarray) -> LinkStatRecords:
-    """LinkStatBatch columns whose peers are ``dst`` (named by ``linkstats``)."""
+    """LinkStatBatch columns whose peers are ``dst`` (named by ``linkstats``). Their string
+    table holds endpoints too: the records get one of just the communicators they name (the
+    engine takes every string of a table as a communicator)."""
     c = cols.columns
-    return LinkStatRecords(c["src"], dst, c["t_ns"], c["window_ns"], c["pg"].astype(np.int64),
-                           c["transfers"], c["bytes"], c["busy_ns"], c["max_ns"], c["open"],
-                           c["open_since_ns"], c["retrans"], list(cols.strings))
+    pg = c["pg"].astype(np.int64)
+    named = pg >= 0
+    used, inverse = np.unique(pg[named], return_inverse=True)
+    compact = np.full(len(pg), -1, np.int64)
+    compact[named] = inverse
+    return LinkStatRecords(c["src"], dst, c["t_ns"], c["window_ns"], compact, c["transfers"],
+                           c["bytes"], c["busy_ns"], c["max_ns"], c["open"],
+                           c["open_since_ns"], c["retrans"],
+                           [cols.strings[i] for i in used.tolist()])
 
 
 def port_records(cols: Columns) -> PortRecords:

@@ -37,8 +37,7 @@ class LinkStatResolver:
 
     def learn(self, ranks: np.ndarray, endpoints: list[str]) -> None:
         """The rank owning each local endpoint (from linkstat rows or raw samples)."""
-        for r, ep in zip(np.asarray(ranks).tolist(), endpoints, strict=True):
-            self.owner[ep] = r
+        self.owner.update(zip(endpoints, np.asarray(ranks).tolist(), strict=True))
 
     def add(self, cols: Columns, now: float | None = None) -> LinkStatRecords | None:
         """Rows of a LinkStatBatch (``proto.codec.LINKSTAT_COLUMNS``); returns the rows whose

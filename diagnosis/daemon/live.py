@@ -213,7 +213,9 @@ class LiveView:
                 if time.monotonic() >= next_at:
                     self.analyze()
                     self._evict_idle()
-                    next_at = time.monotonic() + interval_s
+                    # a pass longer than the interval (a job of 100k+ ranks) leaves as long
+                    # again for applying what arrives: the detectors never starve ingest
+                    next_at = time.monotonic() + max(interval_s, self.last_analysis_s)
             except Exception:  # a detector bug must not take the daemon down
                 log.exception("live analysis failed")
                 next_at = time.monotonic() + interval_s
