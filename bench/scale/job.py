@@ -328,6 +328,11 @@ def _print(args: argparse.Namespace, res: dict) -> None:
               f"{_rate(counts, 'linkstats', lo, hi):,.0f} | "
               f"{ls[len(ls) // 2]:.2f} / {ls[int(0.99 * (len(ls) - 1))]:.2f} | "
               f"{lags[int(0.99 * (len(lags) - 1))]:.2f} | {rss:,.0f} | {cpu_d:.0f} | {cpu_g:.0f}")
+    print("\nover time (every 30 s): t s | RSS MiB | detector lag s | ingest lag p99 s")
+    for s in samples[::6]:
+        near = sorted(x for t, x in lat if t0 + s["t"] - 30 <= t < t0 + s["t"]) or [0.0]
+        print(f"  {s['t']:5.0f} | {s['rss']:7,.0f} | {s['lag'] or 0:6.2f} | "
+              f"{near[int(0.99 * (len(near) - 1))]:6.2f}")
     rss = [s["rss"] for s in samples]
     half = [s for s in samples if s["t"] >= res["sending"] / 2]
     slope = 0.0
