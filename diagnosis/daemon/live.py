@@ -308,6 +308,8 @@ class LiveView:
         with self._lock:
             for key in [k for k, st in self._jobs.items() if now - st.heard > self._idle_s]:
                 del self._jobs[key]
+                if self._control is not None:   # reloaded from the store if it speaks again
+                    self._control.forget(*key)
                 self._evicted[key] = None
                 if len(self._evicted) > MAX_EVICTED:
                     self._evicted.popitem(last=False)
