@@ -394,22 +394,24 @@ class LiveView:
                 self._enact(st, decision, now_ns)
 
     def _govern(self, now: float) -> float:
-        """The share of every job's budget the daemon can follow: halved while the detectors
-        lag more than ``LAG_TARGET_S`` behind what was stored (at most once per
-        ``GOVERN_EVERY_S``: a lower factor reaches the detectors only after the backlog), and
-        doubled back once they keep up again. The budget flag is what a job may send at most;
-        a daemon on a busy or small machine takes less."""
-        lag = self.lag()
+        """The share of every job's budget the daemon can follow: halved while it falls behind
+        (stored records pile up for the detectors: the backlog past half its bound, or the
+        detectors more than ``2 * LAG_TARGET_S`` behind), at most once per
+        ``GOVERN_EVERY_S`` since a lower factor reaches them only after the backlog; doubled
+        back once the backlog is small and the lag under ``LAG_TARGET_S``. The lag alone is no
+        signal: a large job's analysis pass takes seconds whatever it is sent. The budget flag
+        is what a job may send at most; a daemon on a busy or small machine takes less."""
+        lag, backlog = self.lag(), self.backlog() / max(self._max_backlog, 1)
         if now - self._governed_at < GOVERN_EVERY_S:
             return self.budget_scale
-        if lag > LAG_TARGET_S and self.budget_scale > MIN_SCALE:
+        behind = backlog > 0.5 or lag > 2 * LAG_TARGET_S
+        if behind and self.budget_scale > MIN_SCALE:
             self.budget_scale = max(MIN_SCALE, self.budget_scale / 2)
             self._governed_at = now
-            log.warning("the detectors are %.1f s behind: every job's budget down to %.0f%% "
-                        "(raise the daemon's CPU or lower --job-records-per-s)", lag,
-                        100 * self.budget_scale)
-        elif lag < LAG_TARGET_S / 5 and self.budget_scale < 1.0 and \
-                now - self._governed_at >= 2 * GOVERN_EVERY_S:
+            log.warning("the detectors are %.1f s behind (backlog %.0f%%): every job's budget "
+                        "down to %.0f%% (give the daemon more CPU or lower "
+                        "--job-records-per-s)", lag, 100 * backlog, 100 * self.budget_scale)
+        elif not behind and backlog < 0.1 and lag < LAG_TARGET_S and self.budget_scale < 1.0:
             self.budget_scale = min(1.0, self.budget_scale * 2)
             self._governed_at = now
             log.info("the detectors keep up again: budgets at %.0f%%", 100 * self.budget_scale)
