@@ -27,11 +27,12 @@ from typing import Any
 import numpy as np
 
 from diagnosis.daemon.batches import port_records, progress_records
-from diagnosis.daemon.budget import BudgetConfig, Decision, JobBudget
+from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
+from diagnosis.daemon.scheduling import Governor, Schedules
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -52,10 +53,6 @@ APPLY_CHUNK = 200_000
 MAX_EVICTED = 4096
 MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
 HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
-# the budget governor (``_govern``): the detectors' lag it holds budgets to
-LAG_TARGET_S = 5.0
-GOVERN_EVERY_S = 30.0
-MIN_SCALE = 1 / 16
 
 
 def _new_engine(topology: Any) -> Any:
@@ -105,8 +102,8 @@ class LiveView:
         self._hub = hub
         self._budget = budget or BudgetConfig(records_per_s=0)
         self._control = control
-        self._writer_id = f"c4-daemon-{time.time_ns()}"   # (sidecar, seq) of its own writes
-        self._writes = 0
+        self.governor = Governor()
+        self.schedules = Schedules(store, control)
         self._topology = topology
         self._store = store
         self._max_backlog = max_backlog_records
@@ -128,9 +125,6 @@ class LiveView:
         # (job, attempt, rank) -> (newest collector heartbeat, its last words, calls recorded),
         # for the next pass
         self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
-        self.decisions: list[tuple[str, int, Decision]] = []   # recent, for status and tests
-        self.budget_scale = 1.0
-        self._governed_at = -GOVERN_EVERY_S
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
 
@@ -384,94 +378,23 @@ class LiveView:
 
     # -- the records budget -----------------------------------------------------------------
     def _budgets(self, now_ns: int) -> None:
-        """Each job's sampling factor and windows from what it sends (``budget``)."""
+        """Each job's sampling factor and windows from what it sends (``budget``), within the
+        share of its budget the daemon can follow now (``scheduling.Governor``)."""
         now = time.monotonic()
-        scale = self._govern(now)
+        scale = self.governor.govern(now, self.lag(),
+                                     self.backlog() / max(self._max_backlog, 1))
         for st in self._jobs.values():
             st.budget.scale = scale
             decision = st.budget.decide(now, now_ns)
             if decision is not None:
-                self._enact(st, decision, now_ns)
-
-    def _govern(self, now: float) -> float:
-        """The share of every job's budget the daemon can follow: halved while it falls behind
-        (stored records pile up for the detectors: the backlog past half its bound, or the
-        detectors more than ``2 * LAG_TARGET_S`` behind), at most once per
-        ``GOVERN_EVERY_S`` since a lower factor reaches them only after the backlog; doubled
-        back once the backlog is small and the lag under ``LAG_TARGET_S``. The lag alone is no
-        signal: a large job's analysis pass takes seconds whatever it is sent. The budget flag
-        is what a job may send at most; a daemon on a busy or small machine takes less."""
-        lag, backlog = self.lag(), self.backlog() / max(self._max_backlog, 1)
-        if now - self._governed_at < GOVERN_EVERY_S:
-            return self.budget_scale
-        behind = backlog > 0.5 or lag > 2 * LAG_TARGET_S
-        if behind and self.budget_scale > MIN_SCALE:
-            self.budget_scale = max(MIN_SCALE, self.budget_scale / 2)
-            self._governed_at = now
-            log.warning("the detectors are %.1f s behind (backlog %.0f%%): every job's budget "
-                        "down to %.0f%% (give the daemon more CPU or lower "
-                        "--job-records-per-s)", lag, 100 * backlog, 100 * self.budget_scale)
-        elif not behind and backlog < 0.1 and lag < LAG_TARGET_S and self.budget_scale < 1.0:
-            self.budget_scale = min(1.0, self.budget_scale * 2)
-            self._governed_at = now
-            log.info("the detectors keep up again: budgets at %.0f%%", 100 * self.budget_scale)
-        return self.budget_scale
-
-    def _enact(self, st: JobState, d: Decision, now_ns: int) -> None:
-        msg = c4_pb2.SampleSchedule(
-            job=st.job, attempt=st.attempt, version=d.version, window_ns=d.window_ns,
-            window_from_ns=d.window_from_ns, default_sample=d.default,
-            steps=[c4_pb2.SampleStep(pg=pg, from_seq=s, sample=k)
-                   for pg, steps in sorted(d.steps.items()) for s, k in steps])
-        self._engine_schedule(st, d.default, d.steps)
-        st.reduced = st.reduced or d.sample > 1 or d.default > 1
-        if self._store is not None:
-            self._writes += 1
-            try:
-                self._store.write([Write(self._writer_id, self._writes, BatchRows(
-                    st.job, st.attempt, "schedule", len(msg.steps), now_ns, now_ns,
-                    msg.SerializeToString()))])
-            except Exception as exc:
-                log.warning("cannot store the sampling schedule of job %s: %s", st.job, exc)
-        sent = self._control.publish(msg) if self._control is not None else 0
-        self.decisions = [*self.decisions[-63:], (st.job, st.attempt, d)]
-        log.info("job %s: sampling factor %d, windows %s (%s); sent to %d sidecars", st.job,
-                 d.sample, f"{d.window_ns / 1e9:g} s" if d.window_ns else "default", d.why,
-                 sent)
-
-    @staticmethod
-    def _engine_schedule(st: JobState, default: int,
-                         steps: dict[str, list[tuple[int, int]]]) -> None:
-        """Tell the engine the job's schedule: its default factor, then every step."""
-        if st.engine is None:
-            return
-        st.engine.set_sample(default)          # (clears the engine's per-pg steps)
-        for pg, v in steps.items():
-            for from_seq, k in v:
-                st.engine.set_sample(k, pg, from_seq)
+                st.reduced = self.schedules.enact(st.job, st.attempt, st.engine, decision,
+                                                  now_ns) or st.reduced
 
     def _restore_schedule(self, st: JobState) -> None:
         """A job known from before a daemon restart keeps its schedule."""
-        if self._store is None:
-            return
-        try:
-            stored = self._store.batches(st.job, st.attempt, kinds=["schedule"])
-        except Exception as exc:
-            log.warning("cannot reload the sampling schedule of job %s: %s", st.job, exc)
-            return
-        if not stored:
-            return
-        msg = c4_pb2.SampleSchedule.FromString(stored[-1].payload)
-        steps: dict[str, list[tuple[int, int]]] = {}
-        for step in msg.steps:
-            steps.setdefault(step.pg, []).append((int(step.from_seq), int(step.sample)))
-        default = max(1, int(msg.default_sample))
-        sample = max([default, *(k for v in steps.values() for _, k in v)])
-        st.budget.restore(msg.version, sample, msg.window_ns, steps, default)
-        st.reduced = sample > 1
-        self._engine_schedule(st, default, steps)
-        if self._control is not None:
-            self._control.publish(msg)
+        reduced = self.schedules.restore(st.job, st.attempt, st.budget, st.engine)
+        if reduced is not None:
+            st.reduced = reduced
 
     def job_reduced(self, job: str) -> bool:
         """Whether a job in the live view ships (or has shipped) reduced telemetry."""

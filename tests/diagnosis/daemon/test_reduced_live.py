@@ -108,20 +108,13 @@ def test_detail_puller_asks_once_per_host_and_only_for_reduced_jobs():
 
 
 def test_the_governor_lowers_budgets_while_the_detectors_fall_behind():
-    from diagnosis.daemon import live as live_mod
-    from diagnosis.daemon.live import LiveView
+    from diagnosis.daemon.scheduling import GOVERN_EVERY_S as every
+    from diagnosis.daemon.scheduling import Governor
 
-    view = LiveView(FaultHub(MemoryStore()), max_backlog_records=1000)
-    state = {"lag": 0.0, "backlog": 0}
-    view.lag = lambda: state["lag"]                      # type: ignore[method-assign]
-    view.backlog = lambda: state["backlog"]              # type: ignore[method-assign]
-    every = live_mod.GOVERN_EVERY_S
-    assert view._govern(0.0) == 1.0
-    state["lag"] = 3.0            # a long analysis pass alone: not behind
-    assert view._govern(every) == 1.0
-    state["backlog"] = 800        # stored records pile up: halve, at most once per period
-    assert view._govern(2 * every) == 0.5
-    assert view._govern(2 * every + 1) == 0.5
-    assert view._govern(3 * every) == 0.25
-    state.update(lag=0.5, backlog=0)
-    assert view._govern(4 * every) == 0.5 and view._govern(5 * every) == 1.0
+    gov = Governor()
+    assert gov.govern(0.0, 0.0, 0.0) == 1.0
+    assert gov.govern(every, 3.0, 0.0) == 1.0, "a long analysis pass alone: not behind"
+    assert gov.govern(2 * every, 3.0, 0.8) == 0.5, "stored records pile up: halve"
+    assert gov.govern(2 * every + 1, 3.0, 0.8) == 0.5, "at most once per period"
+    assert gov.govern(3 * every, 12.0, 0.0) == 0.25, "or the detectors fall far behind"
+    assert gov.govern(4 * every, 0.5, 0.0) == 0.5 and gov.govern(5 * every, 0.5, 0.0) == 1.0
