@@ -33,6 +33,7 @@ _MIN_FRAC = 0.6
 # loss, or the embedding, keeps another pace), so only a change against its own past counts
 _MIN_BEFORE = 3
 _LEARN = 64           # spacings of kept calls seen before the bucket length is chosen
+_MAX_SPAN = 32        # the most calls between two kept calls whose period counts
 
 
 @dataclass
@@ -70,13 +71,14 @@ class GroupPace:
         self.arena, self.cfg = arena, config
         self.bucket_ns = config.straggle_bucket_ns
         self.last_first: dict[int, tuple[int, int]] = {}   # group -> (seq, first entry)
-        # per bucket not yet written, each group's periods
-        self._open: dict[int, dict[int, list[float]]] = {}
+        # periods not yet in a bucket (group, time, period), and those of buckets not yet
+        # written (bucket, group, period)
+        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        self._open = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
         self._newest = -1
         self._closed = -1
         self.span = 0             # bucket length, chosen from the first kept calls' spacing
         self._gaps: list[int] = []
-        self._pending: list[tuple[int, int, float]] = []
         self.sizes: dict[int, _Size] = {}
 
     def update(self, fin: Finished) -> None:
@@ -85,56 +87,82 @@ class GroupPace:
         keep = ~self.arena.p2p[fin.group]
         if not keep.any():
             return
-        first = fin.enter.min(axis=1)
-        for g, s, t in zip(fin.group[keep].tolist(), fin.seq[keep].tolist(),
-                           first[keep].tolist(), strict=True):
-            prev = self.last_first.get(g)
-            self.last_first[g] = (s, t)
-            if prev is None or s <= prev[0] or t <= prev[1]:
-                continue
-            self._pending.append((g, t, (t - prev[1]) / (s - prev[0])))
-            if not self.span:
-                self._gaps.append(t - prev[1])
+        g = fin.group[keep]
+        sq = fin.seq[keep]
+        t = fin.enter[keep].min(axis=1)
+        o = np.lexsort((sq, g))
+        g, sq, t = g[o], sq[o], t[o]
+        head = np.r_[True, g[1:] != g[:-1]]
+        prev_s = np.r_[-1, sq[:-1]]
+        prev_t = np.r_[-1, t[:-1]]
+        for i in np.flatnonzero(head).tolist():
+            ps, pt = self.last_first.get(int(g[i]), (-1, -1))
+            prev_s[i], prev_t[i] = ps, pt
+        last = np.r_[head[1:], True]
+        for gg, ss, tt in zip(g[last].tolist(), sq[last].tolist(), t[last].tolist(),
+                              strict=True):
+            self.last_first[gg] = (ss, tt)
+        # (a span of many calls includes the waits of the group's victims too: their pace
+        # would seem to fall behind as much as the culprit's)
+        ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t) & (sq - prev_s <= _MAX_SPAN)
+        per = (t[ok] - prev_t[ok]) / (sq[ok] - prev_s[ok])
+        self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g[ok], t[ok], per), strict=True)]
         if not self.span:
+            self._gaps.extend((t[ok] - prev_t[ok]).tolist())
             if len(self._gaps) < _LEARN:
                 return
             # a bucket long enough for about eight kept calls of a typical group
             unit = self.bucket_ns
             self.span = int(min(max(np.ceil(8 * np.median(self._gaps) / unit), 1), 16)) * unit
-        for g, t, per in self._pending:
-            b = t // self.span
-            if b > self._closed:        # (else a bucket already written)
-                self._open.setdefault(b, {}).setdefault(g, []).append(per)
-                self._newest = max(self._newest, b)
-        self._pending = []
+        pg, pt, pp = self._pend
+        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        pb = pt // self.span
+        fresh = pb > self._closed           # (else a bucket already written)
+        self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, (pb, pg, pp),
+                                                          strict=True)]
+        if not len(self._open[0]):
+            return
+        self._newest = max(self._newest, int(self._open[0].max()))
         # a bucket is written once calls two buckets later arrive (the groups' rows of one
         # moment may come a bucket apart)
-        for b in sorted(x for x in self._open if x < self._newest - 1):
-            self._close(b, self._open.pop(b), self.span)
-            self._closed = b
+        ob, og, op = self._open
+        done = ob < self._newest - 1
+        if done.any():
+            self._close(ob[done], og[done], op[done])
+            self._closed = int(ob[done].max())
+            self._open = [ob[~done], og[~done], op[~done]]
 
-    def _close(self, bucket: int, periods: dict[int, list[float]], span: int) -> None:
-        """Write a bucket: each group's low-quantile pace over its size's median."""
-        by_size: dict[int, list[tuple[int, float]]] = {}
-        for g, per in periods.items():
-            if len(per) >= _MIN_PERIODS:
-                by_size.setdefault(int(self.arena.n[g]), []).append(
-                    (g, float(np.quantile(per, _Q))))
-        for n, vals in by_size.items():
-            if len(vals) < 3:
-                continue        # nothing to compare with
-            size = self.sizes.get(n)
-            if size is None:
-                size = self.sizes[n] = _Size(self.cfg.history)
-            med = float(np.median([v for _, v in vals]))
-            if med <= 0:
-                continue
-            row = size.pos % size.K
-            cols = [size.column(g) for g, _ in vals]
-            size.x[row, :] = np.nan
-            size.x[row, cols] = [v / med - 1.0 for _, v in vals]
-            size.t[row] = bucket * span
-            size.pos += 1
+    def _close(self, b: np.ndarray, g: np.ndarray, per: np.ndarray) -> None:
+        """Write finished buckets: each group's low-quantile pace over its size's median."""
+        o = np.lexsort((per, g, b))
+        b, g, per = b[o], g[o], per[o]
+        head = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (g[1:] != g[:-1])])
+        count = np.diff(np.r_[head, len(b)])
+        # (the lower of the two values around the quantile: no interpolation needed here)
+        value = per[head + np.floor(_Q * (count - 1)).astype(np.int64)]
+        enough = count >= _MIN_PERIODS
+        hb, hg, hv = b[head][enough], g[head][enough], value[enough]
+        n_of = self.arena.n[hg]
+        for bucket in np.unique(hb).tolist():
+            for n in np.unique(n_of[hb == bucket]).tolist():
+                sel = (hb == bucket) & (n_of == n)
+                if sel.sum() < 3:
+                    continue        # nothing to compare with
+                self._write(int(n), bucket, hg[sel], hv[sel])
+
+    def _write(self, n: int, bucket: int, groups: np.ndarray, values: np.ndarray) -> None:
+        med = float(np.median(values))
+        if med <= 0:
+            return
+        size = self.sizes.get(n)
+        if size is None:
+            size = self.sizes[n] = _Size(self.cfg.history)
+        row = size.pos % size.K
+        cols = [size.column(g) for g in groups.tolist()]
+        size.x[row, :] = np.nan
+        size.x[row, cols] = values / med - 1.0
+        size.t[row] = bucket * self.span
+        size.pos += 1
 
     def judge(self) -> list[SlowGroup]:
         """Groups whose pace fell behind their peers' from some bucket on."""
