@@ -148,6 +148,44 @@ def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
         daemon.stop()
 
 
+def measure_paced(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
+                  warmup: float) -> dict[str, float]:
+    """The sidecar alone at the full rate: ranks played by paced drivers of the collector wire
+    (``tests/support/paced.py``) in this process, so the machine's cores are not what limits
+    the calls made; the collectors' own cost is ``bench.hook_overhead``'s."""
+    from c4.processes import free_port, start_daemon, start_sidecar, wait_for
+    from diagnosis.client import DaemonClient
+    from tests.support.paced import PacedJob
+
+    port = free_port()
+    extra = ["--analyze-interval", "1", "--no-detail"] + (
+        ["--sample", str(k)] if k > 1 else ["--job-records-per-s", "0"])
+    daemon = start_daemon(workdir, port, name=f"daemon-paced-k{k}", extra=extra)
+    car, sock = start_sidecar(workdir, port, "node0", name=f"sidecar-paced-k{k}")
+    job = PacedJob(sock, f"paced-k{k}", ranks=ranks, host="node0", pgs=("0",), rate=rate).start()
+    try:
+        with DaemonClient(f"127.0.0.1:{port}") as client:
+            wait_for(lambda: client.status().sidecars, 60, what="the sidecar's stats")
+            time.sleep(warmup)
+
+            def counters() -> tuple[int, int]:
+                st = client.status().sidecars[0].stats
+                return st.records_out, st.bytes_out
+
+            c0, cpu0, t0 = counters(), cpu_s(car.proc.pid), time.monotonic()
+            time.sleep(seconds)
+            dt = time.monotonic() - t0
+            c1 = counters()
+            return {"k": k, "calls": rate, "ranks_cpu": 0.0,
+                    "sidecar_cpu": (cpu_s(car.proc.pid) - cpu0) / dt,
+                    "daemon_cpu": 0.0, "records": (c1[0] - c0[0]) / dt,
+                    "bytes": (c1[1] - c0[1]) / dt}
+    finally:
+        job.close()
+        car.stop()
+        daemon.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=8)
@@ -155,15 +193,25 @@ def main() -> None:
     ap.add_argument("--samples", default="1,16,64", help="sampling factors to measure")
     ap.add_argument("--seconds", type=float, default=20.0, help="measuring window")
     ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--driver", choices=("torch", "paced"), default="torch",
+                    help="torch: real gloo ranks through the hook; paced: wire drivers at the "
+                         "full rate into the real sidecar (its cost alone)")
     args = ap.parse_args()
     ks = [int(k) for k in args.samples.split(",")]
     with tempfile.TemporaryDirectory(prefix="c4-edge-") as tmp:
         work = Path(tmp)
-        plain = baseline(work, args.ranks, args.rate, args.seconds, args.warmup)
-        rows = [measure(work, k, args.ranks, args.rate, args.seconds, args.warmup) for k in ks]
-    print(f"\nedge cost: {args.ranks} ranks x {args.rate:g} calls/s (gloo, real hook and "
-          f"sidecar), {args.seconds:g} s windows; ranks without c4: {100 * plain:.1f}% of a "
-          "core\n")
+        if args.driver == "paced":
+            plain = 0.0
+            rows = [measure_paced(work, k, args.ranks, args.rate, args.seconds, args.warmup)
+                    for k in ks]
+        else:
+            plain = baseline(work, args.ranks, args.rate, args.seconds, args.warmup)
+            rows = [measure(work, k, args.ranks, args.rate, args.seconds, args.warmup)
+                    for k in ks]
+    what = "gloo, real hook and sidecar" if args.driver == "torch" else \
+        "paced wire drivers into the real sidecar: its cost alone"
+    print(f"\nedge cost: {args.ranks} ranks x {args.rate:g} calls/s ({what}), {args.seconds:g} s "
+          f"windows; ranks without c4: {100 * plain:.1f}% of a core\n")
     head = ("K", "calls/s/rank", "collectors extra %", "sidecar %", "node extra %",
             "records/s out", "bytes/s out", "daemon %")
     print(" | ".join(head))
