@@ -144,8 +144,9 @@ class Stream:
 
     def close(self) -> None:
         self._queue.put(None)
-        self._thread.join(30)
-        self._channel.close()
+        self._room.release()          # a request waiting for room goes, then the end
+        self._thread.join(5)
+        self._channel.close()         # whatever is still unacknowledged is counted lost
 
 
 def _metric(url: str, name: str) -> float | None:
