@@ -37,10 +37,10 @@ from collectors.sidecar.edge_job import EdgeJob
 from collectors.sidecar.ports import PortWatch
 from collectors.sidecar.ring import DetailRing
 from collectors.sidecar.schedule import Schedule
+from collectors.sidecar.spill import FrameRef
 from proto import c4_pb2
 from proto.codec import (
     Columns,
-    decode_ops,
     encode_conns,
     encode_linkstats,
     encode_ops,
@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 Emit = Callable[..., None]        # Outbox.put(**body)
-AddColumns = Callable[[str, int, Columns], None]   # Batcher.add_columns
+PutFrames = Callable[[list[FrameRef], c4_pb2.IngestRequest], None]   # Outbox.put_frames
+AddRows = Callable[[Columns, FrameRef, int], None]                    # Batcher.add
 PORTS_IDLE_S = 60.0      # a job whose ranks were silent this long gets no port records
 JOB_IDLE_S = 600.0       # ... and this long: forgotten
 
@@ -85,12 +86,13 @@ class Edge:
     """Every job on this node: called by the sidecar for frames, samples and ticks, and by the
     outbox for the daemon's control messages (handled on the tick thread)."""
 
-    def __init__(self, host: str, config: EdgeConfig, emit: Emit,
-                 add_columns: AddColumns, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, host: str, config: EdgeConfig, emit: Emit, put_frames: PutFrames,
+                 add_rows: AddRows, clock: Callable[[], int] = time.time_ns) -> None:
         self.host = host
         self.config = config
         self._emit_raw = emit
-        self._add_columns = add_columns
+        self._put_frames = put_frames
+        self._add_rows = add_rows
         self._clock = clock
         self.ring = DetailRing(config.ring_bytes)
         watch = config.ports == "all" or (config.ports == "mapped" and bool(config.nic_map))
@@ -128,22 +130,20 @@ class Edge:
             return st
 
     # -- from the collectors ----------------------------------------------------------------
-    def add_ops(self, batch: c4_pb2.OpBatch) -> int:
-        """A collector's batch: into the ring, then the rows to ship to the batcher. Returns
-        the rows received; raises proto.codec.BatchError for a malformed batch."""
-        cols = decode_ops(batch)
+    def add(self, cols: Columns, frame: FrameRef, nbytes: int) -> None:
+        """A collector's batch, decoded and logged (``Intake``): into the ring, then the rows
+        to ship to the batcher, with their frame (which the log releases once the batch is
+        acknowledged, whatever rows of it went)."""
         n = len(cols)
-        if not n:
-            return 0
-        self.ring.add(batch.job, batch.attempt, cols)
+        job, attempt = frame.key
+        self.ring.add(job, attempt, cols)
         with self._lock:
             self.stats.ops_in += n
-            st = self.job(batch.job, batch.attempt)
+            st = self.job(job, attempt)
             st.heard = time.monotonic()
-            kept = st.take_ops(cols)
-        if kept is not None and len(kept):
-            self._add_columns(batch.job, batch.attempt, kept)
-        return n
+            kept = st.take_ops(cols, (frame, nbytes, n))
+        if kept is not None:
+            self._add_rows(kept, frame, nbytes)
 
     def drain(self) -> None:
         """Judge the rows of reduced jobs received since the last call, ship the kept ones."""
@@ -151,9 +151,20 @@ class Edge:
             jobs = list(self._jobs.values())
         for st in jobs:
             with self._lock:
-                kept = st.drain()
-            if kept is not None and len(kept):
-                self._add_columns(st.job, st.attempt, kept)
+                parts = st.drain()
+            for kept, (frame, nbytes, n) in parts:
+                # a frame none of whose rows go still rides its job's next batch: the log
+                # releases it when that batch is acknowledged
+                self._add_rows(kept, frame, nbytes * len(kept) // max(n, 1))
+
+    def emit_frames(self, frames: list[FrameRef], req: c4_pb2.IngestRequest) -> None:
+        """The batcher's batches on their way to the outbox, counted."""
+        n = req.ops.count
+        with self._lock:
+            self.stats.records_out += n
+            self.stats.ops_out += n
+            self.stats.bytes_out += req.ByteSize()
+        self._put_frames(frames, req)
 
     def add_conns(self, job: str, attempt: int, cols: Columns) -> None:
         """A sample of the job's socket counters."""
@@ -209,7 +220,7 @@ class Edge:
                         "mended from the detail ring", msg.job, late,
                         0 if mend is None else len(mend))
         if mend is not None and len(mend):
-            self._add_columns(msg.job, msg.attempt, mend)
+            self.emit(ops=encode_ops(msg.job, mend, attempt=msg.attempt))
 
     def _detail(self, req: c4_pb2.DetailRequest) -> None:
         cap = min(req.max_records or self.config.detail_max_records,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from typing import Any
 
 import numpy as np
 
@@ -39,31 +40,32 @@ class EdgeJob:
         self._open: OrderedDict[tuple[int, str, str, int, int], None] = OrderedDict()
         self.ports_sent = False
         self.heard = time.monotonic()   # last rows or samples from its ranks
-        self._inbox: list[Columns] = []
+        self._inbox: list[tuple[Columns, Any]] = []
 
     @property
     def reduced(self) -> bool:
         return self.schedule.max_sample > 1
 
     # -- op rows ------------------------------------------------------------------------
-    def take_ops(self, cols: Columns) -> Columns | None:
+    def take_ops(self, cols: Columns, tag: Any) -> Columns | None:
         """The rows of a collector batch to ship now (full telemetry), or None: reduced, they
-        wait for :meth:`drain` (one pass per tick for every rank's batches, not one per
-        batch: the reducer's cost is mostly per call)."""
+        wait with their ``tag`` (the caller's: its logged frame) for :meth:`drain`, one pass
+        per tick for every rank's batches, not one per batch (the reducer's cost is mostly per
+        call)."""
         self._note_seqs(cols)
         if not self.reduced:
             return cols
-        self._inbox.append(cols)
+        self._inbox.append((cols, tag))
         return None
 
-    def drain(self) -> Columns | None:
-        """The rows to ship of the batches received since the last drain (reduced mode)."""
+    def drain(self) -> list[tuple[Columns, Any]]:
+        """Per batch received since the last drain, the rows of it to ship and its tag."""
         if not self._inbox:
-            return None
-        cols = concat(self._inbox) if len(self._inbox) > 1 else self._inbox[0]
-        self._inbox = []
+            return []
+        parts, self._inbox = self._inbox, []
         if not self.reduced:
-            return cols
+            return parts
+        cols = concat([c for c, _ in parts]) if len(parts) > 1 else parts[0][0]
         assert self.reducer is not None
         self.reducer.observe_calls(cols)
         status = np.asarray(cols["status"])
@@ -73,7 +75,12 @@ class EdgeJob:
         self._remember_open(cols, open_ & ~sampled)
         if self._open:
             keep |= self._completing(cols, ~keep)
-        return cols if keep.all() else take(cols, keep)
+        out, at = [], 0
+        for part, tag in parts:
+            mask = keep[at:at + len(part)]
+            at += len(part)
+            out.append((part if mask.all() else take(part, mask), tag))
+        return out
 
     def _note_seqs(self, cols: Columns) -> None:
         pg = np.asarray(cols["pg"], dtype=np.int64)

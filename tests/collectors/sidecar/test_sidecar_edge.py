@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectors.sidecar.edge import Edge, EdgeConfig
+from collectors.sidecar.spill import FrameRef
 from proto import c4_pb2
 from proto.codec import (
     CONN_COLUMNS,
@@ -14,7 +15,6 @@ from proto.codec import (
     decode_linkstats,
     decode_ops,
     decode_progress,
-    encode_ops,
 )
 from proto.sampling import is_sampled
 from tests.collectors.reduce.reduce_helpers import ops
@@ -30,10 +30,16 @@ class Rig:
         self.now = T0
         self.sent: list[tuple[str, object]] = []
         self.batched: list[Columns] = []
+        self.frames: list[FrameRef] = []
         self.edge = Edge("node0", EdgeConfig(ports="off", lag_s=1.0, **config),
-                         self._emit, lambda job, attempt, cols: self.batched.append(cols),
+                         self._emit, lambda frames, req: None, self._add,
                          clock=lambda: self.now)
         self.edge.job("j", 0)
+
+    def _add(self, cols: Columns, frame: FrameRef, nbytes: int) -> None:
+        self.frames.append(frame)
+        if len(cols):
+            self.batched.append(cols)
 
     def _emit(self, **body: object) -> None:
         ((kind, msg),) = body.items()
@@ -47,7 +53,7 @@ class Rig:
         cols = ops(rows, [pg, "all_reduce"])
         cols.columns["dtype"] = np.zeros(len(cols), np.uint32)
         cols.columns["t_start_ns"] = np.full(len(cols), -1, np.int64)
-        self.edge.add_ops(encode_ops("j", cols))
+        self.edge.add(cols, FrameRef(0, 0, len(cols), ("j", 0)), 100)
         self.edge.drain()
 
     def schedule(self, version: int, steps: dict, window_ns: int = 0, from_ns: int = 0) -> None:
@@ -59,7 +65,8 @@ class Rig:
         self.edge.tick()
 
     def shipped_seqs(self) -> list[int]:
-        return sorted(q for c in self.batched for q in c["seq"].tolist())
+        mended = [decode_ops(m) for k, m in self.sent if k == "ops"]
+        return sorted(q for c in [*self.batched, *mended] for q in c["seq"].tolist())
 
     def of(self, kind: str) -> list:
         return [m for k, m in self.sent if k == kind]
@@ -93,6 +100,8 @@ def test_sampled_calls_errors_and_last_words():
     rig.calls([unsampled[1], unsampled[2]], t=T0 + S, ranks=(0,))
     assert rig.shipped_seqs() == [unsampled[1]]
     assert rig.edge.stats.ops_in == 800 + 4
+    # every logged frame reaches the batcher, kept rows or none, so the log can release it
+    assert len(rig.frames) == 4
 
 
 def test_progress_windows_close_behind_the_watermark():
