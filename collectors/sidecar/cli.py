@@ -87,6 +87,22 @@ def sidecar(
     port_heartbeat: float = typer.Option(30.0, "--port-heartbeat", envvar="C4_PORT_HEARTBEAT",
                                          help="Seconds between port records while nothing "
                                               "changes."),
+    nccl_job: str = typer.Option("", "--nccl-job", envvar="C4_NCCL_JOB",
+                                 help="The job whose NCCL telemetry this node reads (with "
+                                      "--nccl-inspector and/or --nccl-ras)."),
+    nccl_inspector: Path = typer.Option(None, "--nccl-inspector", envvar="C4_NCCL_INSPECTOR",
+                                        help="Follow this NCCL Inspector dump directory "
+                                             "(NCCL_INSPECTOR_DUMP_DIR of the job's processes) "
+                                             "and ship its calls; processes whose c4 hook "
+                                             "reports already are skipped."),
+    nccl_ras: str = typer.Option(None, "--nccl-ras", envvar="C4_NCCL_RAS", metavar="ADDR",
+                                 help="Poll NCCL RAS at ADDR (host:port; \"\": NCCL_RAS_ADDR "
+                                      "or localhost:28028) and ship the ranks it finds."),
+    nccl_interval: float = typer.Option(1.0, "--nccl-interval", envvar="C4_NCCL_INTERVAL",
+                                        help="Seconds between reads of the Inspector files."),
+    nccl_ras_interval: float = typer.Option(10.0, "--nccl-ras-interval",
+                                            envvar="C4_NCCL_RAS_INTERVAL",
+                                            help="Seconds between RAS polls."),
 ) -> None:
     """Run the per-node sidecar: take the local ranks' records and ship them to the daemon."""
     import signal
@@ -96,6 +112,7 @@ def sidecar(
     from collectors.sidecar.edge_config import EdgeConfig
     from collectors.sidecar.errors import SidecarError
     from collectors.sidecar.local import parse_mode
+    from collectors.sidecar.nccl_source import NcclSourceConfig
     from collectors.sidecar.ports import parse_nic_map
     from collectors.sidecar.sidecar import Sidecar
     from collectors.wire import default_socket_path
@@ -122,6 +139,12 @@ def sidecar(
                                link_interval_s=link_interval,
                                tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token,
                                metrics_listen=metrics, edge=edge, **kwargs)
+        if nccl_job or nccl_inspector is not None or nccl_ras is not None:
+            from dataclasses import replace
+
+            config = replace(config, nccl=NcclSourceConfig(
+                nccl_job, nccl_inspector, nccl_ras, interval_s=nccl_interval,
+                ras_interval_s=nccl_ras_interval))
         car = Sidecar(config)
         car.start()
     except (ValueError, OSError, SidecarError) as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from collectors.sidecar.edge_config import EdgeConfig
 from collectors.sidecar.errors import SidecarConfigError
+from collectors.sidecar.nccl_source import NcclSourceConfig
 
 
 def _default_spill_dir() -> Path:
@@ -60,6 +61,8 @@ class SidecarConfig:
     metrics_listen: str = ""
     # Reduction at the edge, ports and the detail ring (collectors.sidecar.edge).
     edge: EdgeConfig = field(default_factory=EdgeConfig)
+    # NCCL's own telemetry on this node (Inspector files, ncclras): None, not read.
+    nccl: NcclSourceConfig | None = None
 
     def __post_init__(self) -> None:
         if ":" not in self.daemon:

@@ -73,6 +73,13 @@ class Sidecar:
             threading.Thread(target=self._ship, name="c4-outbox", daemon=True),
             threading.Thread(target=self._tick, name="c4-tick", daemon=True),
         ]
+        self.nccl = None
+        if config.nccl is not None:
+            from collectors.sidecar.nccl_source import NcclSource
+
+            self.nccl = NcclSource(config.nccl, config.host, self.outbox.put, self._hooked_pids)
+            self._threads.append(threading.Thread(target=self.nccl.run, args=(self._stop,),
+                                                  name="c4-nccl", daemon=True))
         self._sampler_cls = _link_sampler()
         self._samplers: dict[tuple[str, int], Any] = {}
 
@@ -93,6 +100,12 @@ class Sidecar:
             if now - last_stats >= self.config.stats_interval_s:
                 last_stats = now
                 self.outbox.put(stats=self.stats())
+
+    def _hooked_pids(self) -> set[int]:
+        """The processes whose torch hook delivers the NCCL job's records already."""
+        assert self.config.nccl is not None
+        key = (self.config.nccl.job, self.config.nccl.attempt)
+        return set(self.intake.pids().get(key, {}).values())
 
     def _sample_links(self) -> None:
         if self._sampler_cls is None:
@@ -142,7 +155,8 @@ class Sidecar:
         ``timeout``; the log keeps the rest for the next sidecar on this spill directory."""
         self.listener.stop()
         self._stop.set()
-        self._threads[1].join(timeout)
+        for t in self._threads[1:]:
+            t.join(timeout)
         self.edge.drain()
         self.batcher.flush_due(force=True)
         self._stopped.set()

@@ -56,22 +56,34 @@ log = logging.getLogger(__name__)
 
 _HOLD_ROWS = 1_000_000      # rows held for processes whose rank is not known yet
 
-__all__ = ["GroupAssembler", "NcclNode", "NcclRecords", "environ_rank", "local_addresses"]
+__all__ = ["GroupAssembler", "NcclNode", "NcclRecords", "environ_int", "environ_rank",
+           "environ_world", "local_addresses"]
 
 
-def environ_rank(pid: int, proc_root: str = "/proc") -> int | None:
-    """The global rank a launcher gave the process (``RANK`` in its environment), if any."""
+def environ_int(pid: int, name: str, proc_root: str = "/proc") -> int | None:
+    """An integer a launcher put in the process's environment (``RANK``, ``WORLD_SIZE``)."""
     try:
         raw = Path(proc_root, str(pid), "environ").read_bytes()
     except OSError:
         return None
+    key = name.encode() + b"="
     for item in raw.split(b"\0"):
-        if item.startswith(b"RANK="):
+        if item.startswith(key):
             try:
-                return int(item[5:])
+                return int(item[len(key):])
             except ValueError:
                 return None
     return None
+
+
+def environ_rank(pid: int, proc_root: str = "/proc") -> int | None:
+    """The global rank a launcher gave the process (``RANK`` in its environment), if any."""
+    return environ_int(pid, "RANK", proc_root)
+
+
+def environ_world(pid: int, proc_root: str = "/proc") -> int | None:
+    """The job's size as the launcher told the process (``WORLD_SIZE``), if it did."""
+    return environ_int(pid, "WORLD_SIZE", proc_root)
 
 
 def local_addresses() -> set[str]:
@@ -96,6 +108,9 @@ class NcclRecords:
     ops: Columns | None = None
     progress: ProgressRecords | None = None
     unranked: int = 0
+    #: the job's size as far as this node knows it (launcher's WORLD_SIZE, else the largest
+    #: communicator, else the highest rank + 1)
+    world_size: int = 0
 
     def __len__(self) -> int:
         return (len(self.ranks) + len(self.members) + len(self.groups)
@@ -109,8 +124,9 @@ class NcclRecords:
         from proto import c4_pb2
         from proto.codec import encode_ops
 
-        out: list[Any] = [c4_pb2.RankInfo(job=job, attempt=attempt, rank=r, host=h, pid=p,
-                                          gpu=g or "", nic=n or "", backend="nccl")
+        out: list[Any] = [c4_pb2.RankInfo(job=job, attempt=attempt, rank=r,
+                                          world_size=max(self.world_size, r + 1), host=h,
+                                          pid=p, gpu=g or "", nic=n or "", backend="nccl")
                           for r, h, p, g, n in self.ranks]
         out += [c4_pb2.GroupInfo(job=job, attempt=attempt, pg=pg, ranks=list(ranks))
                 for pg, ranks in self.groups]
@@ -159,6 +175,7 @@ class NcclNode:
     inspector_dir: str | Path | None = None
     ras: RasPoller | None = None
     rank_of: Callable[[int], int | None] = environ_rank
+    world_of: Callable[[int], int | None] = environ_world
     skip: Callable[[str, int], bool] = field(default=lambda host, pid: False)
     hosts: set[str] = field(default_factory=local_addresses)
     problems: Problems = field(default_factory=Problems)
@@ -171,6 +188,7 @@ class NcclNode:
     _sent_ranks: set[int] = field(default_factory=set)
     _held: list[NcclOps] = field(default_factory=list)
     _feed: RasFeed | None = None
+    world_size: int = 0
 
     def __post_init__(self) -> None:
         if self.follower is None and self.inspector_dir is not None:
@@ -181,12 +199,15 @@ class NcclNode:
         out = NcclRecords()
         batches = self.follower.poll() if self.follower is not None else []
         snaps = [self._local(s) for s in self.ras.poll()] if self.ras is not None else []
-        batches = [b for b in (self._skip(b) for b in self._held + batches) if len(b)]
         changed = False
         for b in batches:
-            before = len(self.model.procs), len(self.model.comms)
+            # every process's membership counts, also of those whose rows the hook ships:
+            # a communicator's group is complete only with all its members
+            before = len(self.model.procs), sum(len(c.members) for c in self.model.comms.values())
             observe_ops(self.model, b)
-            changed |= (len(self.model.procs), len(self.model.comms)) != before
+            changed |= (len(self.model.procs),
+                        sum(len(c.members) for c in self.model.comms.values())) != before
+        batches = [b for b in (self._skip(b) for b in self._held + batches) if len(b)]
         for s in snaps:
             for c in s.comms:
                 for r in c.ranks:
@@ -261,10 +282,16 @@ class NcclNode:
             self._converter = OpConverter(r, require_groups=False,
                                           members=self.assembler.partial())
         self._converter.r = r
+        worlds = [self.world_of(p.pid) for p in r.procs.values()]
+        self.world_size = max([w for w in worlds if w] + [self.world_size]
+                              + [c.nranks for c in self.model.comms.values()]
+                              + [rank + 1 for rank in r.procs])
         for rank, p in sorted(r.procs.items()):
-            if rank not in self._sent_ranks:
+            if rank not in self._sent_ranks and not self.skip(p.host, p.pid):
+                # a hooked process's hook sends its own rank record
                 self._sent_ranks.add(rank)
                 out.ranks.append((rank, p.host, p.pid, None, None))
+        out.world_size = self.world_size
         facts = []
         for comm, info in self.model.comms.items():
             pg = r.pg_of[comm]

@@ -1,0 +1,106 @@
+"""NCCL's own telemetry on this node, read by the sidecar and shipped as the ranks' records are.
+
+With ``c4 sidecar --nccl-job JOB --nccl-inspector DIR [--nccl-ras [ADDR]]`` the sidecar follows
+the Inspector's dump directory (every process's file as it grows, rotated and truncated ones
+included) and polls ``ncclras`` on the node, and sends what they yield to the daemon as rank,
+group and op requests (:class:`diagnosis.nccl.live.NcclNode` does the reading and reconciling;
+this module runs it and hands its records to the outbox, which logs them first like every
+other record).
+
+One source per process: the processes whose c4 torch hook already delivers records for the
+same job (the intake knows their pids) are skipped, so a job may run both without duplicates.
+
+Limits: a process is shipped once its global rank is known (``RANK`` in its environment, which
+torchrun and most launchers set); communicators whose members are all on this node are shipped
+as groups, the others as members only (a group spanning nodes needs every node's members,
+which no single sidecar has). RAS progress (which call a silent rank is inside) has no wire
+message yet and is not shipped; ``c4 analyze --ncclras`` uses it offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from proto import c4_pb2
+
+log = logging.getLogger(__name__)
+
+__all__ = ["NcclSource", "NcclSourceConfig"]
+
+_BODY = {c4_pb2.RankInfo: "rank", c4_pb2.GroupInfo: "group", c4_pb2.OpBatch: "ops"}
+
+
+@dataclass(frozen=True)
+class NcclSourceConfig:
+    """What to read: the job the records belong to, the Inspector's dump directory (None: not
+    followed), RAS's address (None: not polled; "": ``NCCL_RAS_ADDR`` or localhost:28028)."""
+
+    job: str
+    inspector_dir: Path | None = None
+    ras: str | None = None
+    attempt: int = 0
+    interval_s: float = 1.0
+    ras_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not self.job:
+            raise ValueError("--nccl-job is needed with --nccl-inspector/--nccl-ras: the job "
+                             "the NCCL records belong to")
+        if self.inspector_dir is None and self.ras is None:
+            raise ValueError("give --nccl-inspector DIR, --nccl-ras, or both")
+        if self.interval_s <= 0 or self.ras_interval_s <= 0:
+            raise ValueError("the NCCL read intervals must be positive")
+
+
+class NcclSource:
+    """Runs :class:`~diagnosis.nccl.live.NcclNode` and puts what each step yields into the
+    sidecar's outbox (``put``: ``Outbox.put``, called with ``rank=``, ``group=`` or ``ops=``)."""
+
+    def __init__(self, config: NcclSourceConfig, host: str, put: Callable[..., None],
+                 hooked_pids: Callable[[], set[int]] = set) -> None:
+        from diagnosis.nccl.live import NcclNode
+        from diagnosis.nccl.ras_client import RasClient, RasPoller, ras_address
+
+        self.config = config
+        self.host = host
+        self._put = put
+        self._hooked = hooked_pids
+        ras = None
+        if config.ras is not None:
+            ras = RasPoller(RasClient(ras_address(config.ras or None)),
+                            interval_s=config.ras_interval_s)
+        self.node = NcclNode(inspector_dir=config.inspector_dir, ras=ras,
+                             skip=lambda _host, pid: pid in self._hooked_now)
+        self._hooked_now: set[int] = set()
+        self.records = 0         # op rows shipped
+        self.cpu_s = 0.0         # this thread's CPU time in steps (the cost of reading)
+
+    def step(self) -> int:
+        """Read what is new and queue it; returns the op rows queued."""
+        t0 = time.thread_time()
+        self._hooked_now = self._hooked()
+        recs = self.node.step()
+        rows = 0
+        for msg in recs.messages(self.config.job, self.config.attempt):
+            if isinstance(msg, c4_pb2.RankInfo):
+                msg.host = self.host      # the topology's name for this node, as hooks use
+            if isinstance(msg, c4_pb2.OpBatch):
+                rows += msg.count
+            self._put(**{_BODY[type(msg)]: msg})
+        self.records += rows
+        self.cpu_s += time.thread_time() - t0
+        return rows
+
+    def run(self, stop: threading.Event) -> None:
+        """Step every ``interval_s`` until ``stop``; a failed step is logged, not fatal."""
+        while not stop.wait(self.config.interval_s):
+            try:
+                self.step()
+            except Exception:
+                log.exception("reading NCCL's telemetry for job %s failed this round",
+                              self.config.job)

@@ -1,0 +1,97 @@
+"""The sidecar follows an NCCL Inspector dump directory and ships its calls to the daemon (real
+daemon, real sidecar, real processes whose environment names their rank); files that grow,
+a file rotated under it, and processes whose c4 hook reports already are skipped."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from diagnosis.client import DaemonClient
+from tests.support.services import free_port, start_daemon, start_sidecar, wait_for
+
+pytestmark = [pytest.mark.network]
+
+
+def _line(pid: int, rank: int, sn: int, t_us: int) -> bytes:
+    return orjson.dumps({
+        "header": {"id": "0x7f8c496ae9f661", "comm_name": "DP Group 0", "rank": rank,
+                   "n_ranks": 3, "nnodes": 1},
+        "metadata": {"inspector_output_format_version": "v4.0", "git_rev": "",
+                     "rec_mechanism": "nccl_profiler_interface", "dump_timestamp_us": t_us,
+                     "hostname": socket.gethostname(), "pid": pid},
+        "coll_perf": {"coll": "AllReduce", "coll_sn": sn, "coll_msg_size_bytes": 1 << 20,
+                      "coll_exec_time_us": 150, "coll_timing_source": "kernel_gpu",
+                      "coll_algobw_gbs": 7.0, "coll_busbw_gbs": 9.3}}) + b"\n"
+
+
+def _write(path, pid, rank, sns, mode="ab"):
+    with open(path, mode) as fh:
+        fh.write(b"".join(_line(pid, rank, s, 1_700_000_000_000_000 + 1000 * s) for s in sns))
+
+
+def _stored(client, job):
+    cols = client.ops(job)
+    return sorted(zip(cols["rank"].tolist(), cols["seq"].tolist()))
+
+
+_HOOK = """
+import sys, time
+from tests.support.frames import RankConnection, group_info, op_batch, rank_info
+c = RankConnection(sys.argv[1])
+c.send(rank_info("nj", 2, 3, "node0"), group_info("nj", "0", [0, 1, 2]),
+       op_batch("nj", 2, range(0, 5)))
+time.sleep(300)
+"""
+
+
+def test_inspector_directory_shipped_through_the_sidecar(tmp_path):
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    port = free_port()
+    daemon = start_daemon(tmp_path, port)
+    car, sock = start_sidecar(tmp_path, port, "node0", extra=[
+        "--nccl-job", "nj", "--nccl-inspector", str(dumps), "--nccl-interval", "0.1"])
+    # three processes of one job, each with the RANK its launcher gave it; rank 2 runs c4's
+    # torch hook too (here: the frames it would send), so its Inspector lines must not be
+    # shipped a second time
+    env = {**os.environ, "WORLD_SIZE": "3"}
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                              env={**env, "RANK": str(r)}) for r in range(2)]
+    procs.append(subprocess.Popen([sys.executable, "-c", _HOOK, str(sock)],
+                                  env={**env, "RANK": "2"}))
+    try:
+        with DaemonClient(f"127.0.0.1:{port}") as client:
+            wait_for(lambda: _stored(client, "nj") == [(2, s) for s in range(5)], 30,
+                     what="the hooked rank's calls")
+            host = socket.gethostname()
+            files = [dumps / f"{host}-pid{p.pid}.log" for p in procs]
+            for r in range(3):
+                _write(files[r], procs[r].pid, r, range(0, 5), "wb")
+            want = sorted((r, s) for r in range(3) for s in range(5))
+            wait_for(lambda: _stored(client, "nj") == want, 30, what="the first 5 calls")
+            ranks = {r.rank: (r.host, r.pid) for r in client.ranks("nj")}
+            assert ranks == {r: ("node0", procs[r].pid) for r in range(3)}
+            # the files grow; rank 0's is rotated (renamed) with lines still unread in it,
+            # and its process goes on writing a new file at the old name
+            _write(files[0], procs[0].pid, 0, range(5, 8))
+            files[0].rename(files[0].with_name(files[0].name + ".1"))
+            _write(files[0], procs[0].pid, 0, range(8, 10), "wb")
+            _write(files[1], procs[1].pid, 1, range(5, 10))
+            want = sorted([(r, s) for r in (0, 1) for s in range(10)] +
+                          [(2, s) for s in range(5)])
+            wait_for(lambda: _stored(client, "nj") == want, 30,
+                     what="calls 5-9 of ranks 0 and 1, once each")
+        assert "Traceback" not in car.output()
+        assert "rejected" not in daemon.output() and "ignored" not in daemon.output()
+    finally:
+        car.stop()
+        daemon.stop()
+        for p in procs:
+            p.kill()
+            p.wait()
