@@ -57,7 +57,8 @@ _TABLES: dict[str, tuple[str, str, str]] = {
     "applied": ("sidecar String, seq UInt64", "", "sidecar, seq"),
     "attempts": ("job String, attempt UInt32", "", "job, attempt"),
     "ranks": ("job String, attempt UInt32, rank Int32, world_size Int32, host String, "
-              "local_rank Int32, pid Int32, gpu String, nic String, backend String, t_ns Int64",
+              "local_rank Int32, pid Int32, gpu String, nic String, backend String, t_ns Int64, "
+              "cuda_device String",
               "", "job, attempt, rank"),
     "pgroups": ("job String, attempt UInt32, pg String, ranks Array(Int32), description String",
                 "", "job, attempt, pg"),
@@ -78,7 +79,7 @@ _TABLES: dict[str, tuple[str, str, str]] = {
                 "sidecar String, seq UInt64, body String", "", "job, fault_id, sidecar, seq"),
 }
 _RANK_FIELDS = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic",
-                "backend", "t_ns")
+                "backend", "t_ns", "cuda_device")
 _OP_SELECT = ", ".join(OP_COLUMNS) + ", error"
 _CONN_SELECT = ", ".join(CONN_COLUMNS)
 _ACCESS_HINT = "check the user, password and database in the store URL"
