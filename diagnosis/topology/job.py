@@ -94,7 +94,7 @@ def assemble_job(job: str, ranks: Iterable[RankLike], internals: Mapping[str, Ho
 
     ranks = list(ranks)
     hosts = sorted({r.host for r in ranks}, key=natural_key)
-    out = JobTopology(job, None, hosts, 
+    out = JobTopology(job, None, hosts,
                       fabric=(fabric_source or "fabric file") if fabric is not None else None)
     found = _match_hosts(hosts, internals, out.issues)
     out.discovered = [h for h in hosts if h in found]
