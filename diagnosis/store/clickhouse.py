@@ -327,8 +327,8 @@ class ClickHouseStore(Store):
 
     def put_host(self, record: HostRecord) -> None:
         self._insert("hosts", "host, t_ns, internals, digest, sidecar",
-                     [[record.host], [max(int(record.t_ns), 0)], [record.internals], [record.digest],
-                      [record.sidecar]])
+                     [[record.host], [max(int(record.t_ns), 0)], [record.internals],
+                      [record.digest], [record.sidecar]])
 
     def hosts(self) -> list[HostRecord]:
         rows = self._run("SELECT host, t_ns, internals, digest, sidecar FROM hosts FINAL "
