@@ -102,6 +102,10 @@ def assemble_job(job: str, ranks: Iterable[RankLike], internals: Mapping[str, Ho
     if found:
         try:
             frag = to_fabric(list(found.values()), source="discovery")
+            # what sidecars sent is checked as a topology file would be; the fabric was when
+            # it was loaded, and the merge of two valid graphs is one
+            Topology.from_json(nx.node_link_data(frag.graph, edges="links"),
+                               source="the discovered hosts")
         except DiagnosisError as exc:
             out.issues.append(Issue(WARNING, f"the discovered hosts do not make a topology "
                                     f"({exc}): placing ranks without them"))
@@ -114,8 +118,7 @@ def assemble_job(job: str, ranks: Iterable[RankLike], internals: Mapping[str, Ho
                 graph = res.graph
                 out.issues.extend(res.issues)
             graph.graph.pop("import_issues", None)
-            out.topology = Topology.from_json(nx.node_link_data(graph, edges="links"),
-                                              source=f"job {job}")
+            out.topology = Topology(graph)
     nowhere = [h for h in hosts if h not in found and
                (out.topology is None or h not in out.topology.graph)]
     if nowhere:
