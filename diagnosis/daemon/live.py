@@ -81,6 +81,7 @@ class JobState:
     ranks_version: int = 0     # bumped by every registration: its topology is assembled again
     topo_key: tuple[int, int] = (-1, -1)    # (ranks_version, host book generation) assembled
     topology: Any = None       # its JobTopology (diagnosis.topology.job), once assembled
+    topo_hosts: tuple[frozenset[str], int] | None = None   # (hosts, generation) it joined
 
 
 def records_of(w: Write) -> int:
@@ -443,29 +444,35 @@ class LiveView:
         return filed
 
     def _assemble_topology(self, st: JobState) -> None:
-        """The job's topology from its hosts' discovered internals and the daemon's fabric,
-        again whenever a rank registered or a host's internals changed; the engine localizes
-        and places ranks on it. A job none of whose hosts was discovered keeps the fabric and
-        the places its ranks announced. Lock held."""
+        """The job's topology from its hosts' discovered internals and the daemon's fabric
+        (joined again when the job's hosts or their internals change), its ranks placed on it
+        (again when a rank registers); the engine localizes and places ranks on it. A job none
+        of whose hosts was discovered keeps the fabric and the places its ranks announced.
+        Lock held."""
         if self._hosts is None or not st.ranks:
             return
         key = (st.ranks_version, self._hosts.generation)
         if key == st.topo_key:
             return
         st.topo_key = key
-        from diagnosis.topology.job import assemble_job
+        from diagnosis.topology.job import join_hosts, place_ranks
 
         t0 = time.perf_counter()
-        jt = st.topology = assemble_job(st.job, st.ranks.values(), self._hosts.internals(),
-                                        self._topology, self._topology_source)
+        hosts = frozenset(r.host for r in st.ranks.values())
+        if st.topology is None or st.topo_hosts != (hosts, self._hosts.generation):
+            st.topology = join_hosts(st.job, hosts, self._hosts.internals(), self._topology,
+                                     self._topology_source)
+            st.topo_hosts = (hosts, self._hosts.generation)
+        jt = st.topology
+        place_ranks(jt, st.ranks.values())
         if not jt.discovered or st.engine is None:
             return
         if st.engine.topology is not jt.topology:
             st.engine.set_topology(jt.topology)
         for rank, place in jt.places.items():
             st.engine.add_rank(rank, place.host, place.gpu, place.nic)
-        log.info("job %s: topology assembled from %d discovered of %d hosts in %.2f s (%d "
-                 "issues)", st.job, len(jt.discovered), len(jt.hosts),
+        log.info("job %s: topology of %d discovered of %d hosts, %d ranks placed in %.2f s "
+                 "(%d issues)", st.job, len(jt.discovered), len(jt.hosts), len(jt.places),
                  time.perf_counter() - t0, len(jt.issues))
 
     def job_topology(self, job: str) -> Any:

@@ -64,7 +64,14 @@ class JobTopology:
     discovered: list[str] = field(default_factory=list)     # ... whose internals are known
     fabric: str | None = None                               # the fabric file's source, if any
     places: dict[int, RankPlace] = field(default_factory=dict)
-    issues: list[Issue] = field(default_factory=list)
+    host_issues: list[Issue] = field(default_factory=list)  # met joining hosts and fabric
+    rank_issues: list[Issue] = field(default_factory=list)  # met placing the ranks
+    # job host -> its discovered internals (what the ranks are placed with)
+    internals: dict[str, HostInternals] = field(default_factory=dict, repr=False)
+
+    @property
+    def issues(self) -> list[Issue]:
+        return [*self.host_issues, *self.rank_issues]
 
     @property
     def undiscovered(self) -> list[str]:
@@ -86,19 +93,27 @@ class JobTopology:
 def assemble_job(job: str, ranks: Iterable[RankLike], internals: Mapping[str, HostInternals],
                  fabric: Topology | None = None, fabric_source: str = "") -> JobTopology:
     """The job's topology: ``fabric`` (may be None) with the internals of the job's hosts
-    merged in, and every rank placed on it (``fabric_source``: where the fabric came from, for
-    the report). ``internals`` is keyed by the host id the sidecar
-    announced; a job host matches one by id, else by short name (case aside)."""
+    merged in (:func:`join_hosts`), and every rank placed on it (:func:`place_ranks`)."""
+    ranks = list(ranks)
+    jt = join_hosts(job, {r.host for r in ranks}, internals, fabric, fabric_source)
+    place_ranks(jt, ranks)
+    return jt
+
+
+def join_hosts(job: str, hosts: Iterable[str], internals: Mapping[str, HostInternals],
+               fabric: Topology | None = None, fabric_source: str = "") -> JobTopology:
+    """The topology of a job running on ``hosts``, no rank placed yet: ``fabric`` (may be
+    None; ``fabric_source`` names it in the report) with the discovered internals of those
+    hosts merged in. ``internals`` is keyed by the host id the sidecar announced; a job host
+    matches one by id, else by short name (case aside)."""
     from diagnosis.topology.importers.host import to_fabric
     from diagnosis.topology.importers.merge import merge
 
-    ranks = list(ranks)
-    hosts = sorted({r.host for r in ranks}, key=natural_key)
-    out = JobTopology(job, None, hosts,
+    hosts = sorted(set(hosts), key=natural_key)
+    out = JobTopology(job, fabric, hosts,
                       fabric=(fabric_source or "fabric file") if fabric is not None else None)
-    found = _match_hosts(hosts, internals, out.issues)
-    out.discovered = [h for h in hosts if h in found]
-    out.topology = fabric
+    issues = out.host_issues
+    found = _match_hosts(hosts, internals, issues)
     if found:
         try:
             frag = to_fabric(list(found.values()), source="discovery")
@@ -107,28 +122,36 @@ def assemble_job(job: str, ranks: Iterable[RankLike], internals: Mapping[str, Ho
             Topology.from_json(nx.node_link_data(frag.graph, edges="links"),
                                source="the discovered hosts")
         except DiagnosisError as exc:
-            out.issues.append(Issue(WARNING, f"the discovered hosts do not make a topology "
-                                    f"({exc}): placing ranks without them"))
+            issues.append(Issue(WARNING, f"the discovered hosts do not make a topology "
+                                f"({exc}): placing ranks without them"))
             found = {}
         else:
-            out.issues.extend(frag.issues)
+            issues.extend(frag.issues)
             graph = frag.graph
             if fabric is not None:
                 res = merge(fabric.graph, frag.graph, "discovery")
                 graph = res.graph
-                out.issues.extend(res.issues)
+                issues.extend(res.issues)
             graph.graph.pop("import_issues", None)
             out.topology = Topology(graph)
+    out.internals = found
+    out.discovered = [h for h in hosts if h in found]
     nowhere = [h for h in hosts if h not in found and
                (out.topology is None or h not in out.topology.graph)]
     if nowhere:
-        out.issues.append(Issue(WARNING, f"host(s) {few(nowhere)} of job {job} were neither "
-                                "discovered nor in the fabric file: their ranks name no GPU or "
-                                "NIC from the topology (is their sidecar running, and with the "
-                                "same --host as the ranks' C4_HOST?)"))
-    for r in ranks:
-        out.places[int(r.rank)] = _place(r, out.topology, found.get(r.host), out.issues)
+        issues.append(Issue(WARNING, f"host(s) {few(nowhere)} of job {job} were neither "
+                            "discovered nor in the fabric file: their ranks name no GPU or NIC "
+                            "from the topology (is their sidecar running, and with the same "
+                            "--host as the ranks' C4_HOST?)"))
     return out
+
+
+def place_ranks(jt: JobTopology, ranks: Iterable[RankLike]) -> None:
+    """Place every rank on ``jt``'s topology (again: earlier places and their issues go)."""
+    jt.places, jt.rank_issues = {}, []
+    for r in ranks:
+        jt.places[int(r.rank)] = _place(r, jt.topology, jt.internals.get(r.host),
+                                        jt.rank_issues)
 
 
 def _match_hosts(hosts: list[str], internals: Mapping[str, HostInternals],
