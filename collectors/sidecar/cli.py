@@ -76,7 +76,8 @@ def sidecar(
                                           "pulled by the daemon around a fault (0: keep none)."),
     ports: str = typer.Option("mapped", "--ports", envvar="C4_PORTS",
                               help="NIC port states and error counters from sysfs: mapped "
-                                   "(the ports of --nic-map, none without it), all (every "
+                                   "(the ports of --nic-map and of the NICs discovery "
+                                   "found), all (every "
                                    "port but lo; unmapped ones as HOST/PORT) or off."),
     sysfs_root: str = typer.Option("/sys", "--sysfs-root", envvar="C4_SYSFS_ROOT",
                                    help="Where sysfs is mounted (for containers and tests)."),

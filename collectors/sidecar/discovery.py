@@ -19,12 +19,28 @@ from functools import partial
 from pathlib import Path
 
 from diagnosis.topology.discover import Runner, discover_host, recorded_runner, run_command
+from diagnosis.topology.host_internals import HostInternals
+from diagnosis.topology.importers.common import clean_id
 from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 
 #: ``--discover`` values besides a directory of recorded outputs
 ON, OFF = "on", "off"
+
+
+def port_map(hi: HostInternals) -> dict[str, str]:
+    """The sidecar's port names (``mlx5_0/1``, ``eth0``: ``ports.py``) -> the topology id the
+    daemon gives each discovered NIC (``<host>/<name>``, as ``importers.host`` names them), so
+    port records name the NICs of the assembled topology without a ``--nic-map``."""
+    out: dict[str, str] = {}
+    for n in hi.nics:
+        nic = f"{hi.host}/{clean_id(n.name)}"
+        if n.ibdev:
+            out[f"{n.ibdev}/{n.port or 1}"] = nic
+        if n.netdev:
+            out[n.netdev] = nic
+    return out
 
 
 def make_runner(discover: str, timeout_s: float) -> Runner | None:
@@ -39,9 +55,11 @@ def make_runner(discover: str, timeout_s: float) -> Runner | None:
 
 class HostDiscovery:
     def __init__(self, host: str, put: Callable[..., None], runner: Runner, *,
-                 sysfs_root: str = "/sys", interval_s: float = 300.0) -> None:
+                 sysfs_root: str = "/sys", interval_s: float = 300.0,
+                 on_change: Callable[[HostInternals], None] | None = None) -> None:
         self.host = host
         self.put = put            # the outbox's: queue one request (logged, resent until acked)
+        self.on_change = on_change    # told the new internals (the port watch's map)
         self.runner = runner
         self.sysfs_root = sysfs_root
         self.interval_s = interval_s
@@ -68,6 +86,8 @@ class HostDiscovery:
                                                    internals=text, digest=digest))
         self.digest = digest
         self.shipped += 1
+        if self.on_change is not None:
+            self.on_change(hi)
         log.info("host %s: %d GPUs, %d NICs discovered (%s); sent to the daemon", self.host,
                  len(hi.gpus), len(hi.nics), ", ".join(hi.sources) or "no tool answered")
         return True

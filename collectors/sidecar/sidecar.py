@@ -12,7 +12,7 @@ from typing import Any
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.counters import Drops
-from collectors.sidecar.discovery import HostDiscovery, make_runner
+from collectors.sidecar.discovery import HostDiscovery, make_runner, port_map
 from collectors.sidecar.edge import Edge
 from collectors.sidecar.errors import SidecarConfigError
 from collectors.sidecar.intake import Intake
@@ -83,7 +83,8 @@ class Sidecar:
             raise SidecarConfigError(f"--discover: {exc}") from None
         self.discovery = None if runner is None else HostDiscovery(
             config.host, self.outbox.put, runner, sysfs_root=config.edge.sysfs_root,
-            interval_s=config.discover_interval_s)
+            interval_s=config.discover_interval_s,
+            on_change=lambda hi: self.edge.map_ports(port_map(hi)))
         self._samplers: dict[tuple[str, int], Any] = {}
 
     # -- background work ------------------------------------------------------------------

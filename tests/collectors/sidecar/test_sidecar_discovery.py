@@ -146,3 +146,37 @@ def test_a_missing_recorded_directory_is_a_clear_error(tmp_path):
 
     with pytest.raises(DiagnosisError, match="is not a directory of recorded tool outputs"):
         make_runner(str(tmp_path / "absent"), 1.0)
+
+
+def test_discovered_nics_map_the_ports_the_sidecar_reads(tmp_path):
+    """The recorded H100 node's sysfs: its ports are read under the ids the daemon's
+    topology gives its NICs, with no --nic-map; an explicit map still wins."""
+    import shutil
+
+    from collectors.sidecar.discovery import port_map
+    from collectors.sidecar.edge import Edge
+    from collectors.sidecar.edge_config import EdgeConfig
+    from diagnosis.topology.discover import discover_host, recorded_runner
+
+    sysfs = tmp_path / "sys"
+    shutil.copytree(topo_fixture("sysfs_class_infiniband_h100", folder="health"),
+                    sysfs / "class" / "infiniband")
+    outputs = recorded_outputs(tmp_path / "outputs")
+    hi = discover_host(recorded_runner(outputs), sysfs, hostname="n1")
+    mapping = port_map(hi)
+    assert mapping["mlx5_0/1"] == "n1/mlx5_0" and mapping["ibp24s0"] == "n1/mlx5_0"
+    assert mapping["mlx5_bond_0/1"] == "n1/mlx5_bond_0"
+
+    def edge(nic_map=(), ports="mapped") -> Edge:
+        return Edge("n1", EdgeConfig(ports=ports, sysfs_root=str(sysfs), nic_map=nic_map),
+                    lambda **_: None, lambda *_: None, lambda *_: None)
+    plain = edge()
+    assert plain.ports is None                      # nothing mapped yet: nothing read
+    plain.map_ports(mapping)
+    assert sorted(plain.ports.read()) == ["n1/mlx5_0", "n1/mlx5_1", "n1/mlx5_bond_0"]
+    pinned = edge(nic_map=(("mlx5_0/1", "n1/rail0"),))
+    pinned.map_ports(mapping)
+    assert sorted(pinned.ports.read()) == ["n1/mlx5_1", "n1/mlx5_bond_0", "n1/rail0"]
+    off = edge(ports="off")
+    off.map_ports(mapping)
+    assert off.ports is None
