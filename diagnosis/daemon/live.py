@@ -459,12 +459,13 @@ class LiveView:
 
         t0 = time.perf_counter()
         hosts = frozenset(r.host for r in st.ranks.values())
+        previous = st.topology.places if st.topology is not None else None
         if st.topology is None or st.topo_hosts != (hosts, self._hosts.generation):
             st.topology = join_hosts(st.job, hosts, self._hosts.internals(), self._topology,
                                      self._topology_source)
             st.topo_hosts = (hosts, self._hosts.generation)
         jt = st.topology
-        place_ranks(jt, st.ranks.values())
+        place_ranks(jt, st.ranks.values(), previous)
         if not jt.discovered or st.engine is None:
             return
         if st.engine.topology is not jt.topology:

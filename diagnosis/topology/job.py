@@ -146,12 +146,28 @@ def join_hosts(job: str, hosts: Iterable[str], internals: Mapping[str, HostInter
     return out
 
 
-def place_ranks(jt: JobTopology, ranks: Iterable[RankLike]) -> None:
-    """Place every rank on ``jt``'s topology (again: earlier places and their issues go)."""
+def place_ranks(jt: JobTopology, ranks: Iterable[RankLike],
+                previous: Mapping[int, RankPlace] | None = None) -> None:
+    """Place every rank on ``jt``'s topology (again: earlier places and their issues go).
+
+    ``previous``: the places of the same ranks before their hosts' internals changed. A rank
+    keeps the NIC discovery gave it then while that NIC is still in the topology: NCCL picks a
+    GPU's NIC when the communicator starts and keeps it, so a NIC that went down since is
+    still the one the rank's traffic crosses (and the likely culprit), not the NIC its GPU
+    would be paired with now."""
     jt.places, jt.rank_issues = {}, []
+    topo = jt.topology
     for r in ranks:
-        jt.places[int(r.rank)] = _place(r, jt.topology, jt.internals.get(r.host),
-                                        jt.rank_issues)
+        place = _place(r, topo, jt.internals.get(r.host), jt.rank_issues)
+        before = (previous or {}).get(int(r.rank))
+        if (before is not None and before.source == DISCOVERED and place.source == DISCOVERED
+                and before.gpu == place.gpu and before.nic != place.nic
+                and before.nic is not None and topo is not None and before.nic in topo.graph):
+            jt.rank_issues.append(Issue(INFO, f"rank {r.rank} keeps NIC {before.nic}, the one "
+                                        f"its GPU used when it started ({place.host} now pairs "
+                                        f"{place.gpu} with {place.nic})"))
+            place = before
+        jt.places[int(r.rank)] = place
 
 
 def _match_hosts(hosts: list[str], internals: Mapping[str, HostInternals],

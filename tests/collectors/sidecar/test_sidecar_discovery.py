@@ -27,9 +27,9 @@ from tests.support.topology_fixtures import recorded_outputs, topo_fixture
 HOSTS = ("peta10000", "peta10020")
 
 
-def rank_info(rank: int, host: str, device: str) -> c4_pb2.IngestRequest:
+def rank_info(rank: int, host: str, device: str, world: int = 4) -> c4_pb2.IngestRequest:
     return c4_pb2.IngestRequest(rank=c4_pb2.RankInfo(
-        job="j", rank=rank, world_size=4, host=host, local_rank=rank % 2, backend="nccl",
+        job="j", rank=rank, world_size=world, host=host, local_rank=rank % 2, backend="nccl",
         cuda_device=device))
 
 
@@ -96,14 +96,29 @@ def test_sidecars_discover_and_the_daemon_places_ranks(tmp_path):
                                               address])
             assert res.exit_code == 2 and "job 'nope' has no registered rank" in res.output
 
-            # on change: peta10000's mlx5_0 goes down; its sidecar notices and says so
+            # on change: peta10000's mlx5_0 goes down; its sidecar notices and says so. The
+            # running ranks keep the NIC NCCL picked when they started; a rank that starts
+            # now gets the NIC its GPU is paired with now.
             ibdev = outputs["peta10000"] / "ibdev2netdev.txt"
             ibdev.write_text(ibdev.read_text().replace("ibp24s0 (Up)", "ibp24s0 (Down)"))
-            wait_for(lambda: places(client)[0][1] == "peta10000/mlx5_3", 30,
-                     what="rank 0 moved off the NIC that went down")
-            wait_for(lambda: engine.placement.get(0).nic == "peta10000/mlx5_3", 10,
-                     what="the engine following the new pairing")
-            assert places(client)[2][1] == "peta10020/mlx5_0"
+
+            def mlx5_0_down() -> bool:
+                obj = client.job_topology("j", with_graph=True)
+                node = next(n for n in obj["topology"]["nodes"]
+                            if n["id"] == "peta10000/mlx5_0")
+                return node.get("state") == "down"
+            wait_for(mlx5_0_down, 30, what="the daemon hearing that mlx5_0 went down")
+            obj = client.job_topology("j")
+            assert "rank 0 keeps NIC peta10000/mlx5_0, the one its GPU used when it started " \
+                "(peta10000 now pairs peta10000/gpu1 with peta10000/mlx5_3)" in \
+                [i["message"] for i in obj["issues"]]
+            assert places(client) == want and engine.placement.get(0).nic == "peta10000/mlx5_0"
+            conns[0].send(rank_info(4, "peta10000", "1", world=8))
+            wait_for(lambda: places(client).get(4) == ("peta10000/gpu1", "peta10000/mlx5_3",
+                                                       "discovered"), 30,
+                     what="a rank started after the change paired with an up NIC")
+            wait_for(lambda: engine.placement.get(4).nic == "peta10000/mlx5_3", 10,
+                     what="the engine placing the new rank")
         for car in cars:
             assert car.metric("c4_sidecar_rejected_requests_total") == 0
     finally:
@@ -119,7 +134,10 @@ def test_sidecars_discover_and_the_daemon_places_ranks(tmp_path):
     try:
         with DaemonClient(f"127.0.0.1:{again.port}") as client:
             got = places(client)
-            assert got[0][1] == "peta10000/mlx5_3" and got[3][1] == "peta10020/mlx5_3"
+            # assembled afresh from the stored registrations and internals (what each rank
+            # started with is not kept)
+            assert got[4] == ("peta10000/gpu1", "peta10000/mlx5_3", "discovered")
+            assert got[2] == ("peta10020/gpu1", "peta10020/mlx5_0", "discovered")
     finally:
         again.stop(grace=1)
 

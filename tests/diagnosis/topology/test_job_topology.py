@@ -124,3 +124,23 @@ def test_text_report(internals, slurm):
         "0", "peta10000", "peta10000/gpu1", "peta10000/mlx5_0", "discovered"]
     assert "  … 1 more ranks (--format json lists all)" in lines
     assert any(line.startswith("warning: host(s) ghost01") for line in lines)
+
+
+def test_running_ranks_keep_the_nic_they_started_with(tmp_path, internals):
+    from diagnosis.topology.job import join_hosts, place_ranks
+
+    folder = recorded_outputs(tmp_path / "outputs")
+    ibdev = folder / "ibdev2netdev.txt"
+    ibdev.write_text(ibdev.read_text().replace("ibp24s0 (Up)", "ibp24s0 (Down)"))
+    now = {"peta10000": discover_host(recorded_runner(folder), tmp_path / "nosys",
+                                      hostname="peta10000")}
+    ranks = [rank(0, "peta10000", "1"), rank(1, "peta10000", "7")]
+    before = assemble_job("j", ranks, internals)
+    jt = join_hosts("j", ["peta10000"], now)
+    place_ranks(jt, ranks)                      # a fresh start: GPU1 pairs with mlx5_3 now
+    assert jt.places[0].nic == "peta10000/mlx5_3"
+    place_ranks(jt, ranks, before.places)       # the running ranks keep theirs
+    assert jt.places[0].nic == "peta10000/mlx5_0" and jt.places[1].nic == "peta10000/mlx5_3"
+    assert messages(jt)[-1] == ("rank 0 keeps NIC peta10000/mlx5_0, the one its GPU used when "
+                                "it started (peta10000 now pairs peta10000/gpu1 with "
+                                "peta10000/mlx5_3)")
