@@ -197,6 +197,10 @@ def discover(
                                     "(default: its short hostname)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the JSON here "
                                        "(default: print it)."),
+    recorded: Path | None = typer.Option(None, "--from", help="Read the tools' saved outputs "
+                                         "from this directory (nvidia-smi.txt, "
+                                         "ibdev2netdev.txt, lldpctl.json) instead of running "
+                                         "them, as the sidecar's --discover DIR does."),
 ) -> None:
     """Discover this host's GPUs, NICs, GPU-NIC pairing and switch ports, as JSON.
 
@@ -204,9 +208,15 @@ def discover(
     """
     import json
 
-    from diagnosis.topology.discover import discover_host, run_command
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.topology.discover import discover_host, recorded_runner, run_command
 
-    text = json.dumps(discover_host(run_command, sysfs_root, hostname=host).to_json(), indent=1)
+    try:
+        runner = run_command if recorded is None else recorded_runner(recorded)
+    except DiagnosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    text = json.dumps(discover_host(runner, sysfs_root, hostname=host).to_json(), indent=1)
     if output is None:
         typer.echo(text)
     else:
