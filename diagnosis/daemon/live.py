@@ -425,7 +425,11 @@ class LiveView:
         try:
             with self._lock:
                 for st in self._jobs.values():
-                    self._assemble_topology(st)
+                    try:
+                        self._assemble_topology(st)
+                    except Exception:  # the detectors go on with the topology they had
+                        log.exception("job %s: assembling its topology failed; it is tried "
+                                      "again when a rank registers or a host changes", st.job)
                 self._apply_heartbeats()
                 found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
                          if st.engine is not None]

@@ -12,7 +12,6 @@ reported, as are hosts known to neither source and devices that name no discover
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -24,8 +23,6 @@ from diagnosis.topology.host_internals import HostInternals
 from diagnosis.topology.importers.common import INFO, WARNING, Issue, counts, few
 from diagnosis.topology.model import Topology, natural_key
 
-log = logging.getLogger(__name__)
-
 #: where a rank's place came from
 DISCOVERED, ANNOUNCED, UNPLACED = "discovered", "announced", "none"
 
@@ -33,12 +30,14 @@ DISCOVERED, ANNOUNCED, UNPLACED = "discovered", "announced", "none"
 class RankLike(Protocol):
     """What assembling needs of a registered rank (``diagnosis.store.RankRecord``)."""
 
-    rank: int
-    host: str
-    local_rank: int
-    gpu: str
-    nic: str
-
+    @property
+    def rank(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def nic(self) -> str: ...
     @property
     def cuda_device(self) -> str: ...
 
@@ -202,7 +201,7 @@ def _place(r: RankLike, topo: Topology | None, hi: HostInternals | None,
            issues: list[Issue]) -> RankPlace:
     announced_gpu, announced_nic = r.gpu or None, r.nic or None
     gpu = nic = None
-    device = getattr(r, "cuda_device", "") or ""
+    device = r.cuda_device
     if hi is not None and device and topo is not None:
         gpu = _gpu_of(r, device, hi, topo, issues)
         if gpu is not None:
