@@ -6,11 +6,13 @@ from typing import Any
 
 from diagnosis.topology.importers.common import Issue
 
-#: ranks listed in the text; ``--format json`` lists every one
+#: ranks and issues listed in the text; ``--format json`` lists every one
 MAX_RANKS_SHOWN = 64
+MAX_ISSUES_SHOWN = 40
 
 
-def job_text(obj: dict[str, Any], max_ranks: int = MAX_RANKS_SHOWN) -> str:
+def job_text(obj: dict[str, Any], max_ranks: int = MAX_RANKS_SHOWN,
+             max_issues: int = MAX_ISSUES_SHOWN) -> str:
     hosts, found = obj["hosts"], obj["discovered"]
     lines = [f"job {obj['job']}: {len(hosts)} hosts, {len(found)} discovered; fabric: "
              f"{obj['fabric'] or 'none'}"]
@@ -38,8 +40,13 @@ def job_text(obj: dict[str, Any], max_ranks: int = MAX_RANKS_SHOWN) -> str:
                   for row in rows]
         if len(ranks) > max_ranks:
             lines.append(f"  … {len(ranks) - max_ranks} more ranks (--format json lists all)")
-    for issue in sorted(obj["issues"], key=lambda i: i["level"] != "warning"):
+    issues = sorted(obj["issues"], key=lambda i: i["level"] != "warning")
+    for issue in issues[:max_issues]:
         lines.append(f"{issue['level']}: {Issue.from_json(issue)}")
+    if len(issues) > max_issues:
+        warnings = sum(i["level"] == "warning" for i in issues[max_issues:])
+        lines.append(f"… {len(issues) - max_issues} more issues ({warnings} warnings; "
+                     "--format json lists all)")
     return "\n".join(lines)
 
 

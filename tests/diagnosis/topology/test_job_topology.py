@@ -124,6 +124,11 @@ def test_text_report(internals, slurm):
         "0", "peta10000", "peta10000/gpu1", "peta10000/mlx5_0", "discovered"]
     assert "  … 1 more ranks (--format json lists all)" in lines
     assert any(line.startswith("warning: host(s) ghost01") for line in lines)
+    short = job_text(jt.to_json(), max_issues=1).splitlines()
+    assert short[-2].startswith("warning: ")
+    assert short[-1] == (f"… {len(jt.issues) - 1} more issues "
+                         f"({sum(i.level == 'warning' for i in jt.issues) - 1} warnings; "
+                         "--format json lists all)")
 
 
 def test_running_ranks_keep_the_nic_they_started_with(tmp_path, internals):
