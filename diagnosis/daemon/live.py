@@ -82,6 +82,7 @@ class JobState:
     topo_key: tuple[int, int] = (-1, -1)    # (ranks_version, host book generation) assembled
     topology: Any = None       # its JobTopology (diagnosis.topology.job), once assembled
     topo_hosts: tuple[frozenset[str], int] | None = None   # (hosts, generation) it joined
+    topo_pass_version: int = -1    # ranks_version at the last pass that looked at its hosts
 
 
 def records_of(w: Write) -> int:
@@ -465,6 +466,14 @@ class LiveView:
         hosts = frozenset(r.host for r in st.ranks.values())
         previous = st.topology.places if st.topology is not None else None
         if st.topology is None or st.topo_hosts != (hosts, self._hosts.generation):
+            # while a large job's ranks are still registering, its hosts change every pass:
+            # join them once the registrations are complete or paused for a pass
+            registering = len(st.ranks) < st.budget.world and \
+                st.ranks_version != st.topo_pass_version
+            st.topo_pass_version = st.ranks_version
+            if registering and st.topology is not None:
+                st.topo_key = (-1, -1)
+                return
             st.topology = join_hosts(st.job, hosts, self._hosts.internals(), self._topology,
                                      self._topology_source)
             st.topo_hosts = (hosts, self._hosts.generation)

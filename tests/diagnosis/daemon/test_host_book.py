@@ -75,3 +75,47 @@ def test_ingest_takes_host_internals_over_grpc(internals):
             assert [s.host for s in status.sidecars] == ["n1"]
     finally:
         daemon.stop(grace=1)
+
+
+def test_the_live_view_joins_hosts_once_registration_settles(internals, monkeypatch):
+    """A job of 4 hosts whose ranks register over three passes: one join for the first rank,
+    none while more keep coming, one when all are in; a host's new internals join again."""
+    from diagnosis.daemon.faults import FaultHub
+    from diagnosis.daemon.live import LiveView
+    from diagnosis.store import RankRecord, Write
+    from diagnosis.topology import job as job_mod
+
+    joins: list[frozenset[str]] = []
+    real = job_mod.join_hosts
+
+    def counted(job, hosts, *args, **kwargs):
+        joins.append(frozenset(hosts))
+        return real(job, hosts, *args, **kwargs)
+    monkeypatch.setattr(job_mod, "join_hosts", counted)
+    book = HostBook()
+    hi = json.loads(internals)
+    for i, h in enumerate(["n0", "n1", "n2", "n3"]):
+        book.put(msg(json.dumps({**hi, "host": h}), host=h, t_ns=i + 1))
+    live = LiveView(FaultHub(open_store("memory://")), hosts=book)
+    seq = iter(range(1, 100))
+
+    def register(*ranks: int) -> None:
+        live.apply([Write("s", next(seq), RankRecord("j", 0, r, 8, f"n{r // 2}",
+                                                     cuda_device=str(r % 2)))
+                    for r in ranks])
+        live.drain()
+        live.analyze()
+    register(0)
+    register(1, 2)
+    register(3, 4, 5)
+    assert joins == [frozenset({"n0"})]         # still registering: not joined again
+    register(6, 7)
+    assert joins[-1] == frozenset({"n0", "n1", "n2", "n3"}) and len(joins) == 2
+    engine = live._jobs[("j", 0)].engine
+    assert (engine.placement.get(7).gpu, engine.placement.get(7).nic) == ("n3/gpu1",
+                                                                          "n3/mlx5_0")
+    live.analyze()
+    assert len(joins) == 2                      # nothing changed
+    book.put(msg(json.dumps({**hi, "host": "n2"}), host="n2", t_ns=99))
+    live.analyze()
+    assert len(joins) == 3
