@@ -100,7 +100,9 @@ def test_sidecars_discover_and_the_daemon_places_ranks(tmp_path):
             # running ranks keep the NIC NCCL picked when they started; a rank that starts
             # now gets the NIC its GPU is paired with now.
             ibdev = outputs["peta10000"] / "ibdev2netdev.txt"
-            ibdev.write_text(ibdev.read_text().replace("ibp24s0 (Up)", "ibp24s0 (Down)"))
+            fresh = ibdev.with_suffix(".new")       # replaced at once: no round reads half
+            fresh.write_text(ibdev.read_text().replace("ibp24s0 (Up)", "ibp24s0 (Down)"))
+            fresh.replace(ibdev)
 
             def mlx5_0_down() -> bool:
                 obj = client.job_topology("j", with_graph=True)
@@ -121,6 +123,9 @@ def test_sidecars_discover_and_the_daemon_places_ranks(tmp_path):
                      what="the engine placing the new rank")
         for car in cars:
             assert car.metric("c4_sidecar_rejected_requests_total") == 0
+            assert car.metric("c4_sidecar_discovery_rounds_total") >= 2
+        assert cars[0].metric("c4_sidecar_discovery_sent_total") == 2   # start, mlx5_0 down
+        assert cars[1].metric("c4_sidecar_discovery_sent_total") == 1
     finally:
         for conn in conns:
             conn.close()
