@@ -31,12 +31,13 @@ def test_bytes_and_retransmissions_land_in_their_windows_with_the_peer_named():
     out = {(int(s), int(d), int(t)): (int(b), int(r)) for s, d, t, b, r in zip(
         got["src"], got["dst"], got["t_ns"], got["bytes"], got["retrans"], strict=True)}
     # 5 intervals of 1000 bytes and 3 retransmissions each, ending at 10.5, 11, 11.5, 12 and
-    # 12.5 s; a window [t - 1 s, t) is written at its end t
+    # 12.5 s; a window [t - 1 s, t) is written at its end t, the last one cut short at the
+    # last sample
     assert out[(0, 1, 11 * S)] == (1000, 3)
     assert out[(0, 1, 12 * S)] == (2000, 6)
-    assert out[(0, 1, 13 * S)] == (2000, 6)
+    assert out[(0, 1, 12 * S + S // 2)] == (2000, 6)
     assert sum(b for (s, _, _), (b, _) in out.items() if s == 1) == 50
-    assert set(got["window_ns"].tolist()) == {S}
+    assert got["window_ns"].tolist() == [S] * 4 + [S // 2] * 2
 
 
 def test_no_samples_or_no_movement_gives_nothing():
