@@ -30,10 +30,14 @@ class Problem:
 
 @dataclass
 class Problems:
-    """Collects the problems of a read; warns about the first of each kind in each file."""
+    """Collects the problems of a read; warns about the first of each kind in each file (of
+    the kinds in ``once``, the first in any file), counts every one."""
 
     #: problems kept in full (the first ones); the rest are only counted
     keep: int = 200
+    #: kinds that are normal output of some NCCL versions rather than damage (``"nan"``
+    #: bandwidths of calls too short to time): warned about once per read, not per file
+    once: frozenset[str] = frozenset({"nan"})
     seen: list[Problem] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
     _warned: set[tuple[str, str]] = field(default_factory=set)
@@ -45,7 +49,7 @@ class Problems:
         self.counts[kind] += 1
         if len(self.seen) < self.keep:
             self.seen.append(p)
-        key = (source, kind)
+        key = ("", kind) if kind in self.once else (source, kind)
         if key not in self._warned:
             self._warned.add(key)
             self.logger.warning("%s: %s", p.where(), message)

@@ -106,6 +106,15 @@ def test_p2p_lines_and_nan_strings(caplog):
     assert "dump.log:11" in caplog.text                            # file and line
 
 
+def test_nan_is_warned_once_per_read_and_counted_in_every_file(caplog):
+    problems = Problems()
+    with caplog.at_level(logging.WARNING):
+        for name in ("a.log", "b.log"):
+            parse_block(P2P + b"\n" + LINE + b"\n" + P2P + b"\n", 1, name, problems)
+    assert problems.counts["nan"] == 8                       # two fields on each of 4 lines
+    assert caplog.text.count('"nan"') == 1 and "a.log:1:" in caplog.text
+
+
 def test_bad_lines_are_skipped_with_file_and_line_and_the_rest_read(caplog):
     truncated = LINE[:120]
     unknown = LINE.replace(b'"v4.0"', b'"v9.1"').replace(b'"coll_sn":1407', b'"coll_sn":1408')
