@@ -398,20 +398,22 @@ class Control(_message.Message):
     def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ...) -> None: ...
 
 class IngestAck(_message.Message):
-    __slots__ = ("seq", "code", "error", "duplicate", "sidecar", "control")
+    __slots__ = ("seq", "code", "error", "duplicate", "sidecar", "control", "parked_job")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     SIDECAR_FIELD_NUMBER: _ClassVar[int]
     CONTROL_FIELD_NUMBER: _ClassVar[int]
+    PARKED_JOB_FIELD_NUMBER: _ClassVar[int]
     seq: int
     code: int
     error: str
     duplicate: bool
     sidecar: str
     control: Control
-    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ..., sidecar: _Optional[str] = ..., control: _Optional[_Union[Control, _Mapping]] = ...) -> None: ...
+    parked_job: str
+    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ..., sidecar: _Optional[str] = ..., control: _Optional[_Union[Control, _Mapping]] = ..., parked_job: _Optional[str] = ...) -> None: ...
 
 class Suspect(_message.Message):
     __slots__ = ("type", "id", "score", "rank")
@@ -560,7 +562,7 @@ class SidecarSeen(_message.Message):
     def __init__(self, sidecar: _Optional[str] = ..., host: _Optional[str] = ..., last_seen_ns: _Optional[int] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "store", "started_ns", "records_ingested", "records_per_second", "batches_rejected", "duplicates", "sidecars", "jobs", "open_faults")
+    __slots__ = ("version", "store", "started_ns", "records_ingested", "records_per_second", "batches_rejected", "duplicates", "sidecars", "jobs", "open_faults", "store_error", "live_jobs", "job_problems", "watches", "ingest_streams")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     STARTED_NS_FIELD_NUMBER: _ClassVar[int]
@@ -571,6 +573,11 @@ class StatusResponse(_message.Message):
     SIDECARS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     OPEN_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    STORE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
+    JOB_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    WATCHES_FIELD_NUMBER: _ClassVar[int]
+    INGEST_STREAMS_FIELD_NUMBER: _ClassVar[int]
     version: str
     store: str
     started_ns: int
@@ -581,7 +588,28 @@ class StatusResponse(_message.Message):
     sidecars: _containers.RepeatedCompositeFieldContainer[SidecarSeen]
     jobs: int
     open_faults: int
-    def __init__(self, version: _Optional[str] = ..., store: _Optional[str] = ..., started_ns: _Optional[int] = ..., records_ingested: _Optional[int] = ..., records_per_second: _Optional[float] = ..., batches_rejected: _Optional[int] = ..., duplicates: _Optional[int] = ..., sidecars: _Optional[_Iterable[_Union[SidecarSeen, _Mapping]]] = ..., jobs: _Optional[int] = ..., open_faults: _Optional[int] = ...) -> None: ...
+    store_error: str
+    live_jobs: int
+    job_problems: int
+    watches: int
+    ingest_streams: int
+    def __init__(self, version: _Optional[str] = ..., store: _Optional[str] = ..., started_ns: _Optional[int] = ..., records_ingested: _Optional[int] = ..., records_per_second: _Optional[float] = ..., batches_rejected: _Optional[int] = ..., duplicates: _Optional[int] = ..., sidecars: _Optional[_Iterable[_Union[SidecarSeen, _Mapping]]] = ..., jobs: _Optional[int] = ..., open_faults: _Optional[int] = ..., store_error: _Optional[str] = ..., live_jobs: _Optional[int] = ..., job_problems: _Optional[int] = ..., watches: _Optional[int] = ..., ingest_streams: _Optional[int] = ...) -> None: ...
+
+class RemoveJobRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class RemoveJobResponse(_message.Message):
+    __slots__ = ("job", "attempts", "faults")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FAULTS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempts: int
+    faults: int
+    def __init__(self, job: _Optional[str] = ..., attempts: _Optional[int] = ..., faults: _Optional[int] = ...) -> None: ...
 
 class ReducedRequest(_message.Message):
     __slots__ = ("job",)
