@@ -11,11 +11,17 @@ endpoints every node reported, as the daemon does live) and ``port`` records as 
 ``full``: the full records the nodes sent around the job's fault reports (detail on demand)
 are merged into the op records, once per call, so the trace holds every call of the ranks
 involved around each report's onset.
+
+Rows ``c4 analyze`` could not use (times before the epoch or far in the future, integers near
+the int64 limits: stored before the daemon checked times at the door) are left out, counted
+(``ExportSummary.insane``) and named in a warning: an export never writes what analyze cannot
+read.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +30,7 @@ import numpy as np
 from collectors.reduce import kept_rows
 from collectors.reduce.sampling import take
 from diagnosis.daemon.batches import port_records, progress_records
+from diagnosis.daemon.bounds import sane_rows
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.engine.records import LinkStatRecords
 from diagnosis.trace.writer import TraceWriter
@@ -51,6 +58,15 @@ class ExportSummary:
     port: int = 0
     detail_ops: int = 0
     unresolved_links: int = 0
+    insane: int = 0          # rows left out: their times or values are beyond what c4 reads
+
+
+def _sane(cols: Columns, kind: str, summary: ExportSummary, now_ns: int) -> Columns:
+    keep = sane_rows(cols, kind, now_ns=now_ns)
+    if keep.all():
+        return cols
+    summary.insane += int((~keep).sum())
+    return take(cols, keep)
 
 
 def _sample(schedules: list[c4_pb2.SampleSchedule]) -> int:
@@ -111,10 +127,14 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
         ops = take(ops, kept_rows(ops, out.sample))
     if details:
         ops, out.detail_ops = _merge_detail(ops, details)
+    now_ns = time.time_ns()
+    ops = _sane(ops, "OpBatch", out, now_ns)
     out.ops = len(ops)
-    progress = [decode_progress(m) for m in by_kind["progress"]]
-    links = _links([decode_linkstats(m) for m in by_kind["linkstats"]], out)
-    ports = [decode_ports(m) for m in by_kind["ports"]]
+    progress = [_sane(decode_progress(m), "ProgressBatch", out, now_ns)
+                for m in by_kind["progress"]]
+    links = _links([_sane(decode_linkstats(m), "LinkStatBatch", out, now_ns)
+                    for m in by_kind["linkstats"]], out)
+    ports = [_sane(decode_ports(m), "PortBatch", out, now_ns) for m in by_kind["ports"]]
     ends = [int(max(ops["t_enter_ns"].max(), ops["t_end_ns"].max()))] if len(ops) else []
     with TraceWriter(output) as w:
         w.meta(job, version=out.version, sample=out.sample)
@@ -141,4 +161,8 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
     if out.unresolved_links:
         log.warning("%d linkstat rows name a peer socket no node reported: left out",
                     out.unresolved_links)
+    if out.insane:
+        log.warning("%d rows hold times before the epoch or far ahead, or integers near the "
+                    "int64 limits (stored before the daemon checked them): left out, c4 "
+                    "analyze could not use them", out.insane)
     return out

@@ -235,6 +235,9 @@ def export(
     what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
     extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
     console.print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
+    if out.insane:
+        console.print(f"left out {out.insane:,} records whose times or values c4 analyze could "
+                      "not use (stored before the daemon checked them)")
 
 
 def register(app: typer.Typer) -> None:

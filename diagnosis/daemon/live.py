@@ -8,6 +8,11 @@ analysis pass never holds up acknowledgements. Memory is bounded: the backlog ho
 job's engine keeps a bounded window, and a job silent for ``idle_s`` leaves the view (it is
 rebuilt from the store's registrations if it speaks again).
 
+Isolation: each job's records are applied and analysed apart. A failure in one job's part
+(applying a write, its heartbeats, its budget, a pass of its detectors, filing its reports) is
+counted (``problems``), logged at most once per interval per job, and touches no other job: the
+rest of the group commit is applied, every other job analysed.
+
 Lag: the age of the oldest stored write whose records the detectors have not finished judging
 (waiting in the backlog, or applied but not yet through a completed analysis pass). With the
 detectors keeping up it stays near the analysis interval plus one pass; it grows when they fall
@@ -26,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from collectors.sidecar.ratelog import RateLimitedLog
 from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.control import ControlHub
@@ -127,6 +133,20 @@ class LiveView:
         self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
+        # failures kept inside one job's analysis, by stage (apply, heard, budget, advance, file)
+        self.problems: dict[str, int] = {}
+        self._rated = RateLimitedLog(log)
+
+    def _problem(self, job: str, stage: str) -> None:
+        """A failure in one job's part (call from an ``except`` block): counted, logged at
+        most once per interval per job and stage, and kept from the other jobs."""
+        self.problems[stage] = self.problems.get(stage, 0) + 1
+        if self._rated.warning(f"{stage}:{job}", "job %s: its live analysis failed (%s); the "
+                               "other jobs are not affected", job, stage):
+            log.debug("the failure", exc_info=True)
+
+    def problem_count(self) -> int:
+        return sum(self.problems.values())
 
     # -- from the writer -----------------------------------------------------------------------
     def apply(self, writes: list[Write]) -> None:
@@ -183,7 +203,11 @@ class LiveView:
             st = self._jobs.get((job, attempt))
             # only registered ranks: a stray rank id must not size the engine's arrays
             if st is not None and rank in st.ranks:
-                st.budget.recorded(rank, recorded, t_ns)
+                try:
+                    st.budget.recorded(rank, recorded, t_ns)
+                except Exception:
+                    self._problem(job, "heard")
+                    continue
                 ranks, t = groups.setdefault((job, attempt, t_ns // HEARD_BUCKET_NS, leaving),
                                              ([], 0))
                 ranks.append(rank)
@@ -192,7 +216,10 @@ class LiveView:
         for (job, attempt, _, leaving), (ranks, t_ns) in groups.items():
             st = self._jobs[(job, attempt)]
             if st.engine is not None:
-                st.engine.heard(ranks, t_ns, leaving=leaving)
+                try:
+                    st.engine.heard(ranks, t_ns, leaving=leaving)
+                except Exception:
+                    self._problem(job, "heard")
 
     # -- the detectors' thread -------------------------------------------------------------
     def run(self, stop: threading.Event, interval_s: float) -> None:
@@ -223,12 +250,8 @@ class LiveView:
                 if not self._backlog:
                     break
                 stored_at, writes, n = self._backlog[0]
-            try:
-                with self._lock:
-                    self._apply_now(writes)
-            except Exception:
-                log.exception("the live view could not take a stored batch; its records are "
-                              "stored but not analysed")
+            with self._lock:
+                self._apply_now(writes)
             with self._cond:
                 self._backlog.popleft()
                 self._backlog_records -= n
@@ -310,6 +333,18 @@ class LiveView:
                 log.info("job %s attempt %d silent for %.0f s: it leaves the live view", *key,
                          self._idle_s)
 
+    def remove(self, job: str) -> int:
+        """Drop every attempt of a job (removed from the store); returns how many."""
+        with self._lock:
+            keys = [k for k in self._jobs if k[0] == job]
+            for key in keys:
+                del self._jobs[key]
+                if self._control is not None:
+                    self._control.forget(*key)
+            for key in [k for k in self._evicted if k[0] == job]:
+                del self._evicted[key]
+        return len(keys)
+
     @staticmethod
     def _add_rank(st: JobState, body: RankRecord) -> None:
         st.ranks[body.rank] = body
@@ -329,33 +364,40 @@ class LiveView:
             body = w.body
             if not isinstance(body, RankRecord | GroupRecord | OpRows | ConnRows | BatchRows):
                 continue   # detail records: stored for the reports, not analysed again
-            st = self._job(body.job, body.attempt, w)
-            if st is None:
-                continue
-            if isinstance(body, RankRecord):
-                self._add_rank(st, body)
-            elif isinstance(body, GroupRecord):
-                self._add_group(st, body)
-            elif isinstance(body, OpRows):
-                n = len(body.cols)
-                st.records += n
-                if n:
-                    st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
-                    st.budget.observe("ops", n, now)
-                    st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
-                                                    body.cols.strings), now)
-                if st.engine is not None:
-                    st.engine.add_ops(body.cols)
-            elif isinstance(body, ConnRows):
-                st.budget.observe("conns", len(body.cols), now)
-                names = np.asarray(body.cols.strings, dtype=object)
-                if len(body.cols):
-                    st.linkstats.learn(body.cols["rank"], names[body.cols["local"]].tolist())
-                conns = st.links.add(body.cols)
-                if st.engine is not None and conns is not None and len(conns):
-                    st.engine.add_conns(conns, sampled=True)
-            elif body.cols is not None:
-                self._apply_batch(st, body, now)
+            try:
+                self._apply_one(w, now)
+            except Exception:   # this job's records stay stored; the other jobs go on
+                self._problem(body.job, "apply")
+
+    def _apply_one(self, w: Write, now: float) -> None:
+        body = w.body
+        st = self._job(body.job, body.attempt, w)
+        if st is None:
+            return
+        if isinstance(body, RankRecord):
+            self._add_rank(st, body)
+        elif isinstance(body, GroupRecord):
+            self._add_group(st, body)
+        elif isinstance(body, OpRows):
+            n = len(body.cols)
+            st.records += n
+            if n:
+                st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
+                st.budget.observe("ops", n, now)
+                st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
+                                                body.cols.strings), now)
+            if st.engine is not None:
+                st.engine.add_ops(body.cols)
+        elif isinstance(body, ConnRows):
+            st.budget.observe("conns", len(body.cols), now)
+            names = np.asarray(body.cols.strings, dtype=object)
+            if len(body.cols):
+                st.linkstats.learn(body.cols["rank"], names[body.cols["local"]].tolist())
+            conns = st.links.add(body.cols)
+            if st.engine is not None and conns is not None and len(conns):
+                st.engine.add_conns(conns, sampled=True)
+        elif body.cols is not None:
+            self._apply_batch(st, body, now)
 
     def _apply_batch(self, st: JobState, body: BatchRows, now: float) -> None:
         """Reduced telemetry: progress, linkstat and port records."""
@@ -385,10 +427,13 @@ class LiveView:
                                      self.backlog() / max(self._max_backlog, 1))
         for st in self._jobs.values():
             st.budget.scale = scale
-            decision = st.budget.decide(now, now_ns)
-            if decision is not None:
-                st.reduced = self.schedules.enact(st.job, st.attempt, st.engine, decision,
-                                                  now_ns) or st.reduced
+            try:
+                decision = st.budget.decide(now, now_ns)
+                if decision is not None:
+                    st.reduced = self.schedules.enact(st.job, st.attempt, st.engine, decision,
+                                                      now_ns) or st.reduced
+            except Exception:
+                self._problem(st.job, "budget")
 
     def _restore_schedule(self, st: JobState) -> None:
         """A job known from before a daemon restart keeps its schedule."""
@@ -416,14 +461,23 @@ class LiveView:
         try:
             with self._lock:
                 self._apply_heartbeats()
-                found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
-                         if st.engine is not None]
+                found = []
+                for st in self._jobs.values():
+                    if st.engine is None:
+                        continue
+                    try:
+                        found.append((st.job, st.engine.advance(now_ns)))
+                    except Exception:
+                        self._problem(st.job, "advance")
                 self._budgets(now_ns)
             filed = 0
             for job, reports in found:
                 for report in reports:
-                    self._hub.file(job, report)
-                    filed += 1
+                    try:
+                        self._hub.file(job, report)
+                        filed += 1
+                    except Exception:    # the store is down, or the report is bad
+                        self._problem(job, "file")
         finally:
             self.last_analysis_s = time.perf_counter() - t0
             if self._observe_analysis is not None:
