@@ -69,6 +69,7 @@ class DaemonClient:
         self._faults = c4_pb2_grpc.FaultsStub(self._channel)
         self._query = c4_pb2_grpc.QueryStub(self._channel)
         self._ingest = c4_pb2_grpc.IngestStub(self._channel)
+        self._admin = c4_pb2_grpc.AdminStub(self._channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -108,6 +109,10 @@ class DaemonClient:
 
     def status(self) -> c4_pb2.StatusResponse:
         return self._call(self._query.Status, c4_pb2.StatusRequest())
+
+    def remove_job(self, job: str) -> c4_pb2.RemoveJobResponse:
+        """Remove every attempt of ``job`` and its fault reports (needs the admin role)."""
+        return self._call(self._admin.RemoveJob, c4_pb2.RemoveJobRequest(job=job))
 
     def groups(self, job: str) -> list[c4_pb2.GroupSummary]:
         try:

@@ -107,6 +107,44 @@ def faults_show(
         console.print_json(json.dumps(r.to_json()["evidence"]))
 
 
+jobs_app = typer.Typer(help="Jobs the daemon has seen (`c4 jobs`), and removing one "
+                       "(`c4 jobs rm`).", invoke_without_command=True)
+
+
+@jobs_app.command("rm")
+@secured
+def jobs_rm(
+    job: list[str] = typer.Argument(..., help="The job(s) to remove, from `c4 jobs`."),
+    daemon: str = DaemonOpt,
+) -> None:
+    """Remove jobs: every attempt's records and the jobs' fault reports, from the store and
+    the live view. Their sidecars' further records are refused until a rank registers again.
+    Needs a token with the admin role where the daemon checks tokens."""
+    from diagnosis.errors import DiagnosisError
+
+    try:
+        with _client(daemon) as c:
+            for name in job:
+                r = c.remove_job(name)
+                if r.attempts:
+                    console.print(f"removed job {r.job}: {r.attempts} attempt(s), {r.faults} "
+                                  "fault report(s)")
+                else:
+                    console.print(f"job {r.job} is not stored: nothing to remove")
+    except DiagnosisError as exc:
+        _fail(exc)
+
+
+@jobs_app.callback()
+@secured
+def _jobs_default(ctx: typer.Context, daemon: str = DaemonOpt,
+                  fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json.")
+                  ) -> None:
+    """Jobs the daemon has seen, with their ranks, records and open faults."""
+    if ctx.invoked_subcommand is None:
+        jobs(daemon=daemon, fmt=fmt)
+
+
 def jobs(daemon: str = DaemonOpt,
          fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json.")) -> None:
     """Jobs the daemon has seen, with their ranks, records and open faults."""
@@ -242,7 +280,7 @@ def export(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(faults_app, name="faults")
-    app.command("jobs")(secured(jobs))
+    app.add_typer(jobs_app, name="jobs")
     app.command("status")(secured(status))
     app.command("ops")(secured(ops))
     app.command("export")(secured(export))
