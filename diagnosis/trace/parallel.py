@@ -10,7 +10,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, BinaryIO
 
 from diagnosis.errors import FormatError
-from diagnosis.trace.reader import Item, Skipped, _block, drop_unknown
+from diagnosis.trace.reader import Item, Skipped, _block, drop_unknown, line_blocks
 
 
 def default_workers() -> int:
@@ -36,7 +36,6 @@ def read_blocks_parallel(fh: BinaryIO, source: str, workers: int,
 
 def _blocks(fh: BinaryIO, source: str, workers: int, block_bytes: int) -> Iterator[Item | Skipped]:
     pending: deque[Future] = deque()
-    line_no = 1
 
     def drain(fut: Future) -> Iterator[Item | Skipped]:
         status, value = fut.result()
@@ -49,12 +48,8 @@ def _blocks(fh: BinaryIO, source: str, workers: int, block_bytes: int) -> Iterat
 
     with ProcessPoolExecutor(workers) as pool:
         try:
-            while True:
-                lines = fh.readlines(block_bytes)
-                if not lines:
-                    break
+            for line_no, lines in line_blocks(fh, block_bytes, source):
                 pending.append(pool.submit(_parse, lines, line_no, source))
-                line_no += len(lines)
                 while len(pending) > 2 * workers:
                     yield from drain(pending.popleft())
             while pending:

@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 #: the record types this reader knows; a line of any other type is skipped with a warning
 TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "end")
 VERSIONS = (1, 2)
+#: the longest line read: a group of a million ranks is ~8 MB; a line past this is no trace
+#: record (reading it whole would cost several times its size in memory: /dev/zero is endless)
+MAX_LINE_BYTES = 16 << 20
+#: times (ns) and sizes beyond this are refused: sums and differences of two must not overflow
+#: int64 in the detectors (2**62 ns is the year 2116)
+MAX_VALUE = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -123,14 +129,45 @@ def drop_unknown(items: Iterable[Item | Skipped], source: str) -> Iterator[Item]
 
 
 def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item | Skipped]:
-    line_no = 0
-    while True:
-        lines = fh.readlines(block_bytes)
-        if not lines:
-            return
-        first = line_no + 1
-        line_no += len(lines)
+    for first, lines in line_blocks(fh, block_bytes, source):
         yield from _block(lines, first, source)
+
+
+def _too_long(source: str, line: int, max_line_bytes: int) -> FormatError:
+    return FormatError(f"line longer than {max_line_bytes >> 20} MiB, the longest c4 reads: a "
+                       "trace holds one JSON record per line; is this a c4 trace?",
+                       source=source, line=line)
+
+
+def line_blocks(fh: BinaryIO, block_bytes: int, source: str,
+                max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, list[bytes]]]:
+    """The file's lines (without their newline) in blocks of about ``block_bytes``, each with
+    the number of its first line. Raises FormatError at a line longer than ``max_line_bytes``,
+    having read at most that much of it."""
+    carry = b""
+    line_no = 1
+    while True:
+        chunk = fh.read(block_bytes)
+        if not chunk:
+            if carry:
+                yield line_no, [carry]
+            return
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            if len(carry) > max_line_bytes:
+                raise _too_long(source, line_no, max_line_bytes)
+            continue
+        lines = data[:cut].split(b"\n")
+        carry = data[cut + 1:]
+        if cut > max_line_bytes and max(map(len, lines)) > max_line_bytes:
+            at = next(i for i, ln in enumerate(lines) if len(ln) > max_line_bytes)
+            raise _too_long(source, line_no + at, max_line_bytes)
+        if len(carry) > max_line_bytes:
+            raise _too_long(source, line_no + len(lines), max_line_bytes)
+        yield line_no, lines
+        line_no += len(lines)
 
 
 @dataclass
@@ -306,8 +343,31 @@ def _ops_fast(ops: list[dict[str, Any]]) -> Columns:
     }
     if (cols["rank"] < 0).any() or (cols["seq"] < 0).any():
         raise Bad
+    if not _in_range(cols["t_enter_ns"], cols["nbytes"]) or \
+            not _in_range(cols["t_start_ns"], cols["t_end_ns"], unset=-1):
+        raise Bad
     out = {name: cols[name].astype(dt, copy=False) for name, dt in OP_COLUMNS.items()}
     return Columns(out, list(table))
+
+
+def _in_range(*cols: np.ndarray, unset: int | None = None) -> bool:
+    """Every value of ``cols`` within 0..MAX_VALUE (or ``unset``)."""
+    for col in cols:
+        if not len(col):
+            continue
+        bad = (col < 0) | (col > MAX_VALUE)
+        if unset is not None:
+            bad &= col != unset
+        if bad.any():
+            return False
+    return True
+
+
+def _check_range(f: Fields, name: str, value: Any, unset: bool = False) -> None:
+    if isinstance(value, int) and not (0 <= value <= MAX_VALUE or (unset and value == -1)):
+        f.fail(name, f"field {name!r} is {value}: times and sizes run from 0 to 2**62"
+               + (" (-1: not set)" if unset else "") + "; was this trace written by a broken "
+               "exporter, or a clock gone wrong?")
 
 
 def _dtypes(ops: list[dict[str, Any]], table: dict[str, int]) -> np.ndarray:
@@ -340,6 +400,10 @@ def _check_op(f: Fields) -> None:
     for name in ("t_start_ns", "t_end_ns", "peer"):
         f.opt_integer(name)
     f.opt_string("dtype")
+    for name in ("t_enter_ns", "bytes"):
+        _check_range(f, name, f.rec[name])
+    for name in ("t_start_ns", "t_end_ns"):
+        _check_range(f, name, f.rec.get(name), unset=True)
     s = f.rec.get("status")
     if s is not None and (not isinstance(s, str) or s not in STATUS_CODES):
         f.fail("status", f"status {s!r} is not one of ok, timeout, error")
@@ -348,10 +412,13 @@ def _check_op(f: Fields) -> None:
 def _conns_fast(conns: list[dict[str, Any]]) -> ConnRecords:
     table: dict[str, int] = {}
     retrans = [o.get("retrans") for o in conns]
+    nbytes, start = int_column(required(conns, "bytes")), int_column(required(conns, "t_start_ns"))
+    end = opt_int_column([o.get("t_end_ns") for o in conns])
+    if not _in_range(nbytes, start) or not _in_range(end, unset=-1):
+        raise Bad
     return ConnRecords(
         int_column(required(conns, "src")), int_column(required(conns, "dst")),
-        int_column(required(conns, "bytes")), int_column(required(conns, "t_start_ns")),
-        opt_int_column([o.get("t_end_ns") for o in conns]),
+        nbytes, start, end,
         opt_intern([o.get("pg") for o in conns], table),
         opt_int_column([o.get("seq") for o in conns]), list(table),
         path_column([o.get("path") for o in conns]),
@@ -366,6 +433,9 @@ def _check_conn(f: Fields) -> None:
     f.opt_string("pg", "a communicator name")
     f.opt_path("path")
     f.opt_integer("retrans", 0)
+    for name in ("bytes", "t_start_ns"):
+        _check_range(f, name, f.rec[name])
+    _check_range(f, "t_end_ns", f.rec.get("t_end_ns"), unset=True)
 
 
 def _explain(records: list[dict[str, Any]], kind: str, check: Callable[[Fields], None],
