@@ -37,11 +37,11 @@ def _wrap(exc: grpc.RpcError, address: str) -> DaemonError:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return DaemonError(
             f"the daemon at {address} did not accept the token: {details}. Give a token from "
-            "the daemon's token file with --token or C4_TOKEN", code)
+            "the daemon's token file with C4_TOKEN or --token-file", code)
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return DaemonError(
             f"the daemon at {address} refused: {details}. Use a token with that role "
-            "(--token / C4_TOKEN)", code)
+            "(C4_TOKEN / --token-file)", code)
     if code == grpc.StatusCode.UNAVAILABLE and any(
             w in details.lower() for w in ("ssl", "tls", "handshake", "certificate")):
         return DaemonUnavailable(

@@ -62,9 +62,11 @@ def sidecar(
                                  help="Client certificate (PEM) for a mutual-TLS daemon."),
     tls_key: str = typer.Option("", "--tls-key", envvar="C4_TLS_KEY",
                                 help="Private key of --tls-cert."),
-    token: str = typer.Option("", "--token", envvar="C4_TOKEN",
-                              help="Bearer token with the ingest role, if the daemon checks "
-                                   "tokens."),
+    # from the environment only: on the command line every local user could read it
+    token: str = typer.Option("", "--token", envvar="C4_TOKEN", hidden=True),
+    token_file: str = typer.Option("", "--token-file", envvar="C4_TOKEN_FILE",
+                                   help="File holding a bearer token with the ingest role, if "
+                                        "the daemon checks tokens; or set C4_TOKEN."),
     metrics: str = typer.Option("", "--metrics", envvar="C4_SIDECAR_METRICS",
                                 help="Serve Prometheus /metrics on PORT (loopback) or "
                                      "HOST:PORT; off by default."),
@@ -108,7 +110,10 @@ def sidecar(
     kwargs = {}
     if spill_dir is not None:
         kwargs["spill_dir"] = spill_dir
+    from diagnosis.security.secret import read_token
+
     try:
+        token = read_token(token, token_file)
         edge = EdgeConfig(window_s=window, ring_bytes=detail_bytes, ports=ports,
                           sysfs_root=sysfs_root, nic_map=tuple(parse_nic_map(nic_map).items()),
                           port_heartbeat_s=port_heartbeat)

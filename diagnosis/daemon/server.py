@@ -24,11 +24,11 @@ from diagnosis.daemon.ingest import IngestService
 from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
-from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore
+from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore, parse_listen
 from diagnosis.daemon.queries import FaultsService, QueryService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
-from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen
+from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
 from diagnosis.security.tokens import TokenTable
 from diagnosis.store import open_store
 from proto import c4_pb2, c4_pb2_grpc
@@ -149,7 +149,11 @@ class Daemon:
         if self.retention is not None:
             self.retention.start(self._stop)
         if self.config.metrics_listen:
-            tls = (self.config.tls_cert, self.config.tls_key) if self.config.tls_cert else None
+            # HTTPS beyond loopback (the daemon's certificate); loopback stays plain HTTP for
+            # the local Prometheus agent
+            host, _ = parse_listen(self.config.metrics_listen)
+            tls = (self.config.tls_cert, self.config.tls_key) \
+                if self.config.tls_cert and not is_loopback(f"{host}:0") else None
             self.metrics_server = MetricsServer(self.config.metrics_listen,
                                                 self.metrics.registry, tls=tls)
         for name in ("", *SERVICES):
