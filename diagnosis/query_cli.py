@@ -190,8 +190,16 @@ def status(daemon: str = DaemonOpt,
         typer.echo(json.dumps(MessageToDict(s, preserving_proto_field_name=True), indent=2))
         return
     up = (time.time_ns() - s.started_ns) / 1e9
-    console.print(f"c4 daemon {s.version}: up {up:.0f} s, store {s.store}, {s.jobs} job(s), "
-                  f"{s.open_faults} open fault(s)")
+    faults = f"{s.open_faults} open fault(s)" if not s.store_error else "open faults unknown"
+    console.print(f"c4 daemon {s.version}: up {up:.0f} s, store {s.store}, {s.jobs} job(s) "
+                  f"({s.live_jobs} live), {faults}")
+    if s.store_error:
+        console.print(f"[red]store unavailable:[/red] {s.store_error} (ingest waits for it; "
+                      "what is shown comes from the daemon's memory)", highlight=False)
+    if s.job_problems:
+        console.print(f"{s.job_problems} failure(s) inside single jobs' live analysis (other "
+                      "jobs unaffected; see the daemon's log)")
+    console.print(f"{s.ingest_streams} ingest stream(s), {s.watches} fault watch(es) open")
     console.print(f"ingested {s.records_ingested:,} records, {s.records_per_second:,.0f}/s "
                   f"over the last minute; {s.batches_rejected} rejected, "
                   f"{s.duplicates} duplicates")
