@@ -100,12 +100,23 @@ def top_seqs(pg: np.ndarray, seq: np.ndarray, strings: list[str]) -> dict[str, i
     return {strings[i]: int(top[i]) for i in np.flatnonzero(top >= 0).tolist()}
 
 
+# Names (communicators and ops) one job's detectors keep; a job of 65,536 communicators (the
+# default --max-groups) and a few dozen op names stays far below.
+MAX_JOB_NAMES = 262_144
+
+
+class _TooManyNames(Exception):
+    """A job's name tables are full: its op records are not analysed."""
+
+
 class LiveView:
     def __init__(self, hub: FaultHub, *, topology: Any = None, store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
                  observe_analysis: Callable[[float], None] | None = None,
-                 budget: BudgetConfig | None = None, control: ControlHub | None = None) -> None:
+                 budget: BudgetConfig | None = None, control: ControlHub | None = None,
+                 max_job_names: int = MAX_JOB_NAMES) -> None:
         self._hub = hub
+        self.max_job_names = max_job_names
         self._budget = budget or BudgetConfig(records_per_s=0)
         self._control = control
         self.governor = Governor()
@@ -366,6 +377,8 @@ class LiveView:
                 continue   # detail records: stored for the reports, not analysed again
             try:
                 self._apply_one(w, now)
+            except _TooManyNames:
+                self._problem(body.job, "names")
             except Exception:   # this job's records stay stored; the other jobs go on
                 self._problem(body.job, "apply")
 
@@ -387,6 +400,7 @@ class LiveView:
                 st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
                                                 body.cols.strings), now)
             if st.engine is not None:
+                self._check_names(st)
                 st.engine.add_ops(body.cols)
         elif isinstance(body, ConnRows):
             st.budget.observe("conns", len(body.cols), now)
@@ -398,6 +412,13 @@ class LiveView:
                 st.engine.add_conns(conns, sampled=True)
         elif body.cols is not None:
             self._apply_batch(st, body, now)
+
+    def _check_names(self, st: JobState) -> None:
+        """A job's name tables (communicators, ops) grow with every new name its records use:
+        past ``max_job_names`` its further records are stored but no longer analysed."""
+        eng = st.engine
+        if eng is not None and len(eng.pg_names) + len(eng.op_names) > self.max_job_names:
+            raise _TooManyNames(st.job)
 
     def _apply_batch(self, st: JobState, body: BatchRows, now: float) -> None:
         """Reduced telemetry: progress, linkstat and port records."""

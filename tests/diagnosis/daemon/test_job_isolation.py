@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import grpc
+import numpy as np
 import pytest
 
 from bench.chaos.planted import huge_group, hung_job, numbered, poison_ops
@@ -139,3 +140,26 @@ def test_one_jobs_memory_is_bounded_and_accounted():
         c.close()
     finally:
         d.stop(grace=1)
+
+
+def test_a_jobs_name_tables_are_bounded(daemon):
+    """Batches of fresh names (each under --max-names) fill one job's name tables up to the
+    bound; past it the job's records are stored but no longer analysed, the others are."""
+    d, c = daemon
+    d.live.max_job_names = 500
+    assert not c.send(numbered("n", 1, [rank_info("job-a", 0, 1, "n9")])[0]).code
+    assert not c.send(numbered("n", 2, [c4_pb2.IngestRequest(group=c4_pb2.GroupInfo(
+        job="job-a", pg="0", ranks=[0]))])[0]).code
+    for i in range(4):       # 300 rows, each on a communicator of a name never seen
+        src = decode_ops(op_batch("job-a", 0, range(i * 300, i * 300 + 300)).ops)
+        cols = type(src)({k: v.copy() for k, v in src.columns.items()},
+                         [*src.strings, *(f"pg-{i}-{k}" for k in range(300))])
+        cols.columns["pg"][:] = np.arange(len(src.strings), len(src.strings) + 300)
+        req = c4_pb2.IngestRequest(ops=encode_ops("job-a", cols))
+        assert not c.send(numbered("n", 3 + i, [req])[0]).code
+    wait_for(lambda: d.live.problems.get("names", 0) >= 1, 5, what="the name bound reached")
+    engine = d.live._jobs[("job-a", 0)].engine
+    assert len(engine.pg_names) + len(engine.op_names) <= 500 + 310
+    assert len(c.ops("job-a")) == 1200, "every record stored"
+    since = _plant_hang(c, "job-b", 1)
+    _reported_within(c, "job-b", since)
