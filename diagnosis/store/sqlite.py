@@ -39,6 +39,7 @@ from diagnosis.store.api import (
     ConnRows,
     DetailRows,
     GroupRecord,
+    HostRecord,
     JobRecord,
     OpRows,
     RankRecord,
@@ -52,7 +53,7 @@ from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Requests forgotten per transaction by ``forget_applied`` (the writer waits meanwhile).
 FORGET_CHUNK = 20_000
 # Tables whose rows belong to one job attempt (``aid``).
@@ -75,7 +76,7 @@ CREATE TABLE IF NOT EXISTS attempts (
 CREATE TABLE IF NOT EXISTS ranks (
   aid INTEGER NOT NULL, rank INTEGER NOT NULL, world_size INTEGER, host TEXT,
   local_rank INTEGER, pid INTEGER, gpu TEXT, nic TEXT, backend TEXT, t_ns INTEGER,
-  PRIMARY KEY (aid, rank)) WITHOUT ROWID;
+  cuda_device TEXT NOT NULL DEFAULT '', PRIMARY KEY (aid, rank)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pgroups (
   aid INTEGER NOT NULL, pg TEXT NOT NULL, ranks TEXT NOT NULL, description TEXT,
   PRIMARY KEY (aid, pg)) WITHOUT ROWID;
@@ -102,6 +103,9 @@ CREATE TABLE IF NOT EXISTS details (
   id INTEGER PRIMARY KEY, fault_id TEXT NOT NULL, aid INTEGER NOT NULL, host TEXT NOT NULL,
   count INTEGER NOT NULL, body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS details_by_fault ON details (fault_id);
+CREATE TABLE IF NOT EXISTS hosts (
+  host TEXT PRIMARY KEY, t_ns INTEGER NOT NULL, internals TEXT NOT NULL, digest TEXT,
+  sidecar TEXT);
 """
 
 # A completed row (t_end_ns != -1) replaces an open one; an open row never replaces a completed one.
@@ -159,6 +163,12 @@ class SQLiteStore(Store):
                 if found == 1:  # version 1 had no busy time in its connection samples
                     conn.execute("ALTER TABLE conns ADD COLUMN busy_us INTEGER NOT NULL "
                                  "DEFAULT 0")
+                # versions 1-3 had no rank device (and a store of a branch that called
+                # itself 4 before it came): by column, not by version
+                have = {row[1] for row in conn.execute("PRAGMA table_info(ranks)")}
+                if "cuda_device" not in have:
+                    conn.execute("ALTER TABLE ranks ADD COLUMN cuda_device TEXT NOT NULL "
+                                 "DEFAULT ''")
                 self._add_times(conn)
                 conn.execute("CREATE INDEX IF NOT EXISTS applied_by_time ON applied (t_ns)")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -167,7 +177,7 @@ class SQLiteStore(Store):
 
     @staticmethod
     def _add_times(conn: sqlite3.Connection) -> None:
-        """Stores made before version 4 had no times on requests and attempts: what they hold
+        """Stores made before version 5 had no times on requests and attempts: what they hold
         counts as stored now (the retention starts from the upgrade)."""
         now = time.time_ns()
         for table, column in (("applied", "t_ns"), ("attempts", "seen_ns")):
@@ -300,9 +310,10 @@ class SQLiteStore(Store):
                          (body.fault_id, aid, body.host, body.count, body.payload))
         elif isinstance(body, RankRecord):
             conn.execute(
-                "INSERT OR REPLACE INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO ranks (aid, rank, world_size, host, local_rank, pid, "
+                "gpu, nic, backend, t_ns, cuda_device) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (aid, body.rank, body.world_size, body.host, body.local_rank, body.pid,
-                 body.gpu, body.nic, body.backend, body.t_ns))
+                 body.gpu, body.nic, body.backend, body.t_ns, body.cuda_device))
         elif isinstance(body, GroupRecord):
             conn.execute("INSERT OR REPLACE INTO pgroups VALUES (?, ?, ?, ?)",
                          (aid, body.pg, json.dumps([int(r) for r in body.ranks]), body.desc))
@@ -411,6 +422,22 @@ class SQLiteStore(Store):
                 "WHERE excluded.revision >= faults.revision",
                 (report.id, report.job, report.state, int(report.revision),
                  int(report.first_seen_ns), _common.fault_to_text(report)))
+
+    def put_host(self, record: HostRecord) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO hosts (host, t_ns, internals, digest, sidecar) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (host) DO UPDATE SET t_ns = excluded.t_ns, "
+                "internals = excluded.internals, digest = excluded.digest, "
+                "sidecar = excluded.sidecar WHERE excluded.t_ns >= hosts.t_ns",
+                (record.host, int(record.t_ns), record.internals, record.digest,
+                 record.sidecar))
+
+    def hosts(self) -> list[HostRecord]:
+        with self._reading() as conn:
+            rows = conn.execute("SELECT host, t_ns, internals, digest, sidecar FROM hosts "
+                                "ORDER BY host").fetchall()
+        return [HostRecord(h, t, i, d or "", s or "") for h, t, i, d, s in rows]
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -538,7 +565,8 @@ class SQLiteStore(Store):
             aid = self._find_attempt(conn, job, attempt)
             rows = [] if aid is None else conn.execute(
                 "SELECT a.job, a.attempt, r.rank, r.world_size, r.host, r.local_rank, r.pid, "
-                "r.gpu, r.nic, r.backend, r.t_ns FROM ranks r JOIN attempts a USING (aid) "
+                "r.gpu, r.nic, r.backend, r.t_ns, r.cuda_device FROM ranks r "
+                "JOIN attempts a USING (aid) "
                 "WHERE aid = ? ORDER BY r.rank", (aid,)).fetchall()
         return [RankRecord(*row) for row in rows]
 
