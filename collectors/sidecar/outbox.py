@@ -220,11 +220,11 @@ class Outbox:
         return sum(len(p.entries) for p in self._parked.values())
 
     def _drained(self) -> bool:
-        """Nothing left to send but parked jobs' requests (the log keeps those for the next
-        run): what a stopping sidecar waits for."""
+        """Nothing left to send but parked jobs' requests: what a stopping sidecar waits for
+        (the daemon may park a job for long; the log keeps its requests for the next run, and
+        ``abandon`` counts those only memory held)."""
         with self._cond:
-            return not (self._queue or self._inflight) and all(
-                e.held is not None for p in self._parked.values() for e in p.entries)
+            return not (self._queue or self._inflight)
 
     def memory_bytes(self) -> int:
         return self._memory
