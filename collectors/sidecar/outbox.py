@@ -54,11 +54,11 @@ PARK_MAX_S = 30.0
 
 
 def _job_of(req: c4_pb2.IngestRequest) -> str:
-    """The job a request belongs to ("" for statistics)."""
+    """The job a request belongs to ("" for statistics and host internals)."""
     kind = req.WhichOneof("body")
     if kind is None or kind == "stats":
         return ""
-    return str(getattr(req, kind).job)
+    return str(getattr(getattr(req, kind), "job", ""))
 
 
 @dataclass
