@@ -167,3 +167,12 @@ def test_jobs_rm_on_clickhouse(clickhouse_url):  # noqa: F811
         c.close()
         d.stop(grace=1)
 
+
+
+def test_requests_without_a_job_are_never_parked():
+    from collectors.sidecar.outbox import _job_of
+    from proto import c4_pb2
+
+    assert _job_of(c4_pb2.IngestRequest(host_topology=c4_pb2.HostTopology(host="n0"))) == ""
+    assert _job_of(c4_pb2.IngestRequest(stats=c4_pb2.SidecarStats(host="n0"))) == ""
+    assert _job_of(rank_info("j", 0, 1, "n0")) == "j"
