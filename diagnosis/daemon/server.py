@@ -79,7 +79,10 @@ class Daemon:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="c4-rpc"),
             interceptors=interceptors, maximum_concurrent_rpcs=config.workers,
-            options=[("grpc.max_receive_message_length", config.max_message_bytes),
+            # without this gRPC sets SO_REUSEPORT: a second daemon would bind the same port and
+            # the kernel would split clients (and one job's telemetry) between the two
+            options=[("grpc.so_reuseport", 0),
+                     ("grpc.max_receive_message_length", config.max_message_bytes),
                      ("grpc.max_send_message_length", config.max_message_bytes)])
         c4_pb2_grpc.add_IngestServicer_to_server(self.ingest, self._server)
         c4_pb2_grpc.add_FaultsServicer_to_server(FaultsService(self.store, self.hub),
@@ -95,7 +98,11 @@ class Daemon:
         except RuntimeError:
             self.port = 0
         if self.port == 0:
-            raise DiagnosisError(f"cannot listen on {config.listen}: is another daemon running?")
+            self.store.close()
+            raise DiagnosisError(f"cannot listen on {config.listen}: the address is in use or "
+                                 "not this machine's; stop the daemon already serving it "
+                                 "(`c4 status --daemon ADDRESS` shows it) or pick another "
+                                 "--listen")
         self._analyzer = threading.Thread(target=self.live.run,
                                           args=(self._stop, config.analyze_interval_s),
                                           name="c4-live", daemon=True)
