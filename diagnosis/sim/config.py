@@ -101,7 +101,7 @@ class FaultSpec:
             if not sep or key not in ("slow", "end", "every", "on"):
                 raise SimError(f"fault {text!r}: option {opt!r} is not one of slow=, end=, "
                                "every=, on=")
-            kw[key] = float(value) if key == "slow" else _int(value, text, key)
+            kw[key] = _float(value, text, key) if key == "slow" else _int(value, text, key)
         return cls(kind=kind, target=target or "auto", onset=onset, **kw)  # type: ignore[arg-type]
 
     def active(self, iteration: int, onset: int) -> bool:
@@ -110,11 +110,23 @@ class FaultSpec:
         return not self.every or (iteration - onset) % self.every < self.on
 
 
+SPEC_FORM = "KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]"
+
+
 def _int(value: str, text: str, what: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise SimError(f"fault {text!r}: {what} {value!r} is not an integer") from None
+        raise SimError(f"fault {text!r}: {what} {value!r} is not an integer; a fault is "
+                       f"{SPEC_FORM}") from None
+
+
+def _float(value: str, text: str, what: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise SimError(f"fault {text!r}: {what} {value!r} is not a number; a fault is "
+                       f"{SPEC_FORM}, e.g. slow_gpu:auto@10,slow=2.0,end=20") from None
 
 
 @dataclass(frozen=True)
