@@ -7,9 +7,9 @@ import json
 from enum import Enum
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from c4.output import make_console as _out
 from diagnosis.security.cli import with_client_security as secured
 
 DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
@@ -22,7 +22,6 @@ class Fmt(str, Enum):
 
 
 faults_app = typer.Typer(help="List and show fault reports.", no_args_is_help=True)
-console = Console()
 
 
 def _client(address: str | None):
@@ -32,7 +31,7 @@ def _client(address: str | None):
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    _out().print(f"[red]error:[/red] {exc}", highlight=False)
     raise typer.Exit(2)
 
 
@@ -72,7 +71,7 @@ def faults_list(
     for r in reports:
         table.add_row(r.id, r.job, r.kind, r.state, _when(r.first_seen_ns), _suspects(r),
                       r.summary)
-    console.print(table)
+    _out().print(table)
 
 
 @faults_app.command("show")
@@ -93,18 +92,18 @@ def faults_show(
     if fmt is Fmt.json:
         typer.echo(json.dumps(r.to_json(), indent=2))
         return
-    console.print(f"[bold]{r.kind}[/bold] in job {r.job} ({r.state}, revision {r.revision})")
-    console.print(r.summary)
-    console.print(f"first seen {_when(r.first_seen_ns)}, last seen {_when(r.last_seen_ns)}"
+    _out().print(f"[bold]{r.kind}[/bold] in job {r.job} ({r.state}, revision {r.revision})")
+    _out().print(r.summary)
+    _out().print(f"first seen {_when(r.first_seen_ns)}, last seen {_when(r.last_seen_ns)}"
                   + (f", at {r.pg} #{r.seq}" if r.pg else ""))
     table = Table(title="suspects")
     for col in ("type", "id", "rank", "score"):
         table.add_column(col)
     for s in r.suspects:
         table.add_row(s.type, s.id, "-" if s.rank is None else str(s.rank), f"{s.score:.3f}")
-    console.print(table)
+    _out().print(table)
     if r.evidence:
-        console.print_json(json.dumps(r.to_json()["evidence"]))
+        _out().print_json(json.dumps(r.to_json()["evidence"]))
 
 
 def jobs(daemon: str = DaemonOpt,
@@ -131,7 +130,7 @@ def jobs(daemon: str = DaemonOpt,
         table.add_row(j.job, str(j.attempt), f"{j.ranks_seen}/{j.world_size}",
                       ",".join(j.hosts), f"{j.ops:,}", _when(j.first_ns), _when(j.last_ns),
                       str(j.open_faults))
-    console.print(table)
+    _out().print(table)
 
 
 def status(daemon: str = DaemonOpt,
@@ -152,9 +151,9 @@ def status(daemon: str = DaemonOpt,
         typer.echo(json.dumps(MessageToDict(s, preserving_proto_field_name=True), indent=2))
         return
     up = (time.time_ns() - s.started_ns) / 1e9
-    console.print(f"c4 daemon {s.version}: up {up:.0f} s, store {s.store}, {s.jobs} job(s), "
+    _out().print(f"c4 daemon {s.version}: up {up:.0f} s, store {s.store}, {s.jobs} job(s), "
                   f"{s.open_faults} open fault(s)")
-    console.print(f"ingested {s.records_ingested:,} records, {s.records_per_second:,.0f}/s "
+    _out().print(f"ingested {s.records_ingested:,} records, {s.records_per_second:,.0f}/s "
                   f"over the last minute; {s.batches_rejected} rejected, "
                   f"{s.duplicates} duplicates")
     table = Table(title=f"{len(s.sidecars)} sidecar(s)")
@@ -166,7 +165,7 @@ def status(daemon: str = DaemonOpt,
         table.add_row(sc.sidecar, sc.host, f"{(time.time_ns() - sc.last_seen_ns) / 1e9:.1f}",
                       str(st.received), str(st.shipped), str(st.spilled), str(st.dropped),
                       str(sum(c.dropped for c in st.collectors)))
-    console.print(table)
+    _out().print(table)
 
 
 def ops(
@@ -206,7 +205,7 @@ def ops(
         table.add_row(str(r), names[g], str(q), names[o], f"{b:,}", "-" if p < 0 else str(p),
                       _when(te), "open" if tx < 0 else f"{(tx - te) / 1e6:.3f}",
                       STATUS_NAMES[st])
-    console.print(table)
+    _out().print(table)
 
 
 def export(
@@ -234,7 +233,7 @@ def export(
                       details=details)
     what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
     extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
-    console.print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
+    _out().print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
 
 
 def register(app: typer.Typer) -> None:

@@ -116,6 +116,8 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from c4.output import make_console
+
     table = Table(title=f"{len(reports)} fault report(s)" if reports else "no faults found")
     for col in ("kind", "suspects", "since (UTC)", "where", "summary"):
         table.add_column(col, overflow="fold")
@@ -127,7 +129,7 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
         with output.open("w") as fh:
             Console(file=fh, width=160).print(table)
     else:
-        Console(width=max(Console().width, 120)).print(table)
+        make_console().print(table)
 
 
 def _when(ns: int) -> str:

@@ -105,8 +105,9 @@ def _fail(exc: Exception) -> None:
 
 
 def _results_table(title: str, results: list[Any], verdicts: list[Any] | None = None) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from c4.output import make_console
 
     t = Table(title=title)
     for col in ("hosts", "op", "ok", "busbw GB/s", "algbw GB/s", "size", "seconds", "error"):
@@ -115,7 +116,7 @@ def _results_table(title: str, results: list[Any], verdicts: list[Any] | None = 
     for r in results:
         t.add_row("+".join(r.hosts), r.op, "yes" if r.ok else "NO", f"{r.busbw_gbps:.4g}",
                   f"{r.algbw_gbps:.4g}", str(r.size_bytes), f"{r.seconds:.1f}", r.error[:80])
-    console = Console()
+    console = make_console()
     console.print(t)
     if verdicts:
         v = Table(title="verdicts")

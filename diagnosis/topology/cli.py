@@ -67,9 +67,9 @@ def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link)."
     """Summarise a topology: counts by kind and tier, link speeds."""
     from collections import Counter
 
-    from rich.console import Console
     from rich.table import Table
 
+    from c4.output import make_console
     from diagnosis.errors import DiagnosisError
     from diagnosis.topology import Topology
 
@@ -101,7 +101,7 @@ def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link)."
     ix = topo.index
     table.add_row("paths", "", "structural (two-tier)" if ix.two_tier else
                   "structural (tiered)" if ix.tiered else "graph search")
-    Console().print(table)
+    make_console().print(table)
 
 
 _SOURCES_HELP = ("ibnetdiscover, slurm (topology.conf/.yaml, scontrol show topology), scontrol, "
