@@ -3,8 +3,6 @@ run as a user would with typer's runner: output goes to a pipe, not a terminal."
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from typer.testing import CliRunner
 
