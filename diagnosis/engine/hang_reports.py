@@ -18,7 +18,7 @@ from diagnosis.engine.hangs import (
     stalled_at_once,
 )
 from diagnosis.engine.teardown import stopped_together
-from diagnosis.engine.wording import ms
+from diagnosis.engine.wording import group_words, ms
 from diagnosis.report import FaultReport
 from proto.codec import STATUS_NAMES
 
@@ -94,7 +94,8 @@ class HangReports:
         statuses = sorted({STATUS_NAMES[s] for s in inst.status.tolist() if s > 0})
         who = self.placement.describe_many(culprits)
         first = int(inst.end[inst.end >= 0].min()) if (inst.end >= 0).any() else inst.first
-        summary = (f"{who} {how} in {name} #{inst.seq} ({'/'.join(statuses)}); "
+        op = self.op_names[inst.op] if 0 <= inst.op < len(self.op_names) else "call"
+        summary = (f"{who} {how} in {op} #{inst.seq} on {name} ({'/'.join(statuses)}); "
                    f"check {'its' if len(culprits) == 1 else 'their'} logs and restart "
                    f"{'it' if len(culprits) == 1 else 'them'}")
         report = FaultReport(
@@ -227,7 +228,7 @@ class HangReports:
 
     def label(self, g: int) -> str:
         name = self.arena.names[g]
-        return f"{name}" if not self.arena.p2p[g] else f"send/recv {name}"
+        return group_words(name) if not self.arena.p2p[g] else f"send/recv {name}"
 
     def scan(self, now: int) -> None:
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
@@ -465,8 +466,9 @@ class HangReports:
         if self._in_flight(s):
             done = self.placement.describe_many(s.ranks[s.end >= 0].tolist())
             wait = self.placement.describe_many(s.ranks[s.end < 0].tolist())
-            summary = (f"{name} #{s.seq}{others}: {done} got out, {wait} still waits for data "
-                       f"that has not arrived for {ms(now - s.last)} ({how}); check {where}")
+            summary = (f"{op} #{s.seq} on {name}{others}: {done} got out, {wait} still"
+                       f" waits for data that has not arrived for {ms(now - s.last)} ({how}); "
+                       f"check {where}")
         else:
             summary = (f"every member of {name} entered {op} #{s.seq}{others} but it has not "
                        f"finished for {ms(now - s.last)} ({how}); check {where}")
@@ -503,7 +505,8 @@ class HangReports:
             return
         name = self.label(s.group)
         who = self.placement.describe_many(absent)
-        summary = (f"{who} stopped reporting: its peers completed {name} #{s.seq} "
+        op = self.op_names[s.op] if 0 <= s.op < len(self.op_names) else "call"
+        summary = (f"{who} stopped reporting: its peers completed {op} #{s.seq} on {name} "
                    f"{ms(now - s.first)} ago without a record from it; check its collector "
                    "and process")
         report = FaultReport("error", tuple(self.placement.suspects(absent, [0.9] * len(absent))),
