@@ -41,6 +41,32 @@ def _when(ns: int) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _where(pg: str | None, seq: int | None) -> str:
+    """Where in the job a report points: its process group and call, as far as known."""
+    if not pg:
+        return ""
+    from diagnosis.engine.wording import group_words
+
+    return f", in {group_words(pg, 'process group')}" + ("" if seq is None else f" call #{seq}")
+
+
+def _print_process(p: dict) -> None:
+    """A blamed process: where it runs and what to run to look at it."""
+    out = _out()
+    out.print(f"\n[bold]rank {p.get('rank')}[/bold]: pid {p.get('pid')} on host "
+              f"{p.get('host')}", highlight=False)
+    if p.get("command"):
+        out.print(f"  inspect: {p['command']}   (on {p.get('host')})", highlight=False)
+    if p.get("stack"):
+        out.print("  Python stack (py-spy):", highlight=False)
+        out.print("\n".join("    " + line for line in p["stack"].splitlines()), highlight=False,
+                  markup=False)
+    elif p.get("stack_note"):
+        out.print(f"  stack: {p['stack_note']}", highlight=False, markup=False)
+    if p.get("flight_recorder"):
+        out.print(f"  Flight Recorder: {p['flight_recorder']}", highlight=False, markup=False)
+
+
 def _suspects(report) -> str:
     return ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in report.suspects[:3]) or "-"
 
@@ -93,17 +119,21 @@ def faults_show(
         typer.echo(json.dumps(r.to_json(), indent=2))
         return
     _out().print(f"[bold]{r.kind}[/bold] in job {r.job} ({r.state}, revision {r.revision})")
-    _out().print(r.summary)
+    _out().print(r.summary, highlight=False, markup=False)
     _out().print(f"first seen {_when(r.first_seen_ns)}, last seen {_when(r.last_seen_ns)}"
-                  + (f", at {r.pg} #{r.seq}" if r.pg else ""))
+                 + _where(r.pg, r.seq), highlight=False)
     table = Table(title="suspects")
     for col in ("type", "id", "rank", "score"):
         table.add_column(col)
     for s in r.suspects:
         table.add_row(s.type, s.id, "-" if s.rank is None else str(s.rank), f"{s.score:.3f}")
     _out().print(table)
-    if r.evidence:
-        _out().print_json(json.dumps(r.to_json()["evidence"]))
+    processes = r.evidence.get("processes") or []
+    for p in processes:
+        _print_process(p)
+    evidence = {k: v for k, v in r.to_json()["evidence"].items() if k != "processes"}
+    if evidence:
+        _out().print_json(json.dumps(evidence))
 
 
 def jobs(daemon: str = DaemonOpt,

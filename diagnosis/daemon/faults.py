@@ -13,6 +13,10 @@ from diagnosis.store import Store
 
 log = logging.getLogger(__name__)
 
+#: Evidence the daemon adds to a report after the engine filed it (``FaultHub.annotate``); the
+#: engine's later revisions do not know it and keep it.
+ANNOTATIONS = ("processes",)
+
 
 class FaultHub:
     """Files or updates reports and publishes every change to subscribers (``Faults.Watch``)."""
@@ -38,12 +42,37 @@ class FaultHub:
             revision = previous.revision + 1 if previous else 1
             first = min(previous.first_seen_ns, report.first_seen_ns) if previous else \
                 report.first_seen_ns
+            evidence = report.evidence
+            if previous is not None:
+                kept = {k: previous.evidence[k] for k in ANNOTATIONS
+                        if k in previous.evidence and k not in evidence}
+                evidence = {**evidence, **kept} if kept else evidence
             stored = report.with_updates(
-                id=fid, job=job, revision=revision, first_seen_ns=first,
+                id=fid, job=job, revision=revision, first_seen_ns=first, evidence=evidence,
                 last_seen_ns=max(report.last_seen_ns, report.first_seen_ns))
             self._store.put_fault(stored)
-            subscribers = list(self._subscribers)
         log.info("fault %s rev %d (%s): %s", fid, revision, stored.kind, stored.summary)
+        self._publish(stored)
+        return stored
+
+    def annotate(self, fault_id: str, key: str, value: object) -> FaultReport | None:
+        """Add the daemon's own evidence (one of ``ANNOTATIONS``) to a stored report, as a new
+        revision; None if the report is not stored."""
+        if key not in ANNOTATIONS:
+            raise ValueError(f"evidence {key!r} is not one the daemon adds ({ANNOTATIONS})")
+        with self._lock:
+            previous = self._store.get_fault(fault_id)
+            if previous is None:
+                return None
+            stored = previous.with_updates(evidence={**previous.evidence, key: value},
+                                           revision=previous.revision + 1)
+            self._store.put_fault(stored)
+        self._publish(stored)
+        return stored
+
+    def _publish(self, stored: FaultReport) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
         for q in subscribers:
             q.put(stored)
         for listener in list(self.listeners):
@@ -51,7 +80,6 @@ class FaultHub:
                 listener(stored)
             except Exception:
                 log.exception("a listener of filed reports failed")
-        return stored
 
     def subscribe(self) -> queue.Queue[FaultReport | None]:
         q: queue.Queue[FaultReport | None] = queue.Queue()

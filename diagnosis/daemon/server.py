@@ -19,6 +19,7 @@ from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.detail import DetailPuller
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.ingest import IngestService
+from diagnosis.daemon.inspection import ProcessInspector
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
 from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore
@@ -54,6 +55,7 @@ class Daemon:
                              budget=config.budget, control=self.control)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
+        self.inspector = ProcessInspector(self.hub, self.store.ranks, config.inspect)
         self.writer = Writer(TimedStore(self.store, self.metrics.store_write.observe),
                              on_stored=self.live.apply,
                              commit_interval_s=config.commit_interval_s,
@@ -128,6 +130,7 @@ class Daemon:
         self._server.start()
         self._analyzer.start()
         self.detail.start()
+        self.inspector.start()
         if self.config.metrics_listen:
             self.metrics_server = MetricsServer(self.config.metrics_listen,
                                                 self.metrics.registry)
@@ -141,6 +144,7 @@ class Daemon:
         self._stop.set()
         self.live.close()  # the writer must not wait for detectors that have stopped
         self.detail.close()
+        self.inspector.close()
         done = self._server.stop(grace)
         self.writer.stop()
         done.wait(grace)
