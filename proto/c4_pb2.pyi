@@ -483,8 +483,18 @@ class WatchFaultsRequest(_message.Message):
     include_open: bool
     def __init__(self, job: _Optional[str] = ..., include_open: _Optional[bool] = ...) -> None: ...
 
+class FaultActionRequest(_message.Message):
+    __slots__ = ("id", "by", "note")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    by: str
+    note: str
+    def __init__(self, id: _Optional[str] = ..., by: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
 class JobSummary(_message.Message):
-    __slots__ = ("job", "attempt", "world_size", "ranks_seen", "hosts", "ops", "first_ns", "last_ns", "open_faults")
+    __slots__ = ("job", "attempt", "world_size", "ranks_seen", "hosts", "ops", "first_ns", "last_ns", "open_faults", "state", "ended_ns", "end_reason")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -494,6 +504,9 @@ class JobSummary(_message.Message):
     FIRST_NS_FIELD_NUMBER: _ClassVar[int]
     LAST_NS_FIELD_NUMBER: _ClassVar[int]
     OPEN_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ENDED_NS_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     world_size: int
@@ -503,7 +516,10 @@ class JobSummary(_message.Message):
     first_ns: int
     last_ns: int
     open_faults: int
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_seen: _Optional[int] = ..., hosts: _Optional[_Iterable[str]] = ..., ops: _Optional[int] = ..., first_ns: _Optional[int] = ..., last_ns: _Optional[int] = ..., open_faults: _Optional[int] = ...) -> None: ...
+    state: str
+    ended_ns: int
+    end_reason: str
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_seen: _Optional[int] = ..., hosts: _Optional[_Iterable[str]] = ..., ops: _Optional[int] = ..., first_ns: _Optional[int] = ..., last_ns: _Optional[int] = ..., open_faults: _Optional[int] = ..., state: _Optional[str] = ..., ended_ns: _Optional[int] = ..., end_reason: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ()

@@ -6,6 +6,7 @@ import hashlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from diagnosis.report import FaultReport
@@ -15,7 +16,7 @@ log = logging.getLogger(__name__)
 
 #: Evidence the daemon adds to a report after the engine filed it (``FaultHub.annotate``); the
 #: engine's later revisions do not know it and keep it.
-ANNOTATIONS = ("processes",)
+ANNOTATIONS = ("processes", "ack", "resolution")
 
 
 class FaultHub:
@@ -47,9 +48,15 @@ class FaultHub:
                 kept = {k: previous.evidence[k] for k in ANNOTATIONS
                         if k in previous.evidence and k not in evidence}
                 evidence = {**evidence, **kept} if kept else evidence
+            state = report.state
+            if previous is not None and "resolution" in previous.evidence \
+                    and previous.state != "open":
+                # closed by a person or by its job's end: the detectors' late updates do not
+                # reopen it
+                state = previous.state
             stored = report.with_updates(
                 id=fid, job=job, revision=revision, first_seen_ns=first, evidence=evidence,
-                last_seen_ns=max(report.last_seen_ns, report.first_seen_ns))
+                last_seen_ns=max(report.last_seen_ns, report.first_seen_ns), state=state)
             self._store.put_fault(stored)
         log.info("fault %s rev %d (%s): %s", fid, revision, stored.kind, stored.summary)
         self._publish(stored)
@@ -69,6 +76,30 @@ class FaultHub:
             self._store.put_fault(stored)
         self._publish(stored)
         return stored
+
+    def resolve(self, fault_id: str, reason: str, *, by: str = "c4",
+                now_ns: int | None = None) -> FaultReport | None:
+        """Resolve an open report with the reason (a person closing it, its job's end)."""
+        with self._lock:
+            previous = self._store.get_fault(fault_id)
+            if previous is None:
+                return None
+            if previous.state != "open":
+                return previous
+            resolution = {"reason": reason, "by": by, "at_ns": now_ns or time.time_ns()}
+            stored = previous.with_updates(
+                state="resolved", revision=previous.revision + 1,
+                evidence={**previous.evidence, "resolution": resolution})
+            self._store.put_fault(stored)
+        log.info("fault %s resolved by %s: %s", fault_id, by, reason)
+        self._publish(stored)
+        return stored
+
+    def acknowledge(self, fault_id: str, by: str, note: str = "",
+                    now_ns: int | None = None) -> FaultReport | None:
+        """Mark a report as taken by a person; it stays open."""
+        ack = {"by": by, "note": note, "at_ns": now_ns or time.time_ns()}
+        return self.annotate(fault_id, "ack", ack)
 
     def _publish(self, stored: FaultReport) -> None:
         with self._lock:

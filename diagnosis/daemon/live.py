@@ -77,6 +77,15 @@ class JobState:
     budget: JobBudget = field(default_factory=lambda: JobBudget(BudgetConfig()))
     linkstats: LinkStatResolver = field(default_factory=LinkStatResolver)
     reduced: bool = False      # its sampling factor has been above 1
+    ended: bool = False        # every rank said it is exiting (told to ``on_job_end``)
+
+
+def _all_left(st: JobState) -> bool:
+    """Every rank of the attempt registered and said it is exiting."""
+    if st.engine is None or not st.ranks:
+        return False
+    world = max(r.world_size for r in st.ranks.values())
+    return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
 
 
 def records_of(w: Write) -> int:
@@ -127,6 +136,11 @@ class LiveView:
         self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
+        # (job, attempt, when): every rank of the attempt said it is exiting; called from the
+        # detectors' thread, outside the view's lock
+        self.on_job_end: Callable[[str, int, int], None] | None = None
+        # (job, attempt): an attempt the view had not seen speaks (under the view's lock)
+        self.on_job_start: Callable[[str, int], None] | None = None
 
     # -- from the writer -----------------------------------------------------------------------
     def apply(self, writes: list[Write]) -> None:
@@ -269,6 +283,8 @@ class LiveView:
                 del self._jobs[old]
             state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology),
                                                budget=JobBudget(self._budget))
+            if self.on_job_start is not None:
+                self.on_job_start(job, attempt)
             # Evicted while idle, or known from before a daemon restart: its registrations
             # were stored earlier and will not come again.
             evicted = key in self._evicted
@@ -396,6 +412,13 @@ class LiveView:
         if reduced is not None:
             st.reduced = reduced
 
+    def heard_s_ago(self, job: str) -> float | None:
+        """Seconds since the job's latest attempt in the view applied a record (None: not in
+        the view)."""
+        with self._lock:
+            heard = [st.heard for (j, _), st in self._jobs.items() if j == job]
+        return time.monotonic() - max(heard) if heard else None
+
     def job_reduced(self, job: str) -> bool:
         """Whether a job in the live view ships (or has shipped) reduced telemetry."""
         with self._lock:
@@ -419,11 +442,17 @@ class LiveView:
                 found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
                          if st.engine is not None]
                 self._budgets(now_ns)
+                ended = [st for st in self._jobs.values() if not st.ended and _all_left(st)]
+                for st in ended:
+                    st.ended = True
             filed = 0
             for job, reports in found:
                 for report in reports:
                     self._hub.file(job, report)
                     filed += 1
+            if self.on_job_end is not None:
+                for st in ended:
+                    self.on_job_end(st.job, st.attempt, now_ns)
         finally:
             self.last_analysis_s = time.perf_counter() - t0
             if self._observe_analysis is not None:

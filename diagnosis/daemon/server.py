@@ -20,10 +20,11 @@ from diagnosis.daemon.detail import DetailPuller
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.ingest import IngestService
 from diagnosis.daemon.inspection import ProcessInspector
+from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
 from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore
-from diagnosis.daemon.queries import FaultsService, QueryService
+from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
 from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen
@@ -33,7 +34,7 @@ from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query")
+SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.FaultActions")
 
 
 class Daemon:
@@ -56,6 +57,9 @@ class Daemon:
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
         self.inspector = ProcessInspector(self.hub, self.store.ranks, config.inspect)
+        self.lifecycle = JobLifecycle(self.hub, self.store)
+        self.live.on_job_end = self.lifecycle.ended
+        self.live.on_job_start = self.lifecycle.started
         self.writer = Writer(TimedStore(self.store, self.metrics.store_write.observe),
                              on_stored=self.live.apply,
                              commit_interval_s=config.commit_interval_s,
@@ -89,8 +93,10 @@ class Daemon:
         c4_pb2_grpc.add_IngestServicer_to_server(self.ingest, self._server)
         c4_pb2_grpc.add_FaultsServicer_to_server(FaultsService(self.store, self.hub),
                                                  self._server)
-        c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status),
-                                                self._server)
+        c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status,
+                                                             self.job_state), self._server)
+        c4_pb2_grpc.add_FaultActionsServicer_to_server(FaultActionsService(self.hub),
+                                                       self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         try:
             if tls is not None:
@@ -108,6 +114,10 @@ class Daemon:
         self._analyzer = threading.Thread(target=self.live.run,
                                           args=(self._stop, config.analyze_interval_s),
                                           name="c4-live", daemon=True)
+
+    def job_state(self, job: str) -> tuple[str, int, str]:
+        """(state, ended_ns, reason) of a job, for ``c4 jobs``."""
+        return self.lifecycle.state(job, self.live.heard_s_ago(job))
 
     def status(self) -> c4_pb2.StatusResponse:
         resp = c4_pb2.StatusResponse(
