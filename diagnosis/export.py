@@ -98,8 +98,12 @@ def _links(chunks: list[Columns], summary: ExportSummary) -> LinkStatRecords | N
 def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
                 groups: list[c4_pb2.GroupSummary], ops: Columns,
                 reduced: list[c4_pb2.ReducedChunk],
-                details: list[c4_pb2.DetailBatch] | None = None) -> ExportSummary:
-    """Write the trace of a job from what the daemon returns for it."""
+                details: list[c4_pb2.DetailBatch] | None = None,
+                stopped_ns: int = 0) -> ExportSummary:
+    """Write the trace of a job from what the daemon returns for it. ``stopped_ns``: when the
+    recording stopped (the job's end, or now for a job still running); the ``end`` record is
+    the later of it and the last record, so that calls still open then are judged as hangs
+    of that length, not of none."""
     out = ExportSummary()
     by_kind: dict[str, list] = {"progress": [], "linkstats": [], "ports": [], "schedule": []}
     for chunk in reduced:
@@ -135,8 +139,8 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
             w.port_records(port_records(p))
             out.port += len(p)
             ends.append(int(p["t_ns"].max()))
-        if ends:
-            w.end(max(ends))
+        if ends or stopped_ns:
+            w.end(max([*ends, stopped_ns]))
         out.lines = w.lines
     if out.unresolved_links:
         log.warning("%d linkstat rows name a peer socket no node reported: left out",

@@ -338,6 +338,20 @@ def ops(
     _out().print(table)
 
 
+def _recording_stopped(client, job: str) -> int:
+    """When the daemon stopped hearing about a job: its end, now for a job still running or
+    hung, else the last time a report of it was revised (a hang's report is revised while it
+    lasts)."""
+    import time
+
+    summary = next((j for j in client.jobs() if j.job == job), None)
+    if summary is not None and summary.ended_ns:
+        return int(summary.ended_ns)
+    if summary is not None and summary.state in ("running", "silent"):
+        return time.time_ns()
+    return max((r.last_seen_ns for r in client.faults(job)), default=0)
+
+
 def export(
     job: str = typer.Argument(..., help="The job, from `c4 jobs`."),
     output: str = typer.Option(..., "--output", "-o", help="Trace file to write (JSON Lines)."),
@@ -357,10 +371,11 @@ def export(
             ranks, groups, cols = c.ranks(job), c.groups(job), c.ops(job)
             reduced = c.reduced(job)
             details = c.details(job) if full else None
+            stopped = _recording_stopped(c, job)
     except DiagnosisError as exc:
         _fail(exc)
     out = write_trace(output, job, ranks=ranks, groups=groups, ops=cols, reduced=reduced,
-                      details=details)
+                      details=details, stopped_ns=stopped)
     what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
     extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
     _out().print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
