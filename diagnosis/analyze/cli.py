@@ -39,6 +39,8 @@ def analyze(
                                                "calls still open then are judged as hangs."),
 ) -> None:
     """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors.
+    Every incident is listed: those still open at the trace's end and those that cleared
+    before it (state "resolved" in JSON, with their onset and end).
 
     Traces of format version 2 (reduced telemetry: sampled calls, progress, linkstat and port
     records) are read like version 1; records of a type this c4 does not know are skipped with
@@ -91,16 +93,17 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
         topology = Topology.load(topology_path)
     engine = Engine(topology)
     if not sys.stderr.isatty():
-        reports, _ = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
-        return reports
+        feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
+        return engine.incidents()
     from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
         task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
-        reports, _ = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
-                                workers=workers, stopped_after_ns=stopped_after_ns)
-    return reports
+        feed_trace(engine, trace, progress=lambda n: bar.advance(task, n), workers=workers,
+                   stopped_after_ns=stopped_after_ns)
+    # a post-mortem lists every incident, also those that cleared before the trace ended
+    return engine.incidents()
 
 
 def _emit(reports: list, fmt: str, output: Path | None) -> None:
@@ -119,12 +122,14 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
     from c4.output import make_console
 
     table = Table(title=f"{len(reports)} fault report(s)" if reports else "no faults found")
-    for col in ("kind", "suspects", "since (UTC)", "where", "summary"):
+    for col in ("kind", "state", "onset (UTC)", "end (UTC)", "suspects", "where", "summary"):
         table.add_column(col, overflow="fold")
     for r in reports:
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in r.suspects[:3])
         where = f"{r.pg} #{r.seq}" if r.pg and r.seq is not None else (r.pg or "")
-        table.add_row(r.kind, suspects, _when(r.first_seen_ns), where, r.summary)
+        cleared = r.state != "open"
+        table.add_row(r.kind, "cleared" if cleared else "open", _when(r.first_seen_ns),
+                      _when(r.last_seen_ns) if cleared else "-", suspects, where, r.summary)
     if output is not None:
         with output.open("w") as fh:
             Console(file=fh, width=160).print(table)

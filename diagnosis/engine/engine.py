@@ -29,6 +29,7 @@ from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, 
 from diagnosis.engine.registry import Registry
 from diagnosis.engine.slow import NoncommSlow
 from diagnosis.engine.slow_reports import SlowReports
+from diagnosis.engine.stalls import StallsAfterTheFact
 from diagnosis.engine.straggle import SampledStragglers
 from diagnosis.engine.teardown import TeardownGate
 from diagnosis.engine.timing import GroupTiming
@@ -87,6 +88,7 @@ class Engine:
         self.progress = ProgressBoard(self.arena)
         self.linkstats = LinkStatFeed(self.conns)
         self.hangs = HangReports(self)
+        self.stalls = StallsAfterTheFact(self)
         self.slow_reports = SlowReports(self)
         self.lossy = LossyLinks(self)
         self.timing.pace = self.progress.period
@@ -199,6 +201,7 @@ class Engine:
             keep = np.flatnonzero(ok)
             rank, pg, op, seq, enter, end, status, nbytes, g, pos, own = (
                 a[keep] for a in (rank, pg, op, seq, enter, end, status, nbytes, g, pos, own))
+        self.stalls.check(rank, g, seq, op, enter, end, status)
         finished = self.arena.ingest(g, pos, seq, op, nbytes, enter, end, status, own)
         if len(finished):
             for fin in self.arena.read(finished):
@@ -419,6 +422,11 @@ class Engine:
         self._slow(now)
         self.registry.changed()
         return [r for r in self.registry.all() if r.state == "open"]
+
+    def incidents(self) -> list[FaultReport]:
+        """Every fault the trace showed so far: the open ones and those that cleared (each
+        from its first to its last time seen), oldest first; withdrawn reports left out."""
+        return self.registry.incidents()
 
     def open_calls(self) -> int:
         """Calls that some member entered and that have not finished."""

@@ -299,8 +299,11 @@ class HangReports:
             for fid in self.registry.open_ids(kind):
                 if fid not in active and fid not in self._timed_out:
                     blamed = set(self.registry.get(fid).evidence.get("culprits", []))
-                    self.registry.resolve(fid, now, "explained by an error report"
-                                          if blamed & explained else "the waiting call finished")
+                    if blamed & explained:
+                        self.registry.resolve(fid, now, "explained by an error report")
+                    else:
+                        self.registry.resolve(fid, now, "the waiting call finished",
+                                              cleared=True)
 
     def _progress_lag(self, now: int) -> int:
         """How far the progress records lag the op rows (the edge closes a window after its

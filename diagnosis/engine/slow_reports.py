@@ -170,4 +170,5 @@ class SlowReports:
         # intermittent fault comes back and re-opens its report
         for old in self.registry.open_ids("comm_slow"):
             if old not in current and not old.startswith(LOSSY_PREFIX):
-                self.registry.resolve(old, now, "the connections are back to their baseline")
+                self.registry.resolve(old, now, "the connections are back to their baseline",
+                                      cleared=True)
