@@ -360,7 +360,7 @@ def export(
                                    "fault reports (jobs whose calls were sampled)."),
     daemon: str = DaemonOpt,
 ) -> None:
-    """Write a job's stored telemetry as a trace file (shared formats, section 2), for
+    """Write a job's stored telemetry as a trace file (c4's JSON Lines trace format), for
     `c4 analyze` or another tool: version 1, or version 2 with its sampling factor and its
     progress, linkstat and port records when the job shipped reduced telemetry."""
     from diagnosis.errors import DiagnosisError

@@ -11,10 +11,10 @@ import typer
 
 
 def analyze(
-    trace: Path | None = typer.Argument(None, help="Telemetry trace: JSON Lines (shared specs "
-                                        "section 2), format version 1 or 2 or a mix of both, "
-                                        "gzip-compressed if it ends in .gz.", exists=True,
-                                        dir_okay=False),
+    trace: Path | None = typer.Argument(None, help="Telemetry trace: JSON Lines (c4's trace "
+                                        "format, as `c4 export` writes it), version 1 or 2 or "
+                                        "a mix of both, gzip-compressed if it ends in .gz.",
+                                        exists=True, dir_okay=False),
     topology: Path | None = typer.Option(None, "--topology", "-t", exists=True, dir_okay=False,
                                          help="Topology (node-link JSON). Without it suspects "
                                          "are ranks, or hosts from the trace's rank records."),

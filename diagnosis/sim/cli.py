@@ -32,7 +32,7 @@ def sim(
                                "all-gather and reduce-scatter per block, two blocks per layer "
                                "(16: a few hundred calls/s per rank)."),
     fault: list[str] = typer.Option(
-        [], "--fault", "-f",
+        [], "--fault",
         help="Fault to inject, repeatable: KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]."
              f" KIND: {_KINDS}. TARGET: auto, cable/uplink (links), "
              "leaf/spine/core (switches), a topology id, or a rank (GPU faults). ONSET/END: "
