@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from c4.output import FORMAT_HELP, Format, emit
 from c4.output import make_console as _out
 
 JournalOpt = typer.Option(None, "--journal", envvar="C4_RECOVERY_JOURNAL",
@@ -203,7 +204,8 @@ def recoveries(
 
 
 @nodes_app.command("list")
-def nodes_list(isolator: str = IsolatorOpt) -> None:
+def nodes_list(isolator: str = IsolatorOpt,
+               fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP)) -> None:
     """Nodes the isolation backend holds out of service, with the reason."""
     from recovery.errors import RecoveryError
 
@@ -211,6 +213,9 @@ def nodes_list(isolator: str = IsolatorOpt) -> None:
         held = _isolator(isolator).isolated()
     except RecoveryError as exc:
         _fail(exc)
+    if fmt is not Format.table:
+        emit(fmt, "nodes", ({"node": n, "reason": r} for n, r in sorted(held.items())))
+        return
     t = Table(title="isolated nodes")
     t.add_column("node")
     t.add_column("reason", overflow="fold")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
+
+from c4.output import FORMAT_HELP, Format
 
 topology_app = typer.Typer(help="Generate and inspect cluster topologies (node-link JSON).",
                            no_args_is_help=True)
@@ -63,13 +66,14 @@ def gen(
 
 
 @topology_app.command("show")
-def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link).")) -> None:
+def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link)."),
+         fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP)) -> None:
     """Summarise a topology: counts by kind and tier, link speeds."""
     from collections import Counter
 
     from rich.table import Table
 
-    from c4.output import make_console
+    from c4.output import emit, make_console
     from diagnosis.errors import DiagnosisError
     from diagnosis.topology import Topology
 
@@ -79,28 +83,41 @@ def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link)."
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     g = topo.graph
-    table = Table(title=f"{path.name}")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    table.add_column("detail")
-    table.add_row("hosts", str(len(topo.hosts())), "")
-    table.add_row("gpus", str(len(topo.gpus())), "")
     rails = Counter(topo.rail(n) for n in topo.nics())
-    table.add_row("nics", str(sum(rails.values())),
-                  f"{len(rails)} rails" if None not in rails else "")
     tiers = Counter(g.nodes[s].get("tier") or "-" for s in topo.switches())
-    for tier, n in sorted(tiers.items()):
-        table.add_row(f"switches ({tier})", str(n), "")
     speeds: Counter[tuple[str, float]] = Counter()
     for lk in topo.links():
         u, v = topo.endpoints(lk)
         pair = "-".join(sorted((_role(g, u), _role(g, v))))
         speeds[(pair, topo.capacity(lk))] += 1
-    for (pair, gbps), n in sorted(speeds.items()):
-        table.add_row(f"links {pair}", str(n), f"{gbps:g} Gbit/s")
     ix = topo.index
-    table.add_row("paths", "", "structural (two-tier)" if ix.two_tier else
-                  "structural (tiered)" if ix.tiered else "graph search")
+    paths = ("structural (two-tier)" if ix.two_tier else
+             "structural (tiered)" if ix.tiered else "graph search")
+    rows = [{"what": "hosts", "count": len(topo.hosts())},
+            {"what": "gpus", "count": len(topo.gpus())},
+            {"what": "nics", "count": sum(rails.values()),
+             "rails": 0 if None in rails else len(rails)}]
+    rows += [{"what": "switches", "tier": tier, "count": n} for tier, n in sorted(tiers.items())]
+    rows += [{"what": "links", "between": pair, "gbps": gbps, "count": n}
+             for (pair, gbps), n in sorted(speeds.items())]
+    if fmt is Format.json:
+        typer.echo(json.dumps({"topology": str(path), "summary": rows, "paths": paths},
+                              indent=2))
+        return
+    if fmt is Format.jsonl:
+        emit(fmt, "summary", rows)
+        return
+    table = Table(title=f"{path.name}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    table.add_column("detail")
+    for r in rows:
+        what = r["what"] if r["what"] not in ("switches", "links") else \
+            f"switches ({r['tier']})" if r["what"] == "switches" else f"links {r['between']}"
+        detail = f"{r['rails']} rails" if r.get("rails") else \
+            f"{r['gbps']:g} Gbit/s" if "gbps" in r else ""
+        table.add_row(what, str(r["count"]), detail)
+    table.add_row("paths", "", paths)
     make_console().print(table)
 
 
