@@ -18,8 +18,8 @@ def analyze(
     topology: Path | None = typer.Option(None, "--topology", "-t", exists=True, dir_okay=False,
                                          help="Topology (node-link JSON). Without it suspects "
                                          "are ranks, or hosts from the trace's rank records."),
-    fmt: str = typer.Option("table", "--format", "-f", help="Output: 'json' (the reports "
-                            "document) or 'table'."),
+    fmt: str = typer.Option("table", "--format", "-f", help="Output: 'table', 'json' "
+                            "({\"reports\": [...]}) or 'jsonl' (one report per line)."),
     flight_recorder: Path | None = typer.Option(None, "--flight-recorder", exists=True,
                                                 file_okay=False, help="Analyze a directory of "
                                                 "PyTorch Flight Recorder dumps instead of a "
@@ -48,8 +48,8 @@ def analyze(
     """
     from diagnosis.errors import DiagnosisError
 
-    if fmt not in ("json", "table"):
-        _fail(f"--format must be 'json' or 'table', not {fmt!r}")
+    if fmt not in ("json", "jsonl", "table"):
+        _fail(f"--format must be 'table', 'json' or 'jsonl', not {fmt!r}")
     if (trace is None) == (flight_recorder is None):
         _fail("give either a TRACE file or --flight-recorder DIR")
     if stopped_after is not None and trace is None:
@@ -109,8 +109,9 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
 def _emit(reports: list, fmt: str, output: Path | None) -> None:
     from diagnosis.report import reports_to_json
 
-    if fmt == "json":
-        text = json.dumps(reports_to_json(reports), indent=1) + "\n"
+    if fmt in ("json", "jsonl"):
+        text = json.dumps(reports_to_json(reports), indent=1) + "\n" if fmt == "json" else \
+            "".join(json.dumps(r.to_json(), separators=(",", ":")) + "\n" for r in reports)
         if output is not None:
             output.write_text(text)
         else:

@@ -192,3 +192,13 @@ def test_a_stall_that_cleared_mid_run_is_listed_with_onset_and_end(tmp_path):
     assert hang["suspects"][0].get("rank") == 1
     table = c4(str(tmp_path / "stall.jsonl"), "--jobs", "0")
     assert "cleared" in table.stdout and "noncomm_hang" in table.stdout
+
+
+def test_analyze_jsonl_is_one_report_per_line(tmp_path):
+    job = SynthJob(hang_rank=9)
+    job.write(tmp_path / "trace.jsonl", job.topology())
+    doc = c4(str(tmp_path / "trace.jsonl"), "--format", "json", "--jobs", "0")
+    lines = c4(str(tmp_path / "trace.jsonl"), "--format", "jsonl", "--jobs", "0")
+    assert lines.returncode == 0, lines.stderr
+    assert [json.loads(x) for x in lines.stdout.splitlines()] == \
+        json.loads(doc.stdout)["reports"]
