@@ -30,7 +30,7 @@ app = typer.Typer(
     name="c4",
     help="Watch a training job's collective communication; find, report and recover from faults.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

@@ -331,7 +331,8 @@ class LiveView:
         st.ranks[body.rank] = body
         st.budget.world = max(st.budget.world, int(body.world_size))
         if st.engine is not None:
-            st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None)
+            st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None,
+                               body.local_rank if body.local_rank >= 0 else None)
 
     @staticmethod
     def _add_group(st: JobState, body: GroupRecord) -> None:

@@ -106,8 +106,8 @@ class Engine:
 
     # ----- registration -----------------------------------------------------------------------
     def add_rank(self, rank: int, host: str, gpu: str | None = None,
-                 nic: str | None = None) -> None:
-        self.placement.add(int(rank), host, gpu, nic)
+                 nic: str | None = None, local_rank: int | None = None) -> None:
+        self.placement.add(int(rank), host, gpu, nic, local_rank)
 
     def add_group(self, pg: str, ranks: Sequence[int]) -> None:
         pid = self._pg_id(pg)
