@@ -95,6 +95,7 @@ class FaultSpec:
             head, at = head.split("@", 1)
             onset = _int(at, text, "onset")
         kind, _, target = head.partition(":")
+        kind = kind.replace("-", "_")  # `c4 lab inject` spells them slow-link, slow-gpu, ...
         kw: dict[str, object] = {}
         for opt in opts:
             key, sep, value = opt.partition("=")

@@ -27,3 +27,8 @@ def test_bad_fault_spec_on_the_command_line_is_a_usage_error(tmp_path):
     assert res.exit_code == 2, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
     assert "Traceback" not in res.output and "KIND[:TARGET][@ONSET]" in res.output
+
+
+def test_fault_names_take_the_lab_spelling_too():
+    assert FaultSpec.parse("slow-gpu:3@10,slow=2").kind == "slow_gpu"
+    assert FaultSpec.parse("slow_link:auto@5") == FaultSpec.parse("slow-link:auto@5")
