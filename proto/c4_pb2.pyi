@@ -606,16 +606,18 @@ class ReducedRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ...) -> None: ...
 
 class ReducedChunk(_message.Message):
-    __slots__ = ("progress", "linkstats", "ports", "schedule")
+    __slots__ = ("progress", "linkstats", "ports", "schedule", "conns")
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     LINKSTATS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    CONNS_FIELD_NUMBER: _ClassVar[int]
     progress: ProgressBatch
     linkstats: LinkStatBatch
     ports: PortBatch
     schedule: SampleSchedule
-    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ...) -> None: ...
+    conns: ConnSampleBatch
+    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ...) -> None: ...
 
 class DetailsRequest(_message.Message):
     __slots__ = ("job", "fault_id")

@@ -496,8 +496,9 @@ class QueryServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reduced(self, request, context):
-        """The reduced records stored for a job's latest attempt (progress, linkstat, port) and its
-        sampling schedules, in the order stored.
+        """The reduced records stored for a job's latest attempt (progress, linkstat, port), its
+        sampling schedules, in the order stored, then the raw socket samples it shipped while its
+        telemetry was full.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -13,7 +13,7 @@ from diagnosis.report import FaultReport
 from diagnosis.report_proto import to_proto
 from diagnosis.store import Store
 from proto import c4_pb2, c4_pb2_grpc
-from proto.codec import Columns, encode_ops
+from proto.codec import Columns, encode_conns, encode_ops
 
 OPS_CHUNK = 65536
 
@@ -140,6 +140,13 @@ class QueryService(c4_pb2_grpc.QueryServicer):
         for b in self._store.batches(request.job):
             field, cls = _CHUNKS[b.kind]
             yield c4_pb2.ReducedChunk(**{field: cls.FromString(b.payload)})
+        # what full telemetry ships instead of linkstat: the retransmissions in them are the
+        # only evidence of a lossy link, so an export must not leave them out
+        conns = self._store.conns(request.job)
+        for start in range(0, len(conns), OPS_CHUNK):
+            part = Columns({k: np.ascontiguousarray(v[start:start + OPS_CHUNK])
+                            for k, v in conns.columns.items()}, conns.strings)
+            yield c4_pb2.ReducedChunk(conns=encode_conns(request.job, part))
 
     def Details(self, request: c4_pb2.DetailsRequest, context: grpc.ServicerContext
                 ) -> Iterator[c4_pb2.DetailBatch]:
