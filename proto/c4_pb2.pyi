@@ -316,7 +316,7 @@ class SidecarStats(_message.Message):
     def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ..., detail_records: _Optional[int] = ...) -> None: ...
 
 class IngestRequest(_message.Message):
-    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail")
+    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail", "inspection")
     SIDECAR_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +328,7 @@ class IngestRequest(_message.Message):
     LINKSTATS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    INSPECTION_FIELD_NUMBER: _ClassVar[int]
     sidecar: str
     seq: int
     rank: RankInfo
@@ -339,7 +340,8 @@ class IngestRequest(_message.Message):
     linkstats: LinkStatBatch
     ports: PortBatch
     detail: DetailBatch
-    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ...) -> None: ...
+    inspection: InspectResult
+    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ..., inspection: _Optional[_Union[InspectResult, _Mapping]] = ...) -> None: ...
 
 class SampleStep(_message.Message):
     __slots__ = ("pg", "from_seq", "sample")
@@ -389,13 +391,47 @@ class DetailRequest(_message.Message):
     max_records: int
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., fault_id: _Optional[str] = ..., request: _Optional[int] = ..., from_ns: _Optional[int] = ..., to_ns: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., max_records: _Optional[int] = ...) -> None: ...
 
+class InspectRequest(_message.Message):
+    __slots__ = ("request", "job", "attempt", "fault_id", "rank", "host", "backend")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FAULT_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    request: int
+    job: str
+    attempt: int
+    fault_id: str
+    rank: int
+    host: str
+    backend: str
+    def __init__(self, request: _Optional[int] = ..., job: _Optional[str] = ..., attempt: _Optional[int] = ..., fault_id: _Optional[str] = ..., rank: _Optional[int] = ..., host: _Optional[str] = ..., backend: _Optional[str] = ...) -> None: ...
+
+class InspectResult(_message.Message):
+    __slots__ = ("request", "fault_id", "host", "rank", "facts_json")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    FAULT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    FACTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    request: int
+    fault_id: str
+    host: str
+    rank: int
+    facts_json: str
+    def __init__(self, request: _Optional[int] = ..., fault_id: _Optional[str] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., facts_json: _Optional[str] = ...) -> None: ...
+
 class Control(_message.Message):
-    __slots__ = ("schedule", "detail")
+    __slots__ = ("schedule", "detail", "inspect")
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    INSPECT_FIELD_NUMBER: _ClassVar[int]
     schedule: SampleSchedule
     detail: DetailRequest
-    def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ...) -> None: ...
+    inspect: InspectRequest
+    def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ..., inspect: _Optional[_Union[InspectRequest, _Mapping]] = ...) -> None: ...
 
 class IngestAck(_message.Message):
     __slots__ = ("seq", "code", "error", "duplicate", "sidecar", "control")

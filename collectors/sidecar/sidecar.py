@@ -3,6 +3,7 @@ and the sidecar's own statistics."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -51,7 +52,7 @@ class Sidecar:
         # what leaves the node per job (reduction, ports, detail ring): collectors.sidecar.edge
         self.edge = Edge(config.host, config.edge, self.outbox.put, self.outbox.put_frames,
                          lambda cols, frame, nbytes: self.batcher.add(cols, frame, nbytes))
-        self.outbox.on_control = self.edge.on_control
+        self.outbox.on_control = self._on_control
         self.batcher = Batcher(self.edge.emit_frames, batch_records=config.batch_records,
                                flush_interval_s=config.flush_interval_s)
         self.owners = Owners(config.spill_dir)
@@ -75,6 +76,33 @@ class Sidecar:
         ]
         self._sampler_cls = _link_sampler()
         self._samplers: dict[tuple[str, int], Any] = {}
+
+    def _on_control(self, msg: c4_pb2.Control) -> None:
+        """The daemon's messages: inspections here (they take seconds: a thread of their own),
+        the rest to the edge."""
+        if msg.WhichOneof("body") == "inspect":
+            threading.Thread(target=self._inspect, args=(msg.inspect,), name="c4-inspect",
+                             daemon=True).start()
+        else:
+            self.edge.on_control(msg)
+
+    def _inspect(self, req: c4_pb2.InspectRequest) -> None:
+        """Look at the process that registered the rank here (the pid this sidecar saw on its
+        socket, never one the request names) and answer with the facts."""
+        from diagnosis.inspection import inspect_process
+
+        pid = self.intake.pids().get((req.job, req.attempt), {}).get(req.rank, 0)
+        if pid <= 0:
+            log.warning("the daemon asks about rank %d of job %s, which did not register here",
+                        req.rank, req.job)
+            return
+        facts = inspect_process(req.rank, self.config.host, pid, backend=req.backend,
+                                local=True)
+        log.info("inspected rank %d of job %s (pid %d) for fault %s", req.rank, req.job, pid,
+                 req.fault_id)
+        self.outbox.put(inspection=c4_pb2.InspectResult(
+            request=req.request, fault_id=req.fault_id, host=self.config.host, rank=req.rank,
+            facts_json=json.dumps(facts.to_json())))
 
     # -- background work ------------------------------------------------------------------
     def _ship(self) -> None:

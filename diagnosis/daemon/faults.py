@@ -101,6 +101,9 @@ class FaultHub:
         ack = {"by": by, "note": note, "at_ns": now_ns or time.time_ns()}
         return self.annotate(fault_id, "ack", ack)
 
+    def get(self, fault_id: str) -> FaultReport | None:
+        return self._store.get_fault(fault_id)
+
     def _publish(self, stored: FaultReport) -> None:
         with self._lock:
             subscribers = list(self._subscribers)

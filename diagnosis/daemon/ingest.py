@@ -58,6 +58,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._max_sidecars = max_sidecars
         self._max_streams = max_streams  # 0: no limit
         self._on_stats = on_stats
+        # answers to the inspections the daemon asked sidecars for (daemon.inspection)
+        self.on_inspection: Callable[[c4_pb2.InspectResult], None] | None = None
         self.streams = 0
         self._lock = threading.Lock()
         self.sidecars: OrderedDict[str, SidecarInfo] = OrderedDict()
@@ -93,6 +95,17 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                     self._on_stats(req.stats)
                 if stream:
                     self.control.seen(stream, req)
+                reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
+                return
+            if kind == "inspection":
+                # a sidecar's answer to an inspection request: evidence for a report, not
+                # telemetry to store
+                if not self.control.expected(req.inspection.request) \
+                        or self.on_inspection is None:
+                    raise Rejected(grpc.StatusCode.FAILED_PRECONDITION,
+                                   f"inspection {req.inspection.request} was not asked for (or "
+                                   "long ago): dropped")
+                self.on_inspection(req.inspection)
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
                 return
             if kind == "detail" and not self.control.expected(req.detail.request):

@@ -8,18 +8,22 @@ process of a report is inspected once (py-spy takes a second or two).
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.inspection import ProcessFacts, inspect_process
 from diagnosis.report import FaultReport
 from diagnosis.store import RankRecord
+from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +73,13 @@ class ProcessInspector:
     """Watches filed reports and annotates them with their culprits' processes."""
 
     def __init__(self, faults: FaultHub, ranks_of: Callable[[str], list[RankRecord]],
-                 config: InspectConfig | None = None) -> None:
+                 config: InspectConfig | None = None,
+                 ask_node: Callable[[c4_pb2.InspectRequest], bool] | None = None) -> None:
+        """``ask_node``: send an inspection request to the sidecar of a rank's host (the
+        control hub); without one, processes on other machines get only the command to run."""
         self.cfg = config or InspectConfig()
+        self._ask_node = ask_node
+        self._ids = itertools.count(int(time.time() * 1000) << 16)
         self._local = self.cfg.local_hosts or this_machine()
         self._faults = faults
         self._ranks_of = ranks_of
@@ -98,6 +107,22 @@ class ProcessInspector:
             except Exception:
                 log.exception("could not inspect the processes of fault %s", report.id)
 
+    def answered(self, result: c4_pb2.InspectResult) -> None:
+        """A sidecar's inspection of a process on its node: it replaces the rank's entry."""
+        try:
+            fact = ProcessFacts.from_json(json.loads(result.facts_json))
+        except (ValueError, TypeError) as exc:
+            log.warning("sidecar on %s sent an unreadable inspection: %s", result.host, exc)
+            return
+        report = self._faults.get(result.fault_id)
+        if report is None:
+            return
+        kept = [p for p in report.evidence.get("processes", []) if p.get("rank") != fact.rank]
+        self._faults.annotate(result.fault_id, "processes",
+                              sorted([*kept, fact.to_json()], key=lambda p: p.get("rank", 0)))
+        log.info("fault %s: the sidecar on %s inspected rank %d", result.fault_id,
+                 result.host, fact.rank)
+
     def consider(self, report: FaultReport) -> list[ProcessFacts]:
         """Inspect the processes of a report's culprits not inspected yet; annotate it."""
         if report.state != "open":
@@ -116,10 +141,18 @@ class ProcessInspector:
             if rec is None:
                 continue
             done.add(rank)
-            facts.append(inspect_process(
-                rank, rec.host, rec.pid, backend=rec.backend, local=rec.host in self._local,
+            local = rec.host in self._local
+            fact = inspect_process(
+                rank, rec.host, rec.pid, backend=rec.backend, local=local,
                 py_spy=self.cfg.py_spy, timeout_s=self.cfg.timeout_s,
-                proc_root=self.cfg.proc_root))
+                proc_root=self.cfg.proc_root)
+            if not local and rec.pid > 0 and self._ask_node is not None and self._ask_node(
+                    c4_pb2.InspectRequest(request=next(self._ids), job=report.job,
+                                          attempt=rec.attempt, fault_id=report.id, rank=rank,
+                                          host=rec.host, backend=rec.backend)):
+                fact = replace(fact, stack_note=f"asked the sidecar on {rec.host} for its "
+                               f"stack; meanwhile run `{fact.command}` there")
+            facts.append(fact)
         if facts:
             kept = [p for p in report.evidence.get("processes", [])
                     if p.get("rank") not in {f.rank for f in facts}]

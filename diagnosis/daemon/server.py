@@ -56,7 +56,8 @@ class Daemon:
                              budget=config.budget, control=self.control)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
-        self.inspector = ProcessInspector(self.hub, self.store.ranks, config.inspect)
+        self.inspector = ProcessInspector(self.hub, self.store.ranks, config.inspect,
+                                          ask_node=self.control.request_inspect)
         self.lifecycle = JobLifecycle(self.hub, self.store)
         self.live.on_job_end = self.lifecycle.ended
         self.live.on_job_start = self.lifecycle.started
@@ -73,6 +74,7 @@ class Daemon:
                                     tokens_checked=bool(self.tokens),
                                     max_streams=config.max_streams,
                                     on_stats=self.live.heard, control=self.control)
+        self.ingest.on_inspection = self.inspector.answered
         self.metrics.attach(self)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,8 @@ def python_stack(pid: int, *, py_spy: str = "py-spy",
                  timeout_s: float = 10.0) -> tuple[str, str]:
     """(stack, note): py-spy's dump of every thread, or why there is none. ``--nonblocking``:
     a stopped or hung process is read as it is, not paused (and not resumed by mistake)."""
-    exe = shutil.which(py_spy)
+    # pip puts py-spy beside the interpreter, which a service's PATH may not include
+    exe = shutil.which(py_spy) or shutil.which(py_spy, path=os.path.dirname(sys.executable))
     if exe is None:
         return "", (f"{py_spy} is not installed on this node: install the py-spy package "
                     "(pip install py-spy) to capture stacks")

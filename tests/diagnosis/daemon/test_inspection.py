@@ -113,3 +113,52 @@ def test_refusals_are_reported_with_what_allows_them(tmp_path):
     assert "not configured" in missing.flight_recorder  # this process has no FR environment
     gone = inspect_process(1, "node-a", 2**22 + 17, local=True, py_spy=PY_SPY)
     assert "gone" in gone.stack_note
+
+
+RANK_CHILD = """
+import sys, time
+from tests.support.frames import RankConnection, rank_info, group_info
+conn = RankConnection(sys.argv[1])
+conn.send(rank_info("far", 2, 4, "node-x"), group_info("far", "0", [0, 1, 2, 3]))
+def train_step():
+    time.sleep(120)
+train_step()
+"""
+
+
+def test_a_rank_on_another_node_is_inspected_by_its_sidecar(tmp_path):
+    """The daemon asks the sidecar of the culprit's host (a real sidecar process, real gRPC);
+    the sidecar runs py-spy on the process that registered the rank on its socket."""
+    from tests.support.services import start_sidecar
+
+    port = free_port()
+    d = Daemon(DaemonConfig(listen=f"127.0.0.1:{port}", store="memory://",
+                            inspect=InspectConfig(local_hosts=frozenset({"not-here"}))))
+    d.start()
+    car, sock = start_sidecar(tmp_path, port, "node-x")
+    child = subprocess.Popen([sys.executable, "-c", RANK_CHILD, str(sock)],
+                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        rec = wait_for(lambda: [r for r in d.store.ranks("far") if r.rank == 2], 30,
+                       what="the rank registered")[0]
+        assert rec.pid == child.pid and rec.host == "node-x"
+        wait_for(lambda: "train_step" in python_stack(child.pid, py_spy=PY_SPY)[0], 20,
+                 what="the child in train_step")
+        report = d.hub.file("far", FaultReport(
+            kind="noncomm_hang", first_seen_ns=1, summary="rank 2 never entered all_reduce",
+            suspects=(Suspect("rank", "2", 0.95, rank=2),), evidence={"culprits": [2]},
+            id="noncomm_hang:2"))
+
+        def stack() -> dict | None:
+            procs = d.store.get_fault(report.id).evidence.get("processes", [])
+            return next((p for p in procs if p.get("stack")), None)
+
+        got = wait_for(stack, 30, what="the sidecar's inspection")
+        assert got["pid"] == child.pid and got["host"] == "node-x" and got["local"] is True
+        assert "train_step" in got["stack"]
+        assert "gloo backend keeps no Flight Recorder" in got["flight_recorder"]
+    finally:
+        child.kill()
+        child.wait()
+        car.stop()
+        d.stop(grace=0.5)
