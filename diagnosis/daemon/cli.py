@@ -74,9 +74,9 @@ def daemon(
                                        envvar="C4_DETAIL_RECORDS",
                                        help="Most full records per node and report."),
     inspect: bool = typer.Option(True, "--inspect/--no-inspect", envvar="C4_INSPECT",
-                                 help="Add to hang reports the blamed process's PID and host "
-                                      "and, for processes on this machine, its Python stack "
-                                      "(py-spy) and a Flight Recorder dump request."),
+                                 help="Add to hang reports the blamed process's PID and host, "
+                                      "its Python stack (py-spy, by the sidecar of its node) "
+                                      "and a Flight Recorder dump request."),
     inspect_hosts: str = typer.Option("", "--inspect-hosts", envvar="C4_INSPECT_HOSTS",
                                       help="Comma-separated host ids (as ranks report them) "
                                            "that run on this machine (default: its hostname)."),
