@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -37,6 +37,9 @@ class SidecarInfo:
     host: str
     last_seen_ns: int
     stats: c4_pb2.SidecarStats | None = None
+    rank_hosts: set[str] = field(default_factory=set)   # hosts its ranks say they are on
+    declared: bool = False                              # host from its own statistics
+    warned: bool = False
 
 
 class IngestService(c4_pb2_grpc.IngestServicer):
@@ -160,8 +163,21 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             if req.WhichOneof("body") == "stats":
                 info.stats = req.stats
                 info.host = req.stats.host
-            elif req.WhichOneof("body") == "rank" and not info.host:
-                info.host = req.rank.host
+                info.declared = bool(req.stats.host)
+            elif req.WhichOneof("body") == "rank":
+                if not info.host:
+                    info.host = req.rank.host
+                if len(info.rank_hosts) < 64:
+                    info.rank_hosts.add(req.rank.host)
+            others = info.rank_hosts - {info.host} if info.declared and not info.warned \
+                else set()
+            if others:
+                info.warned = True
+        if others:
+            # one node, two names: reports name one, the topology and the isolation the other
+            log.warning("sidecar %s runs with --host %r but ranks it carries say they are on "
+                        "%s: give both the topology's host id (the sidecar's --host, the ranks' "
+                        "C4_HOST)", req.sidecar, info.host, ", ".join(map(repr, sorted(others))))
 
     # -- RPCs --------------------------------------------------------------------------------
     def Send(self, request: c4_pb2.IngestRequest, context: grpc.ServicerContext
