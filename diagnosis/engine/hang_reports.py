@@ -47,6 +47,7 @@ class HangReports:
         self._failed: dict[int, int] = {}                # rank -> entry of its latest failed call
         self._missing: dict[str, int] = {}   # error ids of ranks that stopped reporting -> when
         self._timed_out: set[str] = set()  # hangs that ended in failed calls: kept open
+        self._hang_group: dict[str, int] = {}   # open noncomm_hang id -> its stuck group
         self._sym = np.zeros(0, dtype=bool)
         self._stopped = False           # the whole job went silent at once (see teardown)
 
@@ -304,6 +305,10 @@ class HangReports:
                     else:
                         self.registry.resolve(fid, now, "the waiting call finished",
                                               cleared=True)
+                        g = self._hang_group.pop(fid, None)
+                        if g is not None:
+                            self.timing.stall_cleared(g, self.registry.get(fid).first_seen_ns,
+                                                      now)
 
     def _progress_lag(self, now: int) -> int:
         """How far the progress records lag the op rows (the edge closes a window after its
@@ -409,7 +414,11 @@ class HangReports:
                              max(top.first, quiet), summary,
                              pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
                              evidence=evidence, id=fid)
-        return self._file(report, now)
+        rid = self._file(report, now)
+        self._hang_group[rid] = top.group
+        while len(self._hang_group) > _ERRORS_KEPT:
+            del self._hang_group[next(iter(self._hang_group))]
+        return rid
 
     def _stuck_unmatched(self, unmatched: set[int], cands: list[Stuck], now: int) -> list[int]:
         """Keys of transfers open past a quarter of the waiting calls' bound between ranks that

@@ -67,7 +67,8 @@ class StallsAfterTheFact:
                     continue
                 b = max(int(self.cfg.hang_factor * float(np.median(skew[same]))),
                         self.cfg.hang_min_ns)
-            if int(skew[j]) <= b:
+            # (a stall filed earlier in this batch may have shown the wait to be recurring)
+            if int(skew[j]) <= max(b, int(self.timing.recurring[gs[j]])):
                 continue
             rows = idx[starts[j]: starts[j] + counts[j]]
             self._file(int(gs[j]), int(seq[rows[0]]), int(op[rows[0]]), rank[rows],
@@ -82,6 +83,7 @@ class StallsAfterTheFact:
         late = sorted(ranks[enter > onset + bound].tolist())
         if not late or self._covered(late, onset, cleared):
             return
+        self.timing.stall_cleared(g, onset, cleared)
         op = self.op_names[op_id] if 0 <= op_id < len(self.op_names) else "call"
         name = self.hangs.label(g)
         who = self.placement.describe_many(late)
