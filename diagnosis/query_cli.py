@@ -18,6 +18,9 @@ DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
 
 FormatOpt = typer.Option(Format.table, "--format", help=FORMAT_HELP)
 
+#: A sidecar not heard from for this long is shown as silent by ``c4 status``.
+SIDECAR_SILENT_S = 30.0
+
 faults_app = typer.Typer(help="List, show, watch, acknowledge and close fault reports.",
                          no_args_is_help=True)
 
@@ -281,14 +284,18 @@ def status(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
                   f"over the last minute; {s.batches_rejected} rejected, "
                   f"{s.duplicates} duplicates")
     table = Table(title=f"{len(s.sidecars)} sidecar(s)")
-    for col in ("sidecar", "host", "last seen (s ago)", "received", "shipped", "spilled",
-                "dropped", "collector drops"):
+    for col in ("sidecar", "host", "state", "last seen (s ago)", "received", "shipped",
+                "spilled", "dropped", "collector drops"):
         table.add_column(col)
     for sc in s.sidecars:
         st = sc.stats
-        table.add_row(sc.sidecar, sc.host, f"{(time.time_ns() - sc.last_seen_ns) / 1e9:.1f}",
-                      str(st.received), str(st.shipped), str(st.spilled), str(st.dropped),
-                      str(sum(c.dropped for c in st.collectors)))
+        ago = (time.time_ns() - sc.last_seen_ns) / 1e9
+        drops = sum(c.dropped for c in st.collectors)
+        # sidecars send statistics every few seconds: one quiet for longer is gone or cut off
+        state = "silent" if ago > SIDECAR_SILENT_S else "dropping" if drops or st.dropped \
+            else "ok"
+        table.add_row(sc.sidecar, sc.host, state, f"{ago:.1f}", str(st.received),
+                      str(st.shipped), str(st.spilled), str(st.dropped), str(drops))
     _out().print(table)
 
 

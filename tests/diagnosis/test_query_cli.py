@@ -132,3 +132,14 @@ def test_faults_watch_streams_json_lines(daemon):
         stop.set()
         proc.kill()
         proc.wait()
+
+
+def test_status_marks_sidecars_that_drop(daemon):
+    from diagnosis.client import DaemonClient
+
+    stats = c4_pb2.SidecarStats(host="node9", received=10, collectors=[
+        c4_pb2.CollectorStats(job="j", rank=0, recorded=421, dropped=421)])
+    with DaemonClient(f"127.0.0.1:{daemon.port}") as client:
+        client.send(c4_pb2.IngestRequest(sidecar="car-9", seq=1, stats=stats))
+    row = next(line for line in c4(daemon, "status").splitlines() if "car-9" in line)
+    assert "dropping" in row and "421" in row
