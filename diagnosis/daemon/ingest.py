@@ -49,7 +49,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                  tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS,
                  max_streams: int = 0,
                  on_stats: Callable[[c4_pb2.SidecarStats], None] | None = None,
-                 control: ControlHub | None = None) -> None:
+                 control: ControlHub | None = None,
+                 on_host: Callable[[c4_pb2.HostTopology, str], object] | None = None) -> None:
         self._writer = writer
         self.control = control or ControlHub()
         self._known = known_jobs
@@ -61,6 +62,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._max_sidecars = max_sidecars
         self._max_streams = max_streams  # 0: no limit
         self._on_stats = on_stats
+        self._on_host = on_host   # a host's discovered internals: kept at once, not batched
         # answers to the inspections the daemon asked sidecars for (daemon.inspection)
         self.on_inspection: Callable[[c4_pb2.InspectResult], None] | None = None
         self.streams = 0
@@ -109,6 +111,15 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                                    f"inspection {req.inspection.request} was not asked for (or "
                                    "long ago): dropped")
                 self.on_inspection(req.inspection)
+                reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
+                return
+            if kind == "host_topology":
+                if self._on_host is None:
+                    raise Rejected(grpc.StatusCode.UNIMPLEMENTED,
+                                   "this daemon does not keep host topologies")
+                self._on_host(req.host_topology, req.sidecar)
+                if stream:
+                    self.control.seen(stream, req)
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
                 return
             if kind == "detail" and not self.control.expected(req.detail.request):
@@ -169,6 +180,9 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                     info.host = req.rank.host
                 if len(info.rank_hosts) < 64:
                     info.rank_hosts.add(req.rank.host)
+            elif req.WhichOneof("body") == "host_topology":
+                info.host = req.host_topology.host
+                info.declared = bool(req.host_topology.host)
             others = info.rank_hosts - {info.host} if info.declared and not info.warned \
                 else set()
             if others:

@@ -129,7 +129,8 @@ class QueryService(c4_pb2_grpc.QueryServicer):
         for r in self._store.ranks(request.job):
             yield c4_pb2.RankInfo(job=r.job, attempt=r.attempt, rank=r.rank,
                                   world_size=r.world_size, host=r.host, local_rank=r.local_rank,
-                                  pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend, t_ns=r.t_ns)
+                                  pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend, t_ns=r.t_ns,
+                                  cuda_device=r.cuda_device)
 
     def Status(self, request: c4_pb2.StatusRequest, context: grpc.ServicerContext
                ) -> c4_pb2.StatusResponse:

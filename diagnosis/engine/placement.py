@@ -28,6 +28,14 @@ class Placement:
         self.unknown_gpus = 0   # ranks placed on a gpu the topology does not have
         self.unknown_hosts = 0  # ranks on a host the topology does not have
 
+    def set_topology(self, topology: Any) -> None:
+        """Place ranks on another topology from now on (ranks already added keep their place
+        until added again)."""
+        self.topology = topology
+        self._default = None
+        self.unknown_gpus = 0
+        self.unknown_hosts = 0
+
     def add(self, rank: int, host: str | None, gpu: str | None, nic: str | None,
             local_rank: int | None = None) -> None:
         """``local_rank``: the rank's index on its host (torchrun's LOCAL_RANK); without a
