@@ -98,7 +98,10 @@ def python_stack(pid: int, *, py_spy: str = "py-spy",
     if out.returncode == 0 and out.stdout.strip():
         return out.stdout.strip(), ""
     err = (out.stderr or out.stdout).strip().splitlines()
-    why = err[-1] if err else f"py-spy exited with {out.returncode}"
+    # py-spy may follow its message with a backtrace: the "Error: ..." line says what failed
+    said = [line.strip() for line in err if line.strip().startswith("Error")]
+    why = said[0] if said else err[-1].strip() if err else \
+        f"py-spy exited with {out.returncode}"
     if "ermission" in why or "not permitted" in why:
         why = (f"not permitted ({why}): run the daemon as the job's user, as root, or with "
                "CAP_SYS_PTRACE (kernel.yama.ptrace_scope may also forbid it)")

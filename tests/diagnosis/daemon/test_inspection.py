@@ -94,8 +94,10 @@ def test_hang_report_carries_pid_host_stack_and_dump_request(frozen):
 
 
 def _fake_py_spy(tmp_path, message: str) -> str:
+    # as py-spy fails: its error, then a backtrace
     exe = tmp_path / "py-spy"
-    exe.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
+    exe.write_text(f"#!/bin/sh\necho '{message}' >&2\necho '' >&2\n"
+                   "echo 'Stack backtrace:' >&2\necho '  10: main' >&2\nexit 1\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return str(exe)
 
@@ -105,6 +107,7 @@ def test_refusals_are_reported_with_what_allows_them(tmp_path):
     facts = inspect_process(1, "node-a", os.getpid(), backend="gloo", local=True,
                             py_spy=denied)
     assert facts.stack == "" and "not permitted" in facts.stack_note
+    assert "Permission Denied" in facts.stack_note and "main" not in facts.stack_note
     assert "CAP_SYS_PTRACE" in facts.stack_note
     assert "gloo backend keeps no Flight Recorder" in facts.flight_recorder
     missing = inspect_process(1, "node-a", os.getpid(), local=True,
