@@ -71,6 +71,9 @@ class _SizeClass:
         self.t = np.zeros((0, K), dtype=np.int64)
         self.pos = np.zeros(0, dtype=np.int64)
         self.span_end = np.zeros(0, dtype=np.int64)   # seq ending each group's last sample
+        # what ``judge_rings`` last found per group, and at which write position
+        self.judged = np.zeros(0, dtype=np.int64)
+        self.found: dict[int, list[SlowRank]] = {}
 
     def index(self, groups: np.ndarray) -> np.ndarray:
         out = np.empty(len(groups), dtype=np.int64)
@@ -320,7 +323,8 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
     group's ring of ``K`` samples per member: ``x`` the excess, ``a`` the excess that counts,
     ``scale`` (ns per unit), ``t`` sample times, ``pos`` write positions, ``groups``), at the
     member significance ``slow_alpha_member``; ``min_excess`` (default ``slow_min_excess``): the
-    smallest excess worth a report, in the samples' unit."""
+    smallest excess worth a report, in the samples' unit (the same at every call for a ring:
+    each group's verdict is kept until its ring changes)."""
     least = cfg.slow_min_excess if min_excess is None else min_excess
     unseen = cfg.slow_min_excess_unseen * least / cfg.slow_min_excess
     out: list[SlowRank] = []
@@ -328,47 +332,65 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
         G = len(cls.groups)
         if G == 0:
             continue
-        K, n = cls.K, cls.n
-        idx = (cls.pos[:G, None] + np.arange(K)[None, :]) % K
-        x = np.take_along_axis(cls.x[:G], idx[:, :, None], axis=1).astype(np.float64)
-        a = np.take_along_axis(cls.a[:G], idx[:, :, None], axis=1).astype(np.float64)
-        scale = np.take_along_axis(cls.scale[:G], idx, axis=1)
-        t = np.take_along_axis(cls.t[:G], idx, axis=1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            if n > 2:
-                sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
-            else:
-                # two members mirror each other (each is measured against their mean), so
-                # their spread is the fault itself: the noise is how much a member's
-                # samples move from one to the next, which a change of level leaves alone
-                step = np.diff(x, axis=1) / np.sqrt(2.0)
-                sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
-            thr = np.maximum(least / 2, cfg.slow_noise_k * sigma)
-            high = a > thr[:, None, None]
-            valid = ~np.isnan(a)
-            # the communicator's own rate of late samples: median over members, so that
-            # the faulty member does not raise it (of two, the lower)
-            per_member = high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-            rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
-        p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
-        series = a.transpose(0, 2, 1).reshape(G * n, K)
-        res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
-                           cfg.slow_min_samples)
-        # a change, not a persistent trait: late more often and by more than before the
-        # split; without enough samples before it, the excess must be beyond natural spread
-        need = np.where(res.pre_count >= cfg.slow_min_samples, least, unseen)
-        ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
-            & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
-            & (res.median >= least) & (res.effect >= need)
-        for h in np.flatnonzero(ok).tolist():
-            gi, pos = divmod(h, n)
-            s = int(res.start[h])
-            seg = series[h, s:]
-            hi = seg > thr[gi]
-            excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
-            g = cls.groups[gi]
-            out.append(SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]),
-                                float(res.median[h]), excess_ns, int(res.count[h]),
-                                float(res.frac[h]), float(sigma[gi]), float(res.logp[h])))
+        # a group's verdict depends on its ring alone: judge only those with new samples
+        if len(cls.judged) < G:
+            cls.judged = np.r_[cls.judged, np.full(G - len(cls.judged), -1, dtype=np.int64)]
+        rows = np.flatnonzero(cls.pos[:G] != cls.judged[:G])
+        cls.judged[rows] = cls.pos[rows]
+        for gi in rows.tolist():
+            cls.found.pop(gi, None)
+        if len(rows):
+            _judge_rows(cls, rows, arena, cfg, least, unseen)
+        for found in cls.found.values():
+            out.extend(found)
     return out
+
+
+def _judge_rows(cls, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: float,
+                unseen: float) -> None:
+    """Judge the groups ``rows`` of ``cls``, keeping what each is found in ``cls.found``."""
+    G = len(rows)
+    K, n = cls.K, cls.n
+    idx = (cls.pos[rows, None] + np.arange(K)[None, :]) % K
+    x = np.take_along_axis(cls.x[rows], idx[:, :, None], axis=1).astype(np.float64)
+    a = np.take_along_axis(cls.a[rows], idx[:, :, None], axis=1).astype(np.float64)
+    scale = np.take_along_axis(cls.scale[rows], idx, axis=1)
+    t = np.take_along_axis(cls.t[rows], idx, axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if n > 2:
+            sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
+        else:
+            # two members mirror each other (each is measured against their mean), so
+            # their spread is the fault itself: the noise is how much a member's
+            # samples move from one to the next, which a change of level leaves alone
+            step = np.diff(x, axis=1) / np.sqrt(2.0)
+            sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
+        thr = np.maximum(least / 2, cfg.slow_noise_k * sigma)
+        high = a > thr[:, None, None]
+        valid = ~np.isnan(a)
+        # the communicator's own rate of late samples: median over members, so that
+        # the faulty member does not raise it (of two, the lower)
+        per_member = high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+        rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
+    p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
+    series = a.transpose(0, 2, 1).reshape(G * n, K)
+    res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
+                       cfg.slow_min_samples)
+    # a change, not a persistent trait: late more often and by more than before the
+    # split; without enough samples before it, the excess must be beyond natural spread
+    need = np.where(res.pre_count >= cfg.slow_min_samples, least, unseen)
+    ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
+        & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
+        & (res.median >= least) & (res.effect >= need)
+    for h in np.flatnonzero(ok).tolist():
+        gi, pos = divmod(h, n)
+        s = int(res.start[h])
+        seg = series[h, s:]
+        hi = seg > thr[gi]
+        excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
+        g = cls.groups[int(rows[gi])]
+        cls.found.setdefault(int(rows[gi]), []).append(
+            SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]), float(res.median[h]),
+                     excess_ns, int(res.count[h]), float(res.frac[h]), float(sigma[gi]),
+                     float(res.logp[h])))
