@@ -35,7 +35,7 @@ from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.tomography import PathCache
 from diagnosis.report import FaultReport
 from proto.codec import Columns
-from proto.sampling import is_sampled, sampled_mask
+from proto.sampling import is_sampled, prefix_state, sampled_after
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class Engine:
         # the stream keeps one call in ``sample`` (proto.sampling; the largest factor in force)
         self.sample = 1
         self._sample_at: dict[str, list[tuple[int, int]]] = {}   # pg -> (from seq, k) steps
+        self._prefixes: dict[int, int] = {}   # communicator or channel -> crc32 prefix state
         self._default_sample = 1
         self._op_ids: dict[str, int] = {}
         self._op_kind = np.zeros(0, dtype=np.int8)     # 0 collective, 1 send, 2 recv
@@ -325,11 +326,22 @@ class Engine:
         self.timing.max_gap = 8 * self.sample
         self.stragglers.sample = self.sample
 
+    def _prefix(self, g: int) -> int:
+        """The crc32 prefix state of communicator or channel ``g``'s name (cached)."""
+        state = self._prefixes.get(g)
+        if state is None:
+            state = self._prefixes[g] = prefix_state(self.pg_names[self.arena.pg_of[g]])
+        return state
+
     def _sampled(self, g: np.ndarray, seq: np.ndarray) -> np.ndarray:
         """Whether each (communicator or channel, seq) is a call the stream keeps."""
+        if not self._sample_at and len(seq) and int(seq.min()) >= 0:
+            # one crc32 prefix per communicator, the digits of every seq at once in numpy: a
+            # Python step per call cost ~1 s of a 4,096-GPU trace's analysis
+            uniq, inv = np.unique(g, return_inverse=True)
+            states = np.fromiter((self._prefix(x) for x in uniq.tolist()), np.uint32, len(uniq))
+            return sampled_after(states[inv], seq, self._default_sample)
         names = [self.pg_names[self.arena.pg_of[x]] for x in g.tolist()]
-        if not self._sample_at:
-            return sampled_mask(names, seq.tolist(), self._default_sample)
         out = np.empty(len(names), dtype=bool)
         for i, (name, s) in enumerate(zip(names, seq.tolist(), strict=True)):
             k = self._default_sample

@@ -127,6 +127,26 @@ def test_a_factor_per_communicator_from_an_announced_call_on():
     assert kept[100:].tolist() == [is_sampled("dp", s, 4) for s in range(100, 200)]
 
 
+def test_one_factor_for_every_communicator_keeps_the_calls_is_sampled_keeps():
+    """The whole-trace factor goes through numpy (crc32 prefixes per communicator): the same
+    calls as is_sampled, for communicators, p2p channels and seqs of any width."""
+    eng = Engine()
+    eng.set_sample(16)
+    names = ["dp.0", "tp.12", "pp.3"]
+    for name in names:
+        eng.add_group(name, [0, 1, 2])
+    pgs = np.array([eng._pg_ids[n] for n in names])
+    chans = eng.arena.channels(pgs, np.array([0, 1, 2]), np.array([1, 2, 0]), eng.pg_names)
+    groups = [eng.arena.group_of_pg(eng._pg_ids[n]) for n in names]
+    rng = np.random.default_rng(7)
+    which = rng.integers(0, 6, 3000)
+    g = np.array(groups + chans.tolist())[which]
+    seq = np.concatenate([np.arange(1500), rng.integers(0, 10**12, 1500)])
+    want = [is_sampled(names[w % 3], s, 16) for w, s in zip(which.tolist(), seq.tolist())]
+    assert eng._sampled(g, seq).tolist() == want
+    assert 0 < sum(want) < len(want)
+
+
 def test_progress_rows_without_a_group_are_counted_as_dropped():
     eng = Engine()
     eng.set_sample(8)
