@@ -16,6 +16,8 @@ for a member found late there is a victim, and its findings are dropped.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
@@ -90,12 +92,13 @@ class _Rings:
         self.acc_n[g] = 0
 
     def index(self, groups: np.ndarray) -> np.ndarray:
-        out = np.empty(len(groups), dtype=np.int64)
-        for i, g in enumerate(groups.tolist()):
-            li = self.local.get(g)
+        gs = groups.tolist()
+        out = np.fromiter(map(self.local.get, gs, repeat(-1)), np.int64, len(gs))
+        for i in np.flatnonzero(out < 0).tolist():
+            li = self.local.get(gs[i])     # a group new in this batch may come again in it
             if li is None:
-                li = self.local[g] = len(self.groups)
-                self.groups.append(g)
+                li = self.local[gs[i]] = len(self.groups)
+                self.groups.append(gs[i])
             out[i] = li
         grow = len(self.groups) - len(self.pos)
         if grow > 0:
