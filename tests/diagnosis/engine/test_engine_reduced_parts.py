@@ -14,6 +14,7 @@ from diagnosis.engine.linkstats import LinkStatFeed
 from diagnosis.engine.ports import PortBoard
 from diagnosis.engine.progress import ProgressBoard
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
+from diagnosis.engine.straggle import _Rings
 from diagnosis.report import Suspect
 from proto.sampling import is_sampled
 
@@ -166,3 +167,56 @@ def test_heard_takes_one_time_per_rank():
     eng = Engine()
     eng.heard(np.array([0, 3]), np.array([5 * S, 7 * S]))
     assert eng.clock.seen[[0, 3]].tolist() == [5 * S, 7 * S]
+
+
+class _OneBucketAtATime:
+    """The straggler rings' bucketing written bucket by bucket, as the reference the batch
+    version (all groups at once) must match."""
+
+    def __init__(self, groups: int, n: int, K: int) -> None:
+        self.K = K
+        self.x = np.full((groups, K, n), np.nan)
+        self.scale = np.full((groups, K), np.nan)
+        self.t = np.zeros((groups, K), dtype=np.int64)
+        self.pos = np.zeros(groups, dtype=np.int64)
+        self.acc = [(np.zeros(n), 0.0, 0, -1, 0) for _ in range(groups)]  # x, scale, n, b, t
+
+    def add(self, li, x, scale, t, bucket_ns) -> None:
+        for i in np.lexsort((t, t // bucket_ns, li)).tolist():
+            g, b = int(li[i]), int(t[i] // bucket_ns[i])
+            ax, asc, an, ab, at = self.acc[g]
+            if b < ab:
+                continue
+            if b > ab:
+                if an:
+                    col = self.pos[g] % self.K
+                    self.x[g, col], self.scale[g, col], self.t[g, col] = ax / an, asc / an, at
+                    self.pos[g] += 1
+                ax, asc, an, ab, at = np.zeros_like(ax), 0.0, 0, b, int(t[i])
+            self.acc[g] = (ax + x[i], asc + scale[i], an + 1, ab, at)
+
+
+def test_straggler_rings_fold_buckets_as_one_bucket_at_a_time_would():
+    rng = np.random.default_rng(3)
+    groups, n, K = 5, 4, 6
+    rings, ref = _Rings(n, K), _OneBucketAtATime(groups, n, K)
+    rings.index(np.arange(groups))
+    bucket = np.array([10, 10, 25, 7, 40])
+    now = 0
+    for _ in range(40):
+        m = int(rng.integers(1, 30))
+        li = rng.integers(0, groups, m)
+        # mostly forward in time, now and then a call of a bucket already written, and now
+        # and then a jump past more than K buckets at once
+        t = now + rng.integers(-30, 60, m) + (400 if rng.random() < 0.1 else 0)
+        t = np.maximum(t, 0)
+        now = int(t.max())
+        x = rng.normal(size=(m, n))
+        scale = rng.uniform(1, 2, m)
+        rings.add(li, x, scale, t, bucket[li])
+        ref.add(li, x, scale, t, bucket[li])
+        np.testing.assert_array_equal(rings.pos, ref.pos)
+        np.testing.assert_allclose(rings.x, ref.x.astype(np.float32), rtol=1e-6)
+        np.testing.assert_allclose(rings.scale, ref.scale, rtol=1e-12)
+        np.testing.assert_array_equal(rings.t, ref.t)
+    assert rings.pos.min() > K          # the rings went round
