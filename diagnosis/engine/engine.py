@@ -150,8 +150,8 @@ class Engine:
             log.warning("op batch without a string table (pg and op names): ignored")
             return
         c = cols.columns
-        pg_map = self._names(strings, c["pg"], self._pg_id)
-        op_map = self._names(strings, c["op"], self._op_id)
+        pg_map = self._names(strings, c["pg"], self._pg_ids, self._pg_id)
+        op_map = self._names(strings, c["op"], self._op_ids, self._op_id)
         rank = c["rank"].astype(np.int64)
         pg = pg_map[c["pg"]]
         op = op_map[c["op"]]
@@ -217,13 +217,18 @@ class Engine:
                     self.hangs.error(self.hangs.as_stuck(fin, i), self._now)
 
     @staticmethod
-    def _names(strings: list[str], column: np.ndarray, intern) -> np.ndarray:
+    def _names(strings: list[str], column: np.ndarray, known: dict[str, int],
+               intern) -> np.ndarray:
         """Ids of the strings a column uses (-1 for the rest of the batch's table: a table of
         a million names that no row uses costs nothing)."""
         out = np.full(len(strings), -1, dtype=np.int64)
         used = np.unique(column)
         used = used[(used >= 0) & (used < len(strings))]
-        out[used] = [intern(strings[i]) for i in used.tolist()]
+        # the names seen before looked up at once in ``known`` (``intern``'s table): only new
+        # ones take a Python call
+        names = [strings[i] for i in used.tolist()]
+        ids = list(map(known.get, names))
+        out[used] = [intern(n) if i is None else i for n, i in zip(names, ids, strict=True)]
         return out
 
     def _implied_peers(self, g: np.ndarray, rank: np.ndarray) -> np.ndarray:
@@ -300,7 +305,7 @@ class Engine:
         if len(conns) == 0:
             return
         self.records += len(conns)
-        pg_map = np.r_[self._names(conns.strings, conns.pg, self._pg_id), -1]
+        pg_map = np.r_[self._names(conns.strings, conns.pg, self._pg_ids, self._pg_id), -1]
         pg_ids = pg_map[conns.pg]
         self._now = max(self._now, int(conns.t_start_ns.max()), int(conns.t_end_ns.max()))
         self.conns.add(conns, pg_ids, sampled)
@@ -360,8 +365,8 @@ class Engine:
         self.records += n
         self._now = max(self._now, int(recs.t_ns.max()))
         self.clock.heard(recs.rank, recs.t_ns)
-        pg = self._names(recs.strings, recs.pg, self._pg_id)[recs.pg]
-        op_map = np.r_[self._names(recs.strings, recs.op, self._op_id), -1]
+        pg = self._names(recs.strings, recs.pg, self._pg_ids, self._pg_id)[recs.pg]
+        op_map = np.r_[self._names(recs.strings, recs.op, self._op_ids, self._op_id), -1]
         op = op_map[recs.op]
         kind = np.zeros(n, dtype=np.int8)
         kind[op >= 0] = self._op_kind[op[op >= 0]]
@@ -401,7 +406,7 @@ class Engine:
             return
         self.records += len(recs)
         self._now = max(self._now, int(recs.t_ns.max()))
-        pg_map = np.r_[self._names(recs.strings, recs.pg, self._pg_id), -1]
+        pg_map = np.r_[self._names(recs.strings, recs.pg, self._pg_ids, self._pg_id), -1]
         samples = self.linkstats.add(recs, pg_map[recs.pg])
         if samples is not None:
             self.lossy.add(samples)
