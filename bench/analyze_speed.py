@@ -162,7 +162,7 @@ def main() -> None:
             ("engine alone (batches already read)", e_wall, e_cpu, e_cpu),
             ("read + engine, 1 process (--jobs 0)", a_wall, a_cpu, a_main),
             (f"read + engine, {workers} parser process(es)", p_wall, p_cpu, p_main)):
-        print(f"{name:<40}{wall:>8.2f}{cpu:>8.2f}{main_cpu:>12.2f}{cpu - main_cpu:>15.2f}"
+        print(f"{name:<40}{wall:>8.2f}{cpu:>8.2f}{main_cpu:>12.2f}{max(cpu - main_cpu, 0.0):>15.2f}"
               f"{records / wall:>18,.0f}")
     print(f"{n_reports} report(s); cpu s counts every process; with parser processes the "
           "engine's process (main) and the parsers run side by side, so on an idle machine "
