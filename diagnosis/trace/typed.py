@@ -4,11 +4,11 @@ records, one small struct per line with the fields the batches need, checked and
 This is the common block (op, conn, progress, linkstat and port lines only). Each struct
 holds exactly the fields of its kind, typed as the format says; msgspec refuses a line with a
 missing required field, a value of another type (``true`` or ``1.0`` for an integer, ``null``
-for a required string), a field the kind does not have, or a ``type`` that is not one of these
-kinds. A refused block, and one with a backslash (escapes) in it, is read again by the general
-path (orjson into dicts), which reads other record types, skips unknown ones, ignores fields it
-does not know and names the bad line and field; so a block read here gives exactly the batches
-that path would, only faster (no dict per line, no lookup per field).
+for a required string), or a ``type`` that is not one of these kinds, and skips a field the
+format does not name, as the general path does. A refused block, and one with a backslash
+(escapes) in it, is read again by the general path (orjson into dicts), which reads other
+record types, skips unknown ones and names the bad line and field; so a block read here gives
+exactly the batches that path would, only faster (no dict per line, no lookup per field).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ Int = int | None
 Str = str | None
 
 
-class _Record(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, gc=False):
-    """A telemetry line; ``tag`` is its ``type``."""
+class _Record(msgspec.Struct, tag_field="type", gc=False):
+    """A telemetry line; ``tag`` is its ``type``. Fields the format does not name are skipped,
+    as the general path skips them (writers may add optional fields)."""
 
 
 class Op(_Record, tag="op"):

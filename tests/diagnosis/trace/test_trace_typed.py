@@ -189,8 +189,18 @@ def test_writer_output_takes_the_typed_path(monkeypatch):
     _same(got, expected)
 
 
+def test_fields_the_format_does_not_name_are_skipped_on_the_typed_path():
+    good = b'{"type":"op","rank":0,"pg":"g","seq":0,"op":"x","bytes":1,"t_enter_ns":1}\n'
+    extra = (b'{"type":"op","rank":1,"pg":"g","seq":0,"op":"x","bytes":1,"t_enter_ns":2,'
+             b'"job":"j7","mine":{"a":[1,null]}}\n')
+    data = good + extra
+    assert decode_block(data, 2) is not None
+    got = _fast(data)
+    _same(got, _general(data))
+    assert got[0].columns["rank"].tolist() == [0, 1]
+
+
 @pytest.mark.parametrize("line", [
-    b'{"type":"op","rank":0,"pg":"g","seq":0,"op":"x","bytes":1,"t_enter_ns":1,"mine":1}',
     b'{"type":"rank","rank":0,"host":"h"}',
     b'{"type":"gpu_temp","rank":0}',
     b'{"type":"op","rank":0,"pg":"g\\u0041","seq":0,"op":"x","bytes":1,"t_enter_ns":1}',
