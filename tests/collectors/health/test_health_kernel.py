@@ -28,7 +28,7 @@ def test_dmesg_T_xid119_and_the_uuid_line_before_it() -> None:
     assert first.time == "Sun Feb 23 16:24:18 2025"
     assert first.detail == {"pid": "2024380", "name": "nvidia-smi"}
     assert first.text.startswith("Timeout after 6s of waiting for RPC response from GPU4 GSP!")
-    assert events[-1].time == "Sun Feb 23 16:24:30 2025"
+    assert events[-1].time == "Sun Feb 23 16:30:13 2025"
 
 
 def test_dmesg_iso_xid13_burst_xid43_and_oom() -> None:
