@@ -36,6 +36,7 @@ from proto.codec import (
     decode_ports,
     decode_progress,
 )
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +102,12 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
                 details: list[c4_pb2.DetailBatch] | None = None) -> ExportSummary:
     """Write the trace of a job from what the daemon returns for it."""
     out = ExportSummary()
-    by_kind: dict[str, list] = {"progress": [], "linkstats": [], "ports": [], "schedule": []}
+    by_kind: dict[str, list] = {"progress": [], "linkstats": [], "ports": [], "schedule": [],
+                                "health": []}
     for chunk in reduced:
         by_kind[chunk.WhichOneof("body")].append(getattr(chunk, chunk.WhichOneof("body")))
     out.sample = _sample(by_kind["schedule"])
-    reduced_kinds = any(by_kind[k] for k in ("progress", "linkstats", "ports"))
+    reduced_kinds = any(by_kind[k] for k in ("progress", "linkstats", "ports", "health"))
     out.version = 2 if out.sample > 1 or reduced_kinds else 1
     if out.sample > 1 and len(ops):
         ops = take(ops, kept_rows(ops, out.sample))
@@ -135,6 +137,10 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
             w.port_records(port_records(p))
             out.port += len(p)
             ends.append(int(p["t_ns"].max()))
+        for batch in by_kind["health"]:
+            for sample in batch.samples:
+                w.health(HealthRecord.from_proto(sample))
+                ends.append(int(sample.t_ns))
         if ends:
             w.end(max(ends))
         out.lines = w.lines
