@@ -465,7 +465,7 @@ class Suspect(_message.Message):
     def __init__(self, type: _Optional[str] = ..., id: _Optional[str] = ..., score: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class FaultReport(_message.Message):
-    __slots__ = ("id", "job", "kind", "suspects", "first_seen_ns", "last_seen_ns", "pg", "seq", "summary", "evidence_json", "state", "revision")
+    __slots__ = ("id", "job", "kind", "suspects", "first_seen_ns", "last_seen_ns", "pg", "seq", "summary", "evidence_json", "state", "revision", "causes_json")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +478,7 @@ class FaultReport(_message.Message):
     EVIDENCE_JSON_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CAUSES_JSON_FIELD_NUMBER: _ClassVar[int]
     id: str
     job: str
     kind: str
@@ -490,7 +491,8 @@ class FaultReport(_message.Message):
     evidence_json: str
     state: str
     revision: int
-    def __init__(self, id: _Optional[str] = ..., job: _Optional[str] = ..., kind: _Optional[str] = ..., suspects: _Optional[_Iterable[_Union[Suspect, _Mapping]]] = ..., first_seen_ns: _Optional[int] = ..., last_seen_ns: _Optional[int] = ..., pg: _Optional[str] = ..., seq: _Optional[int] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., state: _Optional[str] = ..., revision: _Optional[int] = ...) -> None: ...
+    causes_json: str
+    def __init__(self, id: _Optional[str] = ..., job: _Optional[str] = ..., kind: _Optional[str] = ..., suspects: _Optional[_Iterable[_Union[Suspect, _Mapping]]] = ..., first_seen_ns: _Optional[int] = ..., last_seen_ns: _Optional[int] = ..., pg: _Optional[str] = ..., seq: _Optional[int] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., state: _Optional[str] = ..., revision: _Optional[int] = ..., causes_json: _Optional[str] = ...) -> None: ...
 
 class ListFaultsRequest(_message.Message):
     __slots__ = ("job", "open_only", "limit")
