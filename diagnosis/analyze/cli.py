@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from diagnosis.trace.feed import FeedStats
 
 
 def analyze(
@@ -91,16 +95,26 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
         topology = Topology.load(topology_path)
     engine = Engine(topology)
     if not sys.stderr.isatty():
-        reports, _ = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
-        return reports
+        reports, stats = feed_trace(engine, trace, workers=workers,
+                                    stopped_after_ns=stopped_after_ns)
+        return _with_health(reports, stats)
     from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
         task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
-        reports, _ = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
-                                workers=workers, stopped_after_ns=stopped_after_ns)
-    return reports
+        reports, stats = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
+                                    workers=workers, stopped_after_ns=stopped_after_ns)
+    return _with_health(reports, stats)
+
+
+def _with_health(reports: list, stats: FeedStats) -> list:
+    """The trace's health records joined in: causes on the reports, health reports added."""
+    if not stats.health:
+        return reports
+    from diagnosis.health.diagnose import explain
+
+    return explain(reports, stats.health, rank_places=stats.places)
 
 
 def _emit(reports: list, fmt: str, output: Path | None) -> None:
@@ -122,7 +136,9 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
     for r in reports:
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in r.suspects[:3])
         where = f"{r.pg} #{r.seq}" if r.pg and r.seq is not None else (r.pg or "")
-        table.add_row(r.kind, suspects, _when(r.first_seen_ns), where, r.summary)
+        summary = r.summary + "".join(f"\ncause: {c['target']}: {c['summary']}; "
+                                      f"{c['action']}" for c in r.causes)
+        table.add_row(r.kind, suspects, _when(r.first_seen_ns), where, summary)
     if output is not None:
         with output.open("w") as fh:
             Console(file=fh, width=160).print(table)

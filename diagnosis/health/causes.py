@@ -78,9 +78,24 @@ def causes_for(report: FaultReport, findings: Iterable[Finding], *,
                 strength = targets[f.host]
             best = max(best, strength * s.score / (1 + 0.25 * rank_i))
         if best > 0:
-            scored.append((best + 0.1 * _SEVERITY_RANK[f.severity] + 0.05 * f.hard, f))
+            # a rule says what is wrong; the peer model only that the component is odd
+            weight = 0.9 if f.kind == "peer_outlier" else 1.0
+            scored.append((best * weight + 0.1 * _SEVERITY_RANK[f.severity] + 0.05 * f.hard, f))
     scored.sort(key=lambda x: (-x[0], x[1].first_ns))
-    return [_cause(f, score) for score, f in scored[:cfg.max_causes]]
+    # the peer model's view of a component a rule already explains goes into that cause
+    peers = {f.target: f for _, f in scored if f.kind == "peer_outlier"}
+    explained = {f.target for _, f in scored if f.kind != "peer_outlier"}
+    out = []
+    for score, f in scored:
+        if f.kind == "peer_outlier" and f.target in explained:
+            continue
+        cause = _cause(f, score)
+        peer = peers.get(f.target) if f.kind != "peer_outlier" else None
+        if peer is not None:
+            cause["summary"] += "; " + peer.summary
+            cause["evidence"] = {**cause["evidence"], "peers": peer.evidence}
+        out.append(cause)
+    return out[:cfg.max_causes]
 
 
 def _cause(f: Finding, score: float) -> dict:

@@ -44,6 +44,8 @@ class FeedStats:
     #: the trace's health records (few: one per component every few seconds), kept for the
     #: causes joined to the reports (diagnosis/health/)
     health: list[HealthRecord] = field(default_factory=list)
+    #: where each rank runs: (host, gpu, nic) ids as the rank records say
+    places: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 class _OutOfOrder(Exception):
@@ -153,6 +155,7 @@ def _add(engine: Engine, item: Item, stats: FeedStats, path: str | Path) -> None
     stats.records += 1
     if isinstance(item, RankInfo):
         engine.add_rank(item.rank, item.host, item.gpu, item.nic)
+        stats.places[item.rank] = tuple(p for p in (item.host, item.gpu, item.nic) if p)
     elif isinstance(item, GroupInfo):
         engine.add_group(item.pg, item.ranks)
     elif isinstance(item, Meta):
