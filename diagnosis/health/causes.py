@@ -117,9 +117,9 @@ def attach_causes(reports: Iterable[FaultReport], findings: list[Finding], *,
 
 
 def _suspect_type(target: str, host: str) -> str:
-    if target == host:
+    if target == host or "/" not in target:
         return "host"
-    return "nic" if "/nic" in target else "gpu" if "/gpu" in target else "host"
+    return "gpu" if "/gpu" in target else "nic"
 
 
 def health_reports(findings: Iterable[Finding], job: str = "") -> list[FaultReport]:

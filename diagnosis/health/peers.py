@@ -58,7 +58,9 @@ def is_counter(name: str) -> bool:
 
 
 def component_kind(target: str) -> str:
-    return "gpu" if "/gpu" in target else "nic" if "/nic" in target else "host"
+    """GPUs (``node3/gpu1``), hosts (``node3``), and NIC ports (anything else under a host:
+    ``node3/nic0``, or an unmapped ``node3/mlx5_0/1``)."""
+    return "gpu" if "/gpu" in target else "host" if "/" not in target else "nic"
 
 
 @dataclass(frozen=True)
