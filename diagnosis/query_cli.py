@@ -103,6 +103,13 @@ def faults_show(
     for s in r.suspects:
         table.add_row(s.type, s.id, "-" if s.rank is None else str(s.rank), f"{s.score:.3f}")
     console.print(table)
+    if r.causes:
+        causes = Table(title="causes (node health over the fault's window)")
+        for col in ("on", "cause", "since (UTC)", "what to do"):
+            causes.add_column(col, overflow="fold")
+        for c in r.causes:
+            causes.add_row(c["target"], c["summary"], _when(c["since_ns"]), c["action"])
+        console.print(causes)
     if r.evidence:
         console.print_json(json.dumps(r.to_json()["evidence"]))
 

@@ -33,6 +33,8 @@ from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.health.live import LiveHealth
+from diagnosis.report import FaultReport
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -43,6 +45,7 @@ from diagnosis.store import (
     Write,
 )
 from proto import c4_pb2
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,11 @@ class JobState:
     budget: JobBudget = field(default_factory=lambda: JobBudget(BudgetConfig()))
     linkstats: LinkStatResolver = field(default_factory=LinkStatResolver)
     reduced: bool = False      # its sampling factor has been above 1
+
+
+def _places(st: JobState) -> dict[int, tuple[str, ...]]:
+    """Where each rank of a job runs: (host, gpu, nic) topology ids, as registered."""
+    return {r: tuple(p for p in (rec.host, rec.gpu, rec.nic) if p) for r, rec in st.ranks.items()}
 
 
 def records_of(w: Write) -> int:
@@ -127,6 +135,9 @@ class LiveView:
         self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
+        # node health: causes for the reports, health reports of their own (diagnosis/health)
+        self.health = LiveHealth()
+        self._health_pending: list[tuple[str, FaultReport]] = []
 
     # -- from the writer -----------------------------------------------------------------------
     def apply(self, writes: list[Write]) -> None:
@@ -354,6 +365,11 @@ class LiveView:
                 conns = st.links.add(body.cols)
                 if st.engine is not None and conns is not None and len(conns):
                     st.engine.add_conns(conns, sampled=True)
+            elif isinstance(body, BatchRows) and body.kind == "health":
+                self._health_pending.extend(
+                    (body.job, r) for r in self.health.add(body.job, [
+                        HealthRecord.from_proto(s)
+                        for s in c4_pb2.HealthBatch.FromString(body.payload).samples]))
             elif body.cols is not None:
                 self._apply_batch(st, body, now)
 
@@ -416,14 +432,19 @@ class LiveView:
         try:
             with self._lock:
                 self._apply_heartbeats()
-                found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
-                         if st.engine is not None]
+                found = [(st.job, st.engine.advance(now_ns), _places(st))
+                         for st in self._jobs.values() if st.engine is not None]
                 self._budgets(now_ns)
+                pending, self._health_pending = self._health_pending, []
             filed = 0
-            for job, reports in found:
+            for job, reports, places in found:
                 for report in reports:
-                    self._hub.file(job, report)
+                    # causes from the node's own health, joined at the report level
+                    self._hub.file(job, self.health.explain(job, report, places))
                     filed += 1
+            for job, report in pending:
+                self._hub.file(job, report)
+                filed += 1
         finally:
             self.last_analysis_s = time.perf_counter() - t0
             if self._observe_analysis is not None:

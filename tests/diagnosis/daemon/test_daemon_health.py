@@ -69,3 +69,21 @@ def test_export_writes_health_lines(tmp_path: Path) -> None:
                           reduced=[chunk])
     assert summary.version == 2
     assert [i for i in read_trace(out) if isinstance(i, HealthRecord)] == RECORDS
+
+
+@pytest.mark.parametrize("url", ["memory://", "sqlite://:memory:"])
+def test_report_causes_survive_the_store(url: str) -> None:
+    from diagnosis.report import FaultReport, Suspect
+
+    cause = {"kind": "thermal_slowdown", "target": "node0/gpu1", "summary": "hot",
+             "action": "cool it", "severity": "warning", "hard": False, "since_ns": 5,
+             "until_ns": 9, "score": 0.9, "evidence": {"temp_c": 91.0}}
+    rep = FaultReport("noncomm_slow", (Suspect("gpu", "node0/gpu1", 0.9),), 5, "slow",
+                      id="f1", job="j", revision=1, causes=(cause,))
+    store = open_store(url)
+    try:
+        store.put_fault(rep)
+        assert store.get_fault("f1").causes == (cause,)
+        assert store.list_faults("j")[0].causes == (cause,)
+    finally:
+        store.close()
