@@ -6,7 +6,10 @@ links: ``slow-link`` (tbf rate), ``lossy-link`` (nftables ``numgen random`` drop
 ``dead-link`` (link down; with ``reroute`` the other leaves stop sending through it, as a
 routing protocol would make them).
 Compute faults act on rank processes found by host, GPU, rank or pid: ``slow-gpu`` (cgroup v1
-cpu quota), ``hang`` (cgroup freezer), ``crash`` (SIGKILL)."""
+cpu quota), ``hang`` (cgroup freezer), ``crash`` (SIGKILL), ``cpu-contention`` (busy-loop
+processes put with the ranks into one cgroup v1 cpu quota, as a noisy neighbour would take the
+host's cores; the ranks and the burners also go into the host's cgroup v2 group, whose PSI the
+host's sidecar reads, so the contention shows as that host's CPU pressure)."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from c4.lab.procs import (
     alive,
     cgroup_of,
     freeze_wait,
+    host_psi_group,
     lab_processes,
     make_cgroup,
     move,
@@ -38,7 +42,7 @@ from diagnosis.topology import link_id
 log = logging.getLogger(__name__)
 
 LINK_FAULTS = ("slow-link", "lossy-link", "dead-link")
-PROC_FAULTS = ("slow-gpu", "hang", "crash")
+PROC_FAULTS = ("slow-gpu", "hang", "crash", "cpu-contention")
 KINDS = LINK_FAULTS + PROC_FAULTS
 
 
@@ -93,7 +97,7 @@ def _procs(lay: Layout, lab_dir: Path, target: str) -> tuple[list[LabProc], list
 
 def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = None,
            rate_mbit: float | None = None, loss_pct: int = 30, cpu_pct: int = 20,
-           reroute: bool = False) -> dict[str, Any]:
+           reroute: bool = False, burners: int = 2) -> dict[str, Any]:
     """Inject a fault; return its record (also appended to the lab state)."""
     if kind not in KINDS:
         raise LabError(f"unknown fault {kind!r}; one of: {', '.join(KINDS)}")
@@ -147,6 +151,8 @@ def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = No
                                                                str(cpu_pct * 1000)})
                 for p in procs:
                     move(p.pid, cg)
+            elif kind == "cpu-contention":
+                rec.update(_contend(fid, procs, target, cpu_pct, burners))
             elif kind == "hang":
                 rec["undo"] = {"cgroup": ["freezer", f"{PREFIX}f{fid}"],
                                "back": {str(p.pid): cgroup_of(p.pid, "freezer") for p in procs}}
@@ -166,6 +172,36 @@ def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = No
         state.write(lab_dir, st)
     log.info("injected fault %d: %s on %s", fid, kind, target)
     return rec
+
+
+def _contend(fid: int, procs: list[LabProc], target: str, cpu_pct: int,
+             burners: int) -> dict[str, Any]:
+    """Start ``burners`` busy loops and share ``cpu_pct`` % of one core between them and the
+    ranks of one host; put them all in the host's v2 group (its PSI)."""
+    hosts = {p.host for p in procs}
+    if len(hosts) != 1:
+        raise LabError(f"cpu-contention strikes one host; {target!r} has ranks on "
+                       f"{', '.join(sorted(hosts)) or 'no host'}")
+    if not 1 <= cpu_pct <= 100 * os.cpu_count() or burners < 1:   # type: ignore[operator]
+        raise LabError("--cpu must be a percentage of one core (up to the cores there are) "
+                       "and --burners at least 1")
+    (host,) = hosts
+    back = {str(p.pid): cgroup_of(p.pid, "cpu") for p in procs}
+    cg = make_cgroup("cpu", f"{PREFIX}f{fid}", {"cpu.cfs_period_us": "100000",
+                                               "cpu.cfs_quota_us": str(cpu_pct * 1000)})
+    psi = host_psi_group(host)
+    psi.mkdir(exist_ok=True)
+    pids = []
+    for _ in range(burners):
+        burner = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                  start_new_session=True, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        pids.append(burner.pid)
+    for pid in [p.pid for p in procs] + pids:
+        move(pid, cg)
+        move(pid, psi)
+    return {"params": {"cpu_pct": cpu_pct, "burners": burners, "host": host},
+            "undo": {"cgroup": ["cpu", f"{PREFIX}f{fid}"], "back": back, "burners": pids}}
 
 
 def _reroute(lay: Layout, dead: set[str]) -> dict[str, list[str]]:
@@ -221,7 +257,10 @@ def _undo(lay: Layout, rec: dict[str, Any]) -> None:
             for ns, prefixes in rec["undo"].get("routes", {}).items():
                 system.ip_batch([f"route del {p}" for p in prefixes], ns, force=True)
             fabric.reapply_routes(lay, {e.ns for _, e in ends})
-    elif kind in ("slow-gpu", "hang"):
+    elif kind in ("slow-gpu", "hang", "cpu-contention"):
+        for pid in rec["undo"].get("burners", []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         controller, name = rec["undo"]["cgroup"]
         remove_cgroup(controller, name, {int(k): v for k, v in rec["undo"]["back"].items()})
 

@@ -19,7 +19,9 @@ from c4.lab.state import MARKER
 log = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("cpu", "freezer")
+#: the cgroup v1 hierarchies the lab uses, and the v2 one ("unified": no controllers here, but
+#: every group there has its own PSI files, which is how a lab host gets a pressure of its own)
+CONTROLLERS = ("cpu", "freezer", "unified")
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,8 @@ def kill_all(pids: list[int], timeout: float = 10.0) -> None:
 def cgroup_of(pid: int, controller: str) -> str:
     """The cgroup path (relative to the controller's mount) that ``pid`` is in."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, ctrls, path = line.split(":", 2)
-        if controller in ctrls.split(","):
+        hier, ctrls, path = line.split(":", 2)
+        if controller in ctrls.split(",") or (controller == "unified" and hier == "0"):
             return path
     return "/"
 
@@ -203,3 +205,9 @@ def freeze_wait(cgroup: Path, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{cgroup} did not freeze in {timeout:.0f} s")
         time.sleep(0.02)
+
+
+def host_psi_group(host: str) -> Path:
+    """The cgroup v2 group whose PSI files are lab host ``host``'s pressure: its sidecar reads
+    them (``--health-cgroup``); ``cpu-contention`` puts the host's ranks and the burners in it."""
+    return CGROUP_ROOT / "unified" / f"{PREFIX}h-{host}"

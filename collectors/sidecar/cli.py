@@ -100,6 +100,10 @@ def sidecar(
     gpu_map: str = typer.Option("", "--gpu-map", envvar="C4_GPU_MAP",
                                 help="GPU PCI addresses to topology GPU ids, PCI=GPU,...: "
                                      "0000:db:00=node3/gpu7 (default: HOST/gpuINDEX)."),
+    health_cgroup: str = typer.Option("", "--health-cgroup", envvar="C4_HEALTH_CGROUP",
+                                      help="Read PSI from this cgroup v2 directory (the "
+                                           "job's own) instead of the whole host's "
+                                           "/proc/pressure."),
     kmsg: str = typer.Option("/dev/kmsg", "--kmsg", envvar="C4_KMSG",
                              help="Kernel log to follow for XID, AER and link events ('' : "
                                   "none)."),
@@ -131,6 +135,7 @@ def sidecar(
                           port_heartbeat_s=port_heartbeat,
                           health=HealthWatchConfig(interval_s=health_interval, gpu=health_gpu,
                                                    kmsg=kmsg, sysfs_root=sysfs_root,
+                                                   cgroup_dir=health_cgroup,
                                                    gpu_map=parse_gpu_map(gpu_map))
                           if health else None)
         config = SidecarConfig(daemon=daemon, socket_path=socket_path or default_socket_path(),
