@@ -69,6 +69,7 @@ class DaemonClient:
         self._faults = c4_pb2_grpc.FaultsStub(self._channel)
         self._query = c4_pb2_grpc.QueryStub(self._channel)
         self._ingest = c4_pb2_grpc.IngestStub(self._channel)
+        self._topology = c4_pb2_grpc.TopologyStub(self._channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -149,6 +150,15 @@ class DaemonClient:
                                             timeout=max(self.timeout, 60.0)))
         except grpc.RpcError as exc:
             raise _wrap(exc, self.address) from None
+
+    def job_topology(self, job: str, *, with_graph: bool = False) -> dict[str, Any]:
+        """A job's topology as the daemon assembled it from its hosts' discovery and its
+        fabric file (``diagnosis.topology.job.JobTopology.to_json``)."""
+        import json
+
+        resp = self._call(self._topology.Job,
+                          c4_pb2.JobTopologyRequest(job=job, with_graph=with_graph))
+        return json.loads(resp.json)
 
     def send(self, request: c4_pb2.IngestRequest) -> c4_pb2.IngestAck:
         return self._call(self._ingest.Send, request)

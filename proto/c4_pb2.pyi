@@ -263,7 +263,7 @@ class DetailBatch(_message.Message):
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., fault_id: _Optional[str] = ..., request: _Optional[int] = ..., host: _Optional[str] = ..., status: _Optional[_Union[DetailBatch.Status, str]] = ..., from_ns: _Optional[int] = ..., to_ns: _Optional[int] = ..., held_from_ns: _Optional[int] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class RankInfo(_message.Message):
-    __slots__ = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic", "backend", "t_ns")
+    __slots__ = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic", "backend", "t_ns", "cuda_device")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -275,6 +275,7 @@ class RankInfo(_message.Message):
     NIC_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     T_NS_FIELD_NUMBER: _ClassVar[int]
+    CUDA_DEVICE_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     rank: int
@@ -286,7 +287,8 @@ class RankInfo(_message.Message):
     nic: str
     backend: str
     t_ns: int
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., local_rank: _Optional[int] = ..., pid: _Optional[int] = ..., gpu: _Optional[str] = ..., nic: _Optional[str] = ..., backend: _Optional[str] = ..., t_ns: _Optional[int] = ...) -> None: ...
+    cuda_device: str
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., local_rank: _Optional[int] = ..., pid: _Optional[int] = ..., gpu: _Optional[str] = ..., nic: _Optional[str] = ..., backend: _Optional[str] = ..., t_ns: _Optional[int] = ..., cuda_device: _Optional[str] = ...) -> None: ...
 
 class GroupInfo(_message.Message):
     __slots__ = ("job", "attempt", "pg", "ranks", "desc")
@@ -353,7 +355,7 @@ class SidecarStats(_message.Message):
     def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ..., detail_records: _Optional[int] = ...) -> None: ...
 
 class IngestRequest(_message.Message):
-    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail", "health")
+    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail", "health", "host_topology")
     SIDECAR_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -366,6 +368,7 @@ class IngestRequest(_message.Message):
     PORTS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    HOST_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     sidecar: str
     seq: int
     rank: RankInfo
@@ -378,7 +381,8 @@ class IngestRequest(_message.Message):
     ports: PortBatch
     detail: DetailBatch
     health: HealthBatch
-    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ..., health: _Optional[_Union[HealthBatch, _Mapping]] = ...) -> None: ...
+    host_topology: HostTopology
+    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ..., health: _Optional[_Union[HealthBatch, _Mapping]] = ..., host_topology: _Optional[_Union[HostTopology, _Mapping]] = ...) -> None: ...
 
 class SampleStep(_message.Message):
     __slots__ = ("pg", "from_seq", "sample")
@@ -631,18 +635,20 @@ class ReducedRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ...) -> None: ...
 
 class ReducedChunk(_message.Message):
-    __slots__ = ("progress", "linkstats", "ports", "schedule", "health")
+    __slots__ = ("progress", "linkstats", "ports", "schedule", "conns", "health")
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     LINKSTATS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    CONNS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     progress: ProgressBatch
     linkstats: LinkStatBatch
     ports: PortBatch
     schedule: SampleSchedule
+    conns: ConnSampleBatch
     health: HealthBatch
-    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., health: _Optional[_Union[HealthBatch, _Mapping]] = ...) -> None: ...
+    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., health: _Optional[_Union[HealthBatch, _Mapping]] = ...) -> None: ...
 
 class DetailsRequest(_message.Message):
     __slots__ = ("job", "fault_id")
@@ -651,3 +657,31 @@ class DetailsRequest(_message.Message):
     job: str
     fault_id: str
     def __init__(self, job: _Optional[str] = ..., fault_id: _Optional[str] = ...) -> None: ...
+
+class HostTopology(_message.Message):
+    __slots__ = ("host", "t_ns", "internals", "digest")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    INTERNALS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    t_ns: int
+    internals: str
+    digest: str
+    def __init__(self, host: _Optional[str] = ..., t_ns: _Optional[int] = ..., internals: _Optional[str] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class JobTopologyRequest(_message.Message):
+    __slots__ = ("job", "with_graph")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    WITH_GRAPH_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    with_graph: bool
+    def __init__(self, job: _Optional[str] = ..., with_graph: _Optional[bool] = ...) -> None: ...
+
+class JobTopologyResponse(_message.Message):
+    __slots__ = ("job", "json")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    json: str
+    def __init__(self, job: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...

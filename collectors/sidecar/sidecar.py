@@ -12,12 +12,15 @@ from typing import Any
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.counters import Drops
+from collectors.sidecar.discovery import HostDiscovery, make_runner, port_map
 from collectors.sidecar.edge import Edge
+from collectors.sidecar.errors import SidecarConfigError
 from collectors.sidecar.intake import Intake
 from collectors.sidecar.local import Limits, LocalListener, resolve_group
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.owners import Owners
 from collectors.sidecar.spill import Spill
+from diagnosis.errors import DiagnosisError
 from diagnosis.security.channel import ClientSecurity
 from proto import c4_pb2
 
@@ -79,9 +82,18 @@ class Sidecar:
 
             self.health = HealthWatch(config.host, config.edge.health,
                                       nic_map=dict(config.edge.nic_map))
-            self._threads.append(threading.Thread(target=self._watch_health, name="c4-health",
-                                                  daemon=True))
+            self._health_thread = threading.Thread(target=self._watch_health, name="c4-health",
+                                                   daemon=True)
+            self._threads.append(self._health_thread)
         self._sampler_cls = _link_sampler()
+        try:
+            runner = make_runner(config.discover, config.discover_timeout_s)
+        except DiagnosisError as exc:
+            raise SidecarConfigError(f"--discover: {exc}") from None
+        self.discovery = None if runner is None else HostDiscovery(
+            config.host, self.outbox.put, runner, sysfs_root=config.edge.sysfs_root,
+            interval_s=config.discover_interval_s,
+            on_change=lambda hi: self.edge.map_ports(port_map(hi)))
         self._samplers: dict[tuple[str, int], Any] = {}
 
     # -- background work ------------------------------------------------------------------
@@ -149,6 +161,8 @@ class Sidecar:
         self.listener.start()
         for t in self._threads:
             t.start()
+        if self.discovery is not None:
+            self.discovery.start()
         if self.config.metrics_listen:
             from collectors.sidecar.metrics import serve_metrics
 
@@ -160,10 +174,12 @@ class Sidecar:
         """Stop listening, log what is batched, deliver what the daemon will take within
         ``timeout``; the log keeps the rest for the next sidecar on this spill directory."""
         self.listener.stop()
+        if self.discovery is not None:
+            self.discovery.stop()
         self._stop.set()
         self._threads[1].join(timeout)
         if self.health is not None:
-            self._threads[2].join(timeout)
+            self._health_thread.join(timeout)
             self.health.close()
         self.edge.drain()
         self.batcher.flush_due(force=True)

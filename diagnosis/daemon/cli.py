@@ -14,7 +14,9 @@ def daemon(
                               help="sqlite:///PATH (default under ~/.local/share/c4) or "
                                    "clickhouse://USER:PASS@HOST:PORT/DB."),
     topology: str = typer.Option("", "--topology", envvar="C4_TOPOLOGY",
-                                 help="Cluster topology file (node-link JSON) for localization."),
+                                 help="Cluster topology file (node-link JSON) for localization; "
+                                      "each job's hosts, as their sidecars discover them, "
+                                      "are merged into it."),
     analyze_interval: float = typer.Option(1.0, "--analyze-interval", envvar="C4_ANALYZE_INTERVAL",
                                            help="Seconds between runs of the live detectors."),
     tls_cert: str = typer.Option("", "--tls-cert", envvar="C4_TLS_CERT",
@@ -107,7 +109,7 @@ def daemon(
                 typer.echo(f"metrics on http://{d.metrics_server.host}:{d.metrics_server.port}"
                            "/metrics")
 
-        serve(config, topology=topo, on_ready=ready)
+        serve(config, topology=topo, on_ready=ready, topology_source=topology)
     except (DiagnosisError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -34,9 +34,9 @@ class _Stream:
 
 
 def request_job(req: c4_pb2.IngestRequest) -> JobKey | None:
-    """The job attempt a request belongs to (None for statistics)."""
+    """The job attempt a request belongs to (None for statistics and host internals)."""
     kind = req.WhichOneof("body")
-    if kind is None or kind == "stats":
+    if kind is None or kind in ("stats", "host_topology"):
         return None
     body = getattr(req, kind)
     return (body.job, body.attempt)
@@ -79,6 +79,8 @@ class ControlHub:
                 st.hosts.add(req.rank.host)
             elif kind == "stats" and req.stats.host:
                 st.hosts.add(req.stats.host)
+            elif kind == "host_topology" and req.host_topology.host:
+                st.hosts.add(req.host_topology.host)
             if job is None or job in st.jobs:
                 return
             st.jobs.add(job)

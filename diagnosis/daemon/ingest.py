@@ -46,7 +46,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                  tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS,
                  max_streams: int = 0,
                  on_stats: Callable[[c4_pb2.SidecarStats], None] | None = None,
-                 control: ControlHub | None = None) -> None:
+                 control: ControlHub | None = None,
+                 on_host: Callable[[c4_pb2.HostTopology, str], object] | None = None) -> None:
         self._writer = writer
         self.control = control or ControlHub()
         self._known = known_jobs
@@ -58,6 +59,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._max_sidecars = max_sidecars
         self._max_streams = max_streams  # 0: no limit
         self._on_stats = on_stats
+        self._on_host = on_host   # a host's discovered internals: kept at once, not batched
         self.streams = 0
         self._lock = threading.Lock()
         self.sidecars: OrderedDict[str, SidecarInfo] = OrderedDict()
@@ -91,6 +93,15 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             if kind == "stats":
                 if self._on_stats is not None:
                     self._on_stats(req.stats)
+                if stream:
+                    self.control.seen(stream, req)
+                reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
+                return
+            if kind == "host_topology":
+                if self._on_host is None:
+                    raise Rejected(grpc.StatusCode.UNIMPLEMENTED,
+                                   "this daemon does not keep host topologies")
+                self._on_host(req.host_topology, req.sidecar)
                 if stream:
                     self.control.seen(stream, req)
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
@@ -149,6 +160,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                 info.host = req.stats.host
             elif req.WhichOneof("body") == "rank" and not info.host:
                 info.host = req.rank.host
+            elif req.WhichOneof("body") == "host_topology":
+                info.host = req.host_topology.host
 
     # -- RPCs --------------------------------------------------------------------------------
     def Send(self, request: c4_pb2.IngestRequest, context: grpc.ServicerContext

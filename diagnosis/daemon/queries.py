@@ -12,7 +12,7 @@ from diagnosis.daemon.faults import FaultHub
 from diagnosis.report_proto import to_proto
 from diagnosis.store import Store
 from proto import c4_pb2, c4_pb2_grpc
-from proto.codec import Columns, encode_ops
+from proto.codec import Columns, encode_conns, encode_ops
 
 OPS_CHUNK = 65536
 
@@ -98,7 +98,8 @@ class QueryService(c4_pb2_grpc.QueryServicer):
         for r in self._store.ranks(request.job):
             yield c4_pb2.RankInfo(job=r.job, attempt=r.attempt, rank=r.rank,
                                   world_size=r.world_size, host=r.host, local_rank=r.local_rank,
-                                  pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend, t_ns=r.t_ns)
+                                  pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend, t_ns=r.t_ns,
+                                  cuda_device=r.cuda_device)
 
     def Status(self, request: c4_pb2.StatusRequest, context: grpc.ServicerContext
                ) -> c4_pb2.StatusResponse:
@@ -109,6 +110,13 @@ class QueryService(c4_pb2_grpc.QueryServicer):
         for b in self._store.batches(request.job):
             field, cls = _CHUNKS[b.kind]
             yield c4_pb2.ReducedChunk(**{field: cls.FromString(b.payload)})
+        # what full telemetry ships instead of linkstat: the retransmissions in them are the
+        # only evidence of a lossy link, so an export must not leave them out
+        conns = self._store.conns(request.job)
+        for start in range(0, len(conns), OPS_CHUNK):
+            part = Columns({k: np.ascontiguousarray(v[start:start + OPS_CHUNK])
+                            for k, v in conns.columns.items()}, conns.strings)
+            yield c4_pb2.ReducedChunk(conns=encode_conns(request.job, part))
 
     def Details(self, request: c4_pb2.DetailsRequest, context: grpc.ServicerContext
                 ) -> Iterator[c4_pb2.DetailBatch]:

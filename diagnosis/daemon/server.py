@@ -18,11 +18,13 @@ from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.detail import DetailPuller
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.ingest import IngestService
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
 from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore
 from diagnosis.daemon.queries import FaultsService, QueryService
+from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
 from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen
@@ -32,12 +34,12 @@ from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query")
+SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Topology")
 
 
 class Daemon:
     def __init__(self, config: DaemonConfig, *, topology: Any = None,
-                 tokens: TokenTable | None = None) -> None:
+                 tokens: TokenTable | None = None, topology_source: str = "") -> None:
         self.config = config
         tls = ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None) \
             if config.tls_cert else None
@@ -47,7 +49,9 @@ class Daemon:
         self.store = open_store(config.store)
         self.hub = FaultHub(self.store)
         self.control = ControlHub()
+        self.hosts = HostBook(self.store)
         self.live = LiveView(self.hub, topology=topology, store=self.store,
+                             hosts=self.hosts, topology_source=topology_source,
                              max_backlog_records=config.live_backlog_records,
                              idle_s=config.live_idle_s,
                              observe_analysis=self.metrics.analysis.observe,
@@ -66,7 +70,8 @@ class Daemon:
                                     observe_ack=self.metrics.ack_latency.observe,
                                     tokens_checked=bool(self.tokens),
                                     max_streams=config.max_streams,
-                                    on_stats=self.live.heard, control=self.control)
+                                    on_stats=self.live.heard, control=self.control,
+                                    on_host=self.hosts.put)
         self.metrics.attach(self)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()
@@ -86,6 +91,9 @@ class Daemon:
                                                  self._server)
         c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status),
                                                 self._server)
+        c4_pb2_grpc.add_TopologyServicer_to_server(
+            TopologyService(self.store, self.live, self.hosts, topology, topology_source),
+            self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         try:
             if tls is not None:
@@ -148,9 +156,9 @@ class Daemon:
 
 
 def serve(config: DaemonConfig, *, topology: Any = None,
-          on_ready: Callable[[Daemon], None] | None = None) -> None:
+          on_ready: Callable[[Daemon], None] | None = None, topology_source: str = "") -> None:
     """Run until SIGTERM or SIGINT."""
-    daemon = Daemon(config, topology=topology)
+    daemon = Daemon(config, topology=topology, topology_source=topology_source)
     daemon.start()
     if on_ready is not None:
         on_ready(daemon)

@@ -97,6 +97,16 @@ class Engine:
         """Forget every record and report: as new, with the same topology and config."""
         self.__init__(self.topology, self.cfg)  # type: ignore[misc]
 
+    def set_topology(self, topology: Any) -> None:
+        """Localize on another topology from now on (the daemon's assembly of a job's
+        discovered hosts with its fabric): placement, paths and ports follow it; the records
+        kept stay. Ranks must be added again to be placed on it."""
+        self.topology = topology
+        self.placement.set_topology(topology)
+        self.localizer.set_paths(PathCache(topology) if topology is not None else None,
+                                 self.conns)
+        self.ports.topology = topology
+
     @property
     def now_ns(self) -> int:
         """The latest time seen in the data."""

@@ -27,6 +27,13 @@ class Placement:
         self._default: dict[int, tuple[str, str | None, str | None]] | None = None
         self.unknown_gpus = 0   # ranks placed on a gpu the topology does not have
 
+    def set_topology(self, topology: Any) -> None:
+        """Place ranks on another topology from now on (ranks already added keep their place
+        until added again)."""
+        self.topology = topology
+        self._default = None
+        self.unknown_gpus = 0
+
     def add(self, rank: int, host: str | None, gpu: str | None, nic: str | None) -> None:
         topo = self.topology
         if topo is not None:

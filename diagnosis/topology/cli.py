@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from diagnosis.security.cli import with_client_security
+
 topology_app = typer.Typer(help="Generate and inspect cluster topologies (node-link JSON).",
                            no_args_is_help=True)
 
@@ -63,8 +65,19 @@ def gen(
 
 
 @topology_app.command("show")
-def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link).")) -> None:
-    """Summarise a topology: counts by kind and tier, link speeds."""
+@with_client_security
+def show(
+    path: Path | None = typer.Argument(None, help="Topology JSON file (node-link)."),
+    job: str | None = typer.Option(None, "--job", help="Instead of a file: the topology the "
+                                   "daemon assembled for this job from its hosts' discovery "
+                                   "and its --topology fabric, with each rank's GPU and NIC."),
+    fmt: str = typer.Option("text", "--format", help="text or json (with --job)."),
+    graph: bool = typer.Option(False, "--graph", help="With --job --format json: include the "
+                               "node-link graph."),
+    daemon: str | None = typer.Option(None, "--daemon", envvar="C4_DAEMON",
+                                      help="Daemon address HOST:PORT (with --job)."),
+) -> None:
+    """Summarise a topology: counts by kind and tier, link speeds; or a job's, from the daemon."""
     from collections import Counter
 
     from rich.console import Console
@@ -73,6 +86,13 @@ def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link)."
     from diagnosis.errors import DiagnosisError
     from diagnosis.topology import Topology
 
+    _check_format(fmt)
+    if (path is None) == (job is None):
+        raise typer.BadParameter("give a topology FILE or --job JOB (one of them)")
+    if job is not None:
+        _show_job(job, fmt, graph, daemon)
+        return
+    assert path is not None
     try:
         topo = Topology.load(path)
     except DiagnosisError as exc:
@@ -102,6 +122,22 @@ def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link)."
     table.add_row("paths", "", "structural (two-tier)" if ix.two_tier else
                   "structural (tiered)" if ix.tiered else "graph search")
     Console().print(table)
+
+
+def _show_job(job: str, fmt: str, graph: bool, daemon: str | None) -> None:
+    import json
+
+    from diagnosis.client import DaemonClient
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.topology.show import job_text
+
+    try:
+        with DaemonClient(daemon) as client:
+            obj = client.job_topology(job, with_graph=graph and fmt == "json")
+    except DiagnosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(obj, indent=1) if fmt == "json" else job_text(obj))
 
 
 _SOURCES_HELP = ("ibnetdiscover, slurm (topology.conf/.yaml, scontrol show topology), scontrol, "
@@ -161,6 +197,10 @@ def discover(
                                     "(default: its short hostname)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the JSON here "
                                        "(default: print it)."),
+    recorded: Path | None = typer.Option(None, "--from", help="Read the tools' saved outputs "
+                                         "from this directory (nvidia-smi.txt, "
+                                         "ibdev2netdev.txt, lldpctl.json) instead of running "
+                                         "them, as the sidecar's --discover DIR does."),
 ) -> None:
     """Discover this host's GPUs, NICs, GPU-NIC pairing and switch ports, as JSON.
 
@@ -168,9 +208,15 @@ def discover(
     """
     import json
 
-    from diagnosis.topology.discover import discover_host, run_command
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.topology.discover import discover_host, recorded_runner, run_command
 
-    text = json.dumps(discover_host(run_command, sysfs_root, hostname=host).to_json(), indent=1)
+    try:
+        runner = run_command if recorded is None else recorded_runner(recorded)
+    except DiagnosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    text = json.dumps(discover_host(runner, sysfs_root, hostname=host).to_json(), indent=1)
     if output is None:
         typer.echo(text)
     else:
