@@ -2,6 +2,7 @@
 the same code runs on the node and on recorded files in tests.
 
 - ``SmiSource``: ``nvidia-smi -q -x`` through a runner (configured; about 0.1-0.3 s a call).
+- ``DcgmSource``: a dcgm-exporter endpoint's scrape (configured).
 - ``NvmlSource``: NVML through nvidia-ml-py, only where that package imports and a GPU exists;
   the project does not depend on it (``pip install nvidia-ml-py`` on GPU nodes).
 - ``KmsgFollower``: new records of ``/dev/kmsg`` (or any file of such records), non-blocking.
@@ -19,6 +20,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from collectors.health.dcgm import parse_exporter_scrape
 from collectors.health.errors import HealthParseError
 from collectors.health.gpu import GpuSample, reasons_from_mask
 from collectors.health.host import (
@@ -57,6 +59,27 @@ class SmiSource:
 
     def read(self) -> list[GpuSample]:
         return parse_smi_xml(self._runner([self._binary, "-q", "-x"]), "nvidia-smi -q -x")
+
+
+class DcgmSource:
+    """GPU state from a dcgm-exporter endpoint (``http://127.0.0.1:9400/metrics``), for nodes
+    that run one already."""
+
+    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"dcgm-exporter URL {url!r} must start with http:// or https://")
+        self.url, self.timeout_s = url, timeout_s
+
+    def read(self) -> list[GpuSample]:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
+                text = resp.read().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise HealthParseError(f"dcgm-exporter at {self.url} did not answer: {exc}; is it "
+                                   "running (default port 9400)?") from None
+        return parse_exporter_scrape(text, self.url)
 
 
 class NvmlSource:

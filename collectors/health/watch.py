@@ -1,7 +1,8 @@
 """The sidecar's health sampler: every ``interval_s`` (5 s by default) one pass over the node's
-GPUs (NVML, else ``nvidia-smi -q -x`` when configured), the kernel log's new records, the GPUs'
-PCIe links and AER counters, the IB ports and host pressure, as ``health`` records named by
-topology ids. One pass costs a few milliseconds of CPU (bench/health_collect.py).
+GPUs (NVML, else ``nvidia-smi -q -x`` or a dcgm-exporter endpoint when configured), the kernel
+log's new records, the GPUs' PCIe links and AER counters, the IB ports and host pressure, as
+``health`` records named by topology ids. One pass costs a few milliseconds of CPU
+(bench/health_collect.py).
 
 Names: a GPU is ``gpu_map[pci]`` (``--gpu-map 0000:db:00=node3/gpu7``), else
 ``<host>/gpu<index>``; an XID names its GPU by PCI address through the same map. An IB port
@@ -21,6 +22,7 @@ from collectors.health.gpu import GpuSample, pci_key
 from collectors.health.infiniband import read_ib_sysfs
 from collectors.health.records import event_record, gpu_record, host_record, ib_record
 from collectors.health.sources import (
+    DcgmSource,
     HostSource,
     KmsgFollower,
     NvmlSource,
@@ -33,7 +35,7 @@ from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
-GPU_MODES = ("auto", "nvml", "smi", "off")
+GPU_MODES = ("auto", "nvml", "smi", "dcgm", "off")
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,10 @@ class HealthWatchConfig:
 
     interval_s: float = 5.0
     #: GPU state: auto (NVML where nvidia-ml-py imports and finds a GPU), nvml, smi
-    #: (``nvidia-smi -q -x``), off
+    #: (``nvidia-smi -q -x``), dcgm (a dcgm-exporter endpoint, ``dcgm_url``), off
     gpu: str = "auto"
     smi_binary: str = "nvidia-smi"
+    dcgm_url: str = "http://127.0.0.1:9400/metrics"
     #: the kernel log to follow ("" : none)
     kmsg: str = "/dev/kmsg"
     sysfs_root: str = "/sys"
@@ -85,13 +88,15 @@ class HealthWatch:
         self.clock = clock
         self.gpu_ids = dict(cfg.gpu_map)
         self.errors = 0
-        self._gpu: NvmlSource | SmiSource | None = None
+        self._gpu: NvmlSource | SmiSource | DcgmSource | None = None
         if cfg.gpu in ("auto", "nvml"):
             self._gpu = NvmlSource.open()
             if self._gpu is None and cfg.gpu == "nvml":
                 log.warning("--health-gpu nvml: nvidia-ml-py is missing or finds no GPU")
         elif cfg.gpu == "smi":
             self._gpu = SmiSource(runner, cfg.smi_binary)
+        elif cfg.gpu == "dcgm":
+            self._gpu = DcgmSource(cfg.dcgm_url)
         self._kmsg = KmsgFollower(cfg.kmsg) if cfg.kmsg else None
         self._host = HostSource(cfg.proc_root, cfg.cgroup_dir or None)
         self._host.steal_pct()      # the baseline steal is measured against
@@ -135,6 +140,8 @@ class HealthWatch:
                 bdf = _sysfs_bdf(g.bus_id)
                 extra = pcie_values(Path(self.config.sysfs_root) / "bus/pci/devices" / bdf)
                 g.values.update({k: v for k, v in extra.items() if k not in g.values})
+            if not g.values and not g.reasons:
+                continue        # every field N/A or blank: nothing to say about this GPU
             out.append(gpu_record(self.host, ident, t, g))
         return out
 

@@ -97,7 +97,10 @@ def sidecar(
     health_gpu: str = typer.Option("auto", "--health-gpu", envvar="C4_HEALTH_GPU",
                                    help="GPU state from: auto (NVML where nvidia-ml-py is "
                                         "installed and finds a GPU), nvml, smi (nvidia-smi -q "
-                                        "-x), off."),
+                                        "-x), dcgm (--dcgm-url), off."),
+    dcgm_url: str = typer.Option("http://127.0.0.1:9400/metrics", "--dcgm-url",
+                                 envvar="C4_DCGM_URL",
+                                 help="dcgm-exporter endpoint for --health-gpu dcgm."),
     gpu_map: str = typer.Option("", "--gpu-map", envvar="C4_GPU_MAP",
                                 help="GPU PCI addresses to topology GPU ids, PCI=GPU,...: "
                                      "0000:db:00=node3/gpu7 (default: HOST/gpuINDEX)."),
@@ -145,6 +148,7 @@ def sidecar(
                           sysfs_root=sysfs_root, nic_map=tuple(parse_nic_map(nic_map).items()),
                           port_heartbeat_s=port_heartbeat,
                           health=HealthWatchConfig(interval_s=health_interval, gpu=health_gpu,
+                                                   dcgm_url=dcgm_url,
                                                    kmsg=kmsg, sysfs_root=sysfs_root,
                                                    cgroup_dir=health_cgroup,
                                                    gpu_map=parse_gpu_map(gpu_map))

@@ -87,8 +87,8 @@ def test_bad_config_named() -> None:
         parse_gpu_map("0000:db:00")
     with pytest.raises(ValueError, match="not a PCI address"):
         parse_gpu_map("gpu0=n1/gpu0")
-    with pytest.raises(ValueError, match="one of auto, nvml, smi, off"):
-        HealthWatchConfig(gpu="dcgm")
+    with pytest.raises(ValueError, match="one of auto, nvml, smi, dcgm, off"):
+        HealthWatchConfig(gpu="rocm")
 
 
 def test_real_proc_and_kmsg_here() -> None:
@@ -109,3 +109,36 @@ def test_pcie_values_of_a_real_device_here() -> None:
         pytest.skip("no PCI devices visible here")
     vals = pcie_values(devices[0])
     assert all(isinstance(v, float) for v in vals.values())
+
+
+def test_dcgm_exporter_endpoint_over_a_real_socket(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    scrape = text("dcgm_exporter_metrics_t4_datadog_fixture.prom").encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(scrape)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        w = HealthWatch("n1", HealthWatchConfig(gpu="dcgm", dcgm_url=url, kmsg="",
+                                                sysfs_root=str(tmp_path)), clock=lambda: T)
+        gpus = [r for r in w.poll() if "/gpu" in r.target]
+        # the A10G sample of the fixture has only labels: no record for it
+        assert [r.target for r in gpus] == ["n1/gpu0", "n1/gpu0"]
+        assert gpus[0].values["sm_clock_mhz"] == 300 and gpus[1].reasons == ("idle",)
+    finally:
+        server.shutdown()
+    w = HealthWatch("n1", HealthWatchConfig(gpu="dcgm", dcgm_url=url, kmsg="",
+                                            sysfs_root=str(tmp_path)))
+    w.poll()
+    assert w.errors == 1       # the exporter is gone: logged, counted, the rest still read
