@@ -116,7 +116,7 @@ def truth_cmd(lab_dir: Path = LAB_DIR) -> None:
 @lab_app.command("inject")
 def inject_cmd(
     fault: str = typer.Argument(..., help="slow-link, lossy-link, dead-link, slow-gpu, hang, "
-                                          "crash or cpu-contention."),
+                                          "crash, cpu-contention or memory-pressure."),
     target: str = typer.Argument(..., help="A link id (a~b), NIC id or switch id for link "
                                            "faults; a host id, GPU id, rank:N or pid:N for the "
                                            "others."),
@@ -129,6 +129,8 @@ def inject_cmd(
                                               "host's ranks and the burners)."),
     burners: int = typer.Option(2, "--burners", help="cpu-contention: busy-loop processes "
                                                      "competing with the host's ranks."),
+    memory_mb: int = typer.Option(64, "--mb", help="memory-pressure: MiB the host's ranks get "
+                                                   "over their resident size."),
     reroute: bool = typer.Option(False, "--reroute",
                                  help="dead-link: the other leaves stop using the dead uplink "
                                       "(as a routing protocol would); default: black hole."),
@@ -140,7 +142,8 @@ def inject_cmd(
 
     try:
         rec = inject(_dir(lab_dir), fault, target, duration=duration, rate_mbit=rate_mbit,
-                     loss_pct=loss, cpu_pct=cpu, reroute=reroute, burners=burners)
+                     loss_pct=loss, cpu_pct=cpu, reroute=reroute, burners=burners,
+                     memory_mb=memory_mb)
     except LabError as exc:
         _fail(exc)
     typer.echo(f"fault {rec['id']}: {fault} on {', '.join(rec['components'])}"

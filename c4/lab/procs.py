@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: the cgroup v1 hierarchies the lab uses, and the v2 one ("unified": no controllers here, but
 #: every group there has its own PSI files, which is how a lab host gets a pressure of its own)
-CONTROLLERS = ("cpu", "freezer", "unified")
+CONTROLLERS = ("cpu", "freezer", "memory", "unified")
 
 
 @dataclass(frozen=True)

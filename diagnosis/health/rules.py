@@ -38,7 +38,8 @@ class RuleConfig:
     ib_errors_per_window: int = 10
     #: PSI avg10 (percent of wall time) that counts as pressure
     psi_cpu_pct: float = 20.0
-    psi_memory_pct: float = 10.0
+    #: memory stalls are rare on a healthy host: 5% of wall time is already reclaim at work
+    psi_memory_pct: float = 5.0
     psi_io_pct: float = 20.0
     #: stolen CPU (percent) that counts as a noisy VM neighbour
     steal_pct: float = 10.0
