@@ -7,6 +7,7 @@ ports to them); empty means the host itself.
 
 from __future__ import annotations
 
+from collectors.health.dcgm import DiagRow
 from collectors.health.gpu import GpuSample
 from collectors.health.host import Psi
 from collectors.health.infiniband import IbPort
@@ -45,6 +46,36 @@ def host_record(host: str, t_ns: int, psi: dict[str, Psi],
     if steal_pct is not None:
         values["cpu_steal_pct"] = steal_pct
     return HealthRecord(host, t_ns, "", values) if values else None
+
+
+def diag_records(host: str, t_ns: int, rows: list[DiagRow],
+                 gpu_ids: dict[int, str] | None = None) -> list[HealthRecord]:
+    """``dcgmi diag`` results worth a record: each test that failed (one record per failing
+    GPU it names, the GPU by ``gpu_ids`` else ``<host>/gpu<i>``; the host when it names none)
+    and each Error / Warning row, as ``dcgm_diag`` events (code: the GPU index, if any)."""
+    out: list[HealthRecord] = []
+    seen: set[tuple[str, str]] = set()     # a table printed twice (two srun tasks) counts once
+    for row in rows:
+        if row.name in ("Error", "Warning"):
+            key = (row.name, row.text)
+            if key not in seen:
+                seen.add(key)
+                out.append(HealthRecord(host, t_ns, "", event="dcgm_diag",
+                                        text=f"{row.name}: {row.text}"))
+            continue
+        failed = row.results.get("Fail", "absent")
+        if failed == "absent":
+            continue
+        for gpu in failed or [None]:
+            key = (row.name, str(gpu))
+            if key in seen:
+                continue
+            seen.add(key)
+            component = "" if gpu is None else (gpu_ids or {}).get(gpu, f"{host}/gpu{gpu}")
+            out.append(HealthRecord(host, t_ns, component, event="dcgm_diag", code=gpu,
+                                    text=f"{row.section + ' / ' if row.section else ''}"
+                                         f"{row.name}: Fail"))
+    return out
 
 
 def event_record(host: str, component: str, t_ns: int, e: KernelEvent) -> HealthRecord | None:

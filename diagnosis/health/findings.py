@@ -30,6 +30,7 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "cpu_steal": frozenset({"noncomm_slow"}),
     "oom": frozenset({"error", "noncomm_hang"}),
     "peer_outlier": frozenset({"noncomm_slow", "comm_slow"}),
+    "dcgm_diag": frozenset({"noncomm_slow", "error", "noncomm_hang"}),
 }
 
 

@@ -294,6 +294,13 @@ class HealthRules:
             self._hit(r, "port_down", severity="warning", hard=True,
                       summary=f"NIC cable/module event at {clock(r.t_ns)}: {r.text}",
                       action="check or replace the cable/transceiver", evidence={"text": r.text})
+        elif r.event == "dcgm_diag":
+            failed = r.text.endswith(": Fail") or r.text.startswith("Error:")
+            self._hit(r, "dcgm_diag", severity="warning", hard=failed,
+                      summary=f"DCGM diagnostic: {r.text}",
+                      action="drain the GPU and run dcgmi diag -r 3 on it; replace it if the "
+                             "test fails again" if failed else "read the DCGM warning; act if "
+                             "it repeats", evidence={"text": r.text})
         elif r.event == "oom":
             self._hit(r, "oom", severity="warning", hard=False,
                       summary=f"the kernel's OOM killer ran at {clock(r.t_ns)}",
