@@ -138,6 +138,7 @@ def test_dcgm_exporter_endpoint_over_a_real_socket(tmp_path: Path) -> None:
         assert gpus[0].values["sm_clock_mhz"] == 300 and gpus[1].reasons == ("idle",)
     finally:
         server.shutdown()
+        server.server_close()
     w = HealthWatch("n1", HealthWatchConfig(gpu="dcgm", dcgm_url=url, kmsg="",
                                             sysfs_root=str(tmp_path)))
     w.poll()
