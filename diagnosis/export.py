@@ -43,6 +43,7 @@ from proto.codec import (
     decode_ports,
     decode_progress,
 )
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
     of that length, not of none."""
     out = ExportSummary()
     by_kind: dict[str, list] = {"progress": [], "linkstats": [], "ports": [], "schedule": [],
-                                "conns": []}
+                                "conns": [], "health": []}
     for chunk in reduced:
         by_kind[chunk.WhichOneof("body")].append(getattr(chunk, chunk.WhichOneof("body")))
     out.sample = _sample(by_kind["schedule"])
@@ -123,7 +124,7 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
                                  DEFAULT_WINDOW_NS)
         if windows is not None:
             linkstats.append(windows)
-    reduced_kinds = bool(linkstats) or any(by_kind[k] for k in ("progress", "ports"))
+    reduced_kinds = bool(linkstats) or any(by_kind[k] for k in ("progress", "ports", "health"))
     out.version = 2 if out.sample > 1 or reduced_kinds else 1
     if out.sample > 1 and len(ops):
         ops = take(ops, kept_rows(ops, out.sample))
@@ -153,6 +154,10 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
             w.port_records(port_records(p))
             out.port += len(p)
             ends.append(int(p["t_ns"].max()))
+        for batch in by_kind["health"]:
+            for sample in batch.samples:
+                w.health(HealthRecord.from_proto(sample))
+                ends.append(int(sample.t_ns))
         if ends or stopped_ns:
             w.end(max([*ends, stopped_ns]))
         out.lines = w.lines

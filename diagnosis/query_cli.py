@@ -138,6 +138,13 @@ def faults_show(
     for s in r.suspects:
         table.add_row(s.type, s.id, "-" if s.rank is None else str(s.rank), f"{s.score:.3f}")
     _out().print(table)
+    if r.causes:
+        causes = Table(title="causes (node health over the fault's window)")
+        for col in ("on", "cause", "since (UTC)", "what to do"):
+            causes.add_column(col, overflow="fold")
+        for c in r.causes:
+            causes.add_row(c["target"], c["summary"], _when(c["since_ns"]), c["action"])
+        _out().print(causes)
     ack, resolution = r.evidence.get("ack"), r.evidence.get("resolution")
     if ack:
         _out().print(f"acknowledged by {ack.get('by')} at {_when(ack.get('at_ns', 0))}"

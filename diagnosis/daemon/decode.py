@@ -112,9 +112,11 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
         return _batch(req, kind, known_jobs, max_records)
     if kind == "detail":
         return _detail(req, known_jobs, max_records)
+    if kind == "health":
+        return _health(req, known_jobs, max_records)
     raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
                    "IngestRequest has no body: set one of rank, group, ops, conns, progress, "
-                   "linkstats, ports, detail, stats")
+                   "linkstats, ports, detail, health, stats")
 
 
 # request body -> (message name, stored kind, decoder, rank columns, time column)
@@ -161,6 +163,22 @@ def _detail(req: c4_pb2.IngestRequest, known_jobs: set[str], max_records: int) -
         _ranks_ok(cols["rank"], "DetailBatch column 'rank'")
     return Write(req.sidecar, req.seq, DetailRows(d.job, d.attempt, d.fault_id, d.host,
                                                   d.ops.count, d.SerializeToString(), cols))
+
+
+def _health(req: c4_pb2.IngestRequest, known_jobs: set[str], max_records: int) -> Write:
+    """Health samples and events, stored as the batch they came in (few rows per node)."""
+    h = req.health
+    _need(bool(h.job), "HealthBatch.job is empty")
+    _need(0 < len(h.samples) <= max_records,
+          f"HealthBatch holds {len(h.samples)} samples; send 1 to {max_records}")
+    _known(h.job, known_jobs)
+    for i, s in enumerate(h.samples):
+        _need(bool(s.host), f"HealthBatch sample {i} names no host")
+        _need(bool(s.event) or len(s.values) > 0 or len(s.reasons) > 0,
+              f"HealthBatch sample {i} carries no values, reasons or event")
+    times = [s.t_ns for s in h.samples]
+    return Write(req.sidecar, req.seq, BatchRows(h.job, h.attempt, "health", len(h.samples),
+                                                 min(times), max(times), h.SerializeToString()))
 
 
 def _known(job: str, known_jobs: set[str]) -> None:

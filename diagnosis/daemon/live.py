@@ -34,6 +34,8 @@ from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.health.live import LiveHealth
+from diagnosis.report import FaultReport
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -44,6 +46,7 @@ from diagnosis.store import (
     Write,
 )
 from proto import c4_pb2
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,11 @@ def _all_left(st: JobState) -> bool:
         return False
     world = max(r.world_size for r in st.ranks.values())
     return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
+
+
+def _places(st: JobState) -> dict[int, tuple[str, ...]]:
+    """Where each rank of a job runs: (host, gpu, nic) topology ids, as registered."""
+    return {r: tuple(p for p in (rec.host, rec.gpu, rec.nic) if p) for r, rec in st.ranks.items()}
 
 
 def records_of(w: Write) -> int:
@@ -150,6 +158,9 @@ class LiveView:
         self.on_job_end: Callable[[str, int, int], None] | None = None
         # (job, attempt): an attempt the view had not seen speaks (under the view's lock)
         self.on_job_start: Callable[[str, int], None] | None = None
+        # node health: causes for the reports, health reports of their own (diagnosis/health)
+        self.health = LiveHealth()
+        self._health_pending: list[tuple[str, FaultReport]] = []
 
     # -- from the writer -----------------------------------------------------------------------
     def apply(self, writes: list[Write]) -> None:
@@ -381,6 +392,11 @@ class LiveView:
                 conns = st.links.add(body.cols)
                 if st.engine is not None and conns is not None and len(conns):
                     st.engine.add_conns(conns, sampled=True)
+            elif isinstance(body, BatchRows) and body.kind == "health":
+                self._health_pending.extend(
+                    (body.job, r) for r in self.health.add(body.job, [
+                        HealthRecord.from_proto(s)
+                        for s in c4_pb2.HealthBatch.FromString(body.payload).samples]))
             elif body.cols is not None:
                 self._apply_batch(st, body, now)
 
@@ -456,17 +472,22 @@ class LiveView:
                         log.exception("job %s: assembling its topology failed; it is tried "
                                       "again when a rank registers or a host changes", st.job)
                 self._apply_heartbeats()
-                found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
-                         if st.engine is not None]
+                found = [(st.job, st.engine.advance(now_ns), _places(st))
+                         for st in self._jobs.values() if st.engine is not None]
                 self._budgets(now_ns)
                 ended = [st for st in self._jobs.values() if not st.ended and _all_left(st)]
                 for st in ended:
                     st.ended = True
+                pending, self._health_pending = self._health_pending, []
             filed = 0
-            for job, reports in found:
+            for job, reports, places in found:
                 for report in reports:
-                    self._hub.file(job, report)
+                    # causes from the node's own health, joined at the report level
+                    self._hub.file(job, self.health.explain(job, report, places))
                     filed += 1
+            for job, report in pending:
+                self._hub.file(job, report)
+                filed += 1
             if self.on_job_end is not None:
                 for st in ended:
                     self.on_job_end(st.job, st.attempt, now_ns)

@@ -161,5 +161,6 @@ _CHUNKS = {
     "linkstat": ("linkstats", c4_pb2.LinkStatBatch),
     "port": ("ports", c4_pb2.PortBatch),
     "schedule": ("schedule", c4_pb2.SampleSchedule),
+    "health": ("health", c4_pb2.HealthBatch),
 }
 

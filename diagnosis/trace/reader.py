@@ -33,6 +33,7 @@ from diagnosis.trace.columns import (
     required,
 )
 from diagnosis.trace.fields import Fields
+from diagnosis.trace.health import health_record
 from diagnosis.trace.reader_v2 import (
     check_linkstat,
     check_port,
@@ -43,11 +44,13 @@ from diagnosis.trace.reader_v2 import (
 )
 from diagnosis.trace.typed import decode_block
 from proto.codec import OP_COLUMNS, STATUS_CODES, Columns
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
 #: the record types this reader knows; a line of any other type is skipped with a warning
-TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "end")
+#: the shared format's kinds, and this project's own ``health`` (diagnosis/trace/README.md)
+TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "health", "end")
 VERSIONS = (1, 2)
 
 
@@ -88,7 +91,7 @@ class Skipped:
 
 
 Batch = Columns | ConnRecords | ProgressRecords | LinkStatRecords | PortRecords
-Item = Meta | RankInfo | GroupInfo | End | Batch
+Item = Meta | RankInfo | GroupInfo | End | HealthRecord | Batch
 
 
 def read_trace(path: str | Path | BinaryIO, block_bytes: int = 4 << 20,
@@ -290,6 +293,8 @@ def _small(o: dict[str, Any], source: str, line: int) -> Item:
         return _meta(f)
     if t == "end":
         return End(f.integer("t_ns"))
+    if t == "health":
+        return health_record(f)
     raise AssertionError(f"{t!r} is not a record of its own")   # _mixed sends only those
 
 
