@@ -67,6 +67,7 @@ class DaemonClient:
         except ValueError as exc:
             raise DaemonError(f"cannot set up the connection to {self.address}: {exc}") from None
         self._faults = c4_pb2_grpc.FaultsStub(self._channel)
+        self._actions = c4_pb2_grpc.FaultActionsStub(self._channel)
         self._query = c4_pb2_grpc.QueryStub(self._channel)
         self._ingest = c4_pb2_grpc.IngestStub(self._channel)
         self._admin = c4_pb2_grpc.AdminStub(self._channel)
@@ -95,6 +96,16 @@ class DaemonClient:
 
     def fault(self, fault_id: str) -> FaultReport:
         return from_proto(self._call(self._faults.Get, c4_pb2.GetFaultRequest(id=fault_id)))
+
+    def ack(self, fault_id: str, by: str, note: str = "") -> FaultReport:
+        """Mark a fault as taken (it stays open); needs the ``act`` role."""
+        return from_proto(self._call(self._actions.Ack, c4_pb2.FaultActionRequest(
+            id=fault_id, by=by, note=note)))
+
+    def close_fault(self, fault_id: str, by: str, note: str = "") -> FaultReport:
+        """Resolve a fault with a person's reason; needs the ``act`` role."""
+        return from_proto(self._call(self._actions.Close, c4_pb2.FaultActionRequest(
+            id=fault_id, by=by, note=note)))
 
     def watch(self, job: str = "", *, include_open: bool = False) -> Iterator[FaultReport]:
         """Fault reports as the daemon files or updates them; ends when the daemon stops."""

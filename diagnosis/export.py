@@ -50,6 +50,7 @@ from proto.codec import (
     decode_ports,
     decode_progress,
 )
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +122,15 @@ def _links(chunks: list[Columns], summary: ExportSummary) -> LinkStatRecords | N
 def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
                 groups: list[c4_pb2.GroupSummary], ops: Columns,
                 reduced: list[c4_pb2.ReducedChunk],
-                details: list[c4_pb2.DetailBatch] | None = None) -> ExportSummary:
-    """Write the trace of a job from what the daemon returns for it."""
+                details: list[c4_pb2.DetailBatch] | None = None,
+                stopped_ns: int = 0) -> ExportSummary:
+    """Write the trace of a job from what the daemon returns for it. ``stopped_ns``: when the
+    recording stopped (the job's end, or now for a job still running); the ``end`` record is
+    the later of it and the last record, so that calls still open then are judged as hangs
+    of that length, not of none."""
     out = ExportSummary()
     by_kind: dict[str, list] = {"progress": [], "linkstats": [], "ports": [], "schedule": [],
-                                "conns": []}
+                                "conns": [], "health": []}
     for chunk in reduced:
         by_kind[chunk.WhichOneof("body")].append(getattr(chunk, chunk.WhichOneof("body")))
     out.sample = _sample(by_kind["schedule"])
@@ -135,7 +140,7 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
                                  DEFAULT_WINDOW_NS)
         if windows is not None:
             linkstats.append(windows)
-    reduced_kinds = bool(linkstats) or any(by_kind[k] for k in ("progress", "ports"))
+    reduced_kinds = bool(linkstats) or any(by_kind[k] for k in ("progress", "ports", "health"))
     out.version = 2 if out.sample > 1 or reduced_kinds else 1
     if out.sample > 1 and len(ops):
         ops = take(ops, kept_rows(ops, out.sample))
@@ -168,8 +173,12 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
             w.port_records(port_records(p))
             out.port += len(p)
             ends.append(int(p["t_ns"].max()))
-        if ends:
-            w.end(max(ends))
+        for batch in by_kind["health"]:
+            for sample in batch.samples:
+                w.health(HealthRecord.from_proto(sample))
+                ends.append(int(sample.t_ns))
+        if ends or stopped_ns:
+            w.end(max([*ends, stopped_ns]))
         out.lines = w.lines
     if out.unresolved_links:
         log.warning("%d linkstat rows name a peer socket no node reported: left out",

@@ -119,12 +119,20 @@ def daemon(
     detail_records: int = typer.Option(200_000, "--detail-records",
                                        envvar="C4_DETAIL_RECORDS",
                                        help="Most full records per node and report."),
+    inspect: bool = typer.Option(True, "--inspect/--no-inspect", envvar="C4_INSPECT",
+                                 help="Add to hang reports the blamed process's PID and host, "
+                                      "its Python stack (py-spy, by the sidecar of its node) "
+                                      "and a Flight Recorder dump request."),
+    inspect_hosts: str = typer.Option("", "--inspect-hosts", envvar="C4_INSPECT_HOSTS",
+                                      help="Comma-separated host ids (as ranks report them) "
+                                           "that run on this machine (default: its hostname)."),
 ) -> None:
     """Run the diagnosis daemon: ingest telemetry, store it, detect faults, serve queries."""
     from diagnosis.daemon.bounds import Bounds
     from diagnosis.daemon.budget import BudgetConfig
     from diagnosis.daemon.config import DaemonConfig, parse_duration, parse_size
     from diagnosis.daemon.detail import DetailConfig
+    from diagnosis.daemon.inspection import InspectConfig
     from diagnosis.daemon.jobs import JobLimits
     from diagnosis.daemon.server import serve
     from diagnosis.errors import DiagnosisError
@@ -154,7 +162,10 @@ def daemon(
                                                   max_window_s=max_window,
                                                   fixed_sample=sample,
                                                   calls_per_rank=calls_per_rank),
-                              detail=DetailConfig(enabled=detail, max_records=detail_records))
+                              detail=DetailConfig(enabled=detail, max_records=detail_records),
+                              inspect=InspectConfig(
+                                  enabled=inspect, local_hosts=frozenset(
+                                      h.strip() for h in inspect_hosts.split(",") if h.strip())))
         def ready(d) -> None:
             tls = "mutual TLS" if tls_client_ca else "TLS" if tls_cert else "plaintext"
             typer.echo(f"c4 daemon listening on {listen.rsplit(':', 1)[0]}:{d.port} ({tls}, "

@@ -140,6 +140,21 @@ class ControlHub:
             self._send(push, c4_pb2.Control(detail=req))
         return asked
 
+    def request_inspect(self, req: c4_pb2.InspectRequest) -> bool:
+        """Ask the sidecar of ``req.host`` that carries the job to inspect a rank's process;
+        whether one was asked (its answer is then expected)."""
+        job = (req.job, req.attempt)
+        with self._lock:
+            pushes = [st.push for st in self._streams.values()
+                      if job in st.jobs and req.host in st.hosts]
+            if pushes:
+                self._expected[req.request] = {req.host}
+                while len(self._expected) > MAX_REQUESTS:
+                    self._expected.popitem(last=False)
+        for push in pushes[:1]:
+            self._send(push, c4_pb2.Control(inspect=req))
+        return bool(pushes)
+
     def expected(self, request: int) -> bool:
         """Whether detail request ``request`` was sent (lately): its answers are taken, each
         once per stream asked (a resend of one too: the store keeps it once)."""

@@ -108,9 +108,11 @@ def to_write(req: c4_pb2.IngestRequest, *, max_records: int, bounds: Bounds | No
         return _batch(req, kind, max_records, bounds, now_ns)
     if kind == "detail":
         return _detail(req, max_records, bounds, now_ns)
+    if kind == "health":
+        return _health(req, max_records, bounds, now_ns)
     raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
                    "IngestRequest has no body: set one of rank, group, ops, conns, progress, "
-                   "linkstats, ports, detail, stats")
+                   "linkstats, ports, detail, health, stats")
 
 
 # request body -> (message name, stored kind, decoder, rank columns, time column)
@@ -154,3 +156,24 @@ def _detail(req: c4_pb2.IngestRequest, max_records: int, bounds: Bounds, now_ns:
         check_batch(cols, "OpBatch", bounds, now_ns, ("rank", "peer"))
     return Write(req.sidecar, req.seq, DetailRows(d.job, d.attempt, d.fault_id, d.host,
                                                   d.ops.count, d.SerializeToString(), cols))
+
+
+def _health(req: c4_pb2.IngestRequest, max_records: int, bounds: Bounds, now_ns: int) -> Write:
+    """Health samples and events, stored as the batch they came in (few rows per node)."""
+    h = req.health
+    _need(bool(h.job), "HealthBatch.job is empty")
+    _need(0 < len(h.samples) <= max_records,
+          f"HealthBatch holds {len(h.samples)} samples; send 1 to {max_records}")
+    lo, hi = bounds.time_range(now_ns)
+    for i, s in enumerate(h.samples):
+        _need(bool(s.host), f"HealthBatch sample {i} names no host")
+        _need(bool(s.event) or len(s.values) > 0 or len(s.reasons) > 0,
+              f"HealthBatch sample {i} carries no values, reasons or event")
+        _need(lo <= s.t_ns <= hi,
+              f"HealthBatch sample {i} is stamped {s.t_ns} ns, outside the times this daemon "
+              f"takes ({bounds.max_age_s / 3600:,.0f} h behind its clock to "
+              f"{bounds.max_ahead_s / 3600:,.1f} h ahead): check the node's clock (NTP), or "
+              "the daemon's --max-record-age / --max-clock-ahead")
+    times = [s.t_ns for s in h.samples]
+    return Write(req.sidecar, req.seq, BatchRows(h.job, h.attempt, "health", len(h.samples),
+                                                 min(times), max(times), h.SerializeToString()))

@@ -40,6 +40,8 @@ from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.health.live import LiveHealth
+from diagnosis.report import FaultReport
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -50,6 +52,7 @@ from diagnosis.store import (
     Write,
 )
 from proto import c4_pb2
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,20 @@ class JobState:
     topology: Any = None       # its JobTopology (diagnosis.topology.job), once assembled
     topo_hosts: tuple[frozenset[str], int] | None = None   # (hosts, generation) it joined
     topo_pass_version: int = -1    # ranks_version at the last pass that looked at its hosts
+    ended: bool = False        # every rank said it is exiting (told to ``on_job_end``)
+
+
+def _all_left(st: JobState) -> bool:
+    """Every rank of the attempt registered and said it is exiting."""
+    if st.engine is None or not st.ranks:
+        return False
+    world = max(r.world_size for r in st.ranks.values())
+    return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
+
+
+def _places(st: JobState) -> dict[int, tuple[str, ...]]:
+    """Where each rank of a job runs: (host, gpu, nic) topology ids, as registered."""
+    return {r: tuple(p for p in (rec.host, rec.gpu, rec.nic) if p) for r, rec in st.ranks.items()}
 
 
 def records_of(w: Write) -> int:
@@ -156,6 +173,14 @@ class LiveView:
         # failures kept inside one job's analysis, by stage (apply, heard, budget, advance, file)
         self.problems: dict[str, int] = {}
         self._rated = RateLimitedLog(log)
+        # (job, attempt, when): every rank of the attempt said it is exiting; called from the
+        # detectors' thread, outside the view's lock
+        self.on_job_end: Callable[[str, int, int], None] | None = None
+        # (job, attempt): an attempt the view had not seen speaks (under the view's lock)
+        self.on_job_start: Callable[[str, int], None] | None = None
+        # node health: causes for the reports, health reports of their own (diagnosis/health)
+        self.health = LiveHealth()
+        self._health_pending: list[tuple[str, FaultReport]] = []
 
     def _problem(self, job: str, stage: str) -> None:
         """A failure in one job's part (call from an ``except`` block): counted, logged at
@@ -312,6 +337,8 @@ class LiveView:
                 del self._jobs[old]
             state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology),
                                                budget=JobBudget(self._budget))
+            if self.on_job_start is not None:
+                self.on_job_start(job, attempt)
             # Evicted while idle, or known from before a daemon restart: its registrations
             # were stored earlier and will not come again.
             evicted = key in self._evicted
@@ -371,7 +398,8 @@ class LiveView:
         st.ranks_version += 1
         st.budget.world = max(st.budget.world, int(body.world_size))
         if st.engine is not None:
-            st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None)
+            st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None,
+                               body.local_rank if body.local_rank >= 0 else None)
 
     @staticmethod
     def _add_group(st: JobState, body: GroupRecord) -> None:
@@ -420,6 +448,11 @@ class LiveView:
             conns = st.links.add(body.cols)
             if st.engine is not None and conns is not None and len(conns):
                 st.engine.add_conns(conns, sampled=True)
+        elif isinstance(body, BatchRows) and body.kind == "health":
+            self._health_pending.extend(
+                (body.job, r) for r in self.health.add(body.job, [
+                    HealthRecord.from_proto(s)
+                    for s in c4_pb2.HealthBatch.FromString(body.payload).samples]))
         elif body.cols is not None:
             self._apply_batch(st, body, now)
 
@@ -472,6 +505,13 @@ class LiveView:
         if reduced is not None:
             st.reduced = reduced
 
+    def heard_s_ago(self, job: str) -> float | None:
+        """Seconds since the job's latest attempt in the view applied a record (None: not in
+        the view)."""
+        with self._lock:
+            heard = [st.heard for (j, _), st in self._jobs.items() if j == job]
+        return time.monotonic() - max(heard) if heard else None
+
     def job_reduced(self, job: str) -> bool:
         """Whether a job in the live view ships (or has shipped) reduced telemetry."""
         with self._lock:
@@ -503,18 +543,32 @@ class LiveView:
                     if st.engine is None:
                         continue
                     try:
-                        found.append((st.job, st.engine.advance(now_ns)))
+                        found.append((st.job, st.engine.advance(now_ns), _places(st)))
                     except Exception:
                         self._problem(st.job, "advance")
                 self._budgets(now_ns)
+                ended = [st for st in self._jobs.values() if not st.ended and _all_left(st)]
+                for st in ended:
+                    st.ended = True
+                pending, self._health_pending = self._health_pending, []
             filed = 0
-            for job, reports in found:
+            for job, reports, places in found:
                 for report in reports:
                     try:
-                        self._hub.file(job, report)
+                        # causes from the node's own health, joined at the report level
+                        self._hub.file(job, self.health.explain(job, report, places))
                         filed += 1
                     except Exception:    # the store is down, or the report is bad
                         self._problem(job, "file")
+            for job, report in pending:
+                try:
+                    self._hub.file(job, report)
+                    filed += 1
+                except Exception:
+                    self._problem(job, "file")
+            if self.on_job_end is not None:
+                for st in ended:
+                    self.on_job_end(st.job, st.attempt, now_ns)
         finally:
             self.last_analysis_s = time.perf_counter() - t0
             if self._observe_analysis is not None:

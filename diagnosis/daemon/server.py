@@ -22,11 +22,13 @@ from diagnosis.daemon.detail import DetailPuller
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.ingest import IngestService
+from diagnosis.daemon.inspection import ProcessInspector
 from diagnosis.daemon.jobs import JobBook
+from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
 from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore, parse_listen
-from diagnosis.daemon.queries import FaultsService, QueryService
+from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
 from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
@@ -37,7 +39,8 @@ from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Admin", "c4.v1.Topology")
+SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Admin", "c4.v1.Topology",
+            "c4.v1.FaultActions")
 
 
 class Daemon:
@@ -61,6 +64,11 @@ class Daemon:
                              budget=config.budget, control=self.control)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
+        self.inspector = ProcessInspector(self.hub, self.store.ranks, config.inspect,
+                                          ask_node=self.control.request_inspect)
+        self.lifecycle = JobLifecycle(self.hub, self.store)
+        self.live.on_job_end = self.lifecycle.ended
+        self.live.on_job_start = self.lifecycle.started
         self.writer = Writer(TimedStore(self.store, self.metrics.store_write.observe),
                              on_stored=self.live.apply,
                              commit_interval_s=config.commit_interval_s,
@@ -81,6 +89,7 @@ class Daemon:
                                     seed=lambda job: (self.store.ranks(job),
                                                       self.store.groups(job)),
                                     on_host=self.hosts.put)
+        self.ingest.on_inspection = self.inspector.answered
         self.remover = JobRemover(self.store, self.jobs, self.live, self.writer)
         self.retention = Retention(self.store, self.remover, config.retention_s) \
             if config.retention_s else None
@@ -98,12 +107,17 @@ class Daemon:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="c4-rpc"),
             interceptors=interceptors, maximum_concurrent_rpcs=config.workers,
-            options=[("grpc.max_receive_message_length", config.max_message_bytes),
+            # without this gRPC sets SO_REUSEPORT: a second daemon would bind the same port and
+            # the kernel would split clients (and one job's telemetry) between the two
+            options=[("grpc.so_reuseport", 0),
+                     ("grpc.max_receive_message_length", config.max_message_bytes),
                      ("grpc.max_send_message_length", config.max_message_bytes)])
         c4_pb2_grpc.add_IngestServicer_to_server(self.ingest, self._server)
         c4_pb2_grpc.add_FaultsServicer_to_server(self.faults, self._server)
-        c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status),
-                                                self._server)
+        c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status,
+                                                             self.job_state), self._server)
+        c4_pb2_grpc.add_FaultActionsServicer_to_server(FaultActionsService(self.hub),
+                                                       self._server)
         c4_pb2_grpc.add_AdminServicer_to_server(AdminService(self.remover), self._server)
         c4_pb2_grpc.add_TopologyServicer_to_server(
             TopologyService(self.store, self.live, self.hosts, topology, topology_source),
@@ -117,10 +131,18 @@ class Daemon:
         except RuntimeError:
             self.port = 0
         if self.port == 0:
-            raise DiagnosisError(f"cannot listen on {config.listen}: is another daemon running?")
+            self.store.close()
+            raise DiagnosisError(f"cannot listen on {config.listen}: the address is in use or "
+                                 "not this machine's; stop the daemon already serving it "
+                                 "(`c4 status --daemon ADDRESS` shows it) or pick another "
+                                 "--listen")
         self._analyzer = threading.Thread(target=self.live.run,
                                           args=(self._stop, config.analyze_interval_s),
                                           name="c4-live", daemon=True)
+
+    def job_state(self, job: str) -> tuple[str, int, str]:
+        """(state, ended_ns, reason) of a job, for ``c4 jobs``."""
+        return self.lifecycle.state(job, self.live.heard_s_ago(job))
 
     def status(self) -> c4_pb2.StatusResponse:
         """What the daemon knows; with the store down, everything but the open faults, and
@@ -154,6 +176,7 @@ class Daemon:
         self._server.start()
         self._analyzer.start()
         self.detail.start()
+        self.inspector.start()
         if self.retention is not None:
             self.retention.start(self._stop)
         if self.config.metrics_listen:
@@ -174,6 +197,7 @@ class Daemon:
         self._stop.set()
         self.live.close()  # the writer must not wait for detectors that have stopped
         self.detail.close()
+        self.inspector.close()
         done = self._server.stop(grace)
         self.writer.stop()
         done.wait(grace)

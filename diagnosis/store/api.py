@@ -77,17 +77,17 @@ class ConnRows:
 
 
 #: kinds of records a store keeps as whole batches (``BatchRows``)
-BATCH_KINDS = ("progress", "linkstat", "port", "schedule")
+BATCH_KINDS = ("progress", "linkstat", "port", "schedule", "health")
 
 
 @dataclass
 class BatchRows:
-    """Records of one job attempt kept as the columnar batch they came in (one stored row per
-    batch, not per record): reduced telemetry (``progress``, ``linkstat``, ``port``) and the
-    job's sampling schedules (``schedule``). ``payload`` is the batch's protobuf encoding
-    (``ProgressBatch``, ``LinkStatBatch``, ``PortBatch``, ``SampleSchedule``); ``cols`` the
-    decoded records for the live view (None for a schedule); ``t_lo``/``t_hi`` the times the
-    records span."""
+    """Records of one job attempt kept as the batch they came in (one stored row per batch,
+    not per record): reduced telemetry (``progress``, ``linkstat``, ``port``), the job's
+    sampling schedules (``schedule``) and node ``health`` samples and events. ``payload`` is
+    the batch's protobuf encoding (``ProgressBatch``, ``LinkStatBatch``, ``PortBatch``,
+    ``SampleSchedule``, ``HealthBatch``); ``cols`` the decoded records for the live view (None
+    for a schedule and for health); ``t_lo``/``t_hi`` the times the records span."""
 
     job: str
     attempt: int
