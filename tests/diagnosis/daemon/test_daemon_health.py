@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from diagnosis.daemon.decode import Rejected, to_write
+from diagnosis.daemon.jobs import JobBook
 from diagnosis.export import write_trace
 from diagnosis.store import RankRecord, Write, open_store
 from diagnosis.trace.reader import read_trace
@@ -16,6 +17,8 @@ from proto import c4_pb2
 from proto.codec import OP_COLUMNS, empty_columns
 from proto.health import HealthRecord, health_batch
 
+NOW = 20          # the daemon's clock for these checks: the records' times are near it
+HOUR = 3600 * 10**9
 RECORDS = [
     HealthRecord("node0", 10, "node0/gpu1", {"temp_c": 90.0}, ("hw_thermal_slowdown",)),
     HealthRecord("node0", 20, "node0/gpu1", event="xid", code=79, text="fell off the bus"),
@@ -31,7 +34,7 @@ def test_health_batch_stored_and_read_back(url: str) -> None:
     store = open_store(url)
     try:
         store.write([Write("sc0", 1, RankRecord("j", 0, 0, 1, "node0"))])
-        w = to_write(_req(health_batch(RECORDS, "j"), seq=2), {"j"}, max_records=100)
+        w = to_write(_req(health_batch(RECORDS, "j"), seq=2), max_records=100, now_ns=NOW)
         assert (w.body.kind, w.body.count, w.body.t_lo, w.body.t_hi) == ("health", 2, 10, 20)
         store.write([w])
         [stored] = store.batches("j", kinds=["health"])
@@ -48,16 +51,22 @@ def test_health_batch_stored_and_read_back(url: str) -> None:
      "sample 0 names no host"),
     (c4_pb2.HealthBatch(job="j", samples=[c4_pb2.HealthSample(host="h", t_ns=1)]),
      "sample 0 carries no values"),
+    (c4_pb2.HealthBatch(job="j", samples=[c4_pb2.HealthSample(host="h", t_ns=NOW + 2 * HOUR,
+                                                              event="xid")]),
+     "sample 0 is stamped"),
 ])
 def test_bad_health_batches_rejected(batch: c4_pb2.HealthBatch, message: str) -> None:
     with pytest.raises(Rejected) as err:
-        to_write(_req(batch), {"j"}, max_records=100)
+        to_write(_req(batch), max_records=100, now_ns=NOW)
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and message in err.value.message
 
 
 def test_unknown_job_rejected() -> None:
+    book = JobBook()
+    book.admit(RankRecord("j", 0, 0, 1, "node0"))
+    w = to_write(_req(health_batch(RECORDS, "other")), max_records=100, now_ns=NOW)
     with pytest.raises(Rejected) as err:
-        to_write(_req(health_batch(RECORDS, "other")), {"j"}, max_records=100)
+        book.admit(w.body)
     assert err.value.code == grpc.StatusCode.NOT_FOUND
 
 
