@@ -4,6 +4,7 @@ while the sidecar's other jobs flow; the limit counts live jobs; retention ages 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -141,7 +142,7 @@ def test_jobs_rm_on_the_command_line(tmp_path):
         out = CliRunner().invoke(build_app(), ["jobs", "rm", "done", "--daemon", address])
         assert out.exit_code == 0 and "not stored" in out.output
         out = CliRunner().invoke(build_app(), ["jobs", "--daemon", address, "--format", "json"])
-        assert out.exit_code == 0 and out.output.strip() == "[]"
+        assert out.exit_code == 0 and json.loads(out.output) == {"jobs": []}
     finally:
         c.close()
         d.stop(grace=1)
