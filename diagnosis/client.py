@@ -37,11 +37,11 @@ def _wrap(exc: grpc.RpcError, address: str) -> DaemonError:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return DaemonError(
             f"the daemon at {address} did not accept the token: {details}. Give a token from "
-            "the daemon's token file with --token or C4_TOKEN", code)
+            "the daemon's token file with C4_TOKEN or --token-file", code)
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return DaemonError(
             f"the daemon at {address} refused: {details}. Use a token with that role "
-            "(--token / C4_TOKEN)", code)
+            "(C4_TOKEN / --token-file)", code)
     if code == grpc.StatusCode.UNAVAILABLE and any(
             w in details.lower() for w in ("ssl", "tls", "handshake", "certificate")):
         return DaemonUnavailable(
@@ -67,8 +67,10 @@ class DaemonClient:
         except ValueError as exc:
             raise DaemonError(f"cannot set up the connection to {self.address}: {exc}") from None
         self._faults = c4_pb2_grpc.FaultsStub(self._channel)
+        self._actions = c4_pb2_grpc.FaultActionsStub(self._channel)
         self._query = c4_pb2_grpc.QueryStub(self._channel)
         self._ingest = c4_pb2_grpc.IngestStub(self._channel)
+        self._admin = c4_pb2_grpc.AdminStub(self._channel)
         self._topology = c4_pb2_grpc.TopologyStub(self._channel)
 
     def close(self) -> None:
@@ -95,6 +97,16 @@ class DaemonClient:
     def fault(self, fault_id: str) -> FaultReport:
         return from_proto(self._call(self._faults.Get, c4_pb2.GetFaultRequest(id=fault_id)))
 
+    def ack(self, fault_id: str, by: str, note: str = "") -> FaultReport:
+        """Mark a fault as taken (it stays open); needs the ``act`` role."""
+        return from_proto(self._call(self._actions.Ack, c4_pb2.FaultActionRequest(
+            id=fault_id, by=by, note=note)))
+
+    def close_fault(self, fault_id: str, by: str, note: str = "") -> FaultReport:
+        """Resolve a fault with a person's reason; needs the ``act`` role."""
+        return from_proto(self._call(self._actions.Close, c4_pb2.FaultActionRequest(
+            id=fault_id, by=by, note=note)))
+
     def watch(self, job: str = "", *, include_open: bool = False) -> Iterator[FaultReport]:
         """Fault reports as the daemon files or updates them; ends when the daemon stops."""
         try:
@@ -109,6 +121,10 @@ class DaemonClient:
 
     def status(self) -> c4_pb2.StatusResponse:
         return self._call(self._query.Status, c4_pb2.StatusRequest())
+
+    def remove_job(self, job: str) -> c4_pb2.RemoveJobResponse:
+        """Remove every attempt of ``job`` and its fault reports (needs the admin role)."""
+        return self._call(self._admin.RemoveJob, c4_pb2.RemoveJobRequest(job=job))
 
     def groups(self, job: str) -> list[c4_pb2.GroupSummary]:
         try:

@@ -3,6 +3,7 @@ and the sidecar's own statistics."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -54,7 +55,7 @@ class Sidecar:
         # what leaves the node per job (reduction, ports, detail ring): collectors.sidecar.edge
         self.edge = Edge(config.host, config.edge, self.outbox.put, self.outbox.put_frames,
                          lambda cols, frame, nbytes: self.batcher.add(cols, frame, nbytes))
-        self.outbox.on_control = self.edge.on_control
+        self.outbox.on_control = self._on_control
         self.batcher = Batcher(self.edge.emit_frames, batch_records=config.batch_records,
                                flush_interval_s=config.flush_interval_s)
         self.owners = Owners(config.spill_dir)
@@ -83,6 +84,15 @@ class Sidecar:
             self.nccl = NcclSource(config.nccl, config.host, self.outbox.put, self._hooked_pids)
             self._threads.append(threading.Thread(target=self.nccl.run, args=(self._stop,),
                                                   name="c4-nccl", daemon=True))
+        self.health = None
+        if config.edge.health is not None:
+            from collectors.health.watch import HealthWatch
+
+            self.health = HealthWatch(config.host, config.edge.health,
+                                      nic_map=dict(config.edge.nic_map))
+            self._health_thread = threading.Thread(target=self._watch_health, name="c4-health",
+                                                   daemon=True)
+            self._threads.append(self._health_thread)
         self._sampler_cls = _link_sampler()
         try:
             runner = make_runner(config.discover, config.discover_timeout_s)
@@ -93,6 +103,33 @@ class Sidecar:
             interval_s=config.discover_interval_s,
             on_change=lambda hi: self.edge.map_ports(port_map(hi)))
         self._samplers: dict[tuple[str, int], Any] = {}
+
+    def _on_control(self, msg: c4_pb2.Control) -> None:
+        """The daemon's messages: inspections here (they take seconds: a thread of their own),
+        the rest to the edge."""
+        if msg.WhichOneof("body") == "inspect":
+            threading.Thread(target=self._inspect, args=(msg.inspect,), name="c4-inspect",
+                             daemon=True).start()
+        else:
+            self.edge.on_control(msg)
+
+    def _inspect(self, req: c4_pb2.InspectRequest) -> None:
+        """Look at the process that registered the rank here (the pid this sidecar saw on its
+        socket, never one the request names) and answer with the facts."""
+        from diagnosis.inspection import inspect_process
+
+        pid = self.intake.pids().get((req.job, req.attempt), {}).get(req.rank, 0)
+        if pid <= 0:
+            log.warning("the daemon asks about rank %d of job %s, which did not register here",
+                        req.rank, req.job)
+            return
+        facts = inspect_process(req.rank, self.config.host, pid, backend=req.backend,
+                                local=True)
+        log.info("inspected rank %d of job %s (pid %d) for fault %s", req.rank, req.job, pid,
+                 req.fault_id)
+        self.outbox.put(inspection=c4_pb2.InspectResult(
+            request=req.request, fault_id=req.fault_id, host=self.config.host, rank=req.rank,
+            facts_json=json.dumps(facts.to_json())))
 
     # -- background work ------------------------------------------------------------------
     def _ship(self) -> None:
@@ -117,6 +154,17 @@ class Sidecar:
         assert self.config.nccl is not None
         key = (self.config.nccl.job, self.config.nccl.attempt)
         return set(self.intake.pids().get(key, {}).values())
+
+    def _watch_health(self) -> None:
+        """Node health every interval, on its own thread: nvidia-smi may take a few hundred
+        milliseconds, which the windows' tick must not wait for."""
+        assert self.health is not None
+        interval = self.health.config.interval_s
+        while not self._stop.wait(interval):
+            try:
+                self.edge.add_health(self.health.poll())
+            except Exception:
+                log.exception("health sampling failed")
 
     def _sample_links(self) -> None:
         if self._sampler_cls is None:
@@ -172,6 +220,8 @@ class Sidecar:
         self._stop.set()
         for t in self._threads[1:]:
             t.join(timeout)
+        if self.health is not None:
+            self.health.close()
         self.edge.drain()
         self.batcher.flush_due(force=True)
         self._stopped.set()

@@ -9,6 +9,8 @@ import grpc
 import numpy as np
 
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.slots import Slots
+from diagnosis.report import FaultReport
 from diagnosis.report_proto import to_proto
 from diagnosis.store import Store
 from proto import c4_pb2, c4_pb2_grpc
@@ -18,9 +20,10 @@ OPS_CHUNK = 65536
 
 
 class FaultsService(c4_pb2_grpc.FaultsServicer):
-    def __init__(self, store: Store, hub: FaultHub) -> None:
+    def __init__(self, store: Store, hub: FaultHub, *, max_watches: int = 64) -> None:
         self._store = store
         self._hub = hub
+        self.watches = Slots(max_watches)
 
     def List(self, request: c4_pb2.ListFaultsRequest, context: grpc.ServicerContext
              ) -> c4_pb2.ListFaultsResponse:
@@ -38,6 +41,19 @@ class FaultsService(c4_pb2_grpc.FaultsServicer):
 
     def Watch(self, request: c4_pb2.WatchFaultsRequest, context: grpc.ServicerContext
               ) -> Iterator[c4_pb2.FaultReport]:
+        """Each watch holds an RPC thread while it lasts: at most ``max_watches`` at once."""
+        if not self.watches.take():
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the daemon already serves {self.watches.limit} fault watches (its "
+                          "--max-watches): stop one, or retry later; ingest and queries keep "
+                          "their own threads")
+        try:
+            yield from self._watch(request, context)
+        finally:
+            self.watches.give()
+
+    def _watch(self, request: c4_pb2.WatchFaultsRequest, context: grpc.ServicerContext
+               ) -> Iterator[c4_pb2.FaultReport]:
         q = self._hub.subscribe()
         context.add_callback(lambda: q.put(None))
         try:
@@ -57,10 +73,38 @@ class FaultsService(c4_pb2_grpc.FaultsServicer):
             self._hub.unsubscribe(q)
 
 
+class FaultActionsService(c4_pb2_grpc.FaultActionsServicer):
+    """What a person on call does to a report: acknowledge it, close it."""
+
+    def __init__(self, hub: FaultHub) -> None:
+        self._hub = hub
+
+    def _found(self, report: FaultReport | None, fault_id: str,
+               context: grpc.ServicerContext) -> c4_pb2.FaultReport:
+        if report is None:
+            context.abort(grpc.StatusCode.NOT_FOUND,
+                          f"no fault {fault_id!r}: `c4 faults list` shows the ids")
+        return to_proto(report)
+
+    def Ack(self, request: c4_pb2.FaultActionRequest, context: grpc.ServicerContext
+            ) -> c4_pb2.FaultReport:
+        return self._found(self._hub.acknowledge(request.id, request.by or "someone",
+                                                 request.note), request.id, context)
+
+    def Close(self, request: c4_pb2.FaultActionRequest, context: grpc.ServicerContext
+              ) -> c4_pb2.FaultReport:
+        reason = f"closed by {request.by or 'someone'}" + \
+            (f": {request.note}" if request.note else "")
+        return self._found(self._hub.resolve(request.id, reason, by=request.by or "someone"),
+                           request.id, context)
+
+
 class QueryService(c4_pb2_grpc.QueryServicer):
-    def __init__(self, store: Store, status: Callable[[], c4_pb2.StatusResponse]) -> None:
+    def __init__(self, store: Store, status: Callable[[], c4_pb2.StatusResponse],
+                 job_state: Callable[[str], tuple[str, int, str]] | None = None) -> None:
         self._store = store
         self._status = status
+        self._job_state = job_state or (lambda job: ("unknown", 0, ""))
 
     def Jobs(self, request: c4_pb2.ListJobsRequest, context: grpc.ServicerContext
              ) -> c4_pb2.ListJobsResponse:
@@ -71,7 +115,9 @@ class QueryService(c4_pb2_grpc.QueryServicer):
             c4_pb2.JobSummary(job=j.job, attempt=j.attempt, world_size=j.world_size,
                               ranks_seen=j.ranks_seen, hosts=list(j.hosts), ops=j.ops,
                               first_ns=j.first_ns, last_ns=j.last_ns,
-                              open_faults=open_by_job.get(j.job, 0))
+                              open_faults=open_by_job.get(j.job, 0),
+                              **dict(zip(("state", "ended_ns", "end_reason"),
+                                         self._job_state(j.job), strict=True)))
             for j in self._store.jobs()])
 
     def Ops(self, request: c4_pb2.OpsRequest, context: grpc.ServicerContext
@@ -130,5 +176,6 @@ _CHUNKS = {
     "linkstat": ("linkstats", c4_pb2.LinkStatBatch),
     "port": ("ports", c4_pb2.PortBatch),
     "schedule": ("schedule", c4_pb2.SampleSchedule),
+    "health": ("health", c4_pb2.HealthBatch),
 }
 

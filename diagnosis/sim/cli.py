@@ -33,7 +33,7 @@ def sim(
                                "all-gather and reduce-scatter per block, two blocks per layer "
                                "(16: a few hundred calls/s per rank)."),
     fault: list[str] = typer.Option(
-        [], "--fault", "-f",
+        [], "--fault",
         help="Fault to inject, repeatable: KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]."
              f" KIND: {_KINDS}. TARGET: auto, cable/uplink (links), "
              "leaf/spine/core (switches), a topology id, or a rank (GPU faults). ONSET/END: "
@@ -89,9 +89,18 @@ def sim(
                                            "(NCCL_INSPECTOR_DUMP_VERBOSE=1, as c4 run sets)."),
     dump_interval_ms: float = typer.Option(100.0, help="The Inspector's dump interval."),
     ras_every: float = typer.Option(10.0, help="Seconds between the ncclras reports."),
+    health: bool = typer.Option(False, "--health", help="Append node health series (GPU, NIC "
+                                "port, host PSI samples every --health-interval) as health "
+                                "records; see diagnosis/sim/health.py."),
+    health_cause: str = typer.Option("", help="Plant a health cause behind the run's fault: "
+                                     "thermal, pcie_downtrain, ecc_storm (slow_gpu), "
+                                     "cpu_contention (slow_host), noisy_ib_port (slow_nic). "
+                                     "Implies --health."),
+    health_decoys: int = typer.Option(0, help="Causes planted on components without a timing "
+                                      "fault (never to be named as a cause). Implies --health."),
+    health_interval: float = typer.Option(1.0, help="Seconds between health samples."),
 ) -> None:
-    from rich.console import Console
-
+    from c4.output import make_console
     from diagnosis.sim.config import FaultSpec, SimConfig, SimError
     from diagnosis.sim.formats import sinks_for
     from diagnosis.sim.run import simulate
@@ -114,9 +123,18 @@ def sim(
                         checkpoint_every=checkpoint_every, hang_wait_s=hang_wait, job=job)
         res = simulate(cfg, out, compress=gzip, order=order, sinks=sinks,
                        trace="trace" in formats)
+        if health or health_cause or health_decoys:
+            if "trace" not in formats:
+                raise SimError("--health appends to trace.jsonl: give --as trace too")
+            if gzip:
+                raise SimError("--health appends to trace.jsonl: leave out --gzip")
+            from diagnosis.sim.health import add_health
+
+            add_health(out, cause=health_cause or None, decoys=health_decoys,
+                       interval_s=health_interval, seed=seed)
     except SimError as exc:
         raise typer.BadParameter(str(exc)) from None
-    con = Console()
+    con = make_console()
     counts = ", ".join(f"{n:,} {kind}" for kind, n in res.records.items() if n)
     con.print(f"{res.iterations} iterations, {res.calls_per_s_per_rank:.0f} calls/s per rank; "
               f"records: {counts}")

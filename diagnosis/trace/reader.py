@@ -11,6 +11,7 @@ skipped with one warning per type, as the format asks, so that newer writers sta
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -24,15 +25,15 @@ from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, 
 from diagnosis.errors import FormatError
 from diagnosis.trace.columns import (
     Bad,
-    int_column,
+    Rows,
+    StructRows,
     intern,
-    opt_int_column,
     opt_intern,
     opt_nonneg_column,
-    path_column,
     required,
 )
 from diagnosis.trace.fields import Fields
+from diagnosis.trace.health import health_record
 from diagnosis.trace.reader_v2 import (
     check_linkstat,
     check_port,
@@ -41,13 +42,22 @@ from diagnosis.trace.reader_v2 import (
     port_batch,
     progress_batch,
 )
+from diagnosis.trace.typed import decode_block
 from proto.codec import OP_COLUMNS, STATUS_CODES, Columns
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
 #: the record types this reader knows; a line of any other type is skipped with a warning
-TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "end")
+#: the shared format's kinds, and this project's own ``health`` (diagnosis/trace/README.md)
+TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "health", "end")
 VERSIONS = (1, 2)
+#: the longest line read: a group of a million ranks is ~8 MB; a line past this is no trace
+#: record (reading it whole would cost several times its size in memory: /dev/zero is endless)
+MAX_LINE_BYTES = 16 << 20
+#: times (ns) and sizes beyond this are refused: sums and differences of two must not overflow
+#: int64 in the detectors (2**62 ns is the year 2116)
+MAX_VALUE = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,7 @@ class Skipped:
 
 
 Batch = Columns | ConnRecords | ProgressRecords | LinkStatRecords | PortRecords
-Item = Meta | RankInfo | GroupInfo | End | Batch
+Item = Meta | RankInfo | GroupInfo | End | HealthRecord | Batch
 
 
 def read_trace(path: str | Path | BinaryIO, block_bytes: int = 4 << 20,
@@ -123,14 +133,65 @@ def drop_unknown(items: Iterable[Item | Skipped], source: str) -> Iterator[Item]
 
 
 def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item | Skipped]:
-    line_no = 0
+    for data, first, lines in read_blocks(fh, block_bytes, source):
+        yield from parse_block(data, first, lines, source)
+
+
+def _too_long(source: str, line: int, max_line_bytes: int) -> FormatError:
+    return FormatError(f"line longer than {max_line_bytes >> 20} MiB, the longest c4 reads: a "
+                       "trace holds one JSON record per line; is this a c4 trace?",
+                       source=source, line=line)
+
+
+def read_blocks(fh: BinaryIO, block_bytes: int, source: str = "",
+                max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[bytes, int, int]]:
+    """The file in blocks of whole lines of about ``block_bytes``: each block, the number of
+    its first line and how many lines it has. Raises FormatError at a line longer than
+    ``max_line_bytes``, having read at most that much past the block (never a whole endless
+    line: /dev/zero)."""
+    first = 1
     while True:
-        lines = fh.readlines(block_bytes)
-        if not lines:
+        data = fh.read(block_bytes)
+        if not data:
             return
-        first = line_no + 1
-        line_no += len(lines)
-        yield from _block(lines, first, source)
+        if not data.endswith(b"\n"):
+            data += fh.readline(max_line_bytes + 1)
+        _check_lines(data, first, source, max_line_bytes)
+        # the file's last line may lack its newline
+        lines = data.count(b"\n") + (not data.endswith(b"\n"))
+        yield data, first, lines
+        first += lines
+
+
+def _check_lines(data: bytes, first: int, source: str, max_line_bytes: int) -> None:
+    """No line of the block ``data`` longer than ``max_line_bytes``."""
+    if len(data) <= max_line_bytes:
+        return
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.r_[0, ends + 1]
+    lengths = np.r_[ends, len(data)] - starts
+    over = np.flatnonzero(lengths > max_line_bytes)
+    if len(over):
+        raise _too_long(source, first + int(over[0]), max_line_bytes)
+
+
+def parse_block(data: bytes, first: int, lines: int, source: str) -> Iterator[Item | Skipped]:
+    """The items of one block of ``lines`` whole lines, ``first`` the number of its first.
+
+    The common block, telemetry lines alone, is decoded into typed records (diagnosis.trace.
+    typed); any other block, and one whose columns the batch builders refuse from those, is
+    read the general way, into dicts, which reads every record type and names a bad line and
+    field."""
+    kinds = decode_block(data, lines)
+    if kinds is not None:
+        try:
+            batches = [_BATCHES[kind][0](StructRows(recs)) for kind, recs in kinds.items()]
+        except (Bad, KeyError, ValueError, TypeError, OverflowError):
+            pass
+        else:
+            yield from batches
+            return
+    yield from _block(io.BytesIO(data).readlines(), first, source)
 
 
 @dataclass
@@ -260,6 +321,8 @@ def _small(o: dict[str, Any], source: str, line: int) -> Item:
         return _meta(f)
     if t == "end":
         return End(f.integer("t_ns"))
+    if t == "health":
+        return health_record(f)
     raise AssertionError(f"{t!r} is not a record of its own")   # _mixed sends only those
 
 
@@ -283,46 +346,67 @@ def _batch(kind: str, recs: list[dict[str, Any]], blk: _Block,
     numbers, where known (else, the batch holds every record of that type in the block)."""
     build, check = _BATCHES[kind]
     try:
-        return build(recs)
+        return build(Rows(recs))
     except (Bad, KeyError, ValueError, TypeError, OverflowError):
         _explain(recs, kind, check, blk, line_of)
         raise   # _explain always raises; keeps type checkers calm
 
 
-def _ops_fast(ops: list[dict[str, Any]]) -> Columns:
+def _ops_fast(rows: Rows) -> Columns:
     table: dict[str, int] = {}
     cols: dict[str, np.ndarray] = {
-        "rank": int_column(required(ops, "rank")),
-        "pg": intern(required(ops, "pg"), table),
-        "seq": int_column(required(ops, "seq")),
-        "op": intern(required(ops, "op"), table),
-        "nbytes": int_column(required(ops, "bytes")),
-        "dtype": _dtypes(ops, table),
-        "t_enter_ns": int_column(required(ops, "t_enter_ns")),
-        "t_start_ns": opt_int_column([o.get("t_start_ns") for o in ops]),
-        "t_end_ns": opt_int_column([o.get("t_end_ns") for o in ops]),
-        "peer": opt_int_column([o.get("peer") for o in ops]),
-        "status": _statuses(ops),
+        "rank": rows.ints("rank"),
+        "pg": intern(rows.required("pg"), table),
+        "seq": rows.ints("seq"),
+        "op": intern(rows.required("op"), table),
+        "nbytes": rows.ints("bytes"),
+        "dtype": _dtypes(rows.optional("dtype"), table),
+        "t_enter_ns": rows.ints("t_enter_ns"),
+        "t_start_ns": rows.opt_ints("t_start_ns"),
+        "t_end_ns": rows.opt_ints("t_end_ns"),
+        "peer": rows.opt_ints("peer"),
+        "status": _statuses(rows.optional("status")),
     }
     if (cols["rank"] < 0).any() or (cols["seq"] < 0).any():
+        raise Bad
+    if not _in_range(cols["t_enter_ns"], cols["nbytes"]) or \
+            not _in_range(cols["t_start_ns"], cols["t_end_ns"], unset=-1):
         raise Bad
     out = {name: cols[name].astype(dt, copy=False) for name, dt in OP_COLUMNS.items()}
     return Columns(out, list(table))
 
 
-def _dtypes(ops: list[dict[str, Any]], table: dict[str, int]) -> np.ndarray:
-    dtypes = [o.get("dtype") for o in ops]
+def _in_range(*cols: np.ndarray, unset: int | None = None) -> bool:
+    """Every value of ``cols`` within 0..MAX_VALUE (or ``unset``)."""
+    for col in cols:
+        if not len(col):
+            continue
+        bad = (col < 0) | (col > MAX_VALUE)
+        if unset is not None:
+            bad &= col != unset
+        if bad.any():
+            return False
+    return True
+
+
+def _check_range(f: Fields, name: str, value: Any, unset: bool = False) -> None:
+    if isinstance(value, int) and not (0 <= value <= MAX_VALUE or (unset and value == -1)):
+        f.fail(name, f"field {name!r} is {value}: times and sizes run from 0 to 2**62"
+               + (" (-1: not set)" if unset else "") + "; was this trace written by a broken "
+               "exporter, or a clock gone wrong?")
+
+
+def _dtypes(dtypes: list[Any], table: dict[str, int]) -> np.ndarray:
     if dtypes.count(None) == len(dtypes):     # the common case: no op says its dtype
-        return np.full(len(ops), table.setdefault("", len(table)), dtype=np.int64)
+        return np.full(len(dtypes), table.setdefault("", len(table)), dtype=np.int64)
     return intern([d or "" for d in dtypes], table)
 
 
-def _statuses(ops: list[dict[str, Any]]) -> np.ndarray:
-    status = [o.get("status") for o in ops]
+def _statuses(status: list[Any]) -> np.ndarray:
     # the common case, every call ok, costs one count in C
     if status.count(None) == len(status) or not any(s is not None and s != "ok"
                                                     for s in status):
-        return np.zeros(len(ops), dtype=np.uint8)
+        return np.zeros(len(status), dtype=np.uint8)
     codes = [STATUS_CODES.get("ok" if s is None else s, -1) if isinstance(s, str) or s is None
              else -1 for s in status]
     if min(codes) < 0:
@@ -340,22 +424,27 @@ def _check_op(f: Fields) -> None:
     for name in ("t_start_ns", "t_end_ns", "peer"):
         f.opt_integer(name)
     f.opt_string("dtype")
+    for name in ("t_enter_ns", "bytes"):
+        _check_range(f, name, f.rec[name])
+    for name in ("t_start_ns", "t_end_ns"):
+        _check_range(f, name, f.rec.get(name), unset=True)
     s = f.rec.get("status")
     if s is not None and (not isinstance(s, str) or s not in STATUS_CODES):
         f.fail("status", f"status {s!r} is not one of ok, timeout, error")
 
 
-def _conns_fast(conns: list[dict[str, Any]]) -> ConnRecords:
+def _conns_fast(rows: Rows) -> ConnRecords:
     table: dict[str, int] = {}
-    retrans = [o.get("retrans") for o in conns]
+    retrans = rows.optional("retrans")
+    nbytes, start, end = rows.ints("bytes"), rows.ints("t_start_ns"), rows.opt_ints("t_end_ns")
+    if not _in_range(nbytes, start) or not _in_range(end, unset=-1):
+        raise Bad
     return ConnRecords(
-        int_column(required(conns, "src")), int_column(required(conns, "dst")),
-        int_column(required(conns, "bytes")), int_column(required(conns, "t_start_ns")),
-        opt_int_column([o.get("t_end_ns") for o in conns]),
-        opt_intern([o.get("pg") for o in conns], table),
-        opt_int_column([o.get("seq") for o in conns]), list(table),
-        path_column([o.get("path") for o in conns]),
-        None if retrans.count(None) == len(retrans) else opt_nonneg_column(retrans, -1))
+        rows.ints("src"), rows.ints("dst"), nbytes, start,
+        end, opt_intern(rows.optional("pg"), table),
+        rows.opt_ints("seq"), list(table), rows.paths("path"),
+        None if retrans.count(None) == len(retrans)
+        else opt_nonneg_column(retrans, -1, rows.typed))
 
 
 def _check_conn(f: Fields) -> None:
@@ -366,6 +455,9 @@ def _check_conn(f: Fields) -> None:
     f.opt_string("pg", "a communicator name")
     f.opt_path("path")
     f.opt_integer("retrans", 0)
+    for name in ("bytes", "t_start_ns"):
+        _check_range(f, name, f.rec[name])
+    _check_range(f, "t_end_ns", f.rec.get("t_end_ns"), unset=True)
 
 
 def _explain(records: list[dict[str, Any]], kind: str, check: Callable[[Fields], None],
@@ -388,7 +480,7 @@ def _is_type(line: bytes, kind: str) -> bool:
         return False
 
 
-_BATCHES: dict[str, tuple[Callable[[list[dict[str, Any]]], Batch], Callable[[Fields], None]]] = {
+_BATCHES: dict[str, tuple[Callable[[Rows], Batch], Callable[[Fields], None]]] = {
     "op": (_ops_fast, _check_op),
     "conn": (_conns_fast, _check_conn),
     "progress": (progress_batch, check_progress),
