@@ -78,6 +78,15 @@ class EngineConfig:
     #: A host is named (rather than its GPUs) when at least this fraction of its ranks, and at
     #: least two, are slow.
     host_fraction: float = 0.75
+    #: Slow again and again (a GPU throttling now and then, a host's recurring stall): a member
+    #: with at least ``slow_rec_episodes`` episodes of samples above
+    #: ``max(slow_rec_min_excess, slow_rec_noise_k * sigma)`` (scaled as ``slow_min_excess``
+    #: is for sampled calls), too many for the rate of such samples over every member of its
+    #: size class (floored at ``slow_rec_base_rate``): one-off pauses strike random ranks.
+    slow_rec_episodes: int = 3
+    slow_rec_min_excess: float = 0.1
+    slow_rec_noise_k: float = 4.0
+    slow_rec_base_rate: float = 0.001
     #: A filed slow rank or host that this many detection passes in a row no longer find
     #: (judging more samples) is withdrawn: its finding was a chance split of its samples.
     slow_unconfirmed_passes: int = 3
@@ -134,6 +143,16 @@ class EngineConfig:
     #: A component is accepted when at least this fraction of the traffic crossing it (after the
     #: onset) is slow; healthy traffic through a component clears it.
     comm_purity: float = 0.6
+    #: Slow again and again (a flapping port, pause frames: slow on one iteration in three, or
+    #: at random, healthy between): a connection (or communicator operation) is slow when it has
+    #: at least ``comm_rec_episodes`` episodes of samples above
+    #: ``max(comm_rec_min_excess, comm_rec_noise_k * sigma)`` of excess, too many for the
+    #: fleet's rate of such samples (floored at ``comm_rec_base_rate``) at ``comm_alpha``. A
+    #: transient congestion is one episode.
+    comm_rec_episodes: int = 3
+    comm_rec_min_excess: float = 0.15
+    comm_rec_noise_k: float = 4.0
+    comm_rec_base_rate: float = 0.001
 
     # ---- lossy links (retransmitted segments of sampled sockets) -------------------------------
     #: Retransmissions are counted per connection over this sliding window of data time (ns).
@@ -160,11 +179,11 @@ class EngineConfig:
     def __post_init__(self) -> None:
         positive_int = ("window", "history", "hang_min_ns", "clock_skew_ns", "hang_cold_ns",
                         "alive_after_ns", "evidence_delay_ns",
-                        "slow_min_samples", "slow_unconfirmed_passes",
+                        "slow_min_samples", "slow_unconfirmed_passes", "slow_rec_episodes",
                         "min_compute_ns", "straggle_bucket_ns", "comm_learn",
                         "comm_min_samples", "comm_min_span_ns",
                         "comm_min_before", "comm_min_rounds", "comm_min_span_low_ns",
-                        "comm_peer_min",
+                        "comm_peer_min", "comm_rec_episodes",
                         "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:
@@ -179,9 +198,11 @@ class EngineConfig:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
         for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_min_excess_unseen",
+                     "slow_rec_min_excess", "slow_rec_noise_k", "slow_rec_base_rate",
                      "straggle_min_excess",
                      "comm_min_excess", "comm_noise_k", "comm_peer_excess",
-                     "comm_peer_purity"):
+                     "comm_peer_purity", "comm_rec_min_excess", "comm_rec_noise_k",
+                     "comm_rec_base_rate"):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"EngineConfig.{name} must be positive, got {value!r}")

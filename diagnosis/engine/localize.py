@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from diagnosis.engine.series import (
     ChangePoint,
     SeriesBank,
     change_point,
+    fleet_rate,
+    recurrence,
     robust_sigma,
     row_quantile,
 )
@@ -44,6 +46,10 @@ class CommFinding:
     ends: list[frozenset[int]] = field(default_factory=list)  # ranks of each explained one
     sure: bool = True          # its components lie on every candidate path of what it explains
     against: str = "their baseline"   # what the slowdown is measured against
+    # slow again and again rather than all along: the fraction of the explained observations'
+    # samples that were slow since their first episode, and the episodes (median over them)
+    duty: float | None = None
+    episodes: int = 0
 
 
 class Localizer:
@@ -159,7 +165,40 @@ class Localizer:
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
         lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span,
                                 min_before)
-        return ring, rt, thr, res, lasting
+        res, lasting, duty, episodes = self._recurring(ring, sigma, res, lasting)
+        return ring, rt, thr, res, lasting, (duty, episodes)
+
+    def _recurring(self, ring: np.ndarray, sigma: float, res: ChangePoint,
+                   lasting: np.ndarray
+                   ) -> tuple[ChangePoint, np.ndarray, np.ndarray, np.ndarray]:
+        """Keys slow again and again with healthy stretches between (a flapping port, pause
+        frames, a marginal cable: slow on one iteration in three, or at random): at least
+        ``comm_rec_episodes`` episodes of samples well above the noise, too many slow samples
+        for the fleet's rate of such samples (a transient congestion is one episode, and rarely
+        strikes one path three times). Returns the change points with those keys' segments
+        (from their first counted episode), the slow keys, and per key the fraction of its
+        samples that were slow since then (NaN: not recurring) and its episodes."""
+        cfg = self.cfg
+        duty = np.full(len(ring), np.nan)
+        episodes = np.zeros(len(ring), dtype=np.int64)
+        if not len(ring):
+            return res, lasting, duty, episodes
+        thr = max(cfg.comm_rec_min_excess, cfg.comm_rec_noise_k * sigma)
+        p0 = fleet_rate(ring, thr, cfg.comm_rec_base_rate)
+        rec = recurrence(ring, np.full(len(ring), thr), np.full(len(ring), p0),
+                         cfg.comm_rec_episodes)
+        new = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha)) & ~lasting
+        if not new.any():
+            return res, lasting, duty, episodes
+        res = ChangePoint(*(np.array(getattr(res, f.name)) for f in fields(res)))
+        res.start[new] = rec.start[new]
+        res.logp[new] = rec.logp[new]
+        res.count[new] = rec.count[new]
+        res.frac[new] = rec.hits[new] / np.maximum(rec.count[new], 1)
+        res.median[new] = rec.median[new]
+        duty[new] = res.frac[new]
+        episodes[new] = rec.episodes[new]
+        return res, lasting | new, duty, episodes
 
     def _lasting(self, bank: SeriesBank, keys: np.ndarray, ring: np.ndarray, rt: np.ndarray,
                  high: np.ndarray, thr: float, res: ChangePoint, slow: np.ndarray,
@@ -241,8 +280,8 @@ class Localizer:
 
     def _comm_slow_conns(self, win: ConnWindow, min_span: int) -> list[CommFinding]:
         keys = np.arange(min(len(win), len(win.bank)))
-        ring, rt, thr, res, slow = self._slow_series(win.bank, keys, min_span,
-                                                     self.cfg.comm_min_before)
+        ring, rt, thr, res, slow, rec = self._slow_series(win.bank, keys, min_span,
+                                                          self.cfg.comm_min_before)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
@@ -256,7 +295,7 @@ class Localizer:
         names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
         ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in slow_idx]
         return [self._finding(e, slow_idx, names, onset, res.median, int(healthy.sum()),
-                              "connections", ends, [must for _, must in sets])
+                              "connections", ends, [must for _, must in sets], rec)
                 for e in found]
 
     def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int],
@@ -265,8 +304,8 @@ class Localizer:
         K = min(len(key_group), len(bank))
         if K == 0:
             return []
-        ring, rt, thr, res, slow = self._slow_series(bank, np.arange(K), min_span,
-                                                     self.cfg.comm_min_samples)
+        ring, rt, thr, res, slow, rec = self._slow_series(bank, np.arange(K), min_span,
+                                                          self.cfg.comm_min_samples)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
@@ -287,24 +326,40 @@ class Localizer:
         idx = np.arange(len(slow_g))
         g_onset = np.array([first[g] for g in slow_g], dtype=np.int64)
         g_med = np.array([float(np.nanmax(res.median[groups == g])) for g in slow_g])
+        # a communicator recurs when its slow operations do (the most slow of them)
+        duty, episodes = rec
+        on = slow & np.isfinite(duty)
+        g_duty = np.array([float(np.max(duty[on & (groups == g)], initial=np.nan))
+                           if (on & (groups == g)).any() else np.nan for g in slow_g])
+        g_eps = np.array([int(episodes[groups == g].max()) for g in slow_g])
         names = [self.arena.names[g] for g in slow_g]
         members = [frozenset(self.arena.members[g].tolist()) for g in slow_g]
         must = [self.group_sets(g)[1] for g in slow_g]
         return [self._finding(e, idx, names, g_onset, g_med, len(clear), "communicators",
-                              members, must) for e in found]
+                              members, must, (g_duty, g_eps)) for e in found]
 
     @staticmethod
     def _finding(e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
                  median: np.ndarray, healthy: int, via: str, ends: list[frozenset[int]],
-                 must: list[frozenset[Component]]) -> CommFinding:
+                 must: list[frozenset[Component]],
+                 rec: tuple[np.ndarray, np.ndarray] | None = None) -> CommFinding:
         keys = idx[e.explained]
+        # recurring when most of the explained observations recur rather than stay slow
+        duty: float | None = None
+        episodes = 0
+        if rec is not None:
+            d = rec[0][keys]
+            if np.isfinite(d).sum() * 2 > len(d):
+                duty = float(np.nanmedian(d))
+                episodes = int(np.median(rec[1][keys][np.isfinite(d)]))
         # the onset most of the explained observations agree on (a single early change point
         # may be noise, or a call that straddled the onset)
         return CommFinding(e, int(np.percentile(onset[keys], 50, method="higher")),
                            1.0 + float(np.median(median[keys])),
                            [names[i] for i in e.explained], healthy, via,
                            [ends[i] for i in e.explained],
-                           any(all(c in must[i] for i in e.explained) for c in e.components))
+                           any(all(c in must[i] for i in e.explained) for c in e.components),
+                           duty=duty, episodes=episodes)
 
     def _last_alive(self, win: ConnWindow) -> dict[Component, int]:
         """The last time a transfer surely crossing each component finished (known to a

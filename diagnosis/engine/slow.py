@@ -24,7 +24,13 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
-from diagnosis.engine.series import change_point, robust_sigma, row_quantile
+from diagnosis.engine.series import (
+    change_point,
+    fleet_rate,
+    recurrence,
+    robust_sigma,
+    row_quantile,
+)
 
 # calls of a communicator whose lateness is remembered: a signature recurring further apart
 # than this gives no sample
@@ -45,6 +51,10 @@ class SlowRank:
     frac: float
     sigma: float
     logp: float            # log p-value of so many late samples by chance
+    # slow again and again rather than from a change point on: the fraction of its samples
+    # that were late since its first episode (None: a change point) and the episodes
+    duty: float | None = None
+    episodes: int = 0
 
 
 class _SizeClass:
@@ -371,4 +381,38 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
             out.append(SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]),
                                 float(res.median[h]), excess_ns, int(res.count[h]),
                                 float(res.frac[h]), float(sigma[gi]), float(res.logp[h])))
+        out += _recurring(cls, series, sigma, scale, t, ok, arena, cfg, least)
+    return out
+
+
+def _recurring(cls, series: np.ndarray, sigma: np.ndarray, scale: np.ndarray, t: np.ndarray,
+               found: np.ndarray, arena: Arena, cfg: EngineConfig,
+               least: float) -> list[SlowRank]:
+    """Members slow again and again with normal iterations between (a GPU throttling now and
+    then, a host's recurring stall): at least ``slow_rec_episodes`` episodes of samples well
+    above the noise, too many for the rate of such samples over every member of the size
+    class (one-off pauses strike random ranks; a checkpoint every rank). ``series``: per
+    member (rows group-major), its samples oldest first; ``found``: members already slow from
+    a change point on."""
+    n = cls.n
+    rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
+                         cfg.slow_rec_noise_k * sigma)
+    thr = np.repeat(rec_thr, n)
+    p0 = fleet_rate(series - thr[:, None], 0.0, cfg.slow_rec_base_rate)
+    rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes)
+    ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
+        & (rec.median >= least) & ~found
+    out = []
+    for h in np.flatnonzero(ok).tolist():
+        gi, pos = divmod(h, n)
+        s = int(rec.start[h])
+        seg = series[h, s:]
+        hi = seg > thr[h]
+        excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
+        g = cls.groups[gi]
+        duty = float(rec.hits[h] / max(int(rec.count[h]), 1))
+        out.append(SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]),
+                            float(rec.median[h]), excess_ns, int(rec.count[h]), duty,
+                            float(sigma[gi]), float(rec.logp[h]), duty=duty,
+                            episodes=int(rec.episodes[h])))
     return out

@@ -74,10 +74,18 @@ class SlowReports:
         if host and self.registry.get(hid) is not None:
             return hid
         name = self.arena.names[s.group]
-        summary = (f"{self.placement.describe(s.rank)} spends {ms(s.excess_ns)} "
-                   f"({100 * s.excess:.0f}%) longer than its peers in group {name} outside "
-                   f"collectives and arrives late in {100 * s.frac:.0f}% of {s.samples} calls: "
-                   "check that GPU (clocks, thermals, ECC) or its host's load")
+        if s.duty is not None:
+            summary = (f"{self.placement.describe(s.rank)} is slow again and again: in "
+                       f"{100 * s.duty:.0f}% of {s.samples} iterations since the first of "
+                       f"{s.episodes} episodes it spends {ms(s.excess_ns)} "
+                       f"({1 + s.excess:.1f}x) longer than its peers in group {name} outside "
+                       "collectives, normal between: check that GPU (throttling: clocks, "
+                       "thermals, power) or what its host runs now and then")
+        else:
+            summary = (f"{self.placement.describe(s.rank)} spends {ms(s.excess_ns)} "
+                       f"({100 * s.excess:.0f}%) longer than its peers in group {name} outside "
+                       f"collectives and arrives late in {100 * s.frac:.0f}% of {s.samples} "
+                       "calls: check that GPU (clocks, thermals, ECC) or its host's load")
         report = FaultReport("noncomm_slow", (self.placement.suspect(s.rank, s.frac),),
                              s.onset_ns, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
                              evidence=self._slow_evidence(s), id=fid)
@@ -92,9 +100,17 @@ class SlowReports:
         excess_ns = float(np.median([s.excess_ns for s in rows]))
         frac = float(np.median([s.frac for s in rows]))
         onset = min(s.onset_ns for s in rows)
-        summary = (f"every GPU of host {host} ({len(ranks)} ranks) spends {ms(excess_ns)} "
-                   f"({100 * excess:.0f}%) longer than its peers outside collectives: check the "
-                   "host (CPU, memory, PCIe, power)")
+        duty = [s.duty for s in rows if s.duty is not None]
+        if len(duty) * 2 > len(rows):
+            summary = (f"every GPU of host {host} ({len(ranks)} ranks) is slow again and "
+                       f"again: in {100 * float(np.median(duty)):.0f}% of iterations since "
+                       f"the first episode they spend {ms(excess_ns)} ({1 + excess:.1f}x) "
+                       "longer than their peers outside collectives, normal between: check "
+                       "the host (CPU, memory, PCIe, power; what it runs now and then)")
+        else:
+            summary = (f"every GPU of host {host} ({len(ranks)} ranks) spends {ms(excess_ns)} "
+                       f"({100 * excess:.0f}%) longer than its peers outside collectives: "
+                       "check the host (CPU, memory, PCIe, power)")
         suspects = [Suspect("host", host, frac)] + [self.placement.suspect(r, frac / 2)
                                                     for r in ranks[:2]]
         report = FaultReport("noncomm_slow", tuple(suspects), onset, summary,
@@ -106,9 +122,12 @@ class SlowReports:
         return fid
 
     def _slow_evidence(self, s: SlowRank) -> dict[str, Any]:
-        return {"group": self.arena.names[s.group], "median_excess": round(s.excess, 4),
-                "median_excess_ms": round(s.excess_ns / 1e6, 3), "samples": s.samples,
-                "late_fraction": round(s.frac, 3), "noise_sigma": round(s.sigma, 4)}
+        out = {"group": self.arena.names[s.group], "median_excess": round(s.excess, 4),
+               "median_excess_ms": round(s.excess_ns / 1e6, 3), "samples": s.samples,
+               "late_fraction": round(s.frac, 3), "noise_sigma": round(s.sigma, 4)}
+        if s.duty is not None:
+            out.update(recurring=True, slow_fraction=round(s.duty, 3), episodes=s.episodes)
+        return out
 
     def _slow_ranks(self) -> set[int]:
         """Ranks with an open ``noncomm_slow`` report (their own, or their host's)."""
@@ -151,12 +170,23 @@ class SlowReports:
             top = suspects[0]
             fid = f"comm_slow:{top.type}:{top.id}"
             names = " and ".join(f"{s.type} {s.id}" for s in suspects[:3])
-            summary = (f"{len(f.observations)} {f.via} through {names} transfer "
-                       f"{f.slowdown:.1f}x slower than {f.against} while "
-                       f"{f.healthy} others are normal: check {names}")
+            if f.duty is not None:
+                summary = (f"{len(f.observations)} {f.via} through {names} are slow again and "
+                           f"again: in {100 * f.duty:.0f}% of their transfers since the first "
+                           f"of {f.episodes} episodes, {f.slowdown:.1f}x slower than "
+                           f"{f.against} when slow, normal between, while {f.healthy} others "
+                           f"are normal: check {names} (a flapping port, pause frames, a "
+                           "marginal cable)")
+            else:
+                summary = (f"{len(f.observations)} {f.via} through {names} transfer "
+                           f"{f.slowdown:.1f}x slower than {f.against} while "
+                           f"{f.healthy} others are normal: check {names}")
             evidence = {"slow": f.observations[:32], "slow_count": len(f.observations),
                         "slowdown": round(f.slowdown, 3), "healthy": f.healthy,
                         "cleared_by": f.explanation.cleared_by, "via": f.via}
+            if f.duty is not None:
+                evidence.update(recurring=True, slow_fraction=round(f.duty, 3),
+                                episodes=f.episodes)
             for old in self.registry.open_ids("comm_slow"):
                 prev = self.registry.get(old)
                 if old != fid and set(prev.evidence.get("slow", [])) & set(f.observations):
