@@ -134,9 +134,15 @@ class EngineConfig:
     #: ``comm_peer_min`` of them) by this fraction, and by more than their spread.
     comm_peer_excess: float = 0.15
     comm_peer_min: int = 8
-    #: ... and such a NIC or cable is named when at least this fraction of the connections
-    #: through it are (a healthy job's ECMP collisions slow some connections of a NIC as much).
+    #: ... weighed by the load on its path (:mod:`diagnosis.engine.peers`): a component on the
+    #: recorded paths is named when at least ``comm_peer_route_purity`` of the judged
+    #: connections through it are slow; without paths, a NIC or cable when at least
+    #: ``comm_peer_purity`` are (a connection slow beyond its NICs' load may have hashed onto a
+    #: busy uplink). One connection alone is enough when it is slow beyond
+    #: ``comm_peer_single`` (a flow alone on a slow uplink).
     comm_peer_purity: float = 1.0
+    comm_peer_route_purity: float = 0.8
+    comm_peer_single: float = 0.4
     #: A connection is slow when its slow samples after the change point have at most this
     #: probability under the base rate.
     comm_alpha: float = 1e-6
@@ -193,6 +199,7 @@ class EngineConfig:
         if self.comm_skip < 0:
             raise ValueError(f"EngineConfig.comm_skip must be >= 0, got {self.comm_skip!r}")
         for name in ("slow_min_frac", "comm_min_frac", "comm_purity", "host_fraction", "comm_alpha",
+                     "comm_peer_route_purity",
                      "slow_alpha", "slow_alpha_member", "slow_base_rate"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
@@ -201,7 +208,8 @@ class EngineConfig:
                      "slow_rec_min_excess", "slow_rec_noise_k", "slow_rec_base_rate",
                      "straggle_min_excess",
                      "comm_min_excess", "comm_noise_k", "comm_peer_excess",
-                     "comm_peer_purity", "comm_rec_min_excess", "comm_rec_noise_k",
+                     "comm_peer_purity", "comm_peer_single", "comm_rec_min_excess",
+                     "comm_rec_noise_k",
                      "comm_rec_base_rate"):
             value = getattr(self, name)
             if not value > 0:

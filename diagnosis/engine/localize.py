@@ -60,6 +60,7 @@ class Localizer:
                                                         frozenset[Component]]]] = {}
         self._index: dict[Component, set[int]] = {}
         self._index_arrays: dict[Component, np.ndarray] = {}
+        self.load: peers.LoadModel | None = None
 
     # ----- observation -> components ----------------------------------------------------------
     def pair(self, src: int, dst: int, path: tuple[str, ...] | None = None
@@ -245,17 +246,29 @@ class Localizer:
         return self._comm_slow_groups(timing_bank, key_group, min_span)
 
     def _comm_slow_peers(self, win: ConnWindow) -> list[CommFinding]:
-        """Host-edge components whose connections were slow from their first transfer on,
-        against their peers (:mod:`diagnosis.engine.peers`). ECMP collisions make some
-        connections of a healthy job as slow, so a NIC (or cable) is named only when every
-        connection through it is, and more than one."""
-        verdict = peers.judge(win, self.cfg)
+        """Components whose connections were slow from their first transfer on, against their
+        peers carrying the same load (:mod:`diagnosis.engine.peers`). A component is named
+        when at least ``comm_peer_route_purity`` of the judged connections through it are (with
+        their paths recorded; without, a NIC or cable only, when all of them are: a connection
+        slow beyond its NICs' load may have hashed onto a busy uplink), and more than one, or
+        one slow beyond ``comm_peer_single`` (one flow alone on a slow uplink)."""
+        if self.load is None and self.paths is not None:
+            self.load = peers.LoadModel(self.paths.topo)
+        verdict = peers.judge(win, self.cfg, self.load, self.placement.nic)
+        if not verdict.slow.any():
+            return []
+        healthy = np.zeros(len(win), dtype=bool)
+        healthy[verdict.keys[~verdict.slow]] = True
         found, keys = peers.explain_peers(win, verdict, self.key_sets, self.placement.nic,
-                                          self.cfg.comm_peer_purity)
-        found = [e for e in found if len(e.explained) >= 2]
+                                          self.cfg.comm_peer_route_purity,
+                                          self.cfg.comm_peer_purity,
+                                          self.clearing(win, healthy))
+        ratio = dict(zip(verdict.keys.tolist(), verdict.ratio.tolist()))
+        single = 1.0 + self.cfg.comm_peer_single
+        found = [e for e in found if len(e.explained) >= 2
+                 or ratio[int(keys[e.explained[0]])] >= single]
         if not found:
             return []
-        ratio = dict(zip(verdict.keys.tolist(), verdict.ratio.tolist()))
         names = [f"{win.src[k]}>{win.dst[k]}" for k in keys]
         ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in keys]
         out = []
@@ -264,7 +277,8 @@ class Localizer:
             out.append(CommFinding(e, win.first_ns, float(np.median([ratio[int(k)] for k in ks])),
                                    [names[i] for i in e.explained], int((~verdict.slow).sum()),
                                    "connections", [ends[i] for i in e.explained],
-                                   against="their peers (slow since the recording began)"))
+                                   against="their peers carrying the same load (slow since the "
+                                   "recording began)"))
         return out
 
     def _split(self, ring, rt, thr, res, slow):
