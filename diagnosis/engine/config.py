@@ -81,8 +81,9 @@ class EngineConfig:
     #: Slow again and again (a GPU throttling now and then, a host's recurring stall): a member
     #: with at least ``slow_rec_episodes`` episodes of samples above
     #: ``max(slow_rec_min_excess, slow_rec_noise_k * sigma)`` (scaled as ``slow_min_excess``
-    #: is for sampled calls), too many for the rate of such samples over every member of its
-    #: size class (floored at ``slow_rec_base_rate``): one-off pauses strike random ranks.
+    #: is for sampled calls), too many for the rate at which such episodes start over every
+    #: member of its size class (per sample, floored at ``slow_rec_base_rate``): one-off
+    #: pauses strike random ranks.
     slow_rec_episodes: int = 3
     slow_rec_min_excess: float = 0.1
     slow_rec_noise_k: float = 4.0
@@ -153,8 +154,8 @@ class EngineConfig:
     #: at random, healthy between): a connection (or communicator operation) is slow when it has
     #: at least ``comm_rec_episodes`` episodes of samples above
     #: ``max(comm_rec_min_excess, comm_rec_noise_k * sigma)`` of excess, too many for the
-    #: fleet's rate of such samples (floored at ``comm_rec_base_rate``) at ``comm_alpha``. A
-    #: transient congestion is one episode.
+    #: rate at which such episodes start over every connection (per sample, floored at
+    #: ``comm_rec_base_rate``) at ``comm_alpha``. A transient congestion is one episode.
     comm_rec_episodes: int = 3
     comm_rec_min_excess: float = 0.15
     comm_rec_noise_k: float = 4.0

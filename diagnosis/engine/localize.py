@@ -18,7 +18,7 @@ from diagnosis.engine.series import (
     ChangePoint,
     SeriesBank,
     change_point,
-    fleet_rate,
+    episode_rate,
     recurrence,
     robust_sigma,
     row_quantile,
@@ -167,7 +167,8 @@ class Localizer:
         lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span,
                                 min_before)
         res, lasting, duty, episodes = self._recurring(ring, sigma, res, lasting)
-        return ring, rt, thr, res, lasting, (duty, episodes)
+        rec_thr = max(cfg.comm_rec_min_excess, cfg.comm_rec_noise_k * sigma)
+        return ring, rt, thr, res, lasting, (duty, episodes, rec_thr)
 
     def _recurring(self, ring: np.ndarray, sigma: float, res: ChangePoint,
                    lasting: np.ndarray
@@ -185,7 +186,7 @@ class Localizer:
         if not len(ring):
             return res, lasting, duty, episodes
         thr = max(cfg.comm_rec_min_excess, cfg.comm_rec_noise_k * sigma)
-        p0 = fleet_rate(ring, thr, cfg.comm_rec_base_rate)
+        p0 = episode_rate(ring, np.full(len(ring), thr), cfg.comm_rec_base_rate)
         rec = recurrence(ring, np.full(len(ring), thr), np.full(len(ring), p0),
                          cfg.comm_rec_episodes)
         new = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha)) & ~lasting
@@ -306,11 +307,58 @@ class Localizer:
         sets = [sets[i] for i in ok]
         found, _ = explain([may for may, _ in sets], [], self.cfg.comm_purity,
                            clearing=self.clearing(win, healthy))
+        found = [e for e in found if self._recurs_together(e, slow_idx, ring, rt, rec)]
         names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
         ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in slow_idx]
         return [self._finding(e, slow_idx, names, onset, res.median, int(healthy.sum()),
                               "connections", ends, [must for _, must in sets], rec)
                 for e in found]
+
+    def _recurs_together(self, e: Explanation, slow_idx: np.ndarray, ring: np.ndarray,
+                         rt: np.ndarray, rec: tuple[np.ndarray, np.ndarray, float]) -> bool:
+        """Whether an explanation of connections that are slow again and again holds at each
+        episode: a faulty component slows (nearly) every connection across it each time,
+        while transient congestion of different links along one connection's path makes that
+        connection slow again and again with the others through each link healthy. Counts
+        the component's episodes (slow samples of its connections, clustered in time a round
+        apart), keeping those where at least ``comm_purity`` of its connections with a sample
+        then were slow, and wants ``comm_rec_episodes`` of them. Explanations of connections
+        slow all along pass."""
+        duty, _, thr = rec
+        explained = slow_idx[e.explained]
+        if not np.isfinite(duty[explained]).sum() * 2 > len(explained):
+            return True
+        ks = set(explained.tolist())
+        for c in e.components:
+            ks |= {k for k in self._index.get(c, ()) if k < len(ring)}
+        keys = np.fromiter(sorted(ks), dtype=np.int64)
+        r, t = ring[keys], rt[keys]
+        valid = np.isfinite(r)
+        # a round: the usual longest gap between a connection's samples
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gaps = np.where(valid[:, 1:] & valid[:, :-1], np.diff(t, axis=1), np.nan)
+            per_key = np.nanpercentile(gaps, 75, axis=1) if gaps.shape[1] else np.zeros(0)
+        per_key = per_key[np.isfinite(per_key)]
+        if not len(per_key):
+            return True
+        width = float(np.median(per_key))
+        hk, hc = np.nonzero(valid & (r > thr))
+        if not len(hk):
+            return False
+        when = t[hk, hc]
+        order = np.argsort(when)
+        when = when[order]
+        cut = np.flatnonzero(np.diff(when) > width / 2) + 1
+        episodes = 0
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(when)]):
+            a, b = when[lo] - width / 2, when[hi - 1] + width / 2
+            inside = valid & (t >= a) & (t <= b)
+            seen = inside.any(axis=1)
+            slow = (inside & (r > thr)).any(axis=1)
+            if seen.sum() and slow.sum() >= self.cfg.comm_purity * seen.sum():
+                episodes += 1
+        return episodes >= self.cfg.comm_rec_episodes
 
     def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int],
                           min_span: int) -> list[CommFinding]:
@@ -341,7 +389,7 @@ class Localizer:
         g_onset = np.array([first[g] for g in slow_g], dtype=np.int64)
         g_med = np.array([float(np.nanmax(res.median[groups == g])) for g in slow_g])
         # a communicator recurs when its slow operations do (the most slow of them)
-        duty, episodes = rec
+        duty, episodes, _ = rec
         on = slow & np.isfinite(duty)
         g_duty = np.array([float(np.max(duty[on & (groups == g)], initial=np.nan))
                            if (on & (groups == g)).any() else np.nan for g in slow_g])
@@ -356,7 +404,7 @@ class Localizer:
     def _finding(e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
                  median: np.ndarray, healthy: int, via: str, ends: list[frozenset[int]],
                  must: list[frozenset[Component]],
-                 rec: tuple[np.ndarray, np.ndarray] | None = None) -> CommFinding:
+                 rec: tuple[np.ndarray, ...] | None = None) -> CommFinding:
         keys = idx[e.explained]
         # recurring when most of the explained observations recur rather than stay slow
         duty: float | None = None

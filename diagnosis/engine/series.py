@@ -231,33 +231,42 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
 @dataclass
 class Recurrence:
     start: np.ndarray      # first sample of the recurring segment (an episode's start), -1 none
-    logp: np.ndarray       # log P(at least this many slow samples | base rate), best start
+    logp: np.ndarray       # log P(at least this many episodes | base rate), best start
     hits: np.ndarray       # slow samples from the start on
     count: np.ndarray      # samples from the start on
     episodes: np.ndarray   # runs of consecutive slow samples from the start on
     median: np.ndarray     # median of the slow samples from the start on (NaN when none)
 
 
-def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
-               min_episodes: int) -> Recurrence:
-    """Per row of ``a`` (oldest first, NaN = none): slowness that comes back. An episode is a
-    run of consecutive samples above ``thr`` (NaN samples neither break nor extend it); from the
-    start of some episode on, the row has ``hits`` slow samples out of ``count`` in at least
-    ``min_episodes`` episodes, with healthy samples between them. Of those starts, the one
-    whose slow samples are least likely under the base rate ``p0`` (a binomial tail): a
-    component slow now and then in a pattern or at random, which a change point into a
-    persistently slow segment misses (a third of the samples after it are slow, none before)."""
+def _episodes(a: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(valid, slow, begins): per sample, whether it is one, above ``thr``, and the first
+    slow sample of a run of consecutive slow ones (NaN samples neither break nor extend a
+    run)."""
     rows, K = a.shape
     valid = ~np.isnan(a)
     high = valid & (np.nan_to_num(a, nan=-np.inf) > thr[:, None])
     col = np.arange(K)[None, :]
-    # whether the previous valid sample of each sample was slow
     last_valid = np.maximum.accumulate(np.where(valid, col, -1), axis=1)
     prev = np.full((rows, K), -1, dtype=np.int64)
     prev[:, 1:] = last_valid[:, :-1]
-    ix = np.arange(rows)[:, None]
-    prev_high = (prev >= 0) & high[ix, np.maximum(prev, 0)]
-    begins = high & ~prev_high
+    prev_high = (prev >= 0) & high[np.arange(rows)[:, None], np.maximum(prev, 0)]
+    return valid, high, high & ~prev_high
+
+
+def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
+               min_episodes: int) -> Recurrence:
+    """Per row of ``a`` (oldest first, NaN = none): slowness that comes back. An episode is a
+    run of consecutive samples above ``thr`` (NaN samples neither break nor extend it); from the
+    start of some episode on, the row has ``episodes`` of them, at least ``min_episodes``, with
+    healthy samples between. Of those starts, the one whose episodes are least likely under the
+    base rate ``p0`` of an episode starting at a sample (a binomial tail; see
+    :func:`episode_rate`): a component slow now and then in a pattern or at random, which a
+    change point into a persistently slow segment misses (a third of the samples after it are
+    slow, none before). Episodes, not slow samples, are the independent events: a congestion
+    that lasts two iterations, or strikes every microbatch of one, is one."""
+    rows, K = a.shape
+    valid, high, begins = _episodes(a, thr)
+    col = np.arange(K)[None, :]
     above = np.cumsum(high[:, ::-1], axis=1)[:, ::-1]
     length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
     eps = np.cumsum(begins[:, ::-1], axis=1)[:, ::-1]
@@ -265,7 +274,7 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     logp = np.zeros((rows, K))
     if cand.any():
         r, c = np.nonzero(cand)
-        logp[r, c] = binom_logsf(above[r, c], length[r, c], p0[r])
+        logp[r, c] = binom_logsf(eps[r, c], length[r, c], p0[r])
     has = cand.any(axis=1)
     start = np.where(has, np.argmin(np.where(cand, logp, 1.0), axis=1), -1)
     s0 = np.maximum(start, 0)
@@ -280,15 +289,16 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
                       np.where(has, length[rix, s0], 0), np.where(has, eps[rix, s0], 0), med)
 
 
-def fleet_rate(a: np.ndarray, thr: float, floor: float, trim: float = 0.1) -> float:
-    """The rate of samples above ``thr`` over the rows of ``a`` (NaN = none), leaving out the
-    ``trim`` fraction of rows with the highest rates (the faulty ones, which would otherwise
-    raise the rate they are judged against in a small job), floored at ``floor``."""
-    valid = np.isfinite(a)
+def episode_rate(a: np.ndarray, thr: np.ndarray, floor: float, trim: float = 0.1) -> float:
+    """How often an episode of samples above ``thr`` (per row) starts, per sample, over the
+    rows of ``a`` (NaN = none), leaving out the ``trim`` fraction of rows with the highest
+    rates (the faulty ones, which would otherwise raise the rate they are judged against in a
+    small job), floored at ``floor``."""
+    valid, _, begins = _episodes(a, thr)
     n = valid.sum(axis=1)
     rows = n > 0
     if not rows.any():
         return float(min(max(floor, 0.0), 0.5))
-    rate = (np.nan_to_num(a, nan=-np.inf) > thr).sum(axis=1)[rows] / n[rows]
+    rate = begins.sum(axis=1)[rows] / n[rows]
     keep = np.sort(rate)[: max(1, int(np.ceil((1 - trim) * len(rate))))]
     return float(min(max(float(keep.mean()), floor), 0.5))

@@ -26,7 +26,7 @@ from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.series import (
     change_point,
-    fleet_rate,
+    episode_rate,
     recurrence,
     robust_sigma,
     row_quantile,
@@ -398,7 +398,7 @@ def _recurring(cls, series: np.ndarray, sigma: np.ndarray, scale: np.ndarray, t:
     rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
                          cfg.slow_rec_noise_k * sigma)
     thr = np.repeat(rec_thr, n)
-    p0 = fleet_rate(series - thr[:, None], 0.0, cfg.slow_rec_base_rate)
+    p0 = episode_rate(series, thr, cfg.slow_rec_base_rate)
     rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes)
     ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
         & (rec.median >= least) & ~found
