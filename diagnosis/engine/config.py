@@ -88,6 +88,9 @@ class EngineConfig:
     slow_rec_min_excess: float = 0.1
     slow_rec_noise_k: float = 4.0
     slow_rec_base_rate: float = 0.001
+    #: A member slow from a change point on that also recurs is described as recurring when
+    #: fewer than this fraction of its samples since its first episode were late.
+    slow_rec_duty: float = 0.75
     #: A filed slow rank or host that this many detection passes in a row no longer find
     #: (judging more samples) is withdrawn: its finding was a chance split of its samples.
     slow_unconfirmed_passes: int = 3
@@ -160,6 +163,9 @@ class EngineConfig:
     comm_rec_min_excess: float = 0.15
     comm_rec_noise_k: float = 4.0
     comm_rec_base_rate: float = 0.001
+    #: A connection slow from a change point on that also recurs is described as recurring
+    #: when fewer than this fraction of its samples since its first episode were slow.
+    comm_rec_duty: float = 0.75
 
     # ---- lossy links (retransmitted segments of sampled sockets) -------------------------------
     #: Retransmissions are counted per connection over this sliding window of data time (ns).
@@ -200,7 +206,7 @@ class EngineConfig:
         if self.comm_skip < 0:
             raise ValueError(f"EngineConfig.comm_skip must be >= 0, got {self.comm_skip!r}")
         for name in ("slow_min_frac", "comm_min_frac", "comm_purity", "host_fraction", "comm_alpha",
-                     "comm_peer_route_purity",
+                     "comm_peer_route_purity", "slow_rec_duty", "comm_rec_duty",
                      "slow_alpha", "slow_alpha_member", "slow_base_rate"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:

@@ -189,7 +189,13 @@ class Localizer:
         p0 = episode_rate(ring, np.full(len(ring), thr), cfg.comm_rec_base_rate)
         rec = recurrence(ring, np.full(len(ring), thr), np.full(len(ring), p0),
                          cfg.comm_rec_episodes)
-        new = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha)) & ~lasting
+        recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
+        # slow from a change point on and recurring, most samples since normal: described as
+        # recurring (its slow samples are episodes, not a new level)
+        again = recurs & lasting & (rec.hits < cfg.comm_rec_duty * np.maximum(rec.count, 1))
+        duty[again] = rec.hits[again] / np.maximum(rec.count[again], 1)
+        episodes[again] = rec.episodes[again]
+        new = recurs & ~lasting
         if not new.any():
             return res, lasting, duty, episodes
         res = ChangePoint(*(np.array(getattr(res, f.name)) for f in fields(res)))

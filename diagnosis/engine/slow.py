@@ -381,7 +381,9 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
             out.append(SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]),
                                 float(res.median[h]), excess_ns, int(res.count[h]),
                                 float(res.frac[h]), float(sigma[gi]), float(res.logp[h])))
-        out += _recurring(cls, series, sigma, scale, t, ok, arena, cfg, least)
+        rec = _recurring(cls, series, sigma, scale, t, ok, arena, cfg, least)
+        again = {(s.rank, s.group) for s in rec}
+        out = [s for s in out if (s.rank, s.group) not in again] + rec
     return out
 
 
@@ -401,9 +403,12 @@ def _recurring(cls, series: np.ndarray, sigma: np.ndarray, scale: np.ndarray, t:
     p0 = episode_rate(series, thr, cfg.slow_rec_base_rate)
     rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes)
     ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
-        & (rec.median >= least) & ~found
+        & (rec.median >= least)
+    # a member found from a change point on is reported as recurring when it recurs and most
+    # of its samples since were normal (its late samples are episodes, not a new level)
+    recurs = rec.hits < cfg.slow_rec_duty * np.maximum(rec.count, 1)
     out = []
-    for h in np.flatnonzero(ok).tolist():
+    for h in np.flatnonzero(ok & (~found | recurs)).tolist():
         gi, pos = divmod(h, n)
         s = int(rec.start[h])
         seg = series[h, s:]
