@@ -130,7 +130,8 @@ class Localizer:
         return sets
 
     # ----- slow ------------------------------------------------------------------------------
-    def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int, min_before: int):
+    def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int, min_before: int,
+                     floor_ns: float = 0.0):
         """Which keys turned slow: a binomial change point on samples above the noise, against
         the base rate of such samples over every key."""
         cfg = self.cfg
@@ -166,17 +167,20 @@ class Localizer:
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
         lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span,
                                 min_before)
-        res, lasting, duty, episodes = self._recurring(ring, sigma, res, lasting)
-        rec_thr = max(cfg.comm_rec_min_excess, cfg.comm_rec_noise_k * sigma)
+        rec_thr = np.full(len(keys), max(cfg.comm_rec_min_excess, cfg.comm_rec_noise_k * sigma))
+        if floor_ns > 0:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rec_thr = np.fmax(rec_thr, floor_ns / bank.base[keys])
+        res, lasting, duty, episodes = self._recurring(ring, rec_thr, res, lasting)
         return ring, rt, thr, res, lasting, (duty, episodes, rec_thr)
 
-    def _recurring(self, ring: np.ndarray, sigma: float, res: ChangePoint,
+    def _recurring(self, ring: np.ndarray, thr: np.ndarray, res: ChangePoint,
                    lasting: np.ndarray
                    ) -> tuple[ChangePoint, np.ndarray, np.ndarray, np.ndarray]:
         """Keys slow again and again with healthy stretches between (a flapping port, pause
         frames, a marginal cable: slow on one iteration in three, or at random): at least
-        ``comm_rec_episodes`` episodes of samples well above the noise, too many slow samples
-        for the fleet's rate of such samples (a transient congestion is one episode, and rarely
+        ``comm_rec_episodes`` episodes of samples above ``thr`` (per key), too many for the
+        fleet's rate of such episodes (a transient congestion is one episode, and rarely
         strikes one path three times). Returns the change points with those keys' segments
         (from their first counted episode), the slow keys, and per key the fraction of its
         samples that were slow since then (NaN: not recurring) and its episodes."""
@@ -185,9 +189,8 @@ class Localizer:
         episodes = np.zeros(len(ring), dtype=np.int64)
         if not len(ring):
             return res, lasting, duty, episodes
-        thr = max(cfg.comm_rec_min_excess, cfg.comm_rec_noise_k * sigma)
-        p0 = episode_rate(ring, np.full(len(ring), thr), cfg.comm_rec_base_rate)
-        rec = recurrence(ring, np.full(len(ring), thr), np.full(len(ring), p0),
+        p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate)
+        rec = recurrence(ring, thr, np.full(len(ring), p0),
                          cfg.comm_rec_episodes)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
         # slow from a change point on and recurring, most samples since normal: described as
@@ -339,6 +342,7 @@ class Localizer:
             ks |= {k for k in self._index.get(c, ()) if k < len(ring)}
         keys = np.fromiter(sorted(ks), dtype=np.int64)
         r, t = ring[keys], rt[keys]
+        thr = np.asarray(thr)[keys][:, None]
         valid = np.isfinite(r)
         # a round: the usual longest gap between a connection's samples
         with warnings.catch_warnings():
@@ -390,7 +394,7 @@ class Localizer:
             first[g] = min(first.get(g, np.iinfo(np.int64).max), int(onset[k]))
         obs = [self.group_sets(g)[0] for g in slow_g]
         clear = [self.group_sets(g)[1] for g in healthy_g]
-        found, _ = explain(obs, clear, self.cfg.comm_purity)
+        found, _ = explain(obs, clear, self.cfg.comm_purity, exclusive=True)
         idx = np.arange(len(slow_g))
         g_onset = np.array([first[g] for g in slow_g], dtype=np.int64)
         g_med = np.array([float(np.nanmax(res.median[groups == g])) for g in slow_g])
