@@ -171,10 +171,10 @@ class Localizer:
         if floor_ns > 0:
             with np.errstate(divide="ignore", invalid="ignore"):
                 rec_thr = np.fmax(rec_thr, floor_ns / bank.base[keys])
-        res, lasting, duty, episodes = self._recurring(ring, rec_thr, res, lasting)
+        res, lasting, duty, episodes = self._recurring(ring, rt, rec_thr, res, lasting)
         return ring, rt, thr, res, lasting, (duty, episodes, rec_thr)
 
-    def _recurring(self, ring: np.ndarray, thr: np.ndarray, res: ChangePoint,
+    def _recurring(self, ring: np.ndarray, rt: np.ndarray, thr: np.ndarray, res: ChangePoint,
                    lasting: np.ndarray
                    ) -> tuple[ChangePoint, np.ndarray, np.ndarray, np.ndarray]:
         """Keys slow again and again with healthy stretches between (a flapping port, pause
@@ -189,9 +189,9 @@ class Localizer:
         episodes = np.zeros(len(ring), dtype=np.int64)
         if not len(ring):
             return res, lasting, duty, episodes
-        p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate)
-        rec = recurrence(ring, thr, np.full(len(ring), p0),
-                         cfg.comm_rec_episodes)
+        common = self._job_wide(ring, rt, thr)
+        p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common)
+        rec = recurrence(ring, thr, np.full(len(ring), p0), cfg.comm_rec_episodes)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
         # slow from a change point on and recurring, most samples since normal: described as
         # recurring (its slow samples are episodes, not a new level)
@@ -210,6 +210,39 @@ class Localizer:
         duty[new] = res.frac[new]
         episodes[new] = rec.episodes[new]
         return res, lasting | new, duty, episodes
+
+    @staticmethod
+    def _round_ns(ring: np.ndarray, rt: np.ndarray) -> float:
+        """A round of the job as the series see it: the usual longest gap between a key's
+        samples (its median over keys; 0 when unknown)."""
+        valid = np.isfinite(ring)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gaps = np.where(valid[:, 1:] & valid[:, :-1], np.diff(rt, axis=1), np.nan)
+            per_key = np.nanpercentile(gaps, 75, axis=1) if gaps.shape[1] else np.zeros(0)
+        per_key = per_key[np.isfinite(per_key)]
+        return float(np.median(per_key)) if len(per_key) else 0.0
+
+    def _job_wide(self, ring: np.ndarray, rt: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Per sample: whether it fell in a round in which at least half of the keys with a
+        sample then were above ``thr`` (per key), ``comm_peer_min`` of them at least."""
+        out = np.zeros(ring.shape, dtype=bool)
+        width = self._round_ns(ring, rt)
+        valid = np.isfinite(ring)
+        if width <= 0 or not valid.any():
+            return out
+        b = rt // int(max(width, 1))
+        k = np.broadcast_to(np.arange(len(ring))[:, None], ring.shape)
+        high = valid & (ring > np.asarray(thr)[:, None])
+        seen = np.unique(np.stack([b[valid], k[valid]]), axis=1)[0]
+        hot = np.unique(np.stack([b[high], k[high]]), axis=1)[0]
+        bins, n_seen = np.unique(seen, return_counts=True)
+        n_hot = np.zeros(len(bins))
+        if len(hot):
+            hb, hc = np.unique(hot, return_counts=True)
+            n_hot[np.searchsorted(bins, hb)] = hc
+        wide = bins[(n_hot >= 0.5 * n_seen) & (n_seen >= self.cfg.comm_peer_min)]
+        return valid & np.isin(b, wide)
 
     def _lasting(self, bank: SeriesBank, keys: np.ndarray, ring: np.ndarray, rt: np.ndarray,
                  high: np.ndarray, thr: float, res: ChangePoint, slow: np.ndarray,
@@ -342,17 +375,17 @@ class Localizer:
             ks |= {k for k in self._index.get(c, ()) if k < len(ring)}
         keys = np.fromiter(sorted(ks), dtype=np.int64)
         r, t = ring[keys], rt[keys]
-        thr = np.asarray(thr)[keys][:, None]
+        thr_all = np.asarray(thr)[:, None]
+        thr = thr_all[keys]
         valid = np.isfinite(r)
-        # a round: the usual longest gap between a connection's samples
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            gaps = np.where(valid[:, 1:] & valid[:, :-1], np.diff(t, axis=1), np.nan)
-            per_key = np.nanpercentile(gaps, 75, axis=1) if gaps.shape[1] else np.zeros(0)
-        per_key = per_key[np.isfinite(per_key)]
-        if not len(per_key):
+        width = self._round_ns(r, t)
+        if width <= 0:
             return True
-        width = float(np.median(per_key))
+        # an episode in which most of the job was slow counts only for a component that most
+        # of the job's connections cross (the one switch of a small fabric): else it was an
+        # event of the whole job, which no component of a few explains
+        judged = np.isfinite(ring).any(axis=1)
+        wide_ok = len(keys) >= 0.5 * max(int(judged.sum()), 1)
         hk, hc = np.nonzero(valid & (r > thr))
         if not len(hk):
             return False
@@ -366,8 +399,15 @@ class Localizer:
             inside = valid & (t >= a) & (t <= b)
             seen = inside.any(axis=1)
             slow = (inside & (r > thr)).any(axis=1)
-            if seen.sum() and slow.sum() >= self.cfg.comm_purity * seen.sum():
-                episodes += 1
+            if not seen.sum() or slow.sum() < self.cfg.comm_purity * seen.sum():
+                continue
+            if not wide_ok:
+                every = np.isfinite(ring) & (rt >= a) & (rt <= b)
+                n_seen = int(every.any(axis=1).sum())
+                n_slow = int((every & (ring > thr_all)).any(axis=1).sum())
+                if n_seen >= self.cfg.comm_peer_min and n_slow >= 0.5 * n_seen:
+                    continue
+            episodes += 1
         return episodes >= self.cfg.comm_rec_episodes
 
     def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int],

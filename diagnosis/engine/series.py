@@ -289,12 +289,17 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
                       np.where(has, length[rix, s0], 0), np.where(has, eps[rix, s0], 0), med)
 
 
-def episode_rate(a: np.ndarray, thr: np.ndarray, floor: float, trim: float = 0.1) -> float:
+def episode_rate(a: np.ndarray, thr: np.ndarray, floor: float, trim: float = 0.1,
+                 common: np.ndarray | None = None) -> float:
     """How often an episode of samples above ``thr`` (per row) starts, per sample, over the
     rows of ``a`` (NaN = none), leaving out the ``trim`` fraction of rows with the highest
     rates (the faulty ones, which would otherwise raise the rate they are judged against in a
-    small job), floored at ``floor``."""
+    small job), floored at ``floor``. ``common`` marks samples taken while most rows were slow
+    at once: episodes starting there are no independent noise (a fault of what every row
+    crosses, or an event of the whole job) and are not counted."""
     valid, _, begins = _episodes(a, thr)
+    if common is not None:
+        begins = begins & ~common
     n = valid.sum(axis=1)
     rows = n > 0
     if not rows.any():
