@@ -57,6 +57,20 @@ class LoadModel:
         self._caps: list[float] = []
         self._key: dict[int, tuple[object, np.ndarray, bool]] = {}
         self._nic_cap: dict[str, float] = {}
+        # per key: its transfer size (log2) when first judged, the size its baseline was
+        # learnt on (a ring that stalls ends with short transfers, which must not move its
+        # connections to another size and leave their partners on a hop seemingly alone)
+        self._size = np.zeros(0, dtype=np.int64)
+
+    def sizes(self, keys: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """The remembered size class of each key (set from ``nbytes`` the first time)."""
+        if len(keys) and int(keys.max()) >= len(self._size):
+            grown = np.full(max(int(keys.max()) + 1, 2 * len(self._size)), -1, dtype=np.int64)
+            grown[: len(self._size)] = self._size
+            self._size = grown
+        new = self._size[keys] < 0
+        self._size[keys[new]] = np.round(np.log2(np.maximum(nbytes[new], 1))).astype(np.int64)
+        return self._size[keys]
 
     def _hop(self, a: str, b: str, cap: float) -> int:
         h = self._ids.get((a, b))
@@ -144,12 +158,20 @@ def judge(win: ConnWindow, cfg: EngineConfig, load: LoadModel | None = None,
             if np.isfinite(ring).any() else 0.0
     x = np.log(base[keys])
     now = x + np.log1p(np.maximum(recent, -0.99))
-    size = np.round(np.log2(win.last_bytes[keys])).astype(np.int64)
     share = np.full(len(keys), np.nan)
     cap = np.full(len(keys), np.nan)
     routed = np.zeros(len(keys), dtype=bool)
-    if load is not None and nic_of is not None and len(keys):
-        share, cap, routed = _shares(win, keys, size, load, nic_of)
+    if load is None or nic_of is None:
+        size = np.round(np.log2(win.last_bytes[keys])).astype(np.int64)
+    else:
+        # the load counts every connection that carries traffic, judged or not
+        busy = np.flatnonzero((win.last_bytes[:n] > 0) & (bank.count[:n] > 0))
+        busy_size = load.sizes(busy, win.last_bytes[busy])
+        at = np.searchsorted(busy, keys)
+        size = busy_size[at]
+        if len(keys):
+            b_share, b_cap, b_routed = _shares(win, busy, busy_size, load, nic_of)
+            share, cap, routed = b_share[at], b_cap[at], b_routed[at]
     modeled = np.isfinite(share)
     slow = np.zeros(len(keys), dtype=bool)
     judged = np.zeros(len(keys), dtype=bool)

@@ -35,10 +35,12 @@ def hops_of(s: int, d: int) -> list[str]:
 RING = [(s, (s + 1) % HOSTS) for s in range(HOSTS)]
 
 
-def diagnose(tmp_path, slow_link: str, factor: float, flows=RING, paths: bool = True):
+def diagnose(tmp_path, slow_link: str, factor: float, flows=RING, paths: bool = True,
+             iterations: int = 40, late=()):
     """``slow_link`` is ``factor`` times slower from the first iteration to the last. The
     ``flows`` of an iteration run side by side: a flow takes as long as its most shared
-    directed hop allows (two flows on one uplink in one direction: twice as long)."""
+    directed hop allows (two flows on one uplink in one direction: twice as long); those in
+    ``late`` begin an iteration after the others."""
     rng = np.random.default_rng(0)
     path = tmp_path / "trace.jsonl"
     shared: dict[tuple[str, str], int] = {}
@@ -49,10 +51,12 @@ def diagnose(tmp_path, slow_link: str, factor: float, flows=RING, paths: bool = 
         for r in range(HOSTS):
             w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
         w.group("dp", list(range(HOSTS)))
-        for it in range(40):
+        for it in range(iterations):
             t = T0 + it * 200 * MS
             ends = []
             for s, d in flows:
+                if it == 0 and (s, d) in late:
+                    continue
                 hops = hops_of(s, d)
                 links = {"~".join(sorted(p)) for p in itertools.pairwise(hops)}
                 load = max(shared[hop] for hop in itertools.pairwise(hops))
@@ -63,7 +67,7 @@ def diagnose(tmp_path, slow_link: str, factor: float, flows=RING, paths: bool = 
                        path=hops if paths else None)
             for r in range(HOSTS):
                 w.op(r, "dp", it, "all_reduce", 64 << 20, t, max(ends) + MS)
-        w.end(T0 + 40 * 200 * MS)
+        w.end(T0 + iterations * 200 * MS)
     topo = rail_optimized(HOSTS, 1, hosts_per_leaf=4, spines=1)
     reports, _ = feed_trace(Engine(topo), path)
     return reports
@@ -107,3 +111,11 @@ def test_without_paths_only_the_host_edge_is_named(tmp_path):
     assert [r.kind for r in reports] == ["comm_slow"]
     assert {(s.type, s.id) for s in reports[0].suspects[:2]} == {
         ("nic", nic(3)), ("link", f"{leaf(3)}~{nic(3)}")}
+
+
+def test_a_partner_too_new_to_judge_still_counts_for_the_load(tmp_path):
+    # the job stops early (an error): 2>5, which shares 3>4's uplink, began an iteration late
+    # and has one transfer fewer, too few to be judged itself; 3>4 is judged, and its load
+    # is still two flows
+    flows = [*RING, (2, 5)]
+    assert diagnose(tmp_path, "none", 1.0, flows=flows, iterations=11, late={(2, 5)}) == []
