@@ -9,19 +9,28 @@ the rows wait in the bounded buffer (the hooks drop and count what does not fit)
 sidecar does not take whole within ``send_timeout_s`` goes back to the front of the buffer for
 the next connection (it never arrived complete, so this cannot duplicate rows): nothing here ever
 waits on the training thread's behalf.
+
+Op frames carry this collector's id and a frame number, and are kept (up to
+``MAX_UNACKED_BYTES``) until the sidecar acknowledges them, which it does once they are in its
+write-ahead log (``collectors/wire.py``). After a reconnection the frames not acknowledged go
+again, first: a sidecar that was killed loses nothing it had not yet taken, and one that had
+taken them recognizes them. A sidecar that never acknowledges (an older one) gets no resends.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 
 from collectors.buffer import RecordBuffer, build_columns, error_key
 from collectors.config import CollectorConfig
-from collectors.wire import encode_frame
+from collectors.wire import FrameError, decode_acks, encode_frame
 from proto import c4_pb2
 from proto.codec import encode_ops
 
@@ -35,6 +44,9 @@ STATS_EVERY_S = 1.0
 _FIRST_BACKOFF_S = 0.05
 # Poll async Works this long after the last time one was seen outstanding.
 POLL_ACTIVE_S = 1.0
+# Op frames kept for a resend until the sidecar acknowledges them; past this the oldest are let
+# go (a sidecar that is slow to acknowledge still gets every frame once).
+MAX_UNACKED_BYTES = 8 << 20
 
 
 class Shipper:
@@ -56,6 +68,17 @@ class Shipper:
         self.dropped_send = 0
         self.connects = 0
         self._sock: socket.socket | None = None
+        self._timeout = config.send_timeout_s
+        # the acknowledged wire: this process's id, its op frames' numbers, the frames sent and
+        # not yet acknowledged (number -> frame), and whether this sidecar acknowledges at all
+        self.collector_id = f"{rank_info.host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._fno = 0
+        self._unacked: OrderedDict[int, bytes] = OrderedDict()
+        self._unacked_bytes = 0
+        self._acks = bytearray()
+        self._acknowledging = False
+        self._refused_logged = False
+        self.resent = 0
         self._next_connect = 0.0
         self._backoff = _FIRST_BACKOFF_S
         self._groups_sent = 0
@@ -158,6 +181,12 @@ class Shipper:
         urgent, self._urgent = self._urgent, False
         if not self._connected(force=final or urgent):
             return
+        if not self._read_acks():
+            log.info("c4 collector: sidecar at %s went away; reconnecting",
+                     self.config.socket_path)
+            self._close()
+            self._schedule_reconnect()
+            return
         rows: list[tuple] = []
         # Last words (SIGTERM, exit) may be cut off by their time bound: the calls still pending
         # (what the rank is doing) go first, then rows in frames small enough to land whole.
@@ -210,9 +239,79 @@ class Shipper:
         errors = self.buffer.errors
         cols = build_columns(rows, self.rank_info.rank, self.buffer.strings.snapshot(), errors)
         batch = encode_ops(self.rank_info.job, cols, attempt=self.rank_info.attempt)
-        self._send(c4_pb2.IngestRequest(ops=batch))
+        self._fno += 1
+        frame = encode_frame(c4_pb2.IngestRequest(ops=batch, sidecar=self.collector_id,
+                                                  seq=self._fno))
+        assert self._sock is not None
+        self._sock.sendall(frame)
+        self._keep(self._fno, frame)
         for i in cols.error_text:  # sent: their error texts are no longer needed
             errors.pop(error_key(rows[i]), None)
+
+    # ------------------------------------------------------------------ acknowledgements
+    def _keep(self, fno: int, frame: bytes) -> None:
+        self._unacked[fno] = frame
+        self._unacked_bytes += len(frame)
+        while self._unacked_bytes > MAX_UNACKED_BYTES:
+            _, old = self._unacked.popitem(last=False)
+            self._unacked_bytes -= len(old)
+
+    def _read_acks(self) -> bool:
+        """Take the acknowledgements that arrived; False if the sidecar has gone away."""
+        assert self._sock is not None
+        alive = True
+        self._sock.settimeout(0)  # with a timeout, recv would wait for data to arrive
+        try:
+            while True:
+                try:
+                    chunk = self._sock.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    alive = False
+                    break
+                if not chunk:
+                    alive = False
+                    break
+                self._acks += chunk
+        finally:
+            self._sock.settimeout(self._timeout)
+        try:
+            acks = decode_acks(self._acks)
+        except FrameError as exc:
+            log.warning("c4 collector: the sidecar sent something other than "
+                        "acknowledgements (%s); reconnecting", exc)
+            return False
+        for ack in acks:
+            if not ack.sidecar and not ack.seq:  # hello: this sidecar acknowledges
+                self._acknowledging = True
+                continue
+            if ack.sidecar != self.collector_id:
+                continue
+            self._acknowledging = True
+            if ack.code and not self._refused_logged:
+                self._refused_logged = True
+                log.warning("c4 collector: the sidecar refuses frames of this rank: %s",
+                            ack.error)
+            while self._unacked and next(iter(self._unacked)) <= ack.seq:
+                _, frame = self._unacked.popitem(last=False)
+                self._unacked_bytes -= len(frame)
+        return alive
+
+    def unacknowledged(self) -> int:
+        """Op frames sent and not yet acknowledged by the sidecar."""
+        return len(self._unacked)
+
+    def _resend_unacked(self) -> None:
+        """After reconnecting: the frames the last sidecar had not acknowledged, in order."""
+        if not self._acknowledging:  # an older sidecar: resending could store rows twice
+            self._unacked.clear()
+            self._unacked_bytes = 0
+            return
+        assert self._sock is not None
+        for frame in list(self._unacked.values()):
+            self._sock.sendall(frame)
+            self.resent += 1
 
     def _send_open(self, every: bool) -> None:
         cutoff = time.time_ns() - int(self.config.open_after_s * 1e9)
@@ -238,12 +337,15 @@ class Shipper:
         if force:
             timeout = min(timeout, max(self.config.exit_flush_s, 0.01))
         sock.settimeout(timeout)
+        self._timeout = timeout
         try:
             sock.connect(str(self.config.socket_path))
             self._sock = sock
+            self._acks.clear()
             self._groups_sent = 0  # the sidecar may be new: tell it everything again
             self._send(c4_pb2.IngestRequest(rank=self.rank_info))
             self._send_groups()
+            self._resend_unacked()
         except OSError as exc:
             sock.close()
             self._sock = None

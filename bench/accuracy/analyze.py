@@ -2,10 +2,14 @@
 
 ``cli``: write the trace and run ``c4 analyze TRACE --topology TOPO --format json`` in a
 subprocess, exactly as a user does. ``trace``: the same code path (trace reader feeding the
-engine) in this process. ``stream``: feed the simulation's
-records to ``diagnosis.engine.Engine`` as a daemon would receive them (each row once it has
-completed, or once entered if it never does), calling ``advance`` every second of trace time,
-and note when each report first appeared (``detected_ns``): the online detection latency.
+engine) in this process. ``stream``: feed the simulation's records to
+``diagnosis.engine.Engine`` as a daemon would receive them, calling ``advance`` every second of
+trace time, and note when each report first appeared (``detected_ns``): the online detection
+latency. With every call recorded (version 1) the daemon receives each op and conn row once it
+has completed (or once entered, started, if it never does); with reduced telemetry (``c4 sim
+--sample K``) it receives what the job's edge ships (:class:`EdgeFeed`): the sampled op rows
+as they complete, each window's ``progress`` and ``linkstat`` records once the window has
+closed, and the NIC ``port`` records at their time.
 """
 
 from __future__ import annotations
@@ -15,22 +19,18 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from diagnosis.sim.config import SimConfig
-from diagnosis.sim.model import Simulation
+from diagnosis.sim.model import Batch, Simulation
 from proto.codec import Columns
 
 REPO = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
-
-#: how a trace was analysed: as written, or (a version 2 trace that this c4's trace reader
-#: refused) as the version 1 trace of its sampled calls
-AS_WRITTEN, V1_PROJECTION = "as written", "v1 projection"
 
 
 def analyze_cli(trace: Path, topology: Path, timeout_s: float = 900.0) -> list[dict[str, Any]]:
@@ -44,60 +44,24 @@ def analyze_cli(trace: Path, topology: Path, timeout_s: float = 900.0) -> list[d
     return json.loads(proc.stdout)["reports"]
 
 
-def analyze_trace(trace: Path, topology: Path, sample: int = 1) -> list[dict[str, Any]]:
+def analyze_trace(trace: Path, topology: Path) -> list[dict[str, Any]]:
     """What ``c4 analyze TRACE --topology TOPO`` does, in this process: the trace reader feeding
-    the engine (no subprocess start-up, no JSON round trip of the reports). ``sample``: the
-    engine is told that the calls were sampled at that factor (for a projected trace, whose
-    meta record cannot say so)."""
+    the engine (no subprocess start-up, no JSON round trip of the reports). A reduced trace
+    (format version 2) is read as written: its meta record tells the engine the sampling
+    factor, and its progress, linkstat and port records reach the engine with the op rows."""
     from diagnosis.engine import Engine
     from diagnosis.report import reports_to_json
     from diagnosis.topology import Topology
     from diagnosis.trace.feed import feed_trace
 
     engine = Engine(Topology.load(topology))
-    if sample > 1:
-        engine.set_sample(sample)
     reports, _ = feed_trace(engine, trace)
     return reports_to_json(reports)["reports"]
 
 
-def analyze_file(trace: Path, topology: Path, cli: bool = False
-                 ) -> tuple[list[dict[str, Any]], str]:
-    """Reports for a trace file, in process (or through ``c4 analyze`` with ``cli``), and how
-    it was read. A reduced trace (format version 2) that the trace reader refuses is analysed
-    as the version 1 trace of its sampled calls, so that the bench runs with a reader that
-    predates version 2 and the engine simply finds less; in process, the engine is told the
-    sampling factor (``c4 analyze`` cannot be)."""
-    from bench.accuracy.rewrite import project_v1
-
-    run = analyze_cli if cli else analyze_trace
-    try:
-        return run(trace, topology), AS_WRITTEN
-    except Exception as exc:
-        if not _refuses_v2(exc):
-            raise
-        log.warning("%s: the trace reader does not take format version 2 (%s); analysing its "
-                    "sampled calls as version 1", trace.name, str(exc).splitlines()[-1][:200])
-    projected = trace.with_name(trace.stem + ".v1.jsonl")
-    sample = project_v1(trace, projected)
-    try:
-        if cli:
-            return analyze_cli(projected, topology), V1_PROJECTION
-        return analyze_trace(projected, topology, sample), V1_PROJECTION
-    finally:
-        projected.unlink()
-
-
-def _refuses_v2(exc: Exception) -> bool:
-    """Whether an analysis failed because the reader does not know version 2 (its meta
-    version, or one of its record types), in process or as ``c4 analyze``'s message."""
-    from diagnosis.errors import FormatError
-
-    text = str(exc)
-    if not isinstance(exc, (FormatError, RuntimeError)):
-        return False
-    return ("version 2" in text and "not supported" in text) or any(
-        f"unknown record type '{t}'" in text for t in ("progress", "linkstat", "port"))
+def analyze_file(trace: Path, topology: Path, cli: bool = False) -> list[dict[str, Any]]:
+    """Reports for a trace file, in process (or through ``c4 analyze`` with ``cli``)."""
+    return analyze_cli(trace, topology) if cli else analyze_trace(trace, topology)
 
 
 def conn_records(sim: Simulation, c: dict[str, np.ndarray]):
@@ -112,6 +76,127 @@ def conn_records(sim: Simulation, c: dict[str, np.ndarray]):
                        c["pg"], c["seq"], list(sim.strings), paths)
 
 
+# ----- the edge's reduced records as the engine's record classes ---------------------------------
+def progress_records(p: Columns):
+    """The reducer's ``progress`` columns (``collectors.reduce.Reduced``) as ProgressRecords:
+    the same columns, -1 for what a trace line leaves out."""
+    from diagnosis.engine.records import ProgressRecords
+
+    c = p.columns
+    return ProgressRecords(c["rank"], c["pg"], c["op"], c["peer"], c["t_ns"], c["entered"],
+                           c["completed"], list(p.strings))
+
+
+def linkstat_records(ls: Columns, path_of: Callable[[int], tuple[str, ...] | None] | None):
+    """The reducer's ``linkstat`` columns as LinkStatRecords; ``path_of`` turns the caller's
+    path id (the column ``path``, -1: none) into the route's topology node ids (None: the
+    records carry no routes)."""
+    from diagnosis.engine.records import LinkStatRecords
+
+    c = ls.columns
+    paths = None if path_of is None else [None if k < 0 else path_of(k)
+                                          for k in c["path"].tolist()]
+    return LinkStatRecords(c["src"], c["dst"], c["t_ns"], c["window_ns"], c["pg"],
+                           c["transfers"], c["bytes"], c["busy_ns"], c["max_ns"], c["open"],
+                           c["open_since_ns"], c["retrans"], list(ls.strings), paths)
+
+
+def port_records(events: list) -> Any:
+    """The node sidecars' port samples (``diagnosis.sim.ports.PortEvent``) as PortRecords,
+    with the counters a ``port`` line of the reduced trace carries."""
+    from diagnosis.engine.records import PortRecords
+
+    return PortRecords.build([e.host for e in events], [e.nic for e in events],
+                             [e.t_ns for e in events],
+                             ["up" if e.up else "down" for e in events],
+                             link_downed=[e.link_downed for e in events])
+
+
+class EdgeFeed:
+    """What a live daemon receives from the edge of a job whose telemetry is reduced at factor
+    ``sample`` (the collectors and node sidecars, ``collectors.reduce.EdgeReducer``), built from
+    the simulation as ``diagnosis.sim.reduced`` builds the reduced trace, and handed to the
+    engine as it becomes visible: :meth:`observe` every simulated batch (each call's entry and
+    completion, each transfer, ahead of their release), :meth:`release` at each step the op
+    rows completed by then (sampled), the port changes up to then and the windows that closed
+    (the step's time is the reducer's watermark: nothing earlier is still to come), then
+    :meth:`end`."""
+
+    def __init__(self, sim: Simulation, engine: Any, sample: int, window_ns: int) -> None:
+        from collectors.reduce import EdgeReducer
+        from diagnosis.sim.ports import PortStates
+
+        self.sim, self.engine = sim, engine
+        self.reducer = EdgeReducer(sample, window_ns)
+        self.ports = PortStates(sim)
+        self._due = list(self.ports.initial())
+        self._polled_final = False
+        self._paths: dict[int, tuple[str, ...] | None] = {}
+        self.counts = dict.fromkeys(("op", "conn", "progress", "linkstat", "port"), 0)
+        engine.set_sample(sample)
+
+    def observe(self, batch: Batch) -> None:
+        sim = self.sim
+        self.reducer.observe_calls(Columns(batch.ops, list(sim.strings)))
+        c = batch.conns
+        if len(c["conn"]):
+            idx = c["conn"]
+            self.reducer.add_transfers(Columns(
+                {"src": sim.conns.src[idx], "dst": sim.conns.dst[idx], "pg": c["pg"],
+                 "bytes": c["bytes"], "t_start_ns": c["t_start_ns"], "t_end_ns": c["t_end_ns"],
+                 "path": idx}, list(sim.strings)))
+        self._due += self.ports.poll()
+
+    def release(self, ops: dict[str, np.ndarray], now_ns: int) -> None:
+        if ops and len(ops["rank"]):
+            kept = self.reducer.sample_ops(Columns(ops, list(self.sim.strings)))
+            if len(kept):
+                self.engine.add_ops(kept)
+                self.counts["op"] += len(kept)
+        if self.sim.done and not self._polled_final:
+            # the simulation is over: a dead component no transfer revealed is known now,
+            # and its port went down at the moment it died
+            self._polled_final = True
+            self._due += self.ports.poll(final=True)
+        self._ports(now_ns)
+        self._windows(self.reducer.advance(now_ns))
+
+    def end(self, end_ns: int) -> None:
+        """The port changes not yet fed and the windows up to the end of recording."""
+        if not self._polled_final:
+            self._polled_final = True
+            self._due += self.ports.poll(final=True)
+        self._ports(max([end_ns, *(e.t_ns for e in self._due)]))
+        self._windows(self.reducer.flush(end_ns))
+        st = self.reducer.stats
+        if st.late_progress or st.late_transfers:
+            log.warning("the edge reducer got %d progress events and %d transfers after their "
+                        "window closed", st.late_progress, st.late_transfers)
+
+    def _ports(self, upto_ns: int) -> None:
+        now = sorted((e for e in self._due if e.t_ns <= upto_ns), key=lambda e: (e.t_ns, e.nic))
+        if now:
+            self._due = [e for e in self._due if e.t_ns > upto_ns]
+            self.engine.add_ports(port_records(now))
+            self.counts["port"] += len(now)
+
+    def _windows(self, red: Any) -> None:
+        if len(red.progress):
+            self.engine.add_progress(progress_records(red.progress))
+            self.counts["progress"] += len(red.progress)
+        if len(red.linkstat):
+            self.engine.add_linkstats(linkstat_records(
+                red.linkstat, self._path if self.sim.cfg.paths else None))
+            self.counts["linkstat"] += len(red.linkstat)
+
+    def _path(self, conn: int) -> tuple[str, ...] | None:
+        if conn not in self._paths:
+            text = self.sim.conns.path_json[conn]
+            self._paths[conn] = tuple(json.loads(text)) if text else None
+        return self._paths[conn]
+
+
+# ----- stream mode -------------------------------------------------------------------------------
 def new_engine(sim: Simulation):
     from diagnosis.engine import Engine
 
@@ -124,11 +209,13 @@ def new_engine(sim: Simulation):
     return eng
 
 
-def time_cut(sim: Simulation, step_ns: int) -> Iterator[tuple[int, dict, dict]]:
+def time_cut(sim: Simulation, step_ns: int, observe: Callable[[Batch], None] | None = None
+             ) -> Iterator[tuple[int, dict, dict]]:
     """The simulation's records as the daemon would hold them at wall times T, T+step, ...:
     each op and conn row becomes visible when it completes (``t_end_ns``), or when it was
     entered or started if it never completes (collectors report calls in flight). Yields
-    (T, op columns, conn columns) of the rows that became visible up to T."""
+    (T, op columns, conn columns) of the rows that became visible up to T; every event before T
+    has been simulated by then (and handed to ``observe``, batch by batch, as simulated)."""
     pend_o: list[dict] = []
     pend_c: list[dict] = []
     now: int | None = None
@@ -146,6 +233,8 @@ def time_cut(sim: Simulation, step_ns: int) -> Iterator[tuple[int, dict, dict]]:
         return out, [rest] if len(next(iter(rest.values()))) else []
 
     for b in sim.run():
+        if observe is not None:
+            observe(b)
         pend_o.append(b.ops)
         if len(b.conns["conn"]):
             pend_c.append(b.conns)
@@ -170,32 +259,41 @@ def time_cut(sim: Simulation, step_ns: int) -> Iterator[tuple[int, dict, dict]]:
 def analyze_stream(cfg: SimConfig, step_s: float = 1.0
                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Simulate and diagnose in one pass, advancing the engine every ``step_s`` of trace time;
-    returns (reports with ``detected_ns``, truth)."""
+    returns (reports with ``detected_ns``, truth). With ``cfg.sample`` the engine gets the
+    reduced telemetry of that factor (:class:`EdgeFeed`), else every row."""
     from diagnosis.sim.run import CallRate, truth_document
 
     sim = Simulation(cfg)
     rate = CallRate()
     eng = new_engine(sim)
+    edge = None if cfg.sample is None else EdgeFeed(sim, eng, cfg.sample, cfg.window_ns)
     seen: dict[str, int] = {}
     n_ops = n_conns = 0
-    for now, ops, cons in time_cut(sim, int(step_s * 1e9)):
+    for now, ops, cons in time_cut(sim, int(step_s * 1e9),
+                                   None if edge is None else edge.observe):
         if ops and len(ops["rank"]):
-            eng.add_ops(Columns(ops, list(sim.strings)))
-            n_ops += len(ops["rank"])
             rate.add(ops)
-        if cons and len(cons["conn"]):
-            eng.add_conns(conn_records(sim, cons))
-            n_conns += len(cons["conn"])
+        if edge is not None:
+            edge.release(ops, now)
+        else:
+            if ops and len(ops["rank"]):
+                eng.add_ops(Columns(ops, list(sim.strings)))
+                n_ops += len(ops["rank"])
+            if cons and len(cons["conn"]):
+                eng.add_conns(conn_records(sim, cons))
+                n_conns += len(cons["conn"])
         for r in eng.advance(now):
             seen.setdefault(_identity(r), now)
+    if edge is not None:
+        edge.end(sim.end_ns)
     final = eng.finish(sim.end_ns)
     out = []
     for r in final:
         d = r.to_json()
         d["detected_ns"] = max(seen.get(_identity(r), sim.end_ns), int(r.first_seen_ns))
         out.append(d)
-    return out, truth_document(sim, {"op": n_ops, "conn": n_conns},
-                               rate.per_rank_s(sim.lay.world))
+    records = {"op": n_ops, "conn": n_conns} if edge is None else dict(edge.counts)
+    return out, truth_document(sim, records, rate.per_rank_s(sim.lay.world))
 
 
 def _identity(r) -> str:
@@ -206,4 +304,3 @@ def _identity(r) -> str:
 def trace_span_s(truth: dict[str, Any]) -> float:
     starts = truth.get("iteration_start_ns") or [0]
     return (truth["end_ns"] - starts[0]) / 1e9
-

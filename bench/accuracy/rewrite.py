@@ -1,7 +1,5 @@
 """Rewrite a simulated trace as a sparser exporter would: without some of the format's optional
-fields (shared specs section 2), so that the bench measures what c4 makes of such traces; and a
-reduced (version 2) trace as the version 1 trace of its sampled calls, for a reader that only
-takes version 1."""
+fields (shared specs section 2), so that the bench measures what c4 makes of such traces."""
 
 from __future__ import annotations
 
@@ -46,26 +44,3 @@ def rewrite(src: Path, dst: Path, drops: tuple[str, ...]) -> None:
                 rec.pop(f, None)
             fout.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
-
-#: record types of format version 2 that a version 1 reader does not know
-V2_TYPES = ("progress", "linkstat", "port")
-
-
-def project_v1(src: Path, dst: Path) -> int:
-    """Copy a version 2 trace to ``dst`` as version 1: the meta record says version 1 (no
-    ``sample``), and the progress, linkstat and port records are left out; the sampled op rows
-    and everything else stay as they are. Returns the sampling factor the meta record gave."""
-    sample = 1
-    with open(src, "rb") as fin, open(dst, "w") as fout:
-        for line in fin:
-            rec = json.loads(line)
-            kind = rec.get("type")
-            if kind in V2_TYPES:
-                continue
-            if kind == "meta":
-                sample = int(rec.pop("sample", 1))
-                rec["version"] = 1
-                fout.write(json.dumps(rec, separators=(",", ":")) + "\n")
-                continue
-            fout.write(line.decode())
-    return sample

@@ -6,6 +6,7 @@ scored against the ground truth. Prints a table; ``--json FILE`` writes the full
     python -m bench.accuracy.run --quick --fabric three_tier --nics-per-host 4
     python -m bench.accuracy.run --gpus 512 --seeds 2 --drop peer
     python -m bench.accuracy.run --quick --sample 1,16,64 --layers 16
+    python -m bench.accuracy.run --gpus 512 --seeds 2 --layers 16 --sample 1,16,64 --mode stream
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.accuracy.analyze import AS_WRITTEN, analyze_file, analyze_stream
+from bench.accuracy.analyze import analyze_file, analyze_stream
 from bench.accuracy.rewrite import DROPS, parse_drops, rewrite
 from bench.accuracy.scenarios import JobShape, Scenario, scenarios
-from bench.accuracy.score import score_scenario, summarize
+from bench.accuracy.score import latency_deltas, score_scenario, summarize
 from bench.accuracy.table import TARGETS, print_comparison, print_table
 from diagnosis.sim.run import simulate
 from diagnosis.topology.fabrics import FABRICS
@@ -56,7 +57,6 @@ def with_samples(todo: list[Scenario], samples: tuple[int, ...], window_ms: floa
 def run_one(sc: Scenario, mode: str, workdir: str,
             drops: tuple[str, ...] = ()) -> dict[str, Any]:
     t0 = time.perf_counter()
-    how = AS_WRITTEN
     trace_bytes = 0
     if mode == "stream":
         reports, truth = analyze_stream(sc.cfg)
@@ -73,7 +73,7 @@ def run_one(sc: Scenario, mode: str, workdir: str,
         trace_bytes = trace.stat().st_size
         t_sim = time.perf_counter() - t0
         try:
-            reports, how = analyze_file(trace, res.topology, cli=mode == "cli")
+            reports = analyze_file(trace, res.topology, cli=mode == "cli")
         except Exception:   # a crash is a result too: no reports, noted with where it was
             reports = []
             truth["analyze_error"] = traceback.format_exc()[-3000:]
@@ -81,7 +81,7 @@ def run_one(sc: Scenario, mode: str, workdir: str,
         trace.unlink()
     score = score_scenario(truth, reports)
     return {"name": sc.name, "label": sc.label, "gpus": sc.gpus, "seed": sc.cfg.seed,
-            "sample": sample_of(sc), "analyzed": how,
+            "sample": sample_of(sc),
             "faults": truth["faults"], "iterations": truth["iterations"],
             "records": truth["records"], "trace_bytes": trace_bytes,
             "calls_per_s_per_rank": truth.get("calls_per_s_per_rank"), "score": asdict(score),
@@ -118,12 +118,15 @@ def _samples(text: str) -> tuple[int, ...]:
     return ks
 
 
-def _caption(k: int, done: list[dict[str, Any]]) -> str:
-    """What the runs at factor ``k`` were: the trace's records per run and how it was read."""
+def _caption(k: int, done: list[dict[str, Any]], mode: str = "trace") -> str:
+    """What the runs at factor ``k`` were: the records of a run's trace (in stream mode, those
+    the engine was fed) and the trace's size."""
+    what = "stream" if mode == "stream" else "trace"
     if k == 1:
-        what = "full trace (version 1, every call)"
+        what = f"full {what} (version 1, every call)"
     else:
-        what = f"reduced trace (version 2: calls sampled 1 in {k}, progress, linkstat, port)"
+        what = (f"reduced {what} (version 2: calls sampled 1 in {k}, progress, linkstat, port"
+                f"{', as the edge ships them' if mode == 'stream' else ''})")
     mine = [d for d in done if d["sample"] == k]
     lines = [sum(d["records"].values()) for d in mine]
     size = [d["trace_bytes"] for d in mine if d["trace_bytes"]]
@@ -134,10 +137,6 @@ def _caption(k: int, done: list[dict[str, Any]]) -> str:
         out += f" ({statistics.median(size) / 1e6:,.1f} MB)"
     if lines:
         out += " per run (median)"
-    projected = sum(d["analyzed"] != AS_WRITTEN for d in mine)
-    if projected:
-        out += (f"\n  {projected} of {len(mine)} analysed as the version 1 trace of their "
-                "sampled calls: this c4's trace reader does not take version 2")
     return out
 
 
@@ -164,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                     "all-reduce per pass; 16, a few hundred calls/s per rank")
     ap.add_argument("--sample", default="1", metavar="K,...",
                     help="sampling factors: each scenario runs once per K on the same seed; "
-                    "K=1 the full trace, K>1 the reduced version 2 trace (c4 sim --sample)")
+                    "K=1 the full trace, K>1 the reduced version 2 trace (c4 sim --sample); in "
+                    "stream mode the reduced records as the edge ships them")
     ap.add_argument("--window-ms", type=float, default=1000.0,
                     help="window of the reduced traces' progress and linkstat records")
     ap.add_argument("--mode", choices=("trace", "cli", "stream"), default="trace",
@@ -186,8 +186,6 @@ def main(argv: list[str] | None = None) -> int:
     if drops and args.mode == "stream":
         ap.error("--drop rewrites the trace file: use it with --mode trace or cli")
     samples = _samples(args.sample)
-    if args.mode == "stream" and samples != (1,):
-        ap.error("--sample K>1 analyses the reduced trace file: use it with --mode trace or cli")
     if args.layers < 1:
         ap.error("--layers must be at least 1")
     logging.basicConfig(level=logging.WARNING)
@@ -227,18 +225,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"job: {args.layers} layer{'s' if args.layers > 1 else ''} per stage, {rate} calls/s "
           "per rank (measured from the generated calls, median over runs)")
     for k in samples:
-        print(f"\n{_caption(k, done)}\n")
+        print(f"\n{_caption(k, done, args.mode)}\n")
         print_table(rows_by_k[k])
+    deltas = None
     if len(samples) > 1:
+        base = min(samples)
+        deltas = latency_deltas((d["sample"], d["gpus"], d["label"], d["seed"], _score_of(d))
+                                for d in done)
         print("\nthe same scenarios and seeds at each sampling factor:\n")
-        print_comparison(rows_by_k)
+        print_comparison(rows_by_k, deltas=deltas, window_s=args.window_ms / 1e3)
+        print(f"\nΔlat s: latency at K minus latency at K={base} of the same faults (found, "
+              f"top-3, at both), median/worst; * where the worst exceeds one window "
+              f"({args.window_ms / 1e3:g} s)"
+              + (": in stream mode, when each report appeared" if args.mode == "stream" else
+                 ": trace mode times the evidence (first_seen_ns), not when a daemon would "
+                 "report; --mode stream for online latency"))
     print("\ndet/top3/top1≡: % of observable faults; top1: % of those not ambiguous; amb: "
           "faults named tied first with components the ground truth calls indistinguishable "
           "(counted apart, never hits); clean: runs with every fault top-1 or ambiguous and no "
           "false report; top1≡: top-1 also accepting components crossed by exactly the same "
           "connections; lat: median onset->report (s, iterations; stream mode: when the report "
-          "appeared, cli mode: its first_seen_ns); onset±: median first_seen_ns - true onset; "
-          "false: reports explained by no fault; target: top-1 % (healthy: 0 false reports)")
+          "appeared, trace and cli modes: its first_seen_ns); onset±: median first_seen_ns - "
+          "true onset; false: reports explained by no fault; target: top-1 % (healthy: 0 false "
+          "reports)")
     errors = [d for d in done if d["analyze_error"]]
     for d in errors[:5]:
         print(f"analyze failed on {d['name']}:\n{d['analyze_error']}")
@@ -260,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
             "rows": [r.to_json() for r in rows_by_k[samples[0]]],
             "rows_by_sample": {str(k): [r.to_json() for r in rows] for k, rows in
                                rows_by_k.items()},
+            "latency_delta_s_by_sample": {
+                str(k): [{"gpus": g, "label": lab, "deltas": v} for (g, lab), v in cells.items()]
+                for k, cells in (deltas or {}).items()},
             "scenarios": done}, indent=1) + "\n")
     return 0
 

@@ -288,3 +288,27 @@ def summarize(results: Iterable[tuple[str, int, ScenarioScore, str]]) -> list[Ro
             row.failures.append(f"{name}: {what}{extra}")
     return sorted(rows.values(), key=lambda r: (r.gpus, r.label == "healthy", r.label))
 
+
+
+def latency_deltas(results: Iterable[tuple[int, int, str, int, ScenarioScore]], base: int = 1
+                   ) -> dict[int, dict[tuple[int, str], list[float]]]:
+    """Paired latency differences between sampling factors: for each factor K other than
+    ``base``, per (gpus, label), the latency at K minus the latency at ``base`` of every
+    observable fault that has a latency at both (found among the first three suspects), on the
+    same scenario (seed) and fault. ``results``: (K, gpus, label, seed, score) per run."""
+    lat: dict[int, dict[tuple[int, str, int, int], float]] = {}
+    for k, gpus, label, seed, sc in results:
+        mine = lat.setdefault(k, {})
+        for i, f in enumerate(sc.faults):
+            if f.observable and f.latency_s is not None:
+                mine[(gpus, label, seed, i)] = f.latency_s
+    ref = lat.get(base, {})
+    out: dict[int, dict[tuple[int, str], list[float]]] = {}
+    for k, mine in lat.items():
+        if k == base:
+            continue
+        cells = out.setdefault(k, {})
+        for key, t in mine.items():
+            if key in ref:
+                cells.setdefault(key[:2], []).append(t - ref[key])
+    return out

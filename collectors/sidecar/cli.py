@@ -14,15 +14,46 @@ def sidecar(
     socket_path: Path = typer.Option(None, "--socket", envvar="C4_SIDECAR_SOCKET",
                                      help="Unix socket the node's ranks write to "
                                           "(default $XDG_RUNTIME_DIR/c4/sidecar.sock or /tmp)."),
+    socket_mode: str = typer.Option("0660", "--socket-mode", envvar="C4_SIDECAR_SOCKET_MODE",
+                                    help="Permission bits of the socket (octal). Its owner is "
+                                         "the sidecar's user; 0666 lets every local user "
+                                         "connect (each job stays its first user's)."),
+    socket_group: str = typer.Option("", "--socket-group", envvar="C4_SIDECAR_SOCKET_GROUP",
+                                     help="Group of the socket, name or number (default: the "
+                                          "sidecar's); with mode 0660 only its members (and "
+                                          "the sidecar's user) can connect."),
     host: str = typer.Option(None, "--host", envvar="C4_HOST",
                              help="This node's id in the topology (default: hostname)."),
     spill_dir: Path = typer.Option(None, "--spill-dir", envvar="C4_SPILL_DIR",
-                                   help="Where unacknowledged records wait while the daemon is "
-                                        "away (default ~/.local/state/c4/spill)."),
+                                   help="The write-ahead log: every record taken, kept until "
+                                        "the daemon acknowledges it (default "
+                                        "~/.local/state/c4/spill)."),
     spill_max_bytes: int = typer.Option(1 << 30, "--spill-max-bytes", envvar="C4_SPILL_MAX_BYTES",
-                                        help="Disk the spill may use; beyond it records drop."),
+                                        help="Disk the log may use; beyond it (or when the disk "
+                                             "is full) records are dropped and counted."),
+    wal_sync_ms: float = typer.Option(1000.0, "--wal-sync-ms", envvar="C4_WAL_SYNC_MS",
+                                      help="fsync what is still undelivered this long after it "
+                                           "was logged (all of it in one batch); bounds what a "
+                                           "node crash may lose. 0: at once."),
+    no_wal: bool = typer.Option(False, "--no-wal", envvar="C4_NO_WAL", hidden=True,
+                                help="Keep nothing on disk (only to measure the log's cost: a "
+                                     "crash loses records)."),
     batch_records: int = typer.Option(16384, "--batch-records", envvar="C4_BATCH_RECORDS",
                                       help="Records per batch sent to the daemon."),
+    max_frame_bytes: int = typer.Option(16 << 20, "--max-frame-bytes",
+                                        envvar="C4_SIDECAR_MAX_FRAME_BYTES",
+                                        help="Largest frame a local connection may send; a "
+                                             "larger one closes it."),
+    frame_timeout: float = typer.Option(10.0, "--frame-timeout", envvar="C4_SIDECAR_FRAME_TIMEOUT",
+                                        help="Seconds a local connection may take to finish "
+                                             "a frame before it is closed."),
+    max_collectors: int = typer.Option(4096, "--max-collectors", envvar="C4_SIDECAR_MAX_COLLECTORS",
+                                       help="Ranks whose statistics the sidecar forwards."),
+    max_request_bytes: int = typer.Option(32 << 20, "--max-request-bytes",
+                                          envvar="C4_SIDECAR_MAX_REQUEST_BYTES",
+                                          help="Largest request sent to the daemon (keep it under "
+                                               "the daemon's 64 MiB message limit); a larger one "
+                                               "is dropped and counted."),
     link_interval: float = typer.Option(1.0, "--link-interval", envvar="C4_LINK_INTERVAL",
                                         help="Seconds between samples of connection counters."),
     tls_ca: str = typer.Option("", "--tls-ca", envvar="C4_TLS_CA",
@@ -43,32 +74,45 @@ def sidecar(
     import threading
 
     from collectors.sidecar.config import SidecarConfig
+    from collectors.sidecar.errors import SidecarError
+    from collectors.sidecar.local import parse_mode
     from collectors.sidecar.sidecar import Sidecar
     from collectors.wire import default_socket_path
 
+    # Handlers first: a SIGTERM while the sidecar starts (its socket already exists) must stop
+    # it cleanly, not kill it.
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     kwargs = {}
     if spill_dir is not None:
         kwargs["spill_dir"] = spill_dir
     try:
         config = SidecarConfig(daemon=daemon, socket_path=socket_path or default_socket_path(),
+                               socket_mode=parse_mode(socket_mode), socket_group=socket_group,
                                host=host or socket.gethostname(), spill_max_bytes=spill_max_bytes,
-                               batch_records=batch_records, link_interval_s=link_interval,
+                               wal_sync_interval_s=wal_sync_ms / 1000.0, wal=not no_wal,
+                               batch_records=batch_records, max_frame_bytes=max_frame_bytes,
+                               frame_timeout_s=frame_timeout, max_collectors=max_collectors,
+                               max_request_bytes=max_request_bytes,
+                               link_interval_s=link_interval,
                                tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token,
                                metrics_listen=metrics, **kwargs)
         car = Sidecar(config)
         car.start()
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, SidecarError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     typer.echo(f"c4 sidecar {car.id} listening on {config.socket_path}, daemon {daemon}")
-    stop.wait()
+    # In slices: the kernel may deliver SIGTERM to another thread, and Python runs the handler
+    # only when the main thread next runs Python; an untimed wait would never return.
+    while not stop.wait(0.5):
+        pass
     car.stop()
     s = car.stats()
-    typer.echo(f"c4 sidecar stopped: received {s.received}, shipped {s.shipped} batches, "
-               f"spilled {s.spilled}, dropped {s.dropped}")
+    typer.echo(f"c4 sidecar stopped: received {s.received} records, shipped {s.shipped} "
+               f"requests, dropped {s.dropped} records (counted by reason in its metrics), "
+               f"{car.outbox.pending()} requests left in the log")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,10 +12,21 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from collectors.sidecar.counters import REASONS
+from collectors.sidecar.local import CLOSE_REASONS
 from diagnosis.daemon.metrics import MetricsServer, counter, gauge
 
 if TYPE_CHECKING:
     from collectors.sidecar.sidecar import Sidecar
+
+
+def _by_reason(name: str, doc: str, values: dict[str, int], reasons: dict[str, str]
+               ) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, f"{doc} Reasons: " + "; ".join(
+        f"{r}: {what}" for r, what in reasons.items()) + ".", labels=["reason"])
+    for reason in reasons:  # every reason, zero included, so that rate() sees it start
+        family.add_metric([reason], values.get(reason, 0))
+    return family
 
 
 class SidecarMetrics(Collector):
@@ -27,34 +38,54 @@ class SidecarMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         car = self._car
         s = car.outbox.stats
-        with car._lock:
-            received, rejected_local = car.received, car.rejected
-            collectors = list(car._collectors.values())
         yield counter("c4_sidecar_received_records", "Op records received from local ranks.",
-                      received)
+                      car.intake.received)
         yield counter("c4_sidecar_queued_requests", "Requests queued for the daemon.", s.queued)
         yield counter("c4_sidecar_shipped_requests",
                       "Requests the daemon acknowledged as stored.", s.shipped)
         yield counter("c4_sidecar_duplicate_requests",
-                      "Requests the daemon already had (resent after a reconnect).",
+                      "Requests the daemon already had (resent after a reconnect or restart).",
                       s.duplicates)
         yield counter("c4_sidecar_rejected_requests",
-                      "Requests refused for good (malformed, unknown job) or malformed frames.",
-                      s.rejected + rejected_local)
+                      "Requests the daemon refused for good (malformed, unknown job), and "
+                      "frames refused here.", s.rejected + car.drops.frames_total())
         yield counter("c4_sidecar_throttled_requests",
                       "Requests the daemon asked to resend later (over a rate or job limit).",
                       s.throttled)
-        yield counter("c4_sidecar_spilled_requests", "Requests written to the disk spill.",
+        yield counter("c4_sidecar_spilled_requests",
+                      "Requests read back from the write-ahead log (memory bound, restart).",
                       s.spilled)
-        yield counter("c4_sidecar_dropped_requests",
-                      "Requests dropped because the spill was full.", s.dropped)
+        yield counter("c4_sidecar_recovered_requests",
+                      "Unacknowledged requests found in the log at start-up.", s.recovered)
+        yield counter("c4_sidecar_dropped_requests", "Requests given up (see the dropped "
+                      "records by reason).", s.dropped)
+        yield _by_reason("c4_sidecar_dropped_records", "Op records dropped, counted.",
+                         car.drops.records(), REASONS)
+        yield _by_reason("c4_sidecar_refused_frames", "Frames from local connections refused.",
+                         car.drops.frames(), REASONS)
+        yield _by_reason("c4_sidecar_closed_connections",
+                         "Local connections closed by the sidecar.", dict(car.listener.closed),
+                         CLOSE_REASONS)
+        yield counter("c4_sidecar_duplicate_frames",
+                      "Frames a collector sent again that the sidecar already had (not taken "
+                      "twice).", car.intake.duplicate_frames)
         yield counter("c4_sidecar_reconnects", "Streams opened to the daemon.", s.reconnects)
-        yield gauge("c4_sidecar_spill_bytes", "Bytes in the spill directory.", car.spill.bytes)
+        yield counter("c4_sidecar_wal_syncs", "fsyncs of the write-ahead log.", car.spill.syncs)
+        yield counter("c4_sidecar_wal_sync_seconds", "Time spent in those fsyncs.",
+                      car.spill.sync_seconds)
+        yield gauge("c4_sidecar_spill_bytes", "Bytes in the write-ahead log.", car.spill.bytes)
+        yield gauge("c4_sidecar_memory_bytes", "Bytes of requests held in memory.",
+                    car.outbox.memory_bytes())
         yield gauge("c4_sidecar_unacked_requests",
-                    "Requests not yet acknowledged (in memory, in flight, or spilled segments).",
+                    "Requests not yet acknowledged (in memory, in flight, or in the log).",
                     car.outbox.pending())
         yield gauge("c4_sidecar_connected", "1 while a stream to the daemon is open.",
                     1.0 if car.outbox.connected else 0.0)
+        yield gauge("c4_sidecar_local_connections", "Open connections from local ranks.",
+                    car.listener.connections())
+        yield gauge("c4_sidecar_owned_jobs", "Jobs with an owner (a local uid) on this node.",
+                    len(car.owners))
+        collectors = car.intake.collectors.values()
         dropped = CounterMetricFamily("c4_sidecar_collector_dropped_records",
                                       "Records a rank's collector dropped (sidecar slow/absent), "
                                       "as last reported.", labels=["job", "rank"])

@@ -1,27 +1,37 @@
 """Reliable, ordered delivery of ingest requests to the daemon.
 
-Every request gets a (sidecar, seq) identity when it enters the outbox and is kept until the
-daemon acknowledges it. While the daemon is unreachable, or when memory fills, everything
-unacknowledged moves to the on-disk spill in order; after reconnecting, the spill is replayed
-before anything newer, so the daemon always sees a job's ranks before their records. A request
-that the daemon rejects (malformed, unknown job) is final: it is counted and dropped. A request
-refused with RESOURCE_EXHAUSTED (over the daemon's per-sidecar rate or job limit) is not: the
-sidecar stops sending, lets the stream finish, waits (backing off) and resends it in order.
+Every request gets a (sidecar, seq) identity when it enters the outbox and, unless it is the
+sidecar's own statistics (sent afresh every second), is in the write-ahead log (``spill.py``)
+before it is queued. It is kept until the daemon acknowledges it. The requests themselves stay
+in memory up to ``memory_max_bytes``; past that only where they are in the log is kept, and
+they are read back when their turn comes, so a daemon away for long costs disk, not memory.
+Requests go out in the order they were queued (those found in the log at start-up first), so
+the daemon always sees a job's ranks before their records; one sent again after a restart
+carries its first (sidecar, seq), so the daemon recognizes it if it stored it before.
+
+A request that the daemon rejects (malformed, unknown job) is final: it is counted, with its
+records, and dropped. A request refused with RESOURCE_EXHAUSTED (over the daemon's per-sender
+rate or job limit) is not: the sidecar stops sending, lets the stream finish, waits (backing
+off) and resends it in order. A request larger than the daemon takes is never sent (the daemon
+would break the stream each time): it is counted and dropped.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 
-from collectors.sidecar.spill import Spill
+from collectors.sidecar.counters import Drops
+from collectors.sidecar.errors import LogError
+from collectors.sidecar.ratelog import RateLimitedLog
+from collectors.sidecar.spill import FrameRef, Held, Recovered, Spill
 from diagnosis.security.channel import ClientSecurity, open_channel
 from proto import c4_pb2, c4_pb2_grpc
 
@@ -30,13 +40,26 @@ log = logging.getLogger(__name__)
 Key = tuple[str, int]
 _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 _AUTH = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+# The daemon's default gRPC message limit is 64 MiB; stay well clear of it.
+MAX_REQUEST_BYTES = 32 << 20
+# Recovered frames never cut are batched afresh in batches of at most this many records.
+RECOVERED_BATCH_RECORDS = 16384
 
 
 @dataclass
 class _Entry:
-    req: c4_pb2.IngestRequest
-    size: int
-    segment: Path | None  # the spill segment holding it, or None while only in memory
+    sidecar: str
+    seq: int
+    kind: str
+    records: int                          # op records in it (what its loss would cost)
+    held: Held | None                     # its records in the log; None: memory only
+    req: c4_pb2.IngestRequest | None      # None: to be read back from the log
+    order: int = 0                        # position in the outbox's order
+    size: int = 0                         # bytes of ``req`` counted against the memory bound
+
+    @property
+    def key(self) -> Key:
+        return (self.sidecar, self.seq)
 
 
 @dataclass
@@ -45,122 +68,183 @@ class OutboxStats:
     shipped: int = 0
     duplicates: int = 0
     rejected: int = 0
-    spilled: int = 0
-    dropped: int = 0
+    spilled: int = 0     # requests read back from the log (memory was full, or after a restart)
+    dropped: int = 0     # requests given up (their records are counted in Drops, by reason)
     reconnects: int = 0
-    throttled: int = 0  # requests the daemon asked to resend later (over a limit)
+    throttled: int = 0   # requests the daemon asked to resend later (over a limit)
+    recovered: int = 0   # requests found in the log at start-up
 
 
 class Outbox:
     def __init__(self, sidecar_id: str, spill: Spill, *, memory_max_bytes: int,
-                 max_inflight: int, spill_after_s: float,
-                 security: ClientSecurity | None = None) -> None:
+                 max_inflight: int, spill_after_s: float | None = None,
+                 security: ClientSecurity | None = None, drops: Drops | None = None,
+                 max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+        # spill_after_s is accepted for older callers: every request is logged as it is queued,
+        # so there is nothing left to spill when the daemon goes away.
+        del spill_after_s
         self.sidecar_id = sidecar_id
         self.security = security
         self.spill = spill
+        self.drops = drops or Drops()
         self.memory_max_bytes = memory_max_bytes
         self.max_inflight = max_inflight
-        self.spill_after_s = spill_after_s
+        self.max_request_bytes = max_request_bytes
         self.stats = OutboxStats()
         self._cond = threading.Condition()
         self._seq = 0
-        self._queue: deque[_Entry] = deque()           # in memory, not yet sent on this stream
-        self._replay: deque[_Entry] = deque()          # loaded from the spill, not yet sent
+        self._order = itertools.count()
+        self._queue: deque[_Entry] = deque()             # not yet sent on this stream
         self._inflight: OrderedDict[Key, _Entry] = OrderedDict()
-        self._outstanding: dict[Path, set[Key]] = {}   # loaded segment -> keys not yet acked
-        self._loaded: list[Path] = []                  # segments loaded on this stream
         self._memory = 0
         self._throttled = False  # the daemon refused a request for a limit on this stream
         self.connected = False
+        self._rated = RateLimitedLog(log)
+        self._adopt(spill.recovery.requests, spill.recovery.frames)
 
     # -- producers ------------------------------------------------------------------------
     def put(self, **body: object) -> None:
-        """Queue one request with the given body (``ops=...``, ``rank=...``, ...)."""
+        """Queue one request with the given body (``ops=...``, ``rank=...``, ...), logged first
+        (except statistics)."""
         with self._cond:
             self._seq += 1
             req = c4_pb2.IngestRequest(sidecar=self.sidecar_id, seq=self._seq, **body)
-            size = req.ByteSize()
-            self._queue.append(_Entry(req, size, None))
-            self._memory += size
-            self.stats.queued += 1
-            if self._memory > self.memory_max_bytes:
-                self._spill_memory("memory limit reached")
-            self._cond.notify_all()
+            kind = req.WhichOneof("body") or "none"
+            held = None
+            if kind != "stats" and self.spill.logged:
+                try:
+                    held = self.spill.append_request(req)
+                except LogError as exc:
+                    self._rated.warning("unlogged", "request %d (%s) is held in memory only: %s",
+                                        self._seq, kind, exc)
+            records = req.ops.count if kind == "ops" else 0
+            self._enqueue(_Entry(self.sidecar_id, self._seq, kind, records, held, req))
 
-    def pending(self) -> int:
-        """Requests not yet acknowledged: in memory, plus one per spilled segment."""
+    def put_frames(self, frames: list[FrameRef], req: c4_pb2.IngestRequest | None) -> None:
+        """Queue the batch made of these logged frames (``req``: it, already merged, or None
+        to read it back from the log when its turn comes)."""
         with self._cond:
-            spilled = sum(1 for _ in self.spill.segments())
-            return len(self._queue) + len(self._inflight) + len(self._replay) + spilled
+            self._seq += 1
+            held = self.spill.append_cut(self.sidecar_id, self._seq, frames)
+            if req is not None:
+                req.sidecar, req.seq = self.sidecar_id, self._seq
+            entry = _Entry(self.sidecar_id, self._seq, "ops", sum(f.records for f in frames),
+                           held if self.spill.logged else None, req)
+            self._enqueue(entry)
+
+    def _adopt(self, requests: list[Recovered], frames: list[FrameRef]) -> None:
+        """Queue what an earlier sidecar left in the log: its requests under their own
+        (sidecar, seq), then its frames never batched, in new batches."""
+        with self._cond:
+            for r in requests:
+                self._enqueue(_Entry(r.sidecar, r.seq, r.kind, r.records, r.held, None))
+            self.stats.recovered = len(requests)
+        batch: list[FrameRef] = []
+        for frame in frames:
+            if batch and (frame.key != batch[0].key or
+                          sum(f.records for f in batch) + frame.records > RECOVERED_BATCH_RECORDS):
+                self.put_frames(batch, None)
+                batch = []
+            batch.append(frame)
+        if batch:
+            self.put_frames(batch, None)
+
+    def _enqueue(self, entry: _Entry) -> None:
+        """Lock held."""
+        entry.order = next(self._order)
+        if entry.req is not None:
+            size = entry.req.ByteSize()
+            if self._memory + size <= self.memory_max_bytes:
+                entry.size = size
+                self._memory += size
+            elif entry.held is not None and entry.held.loadable:
+                entry.req = None  # read back from the log when its turn comes
+            elif entry.kind != "stats":
+                self._rated.warning("memory_full", "memory bound of %d bytes reached and "
+                                    "request %d is not in the log: dropping it (%d records)",
+                                    self.memory_max_bytes, entry.seq, entry.records)
+                self._give_up(entry, "memory_full")
+                return
+        self._queue.append(entry)
+        self.stats.queued += 1
+        self._cond.notify_all()
+
+    # -- state ------------------------------------------------------------------------------
+    def pending(self) -> int:
+        """Requests not yet acknowledged."""
+        with self._cond:
+            return len(self._queue) + len(self._inflight)
 
     def idle(self) -> bool:
         with self._cond:
-            return not (self._queue or self._inflight or self._replay or self.spill.segments())
+            return not (self._queue or self._inflight)
 
-    def spill_now(self, why: str) -> None:
-        """Put every memory-only unacknowledged request on disk now (before a shutdown)."""
-        with self._cond:
-            self._spill_memory(why)
-
-    def _spill_memory(self, why: str) -> None:
-        """Move every memory-only unacknowledged request to one new segment, in seq order."""
-        entries = sorted([e for e in self._inflight.values() if e.segment is None]
-                         + list(self._queue), key=lambda e: e.req.seq)
-        if not entries:
-            return
-        dropped = self.spill.append([e.req for e in entries])
-        kept = entries[:len(entries) - dropped]
-        self.stats.spilled += len(kept)
-        self.stats.dropped += dropped
-        segment = self.spill.segments()[-1] if kept else None
-        log.info("spilled %d requests to disk (%s)", len(kept), why)
-        queued = {id(e) for e in self._queue}
-        self._queue.clear()
-        self._memory = 0
-        if segment is None:
-            return
-        keys = {(e.req.sidecar, e.req.seq) for e in kept}
-        for e in kept:
-            e.segment = segment
-        if self.connected:
-            # This stream goes on with the spilled requests it has not sent yet.
-            self._outstanding[segment] = keys
-            self._loaded.append(segment)
-            self._replay.extend(e for e in kept if id(e) in queued)
+    def memory_bytes(self) -> int:
+        return self._memory
 
     # -- the stream -----------------------------------------------------------------------
     def _next(self, stop: threading.Event, broken: threading.Event) -> _Entry | None:
-        with self._cond:
-            while not stop.is_set() and not broken.is_set():
-                if self._throttled:
-                    return None  # end this stream; the refused requests go again later
-                if len(self._inflight) < self.max_inflight:
-                    if not self._replay:
-                        self._load_segment()
-                    source = self._replay or (self._queue if not self._more_segments() else None)
-                    if source:
-                        entry = source.popleft()
-                        self._inflight[(entry.req.sidecar, entry.req.seq)] = entry
-                        return entry
-                self._cond.wait(0.2)
-            return None
+        while True:
+            with self._cond:
+                entry = self._take(stop, broken)
+                if entry is None:
+                    return None
+            problem = self._ready(entry)  # may read the log: outside the lock
+            if problem is None:
+                return entry
+            with self._cond:
+                if self._inflight.get(entry.key) is entry:
+                    del self._inflight[entry.key]
+                    self._give_up(entry, problem)
 
-    def _more_segments(self) -> bool:
-        return any(p not in self._loaded for p in self.spill.segments())
+    def _take(self, stop: threading.Event, broken: threading.Event) -> _Entry | None:
+        """The next request to send, moved in flight; None when the stream should end."""
+        while not stop.is_set() and not broken.is_set():
+            if self._throttled:
+                return None  # end this stream; the refused requests go again later
+            if len(self._inflight) < self.max_inflight and self._queue:
+                entry = self._queue.popleft()
+                self._inflight[entry.key] = entry
+                return entry
+            self._cond.wait(0.2)
+        return None
 
-    def _load_segment(self) -> None:
-        for path in self.spill.segments():
-            if path in self._loaded:
-                continue
-            entries = [_Entry(r, r.ByteSize(), path) for r in self.spill.read(path)]
-            self._loaded.append(path)
-            keys = {(e.req.sidecar, e.req.seq) for e in entries}
-            if not keys:
-                self.spill.remove(path)
-                continue
-            self._outstanding[path] = keys
-            self._replay.extend(entries)
-            return
+    def _ready(self, entry: _Entry) -> str | None:
+        """Make the request sendable; the reason to give it up instead, if any."""
+        if entry.req is None:
+            assert entry.held is not None
+            loaded = self.spill.load(entry.held, entry.sidecar, entry.seq)
+            self.stats.spilled += 1
+            if loaded.lost_records:
+                self.drops.add("corrupt", records=loaded.lost_records)
+                entry.records -= loaded.lost_records
+            if loaded.request is None:
+                return "corrupt"
+            entry.req = loaded.request
+        size = entry.req.ByteSize()
+        if size > self.max_request_bytes:
+            self._rated.warning("oversize", "request %s/%d (%s) is %d bytes, over the %d the "
+                                "daemon takes (--max-request-bytes): dropped", entry.sidecar,
+                                entry.seq, entry.kind, size, self.max_request_bytes)
+            return "oversize"
+        return None
+
+    def _give_up(self, entry: _Entry, reason: str) -> None:
+        """Drop a request for good, counted (lock held)."""
+        self.stats.dropped += 1
+        if entry.records:
+            self.drops.add(reason, records=entry.records)
+        self._finish(entry)
+
+    def _finish(self, entry: _Entry) -> None:
+        """The request is done with (lock held)."""
+        if entry.size:
+            self._memory -= entry.size
+            entry.size = 0
+        entry.req = None
+        if entry.held is not None:
+            self.spill.release(entry.held)
+        self._cond.notify_all()
 
     def _ack(self, ack: c4_pb2.IngestAck) -> None:
         with self._cond:
@@ -178,33 +262,25 @@ class Outbox:
                 return
             if ack.code:
                 self.stats.rejected += 1
-                log.error("daemon rejected request %d (%s): %s", ack.seq,
-                          entry.req.WhichOneof("body"), ack.error)
-            elif ack.duplicate:
+                self._rated.warning("rejected", "daemon rejected request %d (%s, %d records): %s",
+                                    ack.seq, entry.kind, entry.records, ack.error)
+                if entry.records:
+                    self.drops.add("rejected", records=entry.records)
+                self._finish(entry)
+                return
+            if ack.duplicate:
                 self.stats.duplicates += 1
             else:
                 self.stats.shipped += 1
-            if entry.segment is None:
-                self._memory -= entry.size
-            else:
-                keys = self._outstanding.get(entry.segment)
-                if keys is not None:
-                    keys.discard((ack.sidecar, ack.seq))
-                    if not keys:
-                        del self._outstanding[entry.segment]
-                        self.spill.remove(entry.segment)
-            self._cond.notify_all()
+            self._finish(entry)
 
     def _reset_stream(self) -> bool:
-        """The stream ended: unacknowledged memory requests go back to the front, in order.
+        """The stream ended: unacknowledged requests go back to the front, in order.
         Returns whether the daemon had asked to slow down."""
         with self._cond:
-            back = [e for e in self._inflight.values() if e.segment is None]
+            back = sorted(self._inflight.values(), key=lambda e: e.order)
             self._inflight.clear()
-            self._queue = deque(sorted(back + list(self._queue), key=lambda e: e.req.seq))
-            self._replay.clear()
-            self._outstanding.clear()
-            self._loaded.clear()
+            self._queue.extendleft(reversed(back))
             self.connected = False
             throttled, self._throttled = self._throttled, False
             self._cond.notify_all()
@@ -216,14 +292,25 @@ class Outbox:
             entry = self._next(stop, broken)
             if entry is None:
                 return
-            yield entry.req
+            req = entry.req
+            if req is None:  # finished meanwhile (a reset raced with the log read)
+                continue
+            yield req
+
+    def abandon(self) -> None:
+        """The sidecar stops: count what only memory held (the log keeps the rest)."""
+        with self._cond:
+            for entry in [*self._inflight.values(), *self._queue]:
+                if entry.held is None and entry.kind != "stats" and entry.records:
+                    self.drops.add("shutdown", records=entry.records)
+                    self.stats.dropped += 1
 
     def run(self, address: str, stop: threading.Event, *, reconnect_max_s: float = 5.0,
             drain_on_stop: bool = True) -> None:
-        """Deliver until ``stop`` is set (then, if asked, until everything is acknowledged)."""
+        """Deliver until ``stop`` is set (then, if asked, until everything is acknowledged or
+        the daemon cannot be reached: the log keeps the rest for the next run)."""
         backoff = 0.1
         slow_down = 0.0  # pause after the daemon refused us (limit or token), doubling
-        down_since = time.monotonic()
         while True:
             if stop.is_set() and (not drain_on_stop or self.idle()):
                 return
@@ -232,15 +319,10 @@ class Outbox:
                 grpc.channel_ready_future(channel).result(timeout=min(backoff * 4, 2.0))
             except grpc.FutureTimeoutError:
                 channel.close()
-                if stop.is_set() and drain_on_stop and time.monotonic() - down_since > 5.0:
-                    log.warning("daemon unreachable at shutdown; %d requests stay spilled",
+                if stop.is_set():
+                    log.warning("daemon unreachable at shutdown; %d requests stay in the log",
                                 self.pending())
-                    with self._cond:
-                        self._spill_memory("shutting down without a daemon")
                     return
-                if time.monotonic() - down_since > self.spill_after_s:
-                    with self._cond:
-                        self._spill_memory("daemon unreachable")
                 time.sleep(backoff)
                 backoff = min(backoff * 2, reconnect_max_s)
                 continue
@@ -278,12 +360,8 @@ class Outbox:
                 finish.set()
                 channel.close()
                 refused = self._reset_stream() or refused
-                down_since = time.monotonic()
             if refused and stop.is_set():
-                # Shutting down while the daemon refuses us: keep the rest on disk for later.
-                with self._cond:
-                    self._spill_memory("shutting down while the daemon refuses requests")
-                return
+                return  # shutting down while the daemon refuses us: the log keeps the rest
             if refused:
                 slow_down = min(max(slow_down * 2, 0.25), reconnect_max_s)
                 time.sleep(slow_down)

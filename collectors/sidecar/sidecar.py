@@ -1,20 +1,25 @@
-"""Glue: local listener -> batcher -> outbox -> daemon, plus link counters and own statistics."""
+"""Glue: local listener -> intake (-> log) -> batcher -> outbox -> daemon, plus link counters
+and the sidecar's own statistics."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from typing import Any
 
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.config import SidecarConfig
-from collectors.sidecar.local import LocalListener
+from collectors.sidecar.counters import Drops
+from collectors.sidecar.intake import Intake
+from collectors.sidecar.local import Limits, LocalListener, resolve_group
 from collectors.sidecar.outbox import Outbox
+from collectors.sidecar.owners import Owners
 from collectors.sidecar.spill import Spill
 from diagnosis.security.channel import ClientSecurity
 from proto import c4_pb2
-from proto.codec import BatchError, encode_conns
+from proto.codec import encode_conns
 
 log = logging.getLogger(__name__)
 
@@ -31,60 +36,39 @@ class Sidecar:
     def __init__(self, config: SidecarConfig) -> None:
         self.config = config
         self.id = f"{config.host}-{uuid.uuid4().hex[:8]}"
-        self.spill = Spill(config.spill_dir, config.spill_max_bytes)
+        self.drops = Drops()
+        # Opening the log recovers what an earlier sidecar left there; the outbox queues it.
+        self.spill = Spill(config.spill_dir if config.wal else None, config.spill_max_bytes,
+                           sync_interval_s=config.wal_sync_interval_s)
+        if self.spill.recovery.lost_records:
+            self.drops.add("corrupt", records=self.spill.recovery.lost_records)
         security = ClientSecurity.from_env(tls_ca=config.tls_ca, tls_cert=config.tls_cert,
                                            tls_key=config.tls_key, token=config.token)
         self.outbox = Outbox(self.id, self.spill, memory_max_bytes=config.memory_max_bytes,
-                             max_inflight=config.max_inflight,
-                             spill_after_s=config.spill_after_s, security=security)
+                             max_inflight=config.max_inflight, security=security,
+                             drops=self.drops, max_request_bytes=config.max_request_bytes)
         self.metrics_server: Any = None
-        self.batcher = Batcher(self.outbox.put, batch_records=config.batch_records,
+        self.batcher = Batcher(self.outbox.put_frames, batch_records=config.batch_records,
                                flush_interval_s=config.flush_interval_s)
-        self.listener = LocalListener(config.socket_path, self._on_frame)
-        self._lock = threading.Lock()
-        self.received = 0
-        self.rejected = 0
-        self._collectors: dict[tuple[str, int], c4_pb2.CollectorStats] = {}
-        # (job, attempt) -> {rank: pid}, for the link counters of the ranks' sockets
-        self._pids: dict[tuple[str, int], dict[int, int]] = {}
+        self.owners = Owners(config.spill_dir)
+        self.intake = Intake(spill=self.spill, outbox=self.outbox, batcher=self.batcher,
+                             owners=self.owners, drops=self.drops,
+                             max_collectors=config.max_collectors)
+        limits = Limits(max_frame_bytes=config.max_frame_bytes,
+                        max_buffered_bytes=config.max_buffered_bytes,
+                        frame_timeout_s=config.frame_timeout_s,
+                        max_connections=config.max_connections)
+        self.listener = LocalListener(config.socket_path, self.intake.take,
+                                      mode=config.socket_mode,
+                                      gid=resolve_group(config.socket_group), limits=limits)
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._threads = [
             threading.Thread(target=self._ship, name="c4-outbox", daemon=True),
             threading.Thread(target=self._tick, name="c4-tick", daemon=True),
         ]
-        sampler = _link_sampler()
-        self._sampler_cls = sampler
+        self._sampler_cls = _link_sampler()
         self._samplers: dict[tuple[str, int], Any] = {}
-
-    # -- frames from the ranks ----------------------------------------------------------
-    def _on_frame(self, req: c4_pb2.IngestRequest) -> None:
-        kind = req.WhichOneof("body")
-        if kind == "ops":
-            try:
-                self.batcher.add_ops(req.ops)
-            except BatchError as exc:
-                with self._lock:
-                    self.rejected += 1
-                log.error("dropping a malformed batch from a collector: %s", exc)
-                return
-            with self._lock:
-                self.received += req.ops.count
-        elif kind == "rank":
-            with self._lock:
-                self._pids.setdefault((req.rank.job, req.rank.attempt), {})[req.rank.rank] = \
-                    req.rank.pid
-            self.batcher.passthrough(rank=req.rank)
-        elif kind == "group":
-            self.batcher.passthrough(group=req.group)
-        elif kind == "stats":
-            with self._lock:
-                for c in req.stats.collectors:
-                    self._collectors[(c.job, c.rank)] = c
-        else:
-            with self._lock:
-                self.rejected += 1
-            log.error("dropping a collector frame with body %r", kind)
 
     # -- background work ------------------------------------------------------------------
     def _ship(self) -> None:
@@ -93,8 +77,6 @@ class Sidecar:
 
     def _tick(self) -> None:
         last_link = last_stats = 0.0
-        import time
-
         while not self._stop.wait(min(self.config.flush_interval_s, 0.1)):
             self.batcher.flush_due()
             now = time.monotonic()
@@ -108,9 +90,7 @@ class Sidecar:
     def _sample_links(self) -> None:
         if self._sampler_cls is None:
             return
-        with self._lock:
-            jobs = {k: dict(v) for k, v in self._pids.items()}
-        for (job, attempt), pids in jobs.items():
+        for (job, attempt), pids in self.intake.pids().items():
             try:
                 sampler = self._samplers.get((job, attempt))
                 if sampler is None:
@@ -124,12 +104,16 @@ class Sidecar:
                 self.outbox.put(conns=encode_conns(job, cols, attempt=attempt))
 
     def stats(self) -> c4_pb2.SidecarStats:
+        """What the daemon (``c4 status``) shows of this sidecar: ``received`` and ``dropped``
+        count op records (dropped: for every reason, see ``counters.REASONS``); ``shipped``,
+        ``spilled`` (read back from the log) and ``rejected`` count requests, ``rejected``
+        also the frames refused locally."""
         s = self.outbox.stats
-        with self._lock:
-            return c4_pb2.SidecarStats(
-                host=self.config.host, received=self.received, shipped=s.shipped,
-                spilled=s.spilled, dropped=s.dropped, rejected=self.rejected + s.rejected,
-                spill_bytes=self.spill.bytes, collectors=list(self._collectors.values()))
+        return c4_pb2.SidecarStats(
+            host=self.config.host, received=self.intake.received, shipped=s.shipped,
+            spilled=s.spilled, dropped=self.drops.records_total(),
+            rejected=s.rejected + self.drops.frames_total(), spill_bytes=self.spill.bytes,
+            collectors=self.intake.collectors.values())
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -144,14 +128,16 @@ class Sidecar:
                  self.config.socket_path, self.config.daemon)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop listening, flush, and deliver (or spill) everything before returning."""
+        """Stop listening, log what is batched, deliver what the daemon will take within
+        ``timeout``; the log keeps the rest for the next sidecar on this spill directory."""
         self.listener.stop()
         self._stop.set()
+        self._threads[1].join(timeout)
         self.batcher.flush_due(force=True)
         self._stopped.set()
         self._threads[0].join(timeout)
-        if not self.outbox.idle():
-            self.outbox.spill_now("sidecar stopping")
+        self.outbox.abandon()
+        self.spill.close()
         for sampler in self._samplers.values():
             sampler.close()
         if self.metrics_server is not None:

@@ -33,6 +33,7 @@ _MIN_FRAC = 0.6
 # loss, or the embedding, keeps another pace), so only a change against its own past counts
 _MIN_BEFORE = 3
 _LEARN = 64           # spacings of kept calls seen before the bucket length is chosen
+_MAX_SPAN = 32        # the most calls between two kept calls whose period counts
 
 
 @dataclass
@@ -101,7 +102,9 @@ class GroupPace:
         for gg, ss, tt in zip(g[last].tolist(), sq[last].tolist(), t[last].tolist(),
                               strict=True):
             self.last_first[gg] = (ss, tt)
-        ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t)
+        # (a span of many calls includes the waits of the group's victims too: their pace
+        # would seem to fall behind as much as the culprit's)
+        ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t) & (sq - prev_s <= _MAX_SPAN)
         per = (t[ok] - prev_t[ok]) / (sq[ok] - prev_s[ok])
         self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g[ok], t[ok], per), strict=True)]
         if not self.span:

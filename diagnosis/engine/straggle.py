@@ -134,6 +134,17 @@ class SampledStragglers:
         ring.add(li, late / scale[:, None], scale, t, self._bucket(scale))
         self.pace.update(fin)
 
+    def _one_late(self, g: int, since: int) -> bool:
+        """Whether a member of group ``g`` has come late to its kept calls since ``since`` (by
+        its median lateness), though not yet often enough for the test."""
+        ring = self.rings.get(int(self.arena.n[g]))
+        li = ring.local.get(g) if ring is not None else None
+        if li is None:
+            return False
+        x = ring.x[li][ring.t[li] >= since]
+        x = x[~np.isnan(x).any(axis=1)]
+        return len(x) > 0 and float(np.median(x, axis=0).max()) >= self.cfg.straggle_min_excess
+
     def _bucket(self, pace: np.ndarray) -> np.ndarray:
         """The bucket length for groups of this pace: about four kept calls, within a quarter
         of and twice ``straggle_bucket_ns`` (1 s while the pace is unknown)."""
@@ -166,7 +177,7 @@ class SampledStragglers:
         late_ranks = {f.rank for f in found}
         for sg in self.pace.judge():
             members = self.arena.members[sg.group].tolist()
-            if late_ranks & set(members):
+            if late_ranks & set(members) or self._one_late(sg.group, sg.onset_ns):
                 continue        # a member late inside it explains its pace (a slow GPU)
             pace = float(self._pace(np.asarray([sg.group]))[0])
             found += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,

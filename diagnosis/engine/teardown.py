@@ -75,7 +75,8 @@ class TeardownGate:
             t = min(t, prev.t)
         self.held[report.id] = _Held(report, t if old is None else min(old.t, t), int(grace),
                                      np.asarray(culprits, dtype=np.int64), blocked)
-        if prev is None:
+        if prev is None and replaces is None:
+            # (a correction is the same failure told better, not another one close to it)
             self.recent.append(int(t))
             del self.recent[:-_RECENT]
 

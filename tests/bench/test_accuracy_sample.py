@@ -1,17 +1,19 @@
 """The accuracy bench at several sampling factors: the same scenarios and seeds per factor,
-reduced traces analysed (as version 1 projections while the reader takes only version 1)."""
+reduced traces (format version 2) analysed as written."""
 
 from __future__ import annotations
 
+import io
 import json
 
-import pytest
+import numpy as np
 
-from bench.accuracy.analyze import AS_WRITTEN, V1_PROJECTION, _refuses_v2, analyze_file
-from bench.accuracy.rewrite import V2_TYPES, project_v1
+from bench.accuracy.analyze import analyze_file
 from bench.accuracy.run import main, with_samples
 from bench.accuracy.scenarios import scenarios
-from diagnosis.errors import FormatError
+from bench.accuracy.score import FaultScore, ScenarioScore, latency_deltas
+from bench.accuracy.table import print_comparison
+from diagnosis.engine import Engine
 from diagnosis.sim import SimConfig, simulate
 
 
@@ -28,33 +30,69 @@ def test_each_scenario_once_per_factor_on_the_same_seed():
         assert {r.cfg.window_ms for r in mine[1:]} == {250.0}
 
 
-def test_v1_projection_keeps_the_sampled_calls_only(tmp_path):
-    res = simulate(SimConfig(gpus=64, iterations=3, microbatches=1, sample=8), tmp_path)
-    dst = tmp_path / "v1.jsonl"
-    assert project_v1(res.trace, dst) == 8
-    before = res.trace.read_text().splitlines()
-    after = dst.read_text().splitlines()
-    assert json.loads(after[0]) == {"type": "meta", "version": 1, "job": "sim"}
-    assert after[1:] == [ln for ln in before[1:]
-                         if json.loads(ln)["type"] not in V2_TYPES]
-    assert len(after) < len(before)
+def test_a_reduced_trace_is_analysed_as_written(tmp_path, monkeypatch):
+    """The engine gets the sampling factor from the trace's own meta record (nobody else tells
+    it), and the trace's progress, linkstat and port records with its sampled op rows."""
+    told: list[int] = []
+    fed = dict.fromkeys(("add_ops", "add_progress", "add_linkstats", "add_ports"), 0)
+    set_sample = Engine.set_sample
+    monkeypatch.setattr(Engine, "set_sample",
+                        lambda self, k, *a, **kw: (told.append(k), set_sample(self, k, *a, **kw)))
+    def counted(name: str):
+        orig = getattr(Engine, name)
 
+        def feed(self, recs):
+            fed[name] += len(recs)
+            return orig(self, recs)
+        return feed
+    for name in fed:
+        monkeypatch.setattr(Engine, name, counted(name))
 
-def test_analysing_a_reduced_trace_runs_whatever_the_reader_takes(tmp_path):
     res = simulate(SimConfig(gpus=64, iterations=4, microbatches=1, sample=4), tmp_path)
-    reports, how = analyze_file(res.trace, res.topology)
-    assert how in (AS_WRITTEN, V1_PROJECTION) and isinstance(reports, list)
+    reports = analyze_file(res.trace, res.topology)
+    assert isinstance(reports, list)
+    assert told == [4]
+    lines = [json.loads(ln) for ln in res.trace.read_text().splitlines()]
+    written = {t: sum(r["type"] == t for r in lines) for t in ("op", "progress", "linkstat",
+                                                                "port")}
+    assert all(written.values())
+    assert fed == {"add_ops": written["op"], "add_progress": written["progress"],
+                   "add_linkstats": written["linkstat"], "add_ports": written["port"]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["topology.json", "trace.jsonl",
                                                           "truth.json"]
 
 
-def test_only_a_refusal_of_version_2_falls_back():
-    assert _refuses_v2(FormatError("format version 2 is not supported (only 1)",
-                                   line=1, field="version"))
-    assert _refuses_v2(RuntimeError("c4 analyze failed (2): unknown record type 'progress'; "
-                                    "expected one of meta, rank"))
-    assert not _refuses_v2(FormatError("op record needs an integer seq", line=9, field="seq"))
-    assert not _refuses_v2(ValueError("format version 2 is not supported"))
+def _score(*latencies: float | None) -> ScenarioScore:
+    return ScenarioScore(tuple(FaultScore("slow_gpu", "gpu_slow", True, t is not None,
+                                          t is not None, t is not None, latency_s=t)
+                               for t in latencies), 1, 0, 10)
+
+
+def test_latency_deltas_pair_the_same_fault_of_the_same_seed():
+    runs = [(1, 64, "slow_gpu", 7, _score(2.0, 3.0)), (8, 64, "slow_gpu", 7, _score(3.5, None)),
+            (1, 64, "slow_gpu", 9, _score(None)), (8, 64, "slow_gpu", 9, _score(4.0)),
+            (1, 64, "dead_nic", 7, _score(1.0)), (8, 64, "dead_nic", 7, _score(1.5))]
+    assert latency_deltas(runs) == {8: {(64, "slow_gpu"): [1.5], (64, "dead_nic"): [0.5]}}
+
+
+def test_comparison_shows_latency_and_its_difference_per_factor():
+    from bench.accuracy.score import summarize
+
+    runs = [(1, 64, "slow_gpu", 7, _score(2.0)), (8, 64, "slow_gpu", 7, _score(3.5)),
+            (16, 64, "slow_gpu", 7, _score(2.4)), (1, 64, "dead_nic", 7, _score(0.3)),
+            (8, 64, "dead_nic", 7, _score(1.3 + 1e-9)), (16, 64, "dead_nic", 7, _score(1.3))]
+    rows = {k: summarize((lab, g, sc, f"s{k}") for kk, g, lab, _, sc in runs if kk == k)
+            for k in (1, 8, 16)}
+    out = io.StringIO()
+    print_comparison(rows, out, deltas=latency_deltas(runs), window_s=1.0)
+    head, sub, _, nic, row = out.getvalue().splitlines()
+    assert head.split() == ["gpus", "fault", "K=1", "K=8", "K=16"]
+    assert sub.split().count("lat") == 3 and sub.count("Δlat s") == 2
+    cells = row.split()
+    assert cells[:2] == ["64", "slow_gpu"] and cells[5] == "2.0"
+    assert cells[9:11] == ["3.5", "+1.5/+1.5*"]          # more than a window later: starred
+    assert cells[14:16] == ["2.4", "+0.4/+0.4"]
+    assert nic.split()[9:11] == ["1.3", "+1.0/+1.0"]     # one window, give or take a float
 
 
 def test_bench_prints_a_row_group_per_factor_and_the_call_rate(tmp_path, capsys):
@@ -64,15 +102,14 @@ def test_bench_prints_a_row_group_per_factor_and_the_call_rate(tmp_path, capsys)
     text = capsys.readouterr().out
     assert "K=1: full trace" in text and "K=8: reduced trace" in text
     assert "calls/s per rank" in text and "the same scenarios and seeds" in text
+    assert "Δlat s: latency at K minus latency at K=1" in text
     res = json.loads(out.read_text())
     assert res["samples"] == [1, 8] and set(res["rows_by_sample"]) == {"1", "8"}
     by_k = {k: [d for d in res["scenarios"] if d["sample"] == k] for k in (1, 8)}
     assert [d["seed"] for d in by_k[1]] == [d["seed"] for d in by_k[8]]
     assert all(d["records"].get("progress") for d in by_k[8])
     assert not any(d["records"].get("progress") for d in by_k[1])
+    assert all("analyzed" not in d for d in res["scenarios"])
     assert 5 < res["calls_per_s_per_rank"] < 30
-
-
-def test_stream_mode_takes_only_the_full_stream():
-    with pytest.raises(SystemExit):
-        main(["--quick", "--mode", "stream", "--sample", "1,16"])
+    deltas = res["latency_delta_s_by_sample"]["8"]
+    assert all(np.isfinite(x) for cell in deltas for x in cell["deltas"])

@@ -40,7 +40,7 @@ def named(reports, fault) -> bool:
 
 
 @pytest.mark.parametrize("fault", ["rank_hang:auto@12", "dead_link:cable@12",
-                                   "dead_nic:auto@12", "comm_hang:auto@12",
+                                   "dead_nic:auto@12", "comm_hang:auto@12", "error:auto@12",
                                    "slow_gpu:auto@10,slow=2", "slow_nic:auto@10,slow=2.5"])
 def test_each_fault_is_named_from_the_reduced_stream(tmp_path, fault):
     reports, truth, stats = analyse(tmp_path, 16, fault)

@@ -1,0 +1,1 @@
+"""Chaos benchmark of the sidecar: faults against real processes, exact counts (``run.py``)."""
