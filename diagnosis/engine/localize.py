@@ -450,8 +450,7 @@ class Localizer:
         return [self._finding(e, idx, names, g_onset, g_med, len(clear), "communicators",
                               members, must, (g_duty, g_eps)) for e in found]
 
-    @staticmethod
-    def _finding(e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
+    def _finding(self, e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
                  median: np.ndarray, healthy: int, via: str, ends: list[frozenset[int]],
                  must: list[frozenset[Component]],
                  rec: tuple[np.ndarray, ...] | None = None) -> CommFinding:
@@ -464,6 +463,8 @@ class Localizer:
             if np.isfinite(d).sum() * 2 > len(d):
                 duty = float(np.nanmedian(d))
                 episodes = int(np.median(rec[1][keys][np.isfinite(d)]))
+            if duty is not None and duty >= self.cfg.comm_rec_duty:
+                duty = None      # slow in most samples since: slow all along, a few dips
         # the onset most of the explained observations agree on (a single early change point
         # may be noise, or a call that straddled the onset)
         return CommFinding(e, int(np.percentile(onset[keys], 50, method="higher")),

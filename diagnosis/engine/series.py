@@ -232,7 +232,7 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
 class Recurrence:
     start: np.ndarray      # first sample of the recurring segment (an episode's start), -1 none
     logp: np.ndarray       # log P(at least this many episodes | base rate), best start
-    hits: np.ndarray       # slow samples from the start on
+    hits: np.ndarray       # slow samples from the start on (see ``recurrence``)
     count: np.ndarray      # samples from the start on
     episodes: np.ndarray   # runs of consecutive slow samples from the start on
     median: np.ndarray     # median of the slow samples from the start on (NaN when none)
@@ -267,7 +267,6 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     rows, K = a.shape
     valid, high, begins = _episodes(a, thr)
     col = np.arange(K)[None, :]
-    above = np.cumsum(high[:, ::-1], axis=1)[:, ::-1]
     length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
     eps = np.cumsum(begins[:, ::-1], axis=1)[:, ::-1]
     cand = begins & (eps >= max(int(min_episodes), 1))
@@ -281,12 +280,19 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     rix = np.arange(rows)
     best = np.where(has, logp[rix, s0], 0.0)
     med = np.full(rows, np.nan)
+    hits = np.zeros(rows, dtype=np.int64)
     h = np.flatnonzero(has)
     if len(h):
-        after = col >= start[h, None]
-        med[h] = row_quantile(np.where(after & high[h], a[h], np.nan), 0.5)
-    return Recurrence(start, best, np.where(has, above[rix, s0], 0),
-                      np.where(has, length[rix, s0], 0), np.where(has, eps[rix, s0], 0), med)
+        # how often and how much: the samples at least half as slow as the episodes' median
+        # (an episode's edge, where a sample's span only grazes it, is a slow sample of the
+        # episode but not a slow round of its own)
+        after = (col >= start[h, None]) & high[h]
+        typical = row_quantile(np.where(after, a[h], np.nan), 0.5)
+        strong = after & (np.nan_to_num(a[h], nan=-np.inf) >= 0.5 * typical[:, None])
+        med[h] = row_quantile(np.where(strong, a[h], np.nan), 0.5)
+        hits[h] = strong.sum(axis=1)
+    return Recurrence(start, best, hits, np.where(has, length[rix, s0], 0),
+                      np.where(has, eps[rix, s0], 0), med)
 
 
 def episode_rate(a: np.ndarray, thr: np.ndarray, floor: float, trim: float = 0.1,

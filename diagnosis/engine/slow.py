@@ -55,6 +55,7 @@ class SlowRank:
     # that were late since its first episode (None: a change point) and the episodes
     duty: float | None = None
     episodes: int = 0
+    every_ns: float = 0.0   # the usual time between its samples (0: unknown)
 
 
 class _SizeClass:
@@ -415,9 +416,13 @@ def _recurring(cls, series: np.ndarray, sigma: np.ndarray, scale: np.ndarray, t:
         hi = seg > thr[h]
         excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
         g = cls.groups[gi]
-        duty = float(rec.hits[h] / max(int(rec.count[h]), 1))
+        frac = float(rec.hits[h] / max(int(rec.count[h]), 1))
+        # late in most of its samples since: slow all along with a few normal samples
+        duty = frac if frac < cfg.slow_rec_duty else None
+        ts = t[gi, s:][np.isfinite(seg)]
+        every = float(np.median(np.diff(ts))) if len(ts) > 1 else 0.0
         out.append(SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]),
-                            float(rec.median[h]), excess_ns, int(rec.count[h]), duty,
+                            float(rec.median[h]), excess_ns, int(rec.count[h]), frac,
                             float(sigma[gi]), float(rec.logp[h]), duty=duty,
-                            episodes=int(rec.episodes[h])))
+                            episodes=int(rec.episodes[h]), every_ns=every))
     return out

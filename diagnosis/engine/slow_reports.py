@@ -75,9 +75,10 @@ class SlowReports:
             return hid
         name = self.arena.names[s.group]
         if s.duty is not None:
+            every = f", one every {s.every_ns / 1e9:.1f} s" if s.every_ns > 0 else ""
             summary = (f"{self.placement.describe(s.rank)} is slow again and again: in "
-                       f"{100 * s.duty:.0f}% of {s.samples} iterations since the first of "
-                       f"{s.episodes} episodes it spends {ms(s.excess_ns)} "
+                       f"{s.episodes} episodes, {100 * s.duty:.0f}% of its {s.samples} samples "
+                       f"since the first{every}, it takes {ms(s.excess_ns)} "
                        f"({1 + s.excess:.1f}x) longer than its peers in group {name} outside "
                        "collectives, normal between: check that GPU (throttling: clocks, "
                        "thermals, power) or what its host runs now and then")
@@ -103,8 +104,8 @@ class SlowReports:
         duty = [s.duty for s in rows if s.duty is not None]
         if len(duty) * 2 > len(rows):
             summary = (f"every GPU of host {host} ({len(ranks)} ranks) is slow again and "
-                       f"again: in {100 * float(np.median(duty)):.0f}% of iterations since "
-                       f"the first episode they spend {ms(excess_ns)} ({1 + excess:.1f}x) "
+                       f"again: in {100 * float(np.median(duty)):.0f}% of their samples since "
+                       f"the first episode they take {ms(excess_ns)} ({1 + excess:.1f}x) "
                        "longer than their peers outside collectives, normal between: check "
                        "the host (CPU, memory, PCIe, power; what it runs now and then)")
         else:
