@@ -24,6 +24,7 @@ slow beyond the load of its NICs may have hashed onto a busy uplink."""
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -250,15 +251,31 @@ def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray) -> np.nda
     """Per key: how many connections of its ``group`` (itself included) are typically moving
     while it is: the median, over its recent transfers (the samples of its series, each a
     duration ending at its time), of the group's transfers under way at the transfer's
-    middle."""
+    middle. A key whose samples are window statistics (a mean transfer per window, whose place
+    in the window is unknown) counts the others of its group by the share of time each is
+    busy, as if they came at random moments."""
     bank = win.bank
     ring, t_end = bank.ordered(keys)
     nbytes = np.maximum(win.last_bytes[keys], 1).astype(np.float64)
     dur = (ring + 1.0) * bank.base[keys][:, None] * nbytes[:, None]
     ok = np.isfinite(dur) & (dur > 0)
+    windowed = win.end_spread[keys] > 0
+    if windowed.any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gap = np.nanmedian(np.where(ok[:, 1:] & ok[:, :-1], np.diff(t_end, axis=1),
+                                        np.nan), axis=1)
+            busy = np.nan_to_num(np.clip(np.nanmedian(np.where(ok, dur, np.nan), axis=1)
+                                         / gap, 0.0, 1.0), nan=0.0)
+        g = np.unique(group, return_inverse=True)[1].ravel()
+        total = np.bincount(g, weights=busy)
+        by_share = 1.0 + total[g] - busy
+        ok = ok & ~windowed[:, None]
+    else:
+        by_share = np.ones(len(keys))
     k_ix, col = np.nonzero(ok)
     group = np.unique(group, return_inverse=True)[1].ravel()
-    out = np.ones(len(keys))
+    out = np.where(windowed, by_share, 1.0)
     if not len(k_ix):
         return out
     end = t_end[k_ix, col].astype(np.float64)
@@ -280,7 +297,7 @@ def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray) -> np.nda
     n = np.bincount(kk, minlength=len(keys))
     has = n > 0
     out[has] = uw[first[has] + (n[has] - 1) // 2]
-    return np.maximum(out, 1.0)
+    return np.where(windowed, by_share, np.maximum(out, 1.0))
 
 
 def edge_sets(win: ConnWindow, key_sets: KeySets, placement_nic: Callable[[int], str | None],

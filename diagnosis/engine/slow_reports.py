@@ -23,13 +23,15 @@ class SlowReports:
     def __init__(self, eng: Engine) -> None:
         self.cfg, self.arena, self.placement = eng.cfg, eng.arena, eng.placement
         self.registry, self.pg_names, self.error_ranks = eng.registry, eng.pg_names, eng.error_ranks
+        self.eng = eng
         self._pending: set[str] = set()    # thin comm_slow findings seen in the last pass
         self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
 
     def noncomm(self, found: list[SlowRank], now: int) -> None:
         best: dict[int, SlowRank] = {}
+        named = self._network_named() if self.eng.sample > 1 else set()
         for s in found:
-            if s.rank in self.error_ranks:
+            if s.rank in self.error_ranks or self._symptom(s, named) is not None:
                 continue
             cur = best.get(s.rank)
             if cur is None or s.logp < cur.logp:      # its strongest evidence
@@ -131,13 +133,76 @@ class SlowReports:
         return out
 
     def _slow_ranks(self) -> set[int]:
-        """Ranks with an open ``noncomm_slow`` report (their own, or their host's)."""
+        """Ranks with an open ``noncomm_slow`` report (their own, or their host's); with
+        sampled calls, not those found only slow again and again (see ``_symptoms``)."""
         out: set[int] = set()
         for fid in self.registry.open_ids("noncomm_slow"):
             r = self.registry.get(fid)
+            if self.eng.sample > 1 and r.evidence.get("recurring"):
+                continue
             out.update(s.rank for s in r.suspects if s.rank is not None and s.rank >= 0)
             out.update(r.evidence.get("ranks", []))
         return out
+
+    def _network_named(self) -> set[str]:
+        """Ids of the components that open ``comm_slow`` reports name first (with their top
+        score), and ``rank:R`` for the ends of the connections they list as slow."""
+        named: set[str] = set()
+        for fid in self.registry.open_ids("comm_slow"):
+            rep = self.registry.get(fid)
+            top = rep.suspects[0].score if rep.suspects else 0
+            named.update(x.id for x in rep.suspects if x.score >= top)
+            if rep.evidence.get("via") == "connections":
+                for name in rep.evidence.get("slow", []):
+                    named.update(f"rank:{r}" for r in str(name).split(">"))
+        return named
+
+    def _behind(self, rank: int, named: set[str]) -> str | None:
+        """The named component that is the rank's NIC, its cable or its leaf, or one of the
+        slow connections it is an end of, if any."""
+        if f"rank:{rank}" in named:
+            return f"its connection to or from rank {rank}"
+        nic = self.placement.nic(int(rank))
+        if nic is None or not named:
+            return None
+        edge = {nic}
+        topo = self.eng.topology
+        try:
+            for lk in topo.links_of(nic) if topo is not None else []:
+                edge.add(lk)
+                edge.update(lk.split("~"))
+        except Exception:
+            pass
+        hit = sorted(edge & named)
+        return hit[0] if hit else None
+
+    def _symptom(self, s: SlowRank, named: set[str]) -> str | None:
+        """With sampled calls a rank's lateness includes its own transfers (its own time
+        outside calls is lost): a rank behind a slow NIC or leaf arrives late now and then, at
+        the calls that follow its slow sends. A rank found slow only again and again whose NIC,
+        its cable or its leaf is named slow, or whose connections are, is that fault's
+        symptom: the component."""
+        if self.eng.sample == 1 or s.duty is None:
+            return None
+        return self._behind(s.rank, named)
+
+    def _symptoms(self, now: int) -> None:
+        """Withdraw the recurring slow ranks that the comm reports now explain (see
+        ``_symptom``)."""
+        if self.eng.sample == 1:
+            return
+        named = self._network_named()
+        for fid in self.registry.open_ids("noncomm_slow"):
+            rep = self.registry.get(fid)
+            if not rep.evidence.get("recurring"):
+                continue
+            ranks = [x.rank for x in rep.suspects if x.rank is not None and x.rank >= 0]
+            for r in ranks + list(rep.evidence.get("ranks", [])):
+                hit = self._behind(int(r), named)
+                if hit is not None:
+                    self.registry.resolve(fid, now, f"its lateness follows its transfers: "
+                                          f"{hit} is slow")
+                    break
 
     def comm(self, findings: list[CommFinding], now: int) -> None:
         current: set[str] = set()
@@ -201,3 +266,4 @@ class SlowReports:
         for old in self.registry.open_ids("comm_slow"):
             if old not in current and not old.startswith(LOSSY_PREFIX):
                 self.registry.resolve(old, now, "the connections are back to their baseline")
+        self._symptoms(now)
