@@ -163,6 +163,10 @@ class EngineConfig:
     comm_rec_min_excess: float = 0.15
     comm_rec_noise_k: float = 4.0
     comm_rec_base_rate: float = 0.001
+    #: ... and without connection records, for a communicator's transfer time taken from its
+    #: members' calls (on their own clocks, so that it moves whenever another member enters
+    #: last): ``comm_rec_min_excess_calls`` instead of ``comm_rec_min_excess``.
+    comm_rec_min_excess_calls: float = 0.5
     #: A connection slow from a change point on that also recurs is described as recurring
     #: when fewer than this fraction of its samples since its first episode were slow.
     comm_rec_duty: float = 0.75
@@ -216,6 +220,7 @@ class EngineConfig:
                      "straggle_min_excess",
                      "comm_min_excess", "comm_noise_k", "comm_peer_excess",
                      "comm_peer_purity", "comm_peer_single", "comm_rec_min_excess",
+                     "comm_rec_min_excess_calls",
                      "comm_rec_noise_k",
                      "comm_rec_base_rate"):
             value = getattr(self, name)

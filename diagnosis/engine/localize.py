@@ -131,7 +131,7 @@ class Localizer:
 
     # ----- slow ------------------------------------------------------------------------------
     def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int, min_before: int,
-                     floor_ns: float = 0.0):
+                     rec_excess: float | None = None):
         """Which keys turned slow: a binomial change point on samples above the noise, against
         the base rate of such samples over every key."""
         cfg = self.cfg
@@ -167,10 +167,8 @@ class Localizer:
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
         lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span,
                                 min_before)
-        rec_thr = np.full(len(keys), max(cfg.comm_rec_min_excess, cfg.comm_rec_noise_k * sigma))
-        if floor_ns > 0:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rec_thr = np.fmax(rec_thr, floor_ns / bank.base[keys])
+        least = cfg.comm_rec_min_excess if rec_excess is None else rec_excess
+        rec_thr = np.full(len(keys), max(least, cfg.comm_rec_noise_k * sigma))
         res, lasting, duty, episodes = self._recurring(ring, rt, rec_thr, res, lasting)
         return ring, rt, thr, res, lasting, (duty, episodes, rec_thr)
 
@@ -416,8 +414,11 @@ class Localizer:
         K = min(len(key_group), len(bank))
         if K == 0:
             return []
+        # a communicator's transfer time, from its members' calls on their own clocks, moves
+        # by their offsets whenever another member enters last: only gross episodes count
         ring, rt, thr, res, slow, rec = self._slow_series(bank, np.arange(K), min_span,
-                                                          self.cfg.comm_min_samples)
+                                                          self.cfg.comm_min_samples,
+                                                          self.cfg.comm_rec_min_excess_calls)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
