@@ -217,7 +217,8 @@ def _row_extra(done: list[dict[str, Any]]) -> dict[tuple[int, str], dict[str, An
 
 
 def print_rows(rows: list[Row], extra: dict[tuple[int, str], dict[str, Any]],
-               out: TextIO = sys.stdout) -> None:
+               out: TextIO | None = None) -> None:
+    out = out or sys.stdout
     head = (f"{'gpus':>5} {'row':<17} {'runs':>4} {'det%':>6} {'top1%':>6} {'top3%':>6} "
             f"{'amb':>3} {'all%':>6} {'target':>6} {'occ':>7} {'lat s':>6} {'false':>5}")
     print(head, file=out)
