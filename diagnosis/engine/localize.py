@@ -18,6 +18,7 @@ from diagnosis.engine.series import (
     ChangePoint,
     SeriesBank,
     change_point,
+    episode_length,
     episode_rate,
     recurrence,
     robust_sigma,
@@ -189,7 +190,8 @@ class Localizer:
             return res, lasting, duty, episodes
         common = self._job_wide(ring, rt, thr)
         p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common)
-        rec = recurrence(ring, thr, np.full(len(ring), p0), cfg.comm_rec_episodes)
+        unit = episode_length(ring, thr, cfg.comm_rec_episodes)
+        rec = recurrence(ring, thr, np.full(len(ring), p0), cfg.comm_rec_episodes, unit)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
         # slow from a change point on and recurring, most samples since normal: described as
         # recurring (its slow samples are episodes, not a new level)

@@ -253,27 +253,71 @@ def _episodes(a: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return valid, high, high & ~prev_high
 
 
+def _strong_runs(a: np.ndarray, high: np.ndarray, begins: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample, the episode it belongs to (a running count per row, 0 before the first),
+    and per row and episode (indexed by that count) how many of its samples are at least half
+    as slow as the row's median slow sample (an episode's edge, a sample whose span only grazes
+    it, does not count)."""
+    rows, K = a.shape
+    typical = row_quantile(np.where(high, a, np.nan), 0.5)
+    strong = high & (np.nan_to_num(a, nan=-np.inf) >= 0.5 * np.nan_to_num(typical)[:, None])
+    ep = np.cumsum(begins, axis=1)
+    n = np.zeros((rows, K + 1))
+    r, c = np.nonzero(strong)
+    np.add.at(n, (r, ep[r, c]), 1.0)
+    return ep, n
+
+
+def episode_length(a: np.ndarray, thr: np.ndarray, min_episodes: int, default: float = 2.0,
+                   least: int = 20) -> float:
+    """How long the episodes of rows that do not recur (fewer than ``min_episodes``) last: the
+    90th percentile of their strong samples (see :func:`_strong_runs`); ``default`` with fewer
+    than ``least`` such episodes. A transient congestion of two iterations, or a pause and its
+    echo in the next sample, is one event of that length."""
+    _, high, begins = _episodes(a, thr)
+    quiet = begins.sum(axis=1) < max(int(min_episodes), 1)
+    if not quiet.any():
+        return default
+    _, n = _strong_runs(a[quiet], high[quiet], begins[quiet])
+    lengths = n[:, 1:][n[:, 1:] > 0]
+    if len(lengths) < least:
+        return default
+    return float(max(np.percentile(lengths, 90), 1.0))
+
+
 def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
-               min_episodes: int) -> Recurrence:
+               min_episodes: int, unit: float = 0.0) -> Recurrence:
     """Per row of ``a`` (oldest first, NaN = none): slowness that comes back. An episode is a
     run of consecutive samples above ``thr`` (NaN samples neither break nor extend it); from the
-    start of some episode on, the row has ``episodes`` of them, at least ``min_episodes``, with
-    healthy samples between. Of those starts, the one whose episodes are least likely under the
+    start of some episode on, the row has ``episodes`` of them, at least ``min_episodes`` (with
+    ``unit``: weighing that many, in two episodes at least), with healthy samples between. Of
+    those starts, the one whose episodes are least likely under the
     base rate ``p0`` of an episode starting at a sample (a binomial tail; see
     :func:`episode_rate`): a component slow now and then in a pattern or at random, which a
     change point into a persistently slow segment misses (a third of the samples after it are
     slow, none before). Episodes, not slow samples, are the independent events: a congestion
-    that lasts two iterations, or strikes every microbatch of one, is one."""
+    that lasts two iterations, or strikes every microbatch of one, is one. With ``unit`` (the
+    length of a benign episode, :func:`episode_length`), an episode of several times that
+    length weighs as many: slow for five iterations in a row is more than one congestion."""
     rows, K = a.shape
     valid, high, begins = _episodes(a, thr)
     col = np.arange(K)[None, :]
     length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
     eps = np.cumsum(begins[:, ::-1], axis=1)[:, ::-1]
-    cand = begins & (eps >= max(int(min_episodes), 1))
+    weight = begins.astype(np.float64)
+    if unit > 0 and begins.any():
+        ep, n = _strong_runs(a, high, begins)
+        r, c = np.nonzero(begins)
+        weight[r, c] = np.maximum(1.0, np.floor(n[r, ep[r, c]] / unit))
+    events = np.rint(np.cumsum(weight[:, ::-1], axis=1)[:, ::-1]).astype(np.int64)
+    # it came back at least once, and weighs as many episodes as asked
+    cand = begins & (eps >= min(2, max(int(min_episodes), 1))) \
+        & (events >= max(int(min_episodes), 1))
     logp = np.zeros((rows, K))
     if cand.any():
         r, c = np.nonzero(cand)
-        logp[r, c] = binom_logsf(eps[r, c], length[r, c], p0[r])
+        logp[r, c] = binom_logsf(np.minimum(events[r, c], length[r, c]), length[r, c], p0[r])
     has = cand.any(axis=1)
     start = np.where(has, np.argmin(np.where(cand, logp, 1.0), axis=1), -1)
     s0 = np.maximum(start, 0)

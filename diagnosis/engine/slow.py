@@ -26,6 +26,7 @@ from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.series import (
     change_point,
+    episode_length,
     episode_rate,
     recurrence,
     robust_sigma,
@@ -402,7 +403,8 @@ def _recurring(cls, series: np.ndarray, sigma: np.ndarray, scale: np.ndarray, t:
                          cfg.slow_rec_noise_k * sigma)
     thr = np.repeat(rec_thr, n)
     p0 = episode_rate(series, thr, cfg.slow_rec_base_rate)
-    rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes)
+    unit = episode_length(series, thr, cfg.slow_rec_episodes)
+    rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes, unit)
     ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
         & (rec.median >= least)
     # a member found from a change point on is reported as recurring when it recurs and most
