@@ -17,9 +17,10 @@ Rows (``--families``):
   the job's traffic crosses.
 * ``start <kind>``: one slow fault of each kind active from the first iteration (1.5-3x),
   before any healthy past could be learnt.
-* ``multi2``, ``multi3``: two or three slow faults of different kinds at once (1.5-3x, onsets
-  mid-run), on components that share no host and no connection (else one fault's evidence is
-  the other's).
+* ``multi2``, ``multi3``: two or three slow faults of different kinds at once, on components
+  that share no host and no connection (else one fault's evidence is the other's), each from
+  mid-run on (1.5-3x), from the first iteration (1.5-3x) or one iteration in three (2-4x),
+  rotated per fault and seed.
 * ``healthy``: no fault, five times the one-off pauses (GC), a checkpoint every 7 iterations
   and three times the transient congestion; ``healthy ecmp``: the same on a fabric of four
   hosts per leaf (as many spines), whose data-parallel rings all cross spines and collide.
@@ -127,17 +128,32 @@ def _apart(cfg: SimConfig) -> bool:
     return True
 
 
+#: how each fault of a ``multi`` run comes: from mid-run on, from the first iteration, or one
+#: iteration in three (rotated per fault and seed)
+MULTI_MODES = ("mid", "start", "intermittent")
+
+
 def multi(n: int, gpus: int, k: int, base: SimConfig) -> tuple[SimConfig, int]:
-    """``n`` slow faults of different kinds at once, on components apart (see ``_apart``)."""
+    """``n`` slow faults of different kinds at once, on components apart (see ``_apart``), each
+    from mid-run on, from the first iteration, or one iteration in three."""
     for attempt in range(40):
         seed = _seed(f"multi{n}", gpus, k, attempt)
         rng = np.random.default_rng(seed)
         kinds = [str(x) for x in rng.choice(KINDS, n, replace=False)]
         faults = []
         for j, kind in enumerate(kinds):
+            mode = MULTI_MODES[(j + k) % len(MULTI_MODES)]
             onset = int(rng.integers(int(base.iterations * 0.3), int(base.iterations * 0.5)))
-            faults.append(FaultSpec(kind, _target(kind, k + j, base), onset,
-                                    slow=round(float(rng.uniform(1.5, 3.0)), 3)))
+            slow = round(float(rng.uniform(1.5, 3.0)), 3)
+            target = _target(kind, k + j, base)
+            if mode == "start":
+                faults.append(FaultSpec(kind, target, 0, slow=slow))
+            elif mode == "intermittent":
+                faults.append(FaultSpec(kind, target, int(rng.integers(6, 9)),
+                                        slow=round(float(rng.uniform(2.0, 4.0)), 3),
+                                        every=3, on=1))
+            else:
+                faults.append(FaultSpec(kind, target, onset, slow=slow))
         cfg = replace(base, seed=seed, faults=tuple(faults))
         if _apart(cfg):
             return cfg, attempt

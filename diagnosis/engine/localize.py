@@ -170,24 +170,25 @@ class Localizer:
                                 min_before)
         least = cfg.comm_rec_min_excess if rec_excess is None else rec_excess
         rec_thr = np.full(len(keys), max(least, cfg.comm_rec_noise_k * sigma))
-        res, lasting, duty, episodes = self._recurring(ring, rt, rec_thr, res, lasting)
-        return ring, rt, thr, res, lasting, (duty, episodes, rec_thr)
+        res, lasting, duty, episodes, unit = self._recurring(ring, rt, rec_thr, res, lasting)
+        return ring, rt, thr, res, lasting, (duty, episodes, rec_thr, unit)
 
     def _recurring(self, ring: np.ndarray, rt: np.ndarray, thr: np.ndarray, res: ChangePoint,
                    lasting: np.ndarray
-                   ) -> tuple[ChangePoint, np.ndarray, np.ndarray, np.ndarray]:
+                   ) -> tuple[ChangePoint, np.ndarray, np.ndarray, np.ndarray, float]:
         """Keys slow again and again with healthy stretches between (a flapping port, pause
         frames, a marginal cable: slow on one iteration in three, or at random): at least
         ``comm_rec_episodes`` episodes of samples above ``thr`` (per key), too many for the
         fleet's rate of such episodes (a transient congestion is one episode, and rarely
         strikes one path three times). Returns the change points with those keys' segments
         (from their first counted episode), the slow keys, and per key the fraction of its
-        samples that were slow since then (NaN: not recurring) and its episodes."""
+        samples that were slow since then (NaN: not recurring) and its episodes, and how
+        many samples a benign episode lasts (see ``episode_length``)."""
         cfg = self.cfg
         duty = np.full(len(ring), np.nan)
         episodes = np.zeros(len(ring), dtype=np.int64)
         if not len(ring):
-            return res, lasting, duty, episodes
+            return res, lasting, duty, episodes, 0.0
         common = self._job_wide(ring, rt, thr)
         p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common)
         unit = episode_length(ring, thr, cfg.comm_rec_episodes)
@@ -200,7 +201,7 @@ class Localizer:
         episodes[again] = rec.episodes[again]
         new = recurs & ~lasting
         if not new.any():
-            return res, lasting, duty, episodes
+            return res, lasting, duty, episodes, unit
         res = ChangePoint(*(np.array(getattr(res, f.name)) for f in fields(res)))
         res.start[new] = rec.start[new]
         res.logp[new] = rec.logp[new]
@@ -209,7 +210,7 @@ class Localizer:
         res.median[new] = rec.median[new]
         duty[new] = res.frac[new]
         episodes[new] = rec.episodes[new]
-        return res, lasting | new, duty, episodes
+        return res, lasting | new, duty, episodes, unit
 
     @staticmethod
     def _round_ns(ring: np.ndarray, rt: np.ndarray) -> float:
@@ -366,7 +367,7 @@ class Localizer:
         apart), keeping those where at least ``comm_purity`` of its connections with a sample
         then were slow, and wants ``comm_rec_episodes`` of them. Explanations of connections
         slow all along pass."""
-        duty, _, thr = rec
+        duty, _, thr, unit = rec
         explained = slow_idx[e.explained]
         if not np.isfinite(duty[explained]).sum() * 2 > len(explained):
             return True
@@ -394,6 +395,7 @@ class Localizer:
         when = when[order]
         cut = np.flatnonzero(np.diff(when) > width / 2) + 1
         episodes = 0
+        weighed = 0.0
         for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(when)]):
             a, b = when[lo] - width / 2, when[hi - 1] + width / 2
             inside = valid & (t >= a) & (t <= b)
@@ -407,8 +409,12 @@ class Localizer:
                 n_slow = int((every & (ring > thr_all)).any(axis=1).sum())
                 if n_seen >= self.cfg.comm_peer_min and n_slow >= 0.5 * n_seen:
                     continue
+            # an episode several times as long as a benign one weighs as many
+            run = float(np.median((inside & (r > thr)).sum(axis=1)[slow]))
             episodes += 1
-        return episodes >= self.cfg.comm_rec_episodes
+            weighed += max(1.0, np.floor(run / unit)) if unit > 0 else 1.0
+        return episodes >= min(2, self.cfg.comm_rec_episodes) \
+            and weighed >= self.cfg.comm_rec_episodes
 
     def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int],
                           min_span: int) -> list[CommFinding]:
@@ -442,7 +448,7 @@ class Localizer:
         g_onset = np.array([first[g] for g in slow_g], dtype=np.int64)
         g_med = np.array([float(np.nanmax(res.median[groups == g])) for g in slow_g])
         # a communicator recurs when its slow operations do (the most slow of them)
-        duty, episodes, _ = rec
+        duty, episodes = rec[0], rec[1]
         on = slow & np.isfinite(duty)
         g_duty = np.array([float(np.max(duty[on & (groups == g)], initial=np.nan))
                            if (on & (groups == g)).any() else np.nan for g in slow_g])

@@ -31,6 +31,10 @@ def test_faults_from_the_start_and_several_at_once():
         kinds = [f.kind for f in sc.cfg.faults]
         assert len(kinds) == n == len(set(kinds))
         assert _apart(sc.cfg)
+    # mid-run, from the start, one in three
+    three = todo[len(KINDS) + 1].cfg.faults
+    assert three[0].onset > 0 and not three[0].every and three[1].onset == 0
+    assert (three[2].every, three[2].on) == (3, 1)
     healthy = todo[-1].cfg
     assert healthy.hosts_per_leaf == 4 and healthy.checkpoint_every == 7 and not healthy.faults
 
