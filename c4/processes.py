@@ -132,12 +132,13 @@ def start_daemon(workdir: Path, port: int, store: str | None = None, name: str =
     return svc
 
 
-def start_sidecar(workdir: Path, port: int, host: str, name: str | None = None
-                  ) -> tuple[Service, Path]:
+def start_sidecar(workdir: Path, port: int, host: str, name: str | None = None,
+                  extra: Sequence[str] = ()) -> tuple[Service, Path]:
     name = name or f"sidecar-{host}"
     sock = workdir / f"{name}.sock"
     svc = Service(c4_command("sidecar", "--daemon", f"127.0.0.1:{port}", "--socket", str(sock),
-                             "--host", host, "--spill-dir", str(workdir / f"{name}-spill")),
+                             "--host", host, "--spill-dir", str(workdir / f"{name}-spill"),
+                             *extra),
                   workdir / f"{name}.log").start()
     wait_for(sock.exists, 60, what=f"the sidecar socket {sock}")
     return svc, sock

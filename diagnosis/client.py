@@ -132,6 +132,24 @@ class DaemonClient:
             raise _wrap(exc, self.address) from None
         return concat(parts) if parts else empty_columns(OP_COLUMNS)
 
+    def reduced(self, job: str) -> list[c4_pb2.ReducedChunk]:
+        """The reduced records (progress, linkstat, port) and sampling schedules stored for a
+        job, in the order stored."""
+        try:
+            return list(self._query.Reduced(c4_pb2.ReducedRequest(job=job),
+                                            timeout=max(self.timeout, 60.0)))
+        except grpc.RpcError as exc:
+            raise _wrap(exc, self.address) from None
+
+    def details(self, job: str, fault_id: str = "") -> list[c4_pb2.DetailBatch]:
+        """The full records the nodes sent around the job's fault reports (one fault's with
+        ``fault_id``)."""
+        try:
+            return list(self._query.Details(c4_pb2.DetailsRequest(job=job, fault_id=fault_id),
+                                            timeout=max(self.timeout, 60.0)))
+        except grpc.RpcError as exc:
+            raise _wrap(exc, self.address) from None
+
     def send(self, request: c4_pb2.IngestRequest) -> c4_pb2.IngestAck:
         return self._call(self._ingest.Send, request)
 

@@ -212,28 +212,29 @@ def ops(
 def export(
     job: str = typer.Argument(..., help="The job, from `c4 jobs`."),
     output: str = typer.Option(..., "--output", "-o", help="Trace file to write (JSON Lines)."),
+    full: bool = typer.Option(False, "--full",
+                              help="Also the full records the nodes sent around the job's "
+                                   "fault reports (jobs whose calls were sampled)."),
     daemon: str = DaemonOpt,
 ) -> None:
     """Write a job's stored telemetry as a trace file (shared formats, section 2), for
-    `c4 analyze` or another tool."""
+    `c4 analyze` or another tool: version 1, or version 2 with its sampling factor and its
+    progress, linkstat and port records when the job shipped reduced telemetry."""
     from diagnosis.errors import DiagnosisError
-    from diagnosis.trace.writer import TraceWriter
+    from diagnosis.export import write_trace
 
     try:
         with _client(daemon) as c:
             ranks, groups, cols = c.ranks(job), c.groups(job), c.ops(job)
+            reduced = c.reduced(job)
+            details = c.details(job) if full else None
     except DiagnosisError as exc:
         _fail(exc)
-    with TraceWriter(output) as out:
-        out.meta(job)
-        for r in ranks:
-            out.rank(r.rank, r.host, r.gpu or None, r.nic or None)
-        for g in groups:
-            out.group(g.pg, list(g.ranks))
-        out.ops(cols)
-        if len(cols):
-            out.end(int(max(cols["t_enter_ns"].max(), cols["t_end_ns"].max())))
-    console.print(f"wrote {out.lines:,} records of job {job} to {output}")
+    out = write_trace(output, job, ranks=ranks, groups=groups, ops=cols, reduced=reduced,
+                      details=details)
+    what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
+    extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
+    console.print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
 
 
 def register(app: typer.Typer) -> None:

@@ -91,6 +91,140 @@ class ConnSampleBatch(_message.Message):
     busy_us: bytes
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., local: _Optional[bytes] = ..., remote: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., bytes_acked: _Optional[bytes] = ..., bytes_received: _Optional[bytes] = ..., rtt_us: _Optional[bytes] = ..., delivery_rate: _Optional[bytes] = ..., retrans: _Optional[bytes] = ..., busy_us: _Optional[bytes] = ...) -> None: ...
 
+class ProgressBatch(_message.Message):
+    __slots__ = ("job", "attempt", "count", "strings", "rank", "pg", "op", "peer", "t_ns", "entered", "completed")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    PG_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    ENTERED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    count: int
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    rank: bytes
+    pg: bytes
+    op: bytes
+    peer: bytes
+    t_ns: bytes
+    entered: bytes
+    completed: bytes
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., pg: _Optional[bytes] = ..., op: _Optional[bytes] = ..., peer: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., entered: _Optional[bytes] = ..., completed: _Optional[bytes] = ...) -> None: ...
+
+class LinkStatBatch(_message.Message):
+    __slots__ = ("job", "attempt", "count", "strings", "src", "dst", "local", "remote", "pg", "t_ns", "window_ns", "transfers", "nbytes", "busy_ns", "max_ns", "open", "open_since_ns", "retrans")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_FIELD_NUMBER: _ClassVar[int]
+    PG_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_NS_FIELD_NUMBER: _ClassVar[int]
+    TRANSFERS_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    BUSY_NS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    OPEN_SINCE_NS_FIELD_NUMBER: _ClassVar[int]
+    RETRANS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    count: int
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    src: bytes
+    dst: bytes
+    local: bytes
+    remote: bytes
+    pg: bytes
+    t_ns: bytes
+    window_ns: bytes
+    transfers: bytes
+    nbytes: bytes
+    busy_ns: bytes
+    max_ns: bytes
+    open: bytes
+    open_since_ns: bytes
+    retrans: bytes
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., src: _Optional[bytes] = ..., dst: _Optional[bytes] = ..., local: _Optional[bytes] = ..., remote: _Optional[bytes] = ..., pg: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., window_ns: _Optional[bytes] = ..., transfers: _Optional[bytes] = ..., nbytes: _Optional[bytes] = ..., busy_ns: _Optional[bytes] = ..., max_ns: _Optional[bytes] = ..., open: _Optional[bytes] = ..., open_since_ns: _Optional[bytes] = ..., retrans: _Optional[bytes] = ...) -> None: ...
+
+class PortBatch(_message.Message):
+    __slots__ = ("job", "attempt", "count", "strings", "host", "nic", "t_ns", "up", "link_downed", "symbol_errors", "rcv_errors", "xmit_discards", "retrans", "rx_bytes", "tx_bytes")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    NIC_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    UP_FIELD_NUMBER: _ClassVar[int]
+    LINK_DOWNED_FIELD_NUMBER: _ClassVar[int]
+    SYMBOL_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    RCV_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    XMIT_DISCARDS_FIELD_NUMBER: _ClassVar[int]
+    RETRANS_FIELD_NUMBER: _ClassVar[int]
+    RX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    count: int
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    host: bytes
+    nic: bytes
+    t_ns: bytes
+    up: bytes
+    link_downed: bytes
+    symbol_errors: bytes
+    rcv_errors: bytes
+    xmit_discards: bytes
+    retrans: bytes
+    rx_bytes: bytes
+    tx_bytes: bytes
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., host: _Optional[bytes] = ..., nic: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., up: _Optional[bytes] = ..., link_downed: _Optional[bytes] = ..., symbol_errors: _Optional[bytes] = ..., rcv_errors: _Optional[bytes] = ..., xmit_discards: _Optional[bytes] = ..., retrans: _Optional[bytes] = ..., rx_bytes: _Optional[bytes] = ..., tx_bytes: _Optional[bytes] = ...) -> None: ...
+
+class DetailBatch(_message.Message):
+    __slots__ = ("job", "attempt", "fault_id", "request", "host", "status", "from_ns", "to_ns", "held_from_ns", "ops", "truncated")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        COMPLETE: _ClassVar[DetailBatch.Status]
+        PARTIAL: _ClassVar[DetailBatch.Status]
+        GONE: _ClassVar[DetailBatch.Status]
+    COMPLETE: DetailBatch.Status
+    PARTIAL: DetailBatch.Status
+    GONE: DetailBatch.Status
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FAULT_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    FROM_NS_FIELD_NUMBER: _ClassVar[int]
+    TO_NS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FROM_NS_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    fault_id: str
+    request: int
+    host: str
+    status: DetailBatch.Status
+    from_ns: int
+    to_ns: int
+    held_from_ns: int
+    ops: OpBatch
+    truncated: bool
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., fault_id: _Optional[str] = ..., request: _Optional[int] = ..., host: _Optional[str] = ..., status: _Optional[_Union[DetailBatch.Status, str]] = ..., from_ns: _Optional[int] = ..., to_ns: _Optional[int] = ..., held_from_ns: _Optional[int] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
 class RankInfo(_message.Message):
     __slots__ = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic", "backend", "t_ns")
     JOB_FIELD_NUMBER: _ClassVar[int]
@@ -152,7 +286,7 @@ class CollectorStats(_message.Message):
     def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., recorded: _Optional[int] = ..., dropped: _Optional[int] = ..., shipped: _Optional[int] = ..., t_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class SidecarStats(_message.Message):
-    __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors")
+    __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors", "records_out", "bytes_out", "late_steps", "detail_refused", "detail_records")
     HOST_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
     SHIPPED_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +295,11 @@ class SidecarStats(_message.Message):
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     SPILL_BYTES_FIELD_NUMBER: _ClassVar[int]
     COLLECTORS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_OUT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    LATE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_RECORDS_FIELD_NUMBER: _ClassVar[int]
     host: str
     received: int
     shipped: int
@@ -169,10 +308,15 @@ class SidecarStats(_message.Message):
     rejected: int
     spill_bytes: int
     collectors: _containers.RepeatedCompositeFieldContainer[CollectorStats]
-    def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ...) -> None: ...
+    records_out: int
+    bytes_out: int
+    late_steps: int
+    detail_refused: int
+    detail_records: int
+    def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ..., detail_records: _Optional[int] = ...) -> None: ...
 
 class IngestRequest(_message.Message):
-    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats")
+    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail")
     SIDECAR_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +324,10 @@ class IngestRequest(_message.Message):
     OPS_FIELD_NUMBER: _ClassVar[int]
     CONNS_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    LINKSTATS_FIELD_NUMBER: _ClassVar[int]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     sidecar: str
     seq: int
     rank: RankInfo
@@ -187,21 +335,83 @@ class IngestRequest(_message.Message):
     ops: OpBatch
     conns: ConnSampleBatch
     stats: SidecarStats
-    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ...) -> None: ...
+    progress: ProgressBatch
+    linkstats: LinkStatBatch
+    ports: PortBatch
+    detail: DetailBatch
+    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ...) -> None: ...
+
+class SampleStep(_message.Message):
+    __slots__ = ("pg", "from_seq", "sample")
+    PG_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    pg: str
+    from_seq: int
+    sample: int
+    def __init__(self, pg: _Optional[str] = ..., from_seq: _Optional[int] = ..., sample: _Optional[int] = ...) -> None: ...
+
+class SampleSchedule(_message.Message):
+    __slots__ = ("job", "attempt", "version", "steps", "window_ns", "window_from_ns", "default_sample")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_NS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FROM_NS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    version: int
+    steps: _containers.RepeatedCompositeFieldContainer[SampleStep]
+    window_ns: int
+    window_from_ns: int
+    default_sample: int
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[SampleStep, _Mapping]]] = ..., window_ns: _Optional[int] = ..., window_from_ns: _Optional[int] = ..., default_sample: _Optional[int] = ...) -> None: ...
+
+class DetailRequest(_message.Message):
+    __slots__ = ("job", "attempt", "fault_id", "request", "from_ns", "to_ns", "ranks", "max_records")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FAULT_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    FROM_NS_FIELD_NUMBER: _ClassVar[int]
+    TO_NS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    fault_id: str
+    request: int
+    from_ns: int
+    to_ns: int
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    max_records: int
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., fault_id: _Optional[str] = ..., request: _Optional[int] = ..., from_ns: _Optional[int] = ..., to_ns: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., max_records: _Optional[int] = ...) -> None: ...
+
+class Control(_message.Message):
+    __slots__ = ("schedule", "detail")
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    schedule: SampleSchedule
+    detail: DetailRequest
+    def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ...) -> None: ...
 
 class IngestAck(_message.Message):
-    __slots__ = ("seq", "code", "error", "duplicate", "sidecar")
+    __slots__ = ("seq", "code", "error", "duplicate", "sidecar", "control")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     SIDECAR_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_FIELD_NUMBER: _ClassVar[int]
     seq: int
     code: int
     error: str
     duplicate: bool
     sidecar: str
-    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ..., sidecar: _Optional[str] = ...) -> None: ...
+    control: Control
+    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ..., sidecar: _Optional[str] = ..., control: _Optional[_Union[Control, _Mapping]] = ...) -> None: ...
 
 class Suspect(_message.Message):
     __slots__ = ("type", "id", "score", "rank")
@@ -372,3 +582,29 @@ class StatusResponse(_message.Message):
     jobs: int
     open_faults: int
     def __init__(self, version: _Optional[str] = ..., store: _Optional[str] = ..., started_ns: _Optional[int] = ..., records_ingested: _Optional[int] = ..., records_per_second: _Optional[float] = ..., batches_rejected: _Optional[int] = ..., duplicates: _Optional[int] = ..., sidecars: _Optional[_Iterable[_Union[SidecarSeen, _Mapping]]] = ..., jobs: _Optional[int] = ..., open_faults: _Optional[int] = ...) -> None: ...
+
+class ReducedRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class ReducedChunk(_message.Message):
+    __slots__ = ("progress", "linkstats", "ports", "schedule")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    LINKSTATS_FIELD_NUMBER: _ClassVar[int]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    progress: ProgressBatch
+    linkstats: LinkStatBatch
+    ports: PortBatch
+    schedule: SampleSchedule
+    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ...) -> None: ...
+
+class DetailsRequest(_message.Message):
+    __slots__ = ("job", "fault_id")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    FAULT_ID_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    fault_id: str
+    def __init__(self, job: _Optional[str] = ..., fault_id: _Optional[str] = ...) -> None: ...

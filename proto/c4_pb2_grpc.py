@@ -333,6 +333,16 @@ class QueryStub:
                 request_serializer=proto_dot_c4__pb2.StatusRequest.SerializeToString,
                 response_deserializer=proto_dot_c4__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.Reduced = channel.unary_stream(
+                '/c4.v1.Query/Reduced',
+                request_serializer=proto_dot_c4__pb2.ReducedRequest.SerializeToString,
+                response_deserializer=proto_dot_c4__pb2.ReducedChunk.FromString,
+                _registered_method=True)
+        self.Details = channel.unary_stream(
+                '/c4.v1.Query/Details',
+                request_serializer=proto_dot_c4__pb2.DetailsRequest.SerializeToString,
+                response_deserializer=proto_dot_c4__pb2.DetailBatch.FromString,
+                _registered_method=True)
 
 
 class QueryServicer:
@@ -370,6 +380,21 @@ class QueryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reduced(self, request, context):
+        """The reduced records stored for a job's latest attempt (progress, linkstat, port) and its
+        sampling schedules, in the order stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Details(self, request, context):
+        """The full records pulled from the nodes around a job's fault reports (detail on demand).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -397,6 +422,16 @@ def add_QueryServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=proto_dot_c4__pb2.StatusRequest.FromString,
                     response_serializer=proto_dot_c4__pb2.StatusResponse.SerializeToString,
+            ),
+            'Reduced': grpc.unary_stream_rpc_method_handler(
+                    servicer.Reduced,
+                    request_deserializer=proto_dot_c4__pb2.ReducedRequest.FromString,
+                    response_serializer=proto_dot_c4__pb2.ReducedChunk.SerializeToString,
+            ),
+            'Details': grpc.unary_stream_rpc_method_handler(
+                    servicer.Details,
+                    request_deserializer=proto_dot_c4__pb2.DetailsRequest.FromString,
+                    response_serializer=proto_dot_c4__pb2.DetailBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -534,6 +569,60 @@ class Query:
             '/c4.v1.Query/Status',
             proto_dot_c4__pb2.StatusRequest.SerializeToString,
             proto_dot_c4__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reduced(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/c4.v1.Query/Reduced',
+            proto_dot_c4__pb2.ReducedRequest.SerializeToString,
+            proto_dot_c4__pb2.ReducedChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Details(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/c4.v1.Query/Details',
+            proto_dot_c4__pb2.DetailsRequest.SerializeToString,
+            proto_dot_c4__pb2.DetailBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,6 +4,7 @@ scored against the ground truth. Prints a table; ``--json FILE`` writes the full
     python -m bench.accuracy.run --quick
     python -m bench.accuracy.run --gpus 512,4096 --seeds 4 --json results.json
     python -m bench.accuracy.run --quick --fabric three_tier --nics-per-host 4
+    python -m bench.accuracy.run --quick --topology fattree.json   # c4 topology import output
     python -m bench.accuracy.run --gpus 512 --seeds 2 --drop peer
     python -m bench.accuracy.run --quick --sample 1,16,64 --layers 16
     python -m bench.accuracy.run --gpus 512 --seeds 2 --layers 16 --sample 1,16,64 --mode stream
@@ -150,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-conns", action="store_true", help="traces without conn records")
     ap.add_argument("--fabric", choices=list(FABRICS), default="rail",
                     help="the simulated fabric (see diagnosis/sim/README.md)")
+    ap.add_argument("--topology", type=Path, default=None,
+                    help="run on an imported topology instead of --fabric (c4 sim --topology; "
+                    "hosts without GPUs get the shape's GPUs per host)")
     ap.add_argument("--no-paths", action="store_true",
                     help="conn records without the route each transfer took (ECMP candidates "
                     "from the topology only, as most collectors)")
@@ -194,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [k for k in args.kinds.split(",") if k] or None
     todo = scenarios(sizes, seeds, args.quick, conns=not args.no_conns, kinds=kinds,
                      fabric=args.fabric, nics_per_host=args.nics_per_host,
-                     paths=not args.no_paths, shape=_shape(args.shape), layers=args.layers)
+                     paths=not args.no_paths, shape=_shape(args.shape), layers=args.layers,
+                     topology=None if args.topology is None else str(args.topology.resolve()))
     todo = with_samples(todo, samples, args.window_ms)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="c4-accuracy-") as work:
@@ -213,13 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     rows_by_k = {k: summarize((d["label"], d["gpus"], _score_of(d), d["name"])
                               for d in done if d["sample"] == k) for k in samples}
     nics = f", {args.nics_per_host} NICs per host" if args.nics_per_host else ""
+    fabric = args.fabric if args.topology is None else f"imported {args.topology.name}"
     if args.shape:
         nics += f", shape {args.shape} (GPH,TP,PP,MB)"
     if drops:
         nics += f", without {', '.join(drops)}"
     rates = [d["calls_per_s_per_rank"] for d in done if d.get("calls_per_s_per_rank")]
     rate = f"{statistics.median(rates):.0f}" if rates else "?"
-    print(f"\naccuracy: {len(done)} runs, fabric {args.fabric}{nics}, mode {args.mode}, "
+    print(f"\naccuracy: {len(done)} runs, fabric {fabric}{nics}, mode {args.mode}, "
           f"conns {'off' if args.no_conns else 'on'}"
           f"{'' if args.no_conns or not args.no_paths else ' (no paths)'}, {wall:.0f} s")
     print(f"job: {args.layers} layer{'s' if args.layers > 1 else ''} per stage, {rate} calls/s "
@@ -262,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "mode": args.mode, "conns": not args.no_conns, "paths": not args.no_paths,
             "fabric": args.fabric,
+            "topology": None if args.topology is None else str(args.topology),
             "nics_per_host": args.nics_per_host, "shape": asdict(_shape(args.shape)),
             "drops": list(drops), "layers": args.layers, "samples": list(samples),
             "window_ms": args.window_ms, "calls_per_s_per_rank": rates and

@@ -101,7 +101,8 @@ def _start_services(lab_dir: Path, lay: Layout, st: dict[str, Any],
             sock.unlink()
         svc = Service(["ip", "netns", "exec", lay.ns(host),
                        *c4_command("sidecar", "--daemon", addr, "--host", host, "--socket",
-                                   str(sock), "--spill-dir", str(lab_dir / host / "spill"))],
+                                   str(sock), "--spill-dir", str(lab_dir / host / "spill"),
+                                   "--nic-map", f"{HOST_FABRIC_IF}={host}/nic0")],
                       lab_dir / host / "sidecar.log", env=_env(lab_dir)).start()
         cars[host] = (svc, sock)
         st["sidecars"][host] = {"pid": svc.proc.pid, "socket": str(sock), "log": str(svc.log)}

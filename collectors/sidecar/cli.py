@@ -68,14 +68,35 @@ def sidecar(
     metrics: str = typer.Option("", "--metrics", envvar="C4_SIDECAR_METRICS",
                                 help="Serve Prometheus /metrics on PORT (loopback) or "
                                      "HOST:PORT; off by default."),
+    window: float = typer.Option(1.0, "--window", envvar="C4_WINDOW",
+                                 help="Seconds per progress/linkstat window while the daemon "
+                                      "reduces a job's telemetry (it may lengthen them)."),
+    detail_bytes: int = typer.Option(128 << 20, "--detail-bytes", envvar="C4_DETAIL_BYTES",
+                                     help="Memory for the full records of the last minutes, "
+                                          "pulled by the daemon around a fault (0: keep none)."),
+    ports: str = typer.Option("mapped", "--ports", envvar="C4_PORTS",
+                              help="NIC port states and error counters from sysfs: mapped "
+                                   "(the ports of --nic-map, none without it), all (every "
+                                   "port but lo; unmapped ones as HOST/PORT) or off."),
+    sysfs_root: str = typer.Option("/sys", "--sysfs-root", envvar="C4_SYSFS_ROOT",
+                                   help="Where sysfs is mounted (for containers and tests)."),
+    nic_map: str = typer.Option("", "--nic-map", envvar="C4_NIC_MAP",
+                                help="Ports to topology NIC ids, PORT=NIC,...: eth0=node3/nic0, "
+                                     "mlx5_0/1=node3/nic1 (InfiniBand: DEVICE/PORT): the ids "
+                                     "the ranks announce (C4_NIC) and the topology uses."),
+    port_heartbeat: float = typer.Option(30.0, "--port-heartbeat", envvar="C4_PORT_HEARTBEAT",
+                                         help="Seconds between port records while nothing "
+                                              "changes."),
 ) -> None:
     """Run the per-node sidecar: take the local ranks' records and ship them to the daemon."""
     import signal
     import threading
 
     from collectors.sidecar.config import SidecarConfig
+    from collectors.sidecar.edge_config import EdgeConfig
     from collectors.sidecar.errors import SidecarError
     from collectors.sidecar.local import parse_mode
+    from collectors.sidecar.ports import parse_nic_map
     from collectors.sidecar.sidecar import Sidecar
     from collectors.wire import default_socket_path
 
@@ -88,6 +109,9 @@ def sidecar(
     if spill_dir is not None:
         kwargs["spill_dir"] = spill_dir
     try:
+        edge = EdgeConfig(window_s=window, ring_bytes=detail_bytes, ports=ports,
+                          sysfs_root=sysfs_root, nic_map=tuple(parse_nic_map(nic_map).items()),
+                          port_heartbeat_s=port_heartbeat)
         config = SidecarConfig(daemon=daemon, socket_path=socket_path or default_socket_path(),
                                socket_mode=parse_mode(socket_mode), socket_group=socket_group,
                                host=host or socket.gethostname(), spill_max_bytes=spill_max_bytes,
@@ -97,7 +121,7 @@ def sidecar(
                                max_request_bytes=max_request_bytes,
                                link_interval_s=link_interval,
                                tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token,
-                               metrics_listen=metrics, **kwargs)
+                               metrics_listen=metrics, edge=edge, **kwargs)
         car = Sidecar(config)
         car.start()
     except (ValueError, OSError, SidecarError) as exc:

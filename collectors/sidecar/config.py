@@ -7,6 +7,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectors.sidecar.edge_config import EdgeConfig
 from collectors.sidecar.errors import SidecarConfigError
 
 
@@ -57,6 +58,8 @@ class SidecarConfig:
     token: str = ""
     # Prometheus ``/metrics``: "" (off), PORT (on loopback) or HOST:PORT.
     metrics_listen: str = ""
+    # Reduction at the edge, ports and the detail ring (collectors.sidecar.edge).
+    edge: EdgeConfig = field(default_factory=EdgeConfig)
 
     def __post_init__(self) -> None:
         if ":" not in self.daemon:

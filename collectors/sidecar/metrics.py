@@ -94,6 +94,23 @@ class SidecarMetrics(Collector):
         yield dropped
         yield GaugeMetricFamily("c4_sidecar_collectors", "Ranks reporting to this sidecar.",
                                 value=len(collectors))
+        e = car.edge.stats
+        yield counter("c4_sidecar_records_out",
+                      "Records shipped to the daemon, every kind (reduced or not), detail aside.",
+                      e.records_out)
+        yield counter("c4_sidecar_bytes_out", "Bytes of the requests of those records.",
+                      e.bytes_out)
+        yield counter("c4_sidecar_late_steps",
+                      "Sampling steps that arrived after calls they cover (mended from the "
+                      "detail ring).", e.late_steps)
+        yield counter("c4_sidecar_detail_requests", "Detail requests from the daemon.",
+                      e.detail_requests)
+        yield counter("c4_sidecar_detail_refused",
+                      "Detail requests for a range the ring no longer held.", e.detail_refused)
+        yield counter("c4_sidecar_detail_records", "Full records sent for detail requests.",
+                      e.detail_rows)
+        yield gauge("c4_sidecar_detail_ring_bytes", "Bytes of full records held for detail.",
+                    car.edge.ring.bytes)
 
 
 def serve_metrics(sidecar: Sidecar, listen: str) -> MetricsServer:

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -79,11 +79,13 @@ class Outbox:
     def __init__(self, sidecar_id: str, spill: Spill, *, memory_max_bytes: int,
                  max_inflight: int, spill_after_s: float | None = None,
                  security: ClientSecurity | None = None, drops: Drops | None = None,
-                 max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+                 max_request_bytes: int = MAX_REQUEST_BYTES,
+                 on_control: Callable[[c4_pb2.Control], None] | None = None) -> None:
         # spill_after_s is accepted for older callers: every request is logged as it is queued,
         # so there is nothing left to spill when the daemon goes away.
         del spill_after_s
         self.sidecar_id = sidecar_id
+        self.on_control = on_control  # the daemon's messages down the stream (seq 0)
         self.security = security
         self.spill = spill
         self.drops = drops or Drops()
@@ -247,6 +249,10 @@ class Outbox:
         self._cond.notify_all()
 
     def _ack(self, ack: c4_pb2.IngestAck) -> None:
+        if ack.HasField("control"):
+            if self.on_control is not None:
+                self.on_control(ack.control)
+            return
         with self._cond:
             key = (ack.sidecar, ack.seq)
             if ack.code == _EXHAUSTED and key in self._inflight:

@@ -12,6 +12,7 @@ from typing import Any
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.counters import Drops
+from collectors.sidecar.edge import Edge
 from collectors.sidecar.intake import Intake
 from collectors.sidecar.local import Limits, LocalListener, resolve_group
 from collectors.sidecar.outbox import Outbox
@@ -19,7 +20,6 @@ from collectors.sidecar.owners import Owners
 from collectors.sidecar.spill import Spill
 from diagnosis.security.channel import ClientSecurity
 from proto import c4_pb2
-from proto.codec import encode_conns
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,16 @@ class Sidecar:
                              max_inflight=config.max_inflight, security=security,
                              drops=self.drops, max_request_bytes=config.max_request_bytes)
         self.metrics_server: Any = None
-        self.batcher = Batcher(self.outbox.put_frames, batch_records=config.batch_records,
+        # what leaves the node per job (reduction, ports, detail ring): collectors.sidecar.edge
+        self.edge = Edge(config.host, config.edge, self.outbox.put, self.outbox.put_frames,
+                         lambda cols, frame, nbytes: self.batcher.add(cols, frame, nbytes))
+        self.outbox.on_control = self.edge.on_control
+        self.batcher = Batcher(self.edge.emit_frames, batch_records=config.batch_records,
                                flush_interval_s=config.flush_interval_s)
         self.owners = Owners(config.spill_dir)
-        self.intake = Intake(spill=self.spill, outbox=self.outbox, batcher=self.batcher,
+        # the intake hands logged batches to the edge, which passes the rows to ship on to
+        # the batcher
+        self.intake = Intake(spill=self.spill, outbox=self.outbox, batcher=self.edge,
                              owners=self.owners, drops=self.drops,
                              max_collectors=config.max_collectors)
         limits = Limits(max_frame_bytes=config.max_frame_bytes,
@@ -79,6 +85,7 @@ class Sidecar:
         last_link = last_stats = 0.0
         while not self._stop.wait(min(self.config.flush_interval_s, 0.1)):
             self.batcher.flush_due()
+            self.edge.tick()
             now = time.monotonic()
             if now - last_link >= self.config.link_interval_s:
                 last_link = now
@@ -101,7 +108,7 @@ class Sidecar:
                 log.exception("link counter sampling failed for job %s", job)
                 continue
             if len(cols):
-                self.outbox.put(conns=encode_conns(job, cols, attempt=attempt))
+                self.edge.add_conns(job, attempt, cols)
 
     def stats(self) -> c4_pb2.SidecarStats:
         """What the daemon (``c4 status``) shows of this sidecar: ``received`` and ``dropped``
@@ -109,11 +116,14 @@ class Sidecar:
         ``spilled`` (read back from the log) and ``rejected`` count requests, ``rejected``
         also the frames refused locally."""
         s = self.outbox.stats
+        e = self.edge.stats
         return c4_pb2.SidecarStats(
             host=self.config.host, received=self.intake.received, shipped=s.shipped,
             spilled=s.spilled, dropped=self.drops.records_total(),
             rejected=s.rejected + self.drops.frames_total(), spill_bytes=self.spill.bytes,
-            collectors=self.intake.collectors.values())
+            collectors=self.intake.collectors.values(), records_out=e.records_out,
+            bytes_out=e.bytes_out, late_steps=e.late_steps, detail_refused=e.detail_refused,
+            detail_records=e.detail_rows)
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -133,6 +143,7 @@ class Sidecar:
         self.listener.stop()
         self._stop.set()
         self._threads[1].join(timeout)
+        self.edge.drain()
         self.batcher.flush_due(force=True)
         self._stopped.set()
         self._threads[0].join(timeout)

@@ -123,3 +123,38 @@ ORDER BY (id);
 CREATE TABLE IF NOT EXISTS c4.faults ON CLUSTER c4_cluster AS c4.faults_local
 ENGINE = Distributed(c4_cluster, c4, faults_local, cityHash64(job));
 
+
+-- Whole batches of a job's reduced telemetry (progress, linkstat, port) and its sampling
+-- schedules, one row per batch (body: base64 of the protobuf batch).
+CREATE TABLE IF NOT EXISTS c4.batches_local ON CLUSTER c4_cluster (
+    job String,
+    attempt UInt32,
+    kind String,
+    t_lo Int64,
+    t_hi Int64,
+    count UInt32,
+    sidecar String,
+    seq UInt64,
+    body String
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/c4/batches', '{replica}')
+ORDER BY (job, attempt, t_lo, sidecar, seq);
+
+CREATE TABLE IF NOT EXISTS c4.batches ON CLUSTER c4_cluster AS c4.batches_local
+ENGINE = Distributed(c4_cluster, c4, batches_local, cityHash64(job));
+
+-- The full records nodes sent around a fault report (detail on demand; body: base64 of the
+-- DetailBatch).
+CREATE TABLE IF NOT EXISTS c4.details_local ON CLUSTER c4_cluster (
+    fault_id String,
+    job String,
+    attempt UInt32,
+    host String,
+    count UInt32,
+    sidecar String,
+    seq UInt64,
+    body String
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/c4/details', '{replica}')
+ORDER BY (job, fault_id, sidecar, seq);
+
+CREATE TABLE IF NOT EXISTS c4.details ON CLUSTER c4_cluster AS c4.details_local
+ENGINE = Distributed(c4_cluster, c4, details_local, cityHash64(job));

@@ -44,9 +44,40 @@ def daemon(
     metrics: str = typer.Option("", "--metrics", envvar="C4_METRICS",
                                 help="Serve Prometheus /metrics on PORT (loopback) or "
                                      "HOST:PORT; off by default."),
+    job_records: float = typer.Option(200_000.0, "--job-records-per-s",
+                                      envvar="C4_JOB_RECORDS_PER_S",
+                                      help="Records per second one job may send, every kind "
+                                           "together. Over it the job's calls are sampled (K, "
+                                           "a power of two, told to its sidecars) and, at "
+                                           "--max-sample, its windows lengthened. 0: no "
+                                           "budget (every call, always)."),
+    max_sample: int = typer.Option(1024, "--max-sample", envvar="C4_MAX_SAMPLE",
+                                   help="The largest sampling factor K (a power of two)."),
+    sample: int = typer.Option(0, "--sample", envvar="C4_SAMPLE",
+                               help="Sample every job's calls at this factor K (a power of "
+                                    "two) from its start, whatever its rate; 0: K from the "
+                                    "budget."),
+    calls_per_rank: float = typer.Option(400.0, "--calls-per-rank", envvar="C4_CALLS_PER_RANK",
+                                         help="Calls per second a rank is taken to make until "
+                                              "its job is measured: a job too large for the "
+                                              "budget at that rate starts sampled. 0: every "
+                                              "job starts at K = 1."),
+    window: float = typer.Option(1.0, "--window", envvar="C4_WINDOW",
+                                 help="The sidecars' progress/linkstat window (seconds): "
+                                      "the one they use until told otherwise."),
+    max_window: float = typer.Option(16.0, "--max-window", envvar="C4_MAX_WINDOW",
+                                     help="The longest window the budget may set (seconds)."),
+    detail: bool = typer.Option(True, "--detail/--no-detail", envvar="C4_DETAIL",
+                                help="Pull the full records around each report from the "
+                                     "nodes involved, for jobs whose calls are sampled."),
+    detail_records: int = typer.Option(200_000, "--detail-records",
+                                       envvar="C4_DETAIL_RECORDS",
+                                       help="Most full records per node and report."),
 ) -> None:
     """Run the diagnosis daemon: ingest telemetry, store it, detect faults, serve queries."""
+    from diagnosis.daemon.budget import BudgetConfig
     from diagnosis.daemon.config import DaemonConfig
+    from diagnosis.daemon.detail import DetailConfig
     from diagnosis.daemon.server import serve
     from diagnosis.errors import DiagnosisError
 
@@ -61,7 +92,13 @@ def daemon(
                               tokens_file=tokens, insecure=insecure,
                               max_requests_per_second=max_rps, max_jobs=max_jobs,
                               max_streams=max_streams, workers=workers,
-                              metrics_listen=metrics)
+                              metrics_listen=metrics,
+                              budget=BudgetConfig(records_per_s=job_records,
+                                                  max_sample=max_sample, window_s=window,
+                                                  max_window_s=max_window,
+                                                  fixed_sample=sample,
+                                                  calls_per_rank=calls_per_rank),
+                              detail=DetailConfig(enabled=detail, max_records=detail_records))
         def ready(d) -> None:
             tls = "mutual TLS" if tls_client_ca else "TLS" if tls_cert else "plaintext"
             typer.echo(f"c4 daemon listening on {listen.rsplit(':', 1)[0]}:{d.port} ({tls}, "

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from diagnosis.daemon.budget import BudgetConfig
+from diagnosis.daemon.detail import DetailConfig
 
 DEFAULT_ADDRESS = "127.0.0.1:7444"
 
@@ -54,6 +57,10 @@ class DaemonConfig:
     max_jobs: int = 10_000
     # Prometheus ``/metrics``: "" (off), PORT (on loopback) or HOST:PORT.
     metrics_listen: str = ""
+    # Reduced telemetry: each job's records budget (sampling factor, windows), and the full
+    # records pulled from the nodes around a report (``budget``, ``detail``).
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    detail: DetailConfig = field(default_factory=DetailConfig)
 
     def __post_init__(self) -> None:
         if not self.store:

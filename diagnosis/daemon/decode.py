@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import grpc
 
-from diagnosis.store import ConnRows, GroupRecord, OpRows, RankRecord, Write
+from diagnosis.store import (
+    BatchRows,
+    ConnRows,
+    DetailRows,
+    GroupRecord,
+    OpRows,
+    RankRecord,
+    Write,
+)
 from proto import c4_pb2
-from proto.codec import BatchError, decode_conns, decode_ops
+from proto.codec import (
+    BatchError,
+    Columns,
+    decode_conns,
+    decode_linkstats,
+    decode_ops,
+    decode_ports,
+    decode_progress,
+)
 
 
 class Rejected(Exception):
@@ -92,8 +108,59 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
         _ranks_ok(cols["rank"], "ConnSampleBatch column 'rank'")
         return Write(req.sidecar, req.seq, ConnRows(b.job, b.attempt, cols))
+    if kind in _BATCHES:
+        return _batch(req, kind, known_jobs, max_records)
+    if kind == "detail":
+        return _detail(req, known_jobs, max_records)
     raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
-                   "IngestRequest has no body: set one of rank, group, ops, conns, stats")
+                   "IngestRequest has no body: set one of rank, group, ops, conns, progress, "
+                   "linkstats, ports, detail, stats")
+
+
+# request body -> (message name, stored kind, decoder, rank columns, time column)
+_BATCHES = {
+    "progress": ("ProgressBatch", "progress", decode_progress, ("rank", "peer"), "t_ns"),
+    "linkstats": ("LinkStatBatch", "linkstat", decode_linkstats, ("src", "dst"), "t_ns"),
+    "ports": ("PortBatch", "port", decode_ports, (), "t_ns"),
+}
+
+
+def _batch(req: c4_pb2.IngestRequest, kind: str, known_jobs: set[str],
+           max_records: int) -> Write:
+    name, stored, decode, rank_columns, time_column = _BATCHES[kind]
+    b = getattr(req, kind)
+    _need(bool(b.job), f"{name}.job is empty")
+    _need(b.count <= max_records,
+          f"{name} holds {b.count} records; the limit is {max_records}: send smaller batches")
+    _known(b.job, known_jobs)
+    try:
+        cols: Columns = decode(b)
+    except BatchError as exc:
+        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+    for col in rank_columns:
+        _ranks_ok(cols[col], f"{name} column {col!r}")
+    t = cols[time_column]
+    lo, hi = (int(t.min()), int(t.max())) if len(t) else (0, 0)
+    return Write(req.sidecar, req.seq, BatchRows(b.job, b.attempt, stored, len(cols), lo, hi,
+                                                 b.SerializeToString(), cols))
+
+
+def _detail(req: c4_pb2.IngestRequest, known_jobs: set[str], max_records: int) -> Write:
+    d = req.detail
+    _need(bool(d.job), "DetailBatch.job is empty")
+    _need(bool(d.fault_id), "DetailBatch.fault_id is empty: answer a DetailRequest")
+    _need(d.ops.count <= max_records,
+          f"DetailBatch holds {d.ops.count} records; the limit is {max_records}")
+    _known(d.job, known_jobs)
+    cols = None
+    if d.ops.count:
+        try:
+            cols = decode_ops(d.ops)
+        except BatchError as exc:
+            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"DetailBatch.ops: {exc}") from exc
+        _ranks_ok(cols["rank"], "DetailBatch column 'rank'")
+    return Write(req.sidecar, req.seq, DetailRows(d.job, d.attempt, d.fault_id, d.host,
+                                                  d.ops.count, d.SerializeToString(), cols))
 
 
 def _known(job: str, known_jobs: set[str]) -> None:

@@ -6,6 +6,7 @@ import hashlib
 import logging
 import queue
 import threading
+from collections.abc import Callable
 
 from diagnosis.report import FaultReport
 from diagnosis.store import Store
@@ -20,6 +21,8 @@ class FaultHub:
         self._store = store
         self._lock = threading.Lock()
         self._subscribers: list[queue.Queue[FaultReport | None]] = []
+        # called with every stored report (in the filing thread; must return quickly)
+        self.listeners: list[Callable[[FaultReport], None]] = []
 
     @staticmethod
     def report_id(job: str, key: str) -> str:
@@ -43,6 +46,11 @@ class FaultHub:
         log.info("fault %s rev %d (%s): %s", fid, revision, stored.kind, stored.summary)
         for q in subscribers:
             q.put(stored)
+        for listener in list(self.listeners):
+            try:
+                listener(stored)
+            except Exception:
+                log.exception("a listener of filed reports failed")
         return stored
 
     def subscribe(self) -> queue.Queue[FaultReport | None]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.decode import Rejected, to_write
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.writer import Writer
@@ -44,8 +45,10 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                  observe_ack: Callable[[float], None] | None = None,
                  tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS,
                  max_streams: int = 0,
-                 on_stats: Callable[[c4_pb2.SidecarStats], None] | None = None) -> None:
+                 on_stats: Callable[[c4_pb2.SidecarStats], None] | None = None,
+                 control: ControlHub | None = None) -> None:
         self._writer = writer
+        self.control = control or ControlHub()
         self._known = known_jobs
         self._max_records = max_records
         self._limiter = limiter or RateLimiter(0)
@@ -73,7 +76,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         return sender_identity(context, tokens_checked=self._tokens_checked)
 
     def _accept(self, req: c4_pb2.IngestRequest, reply: Callable[[c4_pb2.IngestAck], None],
-                sender: str) -> None:
+                sender: str, stream: int = 0) -> None:
         """Reply now (rejected, or statistics) or once the request is stored."""
         t0 = time.perf_counter()
         kind = req.WhichOneof("body") or "none"
@@ -88,8 +91,14 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             if kind == "stats":
                 if self._on_stats is not None:
                     self._on_stats(req.stats)
+                if stream:
+                    self.control.seen(stream, req)
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
                 return
+            if kind == "detail" and not self.control.expected(req.detail.request):
+                raise Rejected(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"detail for request {req.detail.request} from host "
+                               f"{req.detail.host!r} was not asked for (or long ago): dropped")
             with self._lock:
                 write = to_write(req, self._known, max_records=self._max_records)
                 if kind == "rank" and req.rank.job not in self._known:
@@ -100,6 +109,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                                        "raise --max-jobs or remove old jobs from the store")
                     self._known.add(req.rank.job)
                 self.unacked += 1
+            if stream:
+                self.control.seen(stream, req)
         except Rejected as exc:
             with self._lock:
                 self.rejected += 1
@@ -184,6 +195,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                 state["throttled"] = True
             reply(ack)
 
+        stream = self.control.open(acks.put)
+
         def read() -> None:
             try:
                 for req in request_iterator:
@@ -198,10 +211,11 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                             error="an earlier request on this stream was over a limit: "
                                   "retry later with backoff"))
                         continue
-                    self._accept(req, refuse_after_limit, sender)
+                    self._accept(req, refuse_after_limit, sender, stream)
             except Exception as exc:  # the client went away; stored requests stay stored
                 log.debug("ingest stream ended: %s", exc)
             finally:
+                self.control.close(stream)
                 with lock:
                     state["done"] = True
                 acks.put(None)

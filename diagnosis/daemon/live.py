@@ -26,9 +26,22 @@ from typing import Any
 
 import numpy as np
 
+from diagnosis.daemon.batches import port_records, progress_records
+from diagnosis.daemon.budget import BudgetConfig, JobBudget
+from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.links import ConnResolver
-from diagnosis.store import ConnRows, GroupRecord, OpRows, RankRecord, Store, Write
+from diagnosis.daemon.linkstats import LinkStatResolver
+from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.store import (
+    BatchRows,
+    ConnRows,
+    GroupRecord,
+    OpRows,
+    RankRecord,
+    Store,
+    Write,
+)
 from proto import c4_pb2
 
 log = logging.getLogger(__name__)
@@ -39,6 +52,7 @@ APPLY_CHUNK = 200_000
 # Evicted jobs remembered, so that a job speaking again is rebuilt from the store.
 MAX_EVICTED = 4096
 MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
+HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
 
 
 def _new_engine(topology: Any) -> Any:
@@ -60,19 +74,36 @@ class JobState:
     last_ns: int = 0
     links: ConnResolver = field(default_factory=ConnResolver)
     heard: float = field(default_factory=time.monotonic)  # last write applied (monotonic)
+    budget: JobBudget = field(default_factory=lambda: JobBudget(BudgetConfig()))
+    linkstats: LinkStatResolver = field(default_factory=LinkStatResolver)
+    reduced: bool = False      # its sampling factor has been above 1
 
 
 def records_of(w: Write) -> int:
     """Rows a write carries (1 for a registration): the unit of the daemon's memory bounds."""
-    body = w.body
-    return len(body.cols) if isinstance(body, OpRows | ConnRows) else 1
+    cols = getattr(w.body, "cols", None)
+    return len(cols) if cols is not None else 1
+
+
+def top_seqs(pg: np.ndarray, seq: np.ndarray, strings: list[str]) -> dict[str, int]:
+    """The highest seq per communicator name in a batch (``pg`` indexes ``strings``)."""
+    if not len(pg):
+        return {}
+    top = np.full(len(strings), -1, np.int64)
+    np.maximum.at(top, np.asarray(pg, dtype=np.int64), np.asarray(seq, dtype=np.int64))
+    return {strings[i]: int(top[i]) for i in np.flatnonzero(top >= 0).tolist()}
 
 
 class LiveView:
     def __init__(self, hub: FaultHub, *, topology: Any = None, store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
-                 observe_analysis: Callable[[float], None] | None = None) -> None:
+                 observe_analysis: Callable[[float], None] | None = None,
+                 budget: BudgetConfig | None = None, control: ControlHub | None = None) -> None:
         self._hub = hub
+        self._budget = budget or BudgetConfig(records_per_s=0)
+        self._control = control
+        self.governor = Governor()
+        self.schedules = Schedules(store, control)
         self._topology = topology
         self._store = store
         self._max_backlog = max_backlog_records
@@ -91,8 +122,9 @@ class LiveView:
         self._rate: deque[tuple[float, int]] = deque(maxlen=4096)
         self.records_total = 0
         self.records_applied = 0
-        # (job, attempt, rank) -> (newest collector heartbeat, its last words), for the next pass
-        self._heartbeats: dict[tuple[str, int, int], tuple[int, bool]] = {}
+        # (job, attempt, rank) -> (newest collector heartbeat, its last words, calls recorded),
+        # for the next pass
+        self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
 
@@ -137,17 +169,30 @@ class LiveView:
             for c in stats.collectors:
                 if c.t_ns > 0 and len(self._heartbeats) < MAX_HEARTBEATS:
                     key = (c.job, c.attempt, c.rank)
-                    t, leaving = self._heartbeats.get(key, (0, False))
-                    self._heartbeats[key] = (max(t, c.t_ns), leaving or c.leaving)
+                    t, leaving, rec = self._heartbeats.get(key, (0, False, 0))
+                    self._heartbeats[key] = (max(t, c.t_ns), leaving or c.leaving,
+                                             max(rec, c.recorded))
 
     def _apply_heartbeats(self) -> None:
         with self._cond:
             beats, self._heartbeats = self._heartbeats, {}
-        for (job, attempt, rank), (t_ns, leaving) in beats.items():
+        # per job, the ranks heard at about the same time go to the engine together (a 100 ms
+        # bucket, its latest time): one call per bucket, not one per rank, at 100k+ ranks
+        groups: dict[tuple[str, int, int, bool], tuple[list[int], int]] = {}
+        for (job, attempt, rank), (t_ns, leaving, recorded) in beats.items():
             st = self._jobs.get((job, attempt))
             # only registered ranks: a stray rank id must not size the engine's arrays
-            if st is not None and st.engine is not None and rank in st.ranks:
-                st.engine.heard([rank], t_ns, leaving=leaving)
+            if st is not None and rank in st.ranks:
+                st.budget.recorded(rank, recorded, t_ns)
+                ranks, t = groups.setdefault((job, attempt, t_ns // HEARD_BUCKET_NS, leaving),
+                                             ([], 0))
+                ranks.append(rank)
+                if t_ns > t:
+                    groups[(job, attempt, t_ns // HEARD_BUCKET_NS, leaving)] = (ranks, t_ns)
+        for (job, attempt, _, leaving), (ranks, t_ns) in groups.items():
+            st = self._jobs[(job, attempt)]
+            if st.engine is not None:
+                st.engine.heard(ranks, t_ns, leaving=leaving)
 
     # -- the detectors' thread -------------------------------------------------------------
     def run(self, stop: threading.Event, interval_s: float) -> None:
@@ -162,7 +207,9 @@ class LiveView:
                 if time.monotonic() >= next_at:
                     self.analyze()
                     self._evict_idle()
-                    next_at = time.monotonic() + interval_s
+                    # a pass longer than the interval (a job of 100k+ ranks) leaves as long
+                    # again for applying what arrives: the detectors never starve ingest
+                    next_at = time.monotonic() + max(interval_s, self.last_analysis_s)
             except Exception:  # a detector bug must not take the daemon down
                 log.exception("live analysis failed")
                 next_at = time.monotonic() + interval_s
@@ -220,7 +267,8 @@ class LiveView:
                 log.info("job %s attempt %d replaces attempt %d in the live view", job,
                          attempt, old[1])
                 del self._jobs[old]
-            state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology))
+            state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology),
+                                               budget=JobBudget(self._budget))
             # Evicted while idle, or known from before a daemon restart: its registrations
             # were stored earlier and will not come again.
             evicted = key in self._evicted
@@ -244,6 +292,7 @@ class LiveView:
             self._add_rank(st, r)
         for g in groups:
             self._add_group(st, g)
+        self._restore_schedule(st)
         if ranks or groups:
             log.info("live view: job %s attempt %d reloaded (%d ranks, %d groups)", st.job,
                      st.attempt, len(ranks), len(groups))
@@ -253,6 +302,8 @@ class LiveView:
         with self._lock:
             for key in [k for k, st in self._jobs.items() if now - st.heard > self._idle_s]:
                 del self._jobs[key]
+                if self._control is not None:   # reloaded from the store if it speaks again
+                    self._control.forget(*key)
                 self._evicted[key] = None
                 if len(self._evicted) > MAX_EVICTED:
                     self._evicted.popitem(last=False)
@@ -262,6 +313,7 @@ class LiveView:
     @staticmethod
     def _add_rank(st: JobState, body: RankRecord) -> None:
         st.ranks[body.rank] = body
+        st.budget.world = max(st.budget.world, int(body.world_size))
         if st.engine is not None:
             st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None)
 
@@ -272,8 +324,11 @@ class LiveView:
             st.engine.add_group(body.pg, list(body.ranks))
 
     def _apply_now(self, writes: list[Write]) -> None:
+        now = time.monotonic()
         for w in writes:
             body = w.body
+            if not isinstance(body, RankRecord | GroupRecord | OpRows | ConnRows | BatchRows):
+                continue   # detail records: stored for the reports, not analysed again
             st = self._job(body.job, body.attempt, w)
             if st is None:
                 continue
@@ -286,12 +341,70 @@ class LiveView:
                 st.records += n
                 if n:
                     st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
+                    st.budget.observe("ops", n, now)
+                    st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
+                                                    body.cols.strings), now)
                 if st.engine is not None:
                     st.engine.add_ops(body.cols)
             elif isinstance(body, ConnRows):
+                st.budget.observe("conns", len(body.cols), now)
+                names = np.asarray(body.cols.strings, dtype=object)
+                if len(body.cols):
+                    st.linkstats.learn(body.cols["rank"], names[body.cols["local"]].tolist())
                 conns = st.links.add(body.cols)
                 if st.engine is not None and conns is not None and len(conns):
                     st.engine.add_conns(conns, sampled=True)
+            elif body.cols is not None:
+                self._apply_batch(st, body, now)
+
+    def _apply_batch(self, st: JobState, body: BatchRows, now: float) -> None:
+        """Reduced telemetry: progress, linkstat and port records."""
+        cols = body.cols
+        assert cols is not None
+        st.budget.observe(body.kind, len(cols), now)
+        eng = st.engine
+        if body.kind == "progress":
+            st.budget.observe_windows("progress", cols["t_ns"], st.budget.window_ns)
+            st.budget.observe_seqs(top_seqs(cols["pg"], cols["entered"], cols.strings), now)
+            if eng is not None and len(cols):
+                eng.add_progress(progress_records(cols))
+        elif body.kind == "linkstat":
+            st.budget.observe_windows("linkstat", cols["t_ns"], cols["window_ns"])
+            recs = st.linkstats.add(cols, now)
+            if eng is not None and recs is not None and len(recs):
+                eng.add_linkstats(recs)
+        elif body.kind == "port" and eng is not None and len(cols):
+            eng.add_ports(port_records(cols))
+
+    # -- the records budget -----------------------------------------------------------------
+    def _budgets(self, now_ns: int) -> None:
+        """Each job's sampling factor and windows from what it sends (``budget``), within the
+        share of its budget the daemon can follow now (``scheduling.Governor``)."""
+        now = time.monotonic()
+        scale = self.governor.govern(now, self.lag(),
+                                     self.backlog() / max(self._max_backlog, 1))
+        for st in self._jobs.values():
+            st.budget.scale = scale
+            decision = st.budget.decide(now, now_ns)
+            if decision is not None:
+                st.reduced = self.schedules.enact(st.job, st.attempt, st.engine, decision,
+                                                  now_ns) or st.reduced
+
+    def _restore_schedule(self, st: JobState) -> None:
+        """A job known from before a daemon restart keeps its schedule."""
+        reduced = self.schedules.restore(st.job, st.attempt, st.budget, st.engine)
+        if reduced is not None:
+            st.reduced = reduced
+
+    def job_reduced(self, job: str) -> bool:
+        """Whether a job in the live view ships (or has shipped) reduced telemetry."""
+        with self._lock:
+            return any(st.reduced for (j, _), st in self._jobs.items() if j == job)
+
+    def sample_of(self, job: str) -> int:
+        with self._lock:
+            return max((st.budget.sample for (j, _), st in self._jobs.items() if j == job),
+                       default=1)
 
     # -- analysis ----------------------------------------------------------------------------
     def analyze(self, now_ns: int | None = None) -> int:
@@ -305,6 +418,7 @@ class LiveView:
                 self._apply_heartbeats()
                 found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
                          if st.engine is not None]
+                self._budgets(now_ns)
             filed = 0
             for job, reports in found:
                 for report in reports:

@@ -104,3 +104,23 @@ class QueryService(c4_pb2_grpc.QueryServicer):
                ) -> c4_pb2.StatusResponse:
         return self._status()
 
+    def Reduced(self, request: c4_pb2.ReducedRequest, context: grpc.ServicerContext
+                ) -> Iterator[c4_pb2.ReducedChunk]:
+        for b in self._store.batches(request.job):
+            field, cls = _CHUNKS[b.kind]
+            yield c4_pb2.ReducedChunk(**{field: cls.FromString(b.payload)})
+
+    def Details(self, request: c4_pb2.DetailsRequest, context: grpc.ServicerContext
+                ) -> Iterator[c4_pb2.DetailBatch]:
+        for d in self._store.details(request.job, request.fault_id or None):
+            yield c4_pb2.DetailBatch.FromString(d.payload)
+
+
+# stored batch kind -> (ReducedChunk field, message class)
+_CHUNKS = {
+    "progress": ("progress", c4_pb2.ProgressBatch),
+    "linkstat": ("linkstats", c4_pb2.LinkStatBatch),
+    "port": ("ports", c4_pb2.PortBatch),
+    "schedule": ("schedule", c4_pb2.SampleSchedule),
+}
+

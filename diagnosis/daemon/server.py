@@ -15,6 +15,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import c4
 from diagnosis.daemon.config import DaemonConfig
+from diagnosis.daemon.control import ControlHub
+from diagnosis.daemon.detail import DetailPuller
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.ingest import IngestService
 from diagnosis.daemon.limits import RateLimiter
@@ -44,10 +46,14 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.store = open_store(config.store)
         self.hub = FaultHub(self.store)
+        self.control = ControlHub()
         self.live = LiveView(self.hub, topology=topology, store=self.store,
                              max_backlog_records=config.live_backlog_records,
                              idle_s=config.live_idle_s,
-                             observe_analysis=self.metrics.analysis.observe)
+                             observe_analysis=self.metrics.analysis.observe,
+                             budget=config.budget, control=self.control)
+        self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
+                                   self.live.job_reduced, config.detail)
         self.writer = Writer(TimedStore(self.store, self.metrics.store_write.observe),
                              on_stored=self.live.apply,
                              commit_interval_s=config.commit_interval_s,
@@ -60,7 +66,7 @@ class Daemon:
                                     observe_ack=self.metrics.ack_latency.observe,
                                     tokens_checked=bool(self.tokens),
                                     max_streams=config.max_streams,
-                                    on_stats=self.live.heard)
+                                    on_stats=self.live.heard, control=self.control)
         self.metrics.attach(self)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()
@@ -114,6 +120,7 @@ class Daemon:
         self.writer.start()
         self._server.start()
         self._analyzer.start()
+        self.detail.start()
         if self.config.metrics_listen:
             self.metrics_server = MetricsServer(self.config.metrics_listen,
                                                 self.metrics.registry)
@@ -126,6 +133,7 @@ class Daemon:
         self._health.enter_graceful_shutdown()
         self._stop.set()
         self.live.close()  # the writer must not wait for detectors that have stopped
+        self.detail.close()
         done = self._server.stop(grace)
         self.writer.stop()
         done.wait(grace)

@@ -238,7 +238,7 @@ class Recurrence:
     median: np.ndarray     # median of the slow samples from the start on (NaN when none)
 
 
-def _episodes(a: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def episode_marks(a: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(valid, slow, begins): per sample, whether it is one, above ``thr``, and the first
     slow sample of a run of consecutive slow ones (NaN samples neither break nor extend a
     run)."""
@@ -253,7 +253,7 @@ def _episodes(a: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return valid, high, high & ~prev_high
 
 
-def _strong_runs(a: np.ndarray, high: np.ndarray, begins: np.ndarray
+def strong_runs(a: np.ndarray, high: np.ndarray, begins: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Per sample, the episode it belongs to (a running count per row, 0 before the first),
     and per row and episode (indexed by that count) how many of its samples are at least half
@@ -272,14 +272,14 @@ def _strong_runs(a: np.ndarray, high: np.ndarray, begins: np.ndarray
 def episode_length(a: np.ndarray, thr: np.ndarray, min_episodes: int, default: float = 2.0,
                    least: int = 20) -> float:
     """How long the episodes of rows that do not recur (fewer than ``min_episodes``) last: the
-    90th percentile of their strong samples (see :func:`_strong_runs`); ``default`` with fewer
+    90th percentile of their strong samples (see :func:`strong_runs`); ``default`` with fewer
     than ``least`` such episodes. A transient congestion of two iterations, or a pause and its
     echo in the next sample, is one event of that length."""
-    _, high, begins = _episodes(a, thr)
+    _, high, begins = episode_marks(a, thr)
     quiet = begins.sum(axis=1) < max(int(min_episodes), 1)
     if not quiet.any():
         return default
-    _, n = _strong_runs(a[quiet], high[quiet], begins[quiet])
+    _, n = strong_runs(a[quiet], high[quiet], begins[quiet])
     lengths = n[:, 1:][n[:, 1:] > 0]
     if len(lengths) < least:
         return default
@@ -301,13 +301,13 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     length of a benign episode, :func:`episode_length`), an episode of several times that
     length weighs as many: slow for five iterations in a row is more than one congestion."""
     rows, K = a.shape
-    valid, high, begins = _episodes(a, thr)
+    valid, high, begins = episode_marks(a, thr)
     col = np.arange(K)[None, :]
     length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
     eps = np.cumsum(begins[:, ::-1], axis=1)[:, ::-1]
     weight = begins.astype(np.float64)
     if unit > 0 and begins.any():
-        ep, n = _strong_runs(a, high, begins)
+        ep, n = strong_runs(a, high, begins)
         r, c = np.nonzero(begins)
         weight[r, c] = np.maximum(1.0, np.floor(n[r, ep[r, c]] / unit))
     events = np.rint(np.cumsum(weight[:, ::-1], axis=1)[:, ::-1]).astype(np.int64)
@@ -347,7 +347,7 @@ def episode_rate(a: np.ndarray, thr: np.ndarray, floor: float, trim: float = 0.1
     small job), floored at ``floor``. ``common`` marks samples taken while most rows were slow
     at once: episodes starting there are no independent noise (a fault of what every row
     crosses, or an event of the whole job) and are not counted."""
-    valid, _, begins = _episodes(a, thr)
+    valid, _, begins = episode_marks(a, thr)
     if common is not None:
         begins = begins & ~common
     n = valid.sum(axis=1)

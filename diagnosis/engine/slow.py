@@ -26,11 +26,11 @@ from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.series import (
     change_point,
-    episode_length,
-    episode_rate,
+    episode_marks,
     recurrence,
     robust_sigma,
     row_quantile,
+    strong_runs,
 )
 
 # calls of a communicator whose lateness is remembered: a signature recurring further apart
@@ -83,6 +83,9 @@ class _SizeClass:
         self.t = np.zeros((0, K), dtype=np.int64)
         self.pos = np.zeros(0, dtype=np.int64)
         self.span_end = np.zeros(0, dtype=np.int64)   # seq ending each group's last sample
+        # what ``judge_rings`` last found per group, and at which write position
+        self.judged = np.zeros(0, dtype=np.int64)
+        self.found: dict[int, list[SlowRank]] = {}
 
     def index(self, groups: np.ndarray) -> np.ndarray:
         out = np.empty(len(groups), dtype=np.int64)
@@ -332,7 +335,8 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
     group's ring of ``K`` samples per member: ``x`` the excess, ``a`` the excess that counts,
     ``scale`` (ns per unit), ``t`` sample times, ``pos`` write positions, ``groups``), at the
     member significance ``slow_alpha_member``; ``min_excess`` (default ``slow_min_excess``): the
-    smallest excess worth a report, in the samples' unit."""
+    smallest excess worth a report, in the samples' unit (the same at every call for a ring:
+    each group's verdict is kept until its ring changes)."""
     least = cfg.slow_min_excess if min_excess is None else min_excess
     unseen = cfg.slow_min_excess_unseen * least / cfg.slow_min_excess
     out: list[SlowRank] = []
@@ -340,91 +344,171 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
         G = len(cls.groups)
         if G == 0:
             continue
-        K, n = cls.K, cls.n
-        idx = (cls.pos[:G, None] + np.arange(K)[None, :]) % K
-        x = np.take_along_axis(cls.x[:G], idx[:, :, None], axis=1).astype(np.float64)
-        a = np.take_along_axis(cls.a[:G], idx[:, :, None], axis=1).astype(np.float64)
-        scale = np.take_along_axis(cls.scale[:G], idx, axis=1)
-        t = np.take_along_axis(cls.t[:G], idx, axis=1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            if n > 2:
-                sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
-            else:
-                # two members mirror each other (each is measured against their mean), so
-                # their spread is the fault itself: the noise is how much a member's
-                # samples move from one to the next, which a change of level leaves alone
-                step = np.diff(x, axis=1) / np.sqrt(2.0)
-                sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
-            thr = np.maximum(least / 2, cfg.slow_noise_k * sigma)
-            high = a > thr[:, None, None]
-            valid = ~np.isnan(a)
-            # the communicator's own rate of late samples: median over members, so that
-            # the faulty member does not raise it (of two, the lower)
-            per_member = high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-            rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
-        p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
-        series = a.transpose(0, 2, 1).reshape(G * n, K)
-        res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
-                           cfg.slow_min_samples)
-        # a change, not a persistent trait: late more often and by more than before the
-        # split; without enough samples before it, the excess must be beyond natural spread
-        need = np.where(res.pre_count >= cfg.slow_min_samples, least, unseen)
-        ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
-            & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
-            & (res.median >= least) & (res.effect >= need)
-        for h in np.flatnonzero(ok).tolist():
-            gi, pos = divmod(h, n)
-            s = int(res.start[h])
-            seg = series[h, s:]
-            hi = seg > thr[gi]
-            excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
-            g = cls.groups[gi]
-            out.append(SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]),
-                                float(res.median[h]), excess_ns, int(res.count[h]),
-                                float(res.frac[h]), float(sigma[gi]), float(res.logp[h])))
-        rec = _recurring(cls, series, sigma, scale, t, ok, arena, cfg, least)
-        again = {(s.rank, s.group) for s in rec}
-        out = [s for s in out if (s.rank, s.group) not in again] + rec
+        # a group's verdict depends on its ring alone: judge only those with new samples
+        if len(cls.judged) < G:
+            cls.judged = np.r_[cls.judged, np.full(G - len(cls.judged), -1, dtype=np.int64)]
+        rows = np.flatnonzero(cls.pos[:G] != cls.judged[:G])
+        cls.judged[rows] = cls.pos[rows]
+        for gi in rows.tolist():
+            cls.found.pop(gi, None)
+        if len(rows):
+            _judge_rows(cls, rows, arena, cfg, least, unseen)
+        for found in cls.found.values():
+            out.extend(found)
     return out
 
 
-def _recurring(cls, series: np.ndarray, sigma: np.ndarray, scale: np.ndarray, t: np.ndarray,
-               found: np.ndarray, arena: Arena, cfg: EngineConfig,
-               least: float) -> list[SlowRank]:
-    """Members slow again and again with normal iterations between (a GPU throttling now and
-    then, a host's recurring stall): at least ``slow_rec_episodes`` episodes of samples well
-    above the noise, too many for the rate of such samples over every member of the size
-    class (one-off pauses strike random ranks; a checkpoint every rank). ``series``: per
-    member (rows group-major), its samples oldest first; ``found``: members already slow from
-    a change point on."""
+def _judge_rows(cls, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: float,
+                unseen: float) -> None:
+    """Judge the groups ``rows`` of ``cls``, keeping what each is found in ``cls.found``."""
+    G = len(rows)
+    K, n = cls.K, cls.n
+    idx = (cls.pos[rows, None] + np.arange(K)[None, :]) % K
+    x = np.take_along_axis(cls.x[rows], idx[:, :, None], axis=1).astype(np.float64)
+    a = np.take_along_axis(cls.a[rows], idx[:, :, None], axis=1).astype(np.float64)
+    scale = np.take_along_axis(cls.scale[rows], idx, axis=1)
+    t = np.take_along_axis(cls.t[rows], idx, axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if n > 2:
+            sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
+        else:
+            # two members mirror each other (each is measured against their mean), so
+            # their spread is the fault itself: the noise is how much a member's
+            # samples move from one to the next, which a change of level leaves alone
+            step = np.diff(x, axis=1) / np.sqrt(2.0)
+            sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
+        thr = np.maximum(least / 2, cfg.slow_noise_k * sigma)
+        high = a > thr[:, None, None]
+        valid = ~np.isnan(a)
+        # the communicator's own rate of late samples: median over members, so that
+        # the faulty member does not raise it (of two, the lower)
+        per_member = high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+        rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
+    p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
+    series = a.transpose(0, 2, 1).reshape(G * n, K)
+    res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
+                       cfg.slow_min_samples)
+    # a change, not a persistent trait: late more often and by more than before the
+    # split; without enough samples before it, the excess must be beyond natural spread
+    need = np.where(res.pre_count >= cfg.slow_min_samples, least, unseen)
+    ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
+        & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
+        & (res.median >= least) & (res.effect >= need)
+    for h in np.flatnonzero(ok).tolist():
+        gi, pos = divmod(h, n)
+        s = int(res.start[h])
+        seg = series[h, s:]
+        hi = seg > thr[gi]
+        excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
+        g = cls.groups[int(rows[gi])]
+        cls.found.setdefault(int(rows[gi]), []).append(
+            SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]), float(res.median[h]),
+                     excess_ns, int(res.count[h]), float(res.frac[h]), float(sigma[gi]),
+                     float(res.logp[h])))
+    _recurring(cls, rows, series, sigma, scale, t, ok, arena, cfg, least)
+
+
+class _RecStats:
+    """Per group of a size class, what its members' recurrence scan saw when last judged:
+    episode starts and samples per member, and the lengths of the episodes of members that do
+    not recur; the class's rates and lengths of benign episodes come from every group (a
+    group is judged only when its ring changes, the others keep their counts)."""
+
+    def __init__(self, n: int) -> None:
+        self.begins = np.zeros((0, n))
+        self.valid = np.zeros((0, n))
+        self.lengths: dict[int, np.ndarray] = {}
+
+    def update(self, rows: np.ndarray, begins: np.ndarray, valid: np.ndarray,
+               lengths: dict[int, np.ndarray]) -> None:
+        need = int(rows.max()) + 1 if len(rows) else 0
+        if need > len(self.begins):
+            grow = max(need, 2 * len(self.begins)) - len(self.begins)
+            pad = np.zeros((grow, self.begins.shape[1]))
+            self.begins, self.valid = np.vstack([self.begins, pad]), np.vstack([self.valid, pad])
+        self.begins[rows] = begins
+        self.valid[rows] = valid
+        self.lengths.update(lengths)
+
+    def rate(self, floor: float, trim: float = 0.1) -> float:
+        seen = self.valid > 0
+        if not seen.any():
+            return floor
+        rate = np.sort((self.begins[seen] / self.valid[seen]).ravel())
+        keep = rate[: max(1, int(np.ceil((1 - trim) * len(rate))))]
+        return float(min(max(float(keep.mean()), floor), 0.5))
+
+    def length(self, default: float = 2.0, least: int = 20) -> float:
+        every = [v for v in self.lengths.values() if len(v)]
+        lengths = np.concatenate(every) if every else np.zeros(0)
+        if len(lengths) < least:
+            return default
+        return float(max(np.percentile(lengths, 90), 1.0))
+
+
+def _recurring(cls, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
+               scale: np.ndarray, t: np.ndarray, found: np.ndarray, arena: Arena,
+               cfg: EngineConfig, least: float) -> None:
+    """Members of the groups ``rows`` slow again and again with normal iterations between (a
+    GPU throttling now and then, a host's recurring stall): at least ``slow_rec_episodes``
+    episodes of samples well above the noise, too many for the rate at which such episodes
+    start over every member of the size class (one-off pauses strike random ranks; a
+    checkpoint every rank). ``series``: per member (rows group-major), its samples oldest
+    first; ``found``: members already slow from a change point on, whose finding is replaced
+    by the recurring one when most of their samples since were normal (their late samples are
+    episodes, not a new level). Kept in ``cls.found``."""
     n = cls.n
     rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
                          cfg.slow_rec_noise_k * sigma)
     thr = np.repeat(rec_thr, n)
-    p0 = episode_rate(series, thr, cfg.slow_rec_base_rate)
-    unit = episode_length(series, thr, cfg.slow_rec_episodes)
-    rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes, unit)
+    stats = getattr(cls, "rec_stats", None)
+    if stats is None:
+        stats = cls.rec_stats = _RecStats(n)
+    valid, begins = np.isfinite(series), _begins(series, thr)
+    quiet = begins.sum(axis=1) < cfg.slow_rec_episodes
+    lengths = {}
+    for gi in range(len(rows)):
+        sl = slice(gi * n, (gi + 1) * n)
+        q = quiet[sl]
+        lengths[int(rows[gi])] = _lengths(series[sl][q], thr[sl][q]) if q.any() \
+            else np.zeros(0)
+    stats.update(rows, begins.sum(axis=1).reshape(len(rows), n),
+                 valid.sum(axis=1).reshape(len(rows), n), lengths)
+    p0 = stats.rate(cfg.slow_rec_base_rate)
+    rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes,
+                     stats.length())
     ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
         & (rec.median >= least)
-    # a member found from a change point on is reported as recurring when it recurs and most
-    # of its samples since were normal (its late samples are episodes, not a new level)
     recurs = rec.hits < cfg.slow_rec_duty * np.maximum(rec.count, 1)
-    out = []
     for h in np.flatnonzero(ok & (~found | recurs)).tolist():
         gi, pos = divmod(h, n)
         s = int(rec.start[h])
         seg = series[h, s:]
         hi = seg > thr[h]
         excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
-        g = cls.groups[gi]
+        key = int(rows[gi])
+        g = cls.groups[key]
+        rank = int(arena.members[g][pos])
         frac = float(rec.hits[h] / max(int(rec.count[h]), 1))
         # late in most of its samples since: slow all along with a few normal samples
         duty = frac if frac < cfg.slow_rec_duty else None
         ts = t[gi, s:][np.isfinite(seg)]
         every = float(np.median(np.diff(ts))) if len(ts) > 1 else 0.0
-        out.append(SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]),
-                            float(rec.median[h]), excess_ns, int(rec.count[h]), frac,
-                            float(sigma[gi]), float(rec.logp[h]), duty=duty,
-                            episodes=int(rec.episodes[h]), every_ns=every))
-    return out
+        mine = [f for f in cls.found.get(key, []) if f.rank != rank]
+        cls.found[key] = [*mine, SlowRank(
+            rank, g, int(t[gi, s]), float(rec.median[h]), excess_ns, int(rec.count[h]), frac,
+            float(sigma[gi]), float(rec.logp[h]), duty=duty, episodes=int(rec.episodes[h]),
+            every_ns=every)]
+
+
+def _begins(a: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """Per sample, whether an episode above ``thr`` (per row) starts there."""
+    return episode_marks(a, thr)[2]
+
+
+def _lengths(a: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """The strong lengths of the episodes of ``a`` (see ``series.episode_length``)."""
+    _, high, begins = episode_marks(a, thr)
+    _, n = strong_runs(a, high, begins)
+    return n[:, 1:][n[:, 1:] > 0]

@@ -37,6 +37,8 @@ class _Rings:
         self.scale = np.zeros((0, K))
         self.t = np.zeros((0, K), dtype=np.int64)
         self.pos = np.zeros(0, dtype=np.int64)
+        self.judged = np.zeros(0, dtype=np.int64)       # (see slow.judge_rings)
+        self.found: dict[int, list[SlowRank]] = {}
         # the bucket being filled, per group: sums of lateness and pace, calls, bucket, start
         self.acc_x = np.zeros((0, n))
         self.acc_scale = np.zeros(0)

@@ -60,6 +60,13 @@ def sim(
                                "all NICs of a host on one top-of-rack leaf; three_tier: pods "
                                "of rail-optimized leaf/spine joined by a core; single_switch: "
                                "every NIC on one switch."),
+    topology: Path | None = typer.Option(None, "--topology", help="Run on an imported "
+                                         "topology (c4 topology import) instead of building "
+                                         "--fabric: hosts of --gpus-per-host GPUs, each on a "
+                                         "NIC cabled to a switch; hosts without GPUs get "
+                                         "--gpus-per-host; links without capacity get "
+                                         "--nic-gbps / --uplink-gbps (see diagnosis/sim/"
+                                         "README.md)."),
     nics_per_host: int = typer.Option(0, help="NICs per host (0: one per GPU); fewer NICs "
                                       "than GPUs: GPU i shares NIC i*nics/gpus."),
     hosts_per_leaf: int = typer.Option(16, help="Hosts under one leaf switch (per rail on "
@@ -84,7 +91,8 @@ def sim(
                         seed=seed, sample=sample or None, window_ms=window_ms,
                         conns=conns, paths=paths,
                         faults=tuple(FaultSpec.parse(f) for f in fault),
-                        fabric=fabric, nics_per_host=nics_per_host or None,
+                        fabric=fabric, topology=None if topology is None else str(topology),
+                        nics_per_host=nics_per_host or None,
                         hosts_per_leaf=hosts_per_leaf, nic_gbps=nic_gbps,
                         uplink_gbps=uplink_gbps or None, gc_rate=gc_rate,
                         checkpoint_every=checkpoint_every, hang_wait_s=hang_wait, job=job)

@@ -157,6 +157,8 @@ class SimConfig:
     # topology (diagnosis.topology.fabrics): the fabric, and NICs per host (None: one per GPU;
     # fewer: GPU i shares NIC i*nics//gpus)
     fabric: str = "rail"
+    #: an imported topology file to run on instead of building ``fabric`` (diagnosis.sim.imported)
+    topology: str | None = None
     nics_per_host: int | None = None
     hosts_per_leaf: int = 16
     nic_gbps: float = 400.0
@@ -208,13 +210,15 @@ class SimConfig:
             raise bad(f"--sample {self.sample} must be at least 1")
         if not self.window_ms > 0 or self.window_ms * 1e6 != int(self.window_ms * 1e6):
             raise bad(f"--window-ms {self.window_ms} must be a positive whole number of ns")
-        if (self.fabric in RAIL_FABRICS and (self.tp * self.pp) % self.gpus_per_host
-                and self.dp > 1):
+        if (self.topology is None and self.fabric in RAIL_FABRICS
+                and (self.tp * self.pp) % self.gpus_per_host and self.dp > 1):
             raise bad(f"tp*pp = {self.tp * self.pp} must be a multiple of --gpus-per-host "
                       f"{self.gpus_per_host} so that data-parallel rings stay on one rail of "
                       f"the {self.fabric} fabric (or use --fabric tor or single_switch)")
 
     def _check_fabric(self) -> None:
+        if self.topology is not None and self.nics_per_host is not None:
+            raise SimError("--nics-per-host: an imported --topology has its own NICs; drop it")
         if self.fabric not in FABRICS:
             raise SimError(f"--fabric {self.fabric!r} is not one of {', '.join(FABRICS)}")
         if self.nics_per_host is not None and not 1 <= self.nics_per_host <= self.gpus_per_host:
@@ -228,6 +232,13 @@ class SimConfig:
                            "pick another --fabric")
         if not self.nic_gbps > 0 or (self.uplink_gbps is not None and not self.uplink_gbps > 0):
             raise SimError("--nic-gbps and --uplink-gbps must be positive")
+
+    @property
+    def fabric_label(self) -> str:
+        """How messages name the fabric: 'the rail fabric', 'the imported topology t.json'."""
+        if self.topology is not None:
+            return f"the imported topology {self.topology.rsplit('/', 1)[-1]}"
+        return f"the {self.fabric} fabric"
 
     @property
     def dp(self) -> int:

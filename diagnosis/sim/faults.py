@@ -115,7 +115,7 @@ def _resolve_one(spec: FaultSpec, cfg: SimConfig, lay: Layout, conns: Connection
                     or (spec.target == "cable") == ("nic" in (_kind(topo, a), _kind(topo, b)))]
             if not pool:
                 raise SimError(f"fault {spec.kind}: the job's traffic crosses no "
-                               f"{spec.target} on the {cfg.fabric} fabric; target "
+                               f"{spec.target} on {cfg.fabric_label}; target "
                                f"{_offer(topo, used, 'link')}, auto or a link id")
             link = pool[int(rng.integers(len(pool)))]
         else:
@@ -138,7 +138,7 @@ def _resolve_one(spec: FaultSpec, cfg: SimConfig, lay: Layout, conns: Connection
                 if spec.target == "auto" or topo.graph.nodes[s].get("tier") == spec.target]
         if not pool:
             raise SimError(f"fault {spec.kind}: the job's traffic crosses no {spec.target} "
-                           f"switch on the {cfg.fabric} fabric; target "
+                           f"switch on {cfg.fabric_label}; target "
                            f"{_offer(topo, used, 'switch')}, auto or a switch id")
         sw = pool[int(rng.integers(len(pool)))]
     else:

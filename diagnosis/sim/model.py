@@ -44,7 +44,12 @@ class Batch:
 
 
 def build_topology(cfg: SimConfig) -> Topology:
-    """The job's fabric (``cfg.fabric``); ``uplink_gbps`` sets every switch-to-switch link."""
+    """The job's fabric (``cfg.fabric``); ``uplink_gbps`` sets every switch-to-switch link.
+    With ``cfg.topology``, the imported topology fitted to the job (diagnosis.sim.imported)."""
+    if cfg.topology is not None:
+        from diagnosis.sim.imported import load_fitted
+        return load_fitted(cfg.topology, cfg.gpus, cfg.gpus_per_host, cfg.nic_gbps,
+                           cfg.uplink_gbps)
     three = cfg.fabric == "three_tier"
     try:
         return build_fabric(cfg.fabric, cfg.hosts, cfg.gpus_per_host,

@@ -1,23 +1,33 @@
 """Where the daemon keeps telemetry and fault reports: one contract, two backends."""
 
 from diagnosis.store.api import (
+    BATCH_KINDS,
+    BatchRows,
     ConnRows,
+    DetailRows,
     GroupRecord,
     JobRecord,
     OpRows,
     RankRecord,
     Store,
+    StoredBatch,
+    StoredDetail,
     Write,
     open_store,
 )
 
 __all__ = [
+    "BATCH_KINDS",
+    "BatchRows",
     "ConnRows",
+    "DetailRows",
     "GroupRecord",
     "JobRecord",
     "OpRows",
     "RankRecord",
     "Store",
+    "StoredBatch",
+    "StoredDetail",
     "Write",
     "open_store",
 ]

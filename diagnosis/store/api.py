@@ -59,13 +59,80 @@ class ConnRows:
     cols: Columns
 
 
+#: kinds of records a store keeps as whole batches (``BatchRows``)
+BATCH_KINDS = ("progress", "linkstat", "port", "schedule")
+
+
+@dataclass
+class BatchRows:
+    """Records of one job attempt kept as the columnar batch they came in (one stored row per
+    batch, not per record): reduced telemetry (``progress``, ``linkstat``, ``port``) and the
+    job's sampling schedules (``schedule``). ``payload`` is the batch's protobuf encoding
+    (``ProgressBatch``, ``LinkStatBatch``, ``PortBatch``, ``SampleSchedule``); ``cols`` the
+    decoded records for the live view (None for a schedule); ``t_lo``/``t_hi`` the times the
+    records span."""
+
+    job: str
+    attempt: int
+    kind: str
+    count: int
+    t_lo: int
+    t_hi: int
+    payload: bytes
+    cols: Columns | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in BATCH_KINDS:
+            raise ValueError(f"batch kind {self.kind!r} is not one of {', '.join(BATCH_KINDS)}")
+
+
+@dataclass
+class DetailRows:
+    """Full records a node sent for a fault report (detail on demand): ``payload`` is the
+    ``DetailBatch`` protobuf (its ops, status and range); ``count`` its op rows."""
+
+    job: str
+    attempt: int
+    fault_id: str
+    host: str
+    count: int
+    payload: bytes
+    cols: Columns | None = None
+
+
+Body = RankRecord | GroupRecord | OpRows | ConnRows | BatchRows | DetailRows
+
+
 @dataclass(frozen=True)
 class Write:
     """One ingest request's payload, identified by the sidecar that sent it and its number."""
 
     sidecar: str
     seq: int
-    body: RankRecord | GroupRecord | OpRows | ConnRows
+    body: Body
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    """A ``BatchRows`` as read back: its kind, the times it spans and its protobuf payload."""
+
+    kind: str
+    count: int
+    t_lo: int
+    t_hi: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class StoredDetail:
+    """A ``DetailRows`` as read back."""
+
+    fault_id: str
+    job: str
+    attempt: int
+    host: str
+    count: int
+    payload: bytes
 
 
 @dataclass(frozen=True)
@@ -118,6 +185,16 @@ class Store(ABC):
     @abstractmethod
     def conns(self, job: str, attempt: int | None = None) -> Columns:
         """Connection samples ordered by time."""
+
+    @abstractmethod
+    def batches(self, job: str, attempt: int | None = None, *,
+                kinds: Sequence[str] | None = None) -> list[StoredBatch]:
+        """The batches of a job attempt (latest when ``attempt`` is None) of the given kinds
+        (all when None), by ``t_lo`` then arrival."""
+
+    @abstractmethod
+    def details(self, job: str, fault_id: str | None = None) -> list[StoredDetail]:
+        """The detail records stored for a job's faults (one fault's with ``fault_id``)."""
 
     @abstractmethod
     def put_fault(self, report: FaultReport) -> None:

@@ -14,6 +14,7 @@ of a fault), where that cannot pick a stale version.
 
 from __future__ import annotations
 
+import base64
 import logging
 import queue
 import re
@@ -31,12 +32,17 @@ from diagnosis.errors import StoreError
 from diagnosis.report import FaultReport
 from diagnosis.store import _common
 from diagnosis.store.api import (
+    BatchRows,
+    Body,
     ConnRows,
+    DetailRows,
     GroupRecord,
     JobRecord,
     OpRows,
     RankRecord,
     Store,
+    StoredBatch,
+    StoredDetail,
     Write,
 )
 from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
@@ -64,6 +70,12 @@ _TABLES: dict[str, tuple[str, str, str]] = {
               "retrans Int64, busy_us Int64", "", "job, attempt, rank, local, remote, t_ns"),
     "faults": ("id String, job String, state String, revision UInt64, first_seen_ns Int64, "
                "body String", "revision", "id"),
+    # whole batches (payload: base64 of the protobuf), keyed by the request that brought them
+    "batches": ("job String, attempt UInt32, kind String, t_lo Int64, t_hi Int64, "
+                "count UInt32, sidecar String, seq UInt64, body String", "",
+                "job, attempt, t_lo, sidecar, seq"),
+    "details": ("fault_id String, job String, attempt UInt32, host String, count UInt32, "
+                "sidecar String, seq UInt64, body String", "", "job, fault_id, sidecar, seq"),
 }
 _RANK_FIELDS = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic",
                 "backend", "t_ns")
@@ -213,6 +225,7 @@ class ClickHouseStore(Store):
                     fresh.append(w)
             if fresh:
                 self._insert_bodies([w.body for w in fresh])
+                self._insert_batches(fresh)
                 self._insert("applied", "sidecar, seq", [[w.sidecar for w in fresh],
                                                          [w.seq for w in fresh]])
         return duplicate
@@ -229,7 +242,26 @@ class ClickHouseStore(Store):
         self._run(f"INSERT INTO {table} ({columns}) VALUES", data, columnar=True,
                   what=f"insert into {table}")
 
-    def _insert_bodies(self, bodies: list[RankRecord | GroupRecord | OpRows | ConnRows]) -> None:
+    def _insert_batches(self, writes: list[Write]) -> None:
+        """Whole batches and detail records, keyed by the request that brought them."""
+        batches = [(w, w.body) for w in writes if isinstance(w.body, BatchRows)]
+        details = [(w, w.body) for w in writes if isinstance(w.body, DetailRows)]
+        if batches:
+            self._insert("batches", "job, attempt, kind, t_lo, t_hi, count, sidecar, seq, body",
+                         [[b.job for _, b in batches], [int(b.attempt) for _, b in batches],
+                          [b.kind for _, b in batches], [int(b.t_lo) for _, b in batches],
+                          [int(b.t_hi) for _, b in batches], [int(b.count) for _, b in batches],
+                          [w.sidecar for w, _ in batches], [int(w.seq) for w, _ in batches],
+                          [base64.b64encode(b.payload).decode() for _, b in batches]])
+        if details:
+            self._insert("details", "fault_id, job, attempt, host, count, sidecar, seq, body",
+                         [[b.fault_id for _, b in details], [b.job for _, b in details],
+                          [int(b.attempt) for _, b in details], [b.host for _, b in details],
+                          [int(b.count) for _, b in details], [w.sidecar for w, _ in details],
+                          [int(w.seq) for w, _ in details],
+                          [base64.b64encode(b.payload).decode() for _, b in details]])
+
+    def _insert_bodies(self, bodies: list[Body]) -> None:
         # each insert makes a part for the server to merge: skip attempts already stored
         attempts = {(b.job, int(b.attempt)) for b in bodies} - self._known_attempts
         # later records of one key win; within one insert block that order is not kept
@@ -238,7 +270,8 @@ class ClickHouseStore(Store):
         ops = [b for b in bodies if isinstance(b, OpRows) and len(b.cols)]
         conns = [b for b in bodies if isinstance(b, ConnRows) and len(b.cols)]
         for b in bodies:
-            if not isinstance(b, (RankRecord, GroupRecord, OpRows, ConnRows)):
+            if not isinstance(b, (RankRecord, GroupRecord, OpRows, ConnRows, BatchRows,
+                                  DetailRows)):
                 raise TypeError(f"cannot store a {type(b).__name__}")
         if ops:
             self._insert_ops(ops)
@@ -347,6 +380,33 @@ class ClickHouseStore(Store):
             f"SELECT {_CONN_SELECT} FROM conns FINAL WHERE job = %(job)s AND attempt = %(a)s "
             "ORDER BY t_ns, rank", {"job": job, "a": att}, "read connection samples", names)
         return _common.conn_columns(data)
+
+    def batches(self, job: str, attempt: int | None = None, *,
+                kinds: Sequence[str] | None = None) -> list[StoredBatch]:
+        att = self._attempt(job, attempt)
+        if att is None:
+            return []
+        sql = ("SELECT kind, count, t_lo, t_hi, body FROM batches FINAL WHERE job = %(job)s "
+               "AND attempt = %(a)s")
+        params: dict[str, Any] = {"job": job, "a": att}
+        if kinds is not None:
+            sql += " AND kind IN %(kinds)s"
+            params["kinds"] = tuple(kinds)
+        rows = self._run(sql + " ORDER BY t_lo, sidecar, seq", params, what="read batches")
+        return [StoredBatch(k, int(n), int(lo), int(hi), base64.b64decode(body))
+                for k, n, lo, hi, body in rows]
+
+    def details(self, job: str, fault_id: str | None = None) -> list[StoredDetail]:
+        sql = ("SELECT fault_id, job, attempt, host, count, body FROM details FINAL "
+               "WHERE job = %(job)s")
+        params: dict[str, Any] = {"job": job}
+        if fault_id is not None:
+            sql += " AND fault_id = %(f)s"
+            params["f"] = fault_id
+        rows = self._run(sql + " ORDER BY fault_id, sidecar, seq", params,
+                         what="read detail records")
+        return [StoredDetail(f, j, int(a), h, int(n), base64.b64decode(b))
+                for f, j, a, h, n, b in rows]
 
     def ranks(self, job: str, attempt: int | None = None) -> list[RankRecord]:
         att = self._attempt(job, attempt)

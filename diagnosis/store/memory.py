@@ -11,12 +11,16 @@ import numpy as np
 from diagnosis.report import FaultReport
 from diagnosis.store import _common
 from diagnosis.store.api import (
+    BatchRows,
     ConnRows,
+    DetailRows,
     GroupRecord,
     JobRecord,
     OpRows,
     RankRecord,
     Store,
+    StoredBatch,
+    StoredDetail,
     Write,
 )
 from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, concat, empty_columns
@@ -35,6 +39,8 @@ class MemoryStore(Store):
         self._ops: dict[tuple[str, int], list[Columns]] = {}
         self._conns: dict[tuple[str, int], list[Columns]] = {}
         self._faults: dict[str, FaultReport] = {}
+        self._batches: dict[tuple[str, int], list[StoredBatch]] = {}
+        self._details: list[StoredDetail] = []
         # per job attempt: (parts summarized, summary), so status calls stay cheap
         self._agg: dict[tuple[str, int], tuple[int, _common.OpAgg]] = {}
 
@@ -61,6 +67,14 @@ class MemoryStore(Store):
                     self._ops.setdefault((b.job, b.attempt), []).append(b.cols)
                 elif isinstance(b, ConnRows):
                     self._conns.setdefault((b.job, b.attempt), []).append(b.cols)
+                elif isinstance(b, BatchRows):
+                    self._batches.setdefault((b.job, b.attempt), []).append(
+                        StoredBatch(b.kind, b.count, b.t_lo, b.t_hi, b.payload))
+                elif isinstance(b, DetailRows):
+                    self._details.append(StoredDetail(b.fault_id, b.job, b.attempt, b.host,
+                                                      b.count, b.payload))
+                else:
+                    raise TypeError(f"cannot store a {type(b).__name__}")
         return dups
 
     def _attempt(self, job: str, attempt: int | None) -> tuple[str, int] | None:
@@ -124,6 +138,26 @@ class MemoryStore(Store):
         cols = concat(parts)
         order = np.argsort(cols["t_ns"], kind="stable")
         return Columns({k: v[order] for k, v in cols.columns.items()}, cols.strings)
+
+    def batches(self, job: str, attempt: int | None = None, *,
+                kinds: Sequence[str] | None = None) -> list[StoredBatch]:
+        with self._lock:
+            key = self._attempt_of_batches(job, attempt)
+            found = list(self._batches.get(key, [])) if key else []
+        picked = [b for b in found if kinds is None or b.kind in kinds]
+        order = sorted(range(len(picked)), key=lambda i: (picked[i].t_lo, i))
+        return [picked[i] for i in order]
+
+    def _attempt_of_batches(self, job: str, attempt: int | None) -> tuple[str, int] | None:
+        if attempt is not None:
+            return (job, attempt)
+        attempts = [a for (j, a) in (*self._ranks, *self._batches) if j == job]
+        return (job, max(attempts)) if attempts else None
+
+    def details(self, job: str, fault_id: str | None = None) -> list[StoredDetail]:
+        with self._lock:
+            return [d for d in self._details
+                    if d.job == job and (fault_id is None or d.fault_id == fault_id)]
 
     def ranks(self, job: str, attempt: int | None = None) -> list[RankRecord]:
         with self._lock:

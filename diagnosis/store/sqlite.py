@@ -32,19 +32,24 @@ from diagnosis.errors import StoreError
 from diagnosis.report import FaultReport
 from diagnosis.store import _common
 from diagnosis.store.api import (
+    BatchRows,
+    Body,
     ConnRows,
+    DetailRows,
     GroupRecord,
     JobRecord,
     OpRows,
     RankRecord,
     Store,
+    StoredBatch,
+    StoredDetail,
     Write,
 )
 from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CACHE_KIB = 64 * 1024  # the writer connection's page cache, allocated as used
 # Readers mostly scan (whole-job reads, counts): a big cache per reader buys little and costs
 # its size once per connection.
@@ -81,6 +86,14 @@ CREATE TABLE IF NOT EXISTS faults (
   id TEXT PRIMARY KEY, job TEXT NOT NULL, state TEXT NOT NULL, revision INTEGER NOT NULL,
   first_seen_ns INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS faults_by_job ON faults (job);
+CREATE TABLE IF NOT EXISTS batches (
+  id INTEGER PRIMARY KEY, aid INTEGER NOT NULL, kind TEXT NOT NULL, count INTEGER NOT NULL,
+  t_lo INTEGER NOT NULL, t_hi INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS batches_by_time ON batches (aid, t_lo);
+CREATE TABLE IF NOT EXISTS details (
+  id INTEGER PRIMARY KEY, fault_id TEXT NOT NULL, aid INTEGER NOT NULL, host TEXT NOT NULL,
+  count INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS details_by_fault ON details (fault_id);
 """
 
 # A completed row (t_end_ns != -1) replaces an open one; an open row never replaces a completed one.
@@ -244,13 +257,20 @@ class SQLiteStore(Store):
                 self._apply(conn, w.body)
         return duplicate
 
-    def _apply(self, conn: sqlite3.Connection,
-               body: RankRecord | GroupRecord | OpRows | ConnRows) -> None:
+    def _apply(self, conn: sqlite3.Connection, body: Body) -> None:
         aid = self._aid(conn, body.job, body.attempt)
         if isinstance(body, OpRows):
             self._put_ops(conn, aid, body.cols)
         elif isinstance(body, ConnRows):
             self._put_conns(conn, aid, body.cols)
+        elif isinstance(body, BatchRows):
+            conn.execute("INSERT INTO batches (aid, kind, count, t_lo, t_hi, body) "
+                         "VALUES (?, ?, ?, ?, ?, ?)",
+                         (aid, body.kind, body.count, body.t_lo, body.t_hi, body.payload))
+        elif isinstance(body, DetailRows):
+            conn.execute("INSERT INTO details (fault_id, aid, host, count, body) "
+                         "VALUES (?, ?, ?, ?, ?)",
+                         (body.fault_id, aid, body.host, body.count, body.payload))
         elif isinstance(body, RankRecord):
             conn.execute(
                 "INSERT OR REPLACE INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -434,6 +454,31 @@ class SQLiteStore(Store):
                 conn, f"SELECT {_CONN_SELECT} FROM conns WHERE aid = ? ORDER BY t_ns, rank",
                 (aid,), len(CONN_COLUMNS))
             return self._to_columns(conn, table, CONN_COLUMNS, _common.CONN_STRING_COLUMNS)
+
+    def batches(self, job: str, attempt: int | None = None, *,
+                kinds: Sequence[str] | None = None) -> list[StoredBatch]:
+        with self._reading() as conn:
+            aid = self._find_attempt(conn, job, attempt)
+            if aid is None:
+                return []
+            sql = "SELECT kind, count, t_lo, t_hi, body FROM batches WHERE aid = ?"
+            args: list[object] = [aid]
+            if kinds is not None:
+                sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+                args.extend(kinds)
+            rows = conn.execute(sql + " ORDER BY t_lo, id", args).fetchall()
+        return [StoredBatch(k, n, lo, hi, bytes(body)) for k, n, lo, hi, body in rows]
+
+    def details(self, job: str, fault_id: str | None = None) -> list[StoredDetail]:
+        sql = ("SELECT d.fault_id, a.job, a.attempt, d.host, d.count, d.body FROM details d "
+               "JOIN attempts a USING (aid) WHERE a.job = ?")
+        args: list[object] = [job]
+        if fault_id is not None:
+            sql += " AND d.fault_id = ?"
+            args.append(fault_id)
+        with self._reading() as conn:
+            rows = conn.execute(sql + " ORDER BY d.id", args).fetchall()
+        return [StoredDetail(f, j, a, h, n, bytes(b)) for f, j, a, h, n, b in rows]
 
     def ranks(self, job: str, attempt: int | None = None) -> list[RankRecord]:
         with self._reading() as conn:

@@ -1,4 +1,4 @@
-"""``c4 topology``: generate a fabric description and summarise one."""
+"""``c4 topology``: generate, import, discover, check and summarise cluster topologies."""
 
 from __future__ import annotations
 
@@ -102,6 +102,115 @@ def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link)."
     table.add_row("paths", "", "structural (two-tier)" if ix.two_tier else
                   "structural (tiered)" if ix.tiered else "graph search")
     Console().print(table)
+
+
+_SOURCES_HELP = ("ibnetdiscover, slurm (topology.conf/.yaml, scontrol show topology), scontrol, "
+                 "aws, k8s (fabric); lldp, nvidia-smi, ibdev2netdev, host (a host's own outputs "
+                 "or c4 topology discover JSON)")
+
+
+@topology_app.command("import")
+def import_(
+    source: str = typer.Argument(..., help=f"What the files are: {_SOURCES_HELP}."),
+    files: list[str] = typer.Argument(..., help="Input files. Host-layer outputs name no host: "
+                                      "give them as HOST=FILE (or use --host)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Write the topology JSON here."),
+    existing: Path | None = typer.Option(None, "--merge", help="An existing topology (e.g. an "
+                                         "earlier import) to merge this source into."),
+    host: str | None = typer.Option(None, "--host", help="The host of host-layer files given "
+                                    "without HOST=."),
+    name: str | None = typer.Option(None, "--name", help="topology.yaml: which topology to "
+                                    "import (default: the cluster default)."),
+    name_map: Path | None = typer.Option(None, "--name-map", help="ibnetdiscover: a "
+                                         "--node-name-map file ('<guid> \"<name>\"' lines)."),
+    fmt: str = typer.Option("text", "--format", help="text or json (counts and issues)."),
+) -> None:
+    """Import the cluster's own description of itself into a node-link topology."""
+    import json
+
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.topology.importers.sources import ImportOptions, run_import
+
+    _check_format(fmt)
+    try:
+        out = run_import(source, files, ImportOptions(host, name, name_map), existing)
+    except DiagnosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    out.topology.save(output)
+    issues = sorted(out.issues, key=lambda i: i.level != "warning")
+    if fmt == "json":
+        typer.echo(json.dumps({"output": str(output), "counts": out.counts,
+                               "warnings": sum(i.level == "warning" for i in issues),
+                               "issues": [i.to_json() for i in issues]}, indent=1))
+        return
+    c = out.counts
+    tiers = ", ".join(f"{n} {t}" for t, n in c["tiers"].items())  # type: ignore[union-attr]
+    typer.echo(f"wrote {output}: {c['hosts']} hosts, {c['gpus']} GPUs, {c['nics']} NICs, "
+               f"{c['switches']} switches ({tiers or 'no tiers'}), {c['links']} links "
+               f"({c['cables']} cables)")
+    for issue in issues:
+        typer.echo(f"{issue.level}: {issue}")
+
+
+@topology_app.command("discover")
+def discover(
+    sysfs_root: Path = typer.Option(Path("/sys"), "--sysfs-root", help="Where sysfs is "
+                                    "mounted (for a copy of another host's)."),
+    host: str | None = typer.Option(None, "--host", help="This host's id in the topology "
+                                    "(default: its short hostname)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the JSON here "
+                                       "(default: print it)."),
+) -> None:
+    """Discover this host's GPUs, NICs, GPU-NIC pairing and switch ports, as JSON.
+
+    Runs what the host has of nvidia-smi topo -m, ibdev2netdev, lldpctl; reads sysfs.
+    """
+    import json
+
+    from diagnosis.topology.discover import discover_host, run_command
+
+    text = json.dumps(discover_host(run_command, sysfs_root, hostname=host).to_json(), indent=1)
+    if output is None:
+        typer.echo(text)
+    else:
+        output.write_text(text + "\n")
+        typer.echo(f"wrote {output}")
+
+
+@topology_app.command("check")
+def check(
+    path: Path = typer.Argument(..., help="Topology JSON file (node-link)."),
+    fmt: str = typer.Option("text", "--format", help="text or json."),
+    max_leaves: int = typer.Option(400, "--max-leaves", help="Compare the paths between every "
+                                   "pair of leaves up to this many leaves (the exact test of "
+                                   "which links no flow tells apart)."),
+) -> None:
+    """What c4 can and cannot localize on a topology.
+
+    Components no transfer crosses or tells apart, hosts without pairing, parts unjoined.
+    """
+    import json
+
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.topology import Topology
+    from diagnosis.topology.check import check_topology
+
+    _check_format(fmt)
+    try:
+        result = check_topology(Topology.load(path), max_leaves=max_leaves)
+    except DiagnosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if fmt == "json":
+        typer.echo(json.dumps(result.to_json(), indent=1))
+    else:
+        typer.echo(result.to_text())
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in ("text", "json"):
+        raise typer.BadParameter(f"--format {fmt!r}: text or json")
 
 
 def _role(g, node: str) -> str:

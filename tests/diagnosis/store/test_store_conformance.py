@@ -11,7 +11,9 @@ import pytest
 from diagnosis.errors import StoreError
 from diagnosis.report import FaultReport, Suspect
 from diagnosis.store import (
+    BatchRows,
     ConnRows,
+    DetailRows,
     GroupRecord,
     OpRows,
     RankRecord,
@@ -280,3 +282,25 @@ def test_bad_url_and_unwritable_path(tmp_path):
         open_store("postgres://x")
     with pytest.raises(StoreError, match="directory exists"):
         open_store(f"sqlite:///{tmp_path}/missing/dir/c4.db")
+
+
+def test_batches_and_details_round_trip_once(opener):
+    s = opener()
+    sched = [BatchRows("j", 0, "schedule", 1, T0 + 5, T0 + 5, b"\x08\x01" + bytes([v]))
+             for v in range(3)]
+    progress = BatchRows("j", 0, "progress", 40, T0 + 1, T0 + 9, bytes(range(256)) * 4)
+    port = BatchRows("j", 0, "port", 2, T0, T0, b"port")
+    detail = DetailRows("j", 0, "fault-1", "node3", 17, b"\x00detail\xff")
+    writes = writes_of("car", 1, [*ranks_of("j", 0, 2), progress, port, *sched, detail])
+    assert s.write(writes) == [False] * len(writes)
+    assert s.write(writes[-3:]) == [True] * 3
+    got = s.batches("j")
+    assert [b.kind for b in got] == ["port", "progress", "schedule", "schedule", "schedule"]
+    assert got[1].payload == progress.payload and (got[1].count, got[1].t_lo, got[1].t_hi) == \
+        (40, T0 + 1, T0 + 9)
+    assert [b.payload for b in s.batches("j", kinds=["schedule"])] == [b.payload for b in sched]
+    assert s.batches("j", attempt=7) == [] and s.batches("nobody") == []
+    (d,) = s.details("j")
+    assert (d.fault_id, d.host, d.count, d.payload) == ("fault-1", "node3", 17, detail.payload)
+    assert s.details("j", "fault-1") == [d] and s.details("j", "other") == []
+    assert s.details("other") == []

@@ -1,0 +1,408 @@
+"""One daemon, a whole large job: the reduced stream of a 16,384- or 131,072-rank job at 400
+calls/s per rank into one `c4 daemon` on this machine.
+
+    python -m bench.scale.job [--ranks 16384] [--minutes 10] [--store sqlite|clickhouse]
+                              [--streams 16] [--budget 200000] [--fault-at-s S]
+
+``bench.scale.jobgen`` builds, second by second, what the job's sidecars ship in reduced mode
+(sampled op rows, progress and linkstat per window, port records, the collectors' counters),
+following the daemon's schedule as sidecars do: the factor it starts the job with (from its
+size), per-communicator steps, longer windows. ``--streams`` gRPC ingest streams carry it
+(each stands for the sidecars of ``nodes / streams`` nodes, with the outbox's window of 64
+requests in flight). One rank stops at ``--fault-at-s`` (default: two minutes before the end):
+the daemon must report it.
+
+Printed: the schedule the daemon chose; per minute the records acknowledged per second by
+kind, the ingest lag (request sent -> acknowledged once stored) p50/p99, the detectors' lag
+(``c4_daemon_live_lag_seconds``) p99, the daemon's RSS and CPU; then records lost (sent minus
+acknowledged, and the job's op rows stored against those sent), requests rejected, and the
+time from the planted stop to the report that names the rank.
+
+One machine plays the whole cluster: the generator's CPU competes with the daemon's (both are
+printed). Ranks register once each (RankInfo), groups once each (real sidecars forward every
+rank's groups); the daemon runs with no per-sender request limit (every stream comes from this
+one address).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import os
+import queue
+import statistics
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from bench.scale.jobgen import NS, JobGen, JobShape, encode
+from proto import c4_pb2, c4_pb2_grpc
+
+INFLIGHT = 64
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(pid: int) -> float:
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / TICK
+    except OSError:
+        return 0.0
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+@dataclass
+class Counts:
+    sent: collections.Counter = field(default_factory=collections.Counter)
+    acked: collections.Counter = field(default_factory=collections.Counter)
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+    lat: list[tuple[float, float]] = field(default_factory=list)   # (ack time, latency)
+    # records acknowledged per kind and second (monotonic, whole seconds)
+    per_s: collections.Counter = field(default_factory=collections.Counter)
+
+
+class Stream:
+    """One ingest stream playing many sidecars: ordered requests, at most INFLIGHT unacked."""
+
+    def __init__(self, address: str, name: str, counts: Counts, lock: threading.Lock,
+                 on_control) -> None:
+        self.name = name
+        self._counts, self._lock = counts, lock
+        self._on_control = on_control
+        self._queue: queue.Queue[c4_pb2.IngestRequest | None] = queue.Queue()
+        self._inflight: dict[int, tuple[float, str, int]] = {}
+        self._room = threading.Semaphore(INFLIGHT)
+        self._seq = 0
+        self._channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_send_message_length", 64 << 20),
+            ("grpc.max_receive_message_length", 64 << 20)])
+        self._stub = c4_pb2_grpc.IngestStub(self._channel)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def put(self, records: int, **body: object) -> None:
+        self._seq += 1
+        self._queue.put(c4_pb2.IngestRequest(sidecar=self.name, seq=self._seq, **body))
+        with self._lock:
+            self._counts.sent[next(iter(body))] += records
+
+    def pending(self) -> int:
+        return self._queue.qsize() + len(self._inflight)
+
+    def _requests(self):
+        while True:
+            req = self._queue.get()
+            if req is None:
+                return
+            self._room.acquire()
+            kind = req.WhichOneof("body")
+            body = getattr(req, kind)
+            n = body.count if hasattr(body, "count") else len(getattr(body, "collectors", ())) \
+                if kind == "stats" else 1
+            self._inflight[req.seq] = (time.monotonic(), kind, n)
+            yield req
+
+    def _run(self) -> None:
+        try:
+            for ack in self._stub.Stream(self._requests()):
+                if ack.HasField("control"):
+                    self._on_control(ack.control)
+                    continue
+                sent = self._inflight.pop(ack.seq, None)
+                if sent is None:
+                    continue
+                self._room.release()
+                now = time.monotonic()
+                with self._lock:
+                    if ack.code:
+                        self._counts.rejected += 1
+                        if len(self._counts.errors) < 5:
+                            self._counts.errors.append(ack.error)
+                    else:
+                        self._counts.acked[sent[1]] += sent[2]
+                        self._counts.per_s[(sent[1], int(now))] += sent[2]
+                        self._counts.lat.append((now, now - sent[0]))
+        except grpc.RpcError as exc:
+            with self._lock:
+                self._counts.errors.append(f"{self.name}: {exc.code()} {exc.details()}")
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._room.release()          # a request waiting for room goes, then the end
+        self._thread.join(5)
+        self._channel.close()         # whatever is still unacknowledged is counted lost
+
+
+def _metric(url: str, name: str) -> float | None:
+    try:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def run(args: argparse.Namespace, work: Path) -> dict:
+    from c4.processes import free_port, start_daemon
+    from diagnosis.client import DaemonClient
+
+    shape = JobShape(ranks=args.ranks, streams=args.streams)
+    port, mport = free_port(), free_port()
+    store = args.store_url
+    daemon = start_daemon(work, port, store=store, extra=[
+        "--job-records-per-s", str(args.budget), "--max-requests-per-second", "0",
+        "--metrics", str(mport), "--analyze-interval", "1"])
+    address = f"127.0.0.1:{port}"
+    counts, lock = Counts(), threading.Lock()
+    gen = JobGen(shape, time.time_ns() + int(60 * NS))   # t0 set when the calls start
+    schedules: list[tuple[float, c4_pb2.SampleSchedule]] = []
+
+    def on_control(ctl: c4_pb2.Control) -> None:
+        if ctl.WhichOneof("body") == "schedule":
+            with lock:
+                if gen.sampling.apply(ctl.schedule):
+                    schedules.append((time.monotonic(), ctl.schedule))
+
+    streams = [Stream(address, f"gen{i}", counts, lock, on_control)
+               for i in range(shape.streams)]
+    reports: list[tuple[float, object]] = []
+    watcher_stop = threading.Event()
+
+    def watch() -> None:
+        with DaemonClient(address, timeout=5) as c, contextlib.suppress(Exception):
+            for r in c.watch(shape.job):
+                reports.append((time.monotonic(), r))
+                if watcher_stop.is_set():
+                    return
+
+    threading.Thread(target=watch, daemon=True).start()
+    t_reg = time.monotonic()
+    for i, st in enumerate(streams):
+        for info in gen.rank_infos(i):
+            st.put(1, rank=info)
+    for j, g in enumerate(gen.groups()):
+        streams[j % len(streams)].put(1, group=g)
+    while sum(s.pending() for s in streams) and time.monotonic() - t_reg < 600:
+        time.sleep(0.2)
+    registered_s = time.monotonic() - t_reg
+    deadline = time.monotonic() + 15
+    while not schedules and time.monotonic() < deadline:
+        time.sleep(0.1)
+    gen.t0 = time.time_ns()
+    t_start = time.monotonic()
+    end = t_start + args.minutes * 60
+    fault_at = t_start + (args.fault_at_s if args.fault_at_s is not None
+                          else max(30.0, args.minutes * 60 - 120))
+    fault = None
+    samples: list[dict] = []
+    next_sample = t_start
+    stats_msgs: dict[int, c4_pb2.SidecarStats] = {}
+    d0, g0 = _cpu(daemon.proc.pid), time.process_time()
+    sec = 0
+    window_next = None
+    port_next = t_start
+    behind = 0.0
+    while time.monotonic() < end:
+        target = t_start + sec + 1
+        now = time.monotonic()
+        if now < target:
+            time.sleep(target - now)
+        else:
+            behind = max(behind, now - target)
+        lo, hi = gen.t0 + sec * NS, gen.t0 + (sec + 1) * NS
+        if fault is None and time.monotonic() >= fault_at:
+            fault = gen.plant(rank=shape.ranks // 2 + 3, t_ns=hi - NS // 2)
+            fault_mono = time.monotonic() - 0.5
+        with lock:
+            parts = gen.ops(lo, hi)
+        for st, cols in zip(streams, parts, strict=True):
+            if cols is not None:
+                for a in range(0, len(cols), 50_000):
+                    chunk = type(cols)({k: v[a:a + 50_000] for k, v in cols.columns.items()},
+                                       cols.strings)
+                    st.put(len(chunk), ops=encode("ops", shape.job, chunk))
+        # windows end on the shared clock; shipped once the sidecars' watermark passes
+        w = gen.sampling.window_ns or NS
+        if gen.sampling.window_from_ns and hi < gen.sampling.window_from_ns:
+            w = NS
+        if window_next is None:
+            window_next = (gen.t0 // w + 1) * w
+        while window_next + int(shape.lag_s * NS) <= hi:
+            for i, st in enumerate(streams):
+                p = gen.progress(i, window_next)
+                if p is not None:
+                    st.put(len(p), progress=encode("progress", shape.job, p))
+                ls = gen.linkstat(i, window_next, w)
+                if ls is not None and len(ls):
+                    st.put(len(ls), linkstats=encode("linkstats", shape.job, ls))
+            window_next += w
+        if time.monotonic() >= port_next:
+            for i, st in enumerate(streams):
+                pc = gen.ports(i, hi)
+                st.put(len(pc), ports=encode("ports", shape.job, pc))
+            port_next += 30
+        for i, st in enumerate(streams):
+            stats_msgs[i] = gen.stats(i, stats_msgs.get(i), hi)
+            st.put(0, stats=stats_msgs[i])
+        sec += 1
+        if time.monotonic() >= next_sample:
+            next_sample += 5
+            samples.append({"t": time.monotonic() - t_start, "rss": _rss_mib(daemon.proc.pid),
+                            "lag": _metric(f"http://127.0.0.1:{mport}/metrics",
+                                           "c4_daemon_live_lag_seconds"),
+                            "dcpu": _cpu(daemon.proc.pid), "gcpu": time.process_time()})
+    sending = time.monotonic() - t_start
+    d1, g1 = _cpu(daemon.proc.pid), time.process_time()
+    drain = time.monotonic()
+    while sum(s.pending() for s in streams) and time.monotonic() - drain < 300:
+        time.sleep(0.2)
+    drained_s = time.monotonic() - drain
+    time.sleep(2)
+    watcher_stop.set()
+    for st in streams:
+        st.close()
+    with DaemonClient(address, timeout=60) as c:
+        stored_ops = sum(j.ops for j in c.jobs() if j.job == shape.job)
+        faults = c.faults(shape.job)
+    daemon.stop()
+    found = [(t, r) for t, r in reports if fault is not None and r.state == "open" and
+             any(s.rank == fault.rank or s.id == str(fault.rank) for s in r.suspects)]
+    return {"shape": shape, "counts": counts, "samples": samples, "sending": sending,
+            "registered_s": registered_s, "drained_s": drained_s, "behind": behind,
+            "stored_ops": stored_ops, "schedules": schedules, "t_start": t_start,
+            "fault": fault, "fault_latency": (found[0][0] - fault_mono) if found else None,
+            "report": found[0][1] if found else None, "faults": faults,
+            "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending}
+
+
+def _print(args: argparse.Namespace, res: dict) -> None:
+    shape, counts = res["shape"], res["counts"]
+    print(f"\none daemon, a whole job: {shape.ranks:,} ranks x {shape.calls_per_rank:g} calls/s "
+          f"({shape.ranks * shape.calls_per_rank / 1e6:.2f}M calls/s), store {args.store}, "
+          f"budget {args.budget:,.0f} records/s, {shape.streams} streams, "
+          f"{res['sending'] / 60:.1f} min")
+    print(f"registration of {shape.ranks:,} ranks and their groups: {res['registered_s']:.1f} s;"
+          f" the generator at most {res['behind']:.2f} s behind its pace")
+    for t, s in res["schedules"]:
+        steps = {st.sample for st in s.steps}
+        print(f"  schedule at {t - res['t_start']:+.0f} s: default K={s.default_sample or 1}, "
+              f"steps K={sorted(steps) or '-'} on {len({st.pg for st in s.steps})} groups, "
+              f"window {s.window_ns / 1e9 if s.window_ns else 1:g} s")
+    lat = counts.lat
+    t0 = res["t_start"]
+    print("\nminute | ops/s | progress/s | linkstat/s | ingest lag p50/p99 s | detector lag p99 s"
+          " | daemon RSS MiB | daemon CPU % | generator CPU %")
+    print("--- | --- | --- | --- | --- | --- | --- | --- | ---")
+    samples = res["samples"]
+    minutes = max(1, int(res["sending"] // 60))
+    for m in range(minutes):
+        lo, hi = t0 + 60 * m, t0 + 60 * (m + 1)
+        ls = sorted(x for t, x in lat if lo <= t < hi) or [0.0]
+        sm = [s for s in samples if 60 * m <= s["t"] < 60 * (m + 1)]
+        lags = sorted(s["lag"] for s in sm if s["lag"] is not None) or [0.0]
+        rss = sm[-1]["rss"] if sm else 0
+        cpu_d = cpu_g = 0.0
+        if len(sm) > 1:
+            dt = sm[-1]["t"] - sm[0]["t"]
+            cpu_d = 100 * (sm[-1]["dcpu"] - sm[0]["dcpu"]) / dt
+            cpu_g = 100 * (sm[-1]["gcpu"] - sm[0]["gcpu"]) / dt
+        print(f"{m + 1} | {_rate(counts, 'ops', lo, hi):,.0f} | "
+              f"{_rate(counts, 'progress', lo, hi):,.0f} | "
+              f"{_rate(counts, 'linkstats', lo, hi):,.0f} | "
+              f"{ls[len(ls) // 2]:.2f} / {ls[int(0.99 * (len(ls) - 1))]:.2f} | "
+              f"{lags[int(0.99 * (len(lags) - 1))]:.2f} | {rss:,.0f} | {cpu_d:.0f} | {cpu_g:.0f}")
+    print("\nover time (every 30 s): t s | RSS MiB | detector lag s | ingest lag p99 s")
+    for s in samples[::6]:
+        near = sorted(x for t, x in lat if t0 + s["t"] - 30 <= t < t0 + s["t"]) or [0.0]
+        print(f"  {s['t']:5.0f} | {s['rss']:7,.0f} | {s['lag'] or 0:6.2f} | "
+              f"{near[int(0.99 * (len(near) - 1))]:6.2f}")
+    rss = [s["rss"] for s in samples]
+    half = [s for s in samples if s["t"] >= res["sending"] / 2]
+    slope = 0.0
+    if len(half) > 2:
+        xs = [s["t"] / 60 for s in half]
+        ys = [s["rss"] for s in half]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / \
+            max(sum((x - mx) ** 2 for x in xs), 1e-9)
+    all_lat = sorted(x for _, x in lat) or [0.0]
+    lags = sorted(s["lag"] for s in samples if s["lag"] is not None) or [0.0]
+    sent, acked = counts.sent, counts.acked
+    lost = {k: sent[k] - acked[k] for k in sent if k != "stats"}
+    print(f"\nsustained: {sum(acked[k] for k in acked if k != 'stats') / res['sending']:,.0f} "
+          f"records/s acknowledged ({', '.join(f'{k} {acked[k]:,}' for k in sorted(acked))})")
+    print(f"ingest lag p99 {all_lat[int(0.99 * (len(all_lat) - 1))]:.2f} s, max "
+          f"{all_lat[-1]:.2f} s; detector lag p99 {lags[int(0.99 * (len(lags) - 1))]:.2f} s, "
+          f"max {lags[-1]:.2f} s; drained {res['drained_s']:.1f} s after sending stopped")
+    print(f"daemon RSS: first minute {rss[min(11, len(rss) - 1)] if rss else 0:,.0f} MiB, peak "
+          f"{max(rss) if rss else 0:,.0f}, last {rss[-1] if rss else 0:,.0f}; slope over the "
+          f"second half {slope:+.1f} MiB/min")
+    print(f"daemon CPU {100 * res['daemon_cpu']:.0f}% of a core, generator "
+          f"{100 * res['gen_cpu']:.0f}%")
+    print(f"records lost: {lost} (sent minus acknowledged); op rows stored "
+          f"{res['stored_ops']:,} of {sent['ops']:,} sent; requests rejected {counts.rejected}"
+          + (f" ({counts.errors[:3]})" if counts.errors else ""))
+    f = res["fault"]
+    if f is None:
+        print("no fault planted (the run was too short)")
+    elif res["report"] is None:
+        print(f"planted: rank {f.rank} stops; NOT reported ({len(res['faults'])} reports: "
+              f"{[(r.kind, r.summary[:60]) for r in res['faults'][:3]]})")
+    else:
+        r = res["report"]
+        print(f"planted: rank {f.rank} stops; reported after {res['fault_latency']:.1f} s as "
+              f"{r.kind}: {r.summary}")
+
+
+def _rate(counts: Counts, kind: str, lo: float, hi: float) -> float:
+    """Records of ``kind`` acknowledged per second between ``lo`` and ``hi`` (monotonic)."""
+    total = sum(n for (k, sec), n in counts.per_s.items() if k == kind and lo <= sec < hi)
+    return total / max(hi - lo, 1.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=16384)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--store", choices=("memory", "sqlite", "clickhouse"), default="sqlite",
+                    help="clickhouse: a private server (see bench.stores)")
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--budget", type=float, default=200_000.0)
+    ap.add_argument("--fault-at-s", type=float, default=None)
+    args = ap.parse_args()
+    from bench.stores import store_url
+
+    with tempfile.TemporaryDirectory(prefix="c4-scale-") as tmp:
+        work = Path(tmp)
+        found = store_url(args.store, work, "c4_scale")
+        if found is None:
+            raise SystemExit("clickhouse-server is not installed (scripts/system-deps.sh)")
+        args.store_url, server = found
+        try:
+            res = run(args, work)
+        finally:
+            if server is not None:
+                server.stop()
+    _print(args, res)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Messages down the ingest streams: the daemon's side of ``Control``.
+
+Each open ``Ingest.Stream`` registers here with a function that queues an ``IngestAck`` on it.
+Requests accepted on a stream tell which jobs it carries and for which hosts (``RankInfo.host``,
+``SidecarStats.host``). A job's sampling schedule goes to every stream that carries the job,
+now and whenever a stream first carries it (a sidecar that reconnects, or a node that joins);
+a detail request goes to the streams of the hosts it names. A detail answer is accepted only
+for a request sent lately (so a sender cannot fill the store with detail nobody asked for).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from proto import c4_pb2
+
+log = logging.getLogger(__name__)
+
+Push = Callable[[c4_pb2.IngestAck], None]
+JobKey = tuple[str, int]
+MAX_REQUESTS = 4096   # detail requests remembered for their answers
+
+
+@dataclass
+class _Stream:
+    push: Push
+    hosts: set[str] = field(default_factory=set)
+    jobs: set[JobKey] = field(default_factory=set)
+
+
+def request_job(req: c4_pb2.IngestRequest) -> JobKey | None:
+    """The job attempt a request belongs to (None for statistics)."""
+    kind = req.WhichOneof("body")
+    if kind is None or kind == "stats":
+        return None
+    body = getattr(req, kind)
+    return (body.job, body.attempt)
+
+
+class ControlHub:
+    """Thread-safe: ingest threads register streams and report requests; the live view
+    publishes schedules; the detail puller asks for records."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[int, _Stream] = {}
+        self._ids = itertools.count(1)
+        self._schedules: dict[JobKey, c4_pb2.SampleSchedule] = {}
+        # detail request id -> hosts asked (oldest requests forgotten past MAX_REQUESTS)
+        self._expected: OrderedDict[int, set[str]] = OrderedDict()
+        self.sent = 0
+
+    # -- streams --------------------------------------------------------------------------
+    def open(self, push: Push) -> int:
+        with self._lock:
+            sid = next(self._ids)
+            self._streams[sid] = _Stream(push)
+            return sid
+
+    def close(self, sid: int) -> None:
+        with self._lock:
+            self._streams.pop(sid, None)
+
+    def seen(self, sid: int, req: c4_pb2.IngestRequest) -> None:
+        """A request accepted on stream ``sid``: note its job and host; a job new to the stream
+        gets the job's schedule at once."""
+        kind = req.WhichOneof("body")
+        job = request_job(req)
+        with self._lock:
+            st = self._streams.get(sid)
+            if st is None:
+                return
+            if kind == "rank" and req.rank.host:
+                st.hosts.add(req.rank.host)
+            elif kind == "stats" and req.stats.host:
+                st.hosts.add(req.stats.host)
+            if job is None or job in st.jobs:
+                return
+            st.jobs.add(job)
+            schedule = self._schedules.get(job)
+        if schedule is not None:
+            self._send(st.push, c4_pb2.Control(schedule=schedule))
+
+    def _send(self, push: Push, control: c4_pb2.Control) -> None:
+        try:
+            push(c4_pb2.IngestAck(seq=0, control=control))
+            with self._lock:
+                self.sent += 1
+        except Exception as exc:  # a stream closing as we speak
+            log.debug("could not queue a control message: %s", exc)
+
+    # -- schedules ------------------------------------------------------------------------
+    def publish(self, schedule: c4_pb2.SampleSchedule) -> int:
+        """Make ``schedule`` the job's and send it down every stream carrying the job; returns
+        how many streams got it."""
+        job = (schedule.job, schedule.attempt)
+        with self._lock:
+            self._schedules[job] = schedule
+            pushes = [st.push for st in self._streams.values() if job in st.jobs]
+        for push in pushes:
+            self._send(push, c4_pb2.Control(schedule=schedule))
+        return len(pushes)
+
+    def schedule(self, job: str, attempt: int) -> c4_pb2.SampleSchedule | None:
+        with self._lock:
+            return self._schedules.get((job, attempt))
+
+    def forget(self, job: str, attempt: int) -> None:
+        with self._lock:
+            self._schedules.pop((job, attempt), None)
+
+    # -- detail -----------------------------------------------------------------------------
+    def hosts_of(self, job: str, attempt: int) -> set[str]:
+        """The hosts whose streams carry the job now."""
+        with self._lock:
+            return {h for st in self._streams.values() if (job, attempt) in st.jobs
+                    for h in st.hosts}
+
+    def request_detail(self, req: c4_pb2.DetailRequest, hosts: Iterable[str]) -> set[str]:
+        """Send ``req`` to the streams of ``hosts`` that carry its job; returns the hosts
+        asked (their answers are then expected)."""
+        wanted = set(hosts)
+        job = (req.job, req.attempt)
+        with self._lock:
+            targets = [(st.push, st.hosts & wanted) for st in self._streams.values()
+                       if job in st.jobs and st.hosts & wanted]
+            asked = set().union(*(h for _, h in targets)) if targets else set()
+            if asked:
+                self._expected[req.request] = set(asked)
+                while len(self._expected) > MAX_REQUESTS:
+                    self._expected.popitem(last=False)
+        for push, _ in targets:
+            self._send(push, c4_pb2.Control(detail=req))
+        return asked
+
+    def expected(self, request: int) -> bool:
+        """Whether detail request ``request`` was sent (lately): its answers are taken, each
+        once per stream asked (a resend of one too: the store keeps it once)."""
+        with self._lock:
+            return request in self._expected
+
+    def streams(self) -> int:
+        with self._lock:
+            return len(self._streams)

@@ -1,0 +1,158 @@
+"""Detail on demand: when the engine files or updates a report on a job that ships reduced
+telemetry, pull the full records around the report's onset from the nodes involved.
+
+The nodes are those of the report's suspects (a rank, a GPU, a host, a NIC, or a link or switch
+next to a NIC; the topology ids the job's ranks registered), at most ``max_hosts`` per report;
+each sends the calls of all its ranks of the job (a hang's story is in its peers' calls too).
+The window is ``[first_seen - before_s, first_seen + after_s]``. Each node answers with what its
+detail ring still holds (``DetailBatch``: complete, partial, or gone), which the daemon stores
+beside the report (``Store.details``); ``c4 export --full`` merges them into the trace.
+Bounded: each node sends at most ``max_records`` rows per request, a report asks each host
+once (an update that names new hosts asks those), and a job gets detail for at most
+``max_faults`` reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from diagnosis.daemon.control import ControlHub
+from diagnosis.daemon.faults import FaultHub
+from diagnosis.report import FaultReport
+from diagnosis.store import RankRecord
+from proto import c4_pb2
+
+log = logging.getLogger(__name__)
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class DetailConfig:
+    """How much detail the daemon pulls (``c4 daemon --detail-*``)."""
+
+    enabled: bool = True
+    before_s: float = 10.0
+    after_s: float = 5.0
+    max_hosts: int = 8
+    max_records: int = 200_000       # per host and request
+    max_faults: int = 32             # per job
+
+    def __post_init__(self) -> None:
+        if self.before_s < 0 or self.after_s < 0:
+            raise ValueError("the detail window must not be negative")
+        for name in ("max_hosts", "max_records", "max_faults"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def hosts_of_report(report: FaultReport, ranks: list[RankRecord], limit: int
+                    ) -> tuple[list[str], list[int]]:
+    """The hosts a report involves, most suspect first, and the ranks on them it names."""
+    by_rank = {r.rank: r for r in ranks}
+    hosts: list[str] = []
+    named: set[int] = set()
+
+    def add(recs: list[RankRecord]) -> None:
+        for r in recs:
+            named.add(r.rank)
+            if r.host not in hosts:
+                hosts.append(r.host)
+
+    for s in report.suspects:
+        if len(hosts) >= limit:
+            break
+        if s.rank is not None and s.rank in by_rank:
+            add([by_rank[s.rank]])
+        elif s.type == "rank" and s.id.isdigit() and int(s.id) in by_rank:
+            add([by_rank[int(s.id)]])
+        elif s.type == "host":
+            add([r for r in ranks if r.host == s.id])
+        elif s.type == "gpu":
+            add([r for r in ranks if r.gpu == s.id])
+        elif s.type == "nic":
+            add([r for r in ranks if r.nic == s.id])
+        elif s.type in ("link", "switch"):
+            ends = set(s.id.split("~"))
+            add([r for r in ranks if r.nic in ends or r.host in ends or r.gpu in ends])
+    hosts = hosts[:limit]
+    ranks_named = sorted(r for r in named if by_rank[r].host in hosts)
+    return hosts, ranks_named
+
+
+class DetailPuller:
+    """Watches the reports the daemon files (a thread on the fault hub) and asks nodes."""
+
+    def __init__(self, faults: FaultHub, control: ControlHub,
+                 ranks_of: Callable[[str], list[RankRecord]],
+                 reduced: Callable[[str], bool], config: DetailConfig | None = None) -> None:
+        self.cfg = config or DetailConfig()
+        self._faults = faults
+        self._control = control
+        self._ranks_of = ranks_of
+        self._reduced = reduced
+        self._asked: dict[str, set[str]] = {}           # fault id -> hosts asked
+        self._per_job: dict[str, int] = {}
+        self._ids = itertools.count(int(time.time() * 1000) << 16)
+        self._queue: queue.Queue[FaultReport | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="c4-detail", daemon=True)
+        self.requests = 0
+
+    def start(self) -> None:
+        if self.cfg.enabled:
+            self._faults.listeners.append(self._queue.put)
+            self._thread.start()
+
+    def close(self) -> None:
+        if self._queue.put in self._faults.listeners:
+            self._faults.listeners.remove(self._queue.put)
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while True:
+            report = self._queue.get()
+            if report is None:
+                return
+            try:
+                self.consider(report)
+            except Exception:
+                log.exception("could not ask for the detail of fault %s", report.id)
+
+    def consider(self, report: FaultReport, now_ns: int | None = None) -> set[str]:
+        """Ask the nodes a report involves for their records around its onset (those not
+        asked yet); returns the hosts asked."""
+        cfg = self.cfg
+        if report.state != "open" or not self._reduced(report.job):
+            return set()
+        asked = self._asked.get(report.id)
+        if asked is None:
+            if self._per_job.get(report.job, 0) >= cfg.max_faults:
+                return set()
+            asked = self._asked[report.id] = set()
+            self._per_job[report.job] = self._per_job.get(report.job, 0) + 1
+        ranks = self._ranks_of(report.job)
+        if not ranks:
+            return set()
+        hosts, _named = hosts_of_report(report, ranks, cfg.max_hosts)
+        fresh = [h for h in hosts if h not in asked][: cfg.max_hosts - len(asked)]
+        if not fresh:
+            return set()
+        now_ns = now_ns or time.time_ns()
+        onset = int(report.first_seen_ns)
+        req = c4_pb2.DetailRequest(
+            job=report.job, attempt=ranks[0].attempt, fault_id=report.id,
+            request=next(self._ids), from_ns=onset - int(cfg.before_s * NS),
+            to_ns=min(onset + int(cfg.after_s * NS), now_ns), max_records=cfg.max_records)
+        sent = self._control.request_detail(req, fresh)
+        asked.update(sent)
+        self.requests += 1 if sent else 0
+        if sent:
+            log.info("fault %s: asked %s for their records of %.1f s around its onset",
+                     report.id, ", ".join(sorted(sent)), cfg.before_s + cfg.after_s)
+        return sent

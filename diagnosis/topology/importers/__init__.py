@@ -1,0 +1,1 @@
+"""Importers of cluster topology sources (see diagnosis/topology/README.md)."""

@@ -1,0 +1,120 @@
+"""The daemon's side of reduced telemetry, in process: linkstat peers named from endpoints,
+detail requests to the hosts a report involves, and control messages down the right streams."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.daemon.control import ControlHub
+from diagnosis.daemon.detail import DetailConfig, DetailPuller, hosts_of_report
+from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.linkstats import LinkStatResolver
+from diagnosis.report import FaultReport, Suspect
+from diagnosis.store import RankRecord
+from diagnosis.store.memory import MemoryStore
+from proto import c4_pb2
+from proto.codec import LINKSTAT_COLUMNS, Columns
+
+S = 1_000_000_000
+
+
+def _linkstat(rows) -> Columns:
+    """(src, dst, local, remote, t_ns)"""
+    table: dict[str, int] = {}
+    n = len(rows)
+    c = {k: np.zeros(n, dt) for k, dt in LINKSTAT_COLUMNS.items()}
+    for i, (src, dst, loc, rem, t) in enumerate(rows):
+        c["src"][i], c["dst"][i], c["t_ns"][i] = src, dst, t
+        c["local"][i] = table.setdefault(loc, len(table))
+        c["remote"][i] = table.setdefault(rem, len(table))
+    c["window_ns"][:] = S
+    c["pg"][:] = -1
+    c["transfers"][:] = 1
+    c["open_since_ns"][:] = -1
+    return Columns(c, list(table))
+
+
+def test_linkstat_peers_come_from_the_other_nodes_endpoints():
+    res = LinkStatResolver(hold_s=5)
+    # node A's rank 0 talks to a socket whose owner no node has named yet
+    assert res.add(_linkstat([(0, -1, "a:1", "b:1", S)]), now=0.0) is None
+    assert res.waiting() == 1
+    # node B's rank 5 owns b:1 (and knew nothing about a:1 either); both resolve now
+    got = res.add(_linkstat([(5, -1, "b:1", "a:1", S), (5, 6, "b:2", "b:3", S)]), now=1.0)
+    pairs = sorted(zip(got.src.tolist(), got.dst.tolist()))
+    assert pairs == [(0, 5), (5, 0), (5, 6)] and res.waiting() == 0
+    # a row nobody ever names is dropped after the hold, and counted
+    assert res.add(_linkstat([(1, -1, "a:9", "z:9", S)]), now=2.0) is None
+    assert res.add(_linkstat([]), now=10.0) is None
+    assert res.dropped == 1 and res.waiting() == 0
+
+
+RANKS = [RankRecord("j", 0, r, 8, f"node{r // 2}", gpu=f"node{r // 2}/gpu{r % 2}",
+                    nic=f"node{r // 2}/nic0") for r in range(8)]
+
+
+def _report(*suspects: Suspect, fid: str = "f1") -> FaultReport:
+    return FaultReport(kind="comm_hang", first_seen_ns=100 * S, suspects=suspects,
+                       summary="x", id=fid, job="j")
+
+
+def test_hosts_of_a_report():
+    hosts, ranks = hosts_of_report(_report(Suspect("gpu", "node2/gpu1", 0.9),
+                                           Suspect("rank", "0", 0.5),
+                                           Suspect("link", "leaf1~node3/nic0", 0.2)), RANKS, 8)
+    assert hosts == ["node2", "node0", "node3"] and ranks == [0, 5, 6, 7]
+    assert hosts_of_report(_report(Suspect("host", "node1", 1.0)), RANKS, 8)[0] == ["node1"]
+    assert hosts_of_report(_report(*(Suspect("rank", str(r), 1.0) for r in range(8))), RANKS,
+                           2)[0] == ["node0", "node1"]
+
+
+def test_control_hub_streams_schedules_and_details():
+    hub = ControlHub()
+    got: dict[int, list] = {1: [], 2: []}
+    a, b = hub.open(got[1].append), hub.open(got[2].append)
+    hub.seen(a, c4_pb2.IngestRequest(rank=c4_pb2.RankInfo(job="j", rank=0, host="node0")))
+    sched = c4_pb2.SampleSchedule(job="j", version=5)
+    assert hub.publish(sched) == 1 and got[1][-1].control.schedule.version == 5
+    # a stream that starts carrying the job gets the schedule at once
+    hub.seen(b, c4_pb2.IngestRequest(rank=c4_pb2.RankInfo(job="j", rank=2, host="node1")))
+    assert got[2][-1].control.schedule.version == 5 and got[2][-1].seq == 0
+    req = c4_pb2.DetailRequest(job="j", fault_id="f", request=9)
+    assert hub.request_detail(req, ["node1", "node7"]) == {"node1"}
+    assert got[2][-1].control.detail.request == 9 and len(got[1]) == 1
+    assert hub.expected(9) and not hub.expected(10)
+    hub.close(b)
+    assert hub.request_detail(req, ["node1"]) == set()
+
+
+def test_detail_puller_asks_once_per_host_and_only_for_reduced_jobs():
+    faults = FaultHub(MemoryStore())
+    control = ControlHub()
+    asked: list[c4_pb2.DetailRequest] = []
+    for host in ("node0", "node1", "node2"):
+        sid = control.open(lambda ack: asked.append(ack.control.detail))
+        control.seen(sid, c4_pb2.IngestRequest(rank=c4_pb2.RankInfo(job="j", host=host)))
+    reduced = {"j": True}
+    puller = DetailPuller(faults, control, lambda job: RANKS, lambda job: reduced[job],
+                          DetailConfig(before_s=10, after_s=5))
+    rep = _report(Suspect("gpu", "node1/gpu0", 0.9))
+    assert puller.consider(rep, now_ns=200 * S) == {"node1"}
+    (req,) = asked
+    assert (req.from_ns, req.to_ns, req.fault_id) == (90 * S, 105 * S, "f1")
+    assert puller.consider(rep, now_ns=200 * S) == set(), "asked once"
+    wider = _report(Suspect("gpu", "node1/gpu0", 0.9), Suspect("gpu", "node0/gpu0", 0.5))
+    assert puller.consider(wider, now_ns=200 * S) == {"node0"}, "an update asks new hosts"
+    reduced["j"] = False
+    assert puller.consider(_report(Suspect("host", "node2", 1), fid="f2")) == set()
+
+
+def test_the_governor_lowers_budgets_while_the_detectors_fall_behind():
+    from diagnosis.daemon.scheduling import GOVERN_EVERY_S as every
+    from diagnosis.daemon.scheduling import Governor
+
+    gov = Governor()
+    assert gov.govern(0.0, 0.0, 0.0) == 1.0
+    assert gov.govern(every, 3.0, 0.0) == 1.0, "a long analysis pass alone: not behind"
+    assert gov.govern(2 * every, 3.0, 0.8) == 0.5, "stored records pile up: halve"
+    assert gov.govern(2 * every + 1, 3.0, 0.8) == 0.5, "at most once per period"
+    assert gov.govern(3 * every, 12.0, 0.0) == 0.25, "or the detectors fall far behind"
+    assert gov.govern(4 * every, 0.5, 0.0) == 0.5 and gov.govern(5 * every, 0.5, 0.0) == 1.0

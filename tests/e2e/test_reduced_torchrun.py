@@ -1,0 +1,101 @@
+"""Reduced telemetry from a real job: `c4 run -- torchrun` with 4 gloo ranks through the real
+hook, one sidecar, a daemon whose records budget forces K > 1. Every rank switches at the
+announced call (from seq S on only the sampled calls are stored, each with all its ranks), and
+a rank stopped with SIGSTOP is reported (from progress records: its calls are mostly not
+sampled)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from c4.processes import Service, c4_command
+from diagnosis.client import DaemonClient
+from proto.sampling import is_sampled
+from tests.support.services import free_port, start_daemon, start_sidecar, wait_for
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.network, pytest.mark.slow]
+
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "steady_job.py"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _schedule(client: DaemonClient, job: str):
+    scheds = [c.schedule for c in client.reduced(job) if c.WhichOneof("body") == "schedule"]
+    return scheds[-1] if scheds and any(s.sample > 1 for s in scheds[-1].steps) else None
+
+
+def test_real_job_sampled_by_budget_and_hang_found_from_progress(tmp_path):
+    port = free_port()
+    daemon = start_daemon(tmp_path, port, extra=["--job-records-per-s", "300",
+                                                 "--analyze-interval", "0.5",
+                                                 "--calls-per-rank", "0"])
+    car, sock = start_sidecar(tmp_path, port, "node0")
+    env = {"C4_TEST_LOG": str(tmp_path / "pids"), "C4_TEST_RATE": "150",
+           "C4_TEST_SECONDS": "90", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    job = Service([*c4_command("run", "--job", "steady", "--sidecar-socket", str(sock), "--"),
+                   sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", "4", str(SCRIPT)], tmp_path / "job.log", env=env).start()
+    try:
+        with DaemonClient(f"127.0.0.1:{port}") as client:
+            sched = wait_for(lambda: _schedule(client, "steady"), 90,
+                             what="a sampling factor above 1 for the job")
+            steps = {s.pg: (s.from_seq, s.sample) for s in sched.steps}
+            switch = max(s for s, _ in steps.values())
+
+            def top() -> int:
+                cols = client.ops("steady")
+                return int(cols["seq"].max()) if len(cols) else -1
+
+            wait_for(lambda: top() > switch + 300, 60, what="calls well past the switch")
+            pid = int((tmp_path / "pids" / "rank2.pid").read_text())
+            os.kill(pid, signal.SIGSTOP)
+            report = wait_for(lambda: [r for r in client.faults("steady")
+                                       if any(s.rank == 2 for s in r.suspects)], 40,
+                              what="a report naming the stopped rank 2")[0]
+            # stopped inside a call or between two: a hang, or (its peers completed a call
+            # whose record it never sent) a rank that stopped reporting; rank 2 first
+            assert report.kind in ("noncomm_hang", "comm_hang", "error"), report
+            assert report.suspects[0].score == max(s.score for s in report.suspects)
+            assert any(s.rank == 2 and s.score == report.suspects[0].score
+                       for s in report.suspects), report
+            ops = client.ops("steady")
+        _check_switch(ops, steps)
+    finally:
+        job.kill()
+        # torchrun's workers run in sessions of their own: they go by pid
+        for f in (tmp_path / "pids").glob("rank*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(f.read_text()), signal.SIGKILL)
+        car.stop()
+        daemon.stop()
+
+
+def _check_switch(ops, steps: dict) -> None:
+    names = np.asarray(ops.strings, dtype=object)
+    members: dict[tuple[str, int], set[int]] = defaultdict(set)
+    done = ops["t_end_ns"] >= 0
+    for pg, seq, rank in zip(names[ops["pg"][done]].tolist(), ops["seq"][done].tolist(),
+                             ops["rank"][done].tolist(), strict=True):
+        members[(pg, seq)].add(rank)
+    assert {pg for pg, _ in members} == set(steps), "every communicator got a step"
+    for pg, (start, k) in steps.items():
+        assert k > 1
+        seqs = sorted(s for p, s in members if p == pg)
+        size = max(len(m) for (p, _), m in members.items() if p == pg)
+        # up to the stop, every sampled call has every member; nothing unsampled after S
+        last = max(s for s in seqs if len(members[(pg, s)]) == size)
+        after = [s for s in seqs if start <= s <= last]
+        want = [s for s in range(start, last + 1) if is_sampled(pg, s, k)]
+        assert after == want, f"{pg}: from seq {start} on only the calls sampled at K={k}"
+        assert [s for s in seqs if s < start] == list(range(start)), "every call before S"
+        short = [s for s in seqs if s <= last and len(members[(pg, s)]) != size]
+        assert not short, f"{pg}: sampled calls missing a member: {short[:5]}"
