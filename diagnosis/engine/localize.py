@@ -358,7 +358,8 @@ class Localizer:
                 for e in found]
 
     def _recurs_together(self, e: Explanation, slow_idx: np.ndarray, ring: np.ndarray,
-                         rt: np.ndarray, rec: tuple[np.ndarray, np.ndarray, float]) -> bool:
+                         rt: np.ndarray, rec: tuple[np.ndarray, np.ndarray, np.ndarray, float]
+                         ) -> bool:
         """Whether an explanation of connections that are slow again and again holds at each
         episode: a faulty component slows (nearly) every connection across it each time,
         while transient congestion of different links along one connection's path makes that

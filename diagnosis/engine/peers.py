@@ -7,14 +7,16 @@ many bytes per transfer, at the same moment, once each is weighed by the load on
 The load model: connections of one transfer size run side by side (the rings of a data-parallel
 all-reduce, the sends across one pipeline boundary), so each gets a fair share of every link it
 crosses, the link's capacity over the connections of its size that cross it in the same
-direction. A connection's expected time per byte is the inverse of the smallest share on its
-path: two flows hashed onto one uplink each take twice as long in a healthy job (an ECMP
-collision), and that is no fault. What is compared is a connection's time per byte times its
-fair share, against the same for the connections that share no link (which nothing but a fault
-slows); a connection slow beyond its load is evidence against every component on its path,
-cleared by those that are not. Counting every connection of a size as sharing a link
-overcounts the load when they do not all run at once, which only makes a connection look
-faster than it is: a fault may hide, but an ECMP collision never looks like one.
+direction (those of one rank counted as far as their transfers overlap in time). A
+connection's expected time per byte is the inverse of the smallest share on its path: two flows
+hashed onto one uplink each take twice as long in a healthy job (an ECMP collision), and that
+is no fault. What is compared is a connection's time per byte times its fair share, against
+the best that connections of its size reach on their narrowest link (a low quantile: those
+alone on their path, which nothing but a fault slows); a connection slow beyond its load is
+evidence against every component on its path, cleared by those that are not. Counting
+connections as sharing a link when they do not all run at once overcounts the load, which only
+makes a connection look faster than it is: a fault may hide, but an ECMP collision never looks
+like one.
 
 With its path recorded, every component of it (NIC, cable, leaf, uplink, spine, core) can be
 named this way. Without it, only the host edge is known for sure (a NIC and its cable, with the
@@ -177,23 +179,23 @@ def judge(win: ConnWindow, cfg: EngineConfig, load: LoadModel | None = None,
     slow = np.zeros(len(keys), dtype=bool)
     judged = np.zeros(len(keys), dtype=bool)
     ratio = np.ones(len(keys))
-    margin = max(np.log1p(cfg.comm_peer_excess), cfg.comm_noise_k * sigma)
     for s in np.unique(size):
         for weighed in (True, False):
             m = (size == s) & (modeled == weighed)
             if m.sum() < cfg.comm_peer_min:
                 continue
+            margin = max(np.log1p(cfg.comm_peer_excess), cfg.comm_noise_k * sigma)
             if weighed:
                 # time per byte at its fair share, against the best the size reaches alone
                 xs, ns = x[m] + np.log(share[m]), now[m] + np.log(share[m])
                 mid = float(np.quantile(x[m] + np.log(cap[m]), 0.1))
             else:
+                # no load known: against the median of its peers, beyond their spread
                 xs, ns = x[m], now[m]
                 mid = float(np.median(xs))
-                margin_u = max(margin, cfg.comm_noise_k * 2 * float(robust_sigma(xs)))
+                margin = max(margin, cfg.comm_noise_k * 2 * float(robust_sigma(xs)))
             judged[m] = True
-            slow[m] = (xs - mid > (margin if weighed else margin_u)) \
-                & (ns - mid > (margin if weighed else margin_u))
+            slow[m] = (xs - mid > margin) & (ns - mid > margin)
             ratio[m] = np.exp(xs - mid)
     return PeerVerdict(keys[judged], slow[judged], ratio[judged], routed[judged])
 
