@@ -369,7 +369,8 @@ class Spill:
             self._log.remove(segment)
 
     def close(self) -> None:
-        """Make everything durable, stop the sync thread, close the files."""
+        """Make everything durable, stop the sync thread, close the files, delete the segments
+        nothing needs."""
         with self._lock:
             self._closed = True
             self._lock.notify_all()
@@ -378,6 +379,10 @@ class Spill:
         self.sync()
         if self._log is not None:
             self._log.close()
+            # the segment appended to last is sealed now: once everything was delivered the
+            # directory is left empty, which is how a job's epilog tells that nothing is left
+            with self._lock:
+                self._reclaim()
 
     # -- recovery ------------------------------------------------------------------------------
     def _recover(self) -> Recovery:

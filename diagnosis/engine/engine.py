@@ -277,13 +277,16 @@ class Engine:
         self.inverted += int(inverted.sum())
         enter[inverted] = end[inverted]
 
-    def heard(self, ranks: Sequence[int], t_ns: int, leaving: bool = False) -> None:
+    def heard(self, ranks: Sequence[int] | np.ndarray, t_ns: int | np.ndarray,
+              leaving: bool = False) -> None:
         """Signs of life outside op records, such as a collector's periodic stats frame: a frozen
         rank's stop while a rank blocked by it inside the same call goes on, and a job whose
-        ranks are all gone (a stop) from one whose ranks hang alive."""
-        r = np.asarray(list(ranks), dtype=np.int64)
+        ranks are all gone (a stop) from one whose ranks hang alive. ``t_ns``: one time for
+        all, or one per rank."""
+        r = np.asarray(ranks, dtype=np.int64).ravel()
         if len(r):
-            self.clock.heard(r, np.full(len(r), int(t_ns), dtype=np.int64))
+            t = np.asarray(t_ns, dtype=np.int64)
+            self.clock.heard(r, np.broadcast_to(t, r.shape).copy())
         if leaving:  # the rank's collector said its process is exiting (SIGTERM or exit)
             self.leaving.update(r.tolist())
 
@@ -296,8 +299,8 @@ class Engine:
         if len(conns) == 0:
             return
         self.records += len(conns)
-        pg_map = np.array([self._pg_id(s) for s in conns.strings] + [-1], dtype=np.int64)
-        pg_ids = np.where(conns.pg >= 0, pg_map[conns.pg], -1)
+        pg_map = np.r_[self._names(conns.strings, conns.pg, self._pg_id), -1]
+        pg_ids = pg_map[conns.pg]
         self._now = max(self._now, int(conns.t_start_ns.max()), int(conns.t_end_ns.max()))
         self.conns.add(conns, pg_ids, sampled)
         self.lossy.add(conns)
@@ -311,11 +314,14 @@ class Engine:
             raise ValueError(f"sampling factor must be at least 1, got {k!r}")
         if pg is None:
             self._sample_at.clear()
-            self.sample = self._default_sample = int(k)
+            self._default_sample = int(k)
         else:
             steps = [s for s in self._sample_at.get(pg, []) if s[0] < int(from_seq)]
             self._sample_at[pg] = [*steps, (int(from_seq), int(k))]
-            self.sample = max(self.sample, int(k))
+        # the largest factor now in force (a communicator whose factor fell back to 1 no
+        # longer counts; one that sampled before keeps the sampled detectors on)
+        self.sample = max([self._default_sample]
+                          + [steps[-1][1] for steps in self._sample_at.values() if steps])
         self.timing.max_gap = 8 * self.sample
         self.stragglers.sample = self.sample
 
@@ -342,11 +348,11 @@ class Engine:
         self.records += n
         self._now = max(self._now, int(recs.t_ns.max()))
         self.clock.heard(recs.rank, recs.t_ns)
-        pg_map = np.array([self._pg_id(s) for s in recs.strings] + [-1], dtype=np.int64)
-        op_map = np.array([self._op_id(s) for s in recs.strings] + [-1], dtype=np.int64)
-        pg = pg_map[recs.pg]
+        pg = self._names(recs.strings, recs.pg, self._pg_id)[recs.pg]
+        op_map = np.r_[self._names(recs.strings, recs.op, self._op_id), -1]
         op = op_map[recs.op]
-        kind = np.where(op >= 0, self._op_kind[np.maximum(op, 0)], 0)
+        kind = np.zeros(n, dtype=np.int8)
+        kind[op >= 0] = self._op_kind[op[op >= 0]]
         rank, peer = recs.rank, recs.peer.copy()
         g = self._pg_group[pg].copy()
         p2p = (kind > 0) | (peer >= 0)
@@ -383,8 +389,8 @@ class Engine:
             return
         self.records += len(recs)
         self._now = max(self._now, int(recs.t_ns.max()))
-        pg_map = np.array([self._pg_id(s) for s in recs.strings] + [-1], dtype=np.int64)
-        samples = self.linkstats.add(recs, np.where(recs.pg >= 0, pg_map[recs.pg], -1))
+        pg_map = np.r_[self._names(recs.strings, recs.pg, self._pg_id), -1]
+        samples = self.linkstats.add(recs, pg_map[recs.pg])
         if samples is not None:
             self.lossy.add(samples)
 

@@ -23,6 +23,7 @@ class Placement:
     def __init__(self, topology: Any = None) -> None:
         self.topology = topology
         self._places: dict[int, Place] = {}
+        self._by_host: dict[str | None, set[int]] = {}    # host -> its ranks
         self._default: dict[int, tuple[str, str | None, str | None]] | None = None
         self.unknown_gpus = 0   # ranks placed on a gpu the topology does not have
 
@@ -45,7 +46,11 @@ class Placement:
                 nic = nics[0] if len(nics) == 1 else None   # a host's only NIC is the rank's
             if nic is not None and not self._known(nic):
                 nic = None
+        old = self._places.get(rank)
+        if old is not None and old.host in self._by_host:
+            self._by_host[old.host].discard(rank)
         self._places[rank] = Place(host or None, gpu or None, nic or None)
+        self._by_host.setdefault(host or None, set()).add(rank)
 
     def _known(self, node: str) -> bool:
         try:
@@ -75,7 +80,7 @@ class Placement:
         return sorted(self._places)
 
     def ranks_of_host(self, host: str) -> list[int]:
-        return sorted(r for r, p in self._places.items() if p.host == host)
+        return sorted(self._by_host.get(host, ()))
 
     def host(self, rank: int) -> str | None:
         return self.get(rank).host

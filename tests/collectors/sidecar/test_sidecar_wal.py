@@ -118,6 +118,18 @@ def test_segments_go_oldest_first_once_unreferenced(tmp_path):
     spill.release(cuts[0])
     assert spill.segments() in ([], [segments[-1]])  # the current one may stay
     spill.close()
+    assert not list(tmp_path.iterdir())  # all delivered: closing leaves the directory empty
+
+
+def test_closing_keeps_the_segments_of_undelivered_requests(tmp_path):
+    spill = Spill(tmp_path, 1 << 30, segment_bytes=8 << 10)
+    frames = [_frame(spill, range(i * 100, i * 100 + 100), i + 1) for i in range(4)]
+    delivered = spill.append_cut("car-1", 1, frames[:2])
+    spill.append_cut("car-1", 2, frames[2:])
+    spill.release(delivered)
+    spill.close()
+    again = Spill(tmp_path, 1 << 30)
+    assert ("car-1", 2) in {(r.sidecar, r.seq) for r in again.recovery.requests}
 
 
 def test_frames_waiting_for_the_daemon_take_a_fifth_of_the_room(tmp_path):

@@ -132,3 +132,17 @@ def test_progress_rows_without_a_group_are_counted_as_dropped():
     eng.set_sample(8)
     eng.add_progress(ProgressRecords.build([0], ["nope"], [S], [3], [2]))
     assert eng.dropped == 1
+
+
+def test_a_factor_that_falls_back_to_one_leaves_the_sampled_detectors():
+    eng = Engine()
+    eng.set_sample(16, pg="dp", from_seq=10)
+    assert eng.sample == 16
+    eng.set_sample(1, pg="dp", from_seq=500)
+    assert eng.sample == 1
+
+
+def test_heard_takes_one_time_per_rank():
+    eng = Engine()
+    eng.heard(np.array([0, 3]), np.array([5 * S, 7 * S]))
+    assert eng.clock.seen[[0, 3]].tolist() == [5 * S, 7 * S]
