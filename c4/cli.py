@@ -30,14 +30,24 @@ app = typer.Typer(
     name="c4",
     help="Watch a training job's collective communication; find, report and recover from faults.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import c4
+
+        typer.echo(f"c4 {c4.__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _root(
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output."),
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print c4's version and exit."),
 ) -> None:
     level = os.environ.get("C4_LOG_LEVEL") or ("DEBUG" if verbose > 1 else
                                                "INFO" if verbose else "WARNING")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from collectors.buffer import RecordBuffer
 from collectors.config import CollectorConfig
+from collectors.devices import cuda_device
 from collectors.hook import Recorder
 from collectors.shipper import Shipper
 from collectors.sigterm import TermWatch
@@ -118,11 +119,12 @@ class Collector:
 
         cfg = self.config
         local = os.environ.get("LOCAL_RANK", "")
+        local_rank = int(local) if local.lstrip("-").isdigit() else -1
         return c4_pb2.RankInfo(
             job=cfg.job, attempt=cfg.attempt, rank=dist.get_rank(),
-            world_size=dist.get_world_size(), host=cfg.host,
-            local_rank=int(local) if local.lstrip("-").isdigit() else -1, pid=os.getpid(),
-            gpu=cfg.gpu, nic=cfg.nic, backend=str(dist.get_backend()), t_ns=time.time_ns())
+            world_size=dist.get_world_size(), host=cfg.host, local_rank=local_rank,
+            pid=os.getpid(), gpu=cfg.gpu, nic=cfg.nic, backend=str(dist.get_backend()),
+            t_ns=time.time_ns(), cuda_device=cuda_device(local_rank))
 
     def flush(self, timeout: float = 2.0) -> bool:
         """Ship everything recorded so far now; False if the sidecar did not take it in time."""

@@ -89,6 +89,9 @@ class CollectorConfig:
     #: Route DDP's gradient all-reduces through torch's Python allreduce hook so that they are
     #: recorded, unless the program registers its own comm hook (``C4_DDP_HOOK``, 1 or 0).
     ddp_hook: bool = field(default_factory=lambda: os.environ.get("C4_DDP_HOOK", "1") != "0")
+    #: No sidecar reached for this long: warn, once until one is (``C4_UNREACHABLE_WARN``).
+    unreachable_warn_s: float = field(
+        default_factory=lambda: _env_float("C4_UNREACHABLE_WARN", 5.0))
     #: How long the exit flush may take (``C4_EXIT_FLUSH``).
     exit_flush_s: float = field(default_factory=lambda: _env_float("C4_EXIT_FLUSH", 2.0))
     #: On SIGTERM, ship what is left for at most this long before the process dies as it would

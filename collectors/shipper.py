@@ -81,6 +81,9 @@ class Shipper:
         self.resent = 0
         self._next_connect = 0.0
         self._backoff = _FIRST_BACKOFF_S
+        # since when no sidecar could be reached (None: connected), and whether that was said
+        self._unreachable_since: float | None = time.monotonic()
+        self._unreachable_said = False
         self._groups_sent = 0
         self._open_reported: set[int] = set()
         self._last_stats = 0.0
@@ -350,12 +353,33 @@ class Shipper:
             sock.close()
             self._sock = None
             log.debug("c4 collector: no sidecar at %s (%s)", self.config.socket_path, exc)
+            self._unreachable(exc)
             self._schedule_reconnect()
             return False
+        if self._unreachable_said:
+            log.warning("c4 collector (rank %d): reached the sidecar at %s after %.0f s",
+                        self.rank_info.rank, self.config.socket_path,
+                        time.monotonic() - (self._unreachable_since or time.monotonic()))
+        self._unreachable_since, self._unreachable_said = None, False
         self.connects += 1
         self._backoff = _FIRST_BACKOFF_S
         log.debug("c4 collector: connected to sidecar at %s", self.config.socket_path)
         return True
+
+    def _unreachable(self, exc: OSError) -> None:
+        """Say once, within seconds and not only at exit, that no sidecar takes the calls."""
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        if not self._unreachable_said and \
+                now - self._unreachable_since >= self.config.unreachable_warn_s:
+            self._unreachable_said = True
+            log.warning("c4 collector (rank %d, job %s): no sidecar at %s for %.0f s (%s); "
+                        "calls are kept until %d are waiting, then dropped. Start `c4 sidecar` "
+                        "on this node, or point C4_SIDECAR_SOCKET at its socket",
+                        self.rank_info.rank, self.rank_info.job, self.config.socket_path,
+                        now - self._unreachable_since, exc.strerror or exc,
+                        self.buffer.capacity)
 
     def _schedule_reconnect(self) -> None:
         self._next_connect = time.monotonic() + self._backoff

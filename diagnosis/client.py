@@ -67,8 +67,10 @@ class DaemonClient:
         except ValueError as exc:
             raise DaemonError(f"cannot set up the connection to {self.address}: {exc}") from None
         self._faults = c4_pb2_grpc.FaultsStub(self._channel)
+        self._actions = c4_pb2_grpc.FaultActionsStub(self._channel)
         self._query = c4_pb2_grpc.QueryStub(self._channel)
         self._ingest = c4_pb2_grpc.IngestStub(self._channel)
+        self._topology = c4_pb2_grpc.TopologyStub(self._channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -93,6 +95,16 @@ class DaemonClient:
 
     def fault(self, fault_id: str) -> FaultReport:
         return from_proto(self._call(self._faults.Get, c4_pb2.GetFaultRequest(id=fault_id)))
+
+    def ack(self, fault_id: str, by: str, note: str = "") -> FaultReport:
+        """Mark a fault as taken (it stays open); needs the ``act`` role."""
+        return from_proto(self._call(self._actions.Ack, c4_pb2.FaultActionRequest(
+            id=fault_id, by=by, note=note)))
+
+    def close_fault(self, fault_id: str, by: str, note: str = "") -> FaultReport:
+        """Resolve a fault with a person's reason; needs the ``act`` role."""
+        return from_proto(self._call(self._actions.Close, c4_pb2.FaultActionRequest(
+            id=fault_id, by=by, note=note)))
 
     def watch(self, job: str = "", *, include_open: bool = False) -> Iterator[FaultReport]:
         """Fault reports as the daemon files or updates them; ends when the daemon stops."""
@@ -149,6 +161,15 @@ class DaemonClient:
                                             timeout=max(self.timeout, 60.0)))
         except grpc.RpcError as exc:
             raise _wrap(exc, self.address) from None
+
+    def job_topology(self, job: str, *, with_graph: bool = False) -> dict[str, Any]:
+        """A job's topology as the daemon assembled it from its hosts' discovery and its
+        fabric file (``diagnosis.topology.job.JobTopology.to_json``)."""
+        import json
+
+        resp = self._call(self._topology.Job,
+                          c4_pb2.JobTopologyRequest(job=job, with_graph=with_graph))
+        return json.loads(resp.json)
 
     def send(self, request: c4_pb2.IngestRequest) -> c4_pb2.IngestAck:
         return self._call(self._ingest.Send, request)

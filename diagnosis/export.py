@@ -1,7 +1,8 @@
 """``c4 export``: a job's stored telemetry as a trace file (shared formats, section 2).
 
-A job that always shipped every call exports as version 1, as before. A job whose calls were
-sampled (its sampling schedules are stored) or that sent reduced records exports as version 2:
+A job that always shipped every call, and no socket samples, exports as version 1. A job whose
+calls were sampled (its sampling schedules are stored) or that sent reduced records exports as
+version 2:
 ``meta.sample`` is the largest factor its schedule ever set, and its op records are the calls
 that factor keeps plus every row not ok (the rule the edge applies, ``collectors.reduce``), so
 the calls stored in full before the factor rose are thinned to it: a version 2 trace has one
@@ -11,6 +12,10 @@ endpoints every node reported, as the daemon does live) and ``port`` records as 
 ``full``: the full records the nodes sent around the job's fault reports (detail on demand)
 are merged into the op records, once per call, so the trace holds every call of the ranks
 involved around each report's onset.
+
+A job whose telemetry was full shipped raw socket samples instead of ``linkstat`` records; they
+are written as the linkstat windows its sidecar would have made of them in reduced mode (so
+version 2): their retransmission counts are the only evidence of a lossy link.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from collectors.reduce import kept_rows
+from collectors.reduce import DEFAULT_WINDOW_NS, kept_rows
 from collectors.reduce.sampling import take
+from collectors.sidecar.links import sample_windows
 from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.engine.records import LinkStatRecords
@@ -31,6 +37,7 @@ from proto import c4_pb2
 from proto.codec import (
     Columns,
     concat,
+    decode_conns,
     decode_linkstats,
     decode_ops,
     decode_ports,
@@ -98,14 +105,25 @@ def _links(chunks: list[Columns], summary: ExportSummary) -> LinkStatRecords | N
 def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
                 groups: list[c4_pb2.GroupSummary], ops: Columns,
                 reduced: list[c4_pb2.ReducedChunk],
-                details: list[c4_pb2.DetailBatch] | None = None) -> ExportSummary:
-    """Write the trace of a job from what the daemon returns for it."""
+                details: list[c4_pb2.DetailBatch] | None = None,
+                stopped_ns: int = 0) -> ExportSummary:
+    """Write the trace of a job from what the daemon returns for it. ``stopped_ns``: when the
+    recording stopped (the job's end, or now for a job still running); the ``end`` record is
+    the later of it and the last record, so that calls still open then are judged as hangs
+    of that length, not of none."""
     out = ExportSummary()
-    by_kind: dict[str, list] = {"progress": [], "linkstats": [], "ports": [], "schedule": []}
+    by_kind: dict[str, list] = {"progress": [], "linkstats": [], "ports": [], "schedule": [],
+                                "conns": []}
     for chunk in reduced:
         by_kind[chunk.WhichOneof("body")].append(getattr(chunk, chunk.WhichOneof("body")))
     out.sample = _sample(by_kind["schedule"])
-    reduced_kinds = any(by_kind[k] for k in ("progress", "linkstats", "ports"))
+    linkstats = [decode_linkstats(m) for m in by_kind["linkstats"]]
+    if by_kind["conns"]:
+        windows = sample_windows(concat([decode_conns(m) for m in by_kind["conns"]]),
+                                 DEFAULT_WINDOW_NS)
+        if windows is not None:
+            linkstats.append(windows)
+    reduced_kinds = bool(linkstats) or any(by_kind[k] for k in ("progress", "ports"))
     out.version = 2 if out.sample > 1 or reduced_kinds else 1
     if out.sample > 1 and len(ops):
         ops = take(ops, kept_rows(ops, out.sample))
@@ -113,7 +131,7 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
         ops, out.detail_ops = _merge_detail(ops, details)
     out.ops = len(ops)
     progress = [decode_progress(m) for m in by_kind["progress"]]
-    links = _links([decode_linkstats(m) for m in by_kind["linkstats"]], out)
+    links = _links(linkstats, out)
     ports = [decode_ports(m) for m in by_kind["ports"]]
     ends = [int(max(ops["t_enter_ns"].max(), ops["t_end_ns"].max()))] if len(ops) else []
     with TraceWriter(output) as w:
@@ -135,8 +153,8 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
             w.port_records(port_records(p))
             out.port += len(p)
             ends.append(int(p["t_ns"].max()))
-        if ends:
-            w.end(max(ends))
+        if ends or stopped_ns:
+            w.end(max([*ends, stopped_ns]))
         out.lines = w.lines
     if out.unresolved_links:
         log.warning("%d linkstat rows name a peer socket no node reported: left out",

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from enum import Enum
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from c4.output import FORMAT_HELP, Format, emit, message_json
+from c4.output import make_console as _out
 from diagnosis.security.cli import with_client_security as secured
 
 DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
                          help="Daemon address HOST:PORT (default 127.0.0.1:7444).")
 
 
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
+FormatOpt = typer.Option(Format.table, "--format", help=FORMAT_HELP)
 
+#: A sidecar not heard from for this long is shown as silent by ``c4 status``.
+SIDECAR_SILENT_S = 30.0
 
-faults_app = typer.Typer(help="List and show fault reports.", no_args_is_help=True)
-console = Console()
+faults_app = typer.Typer(help="List, show, watch, acknowledge and close fault reports.",
+                         no_args_is_help=True)
 
 
 def _client(address: str | None):
@@ -32,7 +32,8 @@ def _client(address: str | None):
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    # on stderr: piped JSON stays JSON
+    _out(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
     raise typer.Exit(2)
 
 
@@ -40,6 +41,32 @@ def _when(ns: int) -> str:
     if not ns:
         return "-"
     return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _where(pg: str | None, seq: int | None) -> str:
+    """Where in the job a report points: its process group and call, as far as known."""
+    if not pg:
+        return ""
+    from diagnosis.engine.wording import group_words
+
+    return f", in {group_words(pg, 'process group')}" + ("" if seq is None else f" call #{seq}")
+
+
+def _print_process(p: dict) -> None:
+    """A blamed process: where it runs and what to run to look at it."""
+    out = _out()
+    out.print(f"\n[bold]rank {p.get('rank')}[/bold]: pid {p.get('pid')} on host "
+              f"{p.get('host')}", highlight=False)
+    if p.get("command"):
+        out.print(f"  inspect: {p['command']}   (on {p.get('host')})", highlight=False)
+    if p.get("stack"):
+        out.print("  Python stack (py-spy):", highlight=False)
+        out.print("\n".join("    " + line for line in p["stack"].splitlines()), highlight=False,
+                  markup=False)
+    elif p.get("stack_note"):
+        out.print(f"  stack: {p['stack_note']}", highlight=False, markup=False)
+    if p.get("flight_recorder"):
+        out.print(f"  Flight Recorder: {p['flight_recorder']}", highlight=False, markup=False)
 
 
 def _suspects(report) -> str:
@@ -52,7 +79,7 @@ def faults_list(
     job: str = typer.Option("", "--job", help="Only this job."),
     open_only: bool = typer.Option(False, "--open", help="Only faults still open."),
     limit: int = typer.Option(50, "--limit", help="At most this many, newest first (0: all)."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json."),
+    fmt: Format = FormatOpt,
     daemon: str = DaemonOpt,
 ) -> None:
     """Fault reports, newest first."""
@@ -63,23 +90,31 @@ def faults_list(
             reports = c.faults(job, open_only=open_only, limit=limit)
     except DiagnosisError as exc:
         _fail(exc)
-    if fmt is Fmt.json:
-        typer.echo(json.dumps({"reports": [r.to_json() for r in reports]}, indent=2))
+    if fmt is not Format.table:
+        emit(fmt, "reports", (r.to_json() for r in reports))
         return
-    table = Table(title=f"{len(reports)} fault report(s)")
+    _out().print(_faults_table(reports, title=f"{len(reports)} fault report(s)"))
+
+
+def _state(r) -> str:
+    return "acked" if r.state == "open" and r.evidence.get("ack") else r.state
+
+
+def _faults_table(reports, title: str | None = None) -> Table:
+    table = Table(title=title)
     for col in ("id", "job", "kind", "state", "first seen (UTC)", "suspects", "summary"):
         table.add_column(col, overflow="fold")
     for r in reports:
-        table.add_row(r.id, r.job, r.kind, r.state, _when(r.first_seen_ns), _suspects(r),
+        table.add_row(r.id, r.job, r.kind, _state(r), _when(r.first_seen_ns), _suspects(r),
                       r.summary)
-    console.print(table)
+    return table
 
 
 @faults_app.command("show")
 @secured
 def faults_show(
     fault_id: str = typer.Argument(..., help="The id from `c4 faults list`."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json."),
+    fmt: Format = FormatOpt,
     daemon: str = DaemonOpt,
 ) -> None:
     """One fault report with its suspects and evidence."""
@@ -90,28 +125,122 @@ def faults_show(
             r = c.fault(fault_id)
     except DiagnosisError as exc:
         _fail(exc)
-    if fmt is Fmt.json:
-        typer.echo(json.dumps(r.to_json(), indent=2))
+    if fmt is not Format.table:
+        typer.echo(json.dumps(r.to_json(), indent=2 if fmt is Format.json else None))
         return
-    console.print(f"[bold]{r.kind}[/bold] in job {r.job} ({r.state}, revision {r.revision})")
-    console.print(r.summary)
-    console.print(f"first seen {_when(r.first_seen_ns)}, last seen {_when(r.last_seen_ns)}"
-                  + (f", at {r.pg} #{r.seq}" if r.pg else ""))
+    _out().print(f"[bold]{r.kind}[/bold] in job {r.job} ({_state(r)}, revision {r.revision})")
+    _out().print(r.summary, highlight=False, markup=False)
+    _out().print(f"first seen {_when(r.first_seen_ns)}, last seen {_when(r.last_seen_ns)}"
+                 + _where(r.pg, r.seq), highlight=False)
     table = Table(title="suspects")
     for col in ("type", "id", "rank", "score"):
         table.add_column(col)
     for s in r.suspects:
         table.add_row(s.type, s.id, "-" if s.rank is None else str(s.rank), f"{s.score:.3f}")
-    console.print(table)
-    if r.evidence:
-        console.print_json(json.dumps(r.to_json()["evidence"]))
+    _out().print(table)
+    ack, resolution = r.evidence.get("ack"), r.evidence.get("resolution")
+    if ack:
+        _out().print(f"acknowledged by {ack.get('by')} at {_when(ack.get('at_ns', 0))}"
+                     + (f": {ack['note']}" if ack.get("note") else ""), highlight=False,
+                     markup=False)
+    if resolution:
+        _out().print(f"resolved at {_when(resolution.get('at_ns', 0))}: "
+                     f"{resolution.get('reason')}", highlight=False, markup=False)
+    processes = r.evidence.get("processes") or []
+    for p in processes:
+        _print_process(p)
+    evidence = {k: v for k, v in r.to_json()["evidence"].items()
+                if k not in ("processes", "ack", "resolution")}
+    if evidence:
+        _out().print_json(json.dumps(evidence))
 
 
-def jobs(daemon: str = DaemonOpt,
-         fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json.")) -> None:
-    """Jobs the daemon has seen, with their ranks, records and open faults."""
-    from google.protobuf.json_format import MessageToDict
+def _who() -> str:
+    import getpass
 
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "someone"
+
+
+ByOpt = typer.Option(None, "--by", help="Who (default: your user name).")
+NoteOpt = typer.Option("", "--note", "-m", help="Why, for the next person on call.")
+
+
+@faults_app.command("ack")
+@secured
+def faults_ack(
+    fault_id: str = typer.Argument(..., help="The id from `c4 faults list`."),
+    by: str = ByOpt, note: str = NoteOpt, daemon: str = DaemonOpt,
+) -> None:
+    """Acknowledge a fault: someone is on it. It stays open (needs the act role)."""
+    from diagnosis.errors import DiagnosisError
+
+    try:
+        with _client(daemon) as c:
+            r = c.ack(fault_id, by or _who(), note)
+    except DiagnosisError as exc:
+        _fail(exc)
+    _out().print(f"fault {r.id} ({r.kind}, job {r.job}) acknowledged by "
+                 f"{r.evidence['ack']['by']}", highlight=False, markup=False)
+
+
+@faults_app.command("close")
+@secured
+def faults_close(
+    fault_id: str = typer.Argument(..., help="The id from `c4 faults list`."),
+    by: str = ByOpt, note: str = NoteOpt, daemon: str = DaemonOpt,
+) -> None:
+    """Close a fault with your reason: it is resolved, and later updates from the detectors
+    do not reopen it (needs the act role)."""
+    from diagnosis.errors import DiagnosisError
+
+    try:
+        with _client(daemon) as c:
+            r = c.close_fault(fault_id, by or _who(), note)
+    except DiagnosisError as exc:
+        _fail(exc)
+    reason = (r.evidence.get("resolution") or {}).get("reason", r.state)
+    _out().print(f"fault {r.id} ({r.kind}, job {r.job}) {r.state}: {reason}",
+                 highlight=False, markup=False)
+
+
+@faults_app.command("watch")
+@secured
+def faults_watch(
+    job: str = typer.Option("", "--job", help="Only this job."),
+    include_open: bool = typer.Option(True, "--open/--new-only",
+                                      help="First the faults open now, then every change."),
+    fmt: Format = typer.Option(Format.table, "--format",
+                               help="table (one line per change) or jsonl (one report per "
+                                    "line)."),
+    daemon: str = DaemonOpt,
+) -> None:
+    """Follow fault reports as the daemon files, revises and resolves them (Ctrl-C stops)."""
+    from diagnosis.errors import DiagnosisError
+
+    if fmt is Format.json:
+        raise typer.BadParameter("a stream has no single JSON document: use --format jsonl",
+                                 param_hint="--format")
+    try:
+        with _client(daemon) as c:
+            for r in c.watch(job, include_open=include_open):
+                if fmt is Format.jsonl:
+                    typer.echo(json.dumps(r.to_json(), separators=(",", ":")))
+                else:
+                    typer.echo(f"{_when(r.last_seen_ns or r.first_seen_ns)}  {r.id}  "
+                               f"{r.job}  {r.kind}  {_state(r)}  rev {r.revision}  "
+                               f"{_suspects(r)}  {r.summary}")
+    except KeyboardInterrupt:
+        return
+    except DiagnosisError as exc:
+        _fail(exc)
+
+
+def jobs(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
+    """Jobs the daemon has seen: running, silent, finished or failed, with their ranks,
+    records and open faults."""
     from diagnosis.errors import DiagnosisError
 
     try:
@@ -119,27 +248,24 @@ def jobs(daemon: str = DaemonOpt,
             found = c.jobs()
     except DiagnosisError as exc:
         _fail(exc)
-    if fmt is Fmt.json:
-        typer.echo(json.dumps([MessageToDict(j, preserving_proto_field_name=True)
-                               for j in found], indent=2))
+    if fmt is not Format.table:
+        emit(fmt, "jobs", (message_json(j) for j in found))
         return
     table = Table(title=f"{len(found)} job(s)")
-    for col in ("job", "attempt", "ranks", "hosts", "records", "first (UTC)", "last (UTC)",
-                "open faults"):
+    for col in ("job", "state", "attempt", "ranks", "hosts", "records", "first (UTC)",
+                "last (UTC)", "open faults", "ended"):
         table.add_column(col)
     for j in found:
-        table.add_row(j.job, str(j.attempt), f"{j.ranks_seen}/{j.world_size}",
-                      ",".join(j.hosts), f"{j.ops:,}", _when(j.first_ns), _when(j.last_ns),
-                      str(j.open_faults))
-    console.print(table)
+        ended = f"{_when(j.ended_ns)}: {j.end_reason}" if j.ended_ns else j.end_reason or "-"
+        table.add_row(j.job, j.state or "unknown", str(j.attempt),
+                      f"{j.ranks_seen}/{j.world_size}", ",".join(j.hosts), f"{j.ops:,}",
+                      _when(j.first_ns), _when(j.last_ns), str(j.open_faults), ended)
+    _out().print(table)
 
 
-def status(daemon: str = DaemonOpt,
-           fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json.")) -> None:
+def status(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
     """Daemon health, ingest rate and the sidecars it hears from."""
     import time
-
-    from google.protobuf.json_format import MessageToDict
 
     from diagnosis.errors import DiagnosisError
 
@@ -148,25 +274,29 @@ def status(daemon: str = DaemonOpt,
             s = c.status()
     except DiagnosisError as exc:
         _fail(exc)
-    if fmt is Fmt.json:
-        typer.echo(json.dumps(MessageToDict(s, preserving_proto_field_name=True), indent=2))
+    if fmt is not Format.table:
+        typer.echo(json.dumps(message_json(s), indent=2 if fmt is Format.json else None))
         return
     up = (time.time_ns() - s.started_ns) / 1e9
-    console.print(f"c4 daemon {s.version}: up {up:.0f} s, store {s.store}, {s.jobs} job(s), "
+    _out().print(f"c4 daemon {s.version}: up {up:.0f} s, store {s.store}, {s.jobs} job(s), "
                   f"{s.open_faults} open fault(s)")
-    console.print(f"ingested {s.records_ingested:,} records, {s.records_per_second:,.0f}/s "
+    _out().print(f"ingested {s.records_ingested:,} records, {s.records_per_second:,.0f}/s "
                   f"over the last minute; {s.batches_rejected} rejected, "
                   f"{s.duplicates} duplicates")
     table = Table(title=f"{len(s.sidecars)} sidecar(s)")
-    for col in ("sidecar", "host", "last seen (s ago)", "received", "shipped", "spilled",
-                "dropped", "collector drops"):
+    for col in ("sidecar", "host", "state", "last seen (s ago)", "received", "shipped",
+                "spilled", "dropped", "collector drops"):
         table.add_column(col)
     for sc in s.sidecars:
         st = sc.stats
-        table.add_row(sc.sidecar, sc.host, f"{(time.time_ns() - sc.last_seen_ns) / 1e9:.1f}",
-                      str(st.received), str(st.shipped), str(st.spilled), str(st.dropped),
-                      str(sum(c.dropped for c in st.collectors)))
-    console.print(table)
+        ago = (time.time_ns() - sc.last_seen_ns) / 1e9
+        drops = sum(c.dropped for c in st.collectors)
+        # sidecars send statistics every few seconds: one quiet for longer is gone or cut off
+        state = "silent" if ago > SIDECAR_SILENT_S else "dropping" if drops or st.dropped \
+            else "ok"
+        table.add_row(sc.sidecar, sc.host, state, f"{ago:.1f}", str(st.received),
+                      str(st.shipped), str(st.spilled), str(st.dropped), str(drops))
+    _out().print(table)
 
 
 def ops(
@@ -174,8 +304,9 @@ def ops(
     rank: int = typer.Option(-1, "--rank", help="Only this rank (-1: all)."),
     pg: str = typer.Option("", "--pg", help="Only this process group."),
     limit: int = typer.Option(50, "--limit", help="At most this many rows (0: all)."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format",
-                            help="table or json (JSON Lines, trace format)."),
+    fmt: Format = typer.Option(Format.table, "--format",
+                               help="table, json ({\"ops\": [...]}) or jsonl (the op records "
+                                    "of the trace format, one per line)."),
     daemon: str = DaemonOpt,
 ) -> None:
     """The stored collective and point-to-point calls of a job, one row per call."""
@@ -187,7 +318,7 @@ def ops(
             cols = c.ops(job, rank=rank, pg=pg, limit=limit)
     except DiagnosisError as exc:
         _fail(exc)
-    if fmt is Fmt.json:
+    if fmt is Format.jsonl:
         import sys
 
         from diagnosis.trace.writer import TraceWriter
@@ -198,6 +329,11 @@ def ops(
     names = cols.strings
     rows = zip(*(cols[k].tolist() for k in ("rank", "pg", "seq", "op", "nbytes", "dtype",
                                              "t_enter_ns", "t_end_ns", "status", "peer")))
+    if fmt is Format.json:
+        emit(fmt, "ops", ({"rank": r, "pg": names[g], "seq": q, "op": names[o], "nbytes": b,
+                           "t_enter_ns": te, "t_end_ns": tx, "status": STATUS_NAMES[st],
+                           "peer": p} for r, g, q, o, b, _d, te, tx, st, p in rows))
+        return
     table = Table(title=f"{len(cols)} call(s) of job {job}")
     for col in ("rank", "pg", "seq", "op", "bytes", "peer", "enter (UTC)", "duration ms",
                 "status"):
@@ -206,7 +342,21 @@ def ops(
         table.add_row(str(r), names[g], str(q), names[o], f"{b:,}", "-" if p < 0 else str(p),
                       _when(te), "open" if tx < 0 else f"{(tx - te) / 1e6:.3f}",
                       STATUS_NAMES[st])
-    console.print(table)
+    _out().print(table)
+
+
+def _recording_stopped(client, job: str) -> int:
+    """When the daemon stopped hearing about a job: its end, now for a job still running or
+    hung, else the last time a report of it was revised (a hang's report is revised while it
+    lasts)."""
+    import time
+
+    summary = next((j for j in client.jobs() if j.job == job), None)
+    if summary is not None and summary.ended_ns:
+        return int(summary.ended_ns)
+    if summary is not None and summary.state in ("running", "silent"):
+        return time.time_ns()
+    return max((r.last_seen_ns for r in client.faults(job)), default=0)
 
 
 def export(
@@ -217,7 +367,7 @@ def export(
                                    "fault reports (jobs whose calls were sampled)."),
     daemon: str = DaemonOpt,
 ) -> None:
-    """Write a job's stored telemetry as a trace file (shared formats, section 2), for
+    """Write a job's stored telemetry as a trace file (c4's JSON Lines trace format), for
     `c4 analyze` or another tool: version 1, or version 2 with its sampling factor and its
     progress, linkstat and port records when the job shipped reduced telemetry."""
     from diagnosis.errors import DiagnosisError
@@ -228,13 +378,14 @@ def export(
             ranks, groups, cols = c.ranks(job), c.groups(job), c.ops(job)
             reduced = c.reduced(job)
             details = c.details(job) if full else None
+            stopped = _recording_stopped(c, job)
     except DiagnosisError as exc:
         _fail(exc)
     out = write_trace(output, job, ranks=ranks, groups=groups, ops=cols, reduced=reduced,
-                      details=details)
+                      details=details, stopped_ns=stopped)
     what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
     extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
-    console.print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
+    _out().print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
 
 
 def register(app: typer.Typer) -> None:

@@ -226,7 +226,7 @@ class DetailBatch(_message.Message):
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., fault_id: _Optional[str] = ..., request: _Optional[int] = ..., host: _Optional[str] = ..., status: _Optional[_Union[DetailBatch.Status, str]] = ..., from_ns: _Optional[int] = ..., to_ns: _Optional[int] = ..., held_from_ns: _Optional[int] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class RankInfo(_message.Message):
-    __slots__ = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic", "backend", "t_ns")
+    __slots__ = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic", "backend", "t_ns", "cuda_device")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +238,7 @@ class RankInfo(_message.Message):
     NIC_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     T_NS_FIELD_NUMBER: _ClassVar[int]
+    CUDA_DEVICE_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     rank: int
@@ -249,7 +250,8 @@ class RankInfo(_message.Message):
     nic: str
     backend: str
     t_ns: int
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., local_rank: _Optional[int] = ..., pid: _Optional[int] = ..., gpu: _Optional[str] = ..., nic: _Optional[str] = ..., backend: _Optional[str] = ..., t_ns: _Optional[int] = ...) -> None: ...
+    cuda_device: str
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., local_rank: _Optional[int] = ..., pid: _Optional[int] = ..., gpu: _Optional[str] = ..., nic: _Optional[str] = ..., backend: _Optional[str] = ..., t_ns: _Optional[int] = ..., cuda_device: _Optional[str] = ...) -> None: ...
 
 class GroupInfo(_message.Message):
     __slots__ = ("job", "attempt", "pg", "ranks", "desc")
@@ -316,7 +318,7 @@ class SidecarStats(_message.Message):
     def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ..., detail_records: _Optional[int] = ...) -> None: ...
 
 class IngestRequest(_message.Message):
-    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail")
+    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail", "inspection", "host_topology")
     SIDECAR_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +330,8 @@ class IngestRequest(_message.Message):
     LINKSTATS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    INSPECTION_FIELD_NUMBER: _ClassVar[int]
+    HOST_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     sidecar: str
     seq: int
     rank: RankInfo
@@ -339,7 +343,9 @@ class IngestRequest(_message.Message):
     linkstats: LinkStatBatch
     ports: PortBatch
     detail: DetailBatch
-    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ...) -> None: ...
+    inspection: InspectResult
+    host_topology: HostTopology
+    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ..., inspection: _Optional[_Union[InspectResult, _Mapping]] = ..., host_topology: _Optional[_Union[HostTopology, _Mapping]] = ...) -> None: ...
 
 class SampleStep(_message.Message):
     __slots__ = ("pg", "from_seq", "sample")
@@ -389,13 +395,47 @@ class DetailRequest(_message.Message):
     max_records: int
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., fault_id: _Optional[str] = ..., request: _Optional[int] = ..., from_ns: _Optional[int] = ..., to_ns: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., max_records: _Optional[int] = ...) -> None: ...
 
+class InspectRequest(_message.Message):
+    __slots__ = ("request", "job", "attempt", "fault_id", "rank", "host", "backend")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FAULT_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    request: int
+    job: str
+    attempt: int
+    fault_id: str
+    rank: int
+    host: str
+    backend: str
+    def __init__(self, request: _Optional[int] = ..., job: _Optional[str] = ..., attempt: _Optional[int] = ..., fault_id: _Optional[str] = ..., rank: _Optional[int] = ..., host: _Optional[str] = ..., backend: _Optional[str] = ...) -> None: ...
+
+class InspectResult(_message.Message):
+    __slots__ = ("request", "fault_id", "host", "rank", "facts_json")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    FAULT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    FACTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    request: int
+    fault_id: str
+    host: str
+    rank: int
+    facts_json: str
+    def __init__(self, request: _Optional[int] = ..., fault_id: _Optional[str] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., facts_json: _Optional[str] = ...) -> None: ...
+
 class Control(_message.Message):
-    __slots__ = ("schedule", "detail")
+    __slots__ = ("schedule", "detail", "inspect")
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    INSPECT_FIELD_NUMBER: _ClassVar[int]
     schedule: SampleSchedule
     detail: DetailRequest
-    def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ...) -> None: ...
+    inspect: InspectRequest
+    def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ..., inspect: _Optional[_Union[InspectRequest, _Mapping]] = ...) -> None: ...
 
 class IngestAck(_message.Message):
     __slots__ = ("seq", "code", "error", "duplicate", "sidecar", "control")
@@ -483,8 +523,18 @@ class WatchFaultsRequest(_message.Message):
     include_open: bool
     def __init__(self, job: _Optional[str] = ..., include_open: _Optional[bool] = ...) -> None: ...
 
+class FaultActionRequest(_message.Message):
+    __slots__ = ("id", "by", "note")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    by: str
+    note: str
+    def __init__(self, id: _Optional[str] = ..., by: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
 class JobSummary(_message.Message):
-    __slots__ = ("job", "attempt", "world_size", "ranks_seen", "hosts", "ops", "first_ns", "last_ns", "open_faults")
+    __slots__ = ("job", "attempt", "world_size", "ranks_seen", "hosts", "ops", "first_ns", "last_ns", "open_faults", "state", "ended_ns", "end_reason")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -494,6 +544,9 @@ class JobSummary(_message.Message):
     FIRST_NS_FIELD_NUMBER: _ClassVar[int]
     LAST_NS_FIELD_NUMBER: _ClassVar[int]
     OPEN_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ENDED_NS_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     world_size: int
@@ -503,7 +556,10 @@ class JobSummary(_message.Message):
     first_ns: int
     last_ns: int
     open_faults: int
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_seen: _Optional[int] = ..., hosts: _Optional[_Iterable[str]] = ..., ops: _Optional[int] = ..., first_ns: _Optional[int] = ..., last_ns: _Optional[int] = ..., open_faults: _Optional[int] = ...) -> None: ...
+    state: str
+    ended_ns: int
+    end_reason: str
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks_seen: _Optional[int] = ..., hosts: _Optional[_Iterable[str]] = ..., ops: _Optional[int] = ..., first_ns: _Optional[int] = ..., last_ns: _Optional[int] = ..., open_faults: _Optional[int] = ..., state: _Optional[str] = ..., ended_ns: _Optional[int] = ..., end_reason: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ()
@@ -590,16 +646,18 @@ class ReducedRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ...) -> None: ...
 
 class ReducedChunk(_message.Message):
-    __slots__ = ("progress", "linkstats", "ports", "schedule")
+    __slots__ = ("progress", "linkstats", "ports", "schedule", "conns")
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     LINKSTATS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    CONNS_FIELD_NUMBER: _ClassVar[int]
     progress: ProgressBatch
     linkstats: LinkStatBatch
     ports: PortBatch
     schedule: SampleSchedule
-    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ...) -> None: ...
+    conns: ConnSampleBatch
+    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ...) -> None: ...
 
 class DetailsRequest(_message.Message):
     __slots__ = ("job", "fault_id")
@@ -608,3 +666,31 @@ class DetailsRequest(_message.Message):
     job: str
     fault_id: str
     def __init__(self, job: _Optional[str] = ..., fault_id: _Optional[str] = ...) -> None: ...
+
+class HostTopology(_message.Message):
+    __slots__ = ("host", "t_ns", "internals", "digest")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    INTERNALS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    t_ns: int
+    internals: str
+    digest: str
+    def __init__(self, host: _Optional[str] = ..., t_ns: _Optional[int] = ..., internals: _Optional[str] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class JobTopologyRequest(_message.Message):
+    __slots__ = ("job", "with_graph")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    WITH_GRAPH_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    with_graph: bool
+    def __init__(self, job: _Optional[str] = ..., with_graph: _Optional[bool] = ...) -> None: ...
+
+class JobTopologyResponse(_message.Message):
+    __slots__ = ("job", "json")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    json: str
+    def __init__(self, job: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...

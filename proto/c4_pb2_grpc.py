@@ -299,6 +299,121 @@ class Faults:
             _registered_method=True)
 
 
+class FaultActionsStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Ack = channel.unary_unary(
+                '/c4.v1.FaultActions/Ack',
+                request_serializer=proto_dot_c4__pb2.FaultActionRequest.SerializeToString,
+                response_deserializer=proto_dot_c4__pb2.FaultReport.FromString,
+                _registered_method=True)
+        self.Close = channel.unary_unary(
+                '/c4.v1.FaultActions/Close',
+                request_serializer=proto_dot_c4__pb2.FaultActionRequest.SerializeToString,
+                response_deserializer=proto_dot_c4__pb2.FaultReport.FromString,
+                _registered_method=True)
+
+
+class FaultActionsServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Ack(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Close(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_FaultActionsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Ack': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ack,
+                    request_deserializer=proto_dot_c4__pb2.FaultActionRequest.FromString,
+                    response_serializer=proto_dot_c4__pb2.FaultReport.SerializeToString,
+            ),
+            'Close': grpc.unary_unary_rpc_method_handler(
+                    servicer.Close,
+                    request_deserializer=proto_dot_c4__pb2.FaultActionRequest.FromString,
+                    response_serializer=proto_dot_c4__pb2.FaultReport.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'c4.v1.FaultActions', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('c4.v1.FaultActions', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class FaultActions:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Ack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/c4.v1.FaultActions/Ack',
+            proto_dot_c4__pb2.FaultActionRequest.SerializeToString,
+            proto_dot_c4__pb2.FaultReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Close(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/c4.v1.FaultActions/Close',
+            proto_dot_c4__pb2.FaultActionRequest.SerializeToString,
+            proto_dot_c4__pb2.FaultReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class QueryStub:
     """Missing associated documentation comment in .proto file."""
 
@@ -381,8 +496,9 @@ class QueryServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reduced(self, request, context):
-        """The reduced records stored for a job's latest attempt (progress, linkstat, port) and its
-        sampling schedules, in the order stored.
+        """The reduced records stored for a job's latest attempt (progress, linkstat, port), its
+        sampling schedules, in the order stored, then the raw socket samples it shipped while its
+        telemetry was full.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -623,6 +739,78 @@ class Query:
             '/c4.v1.Query/Details',
             proto_dot_c4__pb2.DetailsRequest.SerializeToString,
             proto_dot_c4__pb2.DetailBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class TopologyStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Job = channel.unary_unary(
+                '/c4.v1.Topology/Job',
+                request_serializer=proto_dot_c4__pb2.JobTopologyRequest.SerializeToString,
+                response_deserializer=proto_dot_c4__pb2.JobTopologyResponse.FromString,
+                _registered_method=True)
+
+
+class TopologyServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Job(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TopologyServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Job': grpc.unary_unary_rpc_method_handler(
+                    servicer.Job,
+                    request_deserializer=proto_dot_c4__pb2.JobTopologyRequest.FromString,
+                    response_serializer=proto_dot_c4__pb2.JobTopologyResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'c4.v1.Topology', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('c4.v1.Topology', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Topology:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Job(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/c4.v1.Topology/Job',
+            proto_dot_c4__pb2.JobTopologyRequest.SerializeToString,
+            proto_dot_c4__pb2.JobTopologyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
+from c4.output import FORMAT_HELP, Format, emit
+from c4.output import make_console as _out
 
 JournalOpt = typer.Option(None, "--journal", envvar="C4_RECOVERY_JOURNAL",
                           help="Recovery journal (SQLite) shared by c4 recover, c4 launch and "
@@ -35,7 +35,7 @@ class Fmt(str, Enum):
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    _out().print(f"[red]error:[/red] {exc}", highlight=False)
     raise typer.Exit(2)
 
 
@@ -121,7 +121,7 @@ def recover(
         lab_state = read_lab(probe_lab) if probe_lab else None
         extra["confirm"] = ProbeConfirmer(GlooProber(), HostResolver.for_lab(lab_state))
     ctl = Controller.for_daemon(client, jr, iso, policy, config=cfg, **extra)
-    console.print(f"c4 recover: daemon {client.address}, isolator {iso.name}, journal "
+    _out().print(f"c4 recover: daemon {client.address}, isolator {iso.name}, journal "
                   f"{jr.path}{' (dry run)' if dry_run else ''}", highlight=False)
     try:
         ctl.run(client, stop)
@@ -177,7 +177,7 @@ def recoveries(
                   *(_secs(tl.seconds("report", p)) for p in ("isolated", "stopped",
                                                              "relaunched", "first_step")),
                   lost, _secs(tl.downtime_s))
-    console.print(t)
+    _out().print(t)
     if effs:
         e = Table(title="jobs")
         for col in ("job", "attempts", "wall clock", "productive", "ETTR", "running"):
@@ -185,14 +185,14 @@ def recoveries(
         for eff in effs:
             e.add_row(eff.job, str(eff.attempts), _secs(eff.wall_s), _secs(eff.productive_s),
                       f"{eff.ettr:.3f}", "yes" if eff.running else "no")
-        console.print(e)
+        _out().print(e)
     if recovery_id:
         tt = Table(title=f"recovery {recovery_id}: transitions")
         for col in ("time", "from", "to", "note"):
             tt.add_column(col, overflow="fold")
         for tr in jr.transitions(recovery_id):
             tt.add_row(_when(tr.t_ns), tr.src.value, tr.dst.value, tr.note)
-        console.print(tt)
+        _out().print(tt)
     if decs:
         d = Table(title="decisions (latest last)")
         for col in ("time", "job", "fault", "rev", "kind", "node", "action", "reason"):
@@ -200,11 +200,12 @@ def recoveries(
         for row in decs:
             d.add_row(_when(row.t_ns), row.job, row.fault_id, str(row.revision), row.kind,
                       row.node or "-", row.action, row.reason)
-        console.print(d)
+        _out().print(d)
 
 
 @nodes_app.command("list")
-def nodes_list(isolator: str = IsolatorOpt) -> None:
+def nodes_list(isolator: str = IsolatorOpt,
+               fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP)) -> None:
     """Nodes the isolation backend holds out of service, with the reason."""
     from recovery.errors import RecoveryError
 
@@ -212,12 +213,15 @@ def nodes_list(isolator: str = IsolatorOpt) -> None:
         held = _isolator(isolator).isolated()
     except RecoveryError as exc:
         _fail(exc)
+    if fmt is not Format.table:
+        emit(fmt, "nodes", ({"node": n, "reason": r} for n, r in sorted(held.items())))
+        return
     t = Table(title="isolated nodes")
     t.add_column("node")
     t.add_column("reason", overflow="fold")
     for node, reason in sorted(held.items()):
         t.add_row(node, reason)
-    console.print(t)
+    _out().print(t)
 
 
 @nodes_app.command("release")
@@ -229,12 +233,12 @@ def nodes_release(node: str = typer.Argument(..., help="The repaired node."),
     try:
         iso = _isolator(isolator)
         if node not in iso.isolated():
-            console.print(f"{node} is not isolated ({iso.name})", highlight=False)
+            _out().print(f"{node} is not isolated ({iso.name})", highlight=False)
             return
         iso.release(node)
     except RecoveryError as exc:
         _fail(exc)
-    console.print(f"released {node} ({iso.name})", highlight=False)
+    _out().print(f"released {node} ({iso.name})", highlight=False)
 
 
 @nodes_app.command("isolate")
@@ -248,7 +252,7 @@ def nodes_isolate(node: str = typer.Argument(..., help="The node to take out of 
         _isolator(isolator).isolate(node, f"by hand: {reason}")
     except RecoveryError as exc:
         _fail(exc)
-    console.print(f"isolated {node}", highlight=False)
+    _out().print(f"isolated {node}", highlight=False)
 
 
 def launch(

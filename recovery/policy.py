@@ -12,6 +12,14 @@ from diagnosis.report import KINDS, FaultReport
 NODE_SUSPECTS = ("host", "gpu", "nic", "rank")
 HANG_KINDS = ("noncomm_hang", "comm_hang")
 
+
+def rests_on_silence(report: FaultReport) -> bool:
+    """The report stands only on ranks (or transfers) not heard from: a hang, or an ``error``
+    that says a rank stopped reporting. A frozen process files both within seconds; until it
+    has been silent for the grace it may be a rank writing a checkpoint alone."""
+    return report.kind in HANG_KINDS or (report.kind == "error"
+                                         and bool(report.evidence.get("stopped_reporting")))
+
 ISOLATE = "isolate"
 SKIP = "skip"
 DRY_RUN = "dry_run"
@@ -37,7 +45,8 @@ class Policy:
     #: After a recovery of a job starts, later reports for it wait this long (the restart
     #: itself disturbs timing; reports from the old attempt are stale).
     cooldown_s: float = 300.0
-    #: A hang is acted on only once it has lasted this long (seconds since its first_seen_ns).
+    #: A hang, or an error that only says a rank stopped reporting, is acted on only once it
+    #: has lasted this long (seconds since its first_seen_ns).
     #: It is reported within seconds, but a rank that writes a checkpoint alone while its peers
     #: wait in their next call looks the same until it arrives and the report is withdrawn.
     hang_grace_s: float = 30.0
@@ -145,8 +154,9 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
     if node in set(blocked) or node in history.job_isolated_nodes:
         return Decision(SKIP, f"node {node} is already isolated", node, rule="already_isolated")
     lasted = (now_ns - report.first_seen_ns) / 1e9
-    if report.kind in HANG_KINDS and lasted < policy.hang_grace_s:
-        return Decision(SKIP, f"the hang has lasted {max(lasted, 0.0):.0f} s; isolating waits "
+    if rests_on_silence(report) and lasted < policy.hang_grace_s:
+        what = "the hang" if report.kind in HANG_KINDS else "the silence"
+        return Decision(SKIP, f"{what} has lasted {max(lasted, 0.0):.0f} s; isolating waits "
                               f"{policy.hang_grace_s:.0f} s in case it ends (a rank writing a "
                               "checkpoint alone)", node, rule="grace")
     if history.last_recovery_ns is not None and \

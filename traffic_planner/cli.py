@@ -19,7 +19,7 @@ def _fail(exc: Exception) -> typer.Exit:
 
 def plan(
     topology: Path = typer.Option(..., "--topology", "-t", help="Topology JSON (node-link)."),
-    flows: list[Path] = typer.Option(None, "--flows", "-f", help="Flows JSON; repeat for "
+    flows: list[Path] = typer.Option(None, "--flows", help="Flows JSON; repeat for "
                                      "several jobs on one fabric (flow ids must differ)."),
     trace: list[Path] = typer.Option(None, "--trace", help="Take flows from a trace's conn "
                                      "records (JSON Lines); repeatable."),

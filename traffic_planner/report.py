@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from c4.output import make_console
 from traffic_planner.plan import PlanResult
 from traffic_planner.predict import predict_rings
 
@@ -15,7 +16,7 @@ from traffic_planner.predict import predict_rings
 def print_table(result: PlanResult, down: Collection[str],
                 previous: Mapping[str, Sequence[str]] | None, nbytes: float, show: int,
                 console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     p, sol = result.problem, result.solution
     summary = Table(title="traffic plan", show_header=False)
     summary.add_column("what")

@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from c4.demo.envs import open_env
+from c4.output import make_console
 from c4.processes import REPO, Service, c4_command
 
 TRAIN = REPO / "recovery" / "train_example.py"
@@ -245,7 +246,7 @@ class Demo:
 
 
 def run_demo(config: DemoConfig, console: Console | None = None) -> int:
-    console = console or Console()
+    console = console or make_console()
     demo = Demo(config, console)
     failed = True
     try:

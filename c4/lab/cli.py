@@ -116,7 +116,8 @@ def truth_cmd(lab_dir: Path = LAB_DIR) -> None:
 @lab_app.command("inject")
 def inject_cmd(
     fault: str = typer.Argument(..., help="slow-link, lossy-link, dead-link, slow-gpu, hang "
-                                          "or crash."),
+                                          "or crash (or slow_link, ... as c4 sim spells "
+                                          "them)."),
     target: str = typer.Argument(..., help="A link id (a~b), NIC id or switch id for link "
                                            "faults; a host id, GPU id, rank:N or pid:N for the "
                                            "others."),
@@ -135,8 +136,9 @@ def inject_cmd(
     from c4.lab.system import LabError
 
     try:
-        rec = inject(_dir(lab_dir), fault, target, duration=duration, rate_mbit=rate_mbit,
-                     loss_pct=loss, cpu_pct=cpu, reroute=reroute)
+        # `c4 sim --fault` spells them slow_link, slow_gpu, ...: either is taken
+        rec = inject(_dir(lab_dir), fault.replace("_", "-"), target, duration=duration,
+                     rate_mbit=rate_mbit, loss_pct=loss, cpu_pct=cpu, reroute=reroute)
     except LabError as exc:
         _fail(exc)
     typer.echo(f"fault {rec['id']}: {fault} on {', '.join(rec['components'])}"

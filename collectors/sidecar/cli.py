@@ -76,7 +76,8 @@ def sidecar(
                                           "pulled by the daemon around a fault (0: keep none)."),
     ports: str = typer.Option("mapped", "--ports", envvar="C4_PORTS",
                               help="NIC port states and error counters from sysfs: mapped "
-                                   "(the ports of --nic-map, none without it), all (every "
+                                   "(the ports of --nic-map and of the NICs discovery "
+                                   "found), all (every "
                                    "port but lo; unmapped ones as HOST/PORT) or off."),
     sysfs_root: str = typer.Option("/sys", "--sysfs-root", envvar="C4_SYSFS_ROOT",
                                    help="Where sysfs is mounted (for containers and tests)."),
@@ -87,6 +88,16 @@ def sidecar(
     port_heartbeat: float = typer.Option(30.0, "--port-heartbeat", envvar="C4_PORT_HEARTBEAT",
                                          help="Seconds between port records while nothing "
                                               "changes."),
+    discover: str = typer.Option("on", "--discover", envvar="C4_DISCOVER",
+                                 help="Tell the daemon what this host is made of (GPUs, NICs, "
+                                      "which NIC each GPU uses, switch ports): on (run "
+                                      "nvidia-smi topo -m, ibdev2netdev, lldpctl, read sysfs), "
+                                      "off, or a DIRECTORY of their saved outputs "
+                                      "(nvidia-smi.txt, ibdev2netdev.txt, lldpctl.json)."),
+    discover_interval: float = typer.Option(300.0, "--discover-interval",
+                                            envvar="C4_DISCOVER_INTERVAL",
+                                            help="Seconds between discoveries; what changed is "
+                                                 "sent again."),
 ) -> None:
     """Run the per-node sidecar: take the local ranks' records and ship them to the daemon."""
     import signal
@@ -121,7 +132,8 @@ def sidecar(
                                max_request_bytes=max_request_bytes,
                                link_interval_s=link_interval,
                                tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, token=token,
-                               metrics_listen=metrics, edge=edge, **kwargs)
+                               metrics_listen=metrics, edge=edge, discover=discover,
+                               discover_interval_s=discover_interval, **kwargs)
         car = Sidecar(config)
         car.start()
     except (ValueError, OSError, SidecarError) as exc:

@@ -60,6 +60,12 @@ class SidecarConfig:
     metrics_listen: str = ""
     # Reduction at the edge, ports and the detail ring (collectors.sidecar.edge).
     edge: EdgeConfig = field(default_factory=EdgeConfig)
+    # Discovery of the host's internals (collectors.sidecar.discovery): "on" (the host's
+    # tools), "off", or a directory of recorded tool outputs; how often it runs again, and how
+    # long each tool may take.
+    discover: str = "on"
+    discover_interval_s: float = 300.0
+    discover_timeout_s: float = 20.0
 
     def __post_init__(self) -> None:
         if ":" not in self.daemon:
@@ -70,7 +76,8 @@ class SidecarConfig:
             if getattr(self, name) < 1:
                 raise SidecarConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("flush_interval_s", "link_interval_s", "stats_interval_s",
-                     "reconnect_max_s", "frame_timeout_s"):
+                     "reconnect_max_s", "frame_timeout_s", "discover_interval_s",
+                     "discover_timeout_s"):
             if getattr(self, name) <= 0:
                 raise SidecarConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.wal_sync_interval_s < 0:

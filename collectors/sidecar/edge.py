@@ -106,6 +106,21 @@ class Edge:
         self._control: queue.Queue[c4_pb2.Control] = queue.Queue()
         self._next_window = 0
 
+    def map_ports(self, discovered: dict[str, str]) -> None:
+        """Port names -> topology NIC ids as discovery found them (``discovery.port_map``): in
+        ``mapped`` mode these ports are read too, ``--nic-map`` entries overriding them."""
+        if self.config.ports != "mapped":
+            return
+        mapping = {**discovered, **dict(self.config.nic_map)}
+        if self.ports is None:
+            if not mapping:
+                return
+            self.ports = PortWatch(self.host, sysfs_root=self.config.sysfs_root,
+                                   nic_map=mapping, heartbeat_s=self.config.port_heartbeat_s,
+                                   clock=self._clock)
+        else:
+            self.ports.nic_map = mapping   # one assignment: the tick thread sees old or new
+
     # -- what leaves the node -----------------------------------------------------------------
     def emit(self, **body: object) -> None:
         """Queue one ingest request, counting its records and bytes."""

@@ -18,8 +18,9 @@ class EdgeConfig:
     lag_s: float = 0.8
     #: bytes of full records kept for detail requests (``--detail-bytes``; 0: none)
     ring_bytes: int = 128 << 20
-    #: NIC ports read from sysfs (``--ports``): "mapped" (the ports of ``nic_map``: none
-    #: without one), "all" (every port but lo, unmapped ones as ``<host>/<port>``), "off"
+    #: NIC ports read from sysfs (``--ports``): "mapped" (the ports of ``nic_map`` and those
+    #: discovery names: none without either), "all" (every port but lo, unmapped ones as
+    #: ``<host>/<port>``), "off"
     ports: str = "mapped"
     sysfs_root: str = "/sys"
     #: port name -> topology NIC id (``--nic-map``); empty: ``<host>/<port>``

@@ -15,7 +15,7 @@ from collectors.sidecar.edge_config import EdgeConfig
 from collectors.sidecar.links import SocketTransfers
 from collectors.sidecar.ring import DetailRing
 from collectors.sidecar.schedule import Schedule
-from proto.codec import LINKSTAT_COLUMNS, PROGRESS_COLUMNS, Columns, concat
+from proto.codec import PROGRESS_COLUMNS, Columns, concat
 
 STATUS_OK = 0
 # unsampled calls shipped open whose completion is still to ship, per job (oldest forgotten)
@@ -213,17 +213,7 @@ class EdgeJob:
         keep = ls["t_ns"] > self._cut_ns
         if not keep.any():
             return None
-        sid = np.asarray(ls["dst"][keep])
-        peer, local, remote = self.sockets.label(sid)
-        strings: dict[str, int] = {}
-        loc = [strings.setdefault(s, len(strings)) for s in local]
-        rem = [strings.setdefault(s, len(strings)) for s in remote]
-        c = {k: np.asarray(ls[k][keep]) for k in ("src", "t_ns", "window_ns", "transfers",
-                                                   "bytes", "busy_ns", "max_ns", "open",
-                                                   "open_since_ns", "retrans")}
-        c.update(dst=peer, local=np.asarray(loc), remote=np.asarray(rem),
-                 pg=np.full(len(sid), -1, np.int64))
-        return Columns({k: c[k] for k in LINKSTAT_COLUMNS}, list(strings))
+        return self.sockets.linkstat(take(ls, keep))
 
 
 def _join(parts: list[Columns | None]) -> Columns | None:

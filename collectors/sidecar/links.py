@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from proto.codec import Columns
+from collectors.reduce import EdgeReducer
+from proto.codec import LINKSTAT_COLUMNS, Columns
 
 MS = 1_000_000
 TRANSFER_COLUMNS = ("src", "dst", "bytes", "t_start_ns", "t_end_ns", "retrans")
@@ -99,9 +100,41 @@ class SocketTransfers:
             return min(busy_us * 1000, interval_ns)
         return min(MS, interval_ns) if sid in self._busy_known else interval_ns
 
+    def linkstat(self, ls: Columns) -> Columns:
+        """A reducer's linkstat windows of these sockets (``dst`` a socket id) as shipped:
+        ``dst`` the peer rank where known, the endpoints in ``local``/``remote``."""
+        peer, local, remote = self.label(np.asarray(ls["dst"]))
+        strings: dict[str, int] = {}
+        loc = [strings.setdefault(s, len(strings)) for s in local]
+        rem = [strings.setdefault(s, len(strings)) for s in remote]
+        c = {k: np.asarray(ls[k]) for k in ("src", "t_ns", "window_ns", "transfers", "bytes",
+                                            "busy_ns", "max_ns", "open", "open_since_ns",
+                                            "retrans")}
+        c.update(dst=peer, local=np.asarray(loc, dtype=np.int64),
+                 remote=np.asarray(rem, dtype=np.int64), pg=np.full(len(peer), -1, np.int64))
+        return Columns({k: c[k] for k in LINKSTAT_COLUMNS}, list(strings))
+
     def label(self, sids: np.ndarray) -> tuple[np.ndarray, list[str], list[str]]:
         """For socket ids: the peer rank where a local rank owns the remote end (else -1), the
         local endpoints and the remote endpoints."""
         keys = [self.sockets[s] for s in sids.tolist()]
         peer = np.asarray([self.owner.get(remote, -1) for _, _, remote in keys], dtype=np.int64)
         return peer, [k[1] for k in keys], [k[2] for k in keys]
+
+
+def sample_windows(samples: Columns, window_ns: int) -> Columns | None:
+    """Raw socket samples of a whole recording (any nodes, ``proto.codec.CONN_COLUMNS``) as the
+    linkstat windows an edge in reduced mode would have shipped for them, or None if they show
+    no transfer: how an export writes the samples of a job whose telemetry was full."""
+    if not len(samples):
+        return None
+    order = np.lexsort((samples["rank"], samples["t_ns"]))
+    sockets = SocketTransfers()
+    rows = sockets.add(Columns({k: np.asarray(v)[order] for k, v in samples.columns.items()},
+                               samples.strings))
+    if not len(rows):
+        return None
+    reducer = EdgeReducer(1, window_ns)
+    reducer.add_transfers(rows)
+    ls = reducer.flush(int(samples["t_ns"].max())).linkstat
+    return sockets.linkstat(ls) if len(ls) else None

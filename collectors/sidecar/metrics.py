@@ -70,6 +70,14 @@ class SidecarMetrics(Collector):
                       "Frames a collector sent again that the sidecar already had (not taken "
                       "twice).", car.intake.duplicate_frames)
         yield counter("c4_sidecar_reconnects", "Streams opened to the daemon.", s.reconnects)
+        disc = car.discovery
+        if disc is not None:
+            yield counter("c4_sidecar_discovery_rounds", "Discoveries of the host's GPUs, NICs "
+                          "and pairing run.", disc.rounds)
+            yield counter("c4_sidecar_discovery_sent", "Discoveries that found a change and "
+                          "were sent to the daemon.", disc.shipped)
+            yield counter("c4_sidecar_discovery_cpu_seconds", "CPU time the sidecar spent "
+                          "discovering (the tools' own processes not included).", disc.cpu_s)
         yield counter("c4_sidecar_wal_syncs", "fsyncs of the write-ahead log.", car.spill.syncs)
         yield counter("c4_sidecar_wal_sync_seconds", "Time spent in those fsyncs.",
                       car.spill.sync_seconds)

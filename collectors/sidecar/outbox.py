@@ -312,11 +312,14 @@ class Outbox:
                     self.stats.dropped += 1
 
     def run(self, address: str, stop: threading.Event, *, reconnect_max_s: float = 5.0,
-            drain_on_stop: bool = True) -> None:
+            drain_on_stop: bool = True, unreachable_warn_s: float = 5.0) -> None:
         """Deliver until ``stop`` is set (then, if asked, until everything is acknowledged or
-        the daemon cannot be reached: the log keeps the rest for the next run)."""
+        the daemon cannot be reached: the log keeps the rest for the next run). A daemon out of
+        reach for ``unreachable_warn_s`` is said at once, not only at shutdown."""
         backoff = 0.1
         slow_down = 0.0  # pause after the daemon refused us (limit or token), doubling
+        unreachable_since = time.monotonic()
+        said = False
         while True:
             if stop.is_set() and (not drain_on_stop or self.idle()):
                 return
@@ -329,6 +332,12 @@ class Outbox:
                     log.warning("daemon unreachable at shutdown; %d requests stay in the log",
                                 self.pending())
                     return
+                quiet = time.monotonic() - unreachable_since
+                if not said and quiet >= unreachable_warn_s:
+                    said = True
+                    log.warning("cannot reach the daemon at %s for %.0f s: telemetry waits in "
+                                "the spill log (%d requests so far). Start `c4 daemon` there, "
+                                "or fix --daemon / C4_DAEMON", address, quiet, self.pending())
                 time.sleep(backoff)
                 backoff = min(backoff * 2, reconnect_max_s)
                 continue
@@ -338,7 +347,11 @@ class Outbox:
             finish = threading.Event()
             with self._cond:
                 self.connected = True
-            log.info("connected to the daemon at %s", address)
+            if said:
+                log.warning("reached the daemon at %s after %.0f s", address,
+                            time.monotonic() - unreachable_since)
+            else:
+                log.info("connected to the daemon at %s", address)
             stub = c4_pb2_grpc.IngestStub(channel)
             watcher = threading.Thread(target=self._finish_when_drained,
                                        args=(stop, finish, drain_on_stop), daemon=True)
@@ -366,6 +379,7 @@ class Outbox:
                 finish.set()
                 channel.close()
                 refused = self._reset_stream() or refused
+                unreachable_since, said = time.monotonic(), False
             if refused and stop.is_set():
                 return  # shutting down while the daemon refuses us: the log keeps the rest
             if refused:

@@ -3,6 +3,7 @@ and the sidecar's own statistics."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -12,12 +13,15 @@ from typing import Any
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.counters import Drops
+from collectors.sidecar.discovery import HostDiscovery, make_runner, port_map
 from collectors.sidecar.edge import Edge
+from collectors.sidecar.errors import SidecarConfigError
 from collectors.sidecar.intake import Intake
 from collectors.sidecar.local import Limits, LocalListener, resolve_group
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.owners import Owners
 from collectors.sidecar.spill import Spill
+from diagnosis.errors import DiagnosisError
 from diagnosis.security.channel import ClientSecurity
 from proto import c4_pb2
 
@@ -51,7 +55,7 @@ class Sidecar:
         # what leaves the node per job (reduction, ports, detail ring): collectors.sidecar.edge
         self.edge = Edge(config.host, config.edge, self.outbox.put, self.outbox.put_frames,
                          lambda cols, frame, nbytes: self.batcher.add(cols, frame, nbytes))
-        self.outbox.on_control = self.edge.on_control
+        self.outbox.on_control = self._on_control
         self.batcher = Batcher(self.edge.emit_frames, batch_records=config.batch_records,
                                flush_interval_s=config.flush_interval_s)
         self.owners = Owners(config.spill_dir)
@@ -74,7 +78,42 @@ class Sidecar:
             threading.Thread(target=self._tick, name="c4-tick", daemon=True),
         ]
         self._sampler_cls = _link_sampler()
+        try:
+            runner = make_runner(config.discover, config.discover_timeout_s)
+        except DiagnosisError as exc:
+            raise SidecarConfigError(f"--discover: {exc}") from None
+        self.discovery = None if runner is None else HostDiscovery(
+            config.host, self.outbox.put, runner, sysfs_root=config.edge.sysfs_root,
+            interval_s=config.discover_interval_s,
+            on_change=lambda hi: self.edge.map_ports(port_map(hi)))
         self._samplers: dict[tuple[str, int], Any] = {}
+
+    def _on_control(self, msg: c4_pb2.Control) -> None:
+        """The daemon's messages: inspections here (they take seconds: a thread of their own),
+        the rest to the edge."""
+        if msg.WhichOneof("body") == "inspect":
+            threading.Thread(target=self._inspect, args=(msg.inspect,), name="c4-inspect",
+                             daemon=True).start()
+        else:
+            self.edge.on_control(msg)
+
+    def _inspect(self, req: c4_pb2.InspectRequest) -> None:
+        """Look at the process that registered the rank here (the pid this sidecar saw on its
+        socket, never one the request names) and answer with the facts."""
+        from diagnosis.inspection import inspect_process
+
+        pid = self.intake.pids().get((req.job, req.attempt), {}).get(req.rank, 0)
+        if pid <= 0:
+            log.warning("the daemon asks about rank %d of job %s, which did not register here",
+                        req.rank, req.job)
+            return
+        facts = inspect_process(req.rank, self.config.host, pid, backend=req.backend,
+                                local=True)
+        log.info("inspected rank %d of job %s (pid %d) for fault %s", req.rank, req.job, pid,
+                 req.fault_id)
+        self.outbox.put(inspection=c4_pb2.InspectResult(
+            request=req.request, fault_id=req.fault_id, host=self.config.host, rank=req.rank,
+            facts_json=json.dumps(facts.to_json())))
 
     # -- background work ------------------------------------------------------------------
     def _ship(self) -> None:
@@ -130,6 +169,8 @@ class Sidecar:
         self.listener.start()
         for t in self._threads:
             t.start()
+        if self.discovery is not None:
+            self.discovery.start()
         if self.config.metrics_listen:
             from collectors.sidecar.metrics import serve_metrics
 
@@ -141,6 +182,8 @@ class Sidecar:
         """Stop listening, log what is batched, deliver what the daemon will take within
         ``timeout``; the log keeps the rest for the next sidecar on this spill directory."""
         self.listener.stop()
+        if self.discovery is not None:
+            self.discovery.stop()
         self._stop.set()
         self._threads[1].join(timeout)
         self.edge.drain()

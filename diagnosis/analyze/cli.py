@@ -11,15 +11,15 @@ import typer
 
 
 def analyze(
-    trace: Path | None = typer.Argument(None, help="Telemetry trace: JSON Lines (shared specs "
-                                        "section 2), format version 1 or 2 or a mix of both, "
-                                        "gzip-compressed if it ends in .gz.", exists=True,
-                                        dir_okay=False),
+    trace: Path | None = typer.Argument(None, help="Telemetry trace: JSON Lines (c4's trace "
+                                        "format, as `c4 export` writes it), version 1 or 2 or "
+                                        "a mix of both, gzip-compressed if it ends in .gz.",
+                                        exists=True, dir_okay=False),
     topology: Path | None = typer.Option(None, "--topology", "-t", exists=True, dir_okay=False,
                                          help="Topology (node-link JSON). Without it suspects "
                                          "are ranks, or hosts from the trace's rank records."),
-    fmt: str = typer.Option("table", "--format", "-f", help="Output: 'json' (the reports "
-                            "document) or 'table'."),
+    fmt: str = typer.Option("table", "--format", "-f", help="Output: 'table', 'json' "
+                            "({\"reports\": [...]}) or 'jsonl' (one report per line)."),
     flight_recorder: Path | None = typer.Option(None, "--flight-recorder", exists=True,
                                                 file_okay=False, help="Analyze a directory of "
                                                 "PyTorch Flight Recorder dumps instead of a "
@@ -39,6 +39,8 @@ def analyze(
                                                "calls still open then are judged as hangs."),
 ) -> None:
     """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors.
+    Every incident is listed: those still open at the trace's end and those that cleared
+    before it (state "resolved" in JSON, with their onset and end).
 
     Traces of format version 2 (reduced telemetry: sampled calls, progress, linkstat and port
     records) are read like version 1; records of a type this c4 does not know are skipped with
@@ -46,8 +48,8 @@ def analyze(
     """
     from diagnosis.errors import DiagnosisError
 
-    if fmt not in ("json", "table"):
-        _fail(f"--format must be 'json' or 'table', not {fmt!r}")
+    if fmt not in ("json", "jsonl", "table"):
+        _fail(f"--format must be 'table', 'json' or 'jsonl', not {fmt!r}")
     if (trace is None) == (flight_recorder is None):
         _fail("give either a TRACE file or --flight-recorder DIR")
     if stopped_after is not None and trace is None:
@@ -91,23 +93,25 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
         topology = Topology.load(topology_path)
     engine = Engine(topology)
     if not sys.stderr.isatty():
-        reports, _ = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
-        return reports
+        feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
+        return engine.incidents()
     from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
         task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
-        reports, _ = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
-                                workers=workers, stopped_after_ns=stopped_after_ns)
-    return reports
+        feed_trace(engine, trace, progress=lambda n: bar.advance(task, n), workers=workers,
+                   stopped_after_ns=stopped_after_ns)
+    # a post-mortem lists every incident, also those that cleared before the trace ended
+    return engine.incidents()
 
 
 def _emit(reports: list, fmt: str, output: Path | None) -> None:
     from diagnosis.report import reports_to_json
 
-    if fmt == "json":
-        text = json.dumps(reports_to_json(reports), indent=1) + "\n"
+    if fmt in ("json", "jsonl"):
+        text = json.dumps(reports_to_json(reports), indent=1) + "\n" if fmt == "json" else \
+            "".join(json.dumps(r.to_json(), separators=(",", ":")) + "\n" for r in reports)
         if output is not None:
             output.write_text(text)
         else:
@@ -116,18 +120,22 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from c4.output import make_console
+
     table = Table(title=f"{len(reports)} fault report(s)" if reports else "no faults found")
-    for col in ("kind", "suspects", "since (UTC)", "where", "summary"):
+    for col in ("kind", "state", "onset (UTC)", "end (UTC)", "suspects", "where", "summary"):
         table.add_column(col, overflow="fold")
     for r in reports:
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in r.suspects[:3])
         where = f"{r.pg} #{r.seq}" if r.pg and r.seq is not None else (r.pg or "")
-        table.add_row(r.kind, suspects, _when(r.first_seen_ns), where, r.summary)
+        cleared = r.state != "open"
+        table.add_row(r.kind, "cleared" if cleared else "open", _when(r.first_seen_ns),
+                      _when(r.last_seen_ns) if cleared else "-", suspects, where, r.summary)
     if output is not None:
         with output.open("w") as fh:
             Console(file=fh, width=160).print(table)
     else:
-        Console(width=max(Console().width, 120)).print(table)
+        make_console().print(table)
 
 
 def _when(ns: int) -> str:

@@ -14,7 +14,9 @@ def daemon(
                               help="sqlite:///PATH (default under ~/.local/share/c4) or "
                                    "clickhouse://USER:PASS@HOST:PORT/DB."),
     topology: str = typer.Option("", "--topology", envvar="C4_TOPOLOGY",
-                                 help="Cluster topology file (node-link JSON) for localization."),
+                                 help="Cluster topology file (node-link JSON) for localization; "
+                                      "each job's hosts, as their sidecars discover them, "
+                                      "are merged into it."),
     analyze_interval: float = typer.Option(1.0, "--analyze-interval", envvar="C4_ANALYZE_INTERVAL",
                                            help="Seconds between runs of the live detectors."),
     tls_cert: str = typer.Option("", "--tls-cert", envvar="C4_TLS_CERT",
@@ -73,11 +75,19 @@ def daemon(
     detail_records: int = typer.Option(200_000, "--detail-records",
                                        envvar="C4_DETAIL_RECORDS",
                                        help="Most full records per node and report."),
+    inspect: bool = typer.Option(True, "--inspect/--no-inspect", envvar="C4_INSPECT",
+                                 help="Add to hang reports the blamed process's PID and host, "
+                                      "its Python stack (py-spy, by the sidecar of its node) "
+                                      "and a Flight Recorder dump request."),
+    inspect_hosts: str = typer.Option("", "--inspect-hosts", envvar="C4_INSPECT_HOSTS",
+                                      help="Comma-separated host ids (as ranks report them) "
+                                           "that run on this machine (default: its hostname)."),
 ) -> None:
     """Run the diagnosis daemon: ingest telemetry, store it, detect faults, serve queries."""
     from diagnosis.daemon.budget import BudgetConfig
     from diagnosis.daemon.config import DaemonConfig
     from diagnosis.daemon.detail import DetailConfig
+    from diagnosis.daemon.inspection import InspectConfig
     from diagnosis.daemon.server import serve
     from diagnosis.errors import DiagnosisError
 
@@ -98,7 +108,10 @@ def daemon(
                                                   max_window_s=max_window,
                                                   fixed_sample=sample,
                                                   calls_per_rank=calls_per_rank),
-                              detail=DetailConfig(enabled=detail, max_records=detail_records))
+                              detail=DetailConfig(enabled=detail, max_records=detail_records),
+                              inspect=InspectConfig(
+                                  enabled=inspect, local_hosts=frozenset(
+                                      h.strip() for h in inspect_hosts.split(",") if h.strip())))
         def ready(d) -> None:
             tls = "mutual TLS" if tls_client_ca else "TLS" if tls_cert else "plaintext"
             typer.echo(f"c4 daemon listening on {listen.rsplit(':', 1)[0]}:{d.port} ({tls}, "
@@ -107,7 +120,7 @@ def daemon(
                 typer.echo(f"metrics on http://{d.metrics_server.host}:{d.metrics_server.port}"
                            "/metrics")
 
-        serve(config, topology=topo, on_ready=ready)
+        serve(config, topology=topo, on_ready=ready, topology_source=topology)
     except (DiagnosisError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from diagnosis.daemon.budget import BudgetConfig
 from diagnosis.daemon.detail import DetailConfig
+from diagnosis.daemon.inspection import InspectConfig
 
 DEFAULT_ADDRESS = "127.0.0.1:7444"
 
@@ -61,6 +62,8 @@ class DaemonConfig:
     # records pulled from the nodes around a report (``budget``, ``detail``).
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     detail: DetailConfig = field(default_factory=DetailConfig)
+    # the processes a hang report blames: PID, host, stack, Flight Recorder dump
+    inspect: InspectConfig = field(default_factory=InspectConfig)
 
     def __post_init__(self) -> None:
         if not self.store:

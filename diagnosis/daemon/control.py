@@ -34,9 +34,9 @@ class _Stream:
 
 
 def request_job(req: c4_pb2.IngestRequest) -> JobKey | None:
-    """The job attempt a request belongs to (None for statistics)."""
+    """The job attempt a request belongs to (None for statistics and host internals)."""
     kind = req.WhichOneof("body")
-    if kind is None or kind == "stats":
+    if kind is None or kind in ("stats", "host_topology"):
         return None
     body = getattr(req, kind)
     return (body.job, body.attempt)
@@ -79,6 +79,8 @@ class ControlHub:
                 st.hosts.add(req.rank.host)
             elif kind == "stats" and req.stats.host:
                 st.hosts.add(req.stats.host)
+            elif kind == "host_topology" and req.host_topology.host:
+                st.hosts.add(req.host_topology.host)
             if job is None or job in st.jobs:
                 return
             st.jobs.add(job)
@@ -137,6 +139,21 @@ class ControlHub:
         for push, _ in targets:
             self._send(push, c4_pb2.Control(detail=req))
         return asked
+
+    def request_inspect(self, req: c4_pb2.InspectRequest) -> bool:
+        """Ask the sidecar of ``req.host`` that carries the job to inspect a rank's process;
+        whether one was asked (its answer is then expected)."""
+        job = (req.job, req.attempt)
+        with self._lock:
+            pushes = [st.push for st in self._streams.values()
+                      if job in st.jobs and req.host in st.hosts]
+            if pushes:
+                self._expected[req.request] = {req.host}
+                while len(self._expected) > MAX_REQUESTS:
+                    self._expected.popitem(last=False)
+        for push in pushes[:1]:
+            self._send(push, c4_pb2.Control(inspect=req))
+        return bool(pushes)
 
     def expected(self, request: int) -> bool:
         """Whether detail request ``request`` was sent (lately): its answers are taken, each

@@ -71,7 +71,7 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
         return Write(req.sidecar, req.seq, RankRecord(
             job=r.job, attempt=r.attempt, rank=r.rank, world_size=r.world_size, host=r.host,
             local_rank=r.local_rank, pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend,
-            t_ns=r.t_ns))
+            t_ns=r.t_ns, cuda_device=r.cuda_device))
     if kind == "group":
         g = req.group
         _need(bool(g.job), "GroupInfo.job is empty")

@@ -6,12 +6,17 @@ import hashlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from diagnosis.report import FaultReport
 from diagnosis.store import Store
 
 log = logging.getLogger(__name__)
+
+#: Evidence the daemon adds to a report after the engine filed it (``FaultHub.annotate``); the
+#: engine's later revisions do not know it and keep it.
+ANNOTATIONS = ("processes", "ack", "resolution")
 
 
 class FaultHub:
@@ -38,12 +43,70 @@ class FaultHub:
             revision = previous.revision + 1 if previous else 1
             first = min(previous.first_seen_ns, report.first_seen_ns) if previous else \
                 report.first_seen_ns
+            evidence = report.evidence
+            if previous is not None:
+                kept = {k: previous.evidence[k] for k in ANNOTATIONS
+                        if k in previous.evidence and k not in evidence}
+                evidence = {**evidence, **kept} if kept else evidence
+            state = report.state
+            if previous is not None and "resolution" in previous.evidence \
+                    and previous.state != "open":
+                # closed by a person or by its job's end: the detectors' late updates do not
+                # reopen it
+                state = previous.state
             stored = report.with_updates(
-                id=fid, job=job, revision=revision, first_seen_ns=first,
-                last_seen_ns=max(report.last_seen_ns, report.first_seen_ns))
+                id=fid, job=job, revision=revision, first_seen_ns=first, evidence=evidence,
+                last_seen_ns=max(report.last_seen_ns, report.first_seen_ns), state=state)
             self._store.put_fault(stored)
-            subscribers = list(self._subscribers)
         log.info("fault %s rev %d (%s): %s", fid, revision, stored.kind, stored.summary)
+        self._publish(stored)
+        return stored
+
+    def annotate(self, fault_id: str, key: str, value: object) -> FaultReport | None:
+        """Add the daemon's own evidence (one of ``ANNOTATIONS``) to a stored report, as a new
+        revision; None if the report is not stored."""
+        if key not in ANNOTATIONS:
+            raise ValueError(f"evidence {key!r} is not one the daemon adds ({ANNOTATIONS})")
+        with self._lock:
+            previous = self._store.get_fault(fault_id)
+            if previous is None:
+                return None
+            stored = previous.with_updates(evidence={**previous.evidence, key: value},
+                                           revision=previous.revision + 1)
+            self._store.put_fault(stored)
+        self._publish(stored)
+        return stored
+
+    def resolve(self, fault_id: str, reason: str, *, by: str = "c4",
+                now_ns: int | None = None) -> FaultReport | None:
+        """Resolve an open report with the reason (a person closing it, its job's end)."""
+        with self._lock:
+            previous = self._store.get_fault(fault_id)
+            if previous is None:
+                return None
+            if previous.state != "open":
+                return previous
+            resolution = {"reason": reason, "by": by, "at_ns": now_ns or time.time_ns()}
+            stored = previous.with_updates(
+                state="resolved", revision=previous.revision + 1,
+                evidence={**previous.evidence, "resolution": resolution})
+            self._store.put_fault(stored)
+        log.info("fault %s resolved by %s: %s", fault_id, by, reason)
+        self._publish(stored)
+        return stored
+
+    def acknowledge(self, fault_id: str, by: str, note: str = "",
+                    now_ns: int | None = None) -> FaultReport | None:
+        """Mark a report as taken by a person; it stays open."""
+        ack = {"by": by, "note": note, "at_ns": now_ns or time.time_ns()}
+        return self.annotate(fault_id, "ack", ack)
+
+    def get(self, fault_id: str) -> FaultReport | None:
+        return self._store.get_fault(fault_id)
+
+    def _publish(self, stored: FaultReport) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
         for q in subscribers:
             q.put(stored)
         for listener in list(self.listeners):
@@ -51,7 +114,6 @@ class FaultHub:
                 listener(stored)
             except Exception:
                 log.exception("a listener of filed reports failed")
-        return stored
 
     def subscribe(self) -> queue.Queue[FaultReport | None]:
         q: queue.Queue[FaultReport | None] = queue.Queue()

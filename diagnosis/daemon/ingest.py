@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -37,6 +37,9 @@ class SidecarInfo:
     host: str
     last_seen_ns: int
     stats: c4_pb2.SidecarStats | None = None
+    rank_hosts: set[str] = field(default_factory=set)   # hosts its ranks say they are on
+    declared: bool = False                              # host from its own statistics
+    warned: bool = False
 
 
 class IngestService(c4_pb2_grpc.IngestServicer):
@@ -46,7 +49,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                  tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS,
                  max_streams: int = 0,
                  on_stats: Callable[[c4_pb2.SidecarStats], None] | None = None,
-                 control: ControlHub | None = None) -> None:
+                 control: ControlHub | None = None,
+                 on_host: Callable[[c4_pb2.HostTopology, str], object] | None = None) -> None:
         self._writer = writer
         self.control = control or ControlHub()
         self._known = known_jobs
@@ -58,6 +62,9 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._max_sidecars = max_sidecars
         self._max_streams = max_streams  # 0: no limit
         self._on_stats = on_stats
+        self._on_host = on_host   # a host's discovered internals: kept at once, not batched
+        # answers to the inspections the daemon asked sidecars for (daemon.inspection)
+        self.on_inspection: Callable[[c4_pb2.InspectResult], None] | None = None
         self.streams = 0
         self._lock = threading.Lock()
         self.sidecars: OrderedDict[str, SidecarInfo] = OrderedDict()
@@ -91,6 +98,26 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             if kind == "stats":
                 if self._on_stats is not None:
                     self._on_stats(req.stats)
+                if stream:
+                    self.control.seen(stream, req)
+                reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
+                return
+            if kind == "inspection":
+                # a sidecar's answer to an inspection request: evidence for a report, not
+                # telemetry to store
+                if not self.control.expected(req.inspection.request) \
+                        or self.on_inspection is None:
+                    raise Rejected(grpc.StatusCode.FAILED_PRECONDITION,
+                                   f"inspection {req.inspection.request} was not asked for (or "
+                                   "long ago): dropped")
+                self.on_inspection(req.inspection)
+                reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
+                return
+            if kind == "host_topology":
+                if self._on_host is None:
+                    raise Rejected(grpc.StatusCode.UNIMPLEMENTED,
+                                   "this daemon does not keep host topologies")
+                self._on_host(req.host_topology, req.sidecar)
                 if stream:
                     self.control.seen(stream, req)
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
@@ -147,8 +174,24 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             if req.WhichOneof("body") == "stats":
                 info.stats = req.stats
                 info.host = req.stats.host
-            elif req.WhichOneof("body") == "rank" and not info.host:
-                info.host = req.rank.host
+                info.declared = bool(req.stats.host)
+            elif req.WhichOneof("body") == "rank":
+                if not info.host:
+                    info.host = req.rank.host
+                if len(info.rank_hosts) < 64:
+                    info.rank_hosts.add(req.rank.host)
+            elif req.WhichOneof("body") == "host_topology":
+                info.host = req.host_topology.host
+                info.declared = bool(req.host_topology.host)
+            others = info.rank_hosts - {info.host} if info.declared and not info.warned \
+                else set()
+            if others:
+                info.warned = True
+        if others:
+            # one node, two names: reports name one, the topology and the isolation the other
+            log.warning("sidecar %s runs with --host %r but ranks it carries say they are on "
+                        "%s: give both the topology's host id (the sidecar's --host, the ranks' "
+                        "C4_HOST)", req.sidecar, info.host, ", ".join(map(repr, sorted(others))))
 
     # -- RPCs --------------------------------------------------------------------------------
     def Send(self, request: c4_pb2.IngestRequest, context: grpc.ServicerContext

@@ -30,6 +30,7 @@ from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
@@ -77,6 +78,20 @@ class JobState:
     budget: JobBudget = field(default_factory=lambda: JobBudget(BudgetConfig()))
     linkstats: LinkStatResolver = field(default_factory=LinkStatResolver)
     reduced: bool = False      # its sampling factor has been above 1
+    ranks_version: int = 0     # bumped by every registration: its topology is assembled again
+    topo_key: tuple[int, int] = (-1, -1)    # (ranks_version, host book generation) assembled
+    topology: Any = None       # its JobTopology (diagnosis.topology.job), once assembled
+    topo_hosts: tuple[frozenset[str], int] | None = None   # (hosts, generation) it joined
+    topo_pass_version: int = -1    # ranks_version at the last pass that looked at its hosts
+    ended: bool = False        # every rank said it is exiting (told to ``on_job_end``)
+
+
+def _all_left(st: JobState) -> bool:
+    """Every rank of the attempt registered and said it is exiting."""
+    if st.engine is None or not st.ranks:
+        return False
+    world = max(r.world_size for r in st.ranks.values())
+    return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
 
 
 def records_of(w: Write) -> int:
@@ -98,8 +113,11 @@ class LiveView:
     def __init__(self, hub: FaultHub, *, topology: Any = None, store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
                  observe_analysis: Callable[[float], None] | None = None,
-                 budget: BudgetConfig | None = None, control: ControlHub | None = None) -> None:
+                 budget: BudgetConfig | None = None, control: ControlHub | None = None,
+                 hosts: HostBook | None = None, topology_source: str = "") -> None:
         self._hub = hub
+        self._hosts = hosts     # the hosts' discovered internals: each job's topology
+        self._topology_source = topology_source
         self._budget = budget or BudgetConfig(records_per_s=0)
         self._control = control
         self.governor = Governor()
@@ -127,6 +145,11 @@ class LiveView:
         self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
+        # (job, attempt, when): every rank of the attempt said it is exiting; called from the
+        # detectors' thread, outside the view's lock
+        self.on_job_end: Callable[[str, int, int], None] | None = None
+        # (job, attempt): an attempt the view had not seen speaks (under the view's lock)
+        self.on_job_start: Callable[[str, int], None] | None = None
 
     # -- from the writer -----------------------------------------------------------------------
     def apply(self, writes: list[Write]) -> None:
@@ -269,6 +292,8 @@ class LiveView:
                 del self._jobs[old]
             state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology),
                                                budget=JobBudget(self._budget))
+            if self.on_job_start is not None:
+                self.on_job_start(job, attempt)
             # Evicted while idle, or known from before a daemon restart: its registrations
             # were stored earlier and will not come again.
             evicted = key in self._evicted
@@ -313,9 +338,11 @@ class LiveView:
     @staticmethod
     def _add_rank(st: JobState, body: RankRecord) -> None:
         st.ranks[body.rank] = body
+        st.ranks_version += 1
         st.budget.world = max(st.budget.world, int(body.world_size))
         if st.engine is not None:
-            st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None)
+            st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None,
+                               body.local_rank if body.local_rank >= 0 else None)
 
     @staticmethod
     def _add_group(st: JobState, body: GroupRecord) -> None:
@@ -396,6 +423,13 @@ class LiveView:
         if reduced is not None:
             st.reduced = reduced
 
+    def heard_s_ago(self, job: str) -> float | None:
+        """Seconds since the job's latest attempt in the view applied a record (None: not in
+        the view)."""
+        with self._lock:
+            heard = [st.heard for (j, _), st in self._jobs.items() if j == job]
+        return time.monotonic() - max(heard) if heard else None
+
     def job_reduced(self, job: str) -> bool:
         """Whether a job in the live view ships (or has shipped) reduced telemetry."""
         with self._lock:
@@ -415,15 +449,27 @@ class LiveView:
         t0 = time.perf_counter()
         try:
             with self._lock:
+                for st in self._jobs.values():
+                    try:
+                        self._assemble_topology(st)
+                    except Exception:  # the detectors go on with the topology they had
+                        log.exception("job %s: assembling its topology failed; it is tried "
+                                      "again when a rank registers or a host changes", st.job)
                 self._apply_heartbeats()
                 found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
                          if st.engine is not None]
                 self._budgets(now_ns)
+                ended = [st for st in self._jobs.values() if not st.ended and _all_left(st)]
+                for st in ended:
+                    st.ended = True
             filed = 0
             for job, reports in found:
                 for report in reports:
                     self._hub.file(job, report)
                     filed += 1
+            if self.on_job_end is not None:
+                for st in ended:
+                    self.on_job_end(st.job, st.attempt, now_ns)
         finally:
             self.last_analysis_s = time.perf_counter() - t0
             if self._observe_analysis is not None:
@@ -431,6 +477,58 @@ class LiveView:
             with self._cond:
                 self._judging_since = None
         return filed
+
+    def _assemble_topology(self, st: JobState) -> None:
+        """The job's topology from its hosts' discovered internals and the daemon's fabric
+        (joined again when the job's hosts or their internals change), its ranks placed on it
+        (again when a rank registers); the engine localizes and places ranks on it. A job none
+        of whose hosts was discovered keeps the fabric and the places its ranks announced.
+        Lock held."""
+        if self._hosts is None or not st.ranks:
+            return
+        key = (st.ranks_version, self._hosts.generation)
+        if key == st.topo_key:
+            return
+        st.topo_key = key
+        from diagnosis.topology.job import join_hosts, place_ranks
+
+        t0 = time.perf_counter()
+        hosts = frozenset(r.host for r in st.ranks.values())
+        previous = st.topology.places if st.topology is not None else None
+        if st.topology is None or st.topo_hosts != (hosts, self._hosts.generation):
+            # while a large job's ranks are still registering, its hosts change every pass:
+            # join them once the registrations are complete or paused for a pass
+            registering = len(st.ranks) < st.budget.world and \
+                st.ranks_version != st.topo_pass_version
+            st.topo_pass_version = st.ranks_version
+            if registering and st.topology is not None:
+                st.topo_key = (-1, -1)
+                return
+            st.topology = join_hosts(st.job, hosts, self._hosts.internals(), self._topology,
+                                     self._topology_source)
+            st.topo_hosts = (hosts, self._hosts.generation)
+        jt = st.topology
+        place_ranks(jt, st.ranks.values(), previous)
+        if not jt.discovered or st.engine is None:
+            return
+        if st.engine.topology is not jt.topology:
+            st.engine.set_topology(jt.topology)
+        for rank, place in jt.places.items():
+            st.engine.add_rank(rank, place.host, place.gpu, place.nic)
+        log.info("job %s: topology of %d discovered of %d hosts, %d ranks placed in %.2f s "
+                 "(%d issues)", st.job, len(jt.discovered), len(jt.hosts), len(jt.places),
+                 time.perf_counter() - t0, len(jt.issues))
+
+    def job_topology(self, job: str) -> Any:
+        """The latest attempt's assembled topology (a JobTopology) if the job is in the live
+        view, else None."""
+        with self._lock:
+            states = [st for (j, _), st in self._jobs.items() if j == job]
+            if not states:
+                return None
+            st = max(states, key=lambda s: s.attempt)
+            self._assemble_topology(st)
+            return st.topology
 
     def rate(self, window_s: float = 60.0) -> float:
         now = time.monotonic()

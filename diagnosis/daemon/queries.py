@@ -9,10 +9,11 @@ import grpc
 import numpy as np
 
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.report import FaultReport
 from diagnosis.report_proto import to_proto
 from diagnosis.store import Store
 from proto import c4_pb2, c4_pb2_grpc
-from proto.codec import Columns, encode_ops
+from proto.codec import Columns, encode_conns, encode_ops
 
 OPS_CHUNK = 65536
 
@@ -57,10 +58,38 @@ class FaultsService(c4_pb2_grpc.FaultsServicer):
             self._hub.unsubscribe(q)
 
 
+class FaultActionsService(c4_pb2_grpc.FaultActionsServicer):
+    """What a person on call does to a report: acknowledge it, close it."""
+
+    def __init__(self, hub: FaultHub) -> None:
+        self._hub = hub
+
+    def _found(self, report: FaultReport | None, fault_id: str,
+               context: grpc.ServicerContext) -> c4_pb2.FaultReport:
+        if report is None:
+            context.abort(grpc.StatusCode.NOT_FOUND,
+                          f"no fault {fault_id!r}: `c4 faults list` shows the ids")
+        return to_proto(report)
+
+    def Ack(self, request: c4_pb2.FaultActionRequest, context: grpc.ServicerContext
+            ) -> c4_pb2.FaultReport:
+        return self._found(self._hub.acknowledge(request.id, request.by or "someone",
+                                                 request.note), request.id, context)
+
+    def Close(self, request: c4_pb2.FaultActionRequest, context: grpc.ServicerContext
+              ) -> c4_pb2.FaultReport:
+        reason = f"closed by {request.by or 'someone'}" + \
+            (f": {request.note}" if request.note else "")
+        return self._found(self._hub.resolve(request.id, reason, by=request.by or "someone"),
+                           request.id, context)
+
+
 class QueryService(c4_pb2_grpc.QueryServicer):
-    def __init__(self, store: Store, status: Callable[[], c4_pb2.StatusResponse]) -> None:
+    def __init__(self, store: Store, status: Callable[[], c4_pb2.StatusResponse],
+                 job_state: Callable[[str], tuple[str, int, str]] | None = None) -> None:
         self._store = store
         self._status = status
+        self._job_state = job_state or (lambda job: ("unknown", 0, ""))
 
     def Jobs(self, request: c4_pb2.ListJobsRequest, context: grpc.ServicerContext
              ) -> c4_pb2.ListJobsResponse:
@@ -71,7 +100,9 @@ class QueryService(c4_pb2_grpc.QueryServicer):
             c4_pb2.JobSummary(job=j.job, attempt=j.attempt, world_size=j.world_size,
                               ranks_seen=j.ranks_seen, hosts=list(j.hosts), ops=j.ops,
                               first_ns=j.first_ns, last_ns=j.last_ns,
-                              open_faults=open_by_job.get(j.job, 0))
+                              open_faults=open_by_job.get(j.job, 0),
+                              **dict(zip(("state", "ended_ns", "end_reason"),
+                                         self._job_state(j.job), strict=True)))
             for j in self._store.jobs()])
 
     def Ops(self, request: c4_pb2.OpsRequest, context: grpc.ServicerContext
@@ -98,7 +129,8 @@ class QueryService(c4_pb2_grpc.QueryServicer):
         for r in self._store.ranks(request.job):
             yield c4_pb2.RankInfo(job=r.job, attempt=r.attempt, rank=r.rank,
                                   world_size=r.world_size, host=r.host, local_rank=r.local_rank,
-                                  pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend, t_ns=r.t_ns)
+                                  pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend, t_ns=r.t_ns,
+                                  cuda_device=r.cuda_device)
 
     def Status(self, request: c4_pb2.StatusRequest, context: grpc.ServicerContext
                ) -> c4_pb2.StatusResponse:
@@ -109,6 +141,13 @@ class QueryService(c4_pb2_grpc.QueryServicer):
         for b in self._store.batches(request.job):
             field, cls = _CHUNKS[b.kind]
             yield c4_pb2.ReducedChunk(**{field: cls.FromString(b.payload)})
+        # what full telemetry ships instead of linkstat: the retransmissions in them are the
+        # only evidence of a lossy link, so an export must not leave them out
+        conns = self._store.conns(request.job)
+        for start in range(0, len(conns), OPS_CHUNK):
+            part = Columns({k: np.ascontiguousarray(v[start:start + OPS_CHUNK])
+                            for k, v in conns.columns.items()}, conns.strings)
+            yield c4_pb2.ReducedChunk(conns=encode_conns(request.job, part))
 
     def Details(self, request: c4_pb2.DetailsRequest, context: grpc.ServicerContext
                 ) -> Iterator[c4_pb2.DetailBatch]:

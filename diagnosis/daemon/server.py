@@ -18,11 +18,15 @@ from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.detail import DetailPuller
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.ingest import IngestService
+from diagnosis.daemon.inspection import ProcessInspector
+from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
 from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore
-from diagnosis.daemon.queries import FaultsService, QueryService
+from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
+from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
 from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen
@@ -32,12 +36,13 @@ from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query")
+SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Topology",
+            "c4.v1.FaultActions")
 
 
 class Daemon:
     def __init__(self, config: DaemonConfig, *, topology: Any = None,
-                 tokens: TokenTable | None = None) -> None:
+                 tokens: TokenTable | None = None, topology_source: str = "") -> None:
         self.config = config
         tls = ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None) \
             if config.tls_cert else None
@@ -47,13 +52,20 @@ class Daemon:
         self.store = open_store(config.store)
         self.hub = FaultHub(self.store)
         self.control = ControlHub()
+        self.hosts = HostBook(self.store)
         self.live = LiveView(self.hub, topology=topology, store=self.store,
+                             hosts=self.hosts, topology_source=topology_source,
                              max_backlog_records=config.live_backlog_records,
                              idle_s=config.live_idle_s,
                              observe_analysis=self.metrics.analysis.observe,
                              budget=config.budget, control=self.control)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
+        self.inspector = ProcessInspector(self.hub, self.store.ranks, config.inspect,
+                                          ask_node=self.control.request_inspect)
+        self.lifecycle = JobLifecycle(self.hub, self.store)
+        self.live.on_job_end = self.lifecycle.ended
+        self.live.on_job_start = self.lifecycle.started
         self.writer = Writer(TimedStore(self.store, self.metrics.store_write.observe),
                              on_stored=self.live.apply,
                              commit_interval_s=config.commit_interval_s,
@@ -66,7 +78,9 @@ class Daemon:
                                     observe_ack=self.metrics.ack_latency.observe,
                                     tokens_checked=bool(self.tokens),
                                     max_streams=config.max_streams,
-                                    on_stats=self.live.heard, control=self.control)
+                                    on_stats=self.live.heard, control=self.control,
+                                    on_host=self.hosts.put)
+        self.ingest.on_inspection = self.inspector.answered
         self.metrics.attach(self)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()
@@ -79,13 +93,21 @@ class Daemon:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="c4-rpc"),
             interceptors=interceptors, maximum_concurrent_rpcs=config.workers,
-            options=[("grpc.max_receive_message_length", config.max_message_bytes),
+            # without this gRPC sets SO_REUSEPORT: a second daemon would bind the same port and
+            # the kernel would split clients (and one job's telemetry) between the two
+            options=[("grpc.so_reuseport", 0),
+                     ("grpc.max_receive_message_length", config.max_message_bytes),
                      ("grpc.max_send_message_length", config.max_message_bytes)])
         c4_pb2_grpc.add_IngestServicer_to_server(self.ingest, self._server)
         c4_pb2_grpc.add_FaultsServicer_to_server(FaultsService(self.store, self.hub),
                                                  self._server)
-        c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status),
-                                                self._server)
+        c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status,
+                                                             self.job_state), self._server)
+        c4_pb2_grpc.add_FaultActionsServicer_to_server(FaultActionsService(self.hub),
+                                                       self._server)
+        c4_pb2_grpc.add_TopologyServicer_to_server(
+            TopologyService(self.store, self.live, self.hosts, topology, topology_source),
+            self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         try:
             if tls is not None:
@@ -95,10 +117,18 @@ class Daemon:
         except RuntimeError:
             self.port = 0
         if self.port == 0:
-            raise DiagnosisError(f"cannot listen on {config.listen}: is another daemon running?")
+            self.store.close()
+            raise DiagnosisError(f"cannot listen on {config.listen}: the address is in use or "
+                                 "not this machine's; stop the daemon already serving it "
+                                 "(`c4 status --daemon ADDRESS` shows it) or pick another "
+                                 "--listen")
         self._analyzer = threading.Thread(target=self.live.run,
                                           args=(self._stop, config.analyze_interval_s),
                                           name="c4-live", daemon=True)
+
+    def job_state(self, job: str) -> tuple[str, int, str]:
+        """(state, ended_ns, reason) of a job, for ``c4 jobs``."""
+        return self.lifecycle.state(job, self.live.heard_s_ago(job))
 
     def status(self) -> c4_pb2.StatusResponse:
         resp = c4_pb2.StatusResponse(
@@ -121,6 +151,7 @@ class Daemon:
         self._server.start()
         self._analyzer.start()
         self.detail.start()
+        self.inspector.start()
         if self.config.metrics_listen:
             self.metrics_server = MetricsServer(self.config.metrics_listen,
                                                 self.metrics.registry)
@@ -134,6 +165,7 @@ class Daemon:
         self._stop.set()
         self.live.close()  # the writer must not wait for detectors that have stopped
         self.detail.close()
+        self.inspector.close()
         done = self._server.stop(grace)
         self.writer.stop()
         done.wait(grace)
@@ -148,9 +180,9 @@ class Daemon:
 
 
 def serve(config: DaemonConfig, *, topology: Any = None,
-          on_ready: Callable[[Daemon], None] | None = None) -> None:
+          on_ready: Callable[[Daemon], None] | None = None, topology_source: str = "") -> None:
     """Run until SIGTERM or SIGINT."""
-    daemon = Daemon(config, topology=topology)
+    daemon = Daemon(config, topology=topology, topology_source=topology_source)
     daemon.start()
     if on_ready is not None:
         on_ready(daemon)

@@ -29,6 +29,7 @@ from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, 
 from diagnosis.engine.registry import Registry
 from diagnosis.engine.slow import NoncommSlow
 from diagnosis.engine.slow_reports import SlowReports
+from diagnosis.engine.stalls import StallsAfterTheFact
 from diagnosis.engine.straggle import SampledStragglers
 from diagnosis.engine.teardown import TeardownGate
 from diagnosis.engine.timing import GroupTiming
@@ -87,6 +88,7 @@ class Engine:
         self.progress = ProgressBoard(self.arena)
         self.linkstats = LinkStatFeed(self.conns)
         self.hangs = HangReports(self)
+        self.stalls = StallsAfterTheFact(self)
         self.slow_reports = SlowReports(self)
         self.lossy = LossyLinks(self)
         self.timing.pace = self.progress.period
@@ -97,6 +99,16 @@ class Engine:
         """Forget every record and report: as new, with the same topology and config."""
         self.__init__(self.topology, self.cfg)  # type: ignore[misc]
 
+    def set_topology(self, topology: Any) -> None:
+        """Localize on another topology from now on (the daemon's assembly of a job's
+        discovered hosts with its fabric): placement, paths and ports follow it; the records
+        kept stay. Ranks must be added again to be placed on it."""
+        self.topology = topology
+        self.placement.set_topology(topology)
+        self.localizer.set_paths(PathCache(topology) if topology is not None else None,
+                                 self.conns)
+        self.ports.topology = topology
+
     @property
     def now_ns(self) -> int:
         """The latest time seen in the data."""
@@ -104,8 +116,8 @@ class Engine:
 
     # ----- registration -----------------------------------------------------------------------
     def add_rank(self, rank: int, host: str, gpu: str | None = None,
-                 nic: str | None = None) -> None:
-        self.placement.add(int(rank), host, gpu, nic)
+                 nic: str | None = None, local_rank: int | None = None) -> None:
+        self.placement.add(int(rank), host, gpu, nic, local_rank)
 
     def add_group(self, pg: str, ranks: Sequence[int]) -> None:
         pid = self._pg_id(pg)
@@ -199,6 +211,7 @@ class Engine:
             keep = np.flatnonzero(ok)
             rank, pg, op, seq, enter, end, status, nbytes, g, pos, own = (
                 a[keep] for a in (rank, pg, op, seq, enter, end, status, nbytes, g, pos, own))
+        self.stalls.check(rank, g, seq, op, enter, end, status)
         finished = self.arena.ingest(g, pos, seq, op, nbytes, enter, end, status, own)
         if len(finished):
             for fin in self.arena.read(finished):
@@ -419,6 +432,11 @@ class Engine:
         self._slow(now)
         self.registry.changed()
         return [r for r in self.registry.all() if r.state == "open"]
+
+    def incidents(self) -> list[FaultReport]:
+        """Every fault the trace showed so far: the open ones and those that cleared (each
+        from its first to its last time seen), oldest first; withdrawn reports left out."""
+        return self.registry.incidents()
 
     def open_calls(self) -> int:
         """Calls that some member entered and that have not finished."""

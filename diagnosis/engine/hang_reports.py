@@ -18,7 +18,7 @@ from diagnosis.engine.hangs import (
     stalled_at_once,
 )
 from diagnosis.engine.teardown import stopped_together
-from diagnosis.engine.wording import ms
+from diagnosis.engine.wording import group_words, ms
 from diagnosis.report import FaultReport
 from proto.codec import STATUS_NAMES
 
@@ -47,6 +47,7 @@ class HangReports:
         self._failed: dict[int, int] = {}                # rank -> entry of its latest failed call
         self._missing: dict[str, int] = {}   # error ids of ranks that stopped reporting -> when
         self._timed_out: set[str] = set()  # hangs that ended in failed calls: kept open
+        self._hang_group: dict[str, int] = {}   # open noncomm_hang id -> its stuck group
         self._sym = np.zeros(0, dtype=bool)
         self._stopped = False           # the whole job went silent at once (see teardown)
 
@@ -94,7 +95,8 @@ class HangReports:
         statuses = sorted({STATUS_NAMES[s] for s in inst.status.tolist() if s > 0})
         who = self.placement.describe_many(culprits)
         first = int(inst.end[inst.end >= 0].min()) if (inst.end >= 0).any() else inst.first
-        summary = (f"{who} {how} in {name} #{inst.seq} ({'/'.join(statuses)}); "
+        op = self.op_names[inst.op] if 0 <= inst.op < len(self.op_names) else "call"
+        summary = (f"{who} {how} in {op} #{inst.seq} on {name} ({'/'.join(statuses)}); "
                    f"check {'its' if len(culprits) == 1 else 'their'} logs and restart "
                    f"{'it' if len(culprits) == 1 else 'them'}")
         report = FaultReport(
@@ -227,7 +229,7 @@ class HangReports:
 
     def label(self, g: int) -> str:
         name = self.arena.names[g]
-        return f"{name}" if not self.arena.p2p[g] else f"send/recv {name}"
+        return group_words(name) if not self.arena.p2p[g] else f"send/recv {name}"
 
     def scan(self, now: int) -> None:
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
@@ -298,8 +300,15 @@ class HangReports:
             for fid in self.registry.open_ids(kind):
                 if fid not in active and fid not in self._timed_out:
                     blamed = set(self.registry.get(fid).evidence.get("culprits", []))
-                    self.registry.resolve(fid, now, "explained by an error report"
-                                          if blamed & explained else "the waiting call finished")
+                    if blamed & explained:
+                        self.registry.resolve(fid, now, "explained by an error report")
+                    else:
+                        self.registry.resolve(fid, now, "the waiting call finished",
+                                              cleared=True)
+                        g = self._hang_group.pop(fid, None)
+                        if g is not None:
+                            self.timing.stall_cleared(g, self.registry.get(fid).first_seen_ns,
+                                                      now)
 
     def _progress_lag(self, now: int) -> int:
         """How far the progress records lag the op rows (the edge closes a window after its
@@ -405,7 +414,11 @@ class HangReports:
                              max(top.first, quiet), summary,
                              pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
                              evidence=evidence, id=fid)
-        return self._file(report, now)
+        rid = self._file(report, now)
+        self._hang_group[rid] = top.group
+        while len(self._hang_group) > _ERRORS_KEPT:
+            del self._hang_group[next(iter(self._hang_group))]
+        return rid
 
     def _stuck_unmatched(self, unmatched: set[int], cands: list[Stuck], now: int) -> list[int]:
         """Keys of transfers open past a quarter of the waiting calls' bound between ranks that
@@ -465,8 +478,9 @@ class HangReports:
         if self._in_flight(s):
             done = self.placement.describe_many(s.ranks[s.end >= 0].tolist())
             wait = self.placement.describe_many(s.ranks[s.end < 0].tolist())
-            summary = (f"{name} #{s.seq}{others}: {done} got out, {wait} still waits for data "
-                       f"that has not arrived for {ms(now - s.last)} ({how}); check {where}")
+            summary = (f"{op} #{s.seq} on {name}{others}: {done} got out, {wait} still"
+                       f" waits for data that has not arrived for {ms(now - s.last)} ({how}); "
+                       f"check {where}")
         else:
             summary = (f"every member of {name} entered {op} #{s.seq}{others} but it has not "
                        f"finished for {ms(now - s.last)} ({how}); check {where}")
@@ -503,7 +517,8 @@ class HangReports:
             return
         name = self.label(s.group)
         who = self.placement.describe_many(absent)
-        summary = (f"{who} stopped reporting: its peers completed {name} #{s.seq} "
+        op = self.op_names[s.op] if 0 <= s.op < len(self.op_names) else "call"
+        summary = (f"{who} stopped reporting: its peers completed {op} #{s.seq} on {name} "
                    f"{ms(now - s.first)} ago without a record from it; check its collector "
                    "and process")
         report = FaultReport("error", tuple(self.placement.suspects(absent, [0.9] * len(absent))),

@@ -63,6 +63,15 @@ class Localizer:
         self._index_arrays: dict[Component, np.ndarray] = {}
         self.load: peers.LoadModel | None = None
 
+    def set_paths(self, paths: PathCache | None, win: ConnWindow) -> None:
+        """Name components on another topology from now on: every connection's components
+        are worked out again at the next sync."""
+        self.paths = paths
+        self._key_cache.clear()
+        self._index.clear()
+        self._index_arrays.clear()
+        win.changed.extend(range(len(win)))
+
     # ----- observation -> components ----------------------------------------------------------
     def pair(self, src: int, dst: int, path: tuple[str, ...] | None = None
              ) -> tuple[frozenset[Component], frozenset[Component]]:

@@ -137,7 +137,7 @@ class LossyLinks:
             if fid not in current:
                 del self._open[comp]
                 self.registry.resolve(fid, now, "the connections retransmit no more than the "
-                                      "rest")
+                                      "rest", cleared=True)
 
     def _onset(self, keys: list[int], now: int) -> int:
         """When the explained connections began to lose: per connection its earliest sample of

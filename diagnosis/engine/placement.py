@@ -26,10 +26,34 @@ class Placement:
         self._by_host: dict[str | None, set[int]] = {}    # host -> its ranks
         self._default: dict[int, tuple[str, str | None, str | None]] | None = None
         self.unknown_gpus = 0   # ranks placed on a gpu the topology does not have
+        self.unknown_hosts = 0  # ranks on a host the topology does not have
 
-    def add(self, rank: int, host: str | None, gpu: str | None, nic: str | None) -> None:
+    def set_topology(self, topology: Any) -> None:
+        """Place ranks on another topology from now on (ranks already added keep their place
+        until added again)."""
+        self.topology = topology
+        self._default = None
+        self.unknown_gpus = 0
+        self.unknown_hosts = 0
+
+    def add(self, rank: int, host: str | None, gpu: str | None, nic: str | None,
+            local_rank: int | None = None) -> None:
+        """``local_rank``: the rank's index on its host (torchrun's LOCAL_RANK); without a
+        ``gpu`` it names the host's GPU of that index, as torch's ``cuda:LOCAL_RANK`` does."""
         topo = self.topology
         if topo is not None:
+            if host is not None and not self._known(host):
+                if not self.unknown_hosts:
+                    log.warning("rank %d reports host %r, which the topology does not have: "
+                                "its suspects stay at rank level (and those of any other rank "
+                                "so placed). Set C4_HOST (or the sidecar's --host) to the "
+                                "topology's host id", rank, host)
+                self.unknown_hosts += 1
+            elif host is not None and gpu is None and local_rank is not None \
+                    and local_rank >= 0:
+                gpus = topo.gpus(host)
+                if local_rank < len(gpus):
+                    gpu = gpus[local_rank]
             if gpu is not None and not self._known(gpu):
                 # once: a trace recorded on another cluster than the topology's would repeat it
                 # for every rank

@@ -41,13 +41,19 @@ class Registry:
         self._changed.add(report.id)
         return rid
 
-    def resolve(self, fault_id: str, now: int, why: str) -> None:
+    def resolve(self, fault_id: str, now: int, why: str, *, cleared: bool = False) -> None:
+        """Resolve a report: ``cleared`` when the fault happened and ended (a hang whose call
+        finished, slowness back to its baseline: an incident a post-mortem lists, from its
+        first to its last time seen); otherwise it is withdrawn (superseded, explained by
+        another report, not borne out)."""
         fault_id = self._current.get(fault_id, fault_id)
         old = self._reports.get(fault_id)
         if old is None or old.state != "open":
             return
         evidence = dict(old.evidence)
         evidence["resolved"] = why
+        if cleared:
+            evidence["cleared"] = True
         self._reports[fault_id] = old.with_updates(state="resolved", revision=old.revision + 1,
                                                    last_seen_ns=now, evidence=evidence)
         self._changed.add(fault_id)
@@ -64,6 +70,10 @@ class Registry:
         self._changed.clear()
         out.sort(key=lambda r: (r.first_seen_ns, r.id))
         return out
+
+    def incidents(self) -> list[FaultReport]:
+        """Every fault that happened: open, or resolved because it cleared."""
+        return [r for r in self.all() if r.state == "open" or r.evidence.get("cleared")]
 
     def all(self) -> list[FaultReport]:
         return sorted(self._reports.values(), key=lambda r: (r.first_seen_ns, r.id))

@@ -10,7 +10,7 @@ import numpy as np
 from diagnosis.engine.localize import CommFinding
 from diagnosis.engine.lossy import PREFIX as LOSSY_PREFIX
 from diagnosis.engine.slow import SlowRank
-from diagnosis.engine.wording import ms
+from diagnosis.engine.wording import group_words, ms
 from diagnosis.report import FaultReport, Suspect
 
 if TYPE_CHECKING:
@@ -81,12 +81,14 @@ class SlowReports:
             summary = (f"{self.placement.describe(s.rank)} is slow again and again: in "
                        f"{s.episodes} episodes, {100 * s.duty:.0f}% of its {s.samples} samples "
                        f"since the first{every}, it takes {ms(s.excess_ns)} "
-                       f"({1 + s.excess:.1f}x) longer than its peers in group {name} outside "
-                       "collectives, normal between: check that GPU (throttling: clocks, "
-                       "thermals, power) or what its host runs now and then")
+                       f"({1 + s.excess:.1f}x) longer than its peers in "
+                       f"{group_words(name, 'group')} outside collectives, normal between: "
+                       "check that GPU (throttling: clocks, thermals, power) or what its host "
+                       "runs now and then")
         else:
             summary = (f"{self.placement.describe(s.rank)} spends {ms(s.excess_ns)} "
-                       f"({100 * s.excess:.0f}%) longer than its peers in group {name} outside "
+                       f"({100 * s.excess:.0f}%) longer than its peers in "
+                       f"{group_words(name, 'group')} outside "
                        f"collectives and arrives late in {100 * s.frac:.0f}% of {s.samples} "
                        "calls: check that GPU (clocks, thermals, ECC) or its host's load")
         report = FaultReport("noncomm_slow", (self.placement.suspect(s.rank, s.frac),),
@@ -265,5 +267,6 @@ class SlowReports:
         # intermittent fault comes back and re-opens its report
         for old in self.registry.open_ids("comm_slow"):
             if old not in current and not old.startswith(LOSSY_PREFIX):
-                self.registry.resolve(old, now, "the connections are back to their baseline")
+                self.registry.resolve(old, now, "the connections are back to their baseline",
+                                      cleared=True)
         self._symptoms(now)

@@ -25,6 +25,10 @@ class GroupTiming:
         self.last_first = np.zeros(0, dtype=np.int64)
         self.last_seq = np.zeros(0, dtype=np.int64)
         self.last_end = np.zeros(0, dtype=np.int64)   # last time a call of the group finished
+        # a stall that recurs (rank 0 writing a checkpoint every few seconds while its peers
+        # wait): the wait it is known to last, which the hang bound then allows for
+        self.recurring = np.zeros(0, dtype=np.int64)
+        self._last_stall: dict[int, tuple[int, int]] = {}   # group -> (cleared at, duration)
         # transfer time per byte after the last member arrived, against its own baseline: one
         # series per (communicator, operation, size), the unit that recurs every iteration
         self.xfer = SeriesBank(config.history, config.comm_skip, config.comm_learn)
@@ -54,6 +58,25 @@ class GroupTiming:
         self.last_first = np.r_[self.last_first, np.full(grow, -1, dtype=np.int64)]
         self.last_seq = np.r_[self.last_seq, np.full(grow, -2, dtype=np.int64)]
         self.last_end = np.r_[self.last_end, np.full(grow, -1, dtype=np.int64)]
+        self.recurring = np.r_[self.recurring, np.zeros(grow, dtype=np.int64)]
+
+    def stall_cleared(self, group: int, onset_ns: int, end_ns: int) -> bool:
+        """A hang of ``group`` cleared after ``end_ns - onset_ns``. A second one of about the
+        same length soon after (within 20 times it) makes that wait, with a margin, part of
+        the group's hang bound: a periodic pause is the job's rhythm, not a fault, and a real
+        hang is then found that much later. Returns whether the stall is now known as
+        recurring."""
+        self._ensure(group + 1)
+        took = max(int(end_ns - onset_ns), 1)
+        prev = self._last_stall.get(group)
+        self._last_stall[group] = (int(end_ns), took)
+        if prev is None:
+            return False
+        at, before = prev
+        if end_ns - at > 20 * max(took, before) or not 0.5 <= took / before <= 2.0:
+            return False
+        self.recurring[group] = max(int(self.recurring[group]), int(1.5 * max(took, before)))
+        return True
 
     def update(self, fin: Finished) -> None:
         self._ensure(len(self.arena))
@@ -192,6 +215,7 @@ class GroupTiming:
             tail = np.fmax(tail, self.transfer(np.asarray(groups, dtype=np.int64)))
         out = np.where(np.isnan(tail), self.bound(groups),
                        self.cfg.hang_factor * np.nan_to_num(tail, nan=0.0))
+        out = np.maximum(out, self.recurring[np.asarray(groups, dtype=np.int64)])
         return np.maximum(out, self.cfg.hang_min_ns).astype(np.int64)
 
     def bound(self, groups: np.ndarray) -> np.ndarray:
@@ -205,6 +229,7 @@ class GroupTiming:
             every, some = self._learnt(np.arange(len(self.arena)))
             fallback = float(np.max(every[some])) if some.any() else float(self.cfg.hang_cold_ns)
             out = np.where(known, learnt, fallback)
+        out = np.maximum(out, self.recurring[np.asarray(groups, dtype=np.int64)])
         return np.maximum(out, self.cfg.hang_min_ns).astype(np.int64)
 
     def _learnt(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

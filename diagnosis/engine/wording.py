@@ -1,4 +1,4 @@
-"""How reports word times."""
+"""How reports word times and process groups."""
 
 from __future__ import annotations
 
@@ -6,3 +6,11 @@ from __future__ import annotations
 def ms(ns: float) -> str:
     """A duration for a person: milliseconds, or whole seconds from 10 s up."""
     return f"{ns / 1e6:.1f} ms" if ns < 10e9 else f"{ns / 1e9:.0f} s"
+
+
+def group_words(name: str, noun: str = "") -> str:
+    """A process group as a sentence names it: torch calls its groups "0", "1", ... and
+    "peers completed 0 #125" reads as a count, not a group. ``noun`` goes before other names."""
+    if name.isdigit():
+        return f"process group {name}"
+    return f"{noun} {name}" if noun else name

@@ -49,8 +49,8 @@ class ProbeResult:
     backend: str
     ok: bool
     size_bytes: int = 0
-    algbw_gbps: float = 0.0
-    busbw_gbps: float = 0.0
+    algbw_GBps: float = 0.0
+    busbw_GBps: float = 0.0
     seconds: float = 0.0  # wall time of the whole probe, start-up included
     error: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
@@ -58,7 +58,7 @@ class ProbeResult:
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "hosts": list(self.hosts), "backend": self.backend,
                 "ok": self.ok, "size_bytes": self.size_bytes,
-                "algbw_gbps": round(self.algbw_gbps, 6), "busbw_gbps": round(self.busbw_gbps, 6),
+                "algbw_GBps": round(self.algbw_GBps, 6), "busbw_GBps": round(self.busbw_GBps, 6),
                 "seconds": round(self.seconds, 3), "error": self.error, "detail": self.detail}
 
 

@@ -105,17 +105,18 @@ def _fail(exc: Exception) -> None:
 
 
 def _results_table(title: str, results: list[Any], verdicts: list[Any] | None = None) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from c4.output import make_console
 
     t = Table(title=title)
     for col in ("hosts", "op", "ok", "busbw GB/s", "algbw GB/s", "size", "seconds", "error"):
         t.add_column(col, justify="right" if col in ("busbw GB/s", "algbw GB/s", "size",
                                                      "seconds") else "left")
     for r in results:
-        t.add_row("+".join(r.hosts), r.op, "yes" if r.ok else "NO", f"{r.busbw_gbps:.4g}",
-                  f"{r.algbw_gbps:.4g}", str(r.size_bytes), f"{r.seconds:.1f}", r.error[:80])
-    console = Console()
+        t.add_row("+".join(r.hosts), r.op, "yes" if r.ok else "NO", f"{r.busbw_GBps:.4g}",
+                  f"{r.algbw_GBps:.4g}", str(r.size_bytes), f"{r.seconds:.1f}", r.error[:80])
+    console = make_console()
     console.print(t)
     if verdicts:
         v = Table(title="verdicts")
@@ -123,8 +124,8 @@ def _results_table(title: str, results: list[Any], verdicts: list[Any] | None = 
                     "reason"):
             v.add_column(col)
         for x in verdicts:
-            v.add_row(x.host, x.status, _g(x.measured_gbps), _g(x.reference_gbps),
-                      _g(x.expected_gbps), x.reason)
+            v.add_row(x.host, x.status, _g(x.measured_GBps), _g(x.reference_GBps),
+                      _g(x.expected_GBps), x.reason)
         console.print(v)
 
 
@@ -153,7 +154,7 @@ def pair(
         _fail(exc)
     expected = expected_busbw(topo, [a, b])
     if fmt == "json":
-        typer.echo(json.dumps({"result": r.to_json(), "expected_gbps": expected}))
+        typer.echo(json.dumps({"result": r.to_json(), "expected_GBps": expected}))
     else:
         _results_table(f"{prober.name} pair probe" + (
             f" (links allow {expected:.4g} GB/s)" if expected else ""), [r])

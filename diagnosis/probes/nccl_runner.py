@@ -149,7 +149,7 @@ def result_of_run(op: str, hosts: tuple[str, ...], run: NcclTestsRun,
                            detail=_detail(run))
     last = max(run.results, key=lambda r: r.size_bytes)
     ms = [m for m in (last.out_of_place, last.in_place) if m is not None]
-    best = max(ms, key=lambda m: m.busbw_gbps)
+    best = max(ms, key=lambda m: m.busbw_GBps)
     why = []
     if run.failed:
         why.append(f"nccl-tests reported a failure (wrong {run.wrong:g}, out of bounds "
@@ -157,10 +157,10 @@ def result_of_run(op: str, hosts: tuple[str, ...], run: NcclTestsRun,
     if not run.complete:
         why.append("the output ends before the footer: the run was cut short")
     return ProbeResult(op, hosts, NcclTestsProber.name, not why, last.size_bytes,
-                       best.algbw_gbps, best.busbw_gbps, seconds, "; ".join(why),
+                       best.algbw_GBps, best.busbw_GBps, seconds, "; ".join(why),
                        detail=_detail(run))
 
 
 def _detail(run: NcclTestsRun) -> dict[str, object]:
     return {"test": run.test, "ranks": run.ranks, "hosts": list(run.hosts),
-            "avg_busbw_gbps": run.avg_busbw_gbps, "sizes": len(run.results)}
+            "avg_busbw_GBps": run.avg_busbw_GBps, "sizes": len(run.results)}

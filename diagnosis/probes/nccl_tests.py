@@ -138,7 +138,7 @@ class _Draft:
         return NcclTestsRun(
             test=self.test, nccl_tests_version=self.nccl_tests_version,
             nccl_version=self.nccl_version, params=dict(self.params),
-            devices=tuple(self.devices), results=tuple(self.results), avg_busbw_gbps=self.avg,
+            devices=tuple(self.devices), results=tuple(self.results), avg_busbw_GBps=self.avg,
             avg_busbw_ok=self.avg_ok, out_of_bounds=self.oob, out_of_bounds_ok=self.oob_ok,
             errors=tuple(self.errors), complete=self.complete)
 
@@ -295,8 +295,8 @@ class _TextParser:
         per_iter = {_PER_ITER.get(k, k): _float(v, n, k, self.source) for k, v in got.items()
                     if k.startswith("i_")}
         return Measurement(time_us=_float(got[time_key], n, time_key, self.source),
-                           algbw_gbps=_float(got.get("algbw", "nan"), n, "algbw", self.source),
-                           busbw_gbps=_float(got.get("busbw", "nan"), n, "busbw", self.source),
+                           algbw_GBps=_float(got.get("algbw", "nan"), n, "algbw", self.source),
+                           busbw_GBps=_float(got.get("busbw", "nan"), n, "busbw", self.source),
                            wrong=wrong, per_iter=per_iter)
 
 

@@ -63,7 +63,7 @@ def _run_from_json(obj: Any, source: str) -> NcclTestsRun:
         params=params,
         devices=tuple(_device(d, i, source) for i, d in enumerate(config.get("devices") or [])),
         results=tuple(_result(r, i, source) for i, r in enumerate(results)),
-        avg_busbw_gbps=_num(avg.get("bandwidth"), "average_bus_bandwidth.bandwidth", source),
+        avg_busbw_GBps=_num(avg.get("bandwidth"), "average_bus_bandwidth.bandwidth", source),
         avg_busbw_ok=_bool(avg.get("okay")),
         out_of_bounds=int(oob["count"]) if isinstance(oob.get("count"), int) else None,
         out_of_bounds_ok=_bool(oob.get("okay")),
@@ -108,8 +108,8 @@ def _measurement(m: Any, it: Any, where: str, source: str) -> Measurement | None
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return Measurement(
         time_us=_num(time, f"{where}.time", source, required=True),  # type: ignore[arg-type]
-        algbw_gbps=_num(m.get("alg_bw"), f"{where}.alg_bw", source, required=True),
-        busbw_gbps=_num(m.get("bus_bw"), f"{where}.bus_bw", source, required=True),
+        algbw_GBps=_num(m.get("alg_bw"), f"{where}.alg_bw", source, required=True),
+        busbw_GBps=_num(m.get("bus_bw"), f"{where}.bus_bw", source, required=True),
         wrong=_num(m.get("nwrong"), f"{where}.nwrong", source), per_iter=per_iter)
 
 

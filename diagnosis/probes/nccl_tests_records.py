@@ -10,8 +10,8 @@ class Measurement:
     """One half of a result line: out-of-place or in-place."""
 
     time_us: float
-    algbw_gbps: float  # GB/s, as nccl-tests prints it
-    busbw_gbps: float
+    algbw_GBps: float  # GB/s, as nccl-tests prints it
+    busbw_GBps: float
     wrong: float | None  # elements found wrong; None when validation was off ("N/A")
     # Per-iteration columns of builds run with per-iteration timing (i_min, i_max, ...).
     per_iter: dict[str, float] = field(default_factory=dict)
@@ -31,9 +31,9 @@ class SizeResult:
     line: int = 0  # line number in the source text (0 for JSON)
 
     @property
-    def busbw_gbps(self) -> float:
+    def busbw_GBps(self) -> float:
         """The better of the two bus bandwidths (what people quote for a size)."""
-        vals = [m.busbw_gbps for m in (self.out_of_place, self.in_place) if m is not None]
+        vals = [m.busbw_GBps for m in (self.out_of_place, self.in_place) if m is not None]
         return max(vals) if vals else 0.0
 
 
@@ -60,7 +60,7 @@ class NcclTestsRun:
     params: dict[str, int | str] = field(default_factory=dict)  # nThread, minBytes, iters...
     devices: tuple[Device, ...] = ()
     results: tuple[SizeResult, ...] = ()
-    avg_busbw_gbps: float | None = None
+    avg_busbw_GBps: float | None = None
     avg_busbw_ok: bool | None = None  # None when no threshold was checked
     out_of_bounds: int | None = None
     out_of_bounds_ok: bool | None = None

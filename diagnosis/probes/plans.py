@@ -55,15 +55,15 @@ class Verdict:
     host: str
     status: str  # CONFIRMED, CLEARED or INCONCLUSIVE
     reason: str
-    measured_gbps: float | None = None   # the suspect's (median) bus bandwidth
-    reference_gbps: float | None = None  # what healthy hosts reached
-    expected_gbps: float | None = None   # what the topology's links allow
+    measured_GBps: float | None = None   # the suspect's (median) bus bandwidth
+    reference_GBps: float | None = None  # what healthy hosts reached
+    expected_GBps: float | None = None   # what the topology's links allow
     results: tuple[ProbeResult, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "status": self.status, "reason": self.reason,
-                "measured_gbps": _r(self.measured_gbps), "reference_gbps": _r(self.reference_gbps),
-                "expected_gbps": _r(self.expected_gbps),
+                "measured_GBps": _r(self.measured_GBps), "reference_GBps": _r(self.reference_GBps),
+                "expected_GBps": _r(self.expected_GBps),
                 "results": [r.to_json() for r in self.results]}
 
 
@@ -121,12 +121,12 @@ def pairwise(prober: Prober, suspect: ProbeHost, peers: Sequence[ProbeHost], *,
     base = tuple(prober.pair(peers[i], peers[i + 1])
                  for i in range(min(cfg.baseline_pairs, len(peers) - 1)))
     expected = expected_busbw(topology, [suspect.id, peers[0].id])
-    healthy = [r.busbw_gbps for r in base if r.ok and r.busbw_gbps > 0]
+    healthy = [r.busbw_GBps for r in base if r.ok and r.busbw_GBps > 0]
     if healthy:  # the suspect's good pairs count as healthy peers too
-        healthy += [r.busbw_gbps for r in own if r.ok]
+        healthy += [r.busbw_GBps for r in own if r.ok]
     reference = _best(max(healthy) if healthy else None, expected, cfg)
     results = own + base
-    measured = statistics.median(r.busbw_gbps if r.ok else 0.0 for r in own)
+    measured = statistics.median(r.busbw_GBps if r.ok else 0.0 for r in own)
     if reference is None:
         if base and not healthy:
             why = f"the baseline among peers failed too ({base[0].error or 'no bandwidth'})"
@@ -182,12 +182,12 @@ def bisect(prober: Prober, hosts: Sequence[ProbeHost], *, known_good: Sequence[P
         return r
 
     def reference() -> float | None:
-        ok = [s.busbw_gbps for s in steps if s.ok and s.busbw_gbps > 0]
+        ok = [s.busbw_GBps for s in steps if s.ok and s.busbw_GBps > 0]
         return _best(max(ok) if ok else None, expected, cfg)
 
     def settle(h: ProbeHost, slow: bool, evidence: Sequence[ProbeResult]) -> None:
         ref = reference()
-        worst = min((r.busbw_gbps if r.ok else 0.0 for r in evidence), default=None)
+        worst = min((r.busbw_GBps if r.ok else 0.0 for r in evidence), default=None)
         where = "; ".join(f"{'+'.join(r.hosts)} {_describe(r)}" for r in evidence)
         if slow:
             status[h.id] = Verdict(h.id, CONFIRMED, f"{where}, against {_gb(ref)} among healthy "
@@ -211,7 +211,7 @@ def bisect(prober: Prober, hosts: Sequence[ProbeHost], *, known_good: Sequence[P
             for h in cands:
                 status.setdefault(h.id, Verdict(h.id, INCONCLUSIVE, "two hosts and no cleared "
                                                 "host to pair either with: name a known-good "
-                                                "host", expected_gbps=expected))
+                                                "host", expected_GBps=expected))
             return []
         pairs = [(a, b, measure([a, b])) for i, a in enumerate(cands) for b in cands[i + 1:]]
         ref = reference()
@@ -265,7 +265,7 @@ def bisect(prober: Prober, hosts: Sequence[ProbeHost], *, known_good: Sequence[P
     else:
         reason = "no host confirmed"
     verdicts = tuple(status.get(h.id) or Verdict(h.id, INCONCLUSIVE, "not measured apart",
-                                                 expected_gbps=expected) for h in hosts)
+                                                 expected_GBps=expected) for h in hosts)
     return BisectOutcome(tuple(culprits), verdicts, tuple(steps), reason)
 
 
@@ -279,11 +279,11 @@ def _best(peers: float | None, expected: float | None, cfg: PlanConfig) -> float
 def _slow(r: ProbeResult, reference: float | None, cfg: PlanConfig) -> bool:
     if not r.ok:
         return True
-    return reference is not None and r.busbw_gbps < cfg.slow_ratio * reference
+    return reference is not None and r.busbw_GBps < cfg.slow_ratio * reference
 
 
 def _describe(r: ProbeResult) -> str:
-    return f"reached {r.busbw_gbps:.3g} GB/s" if r.ok else f"failed ({r.error})"
+    return f"reached {r.busbw_GBps:.3g} GB/s" if r.ok else f"failed ({r.error})"
 
 
 def _gb(x: float | None) -> str:

@@ -69,7 +69,8 @@ def render(data: ReportData) -> str:
     parts.append("<h2>Fault reports</h2>\n" + _fault_table(data))
     parts.append(_section("Timeline of faults and recoveries", plots.timeline_figure(data),
                           "No faults or recoveries to show."))
-    parts.append(_section("Per-rank lateness over time", plots.lateness_heatmap(data.ops),
+    parts.append(_section("Per-rank lateness over time",
+                          plots.lateness_heatmap(data.ops, data.faults),
                           "No collective calls seen by more than one rank."))
     parts.append(_section("Transfer rate per connection (source x destination)",
                           plots.transfer_matrix(data),

@@ -59,8 +59,10 @@ def lateness(ops: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     return median[call][keep], rank[keep], skew_ms[keep]
 
 
-def lateness_heatmap(ops: Columns) -> tuple[str, str] | None:
-    """Ranks x time, colour = mean arrival skew (ms) of the rank's calls in that time bin."""
+def lateness_heatmap(ops: Columns, faults: list | tuple = ()) -> tuple[str, str] | None:
+    """Ranks x time, colour = mean arrival skew (ms) of the rank's calls in that time bin, the
+    faults' spans shaded over it: a hang is a gap without calls, which colour alone leaves
+    blank."""
     got = lateness(ops)
     if got is None or not len(got[0]):
         return None
@@ -78,17 +80,35 @@ def lateness_heatmap(ops: Columns) -> tuple[str, str] | None:
                                         range=[[0, rows], [0, max(float(t.max()), 1e-9)]])
     plt = _plt()
     fig, ax = plt.subplots(figsize=(11, min(9, 2.5 + rows * 0.12)))
+    from matplotlib.colors import SymLogNorm
+
+    # linear over the usual skews, logarithmic beyond: a 20 s wait stands out from 4 ms ones
+    # instead of being clipped to the same colour
     limit = float(np.nanpercentile(np.abs(skew), 99)) or 1.0
-    img = ax.imshow(stat, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-limit,
-                    vmax=limit, interpolation="nearest",
-                    extent=[0, float(t.max()) or 1.0, 0, rows * band])
+    top_abs = max(float(np.nanmax(np.abs(skew))), limit * 1.0001)
+    img = ax.imshow(stat, aspect="auto", origin="lower", cmap="RdBu_r",
+                    norm=SymLogNorm(linthresh=limit, vmin=-top_abs, vmax=top_abs, base=10),
+                    interpolation="nearest", extent=[0, float(t.max()) or 1.0, 0, rows * band])
+    spans = 0
+    for f in faults:
+        a = (int(f.first_seen_ns) - t0) / 1e9
+        b = (int(f.last_seen_ns or f.first_seen_ns) - t0) / 1e9
+        if b < 0 or a > float(t.max()):
+            continue
+        ax.axvspan(max(a, 0.0), max(b, a + float(t.max()) / 500), alpha=0.25,
+                   color=FAULT_COLOURS.get(f.kind, "#999999"), lw=0)
+        ax.text(max(a, 0.0), rows * band, f" {f.kind}", va="bottom", ha="left", fontsize=7,
+                color=FAULT_COLOURS.get(f.kind, "#555555"), clip_on=False)
+        spans += 1
     ax.set_xlabel("seconds since the first call")
     ax.set_ylabel("rank" if band == 1 else f"rank (bands of {band})")
     fig.colorbar(img, ax=ax, label="arrival skew vs the call's median enter (ms)")
     worst = np.bincount(rank, weights=skew) / np.maximum(np.bincount(rank), 1)
     top = int(np.argmax(worst))
     caption = (f"{len(skew):,} arrivals at {len(np.unique(t_ns)):,} collective calls. Red is "
-               f"late, blue early. Latest on average: rank {top}, {worst[top]:+.3f} ms.")
+               f"late, blue early (linear up to {limit:.3g} ms, logarithmic beyond, to "
+               f"{top_abs:.3g} ms). Latest on average: rank {top}, {worst[top]:+.3f} ms."
+               + (f" Shaded: the spans of {spans} fault report(s)." if spans else ""))
     return _svg(fig), caption
 
 

@@ -29,6 +29,7 @@ SERVICE_PERMISSION: dict[str, Permission | None] = {
     "c4.v1.Ingest": Permission.INGEST,
     "c4.v1.Faults": Permission.READ,
     "c4.v1.Query": Permission.READ,
+    "c4.v1.Topology": Permission.READ,
     "grpc.health.v1.Health": None,
 }
 

@@ -32,7 +32,7 @@ def sim(
                                "all-gather and reduce-scatter per block, two blocks per layer "
                                "(16: a few hundred calls/s per rank)."),
     fault: list[str] = typer.Option(
-        [], "--fault", "-f",
+        [], "--fault",
         help="Fault to inject, repeatable: "
              "KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J][,duty=P]."
              f" KIND: {_KINDS}. TARGET: auto, cable/uplink (links), "
@@ -80,8 +80,7 @@ def sim(
     hang_wait: float = typer.Option(60.0, help="Seconds recorded after the job stops moving."),
     job: str = typer.Option("sim", help="Job name in the trace's meta record."),
 ) -> None:
-    from rich.console import Console
-
+    from c4.output import make_console
     from diagnosis.sim.config import FaultSpec, SimConfig, SimError
     from diagnosis.sim.run import simulate
 
@@ -99,7 +98,7 @@ def sim(
         res = simulate(cfg, out, compress=gzip, order=order)
     except SimError as exc:
         raise typer.BadParameter(str(exc)) from None
-    con = Console()
+    con = make_console()
     counts = ", ".join(f"{n:,} {kind}" for kind, n in res.records.items() if n)
     con.print(f"{res.iterations} iterations, {res.calls_per_s_per_rank:.0f} calls/s per rank; "
               f"records: {counts}")

@@ -101,6 +101,7 @@ class FaultSpec:
             head, at = head.split("@", 1)
             onset = _int(at, text, "onset")
         kind, _, target = head.partition(":")
+        kind = kind.replace("-", "_")  # `c4 lab inject` spells them slow-link, slow-gpu, ...
         kw: dict[str, object] = {}
         for opt in opts:
             key, sep, value = opt.partition("=")
@@ -117,18 +118,23 @@ class FaultSpec:
         return not self.every or (iteration - onset) % self.every < self.on
 
 
-def _float(value: str, text: str, what: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise SimError(f"fault {text!r}: {what} {value!r} is not a number") from None
+SPEC_FORM = "KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J][,duty=P]"
 
 
 def _int(value: str, text: str, what: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise SimError(f"fault {text!r}: {what} {value!r} is not an integer") from None
+        raise SimError(f"fault {text!r}: {what} {value!r} is not an integer; a fault is "
+                       f"{SPEC_FORM}") from None
+
+
+def _float(value: str, text: str, what: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise SimError(f"fault {text!r}: {what} {value!r} is not a number; a fault is "
+                       f"{SPEC_FORM}, e.g. slow_gpu:auto@10,slow=2.0,end=20") from None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,19 @@ class RankRecord:
     nic: str = ""
     backend: str = ""
     t_ns: int = 0
+    cuda_device: str = ""   # its CUDA_VISIBLE_DEVICES entry (RankInfo.cuda_device)
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """A host's internals as its sidecar discovered them (``HostTopology``): ``internals`` is
+    the JSON of ``diagnosis.topology.host_internals.HostInternals``."""
+
+    host: str
+    t_ns: int
+    internals: str
+    digest: str = ""
+    sidecar: str = ""
 
 
 @dataclass(frozen=True)
@@ -207,6 +220,19 @@ class Store(ABC):
     def list_faults(self, job: str | None = None, *, open_only: bool = False,
                     limit: int = 0) -> list[FaultReport]:
         """Newest first."""
+
+    def put_host(self, record: HostRecord) -> None:
+        """Keep a host's discovered internals (the newest ``t_ns`` wins). This default keeps
+        them in memory only: a backend that does not override it forgets them when the daemon
+        restarts, until each sidecar discovers a change or restarts."""
+        hosts = self.__dict__.setdefault("_hosts_in_memory", {})
+        old = hosts.get(record.host)
+        if old is None or record.t_ns >= old.t_ns:
+            hosts[record.host] = record
+
+    def hosts(self) -> list[HostRecord]:
+        """Every host's newest internals, by host."""
+        return sorted(self.__dict__.get("_hosts_in_memory", {}).values(), key=lambda r: r.host)
 
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections; writes already returned are durable."""

@@ -37,6 +37,7 @@ from diagnosis.store.api import (
     ConnRows,
     DetailRows,
     GroupRecord,
+    HostRecord,
     JobRecord,
     OpRows,
     RankRecord,
@@ -57,7 +58,8 @@ _TABLES: dict[str, tuple[str, str, str]] = {
     "applied": ("sidecar String, seq UInt64", "", "sidecar, seq"),
     "attempts": ("job String, attempt UInt32", "", "job, attempt"),
     "ranks": ("job String, attempt UInt32, rank Int32, world_size Int32, host String, "
-              "local_rank Int32, pid Int32, gpu String, nic String, backend String, t_ns Int64",
+              "local_rank Int32, pid Int32, gpu String, nic String, backend String, t_ns Int64, "
+              "cuda_device String",
               "", "job, attempt, rank"),
     "pgroups": ("job String, attempt UInt32, pg String, ranks Array(Int32), description String",
                 "", "job, attempt, pg"),
@@ -76,9 +78,12 @@ _TABLES: dict[str, tuple[str, str, str]] = {
                 "job, attempt, t_lo, sidecar, seq"),
     "details": ("fault_id String, job String, attempt UInt32, host String, count UInt32, "
                 "sidecar String, seq UInt64, body String", "", "job, fault_id, sidecar, seq"),
+    # each host's discovered internals (JSON), the newest by t_ns
+    "hosts": ("host String, t_ns UInt64, internals String, digest String, sidecar String", "t_ns",
+              "host"),
 }
 _RANK_FIELDS = ("job", "attempt", "rank", "world_size", "host", "local_rank", "pid", "gpu", "nic",
-                "backend", "t_ns")
+                "backend", "t_ns", "cuda_device")
 _OP_SELECT = ", ".join(OP_COLUMNS) + ", error"
 _CONN_SELECT = ", ".join(CONN_COLUMNS)
 _ACCESS_HINT = "check the user, password and database in the store URL"
@@ -319,6 +324,16 @@ class ClickHouseStore(Store):
             if name not in _common.CONN_STRING_COLUMNS:
                 data[name] = np.concatenate([b.cols[name] for b in batches]).tolist()
         self._insert("conns", ", ".join(data), list(data.values()))
+
+    def put_host(self, record: HostRecord) -> None:
+        self._insert("hosts", "host, t_ns, internals, digest, sidecar",
+                     [[record.host], [max(int(record.t_ns), 0)], [record.internals],
+                      [record.digest], [record.sidecar]])
+
+    def hosts(self) -> list[HostRecord]:
+        rows = self._run("SELECT host, t_ns, internals, digest, sidecar FROM hosts FINAL "
+                         "ORDER BY host", what="read host internals")
+        return [HostRecord(*row) for row in rows]
 
     def put_fault(self, report: FaultReport) -> None:
         if not report.id:

@@ -37,6 +37,7 @@ from diagnosis.store.api import (
     ConnRows,
     DetailRows,
     GroupRecord,
+    HostRecord,
     JobRecord,
     OpRows,
     RankRecord,
@@ -49,7 +50,7 @@ from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CACHE_KIB = 64 * 1024  # the writer connection's page cache, allocated as used
 # Readers mostly scan (whole-job reads, counts): a big cache per reader buys little and costs
 # its size once per connection.
@@ -67,7 +68,7 @@ CREATE TABLE IF NOT EXISTS attempts (
 CREATE TABLE IF NOT EXISTS ranks (
   aid INTEGER NOT NULL, rank INTEGER NOT NULL, world_size INTEGER, host TEXT,
   local_rank INTEGER, pid INTEGER, gpu TEXT, nic TEXT, backend TEXT, t_ns INTEGER,
-  PRIMARY KEY (aid, rank)) WITHOUT ROWID;
+  cuda_device TEXT NOT NULL DEFAULT '', PRIMARY KEY (aid, rank)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pgroups (
   aid INTEGER NOT NULL, pg TEXT NOT NULL, ranks TEXT NOT NULL, description TEXT,
   PRIMARY KEY (aid, pg)) WITHOUT ROWID;
@@ -94,6 +95,9 @@ CREATE TABLE IF NOT EXISTS details (
   id INTEGER PRIMARY KEY, fault_id TEXT NOT NULL, aid INTEGER NOT NULL, host TEXT NOT NULL,
   count INTEGER NOT NULL, body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS details_by_fault ON details (fault_id);
+CREATE TABLE IF NOT EXISTS hosts (
+  host TEXT PRIMARY KEY, t_ns INTEGER NOT NULL, internals TEXT NOT NULL, digest TEXT,
+  sidecar TEXT);
 """
 
 # A completed row (t_end_ns != -1) replaces an open one; an open row never replaces a completed one.
@@ -151,6 +155,9 @@ class SQLiteStore(Store):
                 if found == 1:  # version 1 had no busy time in its connection samples
                     conn.execute("ALTER TABLE conns ADD COLUMN busy_us INTEGER NOT NULL "
                                  "DEFAULT 0")
+                if 0 < found < 4:  # versions 1-3 had no rank device
+                    conn.execute("ALTER TABLE ranks ADD COLUMN cuda_device TEXT NOT NULL "
+                                 "DEFAULT ''")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot create the tables of SQLite store {path}: {exc}") from exc
@@ -273,9 +280,10 @@ class SQLiteStore(Store):
                          (body.fault_id, aid, body.host, body.count, body.payload))
         elif isinstance(body, RankRecord):
             conn.execute(
-                "INSERT OR REPLACE INTO ranks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO ranks (aid, rank, world_size, host, local_rank, pid, "
+                "gpu, nic, backend, t_ns, cuda_device) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (aid, body.rank, body.world_size, body.host, body.local_rank, body.pid,
-                 body.gpu, body.nic, body.backend, body.t_ns))
+                 body.gpu, body.nic, body.backend, body.t_ns, body.cuda_device))
         elif isinstance(body, GroupRecord):
             conn.execute("INSERT OR REPLACE INTO pgroups VALUES (?, ?, ?, ?)",
                          (aid, body.pg, json.dumps([int(r) for r in body.ranks]), body.desc))
@@ -358,6 +366,22 @@ class SQLiteStore(Store):
                 "WHERE excluded.revision >= faults.revision",
                 (report.id, report.job, report.state, int(report.revision),
                  int(report.first_seen_ns), _common.fault_to_text(report)))
+
+    def put_host(self, record: HostRecord) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO hosts (host, t_ns, internals, digest, sidecar) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (host) DO UPDATE SET t_ns = excluded.t_ns, "
+                "internals = excluded.internals, digest = excluded.digest, "
+                "sidecar = excluded.sidecar WHERE excluded.t_ns >= hosts.t_ns",
+                (record.host, int(record.t_ns), record.internals, record.digest,
+                 record.sidecar))
+
+    def hosts(self) -> list[HostRecord]:
+        with self._reading() as conn:
+            rows = conn.execute("SELECT host, t_ns, internals, digest, sidecar FROM hosts "
+                                "ORDER BY host").fetchall()
+        return [HostRecord(h, t, i, d or "", s or "") for h, t, i, d, s in rows]
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -485,7 +509,8 @@ class SQLiteStore(Store):
             aid = self._find_attempt(conn, job, attempt)
             rows = [] if aid is None else conn.execute(
                 "SELECT a.job, a.attempt, r.rank, r.world_size, r.host, r.local_rank, r.pid, "
-                "r.gpu, r.nic, r.backend, r.t_ns FROM ranks r JOIN attempts a USING (aid) "
+                "r.gpu, r.nic, r.backend, r.t_ns, r.cuda_device FROM ranks r "
+                "JOIN attempts a USING (aid) "
                 "WHERE aid = ? ORDER BY r.rank", (aid,)).fetchall()
         return [RankRecord(*row) for row in rows]
 

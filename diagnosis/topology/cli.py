@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
+
+from c4.output import Format
+from diagnosis.security.cli import with_client_security
 
 topology_app = typer.Typer(help="Generate and inspect cluster topologies (node-link JSON).",
                            no_args_is_help=True)
@@ -63,45 +67,95 @@ def gen(
 
 
 @topology_app.command("show")
-def show(path: Path = typer.Argument(..., help="Topology JSON file (node-link).")) -> None:
-    """Summarise a topology: counts by kind and tier, link speeds."""
+@with_client_security
+def show(
+    path: Path | None = typer.Argument(None, help="Topology JSON file (node-link)."),
+    job: str | None = typer.Option(None, "--job", help="Instead of a file: the topology the "
+                                   "daemon assembled for this job from its hosts' discovery "
+                                   "and its --topology fabric, with each rank's GPU and NIC."),
+    fmt: str = typer.Option("table", "--format", help="table (or text), json or jsonl."),
+    graph: bool = typer.Option(False, "--graph", help="With --job --format json: include the "
+                               "node-link graph."),
+    daemon: str | None = typer.Option(None, "--daemon", envvar="C4_DAEMON",
+                                      help="Daemon address HOST:PORT (with --job)."),
+) -> None:
+    """Summarise a topology: counts by kind and tier, link speeds; or a job's, from the daemon."""
     from collections import Counter
 
-    from rich.console import Console
     from rich.table import Table
 
+    from c4.output import emit, make_console
     from diagnosis.errors import DiagnosisError
     from diagnosis.topology import Topology
 
+    name = "table" if fmt == "text" else fmt
+    if name not in {f.value for f in Format}:
+        raise typer.BadParameter(f"--format {fmt!r}: table, json or jsonl")
+    if (path is None) == (job is None):
+        raise typer.BadParameter("give a topology FILE or --job JOB (one of them)")
+    if job is not None:
+        _show_job(job, "text" if name == "table" else "json", graph, daemon)
+        return
+    assert path is not None
+    form = Format(name)
     try:
         topo = Topology.load(path)
     except DiagnosisError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     g = topo.graph
-    table = Table(title=f"{path.name}")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    table.add_column("detail")
-    table.add_row("hosts", str(len(topo.hosts())), "")
-    table.add_row("gpus", str(len(topo.gpus())), "")
     rails = Counter(topo.rail(n) for n in topo.nics())
-    table.add_row("nics", str(sum(rails.values())),
-                  f"{len(rails)} rails" if None not in rails else "")
     tiers = Counter(g.nodes[s].get("tier") or "-" for s in topo.switches())
-    for tier, n in sorted(tiers.items()):
-        table.add_row(f"switches ({tier})", str(n), "")
     speeds: Counter[tuple[str, float]] = Counter()
     for lk in topo.links():
         u, v = topo.endpoints(lk)
         pair = "-".join(sorted((_role(g, u), _role(g, v))))
         speeds[(pair, topo.capacity(lk))] += 1
-    for (pair, gbps), n in sorted(speeds.items()):
-        table.add_row(f"links {pair}", str(n), f"{gbps:g} Gbit/s")
     ix = topo.index
-    table.add_row("paths", "", "structural (two-tier)" if ix.two_tier else
-                  "structural (tiered)" if ix.tiered else "graph search")
-    Console().print(table)
+    paths = ("structural (two-tier)" if ix.two_tier else
+             "structural (tiered)" if ix.tiered else "graph search")
+    rows = [{"what": "hosts", "count": len(topo.hosts())},
+            {"what": "gpus", "count": len(topo.gpus())},
+            {"what": "nics", "count": sum(rails.values()),
+             "rails": 0 if None in rails else len(rails)}]
+    rows += [{"what": "switches", "tier": tier, "count": n} for tier, n in sorted(tiers.items())]
+    rows += [{"what": "links", "between": pair, "gbps": gbps, "count": n}
+             for (pair, gbps), n in sorted(speeds.items())]
+    if form is Format.json:
+        typer.echo(json.dumps({"topology": str(path), "summary": rows, "paths": paths},
+                              indent=2))
+        return
+    if form is Format.jsonl:
+        emit(form, "summary", rows)
+        return
+    table = Table(title=f"{path.name}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    table.add_column("detail")
+    for r in rows:
+        what = r["what"] if r["what"] not in ("switches", "links") else \
+            f"switches ({r['tier']})" if r["what"] == "switches" else f"links {r['between']}"
+        detail = f"{r['rails']} rails" if r.get("rails") else \
+            f"{r['gbps']:g} Gbit/s" if "gbps" in r else ""
+        table.add_row(what, str(r["count"]), detail)
+    table.add_row("paths", "", paths)
+    make_console().print(table)
+
+
+def _show_job(job: str, fmt: str, graph: bool, daemon: str | None) -> None:
+    import json
+
+    from diagnosis.client import DaemonClient
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.topology.show import job_text
+
+    try:
+        with DaemonClient(daemon) as client:
+            obj = client.job_topology(job, with_graph=graph and fmt == "json")
+    except DiagnosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(obj, indent=1) if fmt == "json" else job_text(obj))
 
 
 _SOURCES_HELP = ("ibnetdiscover, slurm (topology.conf/.yaml, scontrol show topology), scontrol, "
@@ -161,6 +215,10 @@ def discover(
                                     "(default: its short hostname)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the JSON here "
                                        "(default: print it)."),
+    recorded: Path | None = typer.Option(None, "--from", help="Read the tools' saved outputs "
+                                         "from this directory (nvidia-smi.txt, "
+                                         "ibdev2netdev.txt, lldpctl.json) instead of running "
+                                         "them, as the sidecar's --discover DIR does."),
 ) -> None:
     """Discover this host's GPUs, NICs, GPU-NIC pairing and switch ports, as JSON.
 
@@ -168,9 +226,15 @@ def discover(
     """
     import json
 
-    from diagnosis.topology.discover import discover_host, run_command
+    from diagnosis.errors import DiagnosisError
+    from diagnosis.topology.discover import discover_host, recorded_runner, run_command
 
-    text = json.dumps(discover_host(run_command, sysfs_root, hostname=host).to_json(), indent=1)
+    try:
+        runner = run_command if recorded is None else recorded_runner(recorded)
+    except DiagnosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    text = json.dumps(discover_host(runner, sysfs_root, hostname=host).to_json(), indent=1)
     if output is None:
         typer.echo(text)
     else:

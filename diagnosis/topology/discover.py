@@ -32,6 +32,9 @@ NVIDIA_SMI = ("nvidia-smi", "topo", "-m")
 IBDEV2NETDEV = ("ibdev2netdev",)
 LLDPCTL = ("lldpctl", "-f", "json")
 COMMANDS = (NVIDIA_SMI, IBDEV2NETDEV, LLDPCTL)
+#: the file each command's output is read from by :func:`recorded_runner`
+RECORDED = {NVIDIA_SMI: "nvidia-smi.txt", IBDEV2NETDEV: "ibdev2netdev.txt",
+            LLDPCTL: "lldpctl.json"}
 T = TypeVar("T")
 
 
@@ -50,6 +53,29 @@ def run_command(argv: Sequence[str], timeout_s: float = 20.0) -> str | None:
         log.info("%s exited %d: %s", " ".join(argv), proc.returncode, proc.stderr.strip()[:200])
         return None
     return proc.stdout
+
+
+def recorded_runner(directory: str | Path) -> Runner:
+    """A runner that answers each command with the output saved in ``directory`` (named as in
+    :data:`RECORDED`; a missing file is a missing tool): discovery from outputs gathered
+    elsewhere, e.g. by a privileged job, and tests on recorded outputs."""
+    base = Path(directory)
+    if not base.is_dir():
+        raise DiagnosisError(f"{base} is not a directory of recorded tool outputs (expected "
+                             f"{', '.join(RECORDED.values())})")
+
+    def run(argv: Sequence[str]) -> str | None:
+        name = RECORDED.get(tuple(argv))
+        if name is None:
+            return None
+        try:
+            return (base / name).read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("cannot read recorded output %s: %s", base / name, exc)
+            return None
+    return run
 
 
 def discover_host(runner: Runner, sysfs_root: str | Path = "/sys", *,

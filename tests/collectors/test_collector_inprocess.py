@@ -256,3 +256,15 @@ def test_uninstall_restores_torch(one_rank_group, tmp_path):
     collectors.uninstall()
     assert (dist.all_reduce, dist.isend, dist.Work.wait, dist.batch_isend_irecv) == originals
     assert collectors.current() is None
+
+
+def test_the_rank_announces_the_gpu_it_drives(collector, monkeypatch):
+    # what torchrun gives the second local rank of a job on GPUs 4 and 6 (no GPU here: the
+    # device comes from the list at the local rank)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    info = collector._rank_info()
+    assert (info.local_rank, info.cuda_device, info.host) == (1, "6", "h0")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    expected = "1" if torch.cuda.is_available() else ""
+    assert collector._rank_info().cuda_device == expected

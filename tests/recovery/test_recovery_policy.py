@@ -115,3 +115,19 @@ def test_a_hang_is_acted_on_only_after_its_grace(kind):
     assert slow.action == ISOLATE
     with pytest.raises(ValueError, match="hang_grace_s"):
         Policy(hang_grace_s=-1)
+
+
+def test_a_rank_that_stopped_reporting_waits_out_the_hang_grace():
+    """A frozen rank files a noncomm_hang and, a second later, an ``error`` saying it stopped
+    reporting: the error is the same silence and is held by the same grace; an error from a
+    failed call is not."""
+    silent = FaultReport(kind="error", suspects=(Suspect("rank", "2", 0.9, rank=2),),
+                         first_seen_ns=NOW - 3 * 10**9, summary="rank 2 stopped reporting",
+                         evidence={"culprits": [2], "stopped_reporting": True},
+                         id="e", job="j")
+    d = decide(Policy(hang_grace_s=10), silent, NODES, History(), NOW)
+    assert d.action == SKIP and d.rule == "grace" and "silence has lasted 3 s" in d.reason
+    d = decide(Policy(hang_grace_s=10), silent, NODES, History(), NOW + 8 * 10**9)
+    assert (d.action, d.node) == (ISOLATE, "node2"), d.reason
+    failed = _report("rank", "2", kind="error")
+    assert decide(Policy(hang_grace_s=10), failed, NODES, History(), NOW).action == ISOLATE

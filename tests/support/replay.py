@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from diagnosis.engine import ConnRecords, Engine
+from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
 from diagnosis.report import FaultReport
 from diagnosis.trace.reader import GroupInfo, RankInfo, read_trace
 from proto.codec import Columns
@@ -21,18 +22,23 @@ def replay_live(engine: Engine, path: Path, tail_s: float = 0.0,
     for item in read_trace(path, block_bytes=4096):
         if _register(engine, item):
             continue
-        if isinstance(item, Columns | ConnRecords):
-            first = int(item.columns["t_enter_ns"].min()) if isinstance(item, Columns) \
-                else int(item.t_start_ns.min())
+        if isinstance(item, Columns | ConnRecords | LinkStatRecords):
+            first = _first_ns(item)
             now = engine.now_ns
             while now and now + step_ns < first:
                 now += step_ns
                 out += engine.advance(now)
             if isinstance(item, Columns):
                 engine.add_ops(item)
-            else:
+            elif isinstance(item, ConnRecords):
                 engine.add_conns(item)
+            else:
+                engine.add_linkstats(item)
             out += engine.advance(engine.now_ns)
+        elif isinstance(item, ProgressRecords):
+            engine.add_progress(item)
+        elif isinstance(item, PortRecords):
+            engine.add_ports(item)
     now = engine.now_ns
     for _ in range(int(tail_s * 1e9) // step_ns):
         now += step_ns
@@ -65,6 +71,15 @@ def replay_visible(engine: Engine, path: Path, tail_s: float = 0.0,
         now += step_ns
         out += engine.advance(now)
     return out
+
+
+def _first_ns(item: Columns | ConnRecords | LinkStatRecords) -> int:
+    """When a block's data begins (a window: its start)."""
+    if isinstance(item, Columns):
+        return int(item.columns["t_enter_ns"].min())
+    if isinstance(item, ConnRecords):
+        return int(item.t_start_ns.min())
+    return int((item.t_ns - item.window_ns).min())
 
 
 def _register(engine: Engine, item: object) -> bool:

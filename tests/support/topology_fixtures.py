@@ -28,3 +28,21 @@ def topo_fixture(name: str, folder: str = "topology") -> Path:
     if not path.exists():
         pytest.skip(f"shared fixture {folder}/{name} is missing")
     return path
+
+
+A800_MATRIX = "nvidia_smi_topo_m_a800_8gpu_4nic_crlf.txt"
+H100_IBDEV = "ibdev2netdev_dgx_h100_12hca.txt"
+
+
+def recorded_outputs(folder: Path, nvidia_smi: str | None = A800_MATRIX,
+                     ibdev2netdev: str | None = H100_IBDEV, lldpctl: str | None = None) -> Path:
+    """A directory of recorded tool outputs as ``diagnosis.topology.discover.recorded_runner``
+    (and the sidecar's ``--discover DIR``) read them, copied from the shared fixtures."""
+    from diagnosis.topology.discover import IBDEV2NETDEV, LLDPCTL, NVIDIA_SMI, RECORDED
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for argv, name in ((NVIDIA_SMI, nvidia_smi), (IBDEV2NETDEV, ibdev2netdev),
+                       (LLDPCTL, lldpctl)):
+        if name is not None:
+            (folder / RECORDED[argv]).write_bytes(topo_fixture(name).read_bytes())
+    return folder

@@ -86,7 +86,7 @@ def test_cli_json_follows_the_spec(tmp_path, app) -> None:
                               "--tp", "2", "--shuffle", "3", "-o", str(tmp_path / "f.json")])
     assert res.exit_code == 0, res.output
     dead = "leaf00r1~spine03"
-    res = runner.invoke(app, ["plan", "-t", str(tmp_path / "topo.json"), "-f",
+    res = runner.invoke(app, ["plan", "-t", str(tmp_path / "topo.json"), "--flows",
                               str(tmp_path / "f.json"), "--down", dead, "--format", "json"])
     assert res.exit_code == 0, res.output
     plan = json.loads(res.stdout)
@@ -103,7 +103,7 @@ def test_cli_json_follows_the_spec(tmp_path, app) -> None:
 
     # The table names the same figures; a re-plan from this plan after one more failure.
     (tmp_path / "plan.json").write_text(res.stdout)
-    res = runner.invoke(app, ["plan", "-t", str(tmp_path / "topo.json"), "-f",
+    res = runner.invoke(app, ["plan", "-t", str(tmp_path / "topo.json"), "--flows",
                               str(tmp_path / "f.json"), "--down", dead, "--down",
                               "leaf01r0~spine00", "--previous", str(tmp_path / "plan.json")])
     assert res.exit_code == 0, res.output
@@ -115,7 +115,7 @@ def test_cli_no_path_and_bad_input(tmp_path, app) -> None:
     topo.save(tmp_path / "topo.json")
     save_flows([Flow("pp.0:1>2", "node001/nic0", "node002/nic0", 100)], tmp_path / "f.json")
     runner = CliRunner()
-    args = ["plan", "-t", str(tmp_path / "topo.json"), "-f", str(tmp_path / "f.json")]
+    args = ["plan", "-t", str(tmp_path / "topo.json"), "--flows", str(tmp_path / "f.json")]
     res = runner.invoke(app, [*args, "--down", "node002/nic0"])
     assert res.exit_code == 2 and "pp.0:1>2" in res.output and "no path" in res.output
     res = runner.invoke(app, [*args, "--down", "leaf00r0~leaf01r0"])
@@ -197,7 +197,7 @@ def test_two_jobs_share_the_fabric(tmp_path, app) -> None:
     save_flows([Flow("b/dp:1>3", "node001/nic0", "node003/nic0", 100)], tmp_path / "b.json")
     runner = CliRunner()
     args = ["plan", "-t", str(tmp_path / "topo.json"), "--format", "json"]
-    res = runner.invoke(app, [*args, "-f", str(tmp_path / "a.json"), "-f",
+    res = runner.invoke(app, [*args, "--flows", str(tmp_path / "a.json"), "--flows",
                               str(tmp_path / "b.json")])
     assert res.exit_code == 0, res.output
     plan = json.loads(res.stdout)
@@ -205,6 +205,6 @@ def test_two_jobs_share_the_fabric(tmp_path, app) -> None:
     assert [item["id"] for item in plan["plan"]] == ["a/dp:0>2", "b/dp:1>3"]
     assert plan["plan"][0]["path"][2] != plan["plan"][1]["path"][2]
     assert plan["max_link_load"] == pytest.approx(1.0)
-    res = runner.invoke(app, [*args, "-f", str(tmp_path / "a.json"), "-f",
+    res = runner.invoke(app, [*args, "--flows", str(tmp_path / "a.json"), "--flows",
                               str(tmp_path / "a.json")])
     assert res.exit_code == 2 and "appears twice" in res.output

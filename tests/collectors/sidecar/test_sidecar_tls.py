@@ -37,6 +37,13 @@ def _sidecar(tmp_path, port: int, host: str, token: str, pki, metrics_port: int
                              "--metrics", f"127.0.0.1:{metrics_port}"),
                   tmp_path / f"{host}.log").start()
     wait_for(sock.exists, 60, what=f"the sidecar socket {sock}")
+    # its metrics endpoint opens after the socket
+    try:
+        wait_for(lambda: _metric(metrics_port, "c4_sidecar_shipped_requests_total") >= 0, 30,
+                 what=f"the metrics of sidecar {host}")
+    except TimeoutError:
+        raise AssertionError(f"sidecar {host} has no metrics endpoint:\n"
+                             f"{svc.output()[-3000:]}") from None
     return svc, sock
 
 

@@ -159,3 +159,46 @@ def test_analyze_help_says_which_traces_it_reads():
     text = " ".join(out.stdout.replace("\u2502", " ").split())     # without the box's sides
     assert "version 1 or 2" in text and ".gz" in text
     assert "default: CPUs - 1, at most 4" in text
+
+
+def test_a_stall_that_cleared_mid_run_is_listed_with_onset_and_end(tmp_path):
+    """Rank 1 stalls 20 s before call 50 (rank 0 waits in it), then the job goes on: the
+    post-mortem lists the hang as cleared, from its onset to its end, instead of dropping it."""
+    from diagnosis.trace import TraceWriter
+
+    ms, t0, stall = 1_000_000, 1_700_000_000_000_000_000, 20_000_000_000
+    with TraceWriter(tmp_path / "stall.jsonl") as w:
+        w.meta("stall")
+        w.rank(0, "h0")
+        w.rank(1, "h1")
+        w.group("0", [0, 1])
+        t = t0
+        for seq in range(120):
+            late = stall if seq == 50 else 0
+            for rank in (0, 1):
+                enter = t + (late if rank == 1 else 0) + rank * 100_000
+                w.op(rank, "0", seq, "all_reduce", 4096, enter, t + late + 2 * ms)
+            t += late + 10 * ms
+        w.end(t + 10 * ms)
+    out = c4(str(tmp_path / "stall.jsonl"), "--format", "json", "--jobs", "0")
+    assert out.returncode == 0, out.stderr
+    hangs = [r for r in json.loads(out.stdout)["reports"] if r["kind"] == "noncomm_hang"]
+    assert len(hangs) == 1, hangs
+    (hang,) = hangs
+    assert hang["state"] == "resolved" and hang["evidence"].get("cleared") is True
+    onset = t0 + 50 * 10 * ms
+    assert abs(hang["first_seen_ns"] - onset) < 100 * ms
+    assert onset + 15_000 * ms < hang["last_seen_ns"] <= onset + stall + 1_000 * ms
+    assert hang["suspects"][0].get("rank") == 1
+    table = c4(str(tmp_path / "stall.jsonl"), "--jobs", "0")
+    assert "cleared" in table.stdout and "noncomm_hang" in table.stdout
+
+
+def test_analyze_jsonl_is_one_report_per_line(tmp_path):
+    job = SynthJob(hang_rank=9)
+    job.write(tmp_path / "trace.jsonl", job.topology())
+    doc = c4(str(tmp_path / "trace.jsonl"), "--format", "json", "--jobs", "0")
+    lines = c4(str(tmp_path / "trace.jsonl"), "--format", "jsonl", "--jobs", "0")
+    assert lines.returncode == 0, lines.stderr
+    assert [json.loads(x) for x in lines.stdout.splitlines()] == \
+        json.loads(doc.stdout)["reports"]

@@ -75,11 +75,11 @@ def test_cli_lists_and_shows_faults(daemon):
     assert out.returncode == 0 and "node001/gpu3" in out.stdout and "late" in out.stdout
     out = subprocess.run([sys.executable, "-m", "c4", "faults", "show", "nope",
                           "--daemon", address], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "c4 faults list" in out.stdout
+    assert out.returncode == 2 and "c4 faults list" in out.stderr and not out.stdout
 
 
 def test_cli_without_daemon_says_how_to_start_one():
     out = subprocess.run([sys.executable, "-m", "c4", "jobs", "--daemon",
                           f"127.0.0.1:{free_port()}"], capture_output=True, text=True,
                          timeout=60)
-    assert out.returncode == 2 and "c4 daemon" in out.stdout
+    assert out.returncode == 2 and "c4 daemon" in out.stderr

@@ -62,3 +62,19 @@ def test_gpus_missing_from_the_topology_are_named_by_rank_with_one_warning(caplo
     assert len(warned) == 1 and "'host0/gpu0'" in warned[0]
     assert eng.placement.unknown_gpus == 4
     assert [eng.placement.suspect(r, 1.0).type for r in range(4)] == ["rank"] * 4
+
+
+def test_local_rank_names_the_gpu_and_an_unknown_host_is_said(caplog):
+    """Without C4_GPU a rank's LOCAL_RANK says which of its host's GPUs it drives; a host the
+    topology does not have (a VM's own name) is warned about, once."""
+    eng = Engine(_fabric(2))
+    eng.add_rank(0, "node1", local_rank=1)
+    eng.add_rank(1, "node1")
+    assert eng.placement.get(0).gpu == "node1/gpu1"
+    assert eng.placement.get(1).gpu is None
+    with caplog.at_level(logging.WARNING, logger="diagnosis.engine.placement"):
+        eng.add_rank(2, "vm", local_rank=0)
+        eng.add_rank(3, "vm", local_rank=1)
+    said = [r.getMessage() for r in caplog.records if "topology does not have" in r.getMessage()]
+    assert len(said) == 1 and "'vm'" in said[0] and "C4_HOST" in said[0]
+    assert eng.placement.get(2).gpu is None and eng.placement.unknown_hosts == 2

@@ -32,10 +32,10 @@ def test_plain_output_two_hosts_of_eight_h100() -> None:
     assert (first.size_bytes, first.count, first.type, first.redop, first.root) == (
         8, 2, "float", "sum", -1)
     assert first.out_of_place.time_us == 135.8 and first.in_place.time_us == 123.5
-    assert last.out_of_place.busbw_gbps == 338.82 and last.in_place.busbw_gbps == 337.35
-    assert last.out_of_place.algbw_gbps == 180.71 and last.in_place.wrong == 0
-    assert last.busbw_gbps == 338.82
-    assert run.avg_busbw_gbps == pytest.approx(70.742) and run.avg_busbw_ok is None
+    assert last.out_of_place.busbw_GBps == 338.82 and last.in_place.busbw_GBps == 337.35
+    assert last.out_of_place.algbw_GBps == 180.71 and last.in_place.wrong == 0
+    assert last.busbw_GBps == 338.82
+    assert run.avg_busbw_GBps == pytest.approx(70.742) and run.avg_busbw_ok is None
     assert run.out_of_bounds == 0 and run.out_of_bounds_ok is True
     assert run.complete and not run.failed
 
@@ -48,7 +48,7 @@ def test_open_mpi_tagged_new_build() -> None:
     assert [r.size_bytes for r in run.results] == [1048576 * 2**i for i in range(8)]
     assert run.results[-1].out_of_place.time_us == 29073.8
     assert run.results[0].redop == "none"
-    assert run.avg_busbw_gbps == pytest.approx(1.55649) and run.complete
+    assert run.avg_busbw_GBps == pytest.approx(1.55649) and run.complete
 
 
 def test_nccl_info_lines_of_every_rank_interleaved() -> None:
@@ -58,8 +58,8 @@ def test_nccl_info_lines_of_every_rank_interleaved() -> None:
     assert [d.bus_id for d in run.devices] == ["0x35", "0xf5"]
     assert len(run.results) == 31 and run.results[0].size_bytes == 0
     assert run.results[-1].size_bytes == 1073741824
-    assert run.results[-1].in_place.busbw_gbps == 3.12
-    assert run.avg_busbw_gbps == pytest.approx(1.15327)
+    assert run.results[-1].in_place.busbw_GBps == 3.12
+    assert run.avg_busbw_GBps == pytest.approx(1.15327)
 
 
 def test_old_build_without_root_column() -> None:
@@ -69,8 +69,8 @@ def test_old_build_without_root_column() -> None:
     assert run.hosts == ("gpu01", "gpu02", "gpu03")
     r = run.results[0]
     assert r.root is None and r.redop == "sum" and r.out_of_place.time_us == 202872
-    assert r.out_of_place.wrong is None and r.in_place.busbw_gbps == 0.62  # N/A: no check
-    assert len(run.results) == 11 and run.avg_busbw_gbps == pytest.approx(0.58536)
+    assert r.out_of_place.wrong is None and r.in_place.busbw_GBps == 0.62  # N/A: no check
+    assert len(run.results) == 11 and run.avg_busbw_GBps == pytest.approx(0.58536)
     assert run.wrong == 0 and not run.failed
 
 
@@ -80,7 +80,7 @@ def test_srun_l_prefixed_output() -> None:
     assert run.params["validation"] == 0
     assert all(m.wrong is None for r in run.results for m in (r.out_of_place, r.in_place))
     assert run.results[-1].out_of_place.time_us == 103530
-    assert run.avg_busbw_gbps == pytest.approx(142.735) and run.complete
+    assert run.avg_busbw_GBps == pytest.approx(142.735) and run.complete
 
 
 def _prefixed(text: str, prefix: str) -> str:
@@ -113,7 +113,7 @@ def test_several_runs_in_one_log() -> None:
 def test_truncated_log_is_incomplete_not_an_error() -> None:
     lines = (FIXTURES / "all_reduce_perf_2x8_h100.txt").read_text().splitlines()
     run = parse_nccl_tests_run("\n".join(lines[:30]))
-    assert not run.complete and len(run.results) == 7 and run.avg_busbw_gbps is None
+    assert not run.complete and len(run.results) == 7 and run.avg_busbw_GBps is None
 
 
 # ---- lines printed with the writer's own format strings (nccl-tests src/util.cu) --------------
@@ -182,7 +182,7 @@ def test_per_iteration_and_timestamp_columns() -> None:
     row = (_preamble(1048576, 262144, "float", "sum", -1) + _body(11.0, 95.3, 178.7, 0) + it
            + _body(10.9, 96.2, 180.4, 0) + it + "%21s" % "2026-03-10 10:00:01")
     (r,) = parse_nccl_tests_run(head + "\n" + row).results
-    assert r.out_of_place.time_us == 11.0 and r.in_place.busbw_gbps == 180.4
+    assert r.out_of_place.time_us == 11.0 and r.in_place.busbw_GBps == 180.4
     assert r.in_place.per_iter == {"min_us": 10.1, "max_us": 12.3, "p99_us": 12.2,
                                    "cv_pct": 4.5}
 
@@ -192,9 +192,9 @@ def test_json_output() -> None:
     assert run.test == "all_gather_perf_mpi" and run.nccl_version == "2.29.7"
     assert run.params["iters"] == 50 and run.hosts == ("lab",) and run.ranks == 2
     a, b = run.results
-    assert a.root == -1 and a.out_of_place.busbw_gbps == 0.24 and a.in_place.wrong == 0
+    assert a.root == -1 and a.out_of_place.busbw_GBps == 0.24 and a.in_place.wrong == 0
     assert b.out_of_place is None and b.in_place.wrong is None
-    assert run.avg_busbw_gbps == 0.36 and run.avg_busbw_ok is None
+    assert run.avg_busbw_GBps == 0.36 and run.avg_busbw_ok is None
     assert run.out_of_bounds_ok is True and run.complete and not run.failed
     # the same numbers as the console log of that run
     text_run = _one("all_gather_perf_ompi_tagged_v2_18.txt")
@@ -204,7 +204,7 @@ def test_json_output() -> None:
 def test_json_nan_and_bad_fields() -> None:
     doc = (FIXTURES / "all_gather_perf_v2.json").read_text()
     run = parse_nccl_tests(doc.replace('"bus_bw":0.240000', '"bus_bw":"nan"'))[0]
-    assert math.isnan(run.results[0].out_of_place.busbw_gbps)
+    assert math.isnan(run.results[0].out_of_place.busbw_GBps)
     with pytest.raises(FormatError, match=r"results\[0\]\.out_of_place\.alg_bw is 'x'"):
         parse_nccl_tests(doc.replace('"alg_bw":0.480000', '"alg_bw":"x"', 1), source="r.json")
     with pytest.raises(FormatError, match=r"^r\.json:1: not valid JSON"):

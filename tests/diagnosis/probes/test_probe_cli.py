@@ -30,7 +30,7 @@ def test_pair_on_loopback_json(tmp_path):
     doc = json.loads(out.stdout)
     r = doc["result"]
     assert r["ok"] and r["hosts"] == ["127.0.0.1", "127.0.0.2"] and r["op"] == "sendrecv"
-    assert r["backend"] == "gloo" and r["busbw_gbps"] > 0 and doc["expected_gbps"] is None
+    assert r["backend"] == "gloo" and r["busbw_GBps"] > 0 and doc["expected_GBps"] is None
 
 
 def test_unknown_hosts_and_backends_are_refused(tmp_path):

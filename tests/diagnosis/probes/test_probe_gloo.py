@@ -25,12 +25,12 @@ def test_pair_and_group_on_loopback():
     r = prober.pair(ProbeHost("a"), ProbeHost("b"))
     assert r.ok, r.error
     assert r.op == "sendrecv" and r.hosts == ("a", "b") and r.backend == "gloo"
-    assert r.size_bytes == 1 << 20 and r.busbw_gbps > 0 and r.busbw_gbps == r.algbw_gbps
+    assert r.size_bytes == 1 << 20 and r.busbw_GBps > 0 and r.busbw_GBps == r.algbw_GBps
     assert len(r.detail["rank_seconds"]) == 2
     r = prober.group([ProbeHost("a"), ProbeHost("b", ranks=2)])
     assert r.ok, r.error
     # all-reduce among 3 ranks: busbw = algbw * 2(n-1)/n
-    assert r.detail["ranks"] == 3 and r.busbw_gbps == pytest.approx(r.algbw_gbps * 4 / 3)
+    assert r.detail["ranks"] == 3 and r.busbw_GBps == pytest.approx(r.algbw_GBps * 4 / 3)
 
 
 def test_a_peer_that_never_joins_times_out():
@@ -122,5 +122,5 @@ def test_pairwise_confirms_the_shaped_host(bridged):
     v = pairwise(prober, h2, [h0, h1], config=cfg)
     assert v.status == CONFIRMED, v.reason
     # the shaper's rate bounds what h2 reaches; the healthy pair h0-h1 is far faster
-    assert v.measured_gbps < SHAPED_MBIT / 8 / 1000 * 1.2, v.reason
-    assert v.reference_gbps > 4 * v.measured_gbps, v.reason
+    assert v.measured_GBps < SHAPED_MBIT / 8 / 1000 * 1.2, v.reason
+    assert v.reference_GBps > 4 * v.measured_GBps, v.reason

@@ -69,11 +69,11 @@ def test_bisect_over_lab_hosts_finds_the_slowed_cable(lab, tmp_path):
     assert status == {"node000": CLEARED, SLOW_HOST: CONFIRMED, "node002": CLEARED,
                       "node003": CLEARED}
     # the topology's expectation: a 400 Mbit/s cable is 0.05 GB/s
-    assert all(v["expected_gbps"] == pytest.approx(0.05) for v in doc["verdicts"])
+    assert all(v["expected_GBps"] == pytest.approx(0.05) for v in doc["verdicts"])
     slow = next(v for v in doc["verdicts"] if v["host"] == SLOW_HOST)
-    assert slow["measured_gbps"] < 0.04 / 8 * 1.5  # the 40 Mbit/s shaper bounds it
-    healthy = [s["busbw_gbps"] for s in doc["steps"] if SLOW_HOST not in s["hosts"]]
-    assert healthy and min(healthy) > 4 * slow["measured_gbps"]
+    assert slow["measured_GBps"] < 0.04 / 8 * 1.5  # the 40 Mbit/s shaper bounds it
+    healthy = [s["busbw_GBps"] for s in doc["steps"] if SLOW_HOST not in s["hosts"]]
+    assert healthy and min(healthy) > 4 * slow["measured_GBps"]
     # the report re-scored: node000's cable cleared, node001's NIC confirmed
     (adjusted,) = doc["reports"]
     assert adjusted["suspects"] == [{"type": "nic", "id": f"{SLOW_HOST}/nic0", "score": 0.75}]

@@ -62,8 +62,8 @@ def test_mpirun_command_and_parsed_result(tmp_path):
                           "-g", "1"]
     assert r.ok and r.backend == "nccl-tests" and r.hosts == ("nodeA", "nodeB")
     # the largest size of the recorded run: 8 GiB at 338.82 GB/s bus bandwidth
-    assert r.size_bytes == 8589934592 and r.busbw_gbps == 338.82 and r.algbw_gbps == 180.71
-    assert r.detail["ranks"] == 16 and r.detail["avg_busbw_gbps"] == pytest.approx(70.742)
+    assert r.size_bytes == 8589934592 and r.busbw_GBps == 338.82 and r.algbw_GBps == 180.71
+    assert r.detail["ranks"] == 16 and r.detail["avg_busbw_GBps"] == pytest.approx(70.742)
 
 
 def test_srun_command_and_prefixed_output(tmp_path):
@@ -75,7 +75,7 @@ def test_srun_command_and_prefixed_output(tmp_path):
     argv = (tmp_path / "srun.argv").read_text().split("\n")
     assert argv[:4] == ["-l", "-N", "2", "--ntasks-per-node=8"]
     assert argv[4] == "--nodelist=nodeA,nodeB" and argv[5].endswith("/sendrecv_perf")
-    assert r.ok and r.op == "sendrecv" and r.busbw_gbps == 155.57
+    assert r.ok and r.op == "sendrecv" and r.busbw_GBps == 155.57
 
 
 def test_local_launcher_drives_the_hosts_gpus_in_one_process(tmp_path):

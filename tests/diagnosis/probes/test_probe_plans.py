@@ -62,7 +62,7 @@ def table(n: int, slow: dict[int, float | None] | None = None) -> TableProber:
 def test_pairwise_confirms_a_slow_suspect_and_clears_a_healthy_one():
     hs = hosts(4)
     v = pairwise(table(4, {0: 2.0}), hs[0], hs[1:])
-    assert v.status == CONFIRMED and v.measured_gbps == 2.0 and v.reference_gbps == 10.0
+    assert v.status == CONFIRMED and v.measured_GBps == 2.0 and v.reference_GBps == 10.0
     assert "slow with node001, node002, node003" in v.reason and len(v.results) == 4
     v = pairwise(table(4, {3: 2.0}), hs[0], hs[1:3])
     assert v.status == CLEARED and "no slower than its peers" in v.reason
@@ -71,7 +71,7 @@ def test_pairwise_confirms_a_slow_suspect_and_clears_a_healthy_one():
 def test_pairwise_hang_confirms_and_a_slow_peer_is_only_inconclusive():
     hs = hosts(4)
     v = pairwise(table(4, {0: None}), hs[0], hs[1:3])
-    assert v.status == CONFIRMED and "timed out" in v.reason and v.measured_gbps == 0.0
+    assert v.status == CONFIRMED and "timed out" in v.reason and v.measured_GBps == 0.0
     # the suspect is fine with node001, slow with node003: blame is not the suspect's alone
     v = pairwise(table(4, {3: 1.0}), hs[0], [hs[1], hs[3], hs[2]], config=PlanConfig(
         baseline_pairs=1))
@@ -84,7 +84,7 @@ def test_pairwise_needs_a_reference():
     assert v.status == INCONCLUSIVE and "nothing to compare with" in v.reason
     topo = single_switch(2, nic_gbps=80)  # 80 Gbit/s = 10 GB/s
     v = pairwise(table(2, {0: 1.0}), hs[0], hs[1:], topology=topo)
-    assert v.status == CONFIRMED and v.expected_gbps == pytest.approx(10.0)
+    assert v.status == CONFIRMED and v.expected_GBps == pytest.approx(10.0)
     with pytest.raises(ProbeError, match="no peer"):
         pairwise(table(2), hs[0], [hs[0]])
 
@@ -133,7 +133,7 @@ def test_bisect_with_topology_stops_when_the_whole_set_is_fast_enough():
     prober = table(8, {7: 2.0})
     out = bisect(prober, hosts(8), topology=topo)
     assert out.culprits == ("node007",)
-    assert all(v.expected_gbps == pytest.approx(10.0) for v in out.verdicts)
+    assert all(v.expected_GBps == pytest.approx(10.0) for v in out.verdicts)
 
 
 def test_expected_busbw_from_link_capacities():

@@ -190,3 +190,31 @@ def test_renders_in_headless_chromium(offline, tmp_path):
     colours = img.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 50, "the screenshot looks blank"
     shutil.copy(shot, out.parent / "report.png")   # kept beside the page for a look
+
+
+def test_a_long_stall_is_shaded_and_not_clipped():
+    """A 20 s stall among 100 µs skews: the colour scale reaches it (log beyond the usual) and
+    the hang report's span is drawn over the gap it leaves."""
+    from diagnosis.report import FaultReport, Suspect
+    from diagnosis.report_html.plots import lateness_heatmap
+
+    calls, ranks = 200, 4
+    seq = np.repeat(np.arange(calls), ranks)
+    rank = np.tile(np.arange(ranks), calls)
+    t = T0 + seq * 10_000_000 + np.where(seq >= 100, 20 * 10**9, 0)
+    enter = t + rank * 100_000
+    enter[(seq == 100) & (rank == 3)] -= 20 * 10**9 - 1       # rank 3 waited 20 s in call 100
+    n = len(seq)
+    cols = Columns({
+        "rank": rank.astype(np.int32), "pg": np.zeros(n, np.uint32), "seq": seq,
+        "op": np.zeros(n, np.uint32), "nbytes": np.zeros(n, np.int64),
+        "dtype": np.zeros(n, np.uint32), "t_enter_ns": enter.astype(np.int64),
+        "t_start_ns": np.full(n, -1, np.int64), "t_end_ns": enter.astype(np.int64) + 1000,
+        "status": np.zeros(n, np.uint8), "peer": np.full(n, -1, np.int32)}, ["pg"])
+    hang = FaultReport("noncomm_hang", (Suspect("rank", "0", 0.9, rank=0),),
+                       T0 + 100 * 10_000_000, "rank 0 stalled", id="h", state="resolved",
+                       last_seen_ns=T0 + 100 * 10_000_000 + 20 * 10**9)
+    svg, caption = lateness_heatmap(cols, [hang])
+    assert "Shaded: the spans of 1 fault report(s)" in caption
+    assert re.search(r"to 2e\+04 ms", caption), caption
+    assert "noncomm_hang" in svg

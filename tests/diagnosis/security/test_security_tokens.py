@@ -184,3 +184,21 @@ def test_env_tokens_fall_back(tmp_path):
     assert table.role("e" * 20) == "ingest" and table.role("f" * 20) == "act"
     assert table.role("g" * 20) is None
     assert not TokenTable.load(None, env={})
+
+
+def test_job_topology_needs_the_read_role(daemon):
+    with _client(daemon, TOKENS["ingest"]) as c:
+        assert not c.send(_req(50, rank_info("tok-topo", 0, 1, "node0"))).code
+        code, _ = _code(lambda: c.job_topology("tok-topo"))
+        assert code == DENIED
+    with _client(daemon, TOKENS["read"]) as c:
+        obj = wait_for(lambda: _quiet(lambda: c.job_topology("tok-topo")), 10,
+                       what="the job's topology")
+        assert obj["hosts"] == ["node0"] and obj["discovered"] == []
+
+
+def _quiet(fn):
+    try:
+        return fn()
+    except DaemonError:
+        return None

@@ -304,3 +304,44 @@ def test_batches_and_details_round_trip_once(opener):
     assert (d.fault_id, d.host, d.count, d.payload) == ("fault-1", "node3", 17, detail.payload)
     assert s.details("j", "fault-1") == [d] and s.details("j", "other") == []
     assert s.details("other") == []
+
+
+def test_host_internals_and_rank_devices_round_trip(opener):
+    from diagnosis.store import HostRecord
+
+    s = opener()
+    ranks = [RankRecord("j", 0, r, 2, "n1", local_rank=r, gpu="", cuda_device=str(r + 4))
+             for r in range(2)]
+    s.write(writes_of("car", 1, ranks))
+    assert [r.cuda_device for r in s.ranks("j")] == ["4", "5"]
+    s.put_host(HostRecord("n2", T0 + 5, '{"host": "n2", "v": 2}', "d2", "car-n2"))
+    s.put_host(HostRecord("n1", T0, '{"host": "n1"}', "d1", "car-n1"))
+    s.put_host(HostRecord("n2", T0 + 1, '{"host": "n2", "v": 1}', "d1", "car-n2"))  # older
+    got = s.hosts()
+    assert [(h.host, h.t_ns, h.digest) for h in got] == [("n1", T0, "d1"), ("n2", T0 + 5, "d2")]
+    assert got[1].internals == '{"host": "n2", "v": 2}' and got[1].sidecar == "car-n2"
+    s.close()
+    again = opener()      # skipped for in-memory stores
+    assert [h.host for h in again.hosts()] == ["n1", "n2"]
+    assert [r.cuda_device for r in again.ranks("j")] == ["4", "5"]
+
+
+def test_sqlite_schema_3_gains_rank_devices_and_hosts(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    s = open_store(f"sqlite:///{path}")
+    s.close()
+    conn = sqlite3.connect(path)    # as a version-3 store left it: no device, no hosts
+    conn.executescript("DROP TABLE hosts; DROP TABLE ranks; CREATE TABLE ranks (aid INTEGER "
+                       "NOT NULL, rank INTEGER NOT NULL, world_size INTEGER, host TEXT, "
+                       "local_rank INTEGER, pid INTEGER, gpu TEXT, nic TEXT, backend TEXT, "
+                       "t_ns INTEGER, PRIMARY KEY (aid, rank)) WITHOUT ROWID; "
+                       "PRAGMA user_version = 3;")
+    conn.close()
+    s = open_store(f"sqlite:///{path}")
+    try:
+        s.write(writes_of("car", 1, [RankRecord("j", 0, 0, 1, "n1", cuda_device="3")]))
+        assert s.ranks("j")[0].cuda_device == "3" and s.hosts() == []
+    finally:
+        s.close()

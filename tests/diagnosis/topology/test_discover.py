@@ -104,3 +104,20 @@ def test_cli_prints_the_json(sysfs, monkeypatch):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["host"] == "n4" and doc["nics"][0]["name"] == "mlx5_0"
+
+
+def test_cli_reads_saved_outputs(sysfs, tmp_path):
+    from diagnosis.topology.cli import register
+    from tests.support.topology_fixtures import recorded_outputs
+
+    app = typer.Typer()
+    register(app)
+    folder = recorded_outputs(tmp_path / "outputs", lldpctl="lldpctl_json_roce_host_arista.json")
+    res = CliRunner().invoke(app, ["topology", "discover", "--sysfs-root", str(sysfs),
+                                   "--host", "n5", "--from", str(folder)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["sources"][:3] == ["nvidia-smi topo -m", "ibdev2netdev", "lldpctl -f json"]
+    assert len(doc["gpus"]) == 8
+    res = CliRunner().invoke(app, ["topology", "discover", "--from", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "is not a directory of recorded tool outputs" in res.output

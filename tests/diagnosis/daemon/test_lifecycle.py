@@ -1,0 +1,77 @@
+"""A job whose ranks all exit has ended: `c4 jobs` says finished or failed, and its open
+faults resolve with the reason (a recovery started later must not act on them)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from diagnosis.client import DaemonClient
+from diagnosis.daemon.config import DaemonConfig
+from diagnosis.daemon.server import Daemon
+from diagnosis.report import FaultReport, Suspect
+from proto import c4_pb2
+from tests.support.frames import op_batch, rank_info
+from tests.support.services import free_port, wait_for
+
+pytestmark = [pytest.mark.network]
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    d = Daemon(DaemonConfig(listen=f"127.0.0.1:{free_port()}", store="memory://",
+                            analyze_interval_s=0.2))
+    d.start()
+    yield d
+    d.stop(grace=0.5)
+
+
+def _run_job(client: DaemonClient, job: str, seq0: int) -> None:
+    for rank in (0, 1):
+        client.send(_req(seq0 + rank, rank_info(job, rank, 2, f"n{rank}")))
+        client.send(_req(seq0 + 2 + rank, op_batch(job, rank, range(20))))
+
+
+def _req(seq: int, body: c4_pb2.IngestRequest) -> c4_pb2.IngestRequest:
+    body.sidecar = "lifecycle"
+    body.seq = seq
+    return body
+
+
+def _exit(client: DaemonClient, job: str, seq: int, ranks=(0, 1)) -> None:
+    stats = c4_pb2.SidecarStats(host="n0", collectors=[
+        c4_pb2.CollectorStats(job=job, rank=r, t_ns=time.time_ns(), leaving=True)
+        for r in ranks])
+    client.send(_req(seq, c4_pb2.IngestRequest(stats=stats)))
+
+
+def _job(client: DaemonClient, job: str) -> c4_pb2.JobSummary:
+    return next(j for j in client.jobs() if j.job == job)
+
+
+@pytest.mark.parametrize(("job", "kind", "state"), [
+    ("ends-well", "noncomm_slow", "finished"),
+    ("ends-hung", "noncomm_hang", "failed"),
+])
+def test_ended_job_resolves_its_faults_with_the_reason(daemon, job, kind, state):
+    seq0 = 100 if state == "finished" else 200
+    with DaemonClient(f"127.0.0.1:{daemon.port}") as client:
+        _run_job(client, job, seq0)
+        wait_for(lambda: _job(client, job).state == "running", 10, what="the job running")
+        fault = daemon.hub.file(job, FaultReport(
+            kind=kind, suspects=(Suspect("rank", "1", 0.9, rank=1),), first_seen_ns=1,
+            summary="rank 1", evidence={"culprits": [1]}, id=f"{kind}:1"))
+        _exit(client, job, seq0 + 10, ranks=(0,))
+        time.sleep(0.6)                                   # a pass with one rank still there
+        assert _job(client, job).state == "running"
+        assert daemon.store.get_fault(fault.id).state == "open"
+        _exit(client, job, seq0 + 11, ranks=(1,))
+        summary = wait_for(lambda: (j := _job(client, job)).state == state and j, 10,
+                           what=f"the job {state}")
+        assert summary.ended_ns > 0 and "every rank exited" in summary.end_reason
+        resolved = client.fault(fault.id)
+        assert resolved.state == "resolved"
+        reason = resolved.evidence["resolution"]["reason"]
+        assert reason.startswith(f"job {job} {state}") and "every rank exited" in reason
+        assert not client.faults(job, open_only=True)
