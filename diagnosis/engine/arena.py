@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -95,7 +96,8 @@ class Arena:
         key = (pg.astype(np.int64) << (2 * _RANK_BITS)) | (src.astype(np.int64) << _RANK_BITS) \
             | dst.astype(np.int64)
         uniq, inv = np.unique(key, return_inverse=True)
-        out = np.array([self._channels.get(k, -1) for k in uniq.tolist()], dtype=np.int64)
+        out = np.fromiter(map(self._channels.get, uniq.tolist(), repeat(-1)), np.int64,
+                          len(uniq))
         missing = np.flatnonzero(out < 0)
         if len(missing):
             mask = (1 << _RANK_BITS) - 1

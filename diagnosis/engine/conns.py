@@ -3,6 +3,8 @@ series against its own learnt baseline."""
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from diagnosis.engine.arena import Arena
@@ -49,18 +51,19 @@ class ConnWindow:
         key = ((pg.astype(np.int64) + 1) << (2 * _BITS)) | (src.astype(np.int64) << _BITS) \
             | dst.astype(np.int64)
         uniq, inv = np.unique(key, return_inverse=True)
-        ids = np.empty(len(uniq), dtype=np.int64)
+        keys = uniq.tolist()
+        # every key looked up at once; only the new ones take a Python step
+        ids = np.fromiter(map(self._keys.get, keys, repeat(-1)), np.int64, len(keys))
         new_src, new_dst, new_pg = [], [], []
         mask = (1 << _BITS) - 1
-        for i, k in enumerate(uniq.tolist()):
-            kid = self._keys.get(k)
-            if kid is None:
-                kid = self._keys[k] = len(self.path)
-                self.path.append(None)
-                self.changed.append(kid)
-                new_src.append((k >> _BITS) & mask)
-                new_dst.append(k & mask)
-                new_pg.append((k >> (2 * _BITS)) - 1)
+        for i in np.flatnonzero(ids < 0).tolist():
+            k = keys[i]
+            kid = self._keys[k] = len(self.path)
+            self.path.append(None)
+            self.changed.append(kid)
+            new_src.append((k >> _BITS) & mask)
+            new_dst.append(k & mask)
+            new_pg.append((k >> (2 * _BITS)) - 1)
             ids[i] = kid
         if new_src:
             self.src = np.r_[self.src, new_src]

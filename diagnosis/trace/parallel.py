@@ -10,7 +10,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, BinaryIO
 
 from diagnosis.errors import FormatError
-from diagnosis.trace.reader import Item, Skipped, _block, drop_unknown
+from diagnosis.trace.reader import Item, Skipped, drop_unknown, parse_block, read_blocks
 
 
 def default_workers() -> int:
@@ -18,10 +18,10 @@ def default_workers() -> int:
     return max(0, min(4, (os.cpu_count() or 1) - 1))
 
 
-def _parse(lines: list[bytes], first: int, source: str) -> tuple[str, Any]:
+def _parse(data: bytes, first: int, lines: int, source: str) -> tuple[str, Any]:
     # a FormatError does not survive pickling with its fields: send them back as values
     try:
-        return "ok", list(_block(lines, first, source))
+        return "ok", list(parse_block(data, first, lines, source))
     except FormatError as exc:
         return "error", (str(exc), exc.source, exc.line, exc.field)
 
@@ -36,7 +36,6 @@ def read_blocks_parallel(fh: BinaryIO, source: str, workers: int,
 
 def _blocks(fh: BinaryIO, source: str, workers: int, block_bytes: int) -> Iterator[Item | Skipped]:
     pending: deque[Future] = deque()
-    line_no = 1
 
     def drain(fut: Future) -> Iterator[Item | Skipped]:
         status, value = fut.result()
@@ -49,12 +48,8 @@ def _blocks(fh: BinaryIO, source: str, workers: int, block_bytes: int) -> Iterat
 
     with ProcessPoolExecutor(workers) as pool:
         try:
-            while True:
-                lines = fh.readlines(block_bytes)
-                if not lines:
-                    break
-                pending.append(pool.submit(_parse, lines, line_no, source))
-                line_no += len(lines)
+            for data, first, lines in read_blocks(fh, block_bytes):
+                pending.append(pool.submit(_parse, data, first, lines, source))
                 while len(pending) > 2 * workers:
                     yield from drain(pending.popleft())
             while pending:

@@ -11,6 +11,7 @@ skipped with one warning per type, as the format asks, so that newer writers sta
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -24,12 +25,11 @@ from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, 
 from diagnosis.errors import FormatError
 from diagnosis.trace.columns import (
     Bad,
-    int_column,
+    Rows,
+    StructRows,
     intern,
-    opt_int_column,
     opt_intern,
     opt_nonneg_column,
-    path_column,
     required,
 )
 from diagnosis.trace.fields import Fields
@@ -41,6 +41,7 @@ from diagnosis.trace.reader_v2 import (
     port_batch,
     progress_batch,
 )
+from diagnosis.trace.typed import decode_block
 from proto.codec import OP_COLUMNS, STATUS_CODES, Columns
 
 log = logging.getLogger(__name__)
@@ -123,14 +124,43 @@ def drop_unknown(items: Iterable[Item | Skipped], source: str) -> Iterator[Item]
 
 
 def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item | Skipped]:
-    line_no = 0
+    for data, first, lines in read_blocks(fh, block_bytes):
+        yield from parse_block(data, first, lines, source)
+
+
+def read_blocks(fh: BinaryIO, block_bytes: int) -> Iterator[tuple[bytes, int, int]]:
+    """The file in blocks of whole lines of about ``block_bytes``: each block, the number of
+    its first line and how many lines it has."""
+    first = 1
     while True:
-        lines = fh.readlines(block_bytes)
-        if not lines:
+        data = fh.read(block_bytes)
+        if not data:
             return
-        first = line_no + 1
-        line_no += len(lines)
-        yield from _block(lines, first, source)
+        if not data.endswith(b"\n"):
+            data += fh.readline()
+        # the file's last line may lack its newline
+        lines = data.count(b"\n") + (not data.endswith(b"\n"))
+        yield data, first, lines
+        first += lines
+
+
+def parse_block(data: bytes, first: int, lines: int, source: str) -> Iterator[Item | Skipped]:
+    """The items of one block of ``lines`` whole lines, ``first`` the number of its first.
+
+    The common block, telemetry lines alone, is decoded into typed records (diagnosis.trace.
+    typed); any other block, and one whose columns the batch builders refuse from those, is
+    read the general way, into dicts, which reads every record type and names a bad line and
+    field."""
+    kinds = decode_block(data, lines)
+    if kinds is not None:
+        try:
+            batches = [_BATCHES[kind][0](StructRows(recs)) for kind, recs in kinds.items()]
+        except (Bad, KeyError, ValueError, TypeError, OverflowError):
+            pass
+        else:
+            yield from batches
+            return
+    yield from _block(io.BytesIO(data).readlines(), first, source)
 
 
 @dataclass
@@ -283,26 +313,26 @@ def _batch(kind: str, recs: list[dict[str, Any]], blk: _Block,
     numbers, where known (else, the batch holds every record of that type in the block)."""
     build, check = _BATCHES[kind]
     try:
-        return build(recs)
+        return build(Rows(recs))
     except (Bad, KeyError, ValueError, TypeError, OverflowError):
         _explain(recs, kind, check, blk, line_of)
         raise   # _explain always raises; keeps type checkers calm
 
 
-def _ops_fast(ops: list[dict[str, Any]]) -> Columns:
+def _ops_fast(rows: Rows) -> Columns:
     table: dict[str, int] = {}
     cols: dict[str, np.ndarray] = {
-        "rank": int_column(required(ops, "rank")),
-        "pg": intern(required(ops, "pg"), table),
-        "seq": int_column(required(ops, "seq")),
-        "op": intern(required(ops, "op"), table),
-        "nbytes": int_column(required(ops, "bytes")),
-        "dtype": _dtypes(ops, table),
-        "t_enter_ns": int_column(required(ops, "t_enter_ns")),
-        "t_start_ns": opt_int_column([o.get("t_start_ns") for o in ops]),
-        "t_end_ns": opt_int_column([o.get("t_end_ns") for o in ops]),
-        "peer": opt_int_column([o.get("peer") for o in ops]),
-        "status": _statuses(ops),
+        "rank": rows.ints("rank"),
+        "pg": intern(rows.required("pg"), table),
+        "seq": rows.ints("seq"),
+        "op": intern(rows.required("op"), table),
+        "nbytes": rows.ints("bytes"),
+        "dtype": _dtypes(rows.optional("dtype"), table),
+        "t_enter_ns": rows.ints("t_enter_ns"),
+        "t_start_ns": rows.opt_ints("t_start_ns"),
+        "t_end_ns": rows.opt_ints("t_end_ns"),
+        "peer": rows.opt_ints("peer"),
+        "status": _statuses(rows.optional("status")),
     }
     if (cols["rank"] < 0).any() or (cols["seq"] < 0).any():
         raise Bad
@@ -310,19 +340,17 @@ def _ops_fast(ops: list[dict[str, Any]]) -> Columns:
     return Columns(out, list(table))
 
 
-def _dtypes(ops: list[dict[str, Any]], table: dict[str, int]) -> np.ndarray:
-    dtypes = [o.get("dtype") for o in ops]
+def _dtypes(dtypes: list[Any], table: dict[str, int]) -> np.ndarray:
     if dtypes.count(None) == len(dtypes):     # the common case: no op says its dtype
-        return np.full(len(ops), table.setdefault("", len(table)), dtype=np.int64)
+        return np.full(len(dtypes), table.setdefault("", len(table)), dtype=np.int64)
     return intern([d or "" for d in dtypes], table)
 
 
-def _statuses(ops: list[dict[str, Any]]) -> np.ndarray:
-    status = [o.get("status") for o in ops]
+def _statuses(status: list[Any]) -> np.ndarray:
     # the common case, every call ok, costs one count in C
     if status.count(None) == len(status) or not any(s is not None and s != "ok"
                                                     for s in status):
-        return np.zeros(len(ops), dtype=np.uint8)
+        return np.zeros(len(status), dtype=np.uint8)
     codes = [STATUS_CODES.get("ok" if s is None else s, -1) if isinstance(s, str) or s is None
              else -1 for s in status]
     if min(codes) < 0:
@@ -345,17 +373,15 @@ def _check_op(f: Fields) -> None:
         f.fail("status", f"status {s!r} is not one of ok, timeout, error")
 
 
-def _conns_fast(conns: list[dict[str, Any]]) -> ConnRecords:
+def _conns_fast(rows: Rows) -> ConnRecords:
     table: dict[str, int] = {}
-    retrans = [o.get("retrans") for o in conns]
+    retrans = rows.optional("retrans")
     return ConnRecords(
-        int_column(required(conns, "src")), int_column(required(conns, "dst")),
-        int_column(required(conns, "bytes")), int_column(required(conns, "t_start_ns")),
-        opt_int_column([o.get("t_end_ns") for o in conns]),
-        opt_intern([o.get("pg") for o in conns], table),
-        opt_int_column([o.get("seq") for o in conns]), list(table),
-        path_column([o.get("path") for o in conns]),
-        None if retrans.count(None) == len(retrans) else opt_nonneg_column(retrans, -1))
+        rows.ints("src"), rows.ints("dst"), rows.ints("bytes"), rows.ints("t_start_ns"),
+        rows.opt_ints("t_end_ns"), opt_intern(rows.optional("pg"), table),
+        rows.opt_ints("seq"), list(table), rows.paths("path"),
+        None if retrans.count(None) == len(retrans)
+        else opt_nonneg_column(retrans, -1, rows.typed))
 
 
 def _check_conn(f: Fields) -> None:
@@ -388,7 +414,7 @@ def _is_type(line: bytes, kind: str) -> bool:
         return False
 
 
-_BATCHES: dict[str, tuple[Callable[[list[dict[str, Any]]], Batch], Callable[[Fields], None]]] = {
+_BATCHES: dict[str, tuple[Callable[[Rows], Batch], Callable[[Fields], None]]] = {
     "op": (_ops_fast, _check_op),
     "conn": (_conns_fast, _check_conn),
     "progress": (progress_batch, check_progress),

@@ -7,8 +7,6 @@ Absent counts are 0; absent times, ids and counters -1, as the record classes do
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from diagnosis.engine.records import (
@@ -18,14 +16,10 @@ from diagnosis.engine.records import (
     ProgressRecords,
 )
 from diagnosis.trace.columns import (
-    int_column,
+    Rows,
     intern,
-    nonneg_column,
-    opt_int_column,
     opt_intern,
     opt_nonneg_column,
-    path_column,
-    required,
 )
 from diagnosis.trace.fields import Fields
 
@@ -34,16 +28,13 @@ LINK_COUNTS = ("transfers", "bytes", "busy_ns", "max_ns", "open")
 PORT_STATES = {"up": 1, "down": 0}
 
 
-def progress_batch(recs: list[dict[str, Any]]) -> ProgressRecords:
+def progress_batch(rows: Rows) -> ProgressRecords:
     table: dict[str, int] = {}
-    pg = intern(required(recs, "pg"), table)
-    op = opt_intern([o.get("op") for o in recs], table)
+    pg = intern(rows.required("pg"), table)
+    op = opt_intern(rows.optional("op"), table)
     return ProgressRecords(
-        nonneg_column(required(recs, "rank")), pg, op,
-        opt_nonneg_column([o.get("peer") for o in recs], -1),
-        int_column(required(recs, "t_ns")),
-        opt_nonneg_column([o.get("entered") for o in recs], -1),
-        opt_nonneg_column([o.get("completed") for o in recs], -1), list(table))
+        rows.nonneg("rank"), pg, op, rows.opt_nonneg("peer", -1), rows.ints("t_ns"),
+        rows.opt_nonneg("entered", -1), rows.opt_nonneg("completed", -1), list(table))
 
 
 def check_progress(f: Fields) -> None:
@@ -56,17 +47,14 @@ def check_progress(f: Fields) -> None:
     f.opt_integer("peer", 0)
 
 
-def linkstat_batch(recs: list[dict[str, Any]]) -> LinkStatRecords:
+def linkstat_batch(rows: Rows) -> LinkStatRecords:
     table: dict[str, int] = {}
-    counts = {name: opt_nonneg_column([o.get(name) for o in recs], 0) for name in LINK_COUNTS}
+    counts = {name: rows.opt_nonneg(name, 0) for name in LINK_COUNTS}
     return LinkStatRecords(
-        nonneg_column(required(recs, "src")), nonneg_column(required(recs, "dst")),
-        int_column(required(recs, "t_ns")), nonneg_column(required(recs, "window_ns")),
-        opt_intern([o.get("pg") for o in recs], table), counts["transfers"], counts["bytes"],
-        counts["busy_ns"], counts["max_ns"], counts["open"],
-        opt_int_column([o.get("open_since_ns") for o in recs]),
-        opt_nonneg_column([o.get("retrans") for o in recs], -1), list(table),
-        path_column([o.get("path") for o in recs]))
+        rows.nonneg("src"), rows.nonneg("dst"), rows.ints("t_ns"), rows.nonneg("window_ns"),
+        opt_intern(rows.optional("pg"), table), counts["transfers"], counts["bytes"],
+        counts["busy_ns"], counts["max_ns"], counts["open"], rows.opt_ints("open_since_ns"),
+        rows.opt_nonneg("retrans", -1), list(table), rows.paths("path"))
 
 
 def check_linkstat(f: Fields) -> None:
@@ -82,18 +70,18 @@ def check_linkstat(f: Fields) -> None:
     f.opt_integer("retrans", 0)
 
 
-def port_batch(recs: list[dict[str, Any]]) -> PortRecords:
+def port_batch(rows: Rows) -> PortRecords:
     table: dict[str, int] = {}
-    host = intern(required(recs, "host"), table)
-    nic = intern(required(recs, "nic"), table)
+    host = intern(rows.required("host"), table)
+    nic = intern(rows.required("nic"), table)
     # KeyError (or TypeError for a list) on any other state sends the batch to the slow path
-    up = np.array([PORT_STATES[o["state"]] for o in recs], dtype=np.int8)
+    up = np.array(list(map(PORT_STATES.__getitem__, rows.required("state"))), dtype=np.int8)
     counters = {}
     for name in PORT_COUNTERS:
-        values = [o.get(name) for o in recs]
+        values = rows.optional(name)
         if values.count(None) < len(values):
-            counters[name] = opt_nonneg_column(values, -1)
-    return PortRecords(host, nic, int_column(required(recs, "t_ns")), up, list(table),
+            counters[name] = opt_nonneg_column(values, -1, rows.typed)
+    return PortRecords(host, nic, rows.ints("t_ns"), up, list(table),
                        counters)
 
 

@@ -105,7 +105,7 @@ def _run(tmp: Path, job: str, *, kill_daemon: bool) -> None:
             jobs = [j for j in client.jobs() if j.job == job]
             assert sorted(jobs[0].hosts) == ["node0", "node1"] and jobs[0].ranks_seen == 4
         out = subprocess.run([sys.executable, "-m", "c4", "ops", job, "--limit", "0",
-                              "--format", "json", "--daemon", f"127.0.0.1:{port}"],
+                              "--format", "jsonl", "--daemon", f"127.0.0.1:{port}"],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         lines = [json.loads(line) for line in out.stdout.splitlines()]

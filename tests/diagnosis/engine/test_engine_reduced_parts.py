@@ -14,6 +14,7 @@ from diagnosis.engine.linkstats import LinkStatFeed
 from diagnosis.engine.ports import PortBoard
 from diagnosis.engine.progress import ProgressBoard
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
+from diagnosis.engine.straggle import _Rings
 from diagnosis.report import Suspect
 from proto.sampling import is_sampled
 
@@ -127,6 +128,26 @@ def test_a_factor_per_communicator_from_an_announced_call_on():
     assert kept[100:].tolist() == [is_sampled("dp", s, 4) for s in range(100, 200)]
 
 
+def test_one_factor_for_every_communicator_keeps_the_calls_is_sampled_keeps():
+    """The whole-trace factor goes through numpy (crc32 prefixes per communicator): the same
+    calls as is_sampled, for communicators, p2p channels and seqs of any width."""
+    eng = Engine()
+    eng.set_sample(16)
+    names = ["dp.0", "tp.12", "pp.3"]
+    for name in names:
+        eng.add_group(name, [0, 1, 2])
+    pgs = np.array([eng._pg_ids[n] for n in names])
+    chans = eng.arena.channels(pgs, np.array([0, 1, 2]), np.array([1, 2, 0]), eng.pg_names)
+    groups = [eng.arena.group_of_pg(eng._pg_ids[n]) for n in names]
+    rng = np.random.default_rng(7)
+    which = rng.integers(0, 6, 3000)
+    g = np.array(groups + chans.tolist())[which]
+    seq = np.concatenate([np.arange(1500), rng.integers(0, 10**12, 1500)])
+    want = [is_sampled(names[w % 3], s, 16) for w, s in zip(which.tolist(), seq.tolist())]
+    assert eng._sampled(g, seq).tolist() == want
+    assert 0 < sum(want) < len(want)
+
+
 def test_progress_rows_without_a_group_are_counted_as_dropped():
     eng = Engine()
     eng.set_sample(8)
@@ -146,3 +167,56 @@ def test_heard_takes_one_time_per_rank():
     eng = Engine()
     eng.heard(np.array([0, 3]), np.array([5 * S, 7 * S]))
     assert eng.clock.seen[[0, 3]].tolist() == [5 * S, 7 * S]
+
+
+class _OneBucketAtATime:
+    """The straggler rings' bucketing written bucket by bucket, as the reference the batch
+    version (all groups at once) must match."""
+
+    def __init__(self, groups: int, n: int, K: int) -> None:
+        self.K = K
+        self.x = np.full((groups, K, n), np.nan)
+        self.scale = np.full((groups, K), np.nan)
+        self.t = np.zeros((groups, K), dtype=np.int64)
+        self.pos = np.zeros(groups, dtype=np.int64)
+        self.acc = [(np.zeros(n), 0.0, 0, -1, 0) for _ in range(groups)]  # x, scale, n, b, t
+
+    def add(self, li, x, scale, t, bucket_ns) -> None:
+        for i in np.lexsort((t, t // bucket_ns, li)).tolist():
+            g, b = int(li[i]), int(t[i] // bucket_ns[i])
+            ax, asc, an, ab, at = self.acc[g]
+            if b < ab:
+                continue
+            if b > ab:
+                if an:
+                    col = self.pos[g] % self.K
+                    self.x[g, col], self.scale[g, col], self.t[g, col] = ax / an, asc / an, at
+                    self.pos[g] += 1
+                ax, asc, an, ab, at = np.zeros_like(ax), 0.0, 0, b, int(t[i])
+            self.acc[g] = (ax + x[i], asc + scale[i], an + 1, ab, at)
+
+
+def test_straggler_rings_fold_buckets_as_one_bucket_at_a_time_would():
+    rng = np.random.default_rng(3)
+    groups, n, K = 5, 4, 6
+    rings, ref = _Rings(n, K), _OneBucketAtATime(groups, n, K)
+    rings.index(np.arange(groups))
+    bucket = np.array([10, 10, 25, 7, 40])
+    now = 0
+    for _ in range(40):
+        m = int(rng.integers(1, 30))
+        li = rng.integers(0, groups, m)
+        # mostly forward in time, now and then a call of a bucket already written, and now
+        # and then a jump past more than K buckets at once
+        t = now + rng.integers(-30, 60, m) + (400 if rng.random() < 0.1 else 0)
+        t = np.maximum(t, 0)
+        now = int(t.max())
+        x = rng.normal(size=(m, n))
+        scale = rng.uniform(1, 2, m)
+        rings.add(li, x, scale, t, bucket[li])
+        ref.add(li, x, scale, t, bucket[li])
+        np.testing.assert_array_equal(rings.pos, ref.pos)
+        np.testing.assert_allclose(rings.x, ref.x.astype(np.float32), rtol=1e-6)
+        np.testing.assert_allclose(rings.scale, ref.scale, rtol=1e-12)
+        np.testing.assert_array_equal(rings.t, ref.t)
+    assert rings.pos.min() > K          # the rings went round
