@@ -16,6 +16,7 @@ COMMAND_MODULES: list[str] = [
     "diagnosis.analyze.cli",
     "collectors.sidecar.cli",
     "collectors.cli",
+    "collectors.health.cli",
     "diagnosis.daemon.cli",
     "diagnosis.probes.cli",
     "diagnosis.query_cli",

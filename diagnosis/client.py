@@ -37,11 +37,11 @@ def _wrap(exc: grpc.RpcError, address: str) -> DaemonError:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return DaemonError(
             f"the daemon at {address} did not accept the token: {details}. Give a token from "
-            "the daemon's token file with --token or C4_TOKEN", code)
+            "the daemon's token file with C4_TOKEN or --token-file", code)
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return DaemonError(
             f"the daemon at {address} refused: {details}. Use a token with that role "
-            "(--token / C4_TOKEN)", code)
+            "(C4_TOKEN / --token-file)", code)
     if code == grpc.StatusCode.UNAVAILABLE and any(
             w in details.lower() for w in ("ssl", "tls", "handshake", "certificate")):
         return DaemonUnavailable(
@@ -70,6 +70,7 @@ class DaemonClient:
         self._actions = c4_pb2_grpc.FaultActionsStub(self._channel)
         self._query = c4_pb2_grpc.QueryStub(self._channel)
         self._ingest = c4_pb2_grpc.IngestStub(self._channel)
+        self._admin = c4_pb2_grpc.AdminStub(self._channel)
         self._topology = c4_pb2_grpc.TopologyStub(self._channel)
 
     def close(self) -> None:
@@ -120,6 +121,10 @@ class DaemonClient:
 
     def status(self) -> c4_pb2.StatusResponse:
         return self._call(self._query.Status, c4_pb2.StatusRequest())
+
+    def remove_job(self, job: str) -> c4_pb2.RemoveJobResponse:
+        """Remove every attempt of ``job`` and its fault reports (needs the admin role)."""
+        return self._call(self._admin.RemoveJob, c4_pb2.RemoveJobRequest(job=job))
 
     def groups(self, job: str) -> list[c4_pb2.GroupSummary]:
         try:

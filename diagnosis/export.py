@@ -16,11 +16,17 @@ involved around each report's onset.
 A job whose telemetry was full shipped raw socket samples instead of ``linkstat`` records; they
 are written as the linkstat windows its sidecar would have made of them in reduced mode (so
 version 2): their retransmission counts are the only evidence of a lossy link.
+
+Rows ``c4 analyze`` could not use (times before the epoch or far in the future, integers near
+the int64 limits: stored before the daemon checked times at the door) are left out, counted
+(``ExportSummary.insane``) and named in a warning: an export never writes what analyze cannot
+read.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +36,7 @@ from collectors.reduce import DEFAULT_WINDOW_NS, kept_rows
 from collectors.reduce.sampling import take
 from collectors.sidecar.links import sample_windows
 from diagnosis.daemon.batches import port_records, progress_records
+from diagnosis.daemon.bounds import sane_rows
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.engine.records import LinkStatRecords
 from diagnosis.trace.writer import TraceWriter
@@ -43,6 +50,7 @@ from proto.codec import (
     decode_ports,
     decode_progress,
 )
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +66,15 @@ class ExportSummary:
     port: int = 0
     detail_ops: int = 0
     unresolved_links: int = 0
+    insane: int = 0          # rows left out: their times or values are beyond what c4 reads
+
+
+def _sane(cols: Columns, kind: str, summary: ExportSummary, now_ns: int) -> Columns:
+    keep = sane_rows(cols, kind, now_ns=now_ns)
+    if keep.all():
+        return cols
+    summary.insane += int((~keep).sum())
+    return take(cols, keep)
 
 
 def _sample(schedules: list[c4_pb2.SampleSchedule]) -> int:
@@ -113,7 +130,7 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
     of that length, not of none."""
     out = ExportSummary()
     by_kind: dict[str, list] = {"progress": [], "linkstats": [], "ports": [], "schedule": [],
-                                "conns": []}
+                                "conns": [], "health": []}
     for chunk in reduced:
         by_kind[chunk.WhichOneof("body")].append(getattr(chunk, chunk.WhichOneof("body")))
     out.sample = _sample(by_kind["schedule"])
@@ -123,16 +140,19 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
                                  DEFAULT_WINDOW_NS)
         if windows is not None:
             linkstats.append(windows)
-    reduced_kinds = bool(linkstats) or any(by_kind[k] for k in ("progress", "ports"))
+    reduced_kinds = bool(linkstats) or any(by_kind[k] for k in ("progress", "ports", "health"))
     out.version = 2 if out.sample > 1 or reduced_kinds else 1
     if out.sample > 1 and len(ops):
         ops = take(ops, kept_rows(ops, out.sample))
     if details:
         ops, out.detail_ops = _merge_detail(ops, details)
+    now_ns = time.time_ns()
+    ops = _sane(ops, "OpBatch", out, now_ns)
     out.ops = len(ops)
-    progress = [decode_progress(m) for m in by_kind["progress"]]
-    links = _links(linkstats, out)
-    ports = [decode_ports(m) for m in by_kind["ports"]]
+    progress = [_sane(decode_progress(m), "ProgressBatch", out, now_ns)
+                for m in by_kind["progress"]]
+    links = _links([_sane(w, "LinkStatBatch", out, now_ns) for w in linkstats], out)
+    ports = [_sane(decode_ports(m), "PortBatch", out, now_ns) for m in by_kind["ports"]]
     ends = [int(max(ops["t_enter_ns"].max(), ops["t_end_ns"].max()))] if len(ops) else []
     with TraceWriter(output) as w:
         w.meta(job, version=out.version, sample=out.sample)
@@ -153,10 +173,18 @@ def write_trace(output: str | Path, job: str, *, ranks: list[c4_pb2.RankInfo],
             w.port_records(port_records(p))
             out.port += len(p)
             ends.append(int(p["t_ns"].max()))
+        for batch in by_kind["health"]:
+            for sample in batch.samples:
+                w.health(HealthRecord.from_proto(sample))
+                ends.append(int(sample.t_ns))
         if ends or stopped_ns:
             w.end(max([*ends, stopped_ns]))
         out.lines = w.lines
     if out.unresolved_links:
         log.warning("%d linkstat rows name a peer socket no node reported: left out",
                     out.unresolved_links)
+    if out.insane:
+        log.warning("%d rows hold times before the epoch or far ahead, or integers near the "
+                    "int64 limits (stored before the daemon checked them): left out, c4 "
+                    "analyze could not use them", out.insane)
     return out

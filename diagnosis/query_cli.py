@@ -138,6 +138,13 @@ def faults_show(
     for s in r.suspects:
         table.add_row(s.type, s.id, "-" if s.rank is None else str(s.rank), f"{s.score:.3f}")
     _out().print(table)
+    if r.causes:
+        causes = Table(title="causes (node health over the fault's window)")
+        for col in ("on", "cause", "since (UTC)", "what to do"):
+            causes.add_column(col, overflow="fold")
+        for c in r.causes:
+            causes.add_row(c["target"], c["summary"], _when(c["since_ns"]), c["action"])
+        _out().print(causes)
     ack, resolution = r.evidence.get("ack"), r.evidence.get("resolution")
     if ack:
         _out().print(f"acknowledged by {ack.get('by')} at {_when(ack.get('at_ns', 0))}"
@@ -238,6 +245,43 @@ def faults_watch(
         _fail(exc)
 
 
+jobs_app = typer.Typer(help="Jobs the daemon has seen (`c4 jobs`), and removing one "
+                       "(`c4 jobs rm`).", invoke_without_command=True)
+
+
+@jobs_app.command("rm")
+@secured
+def jobs_rm(
+    job: list[str] = typer.Argument(..., help="The job(s) to remove, from `c4 jobs`."),
+    daemon: str = DaemonOpt,
+) -> None:
+    """Remove jobs: every attempt's records and the jobs' fault reports, from the store and
+    the live view. Their sidecars' further records are refused until a rank registers again.
+    Needs a token with the admin role where the daemon checks tokens."""
+    from diagnosis.errors import DiagnosisError
+
+    try:
+        with _client(daemon) as c:
+            for name in job:
+                r = c.remove_job(name)
+                if r.attempts:
+                    _out().print(f"removed job {r.job}: {r.attempts} attempt(s), {r.faults} "
+                                 "fault report(s)")
+                else:
+                    _out().print(f"job {r.job} is not stored: nothing to remove")
+    except DiagnosisError as exc:
+        _fail(exc)
+
+
+@jobs_app.callback()
+@secured
+def _jobs_default(ctx: typer.Context, daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
+    """Jobs the daemon has seen: running, silent, finished or failed, with their ranks,
+    records and open faults."""
+    if ctx.invoked_subcommand is None:
+        jobs(daemon=daemon, fmt=fmt)
+
+
 def jobs(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
     """Jobs the daemon has seen: running, silent, finished or failed, with their ranks,
     records and open faults."""
@@ -278,8 +322,17 @@ def status(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
         typer.echo(json.dumps(message_json(s), indent=2 if fmt is Format.json else None))
         return
     up = (time.time_ns() - s.started_ns) / 1e9
-    _out().print(f"c4 daemon {s.version}: up {up:.0f} s, store {s.store}, {s.jobs} job(s), "
-                  f"{s.open_faults} open fault(s)")
+    faults = f"{s.open_faults} open fault(s)" if not s.store_error else "open faults unknown"
+    out = _out()
+    out.print(f"c4 daemon {s.version}: up {up:.0f} s, store {s.store}, {s.jobs} job(s) "
+              f"({s.live_jobs} live), {faults}")
+    if s.store_error:
+        out.print(f"[red]store unavailable:[/red] {s.store_error} (ingest waits for it; what "
+                  "is shown comes from the daemon's memory)", highlight=False, markup=True)
+    if s.job_problems:
+        out.print(f"{s.job_problems} failure(s) inside single jobs' live analysis (other jobs "
+                  "unaffected; see the daemon's log)")
+    out.print(f"{s.ingest_streams} ingest stream(s), {s.watches} fault watch(es) open")
     _out().print(f"ingested {s.records_ingested:,} records, {s.records_per_second:,.0f}/s "
                   f"over the last minute; {s.batches_rejected} rejected, "
                   f"{s.duplicates} duplicates")
@@ -386,11 +439,14 @@ def export(
     what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
     extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
     _out().print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
+    if out.insane:
+        _out().print(f"left out {out.insane:,} records whose times or values c4 analyze could "
+                     "not use (stored before the daemon checked them)")
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(faults_app, name="faults")
-    app.command("jobs")(secured(jobs))
+    app.add_typer(jobs_app, name="jobs")
     app.command("status")(secured(status))
     app.command("ops")(secured(ops))
     app.command("export")(secured(export))

@@ -6,7 +6,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-KINDS = ("noncomm_hang", "comm_hang", "noncomm_slow", "comm_slow", "error")
+#: the shared format's kinds, and this project's ``health``: hard evidence a node gave about
+#: itself (an XID 79, a port down) before or without any timing fault (diagnosis/health/)
+KINDS = ("noncomm_hang", "comm_hang", "noncomm_slow", "comm_slow", "error", "health")
 SUSPECT_TYPES = ("gpu", "host", "nic", "switch", "link", "rank")
 
 
@@ -57,11 +59,15 @@ class FaultReport:
     last_seen_ns: int = 0
     state: str = "open"
     revision: int = 0
+    #: the health findings that explain this fault, most likely first (diagnosis/health/
+    #: causes.py): each a dict with kind, target, summary, action, severity, since_ns, score
+    causes: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"fault kind {self.kind!r} is not one of {KINDS}")
         object.__setattr__(self, "suspects", tuple(self.suspects))
+        object.__setattr__(self, "causes", tuple(self.causes))
 
     @property
     def top(self) -> Suspect | None:
@@ -83,6 +89,8 @@ class FaultReport:
             out["seq"] = int(self.seq)
         out["summary"] = self.summary
         out["evidence"] = _jsonable(self.evidence)
+        if self.causes:
+            out["causes"] = _jsonable(list(self.causes))
         if self.id:
             out.update(id=self.id, job=self.job, state=self.state, revision=self.revision,
                        last_seen_ns=int(self.last_seen_ns))
@@ -103,6 +111,7 @@ class FaultReport:
             last_seen_ns=int(obj.get("last_seen_ns", 0)),
             state=obj.get("state", "open"),
             revision=int(obj.get("revision", 0)),
+            causes=tuple(obj.get("causes") or ()),
         )
 
 

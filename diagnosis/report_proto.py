@@ -14,7 +14,8 @@ def to_proto(report: FaultReport) -> c4_pb2.FaultReport:
         first_seen_ns=int(report.first_seen_ns), last_seen_ns=int(report.last_seen_ns),
         pg=report.pg or "", summary=report.summary,
         evidence_json=json.dumps(report.to_json()["evidence"]),
-        state=report.state, revision=report.revision)
+        state=report.state, revision=report.revision,
+        causes_json=json.dumps(report.to_json()["causes"]) if report.causes else "")
     if report.seq is not None:
         msg.seq = int(report.seq)
     for s in report.suspects:
@@ -35,4 +36,5 @@ def from_proto(msg: c4_pb2.FaultReport) -> FaultReport:
         seq=msg.seq if msg.HasField("seq") else None,
         evidence=json.loads(msg.evidence_json) if msg.evidence_json else {},
         id=msg.id, job=msg.job, last_seen_ns=msg.last_seen_ns, state=msg.state,
-        revision=msg.revision)
+        revision=msg.revision,
+        causes=tuple(json.loads(msg.causes_json)) if msg.causes_json else ())

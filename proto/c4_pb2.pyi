@@ -191,6 +191,43 @@ class PortBatch(_message.Message):
     tx_bytes: bytes
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., host: _Optional[bytes] = ..., nic: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., up: _Optional[bytes] = ..., link_downed: _Optional[bytes] = ..., symbol_errors: _Optional[bytes] = ..., rcv_errors: _Optional[bytes] = ..., xmit_discards: _Optional[bytes] = ..., retrans: _Optional[bytes] = ..., rx_bytes: _Optional[bytes] = ..., tx_bytes: _Optional[bytes] = ...) -> None: ...
 
+class HealthSample(_message.Message):
+    __slots__ = ("host", "component", "t_ns", "values", "reasons", "event", "code", "text")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    component: str
+    t_ns: int
+    values: _containers.ScalarMap[str, float]
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    event: str
+    code: int
+    text: str
+    def __init__(self, host: _Optional[str] = ..., component: _Optional[str] = ..., t_ns: _Optional[int] = ..., values: _Optional[_Mapping[str, float]] = ..., reasons: _Optional[_Iterable[str]] = ..., event: _Optional[str] = ..., code: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+
+class HealthBatch(_message.Message):
+    __slots__ = ("job", "attempt", "samples")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    samples: _containers.RepeatedCompositeFieldContainer[HealthSample]
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., samples: _Optional[_Iterable[_Union[HealthSample, _Mapping]]] = ...) -> None: ...
+
 class DetailBatch(_message.Message):
     __slots__ = ("job", "attempt", "fault_id", "request", "host", "status", "from_ns", "to_ns", "held_from_ns", "ops", "truncated")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -318,7 +355,7 @@ class SidecarStats(_message.Message):
     def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ..., detail_records: _Optional[int] = ...) -> None: ...
 
 class IngestRequest(_message.Message):
-    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail", "inspection", "host_topology")
+    __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail", "inspection", "health", "host_topology")
     SIDECAR_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +368,7 @@ class IngestRequest(_message.Message):
     PORTS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     INSPECTION_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     HOST_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     sidecar: str
     seq: int
@@ -344,8 +382,9 @@ class IngestRequest(_message.Message):
     ports: PortBatch
     detail: DetailBatch
     inspection: InspectResult
+    health: HealthBatch
     host_topology: HostTopology
-    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ..., inspection: _Optional[_Union[InspectResult, _Mapping]] = ..., host_topology: _Optional[_Union[HostTopology, _Mapping]] = ...) -> None: ...
+    def __init__(self, sidecar: _Optional[str] = ..., seq: _Optional[int] = ..., rank: _Optional[_Union[RankInfo, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ..., ops: _Optional[_Union[OpBatch, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ..., progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., detail: _Optional[_Union[DetailBatch, _Mapping]] = ..., inspection: _Optional[_Union[InspectResult, _Mapping]] = ..., health: _Optional[_Union[HealthBatch, _Mapping]] = ..., host_topology: _Optional[_Union[HostTopology, _Mapping]] = ...) -> None: ...
 
 class SampleStep(_message.Message):
     __slots__ = ("pg", "from_seq", "sample")
@@ -438,20 +477,22 @@ class Control(_message.Message):
     def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ..., inspect: _Optional[_Union[InspectRequest, _Mapping]] = ...) -> None: ...
 
 class IngestAck(_message.Message):
-    __slots__ = ("seq", "code", "error", "duplicate", "sidecar", "control")
+    __slots__ = ("seq", "code", "error", "duplicate", "sidecar", "control", "parked_job")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     SIDECAR_FIELD_NUMBER: _ClassVar[int]
     CONTROL_FIELD_NUMBER: _ClassVar[int]
+    PARKED_JOB_FIELD_NUMBER: _ClassVar[int]
     seq: int
     code: int
     error: str
     duplicate: bool
     sidecar: str
     control: Control
-    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ..., sidecar: _Optional[str] = ..., control: _Optional[_Union[Control, _Mapping]] = ...) -> None: ...
+    parked_job: str
+    def __init__(self, seq: _Optional[int] = ..., code: _Optional[int] = ..., error: _Optional[str] = ..., duplicate: _Optional[bool] = ..., sidecar: _Optional[str] = ..., control: _Optional[_Union[Control, _Mapping]] = ..., parked_job: _Optional[str] = ...) -> None: ...
 
 class Suspect(_message.Message):
     __slots__ = ("type", "id", "score", "rank")
@@ -466,7 +507,7 @@ class Suspect(_message.Message):
     def __init__(self, type: _Optional[str] = ..., id: _Optional[str] = ..., score: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class FaultReport(_message.Message):
-    __slots__ = ("id", "job", "kind", "suspects", "first_seen_ns", "last_seen_ns", "pg", "seq", "summary", "evidence_json", "state", "revision")
+    __slots__ = ("id", "job", "kind", "suspects", "first_seen_ns", "last_seen_ns", "pg", "seq", "summary", "evidence_json", "state", "revision", "causes_json")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -479,6 +520,7 @@ class FaultReport(_message.Message):
     EVIDENCE_JSON_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CAUSES_JSON_FIELD_NUMBER: _ClassVar[int]
     id: str
     job: str
     kind: str
@@ -491,7 +533,8 @@ class FaultReport(_message.Message):
     evidence_json: str
     state: str
     revision: int
-    def __init__(self, id: _Optional[str] = ..., job: _Optional[str] = ..., kind: _Optional[str] = ..., suspects: _Optional[_Iterable[_Union[Suspect, _Mapping]]] = ..., first_seen_ns: _Optional[int] = ..., last_seen_ns: _Optional[int] = ..., pg: _Optional[str] = ..., seq: _Optional[int] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., state: _Optional[str] = ..., revision: _Optional[int] = ...) -> None: ...
+    causes_json: str
+    def __init__(self, id: _Optional[str] = ..., job: _Optional[str] = ..., kind: _Optional[str] = ..., suspects: _Optional[_Iterable[_Union[Suspect, _Mapping]]] = ..., first_seen_ns: _Optional[int] = ..., last_seen_ns: _Optional[int] = ..., pg: _Optional[str] = ..., seq: _Optional[int] = ..., summary: _Optional[str] = ..., evidence_json: _Optional[str] = ..., state: _Optional[str] = ..., revision: _Optional[int] = ..., causes_json: _Optional[str] = ...) -> None: ...
 
 class ListFaultsRequest(_message.Message):
     __slots__ = ("job", "open_only", "limit")
@@ -616,7 +659,7 @@ class SidecarSeen(_message.Message):
     def __init__(self, sidecar: _Optional[str] = ..., host: _Optional[str] = ..., last_seen_ns: _Optional[int] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "store", "started_ns", "records_ingested", "records_per_second", "batches_rejected", "duplicates", "sidecars", "jobs", "open_faults")
+    __slots__ = ("version", "store", "started_ns", "records_ingested", "records_per_second", "batches_rejected", "duplicates", "sidecars", "jobs", "open_faults", "store_error", "live_jobs", "job_problems", "watches", "ingest_streams")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     STARTED_NS_FIELD_NUMBER: _ClassVar[int]
@@ -627,6 +670,11 @@ class StatusResponse(_message.Message):
     SIDECARS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     OPEN_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    STORE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
+    JOB_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    WATCHES_FIELD_NUMBER: _ClassVar[int]
+    INGEST_STREAMS_FIELD_NUMBER: _ClassVar[int]
     version: str
     store: str
     started_ns: int
@@ -637,7 +685,28 @@ class StatusResponse(_message.Message):
     sidecars: _containers.RepeatedCompositeFieldContainer[SidecarSeen]
     jobs: int
     open_faults: int
-    def __init__(self, version: _Optional[str] = ..., store: _Optional[str] = ..., started_ns: _Optional[int] = ..., records_ingested: _Optional[int] = ..., records_per_second: _Optional[float] = ..., batches_rejected: _Optional[int] = ..., duplicates: _Optional[int] = ..., sidecars: _Optional[_Iterable[_Union[SidecarSeen, _Mapping]]] = ..., jobs: _Optional[int] = ..., open_faults: _Optional[int] = ...) -> None: ...
+    store_error: str
+    live_jobs: int
+    job_problems: int
+    watches: int
+    ingest_streams: int
+    def __init__(self, version: _Optional[str] = ..., store: _Optional[str] = ..., started_ns: _Optional[int] = ..., records_ingested: _Optional[int] = ..., records_per_second: _Optional[float] = ..., batches_rejected: _Optional[int] = ..., duplicates: _Optional[int] = ..., sidecars: _Optional[_Iterable[_Union[SidecarSeen, _Mapping]]] = ..., jobs: _Optional[int] = ..., open_faults: _Optional[int] = ..., store_error: _Optional[str] = ..., live_jobs: _Optional[int] = ..., job_problems: _Optional[int] = ..., watches: _Optional[int] = ..., ingest_streams: _Optional[int] = ...) -> None: ...
+
+class RemoveJobRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class RemoveJobResponse(_message.Message):
+    __slots__ = ("job", "attempts", "faults")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FAULTS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempts: int
+    faults: int
+    def __init__(self, job: _Optional[str] = ..., attempts: _Optional[int] = ..., faults: _Optional[int] = ...) -> None: ...
 
 class ReducedRequest(_message.Message):
     __slots__ = ("job",)
@@ -646,18 +715,20 @@ class ReducedRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ...) -> None: ...
 
 class ReducedChunk(_message.Message):
-    __slots__ = ("progress", "linkstats", "ports", "schedule", "conns")
+    __slots__ = ("progress", "linkstats", "ports", "schedule", "conns", "health")
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     LINKSTATS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     CONNS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     progress: ProgressBatch
     linkstats: LinkStatBatch
     ports: PortBatch
     schedule: SampleSchedule
     conns: ConnSampleBatch
-    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ...) -> None: ...
+    health: HealthBatch
+    def __init__(self, progress: _Optional[_Union[ProgressBatch, _Mapping]] = ..., linkstats: _Optional[_Union[LinkStatBatch, _Mapping]] = ..., ports: _Optional[_Union[PortBatch, _Mapping]] = ..., schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., conns: _Optional[_Union[ConnSampleBatch, _Mapping]] = ..., health: _Optional[_Union[HealthBatch, _Mapping]] = ...) -> None: ...
 
 class DetailsRequest(_message.Message):
     __slots__ = ("job", "fault_id")

@@ -414,6 +414,83 @@ class FaultActions:
             _registered_method=True)
 
 
+class AdminStub:
+    """Administration: needs a token with the admin role when the daemon checks tokens.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RemoveJob = channel.unary_unary(
+                '/c4.v1.Admin/RemoveJob',
+                request_serializer=proto_dot_c4__pb2.RemoveJobRequest.SerializeToString,
+                response_deserializer=proto_dot_c4__pb2.RemoveJobResponse.FromString,
+                _registered_method=True)
+
+
+class AdminServicer:
+    """Administration: needs a token with the admin role when the daemon checks tokens.
+    """
+
+    def RemoveJob(self, request, context):
+        """Remove a job: every attempt's ranks, groups, records and fault reports; the daemon forgets
+        it (its sidecars' further records are refused until it registers again).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RemoveJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveJob,
+                    request_deserializer=proto_dot_c4__pb2.RemoveJobRequest.FromString,
+                    response_serializer=proto_dot_c4__pb2.RemoveJobResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'c4.v1.Admin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('c4.v1.Admin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Admin:
+    """Administration: needs a token with the admin role when the daemon checks tokens.
+    """
+
+    @staticmethod
+    def RemoveJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/c4.v1.Admin/RemoveJob',
+            proto_dot_c4__pb2.RemoveJobRequest.SerializeToString,
+            proto_dot_c4__pb2.RemoveJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class QueryStub:
     """Missing associated documentation comment in .proto file."""
 

@@ -82,6 +82,15 @@ def recover(
                                      help="Seconds a hang must last before its node is "
                                           "isolated (a lone checkpoint write ends sooner)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and record, do nothing."),
+    isolate_on_cause: str = typer.Option(
+        "", "--isolate-on-cause",
+        help="Node health findings whose health report alone isolates the node, comma-"
+             "separated: finding kinds (gpu_off_bus, remap_failure, port_down, ...) or xid:N "
+             "(xid:79). Default none: causes are never acted on alone."),
+    cause_skips_grace: bool = typer.Option(
+        False, "--cause-skips-grace",
+        help="Act on a hang at once when its first cause is hard evidence on the suspect's "
+             "node (an XID there), without waiting --hang-grace."),
     require_confirmation: bool = typer.Option(
         False, "--require-confirmation",
         help="Isolate only after an active probe (gloo, pairwise with the job's other nodes) "
@@ -101,7 +110,10 @@ def recover(
                         min_score=min_score, max_per_job=max_per_job, max_per_hour=max_per_hour,
                         max_node_fraction=max_node_fraction, cooldown_s=cooldown,
                         hang_grace_s=hang_grace,
-                        dry_run=dry_run, require_confirmation=require_confirmation)
+                        dry_run=dry_run, require_confirmation=require_confirmation,
+                        isolate_on_causes=tuple(c.strip() for c in isolate_on_cause.split(",")
+                                                if c.strip()),
+                        cause_skips_grace=cause_skips_grace)
         cfg = ControllerConfig(restart_timeout_s=restart_timeout)
         iso = _isolator(isolator)
         jr = _journal(journal)

@@ -56,6 +56,15 @@ class Policy:
     #: (diagnosis.probes) and isolate only when the probe confirms it; the controller needs a
     #: ``confirm`` callable for this.
     require_confirmation: bool = False
+    #: Node health findings on which a ``health`` report alone (hard evidence, no timing
+    #: fault) isolates its node at once: finding kinds (``gpu_off_bus``, ``remap_failure``,
+    #: ``port_down``) or ``xid:N`` for one XID. Empty (the default): a cause alone is never
+    #: acted on; only timing faults are.
+    isolate_on_causes: tuple[str, ...] = ()
+    #: A hang whose first cause is hard evidence on the suspect's node (an XID 79 there) is
+    #: acted on without waiting ``hang_grace_s``: a checkpoint does not make a GPU fall off
+    #: the bus.
+    cause_skips_grace: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.kinds) - set(KINDS))
@@ -118,6 +127,22 @@ class Decision:
     rule: str = ""
 
 
+def _health_finding(report: FaultReport) -> str:
+    """``xid:79`` for an XID health report, else the finding kind (``remap_failure``)."""
+    finding = str(report.evidence.get("finding", ""))
+    xid = report.evidence.get("xid")
+    return f"xid:{xid}" if finding == "xid" and xid is not None else finding
+
+
+def _hard_cause_on(report: FaultReport, node: str, placement: Placement) -> bool:
+    if not report.causes:
+        return False
+    c = report.causes[0]
+    target = str(c.get("target", ""))
+    on = target if target in placement.nodes else placement.device_node.get(target)
+    return bool(c.get("hard")) and on == node
+
+
 def decide(policy: Policy, report: FaultReport, placement: Placement, history: History,
            now_ns: int, blocked: Iterable[str] = ()) -> Decision:
     """One decision with its reason. Pure: everything it looks at is passed in."""
@@ -126,7 +151,15 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
                         rule="handled")
     if report.state != "open":
         return Decision(SKIP, f"the fault is {report.state}, not open", rule="not_open")
-    if report.kind not in policy.kinds:
+    if report.kind == "health":
+        finding = _health_finding(report)
+        if finding not in policy.isolate_on_causes and \
+                str(report.evidence.get("finding")) not in policy.isolate_on_causes:
+            return Decision(SKIP, f"health finding {finding} alone is not acted on (policy "
+                                  "isolate_on_causes: "
+                                  f"{', '.join(policy.isolate_on_causes) or 'none'})",
+                            rule="cause_alone")
+    elif report.kind not in policy.kinds:
         return Decision(SKIP, f"kind {report.kind} is not acted on (policy kinds: "
                               f"{', '.join(policy.kinds)})", rule="kind")
     top = report.top
@@ -154,7 +187,8 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
     if node in set(blocked) or node in history.job_isolated_nodes:
         return Decision(SKIP, f"node {node} is already isolated", node, rule="already_isolated")
     lasted = (now_ns - report.first_seen_ns) / 1e9
-    if rests_on_silence(report) and lasted < policy.hang_grace_s:
+    if rests_on_silence(report) and lasted < policy.hang_grace_s and \
+            not (policy.cause_skips_grace and _hard_cause_on(report, node, placement)):
         what = "the hang" if report.kind in HANG_KINDS else "the silence"
         return Decision(SKIP, f"{what} has lasted {max(lasted, 0.0):.0f} s; isolating waits "
                               f"{policy.hang_grace_s:.0f} s in case it ends (a rank writing a "
@@ -177,6 +211,8 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
                               f"fraction {policy.max_node_fraction:.2f}", node, rule="fraction")
     why = (f"{report.kind}: {top.type} {top.id} (score {top.score:.2f}) is on node {node}; "
            f"{report.summary}")
+    if report.causes:
+        why += f" (cause: {report.causes[0].get('summary', '')})"
     if policy.dry_run:
         return Decision(DRY_RUN, f"dry run, would isolate: {why}", node, rule="dry_run")
     return Decision(ISOLATE, why, node, "isolate")

@@ -1,7 +1,8 @@
-"""Chaos benchmark of the node's sidecar: faults against real processes, exact counts.
+"""Chaos benchmark of the node's sidecar and the daemon: faults against real processes, exact
+counts.
 
     python -m bench.chaos.run [--only NAME ...] [--rate 5000] [--cost-rate 40000]
-                              [--cost-seconds 25] [--cost-runs 2] [--no-cost]
+                              [--cost-seconds 25] [--cost-runs 2] [--no-cost] [--daemon-only]
 
 Each scenario runs 8 simulated ranks (the real collector shipper, in their own process) at
 ``--rate`` records/s through one ``c4 sidecar`` into one ``c4 daemon`` (SQLite store), injects
@@ -20,6 +21,19 @@ its restarts) and of the daemon. Scenarios:
 - forged-stats: a local peer sends statistics claiming 4M collectors;
 - flood: local peers hold unfinished frames (300 x 1 MiB of a 15 MiB frame, 100 announcing
   1 GiB, a new wave every 5 s for 15 s).
+
+Then the daemon-side attacks (``daemon_side.py``), each sent straight to a real ``c4 daemon``
+(SQLite store) next to job B, whose planted hang (rank 1 never enters a call rank 0 waits in)
+is timed from its last request to its fault report (target: 5 s):
+
+- hang-alone: no attack, the reference;
+- poison: a batch of job A with int64-extreme times, and one stamped 1970;
+- huge-group: a GroupInfo of 1,048,575 ranks (5 MB);
+- million-names: an op batch whose string table holds 1,000,000 names;
+- watches: 520 ``c4 faults watch`` streams held open;
+- random-bytes: 200 requests of random bytes to ``Ingest/Send``;
+- max-jobs: with ``--max-jobs 2`` and one job live, a real sidecar outbox carries job C (one
+  too many) ahead of job A's 50,000 records: C is parked, A flows.
 
 Then the write-ahead log's cost, two ways: the sidecar process's CPU seconds per million
 records at ``--cost-rate`` records/s, with and without the log (``--no-wal``; memory store in
@@ -41,6 +55,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.chaos import walcost
+from bench.chaos.daemon_side import DAEMON_SCENARIOS, DaemonRow
 from bench.chaos.scenarios import SCENARIOS, Cost, Row, wal_cost
 
 
@@ -58,10 +73,22 @@ def _table(rows: list[Row], rate: float) -> Table:
     return table
 
 
+def _daemon_table(rows: list[DaemonRow]) -> Table:
+    table = Table(title="daemon-side attacks, each next to job B's planted hang")
+    for col in ("attack", "the attack got", "B's hang reported after", "c4 status took",
+                "daemon peak MiB", "notes"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r.scenario, r.answer,
+                      "never" if r.report_s is None else f"{r.report_s:.1f} s",
+                      f"{r.status_ms:,.0f} ms", f"{r.daemon_mib:,.0f}", "; ".join(r.notes))
+    return table
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", action="append", choices=sorted(SCENARIOS),
+    ap.add_argument("--only", action="append", choices=sorted({*SCENARIOS, *DAEMON_SCENARIOS}),
                     help="run only this scenario (repeatable)")
     ap.add_argument("--rate", type=float, default=5000.0)
     ap.add_argument("--cost-rate", type=float, default=40000.0)
@@ -69,9 +96,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cost-runs", type=int, default=3)
     ap.add_argument("--no-cost", action="store_true", help="skip the WAL cost measurement")
     ap.add_argument("--cost-only", action="store_true", help="only the WAL cost measurement")
+    ap.add_argument("--daemon-only", action="store_true",
+                    help="only the daemon-side attacks (no sidecar scenarios, no WAL cost)")
     args = ap.parse_args(argv)
     console = Console(width=max(160, Console().width))
-    names = [] if args.cost_only else args.only or list(SCENARIOS)
+    chosen = args.only or [*([] if args.daemon_only else SCENARIOS), *DAEMON_SCENARIOS]
+    names = [] if args.cost_only else [n for n in chosen if n in SCENARIOS]
+    daemon_names = [] if args.cost_only else [n for n in chosen if n in DAEMON_SCENARIOS]
     if os.geteuid() != 0:
         for name in ("disk-full", "disk-stays-full"):
             if name in names:
@@ -87,7 +118,16 @@ def main(argv: list[str] | None = None) -> None:
                       f"{row.duplicated:,}; " + "; ".join(row.notes))
     if rows:
         console.print(_table(rows, args.rate))
-    if args.no_cost:
+    daemon_rows: list[DaemonRow] = []
+    for name in daemon_names:
+        with tempfile.TemporaryDirectory(prefix=f"c4-chaos-{name}-") as d:
+            drow = DAEMON_SCENARIOS[name](Path(d))
+        daemon_rows.append(drow)
+        console.print(f"{drow.scenario}: {drow.answer}; hang reported after "
+                      f"{drow.report_s}; " + "; ".join(drow.notes))
+    if daemon_rows:
+        console.print(_daemon_table(daemon_rows))
+    if args.no_cost or args.daemon_only:
         return
     costs: list[Cost] = []
     for _ in range(args.cost_runs):

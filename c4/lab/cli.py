@@ -115,9 +115,9 @@ def truth_cmd(lab_dir: Path = LAB_DIR) -> None:
 
 @lab_app.command("inject")
 def inject_cmd(
-    fault: str = typer.Argument(..., help="slow-link, lossy-link, dead-link, slow-gpu, hang "
-                                          "or crash (or slow_link, ... as c4 sim spells "
-                                          "them)."),
+    fault: str = typer.Argument(..., help="slow-link, lossy-link, dead-link, slow-gpu, hang, "
+                                          "crash, cpu-contention or memory-pressure (or "
+                                          "slow_link, ... as c4 sim spells them)."),
     target: str = typer.Argument(..., help="A link id (a~b), NIC id or switch id for link "
                                            "faults; a host id, GPU id, rank:N or pid:N for the "
                                            "others."),
@@ -125,7 +125,13 @@ def inject_cmd(
     rate_mbit: float = typer.Option(None, "--rate-mbit",
                                     help="slow-link: the rate (default a tenth of capacity)."),
     loss: int = typer.Option(30, "--loss", help="lossy-link: percent of packets dropped."),
-    cpu: int = typer.Option(20, "--cpu", help="slow-gpu: CPU quota, percent of one core."),
+    cpu: int = typer.Option(20, "--cpu", help="slow-gpu, cpu-contention: CPU quota, percent "
+                                              "of one core (cpu-contention: shared by the "
+                                              "host's ranks and the burners)."),
+    burners: int = typer.Option(2, "--burners", help="cpu-contention: busy-loop processes "
+                                                     "competing with the host's ranks."),
+    memory_mb: int = typer.Option(64, "--mb", help="memory-pressure: MiB the host's ranks get "
+                                                   "over their resident size."),
     reroute: bool = typer.Option(False, "--reroute",
                                  help="dead-link: the other leaves stop using the dead uplink "
                                       "(as a routing protocol would); default: black hole."),
@@ -138,7 +144,8 @@ def inject_cmd(
     try:
         # `c4 sim --fault` spells them slow_link, slow_gpu, ...: either is taken
         rec = inject(_dir(lab_dir), fault.replace("_", "-"), target, duration=duration,
-                     rate_mbit=rate_mbit, loss_pct=loss, cpu_pct=cpu, reroute=reroute)
+                     rate_mbit=rate_mbit, loss_pct=loss, cpu_pct=cpu, reroute=reroute,
+                     burners=burners, memory_mb=memory_mb)
     except LabError as exc:
         _fail(exc)
     typer.echo(f"fault {rec['id']}: {fault} on {', '.join(rec['components'])}"

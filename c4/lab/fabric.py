@@ -8,7 +8,14 @@ from collections import defaultdict
 
 from c4.lab import system
 from c4.lab.layout import HOST_MGMT_IF, MGMT, MGMT_BRIDGE, PREFIX, Layout, layout_routes
-from c4.lab.procs import kill_all, leftover_cgroups, remove_cgroup
+from c4.lab.procs import (
+    PSI_MOUNT,
+    kill_all,
+    leftover_cgroups,
+    psi_mounted,
+    remove_cgroup,
+    unmount_psi,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +110,8 @@ def leftovers() -> dict[str, list[str]]:
     return {"namespaces": [n for n in system.netns_list() if n.startswith(PREFIX)],
             "links": [n for n in system.root_links() if n.startswith(PREFIX)],
             "cgroups": [f"{c}/{n}" for c, n in leftover_cgroups()],
-            "nft_tables": root_nft_tables()}
+            "nft_tables": root_nft_tables(),
+            "mounts": [str(PSI_MOUNT)] if psi_mounted() else []}
 
 
 def teardown(lab_dir: str | None) -> dict[str, int]:
@@ -115,6 +123,8 @@ def teardown(lab_dir: str | None) -> dict[str, int]:
     for controller, name in leftover_cgroups():  # thaw first: frozen processes cannot exit
         remove_cgroup(controller, name)
         counts["cgroups"] += 1
+    if unmount_psi():
+        counts["mounts"] = 1
     namespaces = [n for n in system.netns_list() if n.startswith(PREFIX)]
     pids = {p for ns in namespaces for p in system.netns_pids(ns)}
     pids |= {p.pid for p in lab_processes()}

@@ -6,7 +6,13 @@ links: ``slow-link`` (tbf rate), ``lossy-link`` (nftables ``numgen random`` drop
 ``dead-link`` (link down; with ``reroute`` the other leaves stop sending through it, as a
 routing protocol would make them).
 Compute faults act on rank processes found by host, GPU, rank or pid: ``slow-gpu`` (cgroup v1
-cpu quota), ``hang`` (cgroup freezer), ``crash`` (SIGKILL)."""
+cpu quota), ``hang`` (cgroup freezer), ``crash`` (SIGKILL), ``cpu-contention`` (busy-loop
+processes put with the ranks into one cgroup v1 cpu quota, as a noisy neighbour would take the
+host's cores; the ranks and the burners also go into the host's cgroup v2 group, whose PSI the
+host's sidecar reads, so the contention shows as that host's CPU pressure), ``memory-pressure``
+(the host's ranks in a cgroup v1 memory group limited to their resident size plus ``--mb``,
+with a process that keeps reading a file four times that size through the page cache: the
+group reclaims all the time, which the host's v2 group shows as memory pressure)."""
 
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from c4.lab.procs import (
     alive,
     cgroup_of,
     freeze_wait,
+    host_psi_group,
     lab_processes,
     make_cgroup,
     move,
@@ -38,7 +45,7 @@ from diagnosis.topology import link_id
 log = logging.getLogger(__name__)
 
 LINK_FAULTS = ("slow-link", "lossy-link", "dead-link")
-PROC_FAULTS = ("slow-gpu", "hang", "crash")
+PROC_FAULTS = ("slow-gpu", "hang", "crash", "cpu-contention", "memory-pressure")
 KINDS = LINK_FAULTS + PROC_FAULTS
 
 
@@ -93,7 +100,7 @@ def _procs(lay: Layout, lab_dir: Path, target: str) -> tuple[list[LabProc], list
 
 def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = None,
            rate_mbit: float | None = None, loss_pct: int = 30, cpu_pct: int = 20,
-           reroute: bool = False) -> dict[str, Any]:
+           reroute: bool = False, burners: int = 2, memory_mb: int = 64) -> dict[str, Any]:
     """Inject a fault; return its record (also appended to the lab state)."""
     if kind not in KINDS:
         raise LabError(f"unknown fault {kind!r}; one of: {', '.join(KINDS)}")
@@ -147,6 +154,10 @@ def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = No
                                                                str(cpu_pct * 1000)})
                 for p in procs:
                     move(p.pid, cg)
+            elif kind == "cpu-contention":
+                rec.update(_contend(fid, procs, target, cpu_pct, burners))
+            elif kind == "memory-pressure":
+                rec.update(_squeeze(fid, procs, target, memory_mb, lab_dir))
             elif kind == "hang":
                 rec["undo"] = {"cgroup": ["freezer", f"{PREFIX}f{fid}"],
                                "back": {str(p.pid): cgroup_of(p.pid, "freezer") for p in procs}}
@@ -166,6 +177,88 @@ def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = No
         state.write(lab_dir, st)
     log.info("injected fault %d: %s on %s", fid, kind, target)
     return rec
+
+
+def _contend(fid: int, procs: list[LabProc], target: str, cpu_pct: int,
+             burners: int) -> dict[str, Any]:
+    """Start ``burners`` busy loops and share ``cpu_pct`` % of one core between them and the
+    ranks of one host; put them all in the host's v2 group (its PSI)."""
+    hosts = {p.host for p in procs}
+    if len(hosts) != 1:
+        raise LabError(f"cpu-contention strikes one host; {target!r} has ranks on "
+                       f"{', '.join(sorted(hosts)) or 'no host'}")
+    if not 1 <= cpu_pct <= 100 * os.cpu_count() or burners < 1:   # type: ignore[operator]
+        raise LabError("--cpu must be a percentage of one core (up to the cores there are) "
+                       "and --burners at least 1")
+    (host,) = hosts
+    back = {str(p.pid): cgroup_of(p.pid, "cpu") for p in procs}
+    cg = make_cgroup("cpu", f"{PREFIX}f{fid}", {"cpu.cfs_period_us": "100000",
+                                               "cpu.cfs_quota_us": str(cpu_pct * 1000)})
+    psi = host_psi_group(host)
+    psi.mkdir(exist_ok=True)
+    pids = []
+    for _ in range(burners):
+        burner = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                  start_new_session=True, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        pids.append(burner.pid)
+    for pid in [p.pid for p in procs] + pids:
+        move(pid, cg)
+        move(pid, psi)
+    return {"params": {"cpu_pct": cpu_pct, "burners": burners, "host": host},
+            "undo": {"cgroup": ["cpu", f"{PREFIX}f{fid}"], "back": back, "burners": pids}}
+
+
+_THRASH = """
+import os, sys
+path, size = sys.argv[1], int(sys.argv[2])
+with open(path, "wb") as f:
+    for _ in range(size):
+        f.write(os.urandom(1 << 20))
+while True:
+    with open(path, "rb") as f:
+        while f.read(1 << 20):
+            pass
+"""
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _squeeze(fid: int, procs: list[LabProc], target: str, mb: int,
+             lab_dir: Path) -> dict[str, Any]:
+    """Limit one host's ranks to their resident memory plus ``mb`` MiB and thrash the page
+    cache inside that limit; all of it in the host's v2 group (its PSI)."""
+    hosts = {p.host for p in procs}
+    if len(hosts) != 1:
+        raise LabError(f"memory-pressure strikes one host; {target!r} has ranks on "
+                       f"{', '.join(sorted(hosts)) or 'no host'}")
+    if mb < 16:
+        raise LabError("--mb must be at least 16 (MiB of headroom over the ranks' memory)")
+    (host,) = hosts
+    limit = sum(_rss_bytes(p.pid) for p in procs) + (mb << 20)
+    back = {str(p.pid): cgroup_of(p.pid, "memory") for p in procs}
+    cg = make_cgroup("memory", f"{PREFIX}f{fid}", {"memory.limit_in_bytes": str(limit)})
+    psi = host_psi_group(host)
+    psi.mkdir(exist_ok=True)
+    path = lab_dir / f"f{fid}.thrash"
+    for p in procs:
+        move(p.pid, cg)
+        move(p.pid, psi)
+    # the hog starts in the group (its own page cache is charged there), through a shell
+    # that moves itself in before it runs python
+    hog = subprocess.Popen(["sh", "-c", f"echo $$ > {cg / 'cgroup.procs'} && "
+                            f"echo $$ > {psi / 'cgroup.procs'} && exec \"$0\" -c \"$1\" "
+                            f"{path} {4 * mb}", sys.executable, _THRASH],
+                           start_new_session=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    return {"params": {"memory_mb": mb, "limit_bytes": limit, "host": host},
+            "undo": {"cgroup": ["memory", f"{PREFIX}f{fid}"], "back": back,
+                     "burners": [hog.pid], "files": [str(path)]}}
 
 
 def _reroute(lay: Layout, dead: set[str]) -> dict[str, list[str]]:
@@ -221,7 +314,13 @@ def _undo(lay: Layout, rec: dict[str, Any]) -> None:
             for ns, prefixes in rec["undo"].get("routes", {}).items():
                 system.ip_batch([f"route del {p}" for p in prefixes], ns, force=True)
             fabric.reapply_routes(lay, {e.ns for _, e in ends})
-    elif kind in ("slow-gpu", "hang"):
+    elif kind in ("slow-gpu", "hang", "cpu-contention", "memory-pressure"):
+        for pid in rec["undo"].get("burners", []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for path in rec["undo"].get("files", []):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         controller, name = rec["undo"]["cgroup"]
         remove_cgroup(controller, name, {int(k): v for k, v in rec["undo"]["back"].items()})
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from c4.lab import fabric, state, system
 from c4.lab.layout import HOST_FABRIC_IF, PREFIX, LabSpec, Layout, build_layout
+from c4.lab.procs import host_psi_group, host_psi_view, make_cgroup, mount_psi
 from c4.lab.system import LabError
 from c4.processes import REPO, Service, c4_command, wait_for
 
@@ -94,7 +95,9 @@ def _start_services(lab_dir: Path, lay: Layout, st: dict[str, Any],
     st["daemon"] = {"address": addr, "pid": daemon.proc.pid, "store": store,
                     "log": str(daemon.log)}
     cars = {}
+    mount_psi()
     for host in lay.hosts:
+        make_cgroup("unified", host_psi_group(host).name, {})
         sock = lab_dir / host / "sidecar.sock"
         sock.parent.mkdir(exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
@@ -102,7 +105,10 @@ def _start_services(lab_dir: Path, lay: Layout, st: dict[str, Any],
         svc = Service(["ip", "netns", "exec", lay.ns(host),
                        *c4_command("sidecar", "--daemon", addr, "--host", host, "--socket",
                                    str(sock), "--spill-dir", str(lab_dir / host / "spill"),
-                                   "--nic-map", f"{HOST_FABRIC_IF}={host}/nic0")],
+                                   "--nic-map", f"{HOST_FABRIC_IF}={host}/nic0",
+                                   # the host's PSI: its v2 group (c4.lab.faults cpu-contention)
+                                   "--health", "--health-gpu", "off", "--kmsg", "",
+                                   "--health-cgroup", str(host_psi_view(host)))],
                       lab_dir / host / "sidecar.log", env=_env(lab_dir)).start()
         cars[host] = (svc, sock)
         st["sidecars"][host] = {"pid": svc.proc.pid, "socket": str(sock), "log": str(svc.log)}

@@ -7,6 +7,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +21,9 @@ from c4.lab.state import MARKER
 log = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("cpu", "freezer")
+#: the cgroup v1 hierarchies the lab uses, and the v2 one ("unified": no controllers here, but
+#: every group there has its own PSI files, which is how a lab host gets a pressure of its own)
+CONTROLLERS = ("cpu", "freezer", "memory", "unified")
 
 
 @dataclass(frozen=True)
@@ -116,8 +120,8 @@ def kill_all(pids: list[int], timeout: float = 10.0) -> None:
 def cgroup_of(pid: int, controller: str) -> str:
     """The cgroup path (relative to the controller's mount) that ``pid`` is in."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, ctrls, path = line.split(":", 2)
-        if controller in ctrls.split(","):
+        hier, ctrls, path = line.split(":", 2)
+        if controller in ctrls.split(",") or (controller == "unified" and hier == "0"):
             return path
     return "/"
 
@@ -203,3 +207,45 @@ def freeze_wait(cgroup: Path, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{cgroup} did not freeze in {timeout:.0f} s")
         time.sleep(0.02)
+
+
+def host_psi_group(host: str) -> Path:
+    """The cgroup v2 group whose PSI files are lab host ``host``'s pressure: its sidecar reads
+    them (``--health-cgroup``); ``cpu-contention`` puts the host's ranks and the burners in it."""
+    return CGROUP_ROOT / "unified" / f"{PREFIX}h-{host}"
+
+
+#: A second mount of the cgroup v2 hierarchy, outside /sys: ``ip netns exec`` remounts /sys
+#: for the namespace (without the cgroup mounts), so a sidecar in a lab host reads its PSI here.
+PSI_MOUNT = Path(tempfile.gettempdir()) / f"{PREFIX}cgroup2"
+
+
+def psi_mounted() -> bool:
+    try:
+        mounts = Path("/proc/mounts").read_text().split("\n")
+    except OSError:
+        return False
+    return any(line.split(" ")[1:2] == [str(PSI_MOUNT)] for line in mounts if line)
+
+
+def mount_psi() -> Path:
+    PSI_MOUNT.mkdir(exist_ok=True)
+    if not psi_mounted():
+        subprocess.run(["mount", "-t", "cgroup2", "none", str(PSI_MOUNT)], check=True,
+                       capture_output=True)
+    return PSI_MOUNT
+
+
+def unmount_psi() -> bool:
+    """Unmount and remove the PSI view; True if there was one."""
+    was = psi_mounted()
+    if was:
+        subprocess.run(["umount", "-l", str(PSI_MOUNT)], check=False, capture_output=True)
+    with contextlib.suppress(OSError):
+        PSI_MOUNT.rmdir()
+    return was
+
+
+def host_psi_view(host: str) -> Path:
+    """``host_psi_group`` as a lab host's sidecar sees it (through ``PSI_MOUNT``)."""
+    return PSI_MOUNT / f"{PREFIX}h-{host}"

@@ -10,7 +10,9 @@ from diagnosis.topology import Topology
 # lab fault -> (truth kind, expected report kind)
 KINDS = {"slow-link": ("slow_link", "comm_slow"), "lossy-link": ("lossy_link", "comm_slow"),
          "dead-link": ("dead_link", "comm_hang"), "slow-gpu": ("slow_gpu", "noncomm_slow"),
-         "hang": ("rank_hang", "noncomm_hang"), "crash": ("crash", "error")}
+         "hang": ("rank_hang", "noncomm_hang"), "crash": ("crash", "error"),
+         "cpu-contention": ("cpu_contention", "noncomm_slow"),
+         "memory-pressure": ("memory_pressure", "noncomm_slow")}
 
 
 def _suspect(topo: Topology, comp: str) -> dict[str, str]:
@@ -33,6 +35,11 @@ def truth(st: dict[str, Any]) -> dict[str, Any]:
                            if topo.kind(n) == "nic"]
             if c["type"] == "host" and kind == "slow_gpu":
                 kind = "slow_host"
+            if c["type"] == "host" and kind in ("cpu_contention", "memory_pressure"):
+                # every rank of the host is slowed: its GPUs stand for it
+                accept += [{"type": "gpu", "id": g} for g in topo.gpus(c["id"])]
+            if c["type"] == "gpu" and kind in ("cpu_contention", "memory_pressure"):
+                accept.append({"type": "host", "id": topo.host_of(c["id"])})
         accept += [{"type": "rank", "id": str(r)} for r in rec.get("ranks", [])]
         faults.append({
             "kind": kind, "lab_kind": rec["kind"], "target": rec["target"],

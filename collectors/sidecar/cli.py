@@ -62,9 +62,11 @@ def sidecar(
                                  help="Client certificate (PEM) for a mutual-TLS daemon."),
     tls_key: str = typer.Option("", "--tls-key", envvar="C4_TLS_KEY",
                                 help="Private key of --tls-cert."),
-    token: str = typer.Option("", "--token", envvar="C4_TOKEN",
-                              help="Bearer token with the ingest role, if the daemon checks "
-                                   "tokens."),
+    # from the environment only: on the command line every local user could read it
+    token: str = typer.Option("", "--token", envvar="C4_TOKEN", hidden=True),
+    token_file: str = typer.Option("", "--token-file", envvar="C4_TOKEN_FILE",
+                                   help="File holding a bearer token with the ingest role, if "
+                                        "the daemon checks tokens; or set C4_TOKEN."),
     metrics: str = typer.Option("", "--metrics", envvar="C4_SIDECAR_METRICS",
                                 help="Serve Prometheus /metrics on PORT (loopback) or "
                                      "HOST:PORT; off by default."),
@@ -88,6 +90,29 @@ def sidecar(
     port_heartbeat: float = typer.Option(30.0, "--port-heartbeat", envvar="C4_PORT_HEARTBEAT",
                                          help="Seconds between port records while nothing "
                                               "changes."),
+    health: bool = typer.Option(False, "--health/--no-health", envvar="C4_HEALTH",
+                                help="Sample node health (GPU state, kernel XID/AER/link "
+                                     "events, IB port counters, PSI, CPU steal) and ship it as "
+                                     "health records."),
+    health_interval: float = typer.Option(5.0, "--health-interval", envvar="C4_HEALTH_INTERVAL",
+                                          help="Seconds between health samples."),
+    health_gpu: str = typer.Option("auto", "--health-gpu", envvar="C4_HEALTH_GPU",
+                                   help="GPU state from: auto (NVML where nvidia-ml-py is "
+                                        "installed and finds a GPU), nvml, smi (nvidia-smi -q "
+                                        "-x), dcgm (--dcgm-url), off."),
+    dcgm_url: str = typer.Option("http://127.0.0.1:9400/metrics", "--dcgm-url",
+                                 envvar="C4_DCGM_URL",
+                                 help="dcgm-exporter endpoint for --health-gpu dcgm."),
+    gpu_map: str = typer.Option("", "--gpu-map", envvar="C4_GPU_MAP",
+                                help="GPU PCI addresses to topology GPU ids, PCI=GPU,...: "
+                                     "0000:db:00=node3/gpu7 (default: HOST/gpuINDEX)."),
+    health_cgroup: str = typer.Option("", "--health-cgroup", envvar="C4_HEALTH_CGROUP",
+                                      help="Read PSI from this cgroup v2 directory (the "
+                                           "job's own) instead of the whole host's "
+                                           "/proc/pressure."),
+    kmsg: str = typer.Option("/dev/kmsg", "--kmsg", envvar="C4_KMSG",
+                             help="Kernel log to follow for XID, AER and link events ('' : "
+                                  "none)."),
     discover: str = typer.Option("on", "--discover", envvar="C4_DISCOVER",
                                  help="Tell the daemon what this host is made of (GPUs, NICs, "
                                       "which NIC each GPU uses, switch ports): on (run "
@@ -103,6 +128,7 @@ def sidecar(
     import signal
     import threading
 
+    from collectors.health.watch import HealthWatchConfig, parse_gpu_map
     from collectors.sidecar.config import SidecarConfig
     from collectors.sidecar.edge_config import EdgeConfig
     from collectors.sidecar.errors import SidecarError
@@ -119,10 +145,19 @@ def sidecar(
     kwargs = {}
     if spill_dir is not None:
         kwargs["spill_dir"] = spill_dir
+    from diagnosis.security.secret import read_token
+
     try:
+        token = read_token(token, token_file)
         edge = EdgeConfig(window_s=window, ring_bytes=detail_bytes, ports=ports,
                           sysfs_root=sysfs_root, nic_map=tuple(parse_nic_map(nic_map).items()),
-                          port_heartbeat_s=port_heartbeat)
+                          port_heartbeat_s=port_heartbeat,
+                          health=HealthWatchConfig(interval_s=health_interval, gpu=health_gpu,
+                                                   dcgm_url=dcgm_url,
+                                                   kmsg=kmsg, sysfs_root=sysfs_root,
+                                                   cgroup_dir=health_cgroup,
+                                                   gpu_map=parse_gpu_map(gpu_map))
+                          if health else None)
         config = SidecarConfig(daemon=daemon, socket_path=socket_path or default_socket_path(),
                                socket_mode=parse_mode(socket_mode), socket_group=socket_group,
                                host=host or socket.gethostname(), spill_max_bytes=spill_max_bytes,

@@ -47,6 +47,7 @@ from proto.codec import (
     encode_ports,
     encode_progress,
 )
+from proto.health import HealthRecord, health_batch
 
 __all__ = ["PORT_MODES", "Edge", "EdgeConfig", "EdgeJob", "EdgeStats"]
 
@@ -70,6 +71,7 @@ class EdgeStats:
     linkstat_out: int = 0
     conns_out: int = 0
     ports_out: int = 0
+    health_out: int = 0
     records_out: int = 0          # every record that left the node (detail aside)
     bytes_out: int = 0            # their ingest requests' sizes
     schedules: int = 0            # schedule versions taken
@@ -126,6 +128,7 @@ class Edge:
         """Queue one ingest request, counting its records and bytes."""
         ((kind, msg),) = body.items()
         n = msg.ops.count if kind == "detail" else 0 if kind in ("rank", "group", "stats") \
+            else len(msg.samples) if kind == "health" \
             else msg.count  # type: ignore[attr-defined]
         with self._lock:
             if kind == "detail":     # on demand, not the steady stream
@@ -306,6 +309,19 @@ class Edge:
                 with self._lock:
                     self.stats.linkstat_out += len(links)
                 self.emit(linkstats=encode_linkstats(st.job, links, attempt=st.attempt))
+
+    def add_health(self, records: list[HealthRecord]) -> int:
+        """Ship one pass of node health to every job whose ranks spoke lately; the number of
+        requests queued."""
+        if not records:
+            return 0
+        now = time.monotonic()
+        with self._lock:
+            jobs = [st for st in self._jobs.values() if now - st.heard < PORTS_IDLE_S]
+            self.stats.health_out += len(records) * len(jobs)
+        for st in jobs:
+            self.emit(health=health_batch(records, st.job, st.attempt))
+        return len(jobs)
 
     def _ports(self) -> None:
         if self.ports is None:

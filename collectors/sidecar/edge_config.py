@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collectors.health.watch import HealthWatchConfig
+
 PORT_MODES = ("mapped", "all", "off")
 
 
@@ -29,6 +31,8 @@ class EdgeConfig:
     port_heartbeat_s: float = 30.0
     #: most records one detail answer carries
     detail_max_records: int = 1_000_000
+    #: node health sampling (``--health``: GPUs, kernel events, IB ports, PSI); None: off
+    health: HealthWatchConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("window_s", "port_heartbeat_s"):

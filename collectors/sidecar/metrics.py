@@ -50,8 +50,11 @@ class SidecarMetrics(Collector):
                       "Requests the daemon refused for good (malformed, unknown job), and "
                       "frames refused here.", s.rejected + car.drops.frames_total())
         yield counter("c4_sidecar_throttled_requests",
-                      "Requests the daemon asked to resend later (over a rate or job limit).",
+                      "Requests the daemon asked to resend later (over its rate limit).",
                       s.throttled)
+        yield counter("c4_sidecar_parked_requests",
+                      "Requests held back because the daemon parked their job (over a job "
+                      "limit: resent later while the other jobs flow).", s.parked)
         yield counter("c4_sidecar_spilled_requests",
                       "Requests read back from the write-ahead log (memory bound, restart).",
                       s.spilled)

@@ -10,10 +10,13 @@ the daemon always sees a job's ranks before their records; one sent again after 
 carries its first (sidecar, seq), so the daemon recognizes it if it stored it before.
 
 A request that the daemon rejects (malformed, unknown job) is final: it is counted, with its
-records, and dropped. A request refused with RESOURCE_EXHAUSTED (over the daemon's per-sender
-rate or job limit) is not: the sidecar stops sending, lets the stream finish, waits (backing
-off) and resends it in order. A request larger than the daemon takes is never sent (the daemon
-would break the stream each time): it is counted and dropped.
+records, and dropped. A request refused with RESOURCE_EXHAUSTED for the sender's rate is not:
+the sidecar stops sending, lets the stream finish, waits (backing off) and resends it in order.
+One refused for a limit of its job alone (the ack names the job: ``parked_job``, e.g. one job
+too many live) parks that job: its requests are set aside in order and resent, first refused
+first, after a pause that doubles while the daemon keeps refusing it; the other jobs' requests
+flow meanwhile. A request larger than the daemon takes is never sent (the daemon would break
+the stream each time): it is counted and dropped.
 """
 
 from __future__ import annotations
@@ -44,6 +47,18 @@ _AUTH = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 MAX_REQUEST_BYTES = 32 << 20
 # Recovered frames never cut are batched afresh in batches of at most this many records.
 RECOVERED_BATCH_RECORDS = 16384
+# How long a job the daemon parks waits before its requests go again: doubling from the first
+# to the last while the daemon keeps refusing it.
+PARK_FIRST_S = 0.5
+PARK_MAX_S = 30.0
+
+
+def _job_of(req: c4_pb2.IngestRequest) -> str:
+    """The job a request belongs to ("" for statistics and host internals)."""
+    kind = req.WhichOneof("body")
+    if kind is None or kind == "stats":
+        return ""
+    return str(getattr(getattr(req, kind), "job", ""))
 
 
 @dataclass
@@ -56,6 +71,7 @@ class _Entry:
     req: c4_pb2.IngestRequest | None      # None: to be read back from the log
     order: int = 0                        # position in the outbox's order
     size: int = 0                         # bytes of ``req`` counted against the memory bound
+    job: str = ""                         # its job, once known ("" until read from the log)
 
     @property
     def key(self) -> Key:
@@ -73,6 +89,16 @@ class OutboxStats:
     reconnects: int = 0
     throttled: int = 0   # requests the daemon asked to resend later (over a limit)
     recovered: int = 0   # requests found in the log at start-up
+    parked: int = 0      # requests set aside because the daemon parked their job
+
+
+@dataclass
+class _Parked:
+    """A job the daemon refused for a limit of its own: its requests, in order, until when."""
+
+    entries: list[_Entry]
+    until: float
+    delay: float
 
 
 class Outbox:
@@ -100,6 +126,8 @@ class Outbox:
         self._inflight: OrderedDict[Key, _Entry] = OrderedDict()
         self._memory = 0
         self._throttled = False  # the daemon refused a request for a limit on this stream
+        self._parked: dict[str, _Parked] = {}   # job -> its requests held back
+        self._park_delay: dict[str, float] = {}  # job -> its next pause (while refused)
         self.connected = False
         self._rated = RateLimitedLog(log)
         self._adopt(spill.recovery.requests, spill.recovery.frames)
@@ -120,7 +148,8 @@ class Outbox:
                     self._rated.warning("unlogged", "request %d (%s) is held in memory only: %s",
                                         self._seq, kind, exc)
             records = req.ops.count if kind == "ops" else 0
-            self._enqueue(_Entry(self.sidecar_id, self._seq, kind, records, held, req))
+            self._enqueue(_Entry(self.sidecar_id, self._seq, kind, records, held, req,
+                                 job=_job_of(req)))
 
     def put_frames(self, frames: list[FrameRef], req: c4_pb2.IngestRequest | None) -> None:
         """Queue the batch made of these logged frames (``req``: it, already merged, or None
@@ -131,7 +160,8 @@ class Outbox:
             if req is not None:
                 req.sidecar, req.seq = self.sidecar_id, self._seq
             entry = _Entry(self.sidecar_id, self._seq, "ops", sum(f.records for f in frames),
-                           held if self.spill.logged else None, req)
+                           held if self.spill.logged else None, req,
+                           job=_job_of(req) if req is not None else "")
             self._enqueue(entry)
 
     def _adopt(self, requests: list[Recovered], frames: list[FrameRef]) -> None:
@@ -175,9 +205,24 @@ class Outbox:
     def pending(self) -> int:
         """Requests not yet acknowledged."""
         with self._cond:
-            return len(self._queue) + len(self._inflight)
+            return len(self._queue) + len(self._inflight) + self._parked_count()
 
     def idle(self) -> bool:
+        with self._cond:
+            return not (self._queue or self._inflight or self._parked)
+
+    def parked_jobs(self) -> dict[str, int]:
+        """Jobs the daemon parked, with the requests held back for each."""
+        with self._cond:
+            return {job: len(p.entries) for job, p in self._parked.items()}
+
+    def _parked_count(self) -> int:
+        return sum(len(p.entries) for p in self._parked.values())
+
+    def _drained(self) -> bool:
+        """Nothing left to send but parked jobs' requests: what a stopping sidecar waits for
+        (the daemon may park a job for long; the log keeps its requests for the next run, and
+        ``abandon`` counts those only memory held)."""
         with self._cond:
             return not (self._queue or self._inflight)
 
@@ -192,6 +237,17 @@ class Outbox:
                 if entry is None:
                     return None
             problem = self._ready(entry)  # may read the log: outside the lock
+            with self._cond:
+                if problem is None and entry.req is not None and not entry.job:
+                    entry.job = _job_of(entry.req)
+                if problem is None and entry.job in self._parked:
+                    # read from the log only now: its job is parked, it waits with the others
+                    if self._inflight.get(entry.key) is entry:
+                        del self._inflight[entry.key]
+                        if entry.size == 0 and entry.held is not None and entry.held.loadable:
+                            entry.req = None
+                        self._park(entry.job, entry)
+                    continue
             if problem is None:
                 return entry
             with self._cond:
@@ -204,12 +260,46 @@ class Outbox:
         while not stop.is_set() and not broken.is_set():
             if self._throttled:
                 return None  # end this stream; the refused requests go again later
+            self._release_parked()
             if len(self._inflight) < self.max_inflight and self._queue:
                 entry = self._queue.popleft()
+                if entry.job and entry.job in self._parked:
+                    self._park(entry.job, entry)   # its job waits: the next one
+                    continue
                 self._inflight[entry.key] = entry
                 return entry
             self._cond.wait(0.2)
         return None
+
+    def _park(self, job: str, entry: _Entry) -> None:
+        """Set ``entry`` aside with its job's other held-back requests, in order (lock
+        held)."""
+        parked = self._parked.get(job)
+        if parked is None:
+            if len(self._park_delay) > 4096:   # jobs parked and never taken: forget the pauses
+                self._park_delay.clear()
+            delay = self._park_delay.get(job, PARK_FIRST_S)
+            self._park_delay[job] = min(delay * 2, PARK_MAX_S)
+            parked = self._parked[job] = _Parked([], time.monotonic() + delay, delay)
+        parked.entries.append(entry)
+        if len(parked.entries) > 1 and parked.entries[-2].order > entry.order:
+            parked.entries.sort(key=lambda e: e.order)
+        self.stats.parked += 1
+
+    def _release_parked(self) -> None:
+        """Parked jobs whose pause is over go again, at the front, oldest request first; a
+        job waits while any of its requests is still in flight (its refusal not yet heard)
+        (lock held)."""
+        if not self._parked:
+            return
+        now = time.monotonic()
+        for job, parked in list(self._parked.items()):
+            if parked.until > now or any(e.job == job for e in self._inflight.values()):
+                continue
+            del self._parked[job]
+            self._queue.extendleft(reversed(parked.entries))
+            log.info("resending %d requests of job %s, parked by the daemon for %.1f s",
+                     len(parked.entries), job, parked.delay)
 
     def _ready(self, entry: _Entry) -> str | None:
         """Make the request sendable; the reason to give it up instead, if any."""
@@ -255,6 +345,16 @@ class Outbox:
             return
         with self._cond:
             key = (ack.sidecar, ack.seq)
+            if ack.code == _EXHAUSTED and ack.parked_job and key in self._inflight:
+                # Only its job is over a limit: that job waits, the others go on.
+                entry = self._inflight.pop(key)
+                entry.job = ack.parked_job
+                if ack.parked_job not in self._parked:
+                    self._rated.warning("parked", "the daemon parks job %s (request %d): %s",
+                                        ack.parked_job, ack.seq, ack.error)
+                self._park(ack.parked_job, entry)
+                self._cond.notify_all()
+                return
             if ack.code == _EXHAUSTED and key in self._inflight:
                 # Not final: it stays in flight, and _reset_stream puts it back in order.
                 if not self._throttled:
@@ -278,6 +378,8 @@ class Outbox:
                 self.stats.duplicates += 1
             else:
                 self.stats.shipped += 1
+            if entry.job:
+                self._park_delay.pop(entry.job, None)   # taken again: the next park starts short
             self._finish(entry)
 
     def _reset_stream(self) -> bool:
@@ -306,7 +408,8 @@ class Outbox:
     def abandon(self) -> None:
         """The sidecar stops: count what only memory held (the log keeps the rest)."""
         with self._cond:
-            for entry in [*self._inflight.values(), *self._queue]:
+            parked = [e for p in self._parked.values() for e in p.entries]
+            for entry in [*self._inflight.values(), *self._queue, *parked]:
                 if entry.held is None and entry.kind != "stats" and entry.records:
                     self.drops.add("shutdown", records=entry.records)
                     self.stats.dropped += 1
@@ -321,7 +424,7 @@ class Outbox:
         unreachable_since = time.monotonic()
         said = False
         while True:
-            if stop.is_set() and (not drain_on_stop or self.idle()):
+            if stop.is_set() and (not drain_on_stop or self._drained()):
                 return
             channel = open_channel(address, self.security)
             try:
@@ -395,7 +498,7 @@ class Outbox:
     def _finish_when_drained(self, stop: threading.Event, finish: threading.Event,
                              drain: bool) -> None:
         while not finish.is_set():
-            if stop.is_set() and (not drain or self.idle()):
+            if stop.is_set() and (not drain or self._drained()):
                 finish.set()
                 return
             finish.wait(0.1)

@@ -77,6 +77,15 @@ class Sidecar:
             threading.Thread(target=self._ship, name="c4-outbox", daemon=True),
             threading.Thread(target=self._tick, name="c4-tick", daemon=True),
         ]
+        self.health = None
+        if config.edge.health is not None:
+            from collectors.health.watch import HealthWatch
+
+            self.health = HealthWatch(config.host, config.edge.health,
+                                      nic_map=dict(config.edge.nic_map))
+            self._health_thread = threading.Thread(target=self._watch_health, name="c4-health",
+                                                   daemon=True)
+            self._threads.append(self._health_thread)
         self._sampler_cls = _link_sampler()
         try:
             runner = make_runner(config.discover, config.discover_timeout_s)
@@ -133,6 +142,17 @@ class Sidecar:
                 last_stats = now
                 self.outbox.put(stats=self.stats())
 
+    def _watch_health(self) -> None:
+        """Node health every interval, on its own thread: nvidia-smi may take a few hundred
+        milliseconds, which the windows' tick must not wait for."""
+        assert self.health is not None
+        interval = self.health.config.interval_s
+        while not self._stop.wait(interval):
+            try:
+                self.edge.add_health(self.health.poll())
+            except Exception:
+                log.exception("health sampling failed")
+
     def _sample_links(self) -> None:
         if self._sampler_cls is None:
             return
@@ -186,6 +206,9 @@ class Sidecar:
             self.discovery.stop()
         self._stop.set()
         self._threads[1].join(timeout)
+        if self.health is not None:
+            self._health_thread.join(timeout)
+            self.health.close()
         self.edge.drain()
         self.batcher.flush_due(force=True)
         self._stopped.set()

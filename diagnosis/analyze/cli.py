@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from diagnosis.trace.feed import FeedStats
 
 
 def analyze(
@@ -93,17 +97,26 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
         topology = Topology.load(topology_path)
     engine = Engine(topology)
     if not sys.stderr.isatty():
-        feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
-        return engine.incidents()
+        _, stats = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
+        return _with_health(engine.incidents(), stats)
     from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
         task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
-        feed_trace(engine, trace, progress=lambda n: bar.advance(task, n), workers=workers,
-                   stopped_after_ns=stopped_after_ns)
+        _, stats = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
+                              workers=workers, stopped_after_ns=stopped_after_ns)
     # a post-mortem lists every incident, also those that cleared before the trace ended
-    return engine.incidents()
+    return _with_health(engine.incidents(), stats)
+
+
+def _with_health(reports: list, stats: FeedStats) -> list:
+    """The trace's health records joined in: causes on the reports, health reports added."""
+    if not stats.health:
+        return reports
+    from diagnosis.health.diagnose import explain
+
+    return explain(reports, stats.health, rank_places=stats.places)
 
 
 def _emit(reports: list, fmt: str, output: Path | None) -> None:
@@ -129,8 +142,10 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in r.suspects[:3])
         where = f"{r.pg} #{r.seq}" if r.pg and r.seq is not None else (r.pg or "")
         cleared = r.state != "open"
+        summary = r.summary + "".join(f"\ncause: {c['target']}: {c['summary']}; "
+                                      f"{c['action']}" for c in r.causes)
         table.add_row(r.kind, "cleared" if cleared else "open", _when(r.first_seen_ns),
-                      _when(r.last_seen_ns) if cleared else "-", suspects, where, r.summary)
+                      _when(r.last_seen_ns) if cleared else "-", suspects, where, summary)
     if output is not None:
         with output.open("w") as fh:
             Console(file=fh, width=160).print(table)

@@ -37,15 +37,59 @@ def daemon(
                                        "certificate or token, and its address); over it the "
                                        "sender is told to back off (0: no limit)."),
     max_jobs: int = typer.Option(10_000, "--max-jobs", envvar="C4_MAX_JOBS",
-                                 help="Jobs the daemon tracks; telemetry of more is refused."),
+                                 help="Live jobs (heard from within --job-idle) the daemon "
+                                      "follows at once; one more waits: its sidecars hold its "
+                                      "telemetry back and resend it later, while their other "
+                                      "jobs flow."),
+    job_idle: str = typer.Option("30m", "--job-idle", envvar="C4_JOB_IDLE",
+                                 help="A job silent this long is no longer live: it leaves the "
+                                      "live view and stops counting against --max-jobs "
+                                      "(e.g. 30m, 2h)."),
+    retention: str = typer.Option("30d", "--retention", envvar="C4_RETENTION",
+                                  help="Jobs silent this long are removed from the store, and "
+                                       "the requests it remembers (to recognise resends) "
+                                       "forgotten; records older than this are refused. 0: "
+                                       "keep everything."),
+    max_ranks: int = typer.Option(262_144, "--max-ranks", envvar="C4_MAX_RANKS",
+                                  help="Ranks per job (world size, rank ids, communicator "
+                                       "sizes); more are refused."),
+    max_groups: int = typer.Option(65_536, "--max-groups", envvar="C4_MAX_GROUPS",
+                                   help="Communicators per job; more are refused."),
+    max_names: int = typer.Option(65_536, "--max-names", envvar="C4_MAX_NAMES",
+                                  help="Names (communicators, ops, endpoints) one batch may "
+                                       "carry; a batch with more is refused."),
+    max_record_age: str = typer.Option("30d", "--max-record-age", envvar="C4_MAX_RECORD_AGE",
+                                       help="Records older than this (by the daemon's clock) "
+                                            "are refused; at most --retention."),
+    max_clock_ahead: str = typer.Option("1h", "--max-clock-ahead",
+                                        envvar="C4_MAX_CLOCK_AHEAD",
+                                        help="Records stamped further ahead of the daemon's "
+                                             "clock are refused (node clocks off)."),
+    job_memory: str = typer.Option("4G", "--job-memory", envvar="C4_JOB_MEMORY",
+                                   help="Memory one job may take in the live view (an "
+                                        "estimate from its ranks and communicators); a "
+                                        "registration past it is refused."),
+    live_memory: str = typer.Option("0", "--live-memory", envvar="C4_LIVE_MEMORY",
+                                    help="Memory all live jobs together may take (estimated); "
+                                         "past it a growing job waits like one over "
+                                         "--max-jobs. 0: half this machine's memory."),
     max_streams: int = typer.Option(480, "--max-streams", envvar="C4_MAX_STREAMS",
                                     help="Ingest streams (sidecars) served at once; more are "
                                          "told to back off. Needs --workers above it."),
+    max_watches: int = typer.Option(0, "--max-watches", envvar="C4_MAX_WATCHES",
+                                    help="`c4 faults watch` streams served at once; more are "
+                                         "refused. 0: half the threads --max-streams leaves."),
     workers: int = typer.Option(512, "--workers", envvar="C4_WORKERS",
-                                help="RPC threads: one per open ingest stream, plus queries."),
+                                help="RPC threads: one per open ingest stream and fault watch, "
+                                     "plus queries."),
     metrics: str = typer.Option("", "--metrics", envvar="C4_METRICS",
                                 help="Serve Prometheus /metrics on PORT (loopback) or "
-                                     "HOST:PORT; off by default."),
+                                     "HOST:PORT (HTTPS with --tls-cert; plaintext beyond "
+                                     "loopback needs --metrics-insecure); off by default."),
+    metrics_insecure: bool = typer.Option(False, "--metrics-insecure",
+                                          envvar="C4_METRICS_INSECURE",
+                                          help="Allow plaintext /metrics on a non-loopback "
+                                               "address."),
     job_records: float = typer.Option(200_000.0, "--job-records-per-s",
                                       envvar="C4_JOB_RECORDS_PER_S",
                                       help="Records per second one job may send, every kind "
@@ -84,10 +128,12 @@ def daemon(
                                            "that run on this machine (default: its hostname)."),
 ) -> None:
     """Run the diagnosis daemon: ingest telemetry, store it, detect faults, serve queries."""
+    from diagnosis.daemon.bounds import Bounds
     from diagnosis.daemon.budget import BudgetConfig
-    from diagnosis.daemon.config import DaemonConfig
+    from diagnosis.daemon.config import DaemonConfig, parse_duration, parse_size
     from diagnosis.daemon.detail import DetailConfig
     from diagnosis.daemon.inspection import InspectConfig
+    from diagnosis.daemon.jobs import JobLimits
     from diagnosis.daemon.server import serve
     from diagnosis.errors import DiagnosisError
 
@@ -100,9 +146,17 @@ def daemon(
         config = DaemonConfig(listen=listen, store=store, analyze_interval_s=analyze_interval,
                               tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca,
                               tokens_file=tokens, insecure=insecure,
-                              max_requests_per_second=max_rps, max_jobs=max_jobs,
-                              max_streams=max_streams, workers=workers,
-                              metrics_listen=metrics,
+                              max_requests_per_second=max_rps,
+                              jobs=JobLimits(max_jobs=max_jobs, idle_s=parse_duration(job_idle),
+                                             max_groups=max_groups,
+                                             job_memory_bytes=parse_size(job_memory),
+                                             live_memory_bytes=parse_size(live_memory)),
+                              bounds=Bounds(max_ranks=max_ranks, max_names=max_names,
+                                            max_age_s=parse_duration(max_record_age),
+                                            max_ahead_s=parse_duration(max_clock_ahead)),
+                              retention_s=parse_duration(retention),
+                              max_streams=max_streams, max_watches=max_watches, workers=workers,
+                              metrics_listen=metrics, metrics_insecure=metrics_insecure,
                               budget=BudgetConfig(records_per_s=job_records,
                                                   max_sample=max_sample, window_s=window,
                                                   max_window_s=max_window,
@@ -117,8 +171,8 @@ def daemon(
             typer.echo(f"c4 daemon listening on {listen.rsplit(':', 1)[0]}:{d.port} ({tls}, "
                        f"{len(d.tokens) or 'no'} tokens, store {config.store})")
             if d.metrics_server is not None:
-                typer.echo(f"metrics on http://{d.metrics_server.host}:{d.metrics_server.port}"
-                           "/metrics")
+                m = d.metrics_server
+                typer.echo(f"metrics on {m.scheme}://{m.host}:{m.port}/metrics")
 
         serve(config, topology=topo, on_ready=ready, topology_source=topology)
     except (DiagnosisError, ValueError) as exc:

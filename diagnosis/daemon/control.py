@@ -34,12 +34,15 @@ class _Stream:
 
 
 def request_job(req: c4_pb2.IngestRequest) -> JobKey | None:
-    """The job attempt a request belongs to (None for statistics and host internals)."""
+    """The job attempt a request belongs to (None for statistics, host internals and
+    inspection answers)."""
     kind = req.WhichOneof("body")
     if kind is None or kind in ("stats", "host_topology"):
         return None
     body = getattr(req, kind)
-    return (body.job, body.attempt)
+    if not hasattr(body, "job"):   # answers to the daemon (inspections) belong to no job
+        return None
+    return (body.job, getattr(body, "attempt", 0))
 
 
 class ControlHub:

@@ -1,9 +1,17 @@
-"""Turn an ingest request into a store write, or reject it with a gRPC status that says why."""
+"""Turn an ingest request into a store write, or reject it with a gRPC status that says why.
+
+Only what the request itself shows is checked here (its shape, and ``bounds``); what depends on
+the jobs the daemon knows (registered, live, their size and memory) is ``jobs.JobBook``'s."""
 
 from __future__ import annotations
 
-import grpc
+import time
 
+import grpc
+import numpy as np
+
+from diagnosis.daemon.bounds import Bounds, check_batch, check_ranks
+from diagnosis.daemon.errors import Rejected
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -25,37 +33,20 @@ from proto.codec import (
 )
 
 
-class Rejected(Exception):
-    """A request that will never be stored; resending it will not help."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-# Rank ids index per-rank arrays in the live detectors: an absurd id from a broken or hostile
-# sender must be refused here, not turned into a multi-gigabyte allocation.
-MAX_RANKS = 1 << 20
-
-
-def _ranks_ok(values: object, what: str) -> None:
-    import numpy as np
-
-    arr = np.asarray(values)
-    if len(arr) and int(arr.max()) >= MAX_RANKS:
-        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
-                       f"{what} holds rank {int(arr.max())}; c4 takes ranks below {MAX_RANKS}")
-
-
 def _need(cond: bool, message: str) -> None:
     if not cond:
         raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
-def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
-             max_records: int) -> Write:
-    """Validate ``req`` and convert it. ``known_jobs`` are jobs with a registered rank."""
+__all__ = ["Rejected", "to_write"]
+
+
+def to_write(req: c4_pb2.IngestRequest, *, max_records: int, bounds: Bounds | None = None,
+             now_ns: int | None = None) -> Write:
+    """Validate ``req`` against ``bounds`` (times against ``now_ns``, the daemon's clock) and
+    convert it."""
+    bounds = bounds or Bounds()
+    now_ns = time.time_ns() if now_ns is None else now_ns
     _need(bool(req.sidecar), "IngestRequest.sidecar is empty: name the sending sidecar")
     _need(req.seq > 0, "IngestRequest.seq must be a positive per-sidecar request number")
     kind = req.WhichOneof("body")
@@ -66,8 +57,13 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
         _need(r.world_size > r.rank,
               f"RankInfo.world_size {r.world_size} must exceed rank {r.rank}")
         _need(bool(r.host), "RankInfo.host is empty")
-        _need(r.world_size <= MAX_RANKS,
-              f"RankInfo.world_size {r.world_size} exceeds the {MAX_RANKS} ranks c4 takes")
+        _need(r.world_size <= bounds.max_ranks,
+              f"RankInfo.world_size {r.world_size:,} exceeds the {bounds.max_ranks:,} ranks "
+              "this daemon takes per job (its --max-ranks)")
+        # when the rank started: any time in the past (a job may run for months), not ahead
+        _need(0 <= r.t_ns <= bounds.time_range(now_ns)[1],
+              f"RankInfo.t_ns {r.t_ns} is negative or ahead of the daemon's clock ({now_ns} "
+              "ns): check the node's clock (NTP), or leave it 0")
         return Write(req.sidecar, req.seq, RankRecord(
             job=r.job, attempt=r.attempt, rank=r.rank, world_size=r.world_size, host=r.host,
             local_rank=r.local_rank, pid=r.pid, gpu=r.gpu, nic=r.nic, backend=r.backend,
@@ -78,9 +74,12 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
         _need(bool(g.pg), "GroupInfo.pg is empty")
         _need(len(g.ranks) > 0, f"GroupInfo {g.pg!r} has no ranks")
         _need(min(g.ranks) >= 0, f"GroupInfo {g.pg!r} lists a negative rank")
-        _need(len(set(g.ranks)) == len(g.ranks), f"GroupInfo {g.pg!r} repeats a rank")
-        _ranks_ok(list(g.ranks), f"GroupInfo {g.pg!r}")
-        _known(g.job, known_jobs)
+        _need(len(g.ranks) <= bounds.max_ranks,
+              f"GroupInfo {g.pg!r} lists {len(g.ranks):,} ranks; this daemon takes jobs of at "
+              f"most {bounds.max_ranks:,} (its --max-ranks)")
+        ranks = np.asarray(g.ranks, dtype=np.int64)
+        check_ranks(ranks, f"GroupInfo {g.pg!r}", bounds)
+        _need(len(np.unique(ranks)) == len(ranks), f"GroupInfo {g.pg!r} repeats a rank")
         return Write(req.sidecar, req.seq,
                      GroupRecord(g.job, g.attempt, g.pg, tuple(g.ranks), g.desc))
     if kind == "ops":
@@ -88,33 +87,32 @@ def to_write(req: c4_pb2.IngestRequest, known_jobs: set[str], *,
         _need(bool(b.job), "OpBatch.job is empty")
         _need(b.count <= max_records,
               f"OpBatch holds {b.count} records; the limit is {max_records}: send smaller batches")
-        _known(b.job, known_jobs)
         try:
             cols = decode_ops(b)
         except BatchError as exc:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-        _ranks_ok(cols["rank"], "OpBatch column 'rank'")
-        _ranks_ok(cols["peer"], "OpBatch column 'peer'")
+        check_batch(cols, "OpBatch", bounds, now_ns, ("rank", "peer"))
         return Write(req.sidecar, req.seq, OpRows(b.job, b.attempt, cols))
     if kind == "conns":
         b = req.conns
         _need(bool(b.job), "ConnSampleBatch.job is empty")
         _need(b.count <= max_records,
               f"ConnSampleBatch holds {b.count} records; the limit is {max_records}")
-        _known(b.job, known_jobs)
         try:
             cols = decode_conns(b)
         except BatchError as exc:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-        _ranks_ok(cols["rank"], "ConnSampleBatch column 'rank'")
+        check_batch(cols, "ConnSampleBatch", bounds, now_ns, ("rank",))
         return Write(req.sidecar, req.seq, ConnRows(b.job, b.attempt, cols))
     if kind in _BATCHES:
-        return _batch(req, kind, known_jobs, max_records)
+        return _batch(req, kind, max_records, bounds, now_ns)
     if kind == "detail":
-        return _detail(req, known_jobs, max_records)
+        return _detail(req, max_records, bounds, now_ns)
+    if kind == "health":
+        return _health(req, max_records, bounds, now_ns)
     raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
                    "IngestRequest has no body: set one of rank, group, ops, conns, progress, "
-                   "linkstats, ports, detail, stats")
+                   "linkstats, ports, detail, health, stats")
 
 
 # request body -> (message name, stored kind, decoder, rank columns, time column)
@@ -125,45 +123,57 @@ _BATCHES = {
 }
 
 
-def _batch(req: c4_pb2.IngestRequest, kind: str, known_jobs: set[str],
-           max_records: int) -> Write:
+def _batch(req: c4_pb2.IngestRequest, kind: str, max_records: int, bounds: Bounds,
+           now_ns: int) -> Write:
     name, stored, decode, rank_columns, time_column = _BATCHES[kind]
     b = getattr(req, kind)
     _need(bool(b.job), f"{name}.job is empty")
     _need(b.count <= max_records,
           f"{name} holds {b.count} records; the limit is {max_records}: send smaller batches")
-    _known(b.job, known_jobs)
     try:
         cols: Columns = decode(b)
     except BatchError as exc:
         raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-    for col in rank_columns:
-        _ranks_ok(cols[col], f"{name} column {col!r}")
+    check_batch(cols, name, bounds, now_ns, rank_columns)
     t = cols[time_column]
     lo, hi = (int(t.min()), int(t.max())) if len(t) else (0, 0)
     return Write(req.sidecar, req.seq, BatchRows(b.job, b.attempt, stored, len(cols), lo, hi,
                                                  b.SerializeToString(), cols))
 
 
-def _detail(req: c4_pb2.IngestRequest, known_jobs: set[str], max_records: int) -> Write:
+def _detail(req: c4_pb2.IngestRequest, max_records: int, bounds: Bounds, now_ns: int) -> Write:
     d = req.detail
     _need(bool(d.job), "DetailBatch.job is empty")
     _need(bool(d.fault_id), "DetailBatch.fault_id is empty: answer a DetailRequest")
     _need(d.ops.count <= max_records,
           f"DetailBatch holds {d.ops.count} records; the limit is {max_records}")
-    _known(d.job, known_jobs)
     cols = None
     if d.ops.count:
         try:
             cols = decode_ops(d.ops)
         except BatchError as exc:
             raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, f"DetailBatch.ops: {exc}") from exc
-        _ranks_ok(cols["rank"], "DetailBatch column 'rank'")
+        check_batch(cols, "OpBatch", bounds, now_ns, ("rank", "peer"))
     return Write(req.sidecar, req.seq, DetailRows(d.job, d.attempt, d.fault_id, d.host,
                                                   d.ops.count, d.SerializeToString(), cols))
 
 
-def _known(job: str, known_jobs: set[str]) -> None:
-    if job not in known_jobs:
-        raise Rejected(grpc.StatusCode.NOT_FOUND,
-                       f"job {job!r} is unknown: send its RankInfo before its records")
+def _health(req: c4_pb2.IngestRequest, max_records: int, bounds: Bounds, now_ns: int) -> Write:
+    """Health samples and events, stored as the batch they came in (few rows per node)."""
+    h = req.health
+    _need(bool(h.job), "HealthBatch.job is empty")
+    _need(0 < len(h.samples) <= max_records,
+          f"HealthBatch holds {len(h.samples)} samples; send 1 to {max_records}")
+    lo, hi = bounds.time_range(now_ns)
+    for i, s in enumerate(h.samples):
+        _need(bool(s.host), f"HealthBatch sample {i} names no host")
+        _need(bool(s.event) or len(s.values) > 0 or len(s.reasons) > 0,
+              f"HealthBatch sample {i} carries no values, reasons or event")
+        _need(lo <= s.t_ns <= hi,
+              f"HealthBatch sample {i} is stamped {s.t_ns} ns, outside the times this daemon "
+              f"takes ({bounds.max_age_s / 3600:,.0f} h behind its clock to "
+              f"{bounds.max_ahead_s / 3600:,.1f} h ahead): check the node's clock (NTP), or "
+              "the daemon's --max-record-age / --max-clock-ahead")
+    times = [s.t_ns for s in h.samples]
+    return Write(req.sidecar, req.seq, BatchRows(h.job, h.attempt, "health", len(h.samples),
+                                                 min(times), max(times), h.SerializeToString()))

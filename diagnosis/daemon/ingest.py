@@ -2,7 +2,14 @@
 
 Per-sender limits are keyed by who the caller is (``diagnosis.security.identity``: certificate,
 checked token, peer address), never by the sidecar id a request declares; the table of sidecars
-seen is bounded too, so a sender that invents ids cannot grow the daemon's memory."""
+seen is bounded too, so a sender that invents ids cannot grow the daemon's memory.
+
+At the door a request is checked against ``bounds`` (``decode``) and then against what its job
+may hold (``jobs.JobBook``). A refusal for a sender's limit slows the whole stream down (every
+later request on it is refused too, so the sidecar resends in order); a refusal for a job's
+limit (``parked_job``) parks only that job on the stream: its later requests are refused until
+the sidecar resends the first refused one, and the other jobs' requests flow meanwhile.
+Refusals are counted and logged at most once per interval per kind."""
 
 from __future__ import annotations
 
@@ -16,11 +23,17 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from diagnosis.daemon.control import ControlHub
+from collectors.sidecar.ratelog import RateLimitedLog
+from diagnosis.daemon.bounds import Bounds
+from diagnosis.daemon.control import ControlHub, request_job
 from diagnosis.daemon.decode import Rejected, to_write
+from diagnosis.daemon.decoding import Undecodable
+from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.limits import RateLimiter
+from diagnosis.daemon.slots import Slots
 from diagnosis.daemon.writer import Writer
 from diagnosis.security.identity import sender_identity
+from diagnosis.store import GroupRecord, RankRecord
 from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -29,6 +42,16 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 # Sidecars remembered for ``c4 status``: the most recently heard from.
 MAX_SIDECARS = 4096
+# Reads a job's registrations back from the store (a job known from before a restart).
+Seed = Callable[[str], tuple[list[RankRecord], list[GroupRecord]]]
+
+
+@dataclass
+class _StreamState:
+    outstanding: int = 0       # requests read and not yet answered
+    done: bool = False         # the client finished sending (or went away)
+    throttled: bool = False    # a request was refused for the sender's limit
+    bad: str = ""              # why a request did not parse: the stream ends with it
 
 
 @dataclass
@@ -43,29 +66,30 @@ class SidecarInfo:
 
 
 class IngestService(c4_pb2_grpc.IngestServicer):
-    def __init__(self, writer: Writer, known_jobs: set[str], *, max_records: int,
-                 limiter: RateLimiter | None = None, max_jobs: int = 0,
+    def __init__(self, writer: Writer, jobs: JobBook, *, max_records: int,
+                 bounds: Bounds | None = None, limiter: RateLimiter | None = None,
                  observe_ack: Callable[[float], None] | None = None,
                  tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS,
                  max_streams: int = 0,
                  on_stats: Callable[[c4_pb2.SidecarStats], None] | None = None,
-                 control: ControlHub | None = None,
+                 control: ControlHub | None = None, seed: Seed | None = None,
                  on_host: Callable[[c4_pb2.HostTopology, str], object] | None = None) -> None:
         self._writer = writer
         self.control = control or ControlHub()
-        self._known = known_jobs
+        self.jobs = jobs
+        self._seed = seed
+        self._bounds = bounds or Bounds()
         self._max_records = max_records
         self._limiter = limiter or RateLimiter(0)
-        self._max_jobs = max_jobs  # 0: no limit
+        self._rated = RateLimitedLog(log)
         self._observe_ack = observe_ack
         self._tokens_checked = tokens_checked
         self._max_sidecars = max_sidecars
-        self._max_streams = max_streams  # 0: no limit
+        self.slots = Slots(max_streams or 1 << 30)
         self._on_stats = on_stats
         self._on_host = on_host   # a host's discovered internals: kept at once, not batched
         # answers to the inspections the daemon asked sidecars for (daemon.inspection)
         self.on_inspection: Callable[[c4_pb2.InspectResult], None] | None = None
-        self.streams = 0
         self._lock = threading.Lock()
         self.sidecars: OrderedDict[str, SidecarInfo] = OrderedDict()
         self.rejected = 0
@@ -74,8 +98,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self.unacked = 0
 
     def job_count(self) -> int:
-        with self._lock:
-            return len(self._known)
+        """Jobs known (registered and neither removed nor aged out)."""
+        return self.jobs.known()
 
     # -- one request ---------------------------------------------------------------------
     def sender(self, context: grpc.ServicerContext) -> str:
@@ -126,27 +150,18 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                 raise Rejected(grpc.StatusCode.FAILED_PRECONDITION,
                                f"detail for request {req.detail.request} from host "
                                f"{req.detail.host!r} was not asked for (or long ago): dropped")
+            write = to_write(req, max_records=self._max_records, bounds=self._bounds)
+            self._seed_job(write.body.job)
+            self.jobs.admit(write.body)
             with self._lock:
-                write = to_write(req, self._known, max_records=self._max_records)
-                if kind == "rank" and req.rank.job not in self._known:
-                    if self._max_jobs and len(self._known) >= self._max_jobs:
-                        raise Rejected(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                       f"the daemon already tracks {len(self._known)} jobs (its "
-                                       f"--max-jobs limit): job {req.rank.job!r} is refused; "
-                                       "raise --max-jobs or remove old jobs from the store")
-                    self._known.add(req.rank.job)
                 self.unacked += 1
             if stream:
                 self.control.seen(stream, req)
         except Rejected as exc:
-            with self._lock:
-                self.rejected += 1
-                self.rejected_by_code[exc.code.name] = \
-                    self.rejected_by_code.get(exc.code.name, 0) + 1
-            log.warning("rejected request %d from %s (%s): %s", req.seq, req.sidecar, sender,
-                        exc.message)
+            self._refused(exc.code.name, sender, f"request {req.seq} of sidecar "
+                          f"{req.sidecar!r}: {exc.message}")
             reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar, code=exc.code.value[0],
-                                    error=exc.message))
+                                    error=exc.message, parked_job=exc.parked_job))
             return
         seq, sidecar = req.seq, req.sidecar
 
@@ -158,6 +173,25 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             reply(c4_pb2.IngestAck(seq=seq, sidecar=sidecar, duplicate=dup))
 
         self._writer.submit(write, done)
+
+    def _refused(self, code: str, sender: str, what: str) -> None:
+        """Count a refusal; log it, at most one line per interval per status code."""
+        with self._lock:
+            self.rejected += 1
+            self.rejected_by_code[code] = self.rejected_by_code.get(code, 0) + 1
+        self._rated.warning(code, "refused %s (from %s)", what, sender)
+
+    def _seed_job(self, job: str) -> None:
+        """A job known from before a restart: count what it registered then (once)."""
+        if self._seed is None or not self.jobs.needs_seed(job):
+            return
+        try:
+            ranks, groups = self._seed(job)
+        except Exception as exc:  # the store is down: count from what arrives now
+            self._rated.warning("seed", "cannot read job %s's registrations from the store to "
+                                "count them against its limits: %s", job, exc)
+            ranks, groups = [], []
+        self.jobs.seed(job, ranks, groups)
 
     def _seen(self, req: c4_pb2.IngestRequest) -> None:
         if not req.sidecar:
@@ -205,62 +239,85 @@ class IngestService(c4_pb2_grpc.IngestServicer):
 
     def Stream(self, request_iterator: Iterator[c4_pb2.IngestRequest],
                context: grpc.ServicerContext) -> Iterator[c4_pb2.IngestAck]:
-        with self._lock:
-            full = bool(self._max_streams) and self.streams >= self._max_streams
-            if not full:
-                self.streams += 1
-        if full:
+        if not self.slots.take():
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"the daemon already serves {self._max_streams} ingest streams (its "
-                          "max_streams limit, one per sidecar): retry later with backoff; "
-                          "shard the sidecars over several daemons or raise workers and "
-                          "max_streams")
+                          f"the daemon already serves {self.slots.limit} ingest streams (its "
+                          "--max-streams, one per sidecar): retry later with backoff; shard "
+                          "the sidecars over several daemons, or raise --workers and "
+                          "--max-streams")
         try:
             yield from self._stream(request_iterator, context)
         finally:
-            with self._lock:
-                self.streams -= 1
+            self.slots.give()
+
+    @property
+    def streams(self) -> int:
+        """Open ingest streams."""
+        return self.slots.used
 
     def _stream(self, request_iterator: Iterator[c4_pb2.IngestRequest],
                 context: grpc.ServicerContext) -> Iterator[c4_pb2.IngestAck]:
         acks: queue.Queue[c4_pb2.IngestAck | None] = queue.Queue()
         sender = self.sender(context)
-        state = {"outstanding": 0, "done": False, "throttled": False}
+        state = _StreamState()
         lock = threading.Lock()
 
         def reply(ack: c4_pb2.IngestAck) -> None:
             with lock:
-                state["outstanding"] -= 1
+                state.outstanding -= 1
             acks.put(ack)
 
-        def refuse_after_limit(ack: c4_pb2.IngestAck) -> None:
-            if ack.code == _EXHAUSTED:
-                state["throttled"] = True
-            reply(ack)
-
         stream = self.control.open(acks.put)
+        # job -> the (sidecar, seq) of its first request refused for a job limit on this stream
+        parked: dict[str, tuple[str, int]] = {}
+
+        def after(req: c4_pb2.IngestRequest, ack: c4_pb2.IngestAck) -> None:
+            """A refusal for a limit: the job's (parked) or the sender's (throttled)."""
+            if ack.code == _EXHAUSTED and ack.parked_job:
+                parked.setdefault(ack.parked_job, (req.sidecar, req.seq))
+            elif ack.code == _EXHAUSTED:
+                state.throttled = True
+            reply(ack)
 
         def read() -> None:
             try:
-                for req in request_iterator:
+                for n, req in enumerate(request_iterator, 1):
+                    if isinstance(req, Undecodable):
+                        state.bad = req.message(f"request {n} on this stream")
+                        self._refused("INVALID_ARGUMENT", sender, state.bad)
+                        break
                     with lock:
-                        state["outstanding"] += 1
-                    if state["throttled"]:
-                        # Once one request is refused for a limit, so is everything after it
-                        # on this stream: the sidecar resends them in order, and a job's
-                        # records never overtake its refused RankInfo.
+                        state.outstanding += 1
+                    if state.throttled:
+                        # Once one request is refused for the sender's limit, so is everything
+                        # after it on this stream: the sidecar resends them in order, and a
+                        # job's records never overtake its refused RankInfo.
                         reply(c4_pb2.IngestAck(
                             seq=req.seq, sidecar=req.sidecar, code=_EXHAUSTED,
                             error="an earlier request on this stream was over a limit: "
                                   "retry later with backoff"))
                         continue
-                    self._accept(req, refuse_after_limit, sender, stream)
+                    job = request_job(req)
+                    first = parked.get(job[0]) if job is not None else None
+                    if first is not None and first != (req.sidecar, req.seq):
+                        # the same for a parked job's later requests, until the sidecar resends
+                        # the first refused one: the job's order holds, the others flow
+                        reply(c4_pb2.IngestAck(
+                            seq=req.seq, sidecar=req.sidecar, code=_EXHAUSTED,
+                            parked_job=job[0],
+                            error=f"an earlier request of job {job[0]!r} on this stream was "
+                                  "over a job limit: resend the job's requests later, in "
+                                  "order"))
+                        continue
+                    if first is not None:
+                        del parked[job[0]]
+                    self._accept(req, lambda ack, req=req: after(req, ack), sender, stream)
             except Exception as exc:  # the client went away; stored requests stay stored
                 log.debug("ingest stream ended: %s", exc)
             finally:
                 self.control.close(stream)
                 with lock:
-                    state["done"] = True
+                    state.done = True
                 acks.put(None)
 
         threading.Thread(target=read, name="c4-ingest-reader", daemon=True).start()
@@ -272,7 +329,9 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             if ack is not None:
                 yield ack
             with lock:
-                finished = state["done"] and state["outstanding"] == 0
+                finished = state.done and state.outstanding == 0
             if finished and acks.empty():
+                if state.bad:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, state.bad)
                 return
 

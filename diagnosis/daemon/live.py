@@ -8,6 +8,11 @@ analysis pass never holds up acknowledgements. Memory is bounded: the backlog ho
 job's engine keeps a bounded window, and a job silent for ``idle_s`` leaves the view (it is
 rebuilt from the store's registrations if it speaks again).
 
+Isolation: each job's records are applied and analysed apart. A failure in one job's part
+(applying a write, its heartbeats, its budget, a pass of its detectors, filing its reports) is
+counted (``problems``), logged at most once per interval per job, and touches no other job: the
+rest of the group commit is applied, every other job analysed.
+
 Lag: the age of the oldest stored write whose records the detectors have not finished judging
 (waiting in the backlog, or applied but not yet through a completed analysis pass). With the
 detectors keeping up it stays near the analysis interval plus one pass; it grows when they fall
@@ -26,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from collectors.sidecar.ratelog import RateLimitedLog
 from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.control import ControlHub
@@ -34,6 +40,8 @@ from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.health.live import LiveHealth
+from diagnosis.report import FaultReport
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -44,6 +52,7 @@ from diagnosis.store import (
     Write,
 )
 from proto import c4_pb2
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +103,11 @@ def _all_left(st: JobState) -> bool:
     return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
 
 
+def _places(st: JobState) -> dict[int, tuple[str, ...]]:
+    """Where each rank of a job runs: (host, gpu, nic) topology ids, as registered."""
+    return {r: tuple(p for p in (rec.host, rec.gpu, rec.nic) if p) for r, rec in st.ranks.items()}
+
+
 def records_of(w: Write) -> int:
     """Rows a write carries (1 for a registration): the unit of the daemon's memory bounds."""
     cols = getattr(w.body, "cols", None)
@@ -109,13 +123,24 @@ def top_seqs(pg: np.ndarray, seq: np.ndarray, strings: list[str]) -> dict[str, i
     return {strings[i]: int(top[i]) for i in np.flatnonzero(top >= 0).tolist()}
 
 
+# Names (communicators and ops) one job's detectors keep; a job of 65,536 communicators (the
+# default --max-groups) and a few dozen op names stays far below.
+MAX_JOB_NAMES = 262_144
+
+
+class _TooManyNames(Exception):
+    """A job's name tables are full: its op records are not analysed."""
+
+
 class LiveView:
     def __init__(self, hub: FaultHub, *, topology: Any = None, store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
                  observe_analysis: Callable[[float], None] | None = None,
                  budget: BudgetConfig | None = None, control: ControlHub | None = None,
-                 hosts: HostBook | None = None, topology_source: str = "") -> None:
+                 max_job_names: int = MAX_JOB_NAMES, hosts: HostBook | None = None,
+                 topology_source: str = "") -> None:
         self._hub = hub
+        self.max_job_names = max_job_names
         self._hosts = hosts     # the hosts' discovered internals: each job's topology
         self._topology_source = topology_source
         self._budget = budget or BudgetConfig(records_per_s=0)
@@ -145,11 +170,28 @@ class LiveView:
         self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
+        # failures kept inside one job's analysis, by stage (apply, heard, budget, advance, file)
+        self.problems: dict[str, int] = {}
+        self._rated = RateLimitedLog(log)
         # (job, attempt, when): every rank of the attempt said it is exiting; called from the
         # detectors' thread, outside the view's lock
         self.on_job_end: Callable[[str, int, int], None] | None = None
         # (job, attempt): an attempt the view had not seen speaks (under the view's lock)
         self.on_job_start: Callable[[str, int], None] | None = None
+        # node health: causes for the reports, health reports of their own (diagnosis/health)
+        self.health = LiveHealth()
+        self._health_pending: list[tuple[str, FaultReport]] = []
+
+    def _problem(self, job: str, stage: str) -> None:
+        """A failure in one job's part (call from an ``except`` block): counted, logged at
+        most once per interval per job and stage, and kept from the other jobs."""
+        self.problems[stage] = self.problems.get(stage, 0) + 1
+        if self._rated.warning(f"{stage}:{job}", "job %s: its live analysis failed (%s); the "
+                               "other jobs are not affected", job, stage):
+            log.debug("the failure", exc_info=True)
+
+    def problem_count(self) -> int:
+        return sum(self.problems.values())
 
     # -- from the writer -----------------------------------------------------------------------
     def apply(self, writes: list[Write]) -> None:
@@ -206,7 +248,11 @@ class LiveView:
             st = self._jobs.get((job, attempt))
             # only registered ranks: a stray rank id must not size the engine's arrays
             if st is not None and rank in st.ranks:
-                st.budget.recorded(rank, recorded, t_ns)
+                try:
+                    st.budget.recorded(rank, recorded, t_ns)
+                except Exception:
+                    self._problem(job, "heard")
+                    continue
                 ranks, t = groups.setdefault((job, attempt, t_ns // HEARD_BUCKET_NS, leaving),
                                              ([], 0))
                 ranks.append(rank)
@@ -215,7 +261,10 @@ class LiveView:
         for (job, attempt, _, leaving), (ranks, t_ns) in groups.items():
             st = self._jobs[(job, attempt)]
             if st.engine is not None:
-                st.engine.heard(ranks, t_ns, leaving=leaving)
+                try:
+                    st.engine.heard(ranks, t_ns, leaving=leaving)
+                except Exception:
+                    self._problem(job, "heard")
 
     # -- the detectors' thread -------------------------------------------------------------
     def run(self, stop: threading.Event, interval_s: float) -> None:
@@ -246,12 +295,8 @@ class LiveView:
                 if not self._backlog:
                     break
                 stored_at, writes, n = self._backlog[0]
-            try:
-                with self._lock:
-                    self._apply_now(writes)
-            except Exception:
-                log.exception("the live view could not take a stored batch; its records are "
-                              "stored but not analysed")
+            with self._lock:
+                self._apply_now(writes)
             with self._cond:
                 self._backlog.popleft()
                 self._backlog_records -= n
@@ -335,6 +380,18 @@ class LiveView:
                 log.info("job %s attempt %d silent for %.0f s: it leaves the live view", *key,
                          self._idle_s)
 
+    def remove(self, job: str) -> int:
+        """Drop every attempt of a job (removed from the store); returns how many."""
+        with self._lock:
+            keys = [k for k in self._jobs if k[0] == job]
+            for key in keys:
+                del self._jobs[key]
+                if self._control is not None:
+                    self._control.forget(*key)
+            for key in [k for k in self._evicted if k[0] == job]:
+                del self._evicted[key]
+        return len(keys)
+
     @staticmethod
     def _add_rank(st: JobState, body: RankRecord) -> None:
         st.ranks[body.rank] = body
@@ -356,33 +413,55 @@ class LiveView:
             body = w.body
             if not isinstance(body, RankRecord | GroupRecord | OpRows | ConnRows | BatchRows):
                 continue   # detail records: stored for the reports, not analysed again
-            st = self._job(body.job, body.attempt, w)
-            if st is None:
-                continue
-            if isinstance(body, RankRecord):
-                self._add_rank(st, body)
-            elif isinstance(body, GroupRecord):
-                self._add_group(st, body)
-            elif isinstance(body, OpRows):
-                n = len(body.cols)
-                st.records += n
-                if n:
-                    st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
-                    st.budget.observe("ops", n, now)
-                    st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
-                                                    body.cols.strings), now)
-                if st.engine is not None:
-                    st.engine.add_ops(body.cols)
-            elif isinstance(body, ConnRows):
-                st.budget.observe("conns", len(body.cols), now)
-                names = np.asarray(body.cols.strings, dtype=object)
-                if len(body.cols):
-                    st.linkstats.learn(body.cols["rank"], names[body.cols["local"]].tolist())
-                conns = st.links.add(body.cols)
-                if st.engine is not None and conns is not None and len(conns):
-                    st.engine.add_conns(conns, sampled=True)
-            elif body.cols is not None:
-                self._apply_batch(st, body, now)
+            try:
+                self._apply_one(w, now)
+            except _TooManyNames:
+                self._problem(body.job, "names")
+            except Exception:   # this job's records stay stored; the other jobs go on
+                self._problem(body.job, "apply")
+
+    def _apply_one(self, w: Write, now: float) -> None:
+        body = w.body
+        st = self._job(body.job, body.attempt, w)
+        if st is None:
+            return
+        if isinstance(body, RankRecord):
+            self._add_rank(st, body)
+        elif isinstance(body, GroupRecord):
+            self._add_group(st, body)
+        elif isinstance(body, OpRows):
+            n = len(body.cols)
+            st.records += n
+            if n:
+                st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
+                st.budget.observe("ops", n, now)
+                st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
+                                                body.cols.strings), now)
+            if st.engine is not None:
+                self._check_names(st)
+                st.engine.add_ops(body.cols)
+        elif isinstance(body, ConnRows):
+            st.budget.observe("conns", len(body.cols), now)
+            names = np.asarray(body.cols.strings, dtype=object)
+            if len(body.cols):
+                st.linkstats.learn(body.cols["rank"], names[body.cols["local"]].tolist())
+            conns = st.links.add(body.cols)
+            if st.engine is not None and conns is not None and len(conns):
+                st.engine.add_conns(conns, sampled=True)
+        elif isinstance(body, BatchRows) and body.kind == "health":
+            self._health_pending.extend(
+                (body.job, r) for r in self.health.add(body.job, [
+                    HealthRecord.from_proto(s)
+                    for s in c4_pb2.HealthBatch.FromString(body.payload).samples]))
+        elif body.cols is not None:
+            self._apply_batch(st, body, now)
+
+    def _check_names(self, st: JobState) -> None:
+        """A job's name tables (communicators, ops) grow with every new name its records use:
+        past ``max_job_names`` its further records are stored but no longer analysed."""
+        eng = st.engine
+        if eng is not None and len(eng.pg_names) + len(eng.op_names) > self.max_job_names:
+            raise _TooManyNames(st.job)
 
     def _apply_batch(self, st: JobState, body: BatchRows, now: float) -> None:
         """Reduced telemetry: progress, linkstat and port records."""
@@ -412,10 +491,13 @@ class LiveView:
                                      self.backlog() / max(self._max_backlog, 1))
         for st in self._jobs.values():
             st.budget.scale = scale
-            decision = st.budget.decide(now, now_ns)
-            if decision is not None:
-                st.reduced = self.schedules.enact(st.job, st.attempt, st.engine, decision,
-                                                  now_ns) or st.reduced
+            try:
+                decision = st.budget.decide(now, now_ns)
+                if decision is not None:
+                    st.reduced = self.schedules.enact(st.job, st.attempt, st.engine, decision,
+                                                      now_ns) or st.reduced
+            except Exception:
+                self._problem(st.job, "budget")
 
     def _restore_schedule(self, st: JobState) -> None:
         """A job known from before a daemon restart keeps its schedule."""
@@ -456,17 +538,34 @@ class LiveView:
                         log.exception("job %s: assembling its topology failed; it is tried "
                                       "again when a rank registers or a host changes", st.job)
                 self._apply_heartbeats()
-                found = [(st.job, st.engine.advance(now_ns)) for st in self._jobs.values()
-                         if st.engine is not None]
+                found = []
+                for st in self._jobs.values():
+                    if st.engine is None:
+                        continue
+                    try:
+                        found.append((st.job, st.engine.advance(now_ns), _places(st)))
+                    except Exception:
+                        self._problem(st.job, "advance")
                 self._budgets(now_ns)
                 ended = [st for st in self._jobs.values() if not st.ended and _all_left(st)]
                 for st in ended:
                     st.ended = True
+                pending, self._health_pending = self._health_pending, []
             filed = 0
-            for job, reports in found:
+            for job, reports, places in found:
                 for report in reports:
+                    try:
+                        # causes from the node's own health, joined at the report level
+                        self._hub.file(job, self.health.explain(job, report, places))
+                        filed += 1
+                    except Exception:    # the store is down, or the report is bad
+                        self._problem(job, "file")
+            for job, report in pending:
+                try:
                     self._hub.file(job, report)
                     filed += 1
+                except Exception:
+                    self._problem(job, "file")
             if self.on_job_end is not None:
                 for st in ended:
                     self.on_job_end(st.job, st.attempt, now_ns)

@@ -35,15 +35,20 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 class MetricsServer:
-    """An HTTP ``/metrics`` endpoint for one registry."""
+    """An HTTP ``/metrics`` endpoint for one registry; HTTPS with ``tls`` (certificate, key).
+    The daemon allows plaintext beyond loopback only when told (``check_metrics_listen``)."""
 
-    def __init__(self, listen: str, registry: CollectorRegistry) -> None:
+    def __init__(self, listen: str, registry: CollectorRegistry, *,
+                 tls: tuple[str, str] | None = None) -> None:
         host, port = parse_listen(listen)
         self.registry = registry
-        self._httpd, self._thread = start_http_server(port, addr=host, registry=registry)
+        certfile, keyfile = tls if tls is not None else (None, None)
+        self._httpd, self._thread = start_http_server(port, addr=host, registry=registry,
+                                                      certfile=certfile, keyfile=keyfile)
         self.host = host
         self.port = int(self._httpd.server_address[1])
-        log.info("metrics on http://%s:%d/metrics", host, self.port)
+        self.scheme = "https" if tls is not None else "http"
+        log.info("metrics on %s://%s:%d/metrics", self.scheme, host, self.port)
 
     def close(self) -> None:
         self._httpd.shutdown()

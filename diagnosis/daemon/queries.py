@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.slots import Slots
 from diagnosis.report import FaultReport
 from diagnosis.report_proto import to_proto
 from diagnosis.store import Store
@@ -19,9 +20,10 @@ OPS_CHUNK = 65536
 
 
 class FaultsService(c4_pb2_grpc.FaultsServicer):
-    def __init__(self, store: Store, hub: FaultHub) -> None:
+    def __init__(self, store: Store, hub: FaultHub, *, max_watches: int = 64) -> None:
         self._store = store
         self._hub = hub
+        self.watches = Slots(max_watches)
 
     def List(self, request: c4_pb2.ListFaultsRequest, context: grpc.ServicerContext
              ) -> c4_pb2.ListFaultsResponse:
@@ -39,6 +41,19 @@ class FaultsService(c4_pb2_grpc.FaultsServicer):
 
     def Watch(self, request: c4_pb2.WatchFaultsRequest, context: grpc.ServicerContext
               ) -> Iterator[c4_pb2.FaultReport]:
+        """Each watch holds an RPC thread while it lasts: at most ``max_watches`` at once."""
+        if not self.watches.take():
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the daemon already serves {self.watches.limit} fault watches (its "
+                          "--max-watches): stop one, or retry later; ingest and queries keep "
+                          "their own threads")
+        try:
+            yield from self._watch(request, context)
+        finally:
+            self.watches.give()
+
+    def _watch(self, request: c4_pb2.WatchFaultsRequest, context: grpc.ServicerContext
+               ) -> Iterator[c4_pb2.FaultReport]:
         q = self._hub.subscribe()
         context.add_callback(lambda: q.put(None))
         try:
@@ -161,5 +176,6 @@ _CHUNKS = {
     "linkstat": ("linkstats", c4_pb2.LinkStatBatch),
     "port": ("ports", c4_pb2.PortBatch),
     "schedule": ("schedule", c4_pb2.SampleSchedule),
+    "health": ("health", c4_pb2.HealthBatch),
 }
 

@@ -14,29 +14,32 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import c4
+from diagnosis.daemon.admin import AdminService, JobRemover, Retention
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.control import ControlHub
+from diagnosis.daemon.decoding import SafeDecode
 from diagnosis.daemon.detail import DetailPuller
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.ingest import IngestService
 from diagnosis.daemon.inspection import ProcessInspector
+from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
-from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore
+from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore, parse_listen
 from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
 from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
-from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen
+from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
 from diagnosis.security.tokens import TokenTable
 from diagnosis.store import open_store
 from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Topology",
+SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Admin", "c4.v1.Topology",
             "c4.v1.FaultActions")
 
 
@@ -56,7 +59,7 @@ class Daemon:
         self.live = LiveView(self.hub, topology=topology, store=self.store,
                              hosts=self.hosts, topology_source=topology_source,
                              max_backlog_records=config.live_backlog_records,
-                             idle_s=config.live_idle_s,
+                             idle_s=config.jobs.idle_s,
                              observe_analysis=self.metrics.analysis.observe,
                              budget=config.budget, control=self.control)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
@@ -71,23 +74,34 @@ class Daemon:
                              commit_interval_s=config.commit_interval_s,
                              max_pending=config.max_pending_requests,
                              max_pending_records=config.max_pending_records)
-        known = {j.job for j in self.store.jobs()}
+        # the jobs stored before, with when each was last written to: the live ones count
+        # against --max-jobs at once
+        self.jobs = JobBook(config.jobs)
+        self.jobs.load(self.store.job_seen())
         rate = config.max_requests_per_second
-        self.ingest = IngestService(self.writer, known, max_records=config.max_records_per_batch,
-                                    limiter=RateLimiter(rate, 2 * rate), max_jobs=config.max_jobs,
+        self.ingest = IngestService(self.writer, self.jobs, bounds=config.bounds,
+                                    max_records=config.max_records_per_batch,
+                                    limiter=RateLimiter(rate, 2 * rate),
                                     observe_ack=self.metrics.ack_latency.observe,
                                     tokens_checked=bool(self.tokens),
                                     max_streams=config.max_streams,
                                     on_stats=self.live.heard, control=self.control,
+                                    seed=lambda job: (self.store.ranks(job),
+                                                      self.store.groups(job)),
                                     on_host=self.hosts.put)
         self.ingest.on_inspection = self.inspector.answered
+        self.remover = JobRemover(self.store, self.jobs, self.live, self.writer)
+        self.retention = Retention(self.store, self.remover, config.retention_s) \
+            if config.retention_s else None
+        self.faults = FaultsService(self.store, self.hub, max_watches=config.max_watches)
         self.metrics.attach(self)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()
         self._stop = threading.Event()
         self._health = health.HealthServicer()
-        interceptors = [AuthInterceptor(self.tokens, self.metrics.on_denied)] if self.tokens \
-            else []
+        interceptors: list[grpc.ServerInterceptor] = [SafeDecode()]
+        if self.tokens:
+            interceptors.append(AuthInterceptor(self.tokens, self.metrics.on_denied))
         if not self.tokens and not config.tls_client_ca:
             log.info("no tokens configured: every client may call every RPC")
         self._server = grpc.server(
@@ -99,12 +113,12 @@ class Daemon:
                      ("grpc.max_receive_message_length", config.max_message_bytes),
                      ("grpc.max_send_message_length", config.max_message_bytes)])
         c4_pb2_grpc.add_IngestServicer_to_server(self.ingest, self._server)
-        c4_pb2_grpc.add_FaultsServicer_to_server(FaultsService(self.store, self.hub),
-                                                 self._server)
+        c4_pb2_grpc.add_FaultsServicer_to_server(self.faults, self._server)
         c4_pb2_grpc.add_QueryServicer_to_server(QueryService(self.store, self.status,
                                                              self.job_state), self._server)
         c4_pb2_grpc.add_FaultActionsServicer_to_server(FaultActionsService(self.hub),
                                                        self._server)
+        c4_pb2_grpc.add_AdminServicer_to_server(AdminService(self.remover), self._server)
         c4_pb2_grpc.add_TopologyServicer_to_server(
             TopologyService(self.store, self.live, self.hosts, topology, topology_source),
             self._server)
@@ -131,6 +145,15 @@ class Daemon:
         return self.lifecycle.state(job, self.live.heard_s_ago(job))
 
     def status(self) -> c4_pb2.StatusResponse:
+        """What the daemon knows; with the store down, everything but the open faults, and
+        why the store is down."""
+        store_error = self.writer.store_error   # writes failing now: do not wait on it
+        open_faults = 0
+        if not store_error:
+            try:
+                open_faults = len(self.store.list_faults(open_only=True))
+            except Exception as exc:
+                store_error = str(exc)
         resp = c4_pb2.StatusResponse(
             version=c4.__version__, store=self.config.store.split(":", 1)[0],
             started_ns=self.started_ns, records_ingested=self.live.records_total,
@@ -138,7 +161,9 @@ class Daemon:
             # jobs known to ingest, not the store's job summaries: those count every stored
             # op, a scan of the whole op table on each status call
             duplicates=self.writer.duplicates, jobs=self.ingest.job_count(),
-            open_faults=len(self.store.list_faults(open_only=True)))
+            open_faults=open_faults, store_error=store_error, live_jobs=self.jobs.live(),
+            job_problems=self.live.problem_count(), watches=self.faults.watches.used,
+            ingest_streams=self.ingest.streams)
         for info in list(self.ingest.sidecars.values()):
             seen = resp.sidecars.add(sidecar=info.sidecar, host=info.host,
                                      last_seen_ns=info.last_seen_ns)
@@ -152,9 +177,16 @@ class Daemon:
         self._analyzer.start()
         self.detail.start()
         self.inspector.start()
+        if self.retention is not None:
+            self.retention.start(self._stop)
         if self.config.metrics_listen:
+            # HTTPS beyond loopback (the daemon's certificate); loopback stays plain HTTP for
+            # the local Prometheus agent
+            host, _ = parse_listen(self.config.metrics_listen)
+            tls = (self.config.tls_cert, self.config.tls_key) \
+                if self.config.tls_cert and not is_loopback(f"{host}:0") else None
             self.metrics_server = MetricsServer(self.config.metrics_listen,
-                                                self.metrics.registry)
+                                                self.metrics.registry, tls=tls)
         for name in ("", *SERVICES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("c4 daemon listening on port %d, store %s", self.port, self.config.store)
@@ -176,7 +208,8 @@ class Daemon:
         log.info("c4 daemon stopped")
 
     def wait(self) -> None:
-        self._stop.wait()
+        while not self._stop.wait(0.5):
+            pass
 
 
 def serve(config: DaemonConfig, *, topology: Any = None,
@@ -194,5 +227,8 @@ def serve(config: DaemonConfig, *, topology: Any = None,
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    stop.wait()
+    # In slices: the kernel may deliver SIGTERM to another thread, and Python runs the handler
+    # only when the main thread next runs Python bytecode; an untimed wait would never return.
+    while not stop.wait(0.5):
+        pass
     daemon.stop()

@@ -57,6 +57,11 @@ class Writer:
         self.stored = 0
         self.duplicates = 0
         self.store_errors = 0
+        # requests submitted, and processed (stored or found stored), since the start
+        self._submitted = 0
+        self._processed = 0
+        #: why the last store write failed, while it keeps failing ("" once one succeeds)
+        self.store_error = ""
 
     def start(self) -> None:
         self._thread.start()
@@ -72,7 +77,21 @@ class Writer:
                 self._cond.wait(0.1)
             self._items.append(_Item(write, done, n))
             self._records += n
+            self._submitted += 1
             self._cond.notify_all()
+
+    def sync(self, timeout: float = 30.0) -> bool:
+        """Wait until every request submitted before this call is stored; False on timeout
+        (the store is down)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            target = self._submitted
+            while self._processed < target:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._stopping and not self._thread.is_alive()):
+                    return False
+                self._cond.wait(min(left, 0.1))
+            return True
 
     def pending(self) -> int:
         with self._cond:
@@ -125,11 +144,13 @@ class Writer:
                     break
                 except StoreError as exc:
                     self.store_errors += 1
+                    self.store_error = str(exc)
                     log.warning("store unavailable (%s); retrying %d requests in %.1f s",
                                 exc, len(items), backoff)
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
             backoff = 0.2
+            self.store_error = ""
             fresh = [it.write for it, dup in zip(items, dups) if not dup]
             self.stored += len(fresh)
             self.duplicates += len(items) - len(fresh)
@@ -139,3 +160,6 @@ class Writer:
                 log.exception("live analysis failed on a stored batch")
             for it, dup in zip(items, dups):
                 it.done(dup)
+            with self._cond:
+                self._processed += len(items)
+                self._cond.notify_all()

@@ -153,7 +153,11 @@ def from_trace(path: Path, job: str | None = None, *, topology: Path | None = No
         elif isinstance(item, Meta):
             trace_job = item.job
     ops = concat(parts) if parts else empty_columns(OP_COLUMNS)
-    faults, _ = feed_trace(Engine(topo), path)
+    faults, stats = feed_trace(Engine(topo), path)
+    if stats.health:
+        from diagnosis.health.diagnose import explain
+
+        faults = explain(list(faults), stats.health, rank_places=stats.places)
     name = job or trace_job or Path(path).stem
     data = ReportData(name, f"trace {Path(path).name}", ops, None, list(faults), hosts, gpus,
                       nics, topo)

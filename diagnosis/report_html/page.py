@@ -46,8 +46,12 @@ def _fault_table(data: ReportData) -> str:
     for f in sorted(data.faults, key=lambda f: f.first_seen_ns):
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in f.suspects[:3]) or "-"
         where = f"{f.pg} #{f.seq}" if f.pg and f.seq is not None else (f.pg or "")
+        summary = html.escape(f.summary) + "".join(
+            f"<br><b>cause</b> {html.escape(c['target'])}: {html.escape(c['summary'])} "
+            f"<i>({html.escape(c['action'])})</i>" for c in f.causes)
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            f.kind, f.state, _when(f.first_seen_ns), suspects, where, f.summary)) + "</tr>")
+            f.kind, f.state, _when(f.first_seen_ns), suspects, where)) +
+            f"<td>{summary}</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in ("kind", "state", "first seen (UTC)", "suspects",
                                               "where", "summary"))
     return f"<table><tr>{head}</tr>\n" + "\n".join(rows) + "</table>\n"

@@ -7,6 +7,7 @@ pick up the same settings."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+
+log = logging.getLogger(__name__)
 
 ENV = {"tls_ca": "C4_TLS_CA", "tls_cert": "C4_TLS_CERT", "tls_key": "C4_TLS_KEY",
        "token": "C4_TOKEN", "server_name": "C4_TLS_SERVER_NAME"}
@@ -132,5 +135,23 @@ def open_channel(address: str, security: ClientSecurity | None = None,
     else:
         channel = grpc.insecure_channel(address, options=opts)
     if sec.token:
+        if not sec.tls:
+            _warn_plaintext_token(address)
         channel = grpc.intercept_channel(channel, _Bearer(sec.token))
     return channel
+
+
+_warned: set[str] = set()
+
+
+def _warn_plaintext_token(address: str) -> None:
+    """A bearer token in the clear beyond this machine can be read off the network: say so,
+    once per address (the call goes ahead: the operator may run it inside a trusted net)."""
+    from diagnosis.security.server import is_loopback
+
+    if is_loopback(address) or address in _warned:
+        return
+    _warned.add(address)
+    log.warning("sending a bearer token to %s over plaintext gRPC: anyone on the network path "
+                "can read it and use it. Reach the daemon over TLS (--tls-ca / C4_TLS_CA)",
+                address)

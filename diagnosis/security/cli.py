@@ -1,6 +1,6 @@
-"""``--tls-ca``, ``--tls-cert``, ``--tls-key`` and ``--token`` for every command that talks to
-the daemon, added by one decorator so each command's own code stays as it is. Cheap to
-import (no grpc) so that ``c4 --help`` stays fast."""
+"""``--tls-ca``, ``--tls-cert``, ``--tls-key`` and ``--token-file`` (or ``C4_TOKEN``) for every
+command that talks to the daemon, added by one decorator so each command's own code stays as
+it is. Cheap to import (no grpc) so that ``c4 --help`` stays fast."""
 
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ OPTIONS = {
                              help="Client certificate (PEM) for a mutual-TLS daemon."),
     "tls_key": typer.Option("", "--tls-key", envvar="C4_TLS_KEY",
                             help="Private key of --tls-cert."),
-    "token": typer.Option("", "--token", envvar="C4_TOKEN",
-                          help="Bearer token for a daemon that checks tokens (read role to "
-                               "read, act role for recovery)."),
+    # from the environment only: on the command line every local user could read it
+    "token": typer.Option("", "--token", envvar="C4_TOKEN", hidden=True),
+    "token_file": typer.Option("", "--token-file", envvar="C4_TOKEN_FILE",
+                               help="File holding the bearer token for a daemon that checks "
+                                    "tokens (read role to read, act role for recovery); or "
+                                    "set C4_TOKEN."),
 }
 
 
@@ -35,9 +38,11 @@ def with_client_security(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def command(*args: Any, **kwargs: Any) -> Any:
         from diagnosis.security.channel import ClientSecurity, use_security  # grpc: lazily
+        from diagnosis.security.secret import read_token
 
         given = {name: kwargs.pop(name, "") for name in OPTIONS}
         try:
+            given["token"] = read_token(given["token"], given.pop("token_file"))
             security = ClientSecurity.from_env(**given)
         except ValueError as exc:
             typer.echo(f"error: {exc}", err=True)

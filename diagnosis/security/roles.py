@@ -1,9 +1,9 @@
 """Roles and the permission each RPC needs.
 
 A sidecar (``ingest``) may only send telemetry; the CLI (``read``) may read faults, jobs and the
-live fault stream; the recovery controller (``act``) may read and act. No action RPC exists yet:
-any method of an unknown c4 service needs ``act``, so an action service added later is
-protected without touching this table."""
+live fault stream; the recovery controller (``act``) may read and act; only ``admin`` may
+administer (``c4 jobs rm``). No action RPC exists yet: any method of an unknown c4 service needs
+``act``, so an action service added later is protected without touching this table."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ class Permission(str, Enum):
     INGEST = "ingest"
     READ = "read"
     ACT = "act"
+    ADMIN = "admin"
 
 
 # role name -> what it may do
@@ -29,6 +30,7 @@ SERVICE_PERMISSION: dict[str, Permission | None] = {
     "c4.v1.Ingest": Permission.INGEST,
     "c4.v1.Faults": Permission.READ,
     "c4.v1.Query": Permission.READ,
+    "c4.v1.Admin": Permission.ADMIN,
     "c4.v1.Topology": Permission.READ,
     "grpc.health.v1.Health": None,
 }

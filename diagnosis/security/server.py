@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from collectors.sidecar.ratelog import RateLimitedLog
 from diagnosis.errors import DiagnosisError
 from diagnosis.security.roles import ROLES, required_permission
 from diagnosis.security.tokens import TokenTable
@@ -71,6 +72,20 @@ def check_listen(listen: str, *, tls: bool, insecure: bool) -> None:
                         f"{CERT_HELP}; or pass --insecure to accept an unencrypted daemon")
 
 
+def check_metrics_listen(listen: str, *, tls: bool, insecure: bool) -> None:
+    """``/metrics`` beyond loopback only over HTTPS (the daemon's certificate) or when the
+    operator insists: its counters name jobs, hosts and sidecars."""
+    host = listen.rpartition(":")[0] if ":" in listen else "127.0.0.1"
+    if tls or is_loopback(f"{host or '127.0.0.1'}:0"):
+        return
+    if insecure:
+        log.warning("serving /metrics over plaintext HTTP on %s (--metrics-insecure)", listen)
+        return
+    raise SecurityError(f"refusing to serve /metrics over plaintext HTTP on the non-loopback "
+                        f"address {listen}: {CERT_HELP} (metrics are then HTTPS), or pass "
+                        "--metrics-insecure to accept unencrypted metrics")
+
+
 def bearer_token(metadata: Any) -> str | None:
     for key, value in metadata or ():
         if key == "authorization":
@@ -100,6 +115,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
                  on_denied: Callable[[grpc.StatusCode], None] | None = None) -> None:
         self._tokens = tokens
         self._on_denied = on_denied
+        self._rated = RateLimitedLog(log)
 
     def intercept_service(self, continuation: Callable[..., Any],
                           details: grpc.HandlerCallDetails) -> Any:
@@ -128,5 +144,5 @@ class AuthInterceptor(grpc.ServerInterceptor):
               ) -> grpc.RpcMethodHandler:
         if self._on_denied is not None:
             self._on_denied(code)
-        log.warning("denied a call: %s", message)
+        self._rated.warning(code.name, "denied a call: %s", message)
         return _denying_handler(handler, code, message)

@@ -79,6 +79,16 @@ def sim(
                                          "(0: never)."),
     hang_wait: float = typer.Option(60.0, help="Seconds recorded after the job stops moving."),
     job: str = typer.Option("sim", help="Job name in the trace's meta record."),
+    health: bool = typer.Option(False, "--health", help="Append node health series (GPU, NIC "
+                                "port, host PSI samples every --health-interval) as health "
+                                "records; see diagnosis/sim/health.py."),
+    health_cause: str = typer.Option("", help="Plant a health cause behind the run's fault: "
+                                     "thermal, pcie_downtrain, ecc_storm (slow_gpu), "
+                                     "cpu_contention (slow_host), noisy_ib_port (slow_nic). "
+                                     "Implies --health."),
+    health_decoys: int = typer.Option(0, help="Causes planted on components without a timing "
+                                      "fault (never to be named as a cause). Implies --health."),
+    health_interval: float = typer.Option(1.0, help="Seconds between health samples."),
 ) -> None:
     from c4.output import make_console
     from diagnosis.sim.config import FaultSpec, SimConfig, SimError
@@ -96,6 +106,13 @@ def sim(
                         uplink_gbps=uplink_gbps or None, gc_rate=gc_rate,
                         checkpoint_every=checkpoint_every, hang_wait_s=hang_wait, job=job)
         res = simulate(cfg, out, compress=gzip, order=order)
+        if health or health_cause or health_decoys:
+            if gzip:
+                raise SimError("--health appends to trace.jsonl: leave out --gzip")
+            from diagnosis.sim.health import add_health
+
+            add_health(out, cause=health_cause or None, decoys=health_decoys,
+                       interval_s=health_interval, seed=seed)
     except SimError as exc:
         raise typer.BadParameter(str(exc)) from None
     con = make_console()

@@ -36,6 +36,8 @@ def fault_to_text(report: FaultReport) -> str:
         "last_seen_ns": int(report.last_seen_ns),
         "state": report.state,
         "revision": int(report.revision),
+        # the health findings joined to the report (diagnosis/health/causes.py)
+        "causes": report.to_json().get("causes", []),
     }, separators=(",", ":"))
 
 
@@ -46,7 +48,7 @@ def fault_from_text(text: str) -> FaultReport:
         kind=obj["kind"], suspects=suspects, first_seen_ns=obj["first_seen_ns"],
         summary=obj["summary"], pg=obj["pg"], seq=obj["seq"], evidence=obj["evidence"],
         id=obj["id"], job=obj["job"], last_seen_ns=obj["last_seen_ns"], state=obj["state"],
-        revision=obj["revision"],
+        revision=obj["revision"], causes=tuple(obj.get("causes") or ()),
     )
 
 

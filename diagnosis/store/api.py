@@ -2,9 +2,13 @@
 
 Writes are idempotent: every write carries the (sidecar, seq) of the ingest request it came from,
 and a store applies each such pair at most once, even across daemon restarts, so a sidecar may
-resend anything it has no acknowledgement for. An op row is identified by
-(job, attempt, rank, pg, op, peer, seq): an open row (``t_end_ns == -1``, the call had not
-completed when it was shipped) is replaced by the completed row that follows it, never doubled.
+resend anything it has no acknowledgement for. The pairs are remembered with when they were
+stored, so that the daemon's retention can forget old ones (``forget_applied``); every job
+attempt remembers when it was last written to (``job_seen``), by the store's clock.
+
+An op row is identified by (job, attempt, rank, pg, op, peer, seq): an open row
+(``t_end_ns == -1``, the call had not completed when it was shipped) is replaced by the
+completed row that follows it, never doubled.
 """
 
 from __future__ import annotations
@@ -73,17 +77,17 @@ class ConnRows:
 
 
 #: kinds of records a store keeps as whole batches (``BatchRows``)
-BATCH_KINDS = ("progress", "linkstat", "port", "schedule")
+BATCH_KINDS = ("progress", "linkstat", "port", "schedule", "health")
 
 
 @dataclass
 class BatchRows:
-    """Records of one job attempt kept as the columnar batch they came in (one stored row per
-    batch, not per record): reduced telemetry (``progress``, ``linkstat``, ``port``) and the
-    job's sampling schedules (``schedule``). ``payload`` is the batch's protobuf encoding
-    (``ProgressBatch``, ``LinkStatBatch``, ``PortBatch``, ``SampleSchedule``); ``cols`` the
-    decoded records for the live view (None for a schedule); ``t_lo``/``t_hi`` the times the
-    records span."""
+    """Records of one job attempt kept as the batch they came in (one stored row per batch,
+    not per record): reduced telemetry (``progress``, ``linkstat``, ``port``), the job's
+    sampling schedules (``schedule``) and node ``health`` samples and events. ``payload`` is
+    the batch's protobuf encoding (``ProgressBatch``, ``LinkStatBatch``, ``PortBatch``,
+    ``SampleSchedule``, ``HealthBatch``); ``cols`` the decoded records for the live view (None
+    for a schedule and for health); ``t_lo``/``t_hi`` the times the records span."""
 
     job: str
     attempt: int
@@ -149,6 +153,15 @@ class StoredDetail:
 
 
 @dataclass(frozen=True)
+class RemovedJob:
+    """What ``Store.remove_job`` removed."""
+
+    job: str
+    attempts: int
+    faults: int
+
+
+@dataclass(frozen=True)
 class JobRecord:
     job: str
     attempt: int
@@ -177,6 +190,21 @@ class Store(ABC):
     @abstractmethod
     def jobs(self) -> list[JobRecord]:
         """Every job attempt with at least one registered rank, newest first."""
+
+    @abstractmethod
+    def job_seen(self) -> dict[str, int]:
+        """Every job with a registered rank, and when anything of it was last stored (the
+        store's clock, ns since the epoch; a cheap read, unlike ``jobs``)."""
+
+    @abstractmethod
+    def remove_job(self, job: str) -> RemovedJob:
+        """Remove every attempt of a job: ranks, groups, records, batches, details and fault
+        reports. Returns what was removed (0 attempts: nothing was stored)."""
+
+    @abstractmethod
+    def forget_applied(self, before_ns: int) -> int:
+        """Forget the (sidecar, seq) of requests stored before ``before_ns`` (store clock):
+        a resend of one of them is no longer recognised. Returns how many were forgotten."""
 
     @abstractmethod
     def ranks(self, job: str, attempt: int | None = None) -> list[RankRecord]:

@@ -1,7 +1,11 @@
 """The ClickHouse store, for many jobs and long retention (clickhouse-driver, native protocol).
 
 Exactly-once without transactions: every table is a ReplacingMergeTree keyed by what identifies
-a record, and reads use FINAL, so rows that arrive twice collapse into one. ``write()`` inserts
+a record, and reads use FINAL, so rows that arrive twice collapse into one. ``applied`` holds
+when each request was stored and ``activity`` when each job attempt was last written to (at most
+one row per attempt and ``ACTIVITY_EVERY_S``; the latest wins); removing a job or forgetting old
+requests is an ``ALTER TABLE ... DELETE`` (a mutation the server applies in the background; a
+job's removal is waited for). ``write()`` inserts
 the rows first and the (sidecar, seq) of the requests into ``applied`` last: a crash between
 the two leaves rows whose resend collapses onto them. Open op rows lose to completed ones through
 the version column ``done``; fault reports are versioned by ``revision``.
@@ -19,6 +23,7 @@ import logging
 import queue
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +46,7 @@ from diagnosis.store.api import (
     JobRecord,
     OpRows,
     RankRecord,
+    RemovedJob,
     Store,
     StoredBatch,
     StoredDetail,
@@ -52,10 +58,15 @@ log = logging.getLogger(__name__)
 
 # Connections to the server at most (queries beyond wait for one to come back).
 MAX_CLIENTS = 4
+# A job attempt's activity is written at most once per this long (each insert is a part).
+ACTIVITY_EVERY_S = 60.0
+# How long ``remove_job`` waits for the server to apply its deletions.
+MUTATION_WAIT_S = 120.0
 _ENGINE = "ENGINE = ReplacingMergeTree{ver} ORDER BY ({key})"
 _TABLES: dict[str, tuple[str, str, str]] = {
     # name: (columns, version column, sorting key)
-    "applied": ("sidecar String, seq UInt64", "", "sidecar, seq"),
+    "applied": ("sidecar String, seq UInt64, t_ns Int64", "", "sidecar, seq"),
+    "activity": ("job String, attempt UInt32, seen_ns Int64", "seen_ns", "job, attempt"),
     "attempts": ("job String, attempt UInt32", "", "job, attempt"),
     "ranks": ("job String, attempt UInt32, rank Int32, world_size Int32, host String, "
               "local_rank Int32, pid Int32, gpu String, nic String, backend String, t_ns Int64, "
@@ -121,6 +132,7 @@ class ClickHouseStore(Store):
         self._write_lock = threading.Lock()
         self._closed = False
         self._known_attempts: set[tuple[str, int]] = set()
+        self._activity: dict[tuple[str, int], float] = {}   # attempt -> last written (monotonic)
         self._create_schema()
 
     @classmethod
@@ -189,6 +201,13 @@ class ClickHouseStore(Store):
                 self._run(f"CREATE TABLE IF NOT EXISTS {self.database}.{table} ({columns}) "
                           f"{engine}", what=f"create table {table}", client=boot)
             self._add_missing_columns(boot)
+            # attempts stored before activity was kept count as active now (the retention
+            # starts from the upgrade)
+            self._run(f"INSERT INTO {self.database}.activity (job, attempt, seen_ns) "
+                      f"SELECT job, attempt, {time.time_ns()} FROM {self.database}.attempts "
+                      f"WHERE (job, attempt) NOT IN (SELECT job, attempt FROM "
+                      f"{self.database}.activity)", what="date the attempts stored earlier",
+                      client=boot)
         finally:
             boot.disconnect()
 
@@ -229,11 +248,29 @@ class ClickHouseStore(Store):
                     stored.add(key)
                     fresh.append(w)
             if fresh:
+                now = time.time_ns()
                 self._insert_bodies([w.body for w in fresh])
                 self._insert_batches(fresh)
-                self._insert("applied", "sidecar, seq", [[w.sidecar for w in fresh],
-                                                         [w.seq for w in fresh]])
+                self._touch({(w.body.job, int(w.body.attempt)) for w in fresh}, now)
+                self._insert("applied", "sidecar, seq, t_ns", [[w.sidecar for w in fresh],
+                                                               [w.seq for w in fresh],
+                                                               [now] * len(fresh)])
         return duplicate
+
+    def _touch(self, attempts: set[tuple[str, int]], now_ns: int) -> None:
+        """Note the attempts written to (at most once per ``ACTIVITY_EVERY_S`` each)."""
+        t = time.monotonic()
+        due = [a for a in attempts if t - self._activity.get(a, -ACTIVITY_EVERY_S) >=
+               ACTIVITY_EVERY_S]
+        if not due:
+            return
+        self._insert("activity", "job, attempt, seen_ns",
+                     [[a[0] for a in due], [a[1] for a in due], [now_ns] * len(due)])
+        for a in due:
+            self._activity[a] = t
+        if len(self._activity) > 100_000:  # attempts idle for long drop out; rewritten later
+            self._activity = {a: w for a, w in self._activity.items()
+                              if t - w < ACTIVITY_EVERY_S}
 
     def _applied(self, keys: set[tuple[str, int]]) -> set[tuple[str, int]]:
         rows = self._run(
@@ -324,6 +361,49 @@ class ClickHouseStore(Store):
             if name not in _common.CONN_STRING_COLUMNS:
                 data[name] = np.concatenate([b.cols[name] for b in batches]).tolist()
         self._insert("conns", ", ".join(data), list(data.values()))
+
+    # -- removing -----------------------------------------------------------------------------
+
+    def remove_job(self, job: str) -> RemovedJob:
+        with self._write_lock:
+            attempts = self._run("SELECT count(DISTINCT attempt) FROM attempts WHERE job = "
+                                 "%(job)s", {"job": job}, what="count a job's attempts")
+            faults = self._run("SELECT count() FROM faults FINAL WHERE job = %(job)s",
+                               {"job": job}, what="count a job's fault reports")
+            for table in ("attempts", "activity", "ranks", "pgroups", "ops", "conns", "batches",
+                          "details", "faults"):
+                self._run(f"ALTER TABLE {table} DELETE WHERE job = %(job)s", {"job": job},
+                          what=f"remove job {job!r} from {table}")
+            self._known_attempts = {a for a in self._known_attempts if a[0] != job}
+            self._activity = {a: t for a, t in self._activity.items() if a[0] != job}
+            self._wait_for_mutations()
+        return RemovedJob(job, int(attempts[0][0]), int(faults[0][0]))
+
+    def _wait_for_mutations(self) -> None:
+        deadline = time.monotonic() + MUTATION_WAIT_S
+        while True:
+            left = self._run("SELECT count() FROM system.mutations WHERE database = %(db)s "
+                             "AND is_done = 0", {"db": self.database},
+                             what="wait for deletions")[0][0]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                log.warning("%s still applies %d deletions after %.0f s; they finish in the "
+                            "background", self._where(), left, MUTATION_WAIT_S)
+                return
+            time.sleep(0.05)
+
+    def forget_applied(self, before_ns: int) -> int:
+        # rows from before requests were timed (t_ns 0) are kept: their age is unknown
+        params = {"t": int(before_ns)}
+        n = int(self._run("SELECT count() FROM applied WHERE t_ns > 0 AND t_ns < %(t)s", params,
+                          what="count old requests")[0][0])
+        if n:
+            with self._write_lock:
+                self._run("ALTER TABLE applied DELETE WHERE t_ns > 0 AND t_ns < %(t)s", params,
+                          what="forget old requests")
+                self._wait_for_mutations()
+        return n
 
     def put_host(self, record: HostRecord) -> None:
         self._insert("hosts", "host, t_ns, internals, digest, sidecar",
@@ -453,6 +533,13 @@ class ClickHouseStore(Store):
                  for j, a, w, n, h, lo, hi in rank_rows}
         ops = {(j, a): _common.OpAgg(n, lo, hi) for j, a, n, lo, hi in op_rows}
         return _common.build_jobs(ranks, ops)
+
+    def job_seen(self) -> dict[str, int]:
+        ranked = {row[0] for row in self._run("SELECT DISTINCT job FROM ranks",
+                                              what="list jobs")}
+        rows = self._run("SELECT job, max(seen_ns) FROM activity GROUP BY job",
+                         what="read when jobs were last written to")
+        return {job: int(t) for job, t in rows if job in ranked}
 
     def get_fault(self, fault_id: str) -> FaultReport | None:
         rows = self._run("SELECT body FROM faults FINAL WHERE id = %(id)s", {"id": fault_id},

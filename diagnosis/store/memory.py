@@ -4,6 +4,7 @@ for tests, and for a throwaway daemon. Nothing survives a restart (``memory://``
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,6 +19,7 @@ from diagnosis.store.api import (
     JobRecord,
     OpRows,
     RankRecord,
+    RemovedJob,
     Store,
     StoredBatch,
     StoredDetail,
@@ -33,7 +35,8 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._applied: set[tuple[str, int]] = set()
+        self._applied: dict[tuple[str, int], int] = {}    # -> when stored
+        self._seen: dict[tuple[str, int], int] = {}       # job attempt -> last stored
         self._ranks: dict[tuple[str, int], dict[int, RankRecord]] = {}
         self._groups: dict[tuple[str, int], dict[str, GroupRecord]] = {}
         self._ops: dict[tuple[str, int], list[Columns]] = {}
@@ -50,6 +53,7 @@ class MemoryStore(Store):
 
     def write(self, writes: Sequence[Write]) -> list[bool]:
         dups = []
+        now = time.time_ns()
         with self._lock:
             for w in writes:
                 key = (w.sidecar, w.seq)
@@ -57,8 +61,9 @@ class MemoryStore(Store):
                 dups.append(dup)
                 if dup:
                     continue
-                self._applied.add(key)
+                self._applied[key] = now
                 b = w.body
+                self._seen[(b.job, b.attempt)] = now
                 if isinstance(b, RankRecord):
                     self._ranks.setdefault((b.job, b.attempt), {})[b.rank] = b
                 elif isinstance(b, GroupRecord):
@@ -196,6 +201,35 @@ class MemoryStore(Store):
             if cached[1] is not None:
                 ops[key] = cached[1]
         return _common.build_jobs(ranks, ops)
+
+    def job_seen(self) -> dict[str, int]:
+        with self._lock:
+            ranked = {job for job, _ in self._ranks}
+            out: dict[str, int] = {}
+            for (job, _), t in self._seen.items():
+                if job in ranked:
+                    out[job] = max(out.get(job, 0), t)
+            return out
+
+    def remove_job(self, job: str) -> RemovedJob:
+        with self._lock:
+            attempts = {a for (j, a) in (*self._ranks, *self._seen) if j == job}
+            for table in (self._ranks, self._groups, self._ops, self._conns, self._batches,
+                          self._seen, self._agg):
+                for key in [k for k in table if k[0] == job]:
+                    del table[key]
+            self._details = [d for d in self._details if d.job != job]
+            faults = [fid for fid, r in self._faults.items() if r.job == job]
+            for fid in faults:
+                del self._faults[fid]
+        return RemovedJob(job, len(attempts), len(faults))
+
+    def forget_applied(self, before_ns: int) -> int:
+        with self._lock:
+            old = [k for k, t in self._applied.items() if t < before_ns]
+            for k in old:
+                del self._applied[k]
+            return len(old)
 
     def put_fault(self, report: FaultReport) -> None:
         with self._lock:

@@ -5,7 +5,8 @@ hold their integer ids, so a batch turns into rows by numpy indexing alone and t
 integers, led by seq so that new calls append (a store made with the earlier rank-led key keeps
 working, only slower to write). The (sidecar, seq) of every stored request goes into
 ``applied`` in the same transaction as its rows, which makes a resend a no-op even after a
-restart.
+restart; it holds when the request was stored, so that the retention can forget old ones, and
+``attempts.seen_ns`` when each job attempt was last written to.
 
 Threads: ``write`` and ``put_fault`` serialise on a lock and share one writer connection;
 readers borrow one of at most ``MAX_READERS`` reader connections (WAL lets them read while the
@@ -22,6 +23,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from itertools import repeat
@@ -41,6 +43,7 @@ from diagnosis.store.api import (
     JobRecord,
     OpRows,
     RankRecord,
+    RemovedJob,
     Store,
     StoredBatch,
     StoredDetail,
@@ -50,7 +53,11 @@ from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+# Requests forgotten per transaction by ``forget_applied`` (the writer waits meanwhile).
+FORGET_CHUNK = 20_000
+# Tables whose rows belong to one job attempt (``aid``).
+_ATTEMPT_TABLES = ("ops", "conns", "ranks", "pgroups", "batches", "details")
 CACHE_KIB = 64 * 1024  # the writer connection's page cache, allocated as used
 # Readers mostly scan (whole-job reads, counts): a big cache per reader buys little and costs
 # its size once per connection.
@@ -59,12 +66,13 @@ MAX_READERS = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (
-  sidecar TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (sidecar, seq)) WITHOUT ROWID;
+  sidecar TEXT NOT NULL, seq INTEGER NOT NULL, t_ns INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (sidecar, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS attempts (
   aid INTEGER PRIMARY KEY, job TEXT NOT NULL, attempt INTEGER NOT NULL,
   first_ns INTEGER NOT NULL DEFAULT 0, last_ns INTEGER NOT NULL DEFAULT 0,
-  UNIQUE (job, attempt));
+  seen_ns INTEGER NOT NULL DEFAULT 0, UNIQUE (job, attempt));
 CREATE TABLE IF NOT EXISTS ranks (
   aid INTEGER NOT NULL, rank INTEGER NOT NULL, world_size INTEGER, host TEXT,
   local_rank INTEGER, pid INTEGER, gpu TEXT, nic TEXT, backend TEXT, t_ns INTEGER,
@@ -155,12 +163,29 @@ class SQLiteStore(Store):
                 if found == 1:  # version 1 had no busy time in its connection samples
                     conn.execute("ALTER TABLE conns ADD COLUMN busy_us INTEGER NOT NULL "
                                  "DEFAULT 0")
-                if 0 < found < 4:  # versions 1-3 had no rank device
+                # versions 1-3 had no rank device (and a store of a branch that called
+                # itself 4 before it came): by column, not by version
+                have = {row[1] for row in conn.execute("PRAGMA table_info(ranks)")}
+                if "cuda_device" not in have:
                     conn.execute("ALTER TABLE ranks ADD COLUMN cuda_device TEXT NOT NULL "
                                  "DEFAULT ''")
+                self._add_times(conn)
+                conn.execute("CREATE INDEX IF NOT EXISTS applied_by_time ON applied (t_ns)")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot create the tables of SQLite store {path}: {exc}") from exc
+
+    @staticmethod
+    def _add_times(conn: sqlite3.Connection) -> None:
+        """Stores made before version 5 had no times on requests and attempts: what they hold
+        counts as stored now (the retention starts from the upgrade)."""
+        now = time.time_ns()
+        for table, column in (("applied", "t_ns"), ("attempts", "seen_ns")):
+            have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL "
+                             "DEFAULT 0")
+                conn.execute(f"UPDATE {table} SET {column} = ?", (now,))
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -253,18 +278,23 @@ class SQLiteStore(Store):
 
     def write(self, writes: Sequence[Write]) -> list[bool]:
         duplicate: list[bool] = []
+        now = time.time_ns()
+        touched: set[int] = set()
         with self._transaction() as conn:
             for w in writes:
-                cur = conn.execute("INSERT OR IGNORE INTO applied (sidecar, seq) VALUES (?, ?)",
-                                   (w.sidecar, _seq64(w.seq)))
+                cur = conn.execute("INSERT OR IGNORE INTO applied (sidecar, seq, t_ns) "
+                                   "VALUES (?, ?, ?)", (w.sidecar, _seq64(w.seq), now))
                 if cur.rowcount == 0:
                     duplicate.append(True)
                     continue
                 duplicate.append(False)
-                self._apply(conn, w.body)
+                touched.add(self._apply(conn, w.body))
+            conn.executemany("UPDATE attempts SET seen_ns = ? WHERE aid = ?",
+                             [(now, aid) for aid in touched])
         return duplicate
 
-    def _apply(self, conn: sqlite3.Connection, body: Body) -> None:
+    def _apply(self, conn: sqlite3.Connection, body: Body) -> int:
+        """Store one body; returns its attempt's id."""
         aid = self._aid(conn, body.job, body.attempt)
         if isinstance(body, OpRows):
             self._put_ops(conn, aid, body.cols)
@@ -289,6 +319,32 @@ class SQLiteStore(Store):
                          (aid, body.pg, json.dumps([int(r) for r in body.ranks]), body.desc))
         else:
             raise TypeError(f"cannot store a {type(body).__name__}")
+        return aid
+
+    def remove_job(self, job: str) -> RemovedJob:
+        with self._transaction() as conn:
+            aids = [row[0] for row in conn.execute("SELECT aid FROM attempts WHERE job = ?",
+                                                   (job,))]
+            for aid in aids:
+                for table in _ATTEMPT_TABLES:
+                    conn.execute(f"DELETE FROM {table} WHERE aid = ?", (aid,))
+            conn.execute("DELETE FROM attempts WHERE job = ?", (job,))
+            faults = conn.execute("DELETE FROM faults WHERE job = ?", (job,)).rowcount
+            for key in [k for k in self._aids if k[0] == job]:
+                del self._aids[key]
+        return RemovedJob(job, len(aids), faults)
+
+    def forget_applied(self, before_ns: int) -> int:
+        """In chunks, one transaction each: the writer goes on between them."""
+        total = 0
+        while True:
+            with self._transaction() as conn:
+                n = conn.execute(
+                    "DELETE FROM applied WHERE (sidecar, seq) IN (SELECT sidecar, seq FROM "
+                    "applied WHERE t_ns < ? LIMIT ?)", (before_ns, FORGET_CHUNK)).rowcount
+            total += n
+            if n < FORGET_CHUNK:
+                return total
 
     def _aid(self, conn: sqlite3.Connection, job: str, attempt: int) -> int:
         key = (job, int(attempt))
@@ -542,6 +598,13 @@ class SQLiteStore(Store):
                  for j, a, w, n, lo, hi in rank_rows}
         ops = {(j, a): _common.OpAgg(n, lo, hi) for j, a, n, lo, hi in op_rows}
         return _common.build_jobs(ranks, ops)
+
+    def job_seen(self) -> dict[str, int]:
+        with self._reading() as conn:
+            rows = conn.execute(
+                "SELECT a.job, max(a.seen_ns) FROM attempts a WHERE EXISTS "
+                "(SELECT 1 FROM ranks r WHERE r.aid = a.aid) GROUP BY a.job").fetchall()
+        return {job: int(t) for job, t in rows}
 
     def get_fault(self, fault_id: str) -> FaultReport | None:
         with self._reading() as conn:

@@ -63,6 +63,10 @@ class Topology:
         except json.JSONDecodeError as exc:
             raise FormatError(f"not valid JSON: {exc.msg}", source=str(path),
                               line=exc.lineno) from exc
+        except RecursionError:
+            raise FormatError("JSON nested too deeply to read (a topology nests a few levels: "
+                              "nodes, links and their fields); is this a topology file?",
+                              source=str(path), line=_deep_line(text)) from None
         return cls.from_json(obj, source=str(path))
 
     @classmethod
@@ -387,3 +391,27 @@ def _parse(obj: Any, source: str) -> nx.Graph:
                               "link only to their gpus and nics", source=source, field=where)
         g.add_edge(u, v, **{k: val for k, val in link.items() if k not in ("source", "target")})
     return g
+
+
+def _deep_line(text: str, limit: int = 256) -> int | None:
+    """The line where brackets first nest ``limit`` deep (outside strings), for the error."""
+    depth, line, in_str, escaped = 0, 1, False, False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth >= limit:
+                return line
+        elif ch in "]}":
+            depth -= 1
+        if ch == "\n":
+            line += 1
+    return None

@@ -6,7 +6,7 @@ import gzip
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,6 +17,7 @@ from diagnosis.trace.order import OrderWatch, time_ordered, visible_ns
 from diagnosis.trace.parallel import read_blocks_parallel
 from diagnosis.trace.reader import Batch, End, GroupInfo, Item, Meta, RankInfo, read_trace
 from proto.codec import Columns
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,11 @@ class FeedStats:
     sorted: bool = False
     #: meta records read (a trace made of several joined together has several)
     metas: int = 0
+    #: the trace's health records (few: one per component every few seconds), kept for the
+    #: causes joined to the reports (diagnosis/health/)
+    health: list[HealthRecord] = field(default_factory=list)
+    #: where each rank runs: (host, gpu, nic) ids as the rank records say
+    places: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 class _OutOfOrder(Exception):
@@ -149,12 +155,15 @@ def _add(engine: Engine, item: Item, stats: FeedStats, path: str | Path) -> None
     stats.records += 1
     if isinstance(item, RankInfo):
         engine.add_rank(item.rank, item.host, item.gpu, item.nic)
+        stats.places[item.rank] = tuple(p for p in (item.host, item.gpu, item.nic) if p)
     elif isinstance(item, GroupInfo):
         engine.add_group(item.pg, item.ranks)
     elif isinstance(item, Meta):
         _meta(engine, item, stats, path)
     elif isinstance(item, End):
         stats.end_ns = item.t_ns
+    elif isinstance(item, HealthRecord):
+        stats.health.append(item)
 
 
 def _add_batch(engine: Engine, item: Batch, stats: FeedStats) -> None:

@@ -32,7 +32,10 @@ class Fields:
         self.fail(field, f"needs {field!r}: {what}")
 
     def _wrong(self, field: str, what: str, value: Any) -> NoReturn:
-        self.fail(field, f"field {field!r} must be {what}, got {value!r}")
+        shown = repr(value)
+        if len(shown) > 80:   # a huge or deeply nested value: its start is enough
+            shown = f"{shown[:60]}... ({type(value).__name__}, {len(shown):,} characters)"
+        self.fail(field, f"field {field!r} must be {what}, got {shown}")
 
     @staticmethod
     def _int_what(minimum: int | None) -> str:

@@ -48,7 +48,7 @@ def _blocks(fh: BinaryIO, source: str, workers: int, block_bytes: int) -> Iterat
 
     with ProcessPoolExecutor(workers) as pool:
         try:
-            for data, first, lines in read_blocks(fh, block_bytes):
+            for data, first, lines in read_blocks(fh, block_bytes, source):
                 pending.append(pool.submit(_parse, data, first, lines, source))
                 while len(pending) > 2 * workers:
                     yield from drain(pending.popleft())

@@ -33,6 +33,7 @@ from diagnosis.trace.columns import (
     required,
 )
 from diagnosis.trace.fields import Fields
+from diagnosis.trace.health import health_record
 from diagnosis.trace.reader_v2 import (
     check_linkstat,
     check_port,
@@ -43,12 +44,20 @@ from diagnosis.trace.reader_v2 import (
 )
 from diagnosis.trace.typed import decode_block
 from proto.codec import OP_COLUMNS, STATUS_CODES, Columns
+from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
 #: the record types this reader knows; a line of any other type is skipped with a warning
-TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "end")
+#: the shared format's kinds, and this project's own ``health`` (diagnosis/trace/README.md)
+TYPES = ("meta", "rank", "group", "op", "conn", "progress", "linkstat", "port", "health", "end")
 VERSIONS = (1, 2)
+#: the longest line read: a group of a million ranks is ~8 MB; a line past this is no trace
+#: record (reading it whole would cost several times its size in memory: /dev/zero is endless)
+MAX_LINE_BYTES = 16 << 20
+#: times (ns) and sizes beyond this are refused: sums and differences of two must not overflow
+#: int64 in the detectors (2**62 ns is the year 2116)
+MAX_VALUE = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ class Skipped:
 
 
 Batch = Columns | ConnRecords | ProgressRecords | LinkStatRecords | PortRecords
-Item = Meta | RankInfo | GroupInfo | End | Batch
+Item = Meta | RankInfo | GroupInfo | End | HealthRecord | Batch
 
 
 def read_trace(path: str | Path | BinaryIO, block_bytes: int = 4 << 20,
@@ -124,24 +133,46 @@ def drop_unknown(items: Iterable[Item | Skipped], source: str) -> Iterator[Item]
 
 
 def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item | Skipped]:
-    for data, first, lines in read_blocks(fh, block_bytes):
+    for data, first, lines in read_blocks(fh, block_bytes, source):
         yield from parse_block(data, first, lines, source)
 
 
-def read_blocks(fh: BinaryIO, block_bytes: int) -> Iterator[tuple[bytes, int, int]]:
+def _too_long(source: str, line: int, max_line_bytes: int) -> FormatError:
+    return FormatError(f"line longer than {max_line_bytes >> 20} MiB, the longest c4 reads: a "
+                       "trace holds one JSON record per line; is this a c4 trace?",
+                       source=source, line=line)
+
+
+def read_blocks(fh: BinaryIO, block_bytes: int, source: str = "",
+                max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[bytes, int, int]]:
     """The file in blocks of whole lines of about ``block_bytes``: each block, the number of
-    its first line and how many lines it has."""
+    its first line and how many lines it has. Raises FormatError at a line longer than
+    ``max_line_bytes``, having read at most that much past the block (never a whole endless
+    line: /dev/zero)."""
     first = 1
     while True:
         data = fh.read(block_bytes)
         if not data:
             return
         if not data.endswith(b"\n"):
-            data += fh.readline()
+            data += fh.readline(max_line_bytes + 1)
+        _check_lines(data, first, source, max_line_bytes)
         # the file's last line may lack its newline
         lines = data.count(b"\n") + (not data.endswith(b"\n"))
         yield data, first, lines
         first += lines
+
+
+def _check_lines(data: bytes, first: int, source: str, max_line_bytes: int) -> None:
+    """No line of the block ``data`` longer than ``max_line_bytes``."""
+    if len(data) <= max_line_bytes:
+        return
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.r_[0, ends + 1]
+    lengths = np.r_[ends, len(data)] - starts
+    over = np.flatnonzero(lengths > max_line_bytes)
+    if len(over):
+        raise _too_long(source, first + int(over[0]), max_line_bytes)
 
 
 def parse_block(data: bytes, first: int, lines: int, source: str) -> Iterator[Item | Skipped]:
@@ -290,6 +321,8 @@ def _small(o: dict[str, Any], source: str, line: int) -> Item:
         return _meta(f)
     if t == "end":
         return End(f.integer("t_ns"))
+    if t == "health":
+        return health_record(f)
     raise AssertionError(f"{t!r} is not a record of its own")   # _mixed sends only those
 
 
@@ -336,8 +369,31 @@ def _ops_fast(rows: Rows) -> Columns:
     }
     if (cols["rank"] < 0).any() or (cols["seq"] < 0).any():
         raise Bad
+    if not _in_range(cols["t_enter_ns"], cols["nbytes"]) or \
+            not _in_range(cols["t_start_ns"], cols["t_end_ns"], unset=-1):
+        raise Bad
     out = {name: cols[name].astype(dt, copy=False) for name, dt in OP_COLUMNS.items()}
     return Columns(out, list(table))
+
+
+def _in_range(*cols: np.ndarray, unset: int | None = None) -> bool:
+    """Every value of ``cols`` within 0..MAX_VALUE (or ``unset``)."""
+    for col in cols:
+        if not len(col):
+            continue
+        bad = (col < 0) | (col > MAX_VALUE)
+        if unset is not None:
+            bad &= col != unset
+        if bad.any():
+            return False
+    return True
+
+
+def _check_range(f: Fields, name: str, value: Any, unset: bool = False) -> None:
+    if isinstance(value, int) and not (0 <= value <= MAX_VALUE or (unset and value == -1)):
+        f.fail(name, f"field {name!r} is {value}: times and sizes run from 0 to 2**62"
+               + (" (-1: not set)" if unset else "") + "; was this trace written by a broken "
+               "exporter, or a clock gone wrong?")
 
 
 def _dtypes(dtypes: list[Any], table: dict[str, int]) -> np.ndarray:
@@ -368,6 +424,10 @@ def _check_op(f: Fields) -> None:
     for name in ("t_start_ns", "t_end_ns", "peer"):
         f.opt_integer(name)
     f.opt_string("dtype")
+    for name in ("t_enter_ns", "bytes"):
+        _check_range(f, name, f.rec[name])
+    for name in ("t_start_ns", "t_end_ns"):
+        _check_range(f, name, f.rec.get(name), unset=True)
     s = f.rec.get("status")
     if s is not None and (not isinstance(s, str) or s not in STATUS_CODES):
         f.fail("status", f"status {s!r} is not one of ok, timeout, error")
@@ -376,9 +436,12 @@ def _check_op(f: Fields) -> None:
 def _conns_fast(rows: Rows) -> ConnRecords:
     table: dict[str, int] = {}
     retrans = rows.optional("retrans")
+    nbytes, start, end = rows.ints("bytes"), rows.ints("t_start_ns"), rows.opt_ints("t_end_ns")
+    if not _in_range(nbytes, start) or not _in_range(end, unset=-1):
+        raise Bad
     return ConnRecords(
-        rows.ints("src"), rows.ints("dst"), rows.ints("bytes"), rows.ints("t_start_ns"),
-        rows.opt_ints("t_end_ns"), opt_intern(rows.optional("pg"), table),
+        rows.ints("src"), rows.ints("dst"), nbytes, start,
+        end, opt_intern(rows.optional("pg"), table),
         rows.opt_ints("seq"), list(table), rows.paths("path"),
         None if retrans.count(None) == len(retrans)
         else opt_nonneg_column(retrans, -1, rows.typed))
@@ -392,6 +455,9 @@ def _check_conn(f: Fields) -> None:
     f.opt_string("pg", "a communicator name")
     f.opt_path("path")
     f.opt_integer("retrans", 0)
+    for name in ("bytes", "t_start_ns"):
+        _check_range(f, name, f.rec[name])
+    _check_range(f, "t_end_ns", f.rec.get("t_end_ns"), unset=True)
 
 
 def _explain(records: list[dict[str, Any]], kind: str, check: Callable[[Fields], None],

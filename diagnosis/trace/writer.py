@@ -18,6 +18,7 @@ from diagnosis.engine.records import (
 )
 from diagnosis.trace.reader_v2 import LINK_COUNTS
 from proto.codec import STATUS_NAMES, Columns
+from proto.health import HealthRecord
 
 
 class TraceWriter:
@@ -200,6 +201,10 @@ class TraceWriter:
                   {k: v[i] for k, v in counters.items()})
             for i, (h, c, t, up) in enumerate(zip(recs.host.tolist(), recs.nic.tolist(),
                                                   recs.t_ns.tolist(), recs.up.tolist())))
+
+    def health(self, record: HealthRecord) -> None:
+        """A node's health sample or event (this project's record kind)."""
+        self._write(record.to_json())
 
     def end(self, t_ns: int) -> None:
         self._write({"type": "end", "t_ns": int(t_ns)})

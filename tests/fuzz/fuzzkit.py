@@ -8,6 +8,7 @@ loaded as a global profile, so other test modules keep their own hypothesis sett
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 from hypothesis import HealthCheck, settings
@@ -15,6 +16,9 @@ from hypothesis import strategies as st
 
 from proto import c4_pb2
 from proto.codec import OP_COLUMNS, Columns, encode_ops
+
+# good records carry times near the daemon's clock (it refuses others)
+T0 = time.time_ns() // 1_000_000_000 * 1_000_000_000
 
 SCALE = float(os.environ.get("C4_FUZZ_SCALE", "1"))
 
@@ -153,8 +157,8 @@ def good_ops(job: str, rank: int, seqs: range) -> c4_pb2.OpBatch:
     cols = Columns({
         "rank": np.full(n, rank, np.int32), "pg": np.zeros(n, np.uint32), "seq": seq,
         "op": np.full(n, 2, np.uint32), "nbytes": np.full(n, 4096, np.int64),
-        "dtype": np.ones(n, np.uint32), "t_enter_ns": 10**9 + seq * 10**6,
-        "t_start_ns": np.full(n, -1, np.int64), "t_end_ns": 10**9 + seq * 10**6 + 10**5,
+        "dtype": np.ones(n, np.uint32), "t_enter_ns": T0 + seq * 10**6,
+        "t_start_ns": np.full(n, -1, np.int64), "t_end_ns": T0 + seq * 10**6 + 10**5,
         "status": np.zeros(n, np.uint8), "peer": np.full(n, -1, np.int32)},
         ["0", "float32", "all_reduce"])
     return encode_ops(job, cols)

@@ -50,7 +50,7 @@ def _parse(data: bytes) -> c4_pb2.IngestRequest | None:
 
 def _check_to_write(req: c4_pb2.IngestRequest) -> None:
     try:
-        out = to_write(req, {"fuzz"}, max_records=1000)
+        out = to_write(req, max_records=1000)
     except Rejected as exc:
         assert isinstance(exc.code, grpc.StatusCode) and exc.message
         event("rejected")
@@ -106,9 +106,10 @@ def _send(raw, data: bytes) -> None:
         ack = c4_pb2.IngestAck.FromString(raw(data, timeout=20))
     except grpc.RpcError as exc:
         code = exc.code()
-        if code == grpc.StatusCode.INTERNAL and _parse(data) is None:
-            return   # gRPC's own answer to bytes that are no IngestRequest
         assert code in _EXPECTED, f"status {code}: {exc.details()}"
+        if _parse(data) is None:   # bytes that are no IngestRequest: said so, not INTERNAL
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            assert "not a valid c4.v1.IngestRequest protobuf" in exc.details()
         assert exc.details()
         return
     assert ack.code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,9 @@ import numpy as np
 from collectors.wire import encode_frame
 from proto import c4_pb2
 from proto.codec import Columns, encode_ops
+
+# Records must carry times near the daemon's clock (it refuses others): this run's second.
+T0 = time.time_ns() // 1_000_000_000 * 1_000_000_000
 
 
 def rank_info(job: str, rank: int, world: int, host: str, pid: int = 0) -> c4_pb2.IngestRequest:
@@ -21,7 +25,7 @@ def group_info(job: str, pg: str, ranks: list[int]) -> c4_pb2.IngestRequest:
     return c4_pb2.IngestRequest(group=c4_pb2.GroupInfo(job=job, pg=pg, ranks=ranks))
 
 
-def op_batch(job: str, rank: int, seqs: range, *, pg: str = "0", t0: int = 1_000_000_000,
+def op_batch(job: str, rank: int, seqs: range, *, pg: str = "0", t0: int = T0,
              t_end: bool = True) -> c4_pb2.IngestRequest:
     n = len(seqs)
     seq = np.asarray(seqs, dtype=np.int64)

@@ -139,6 +139,20 @@ class TestOneJob:
         report = _localized(lab, job.name, fault, ("noncomm_slow",), before, SLOW_TIMEOUT)
         assert report.suspects[0].id == "node001/gpu1"
 
+    def test_cpu_contention_is_a_slow_host_with_cpu_pressure_as_cause(self, lab, job):
+        # busy loops share one core with node001's ranks: its steps slow down, and its
+        # sidecar reads the CPU pressure of the host's cgroup v2 group (PSI)
+        fault, before = _inject(lab, job, "cpu-contention", "node001", cpu_pct=30, burners=2)
+        assert fault["expected_report"] == "noncomm_slow"
+        report = _localized(lab, job.name, fault, ("noncomm_slow",), before, SLOW_TIMEOUT)
+
+        def caused():
+            r = next(r for r in _reports(lab, job.name) if r.id == report.id)
+            return r.causes or None
+
+        causes = wait_for(caused, 60, interval=1.0, what="the report's causes")
+        assert (causes[0]["kind"], causes[0]["target"]) == ("cpu_pressure", "node001"), causes
+
     def test_lossy_link_is_localized_to_that_link(self, lab, job):
         # 5 % of the packets (64 KB GSO segments on veth) dropped both ways: steps take ~5x
         # longer but the job keeps going (10 % stalls its TCP connections for seconds). Named from

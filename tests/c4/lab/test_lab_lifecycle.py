@@ -56,7 +56,7 @@ def test_down_removes_everything_even_after_a_crash(tmp_path):
             assert "leftovers" in msg
             assert proc.wait(10) is not None  # a frozen rank was thawed and killed
         assert fabric.leftovers() == {"namespaces": [], "links": [], "cgroups": [],
-                                      "nft_tables": []}
+                                      "nft_tables": [], "mounts": []}
         assert lab_processes() == []
         assert not alive(hang["timer_pid"])
     finally:

@@ -30,10 +30,13 @@ def _metric(port: int, name: str, **labels: str) -> float:
 def _sidecar(tmp_path, port: int, host: str, token: str, pki, metrics_port: int
              ) -> tuple[Service, object]:
     sock = tmp_path / f"{host}.sock"
+    token_file = tmp_path / f"{host}.token"   # not on the command line: ps would show it
+    token_file.write_text(token)
+    token_file.chmod(0o600)
     svc = Service(c4_command("sidecar", "--daemon", f"127.0.0.1:{port}", "--socket", str(sock),
                              "--host", host, "--spill-dir", str(tmp_path / f"{host}-spill"),
                              "--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert),
-                             "--tls-key", str(pki.client_key), "--token", token,
+                             "--tls-key", str(pki.client_key), "--token-file", str(token_file),
                              "--metrics", f"127.0.0.1:{metrics_port}"),
                   tmp_path / f"{host}.log").start()
     wait_for(sock.exists, 60, what=f"the sidecar socket {sock}")

@@ -12,6 +12,7 @@ from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.spill import Spill
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.daemon.config import DaemonConfig
+from diagnosis.daemon.jobs import JobLimits
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.server import Daemon
 from diagnosis.security.channel import ClientSecurity
@@ -128,7 +129,7 @@ def test_outbox_resends_what_was_refused_for_the_rate(tmp_path):
 
 
 def test_job_limit_refuses_new_jobs_only():
-    d, c = _daemon(max_jobs=2, max_requests_per_second=0)
+    d, c = _daemon(jobs=JobLimits(max_jobs=2), max_requests_per_second=0)
     try:
         c.send(_req("s", 1, rank_info("job-a", 0, 2, "node0")))
         c.send(_req("s", 2, rank_info("job-b", 0, 1, "node0")))

@@ -129,7 +129,7 @@ def test_streams_beyond_the_limit_are_refused_not_left_waiting():
             t.start()
         wait_for(lambda: len(acked) + len(refused) == 6, 20, what="every sidecar answered")
         assert len(acked) == 4 and len(refused) == 2
-        assert all("retry later" in m and "max_streams" in m for m in refused.values())
+        assert all("retry later" in m and "--max-streams" in m for m in refused.values())
         assert c.status().version, "queries are still served"
     finally:
         stop.set()

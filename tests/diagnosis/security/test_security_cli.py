@@ -39,10 +39,22 @@ def c4(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPro
 
 def test_flags_reach_the_daemon(daemon):
     address, pki = daemon
+    token = pki.ca.parent / "read.token"
+    token.write_text(READ + "\n")
+    token.chmod(0o600)
     ok = c4("faults", "list", "--format", "json", "--daemon", address, "--tls-ca", str(pki.ca),
-            "--token", READ)
+            "--token-file", str(token))
     assert ok.returncode == 0, ok.stderr + ok.stdout
     assert json.loads(ok.stdout) == {"reports": []}
+
+
+def test_a_token_on_the_command_line_is_refused(daemon):
+    """Typed on the command line, a token is readable by every local user in
+    /proc/PID/cmdline for as long as the process runs."""
+    address, pki = daemon
+    out = c4("status", "--daemon", address, "--tls-ca", str(pki.ca), "--token", READ)
+    assert out.returncode == 2 and "C4_TOKEN" in out.stderr and "--token-file" in out.stderr
+    assert READ not in out.stderr + out.stdout
 
 
 def test_environment_works_too(daemon):
@@ -54,14 +66,15 @@ def test_environment_works_too(daemon):
 def test_refusals_say_what_to_do(daemon):
     address, pki = daemon
     missing = c4("status", "--daemon", address, "--tls-ca", str(pki.ca))
-    assert missing.returncode == 2 and "--token" in missing.stdout + missing.stderr
-    wrong_role = c4("status", "--daemon", address, "--tls-ca", str(pki.ca), "--token", INGEST)
+    assert missing.returncode == 2 and "C4_TOKEN" in missing.stdout + missing.stderr
+    wrong_role = c4("status", "--daemon", address, "--tls-ca", str(pki.ca),
+                    env={"C4_TOKEN": INGEST})
     out = wrong_role.stdout + wrong_role.stderr
     assert wrong_role.returncode == 2 and "read" in out and "role" in out
-    no_ca = c4("status", "--daemon", address, "--token", READ)
+    no_ca = c4("status", "--daemon", address, env={"C4_TOKEN": READ})
     assert no_ca.returncode == 2
 
 
 def test_recover_takes_the_options():
     out = c4("recover", "--help").stdout
-    assert all(flag in out for flag in ("--tls-ca", "--tls-cert", "--tls-key", "--token"))
+    assert all(flag in out for flag in ("--tls-ca", "--tls-cert", "--tls-key", "--token-file"))

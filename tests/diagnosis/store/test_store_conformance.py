@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -17,6 +18,7 @@ from diagnosis.store import (
     GroupRecord,
     OpRows,
     RankRecord,
+    RemovedJob,
     Store,
     Write,
     open_store,
@@ -304,6 +306,53 @@ def test_batches_and_details_round_trip_once(opener):
     assert (d.fault_id, d.host, d.count, d.payload) == ("fault-1", "node3", 17, detail.payload)
     assert s.details("j", "fault-1") == [d] and s.details("j", "other") == []
     assert s.details("other") == []
+
+
+def _fault(job: str, fid: str) -> FaultReport:
+    return FaultReport(kind="comm_hang", suspects=(Suspect("rank", "3", 1.0, 3),), first_seen_ns=T0,
+                       summary="s", id=fid, job=job)
+
+
+def test_remove_job_takes_every_attempt_and_leaves_the_others(opener):
+    s = opener()
+    gone = [*ranks_of("gone", 0, 2), GroupRecord("gone", 0, "0", (0, 1)),
+            OpRows("gone", 0, make_ops(100)), ConnRows("gone", 0, make_conns(5)),
+            BatchRows("gone", 0, "progress", 1, T0, T0, b"p"),
+            DetailRows("gone", 0, "f-gone", "node0", 1, b"d"), *ranks_of("gone", 1, 2)]
+    kept = [*ranks_of("kept", 0, 2), OpRows("kept", 0, make_ops(10))]
+    s.write(writes_of("car", 1, [*gone, *kept]))
+    s.put_fault(_fault("gone", "f-gone"))
+    s.put_fault(_fault("kept", "f-kept"))
+    assert s.remove_job("gone") == RemovedJob("gone", 2, 1)
+    assert [j.job for j in s.jobs()] == ["kept"] and set(s.job_seen()) == {"kept"}
+    assert not len(s.ops("gone")) and s.ranks("gone") == [] and s.groups("gone") == []
+    assert s.batches("gone") == [] and s.details("gone") == [] and not len(s.conns("gone"))
+    assert [f.id for f in s.list_faults()] == ["f-kept"] and s.count_ops("kept") == 10
+    assert s.remove_job("gone") == RemovedJob("gone", 0, 0)
+    # the job may register again, under new requests
+    assert s.write(writes_of("car", 100, ranks_of("gone", 0, 1))) == [False]
+    assert {j.job for j in s.jobs()} == {"gone", "kept"}
+
+
+def test_activity_and_forgetting_old_requests(opener):
+    s = opener()
+    t0 = time.time_ns()
+    assert s.write(writes_of("car", 1, ranks_of("a", 0, 2))) == [False, False]
+    mid = time.time_ns()
+    assert s.write(writes_of("car", 10, ranks_of("b", 0, 2))) == [False, False]
+    seen = s.job_seen()
+    assert t0 <= seen["a"] <= mid <= seen["b"] <= time.time_ns()
+    assert s.forget_applied(mid) == 2
+    # a's requests are no longer recognised as stored; b's still are
+    assert s.write(writes_of("car", 1, ranks_of("a", 0, 2))) == [False, False]
+    assert s.write(writes_of("car", 10, ranks_of("b", 0, 2))) == [True, True]
+    assert len(s.ranks("a")) == 2   # a registration stored again replaces itself
+    s.close()
+    try:
+        s = opener()
+    except pytest.skip.Exception:
+        return
+    assert s.job_seen()["b"] == seen["b"]
 
 
 def test_host_internals_and_rank_devices_round_trip(opener):
