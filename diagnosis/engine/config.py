@@ -78,6 +78,19 @@ class EngineConfig:
     #: A host is named (rather than its GPUs) when at least this fraction of its ranks, and at
     #: least two, are slow.
     host_fraction: float = 0.75
+    #: Slow again and again (a GPU throttling now and then, a host's recurring stall): a member
+    #: with at least ``slow_rec_episodes`` episodes of samples above
+    #: ``max(slow_rec_min_excess, slow_rec_noise_k * sigma)`` (scaled as ``slow_min_excess``
+    #: is for sampled calls), too many for the rate at which such episodes start over every
+    #: member of its size class (per sample, floored at ``slow_rec_base_rate``): one-off
+    #: pauses strike random ranks.
+    slow_rec_episodes: int = 3
+    slow_rec_min_excess: float = 0.1
+    slow_rec_noise_k: float = 4.0
+    slow_rec_base_rate: float = 0.001
+    #: A member slow from a change point on that also recurs is described as recurring when
+    #: fewer than this fraction of its samples since its first episode were late.
+    slow_rec_duty: float = 0.75
     #: A filed slow rank or host that this many detection passes in a row no longer find
     #: (judging more samples) is withdrawn: its finding was a chance split of its samples.
     slow_unconfirmed_passes: int = 3
@@ -125,15 +138,38 @@ class EngineConfig:
     #: ``comm_peer_min`` of them) by this fraction, and by more than their spread.
     comm_peer_excess: float = 0.15
     comm_peer_min: int = 8
-    #: ... and such a NIC or cable is named when at least this fraction of the connections
-    #: through it are (a healthy job's ECMP collisions slow some connections of a NIC as much).
+    #: ... weighed by the load on its path (:mod:`diagnosis.engine.peers`): a component on the
+    #: recorded paths is named when at least ``comm_peer_route_purity`` of the judged
+    #: connections through it are slow; without paths, a NIC or cable when at least
+    #: ``comm_peer_purity`` are (a connection slow beyond its NICs' load may have hashed onto a
+    #: busy uplink). One connection alone is enough when it is slow beyond
+    #: ``comm_peer_single`` (a flow alone on a slow uplink).
     comm_peer_purity: float = 1.0
+    comm_peer_route_purity: float = 0.8
+    comm_peer_single: float = 0.4
     #: A connection is slow when its slow samples after the change point have at most this
     #: probability under the base rate.
     comm_alpha: float = 1e-6
     #: A component is accepted when at least this fraction of the traffic crossing it (after the
     #: onset) is slow; healthy traffic through a component clears it.
     comm_purity: float = 0.6
+    #: Slow again and again (a flapping port, pause frames: slow on one iteration in three, or
+    #: at random, healthy between): a connection (or communicator operation) is slow when it has
+    #: at least ``comm_rec_episodes`` episodes of samples above
+    #: ``max(comm_rec_min_excess, comm_rec_noise_k * sigma)`` of excess, too many for the
+    #: rate at which such episodes start over every connection (per sample, floored at
+    #: ``comm_rec_base_rate``) at ``comm_alpha``. A transient congestion is one episode.
+    comm_rec_episodes: int = 3
+    comm_rec_min_excess: float = 0.15
+    comm_rec_noise_k: float = 4.0
+    comm_rec_base_rate: float = 0.001
+    #: ... and without connection records, for a communicator's transfer time taken from its
+    #: members' calls (on their own clocks, so that it moves whenever another member enters
+    #: last): ``comm_rec_min_excess_calls`` instead of ``comm_rec_min_excess``.
+    comm_rec_min_excess_calls: float = 0.5
+    #: A connection slow from a change point on that also recurs is described as recurring
+    #: when fewer than this fraction of its samples since its first episode were slow.
+    comm_rec_duty: float = 0.75
 
     # ---- lossy links (retransmitted segments of sampled sockets) -------------------------------
     #: Retransmissions are counted per connection over this sliding window of data time (ns).
@@ -160,11 +196,11 @@ class EngineConfig:
     def __post_init__(self) -> None:
         positive_int = ("window", "history", "hang_min_ns", "clock_skew_ns", "hang_cold_ns",
                         "alive_after_ns", "evidence_delay_ns",
-                        "slow_min_samples", "slow_unconfirmed_passes",
+                        "slow_min_samples", "slow_unconfirmed_passes", "slow_rec_episodes",
                         "min_compute_ns", "straggle_bucket_ns", "comm_learn",
                         "comm_min_samples", "comm_min_span_ns",
                         "comm_min_before", "comm_min_rounds", "comm_min_span_low_ns",
-                        "comm_peer_min",
+                        "comm_peer_min", "comm_rec_episodes",
                         "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:
@@ -174,14 +210,19 @@ class EngineConfig:
         if self.comm_skip < 0:
             raise ValueError(f"EngineConfig.comm_skip must be >= 0, got {self.comm_skip!r}")
         for name in ("slow_min_frac", "comm_min_frac", "comm_purity", "host_fraction", "comm_alpha",
+                     "comm_peer_route_purity", "slow_rec_duty", "comm_rec_duty",
                      "slow_alpha", "slow_alpha_member", "slow_base_rate"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
         for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_min_excess_unseen",
+                     "slow_rec_min_excess", "slow_rec_noise_k", "slow_rec_base_rate",
                      "straggle_min_excess",
                      "comm_min_excess", "comm_noise_k", "comm_peer_excess",
-                     "comm_peer_purity"):
+                     "comm_peer_purity", "comm_peer_single", "comm_rec_min_excess",
+                     "comm_rec_min_excess_calls",
+                     "comm_rec_noise_k",
+                     "comm_rec_base_rate"):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"EngineConfig.{name} must be positive, got {value!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from diagnosis.engine.series import (
     ChangePoint,
     SeriesBank,
     change_point,
+    episode_length,
+    episode_rate,
+    recurrence,
     robust_sigma,
     row_quantile,
 )
@@ -44,6 +47,10 @@ class CommFinding:
     ends: list[frozenset[int]] = field(default_factory=list)  # ranks of each explained one
     sure: bool = True          # its components lie on every candidate path of what it explains
     against: str = "their baseline"   # what the slowdown is measured against
+    # slow again and again rather than all along: the fraction of the explained observations'
+    # samples that were slow since their first episode, and the episodes (median over them)
+    duty: float | None = None
+    episodes: int = 0
 
 
 class Localizer:
@@ -54,6 +61,7 @@ class Localizer:
                                                         frozenset[Component]]]] = {}
         self._index: dict[Component, set[int]] = {}
         self._index_arrays: dict[Component, np.ndarray] = {}
+        self.load: peers.LoadModel | None = None
 
     def set_paths(self, paths: PathCache | None, win: ConnWindow) -> None:
         """Name components on another topology from now on: every connection's components
@@ -132,7 +140,8 @@ class Localizer:
         return sets
 
     # ----- slow ------------------------------------------------------------------------------
-    def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int, min_before: int):
+    def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int, min_before: int,
+                     rec_excess: float | None = None):
         """Which keys turned slow: a binomial change point on samples above the noise, against
         the base rate of such samples over every key."""
         cfg = self.cfg
@@ -168,7 +177,82 @@ class Localizer:
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
         lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span,
                                 min_before)
-        return ring, rt, thr, res, lasting
+        least = cfg.comm_rec_min_excess if rec_excess is None else rec_excess
+        rec_thr = np.full(len(keys), max(least, cfg.comm_rec_noise_k * sigma))
+        res, lasting, duty, episodes, unit = self._recurring(ring, rt, rec_thr, res, lasting)
+        return ring, rt, thr, res, lasting, (duty, episodes, rec_thr, unit)
+
+    def _recurring(self, ring: np.ndarray, rt: np.ndarray, thr: np.ndarray, res: ChangePoint,
+                   lasting: np.ndarray
+                   ) -> tuple[ChangePoint, np.ndarray, np.ndarray, np.ndarray, float]:
+        """Keys slow again and again with healthy stretches between (a flapping port, pause
+        frames, a marginal cable: slow on one iteration in three, or at random): at least
+        ``comm_rec_episodes`` episodes of samples above ``thr`` (per key), too many for the
+        fleet's rate of such episodes (a transient congestion is one episode, and rarely
+        strikes one path three times). Returns the change points with those keys' segments
+        (from their first counted episode), the slow keys, and per key the fraction of its
+        samples that were slow since then (NaN: not recurring) and its episodes, and how
+        many samples a benign episode lasts (see ``episode_length``)."""
+        cfg = self.cfg
+        duty = np.full(len(ring), np.nan)
+        episodes = np.zeros(len(ring), dtype=np.int64)
+        if not len(ring):
+            return res, lasting, duty, episodes, 0.0
+        common = self._job_wide(ring, rt, thr)
+        p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common)
+        unit = episode_length(ring, thr, cfg.comm_rec_episodes)
+        rec = recurrence(ring, thr, np.full(len(ring), p0), cfg.comm_rec_episodes, unit)
+        recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
+        # slow from a change point on and recurring, most samples since normal: described as
+        # recurring (its slow samples are episodes, not a new level)
+        again = recurs & lasting & (rec.hits < cfg.comm_rec_duty * np.maximum(rec.count, 1))
+        duty[again] = rec.hits[again] / np.maximum(rec.count[again], 1)
+        episodes[again] = rec.episodes[again]
+        new = recurs & ~lasting
+        if not new.any():
+            return res, lasting, duty, episodes, unit
+        res = ChangePoint(*(np.array(getattr(res, f.name)) for f in fields(res)))
+        res.start[new] = rec.start[new]
+        res.logp[new] = rec.logp[new]
+        res.count[new] = rec.count[new]
+        res.frac[new] = rec.hits[new] / np.maximum(rec.count[new], 1)
+        res.median[new] = rec.median[new]
+        duty[new] = res.frac[new]
+        episodes[new] = rec.episodes[new]
+        return res, lasting | new, duty, episodes, unit
+
+    @staticmethod
+    def _round_ns(ring: np.ndarray, rt: np.ndarray) -> float:
+        """A round of the job as the series see it: the usual longest gap between a key's
+        samples (its median over keys; 0 when unknown)."""
+        valid = np.isfinite(ring)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gaps = np.where(valid[:, 1:] & valid[:, :-1], np.diff(rt, axis=1), np.nan)
+            per_key = np.nanpercentile(gaps, 75, axis=1) if gaps.shape[1] else np.zeros(0)
+        per_key = per_key[np.isfinite(per_key)]
+        return float(np.median(per_key)) if len(per_key) else 0.0
+
+    def _job_wide(self, ring: np.ndarray, rt: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Per sample: whether it fell in a round in which at least half of the keys with a
+        sample then were above ``thr`` (per key), ``comm_peer_min`` of them at least."""
+        out = np.zeros(ring.shape, dtype=bool)
+        width = self._round_ns(ring, rt)
+        valid = np.isfinite(ring)
+        if width <= 0 or not valid.any():
+            return out
+        b = rt // int(max(width, 1))
+        k = np.broadcast_to(np.arange(len(ring))[:, None], ring.shape)
+        high = valid & (ring > np.asarray(thr)[:, None])
+        seen = np.unique(np.stack([b[valid], k[valid]]), axis=1)[0]
+        hot = np.unique(np.stack([b[high], k[high]]), axis=1)[0]
+        bins, n_seen = np.unique(seen, return_counts=True)
+        n_hot = np.zeros(len(bins))
+        if len(hot):
+            hb, hc = np.unique(hot, return_counts=True)
+            n_hot[np.searchsorted(bins, hb)] = hc
+        wide = bins[(n_hot >= 0.5 * n_seen) & (n_seen >= self.cfg.comm_peer_min)]
+        return valid & np.isin(b, wide)
 
     def _lasting(self, bank: SeriesBank, keys: np.ndarray, ring: np.ndarray, rt: np.ndarray,
                  high: np.ndarray, thr: float, res: ChangePoint, slow: np.ndarray,
@@ -215,17 +299,29 @@ class Localizer:
         return self._comm_slow_groups(timing_bank, key_group, min_span)
 
     def _comm_slow_peers(self, win: ConnWindow) -> list[CommFinding]:
-        """Host-edge components whose connections were slow from their first transfer on,
-        against their peers (:mod:`diagnosis.engine.peers`). ECMP collisions make some
-        connections of a healthy job as slow, so a NIC (or cable) is named only when every
-        connection through it is, and more than one."""
-        verdict = peers.judge(win, self.cfg)
+        """Components whose connections were slow from their first transfer on, against their
+        peers carrying the same load (:mod:`diagnosis.engine.peers`). A component is named
+        when at least ``comm_peer_route_purity`` of the judged connections through it are (with
+        their paths recorded; without, a NIC or cable only, when all of them are: a connection
+        slow beyond its NICs' load may have hashed onto a busy uplink), and more than one, or
+        one slow beyond ``comm_peer_single`` (one flow alone on a slow uplink)."""
+        if self.load is None and self.paths is not None:
+            self.load = peers.LoadModel(self.paths.topo)
+        verdict = peers.judge(win, self.cfg, self.load, self.placement.nic)
+        if not verdict.slow.any():
+            return []
+        healthy = np.zeros(len(win), dtype=bool)
+        healthy[verdict.keys[~verdict.slow]] = True
         found, keys = peers.explain_peers(win, verdict, self.key_sets, self.placement.nic,
-                                          self.cfg.comm_peer_purity)
-        found = [e for e in found if len(e.explained) >= 2]
+                                          self.cfg.comm_peer_route_purity,
+                                          self.cfg.comm_peer_purity,
+                                          self.clearing(win, healthy))
+        ratio = dict(zip(verdict.keys.tolist(), verdict.ratio.tolist()))
+        single = 1.0 + self.cfg.comm_peer_single
+        found = [e for e in found if len(e.explained) >= 2
+                 or ratio[int(keys[e.explained[0]])] >= single]
         if not found:
             return []
-        ratio = dict(zip(verdict.keys.tolist(), verdict.ratio.tolist()))
         names = [f"{win.src[k]}>{win.dst[k]}" for k in keys]
         ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in keys]
         out = []
@@ -234,7 +330,8 @@ class Localizer:
             out.append(CommFinding(e, win.first_ns, float(np.median([ratio[int(k)] for k in ks])),
                                    [names[i] for i in e.explained], int((~verdict.slow).sum()),
                                    "connections", [ends[i] for i in e.explained],
-                                   against="their peers (slow since the recording began)"))
+                                   against="their peers carrying the same load (slow since the "
+                                   "recording began)"))
         return out
 
     def _split(self, ring, rt, thr, res, slow):
@@ -250,8 +347,8 @@ class Localizer:
 
     def _comm_slow_conns(self, win: ConnWindow, min_span: int) -> list[CommFinding]:
         keys = np.arange(min(len(win), len(win.bank)))
-        ring, rt, thr, res, slow = self._slow_series(win.bank, keys, min_span,
-                                                     self.cfg.comm_min_before)
+        ring, rt, thr, res, slow, rec = self._slow_series(win.bank, keys, min_span,
+                                                          self.cfg.comm_min_before)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
@@ -262,11 +359,72 @@ class Localizer:
         sets = [sets[i] for i in ok]
         found, _ = explain([may for may, _ in sets], [], self.cfg.comm_purity,
                            clearing=self.clearing(win, healthy))
+        found = [e for e in found if self._recurs_together(e, slow_idx, ring, rt, rec)]
         names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
         ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in slow_idx]
         return [self._finding(e, slow_idx, names, onset, res.median, int(healthy.sum()),
-                              "connections", ends, [must for _, must in sets])
+                              "connections", ends, [must for _, must in sets], rec)
                 for e in found]
+
+    def _recurs_together(self, e: Explanation, slow_idx: np.ndarray, ring: np.ndarray,
+                         rt: np.ndarray, rec: tuple[np.ndarray, np.ndarray, np.ndarray, float]
+                         ) -> bool:
+        """Whether an explanation of connections that are slow again and again holds at each
+        episode: a faulty component slows (nearly) every connection across it each time,
+        while transient congestion of different links along one connection's path makes that
+        connection slow again and again with the others through each link healthy. Counts
+        the component's episodes (slow samples of its connections, clustered in time a round
+        apart), keeping those where at least ``comm_purity`` of its connections with a sample
+        then were slow, and wants ``comm_rec_episodes`` of them. Explanations of connections
+        slow all along pass."""
+        duty, _, thr, unit = rec
+        explained = slow_idx[e.explained]
+        if not np.isfinite(duty[explained]).sum() * 2 > len(explained):
+            return True
+        ks = set(explained.tolist())
+        for c in e.components:
+            ks |= {k for k in self._index.get(c, ()) if k < len(ring)}
+        keys = np.fromiter(sorted(ks), dtype=np.int64)
+        r, t = ring[keys], rt[keys]
+        thr_all = np.asarray(thr)[:, None]
+        thr = thr_all[keys]
+        valid = np.isfinite(r)
+        width = self._round_ns(r, t)
+        if width <= 0:
+            return True
+        # an episode in which most of the job was slow counts only for a component that most
+        # of the job's connections cross (the one switch of a small fabric): else it was an
+        # event of the whole job, which no component of a few explains
+        judged = np.isfinite(ring).any(axis=1)
+        wide_ok = len(keys) >= 0.5 * max(int(judged.sum()), 1)
+        hk, hc = np.nonzero(valid & (r > thr))
+        if not len(hk):
+            return False
+        when = t[hk, hc]
+        order = np.argsort(when)
+        when = when[order]
+        cut = np.flatnonzero(np.diff(when) > width / 2) + 1
+        episodes = 0
+        weighed = 0.0
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(when)]):
+            a, b = when[lo] - width / 2, when[hi - 1] + width / 2
+            inside = valid & (t >= a) & (t <= b)
+            seen = inside.any(axis=1)
+            slow = (inside & (r > thr)).any(axis=1)
+            if not seen.sum() or slow.sum() < self.cfg.comm_purity * seen.sum():
+                continue
+            if not wide_ok:
+                every = np.isfinite(ring) & (rt >= a) & (rt <= b)
+                n_seen = int(every.any(axis=1).sum())
+                n_slow = int((every & (ring > thr_all)).any(axis=1).sum())
+                if n_seen >= self.cfg.comm_peer_min and n_slow >= 0.5 * n_seen:
+                    continue
+            # an episode several times as long as a benign one weighs as many
+            run = float(np.median((inside & (r > thr)).sum(axis=1)[slow]))
+            episodes += 1
+            weighed += max(1.0, np.floor(run / unit)) if unit > 0 else 1.0
+        return episodes >= min(2, self.cfg.comm_rec_episodes) \
+            and weighed >= self.cfg.comm_rec_episodes
 
     def _comm_slow_groups(self, bank: SeriesBank, key_group: list[int],
                           min_span: int) -> list[CommFinding]:
@@ -274,8 +432,11 @@ class Localizer:
         K = min(len(key_group), len(bank))
         if K == 0:
             return []
-        ring, rt, thr, res, slow = self._slow_series(bank, np.arange(K), min_span,
-                                                     self.cfg.comm_min_samples)
+        # a communicator's transfer time, from its members' calls on their own clocks, moves
+        # by their offsets whenever another member enters last: only gross episodes count
+        ring, rt, thr, res, slow, rec = self._slow_series(bank, np.arange(K), min_span,
+                                                          self.cfg.comm_min_samples,
+                                                          self.cfg.comm_rec_min_excess_calls)
         if not slow.any():
             return []
         onset, healthy = self._split(ring, rt, thr, res, slow)
@@ -292,28 +453,45 @@ class Localizer:
             first[g] = min(first.get(g, np.iinfo(np.int64).max), int(onset[k]))
         obs = [self.group_sets(g)[0] for g in slow_g]
         clear = [self.group_sets(g)[1] for g in healthy_g]
-        found, _ = explain(obs, clear, self.cfg.comm_purity)
+        found, _ = explain(obs, clear, self.cfg.comm_purity, exclusive=True)
         idx = np.arange(len(slow_g))
         g_onset = np.array([first[g] for g in slow_g], dtype=np.int64)
         g_med = np.array([float(np.nanmax(res.median[groups == g])) for g in slow_g])
+        # a communicator recurs when its slow operations do (the most slow of them)
+        duty, episodes = rec[0], rec[1]
+        on = slow & np.isfinite(duty)
+        g_duty = np.array([float(np.max(duty[on & (groups == g)], initial=np.nan))
+                           if (on & (groups == g)).any() else np.nan for g in slow_g])
+        g_eps = np.array([int(episodes[groups == g].max()) for g in slow_g])
         names = [self.arena.names[g] for g in slow_g]
         members = [frozenset(self.arena.members[g].tolist()) for g in slow_g]
         must = [self.group_sets(g)[1] for g in slow_g]
         return [self._finding(e, idx, names, g_onset, g_med, len(clear), "communicators",
-                              members, must) for e in found]
+                              members, must, (g_duty, g_eps)) for e in found]
 
-    @staticmethod
-    def _finding(e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
+    def _finding(self, e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
                  median: np.ndarray, healthy: int, via: str, ends: list[frozenset[int]],
-                 must: list[frozenset[Component]]) -> CommFinding:
+                 must: list[frozenset[Component]],
+                 rec: tuple[np.ndarray, ...] | None = None) -> CommFinding:
         keys = idx[e.explained]
+        # recurring when most of the explained observations recur rather than stay slow
+        duty: float | None = None
+        episodes = 0
+        if rec is not None:
+            d = rec[0][keys]
+            if np.isfinite(d).sum() * 2 > len(d):
+                duty = float(np.nanmedian(d))
+                episodes = int(np.median(rec[1][keys][np.isfinite(d)]))
+            if duty is not None and duty >= self.cfg.comm_rec_duty:
+                duty = None      # slow in most samples since: slow all along, a few dips
         # the onset most of the explained observations agree on (a single early change point
         # may be noise, or a call that straddled the onset)
         return CommFinding(e, int(np.percentile(onset[keys], 50, method="higher")),
                            1.0 + float(np.median(median[keys])),
                            [names[i] for i in e.explained], healthy, via,
                            [ends[i] for i in e.explained],
-                           any(all(c in must[i] for i in e.explained) for c in e.components))
+                           any(all(c in must[i] for i in e.explained) for c in e.components),
+                           duty=duty, episodes=episodes)
 
     def _last_alive(self, win: ConnWindow) -> dict[Component, int]:
         """The last time a transfer surely crossing each component finished (known to a

@@ -20,7 +20,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
-from diagnosis.engine.series import change_point, robust_sigma
+from diagnosis.engine.series import binom_logsf, change_point, robust_sigma
 
 # the quantile of a bucket's per-call periods that stands for the group's compute pace: low, so
 # that spans which include a wait (a bubble, the others' lateness) do not count
@@ -34,6 +34,9 @@ _MIN_FRAC = 0.6
 _MIN_BEFORE = 3
 _LEARN = 64           # spacings of kept calls seen before the bucket length is chosen
 _MAX_SPAN = 32        # the most calls between two kept calls whose period counts
+# the most buckets a bucket waits for late periods (see ``GroupPace._lag``): a rank whose
+# records come very late must not hold every bucket open
+_MAX_LAG = 16
 
 
 @dataclass
@@ -77,6 +80,10 @@ class GroupPace:
         self._open = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
         self._newest = -1
         self._closed = -1
+        # how many buckets behind the newest the periods of an update have reached: a trace
+        # read in chunks hands over the same span of time twice (the calls completed by each
+        # chunk), and a bucket written before the second came would lose half its periods
+        self._lag = 0
         self.span = 0             # bucket length, chosen from the first kept calls' spacing
         self._gaps: list[int] = []
         self.sizes: dict[int, _Size] = {}
@@ -120,13 +127,15 @@ class GroupPace:
         fresh = pb > self._closed           # (else a bucket already written)
         self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, (pb, pg, pp),
                                                           strict=True)]
+        if self._newest >= 0 and len(pb):
+            self._lag = min(max(self._lag, self._newest - int(pb.min())), _MAX_LAG)
         if not len(self._open[0]):
             return
         self._newest = max(self._newest, int(self._open[0].max()))
-        # a bucket is written once calls two buckets later arrive (the groups' rows of one
-        # moment may come a bucket apart)
+        # a bucket is written once calls two buckets (or the lag seen) later arrive (the
+        # groups' rows of one moment may come a bucket apart)
         ob, og, op = self._open
-        done = ob < self._newest - 1
+        done = ob < self._newest - max(1, self._lag)
         if done.any():
             self._close(ob[done], og[done], op[done])
             self._closed = int(ob[done].max())
@@ -191,4 +200,60 @@ class GroupPace:
                 out.append(SlowGroup(size.groups[i], int(t[res.start[i]]),
                                      float(res.median[i]), int(res.count[i]),
                                      float(res.frac[i]), float(res.logp[i])))
+            # no healthy past to change from: slow from the first bucket on
+            unjudged = (res.start < 0) | (res.pre_count < _MIN_BEFORE)
+            out.extend(self._behind_peers(size, x, t, thr, p0[0], unjudged & ~ok))
+        return out
+
+    def _roles(self) -> dict[int, set[int]]:
+        """Per rank, the other communicators (not channels) it is in."""
+        by_rank: dict[int, set[int]] = {}
+        for g in np.flatnonzero(~self.arena.p2p[: len(self.arena.members)]).tolist():
+            for r in self.arena.members[g].tolist():
+                by_rank.setdefault(r, set()).add(g)
+        return by_rank
+
+    def _behind_peers(self, size: _Size, x: np.ndarray, t: np.ndarray, thr: float,
+                      p0: float, cand: np.ndarray) -> list[SlowGroup]:
+        """Groups behind the peers of their role in most buckets since the first: a host
+        already slow when recording began. Groups differ in pace by role (a pipeline stage with
+        the loss), so a group is compared, bucket by bucket, with the median of its peers of the
+        same role: the groups of its size whose members meet its members in another
+        communicator (the data-parallel replicas of its stage). Without peers, it is not
+        judged."""
+        cfg = self.cfg
+        valid = ~np.isnan(x)
+        n_valid = valid.sum(axis=1)
+        above = (np.nan_to_num(x, nan=-np.inf) > thr).sum(axis=1)
+        cand = cand & (n_valid >= cfg.slow_min_samples) & (above >= _MIN_FRAC * n_valid)
+        if not cand.any():
+            return []
+        by_rank = self._roles()
+        col_of_rank = {r: c for c, g in enumerate(size.groups)
+                       for r in self.arena.members[g].tolist()}
+        out = []
+        for i in np.flatnonzero(cand).tolist():
+            g = size.groups[i]
+            mine = self.arena.members[g].tolist()
+            meet = set().union(*(by_rank.get(r, set()) for r in mine)) - {g}
+            peers = {col_of_rank[r] for h in meet for r in self.arena.members[h].tolist()
+                     if r in col_of_rank} - {i}
+            if not peers:
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                role = np.nanmedian(x[sorted(peers)], axis=0)
+            y = x[i] - role
+            ok = ~np.isnan(y)
+            m = int(ok.sum())
+            if m < cfg.slow_min_samples:
+                continue
+            k = int((y[ok] > thr).sum())
+            logp = float(binom_logsf(np.array([k]), np.array([m]), np.array([p0]))[0])
+            med = float(np.median(y[ok]))
+            if k < _MIN_FRAC * m or logp >= np.log(cfg.slow_alpha_member) \
+                    or med < 2 * cfg.straggle_min_excess:
+                continue
+            first = int(np.flatnonzero(ok)[0])
+            out.append(SlowGroup(g, int(t[first]), med, m, k / m, logp))
         return out

@@ -226,3 +226,134 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
         pre_frac[h] = np.where(enough, (hv & before).sum(axis=1) / np.maximum(pre_n[h], 1),
                                0.0)
     return ChangePoint(start, best, cnt, frac, med, effect, pre_frac, pre_n)
+
+
+@dataclass
+class Recurrence:
+    start: np.ndarray      # first sample of the recurring segment (an episode's start), -1 none
+    logp: np.ndarray       # log P(at least this many episodes | base rate), best start
+    hits: np.ndarray       # slow samples from the start on (see ``recurrence``)
+    count: np.ndarray      # samples from the start on
+    episodes: np.ndarray   # runs of consecutive slow samples from the start on
+    median: np.ndarray     # median of the slow samples from the start on (NaN when none)
+
+
+def episode_marks(a: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(valid, slow, begins): per sample, whether it is one, above ``thr``, and the first
+    slow sample of a run of consecutive slow ones (NaN samples neither break nor extend a
+    run)."""
+    rows, K = a.shape
+    valid = ~np.isnan(a)
+    high = valid & (np.nan_to_num(a, nan=-np.inf) > thr[:, None])
+    col = np.arange(K)[None, :]
+    last_valid = np.maximum.accumulate(np.where(valid, col, -1), axis=1)
+    prev = np.full((rows, K), -1, dtype=np.int64)
+    prev[:, 1:] = last_valid[:, :-1]
+    prev_high = (prev >= 0) & high[np.arange(rows)[:, None], np.maximum(prev, 0)]
+    return valid, high, high & ~prev_high
+
+
+def strong_runs(a: np.ndarray, high: np.ndarray, begins: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample, the episode it belongs to (a running count per row, 0 before the first),
+    and per row and episode (indexed by that count) how many of its samples are at least half
+    as slow as the row's median slow sample (an episode's edge, a sample whose span only grazes
+    it, does not count)."""
+    rows, K = a.shape
+    typical = row_quantile(np.where(high, a, np.nan), 0.5)
+    strong = high & (np.nan_to_num(a, nan=-np.inf) >= 0.5 * np.nan_to_num(typical)[:, None])
+    ep = np.cumsum(begins, axis=1)
+    n = np.zeros((rows, K + 1))
+    r, c = np.nonzero(strong)
+    np.add.at(n, (r, ep[r, c]), 1.0)
+    return ep, n
+
+
+def episode_length(a: np.ndarray, thr: np.ndarray, min_episodes: int, default: float = 2.0,
+                   least: int = 20) -> float:
+    """How long the episodes of rows that do not recur (fewer than ``min_episodes``) last: the
+    90th percentile of their strong samples (see :func:`strong_runs`); ``default`` with fewer
+    than ``least`` such episodes. A transient congestion of two iterations, or a pause and its
+    echo in the next sample, is one event of that length."""
+    _, high, begins = episode_marks(a, thr)
+    quiet = begins.sum(axis=1) < max(int(min_episodes), 1)
+    if not quiet.any():
+        return default
+    _, n = strong_runs(a[quiet], high[quiet], begins[quiet])
+    lengths = n[:, 1:][n[:, 1:] > 0]
+    if len(lengths) < least:
+        return default
+    return float(max(np.percentile(lengths, 90), 1.0))
+
+
+def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
+               min_episodes: int, unit: float = 0.0) -> Recurrence:
+    """Per row of ``a`` (oldest first, NaN = none): slowness that comes back. An episode is a
+    run of consecutive samples above ``thr`` (NaN samples neither break nor extend it); from the
+    start of some episode on, the row has ``episodes`` of them, at least ``min_episodes`` (with
+    ``unit``: weighing that many, in two episodes at least), with healthy samples between. Of
+    those starts, the one whose episodes are least likely under the
+    base rate ``p0`` of an episode starting at a sample (a binomial tail; see
+    :func:`episode_rate`): a component slow now and then in a pattern or at random, which a
+    change point into a persistently slow segment misses (a third of the samples after it are
+    slow, none before). Episodes, not slow samples, are the independent events: a congestion
+    that lasts two iterations, or strikes every microbatch of one, is one. With ``unit`` (the
+    length of a benign episode, :func:`episode_length`), an episode of several times that
+    length weighs as many: slow for five iterations in a row is more than one congestion."""
+    rows, K = a.shape
+    valid, high, begins = episode_marks(a, thr)
+    col = np.arange(K)[None, :]
+    length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
+    eps = np.cumsum(begins[:, ::-1], axis=1)[:, ::-1]
+    weight = begins.astype(np.float64)
+    if unit > 0 and begins.any():
+        ep, n = strong_runs(a, high, begins)
+        r, c = np.nonzero(begins)
+        weight[r, c] = np.maximum(1.0, np.floor(n[r, ep[r, c]] / unit))
+    events = np.rint(np.cumsum(weight[:, ::-1], axis=1)[:, ::-1]).astype(np.int64)
+    # it came back at least once, and weighs as many episodes as asked
+    cand = begins & (eps >= min(2, max(int(min_episodes), 1))) \
+        & (events >= max(int(min_episodes), 1))
+    logp = np.zeros((rows, K))
+    if cand.any():
+        r, c = np.nonzero(cand)
+        logp[r, c] = binom_logsf(np.minimum(events[r, c], length[r, c]), length[r, c], p0[r])
+    has = cand.any(axis=1)
+    start = np.where(has, np.argmin(np.where(cand, logp, 1.0), axis=1), -1)
+    s0 = np.maximum(start, 0)
+    rix = np.arange(rows)
+    best = np.where(has, logp[rix, s0], 0.0)
+    med = np.full(rows, np.nan)
+    hits = np.zeros(rows, dtype=np.int64)
+    h = np.flatnonzero(has)
+    if len(h):
+        # how often and how much: the samples at least half as slow as the episodes' median
+        # (an episode's edge, where a sample's span only grazes it, is a slow sample of the
+        # episode but not a slow round of its own)
+        after = (col >= start[h, None]) & high[h]
+        typical = row_quantile(np.where(after, a[h], np.nan), 0.5)
+        strong = after & (np.nan_to_num(a[h], nan=-np.inf) >= 0.5 * typical[:, None])
+        med[h] = row_quantile(np.where(strong, a[h], np.nan), 0.5)
+        hits[h] = strong.sum(axis=1)
+    return Recurrence(start, best, hits, np.where(has, length[rix, s0], 0),
+                      np.where(has, eps[rix, s0], 0), med)
+
+
+def episode_rate(a: np.ndarray, thr: np.ndarray, floor: float, trim: float = 0.1,
+                 common: np.ndarray | None = None) -> float:
+    """How often an episode of samples above ``thr`` (per row) starts, per sample, over the
+    rows of ``a`` (NaN = none), leaving out the ``trim`` fraction of rows with the highest
+    rates (the faulty ones, which would otherwise raise the rate they are judged against in a
+    small job), floored at ``floor``. ``common`` marks samples taken while most rows were slow
+    at once: episodes starting there are no independent noise (a fault of what every row
+    crosses, or an event of the whole job) and are not counted."""
+    valid, _, begins = episode_marks(a, thr)
+    if common is not None:
+        begins = begins & ~common
+    n = valid.sum(axis=1)
+    rows = n > 0
+    if not rows.any():
+        return float(min(max(floor, 0.0), 0.5))
+    rate = begins.sum(axis=1)[rows] / n[rows]
+    keep = np.sort(rate)[: max(1, int(np.ceil((1 - trim) * len(rate))))]
+    return float(min(max(float(keep.mean()), floor), 0.5))

@@ -24,7 +24,14 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
-from diagnosis.engine.series import change_point, robust_sigma, row_quantile
+from diagnosis.engine.series import (
+    change_point,
+    episode_marks,
+    recurrence,
+    robust_sigma,
+    row_quantile,
+    strong_runs,
+)
 
 # calls of a communicator whose lateness is remembered: a signature recurring further apart
 # than this gives no sample
@@ -45,6 +52,11 @@ class SlowRank:
     frac: float
     sigma: float
     logp: float            # log p-value of so many late samples by chance
+    # slow again and again rather than from a change point on: the fraction of its samples
+    # that were late since its first episode (None: a change point) and the episodes
+    duty: float | None = None
+    episodes: int = 0
+    every_ns: float = 0.0   # the usual time between its samples (0: unknown)
 
 
 class _SizeClass:
@@ -394,3 +406,109 @@ def _judge_rows(cls, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: f
             SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]), float(res.median[h]),
                      excess_ns, int(res.count[h]), float(res.frac[h]), float(sigma[gi]),
                      float(res.logp[h])))
+    _recurring(cls, rows, series, sigma, scale, t, ok, arena, cfg, least)
+
+
+class _RecStats:
+    """Per group of a size class, what its members' recurrence scan saw when last judged:
+    episode starts and samples per member, and the lengths of the episodes of members that do
+    not recur; the class's rates and lengths of benign episodes come from every group (a
+    group is judged only when its ring changes, the others keep their counts)."""
+
+    def __init__(self, n: int) -> None:
+        self.begins = np.zeros((0, n))
+        self.valid = np.zeros((0, n))
+        self.lengths: dict[int, np.ndarray] = {}
+
+    def update(self, rows: np.ndarray, begins: np.ndarray, valid: np.ndarray,
+               lengths: dict[int, np.ndarray]) -> None:
+        need = int(rows.max()) + 1 if len(rows) else 0
+        if need > len(self.begins):
+            grow = max(need, 2 * len(self.begins)) - len(self.begins)
+            pad = np.zeros((grow, self.begins.shape[1]))
+            self.begins, self.valid = np.vstack([self.begins, pad]), np.vstack([self.valid, pad])
+        self.begins[rows] = begins
+        self.valid[rows] = valid
+        self.lengths.update(lengths)
+
+    def rate(self, floor: float, trim: float = 0.1) -> float:
+        seen = self.valid > 0
+        if not seen.any():
+            return floor
+        rate = np.sort((self.begins[seen] / self.valid[seen]).ravel())
+        keep = rate[: max(1, int(np.ceil((1 - trim) * len(rate))))]
+        return float(min(max(float(keep.mean()), floor), 0.5))
+
+    def length(self, default: float = 2.0, least: int = 20) -> float:
+        every = [v for v in self.lengths.values() if len(v)]
+        lengths = np.concatenate(every) if every else np.zeros(0)
+        if len(lengths) < least:
+            return default
+        return float(max(np.percentile(lengths, 90), 1.0))
+
+
+def _recurring(cls, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
+               scale: np.ndarray, t: np.ndarray, found: np.ndarray, arena: Arena,
+               cfg: EngineConfig, least: float) -> None:
+    """Members of the groups ``rows`` slow again and again with normal iterations between (a
+    GPU throttling now and then, a host's recurring stall): at least ``slow_rec_episodes``
+    episodes of samples well above the noise, too many for the rate at which such episodes
+    start over every member of the size class (one-off pauses strike random ranks; a
+    checkpoint every rank). ``series``: per member (rows group-major), its samples oldest
+    first; ``found``: members already slow from a change point on, whose finding is replaced
+    by the recurring one when most of their samples since were normal (their late samples are
+    episodes, not a new level). Kept in ``cls.found``."""
+    n = cls.n
+    rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
+                         cfg.slow_rec_noise_k * sigma)
+    thr = np.repeat(rec_thr, n)
+    stats = getattr(cls, "rec_stats", None)
+    if stats is None:
+        stats = cls.rec_stats = _RecStats(n)
+    valid, begins = np.isfinite(series), _begins(series, thr)
+    quiet = begins.sum(axis=1) < cfg.slow_rec_episodes
+    lengths = {}
+    for gi in range(len(rows)):
+        sl = slice(gi * n, (gi + 1) * n)
+        q = quiet[sl]
+        lengths[int(rows[gi])] = _lengths(series[sl][q], thr[sl][q]) if q.any() \
+            else np.zeros(0)
+    stats.update(rows, begins.sum(axis=1).reshape(len(rows), n),
+                 valid.sum(axis=1).reshape(len(rows), n), lengths)
+    p0 = stats.rate(cfg.slow_rec_base_rate)
+    rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes,
+                     stats.length())
+    ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
+        & (rec.median >= least)
+    recurs = rec.hits < cfg.slow_rec_duty * np.maximum(rec.count, 1)
+    for h in np.flatnonzero(ok & (~found | recurs)).tolist():
+        gi, pos = divmod(h, n)
+        s = int(rec.start[h])
+        seg = series[h, s:]
+        hi = seg > thr[h]
+        excess_ns = float(np.nanmedian(seg[hi] * scale[gi, s:][hi]))
+        key = int(rows[gi])
+        g = cls.groups[key]
+        rank = int(arena.members[g][pos])
+        frac = float(rec.hits[h] / max(int(rec.count[h]), 1))
+        # late in most of its samples since: slow all along with a few normal samples
+        duty = frac if frac < cfg.slow_rec_duty else None
+        ts = t[gi, s:][np.isfinite(seg)]
+        every = float(np.median(np.diff(ts))) if len(ts) > 1 else 0.0
+        mine = [f for f in cls.found.get(key, []) if f.rank != rank]
+        cls.found[key] = [*mine, SlowRank(
+            rank, g, int(t[gi, s]), float(rec.median[h]), excess_ns, int(rec.count[h]), frac,
+            float(sigma[gi]), float(rec.logp[h]), duty=duty, episodes=int(rec.episodes[h]),
+            every_ns=every)]
+
+
+def _begins(a: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """Per sample, whether an episode above ``thr`` (per row) starts there."""
+    return episode_marks(a, thr)[2]
+
+
+def _lengths(a: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """The strong lengths of the episodes of ``a`` (see ``series.episode_length``)."""
+    _, high, begins = episode_marks(a, thr)
+    _, n = strong_runs(a, high, begins)
+    return n[:, 1:][n[:, 1:] > 0]

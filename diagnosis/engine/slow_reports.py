@@ -23,13 +23,15 @@ class SlowReports:
     def __init__(self, eng: Engine) -> None:
         self.cfg, self.arena, self.placement = eng.cfg, eng.arena, eng.placement
         self.registry, self.pg_names, self.error_ranks = eng.registry, eng.pg_names, eng.error_ranks
+        self.eng = eng
         self._pending: set[str] = set()    # thin comm_slow findings seen in the last pass
         self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
 
     def noncomm(self, found: list[SlowRank], now: int) -> None:
         best: dict[int, SlowRank] = {}
+        named = self._network_named() if self.eng.sample > 1 else set()
         for s in found:
-            if s.rank in self.error_ranks:
+            if s.rank in self.error_ranks or self._symptom(s, named) is not None:
                 continue
             cur = best.get(s.rank)
             if cur is None or s.logp < cur.logp:      # its strongest evidence
@@ -74,11 +76,21 @@ class SlowReports:
         if host and self.registry.get(hid) is not None:
             return hid
         name = self.arena.names[s.group]
-        summary = (f"{self.placement.describe(s.rank)} spends {ms(s.excess_ns)} "
-                   f"({100 * s.excess:.0f}%) longer than its peers in "
-                   f"{group_words(name, 'group')} outside "
-                   f"collectives and arrives late in {100 * s.frac:.0f}% of {s.samples} calls: "
-                   "check that GPU (clocks, thermals, ECC) or its host's load")
+        if s.duty is not None:
+            every = f", one every {s.every_ns / 1e9:.1f} s" if s.every_ns > 0 else ""
+            summary = (f"{self.placement.describe(s.rank)} is slow again and again: in "
+                       f"{s.episodes} episodes, {100 * s.duty:.0f}% of its {s.samples} samples "
+                       f"since the first{every}, it takes {ms(s.excess_ns)} "
+                       f"({1 + s.excess:.1f}x) longer than its peers in "
+                       f"{group_words(name, 'group')} outside collectives, normal between: "
+                       "check that GPU (throttling: clocks, thermals, power) or what its host "
+                       "runs now and then")
+        else:
+            summary = (f"{self.placement.describe(s.rank)} spends {ms(s.excess_ns)} "
+                       f"({100 * s.excess:.0f}%) longer than its peers in "
+                       f"{group_words(name, 'group')} outside "
+                       f"collectives and arrives late in {100 * s.frac:.0f}% of {s.samples} "
+                       "calls: check that GPU (clocks, thermals, ECC) or its host's load")
         report = FaultReport("noncomm_slow", (self.placement.suspect(s.rank, s.frac),),
                              s.onset_ns, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
                              evidence=self._slow_evidence(s), id=fid)
@@ -93,9 +105,17 @@ class SlowReports:
         excess_ns = float(np.median([s.excess_ns for s in rows]))
         frac = float(np.median([s.frac for s in rows]))
         onset = min(s.onset_ns for s in rows)
-        summary = (f"every GPU of host {host} ({len(ranks)} ranks) spends {ms(excess_ns)} "
-                   f"({100 * excess:.0f}%) longer than its peers outside collectives: check the "
-                   "host (CPU, memory, PCIe, power)")
+        duty = [s.duty for s in rows if s.duty is not None]
+        if len(duty) * 2 > len(rows):
+            summary = (f"every GPU of host {host} ({len(ranks)} ranks) is slow again and "
+                       f"again: in {100 * float(np.median(duty)):.0f}% of their samples since "
+                       f"the first episode they take {ms(excess_ns)} ({1 + excess:.1f}x) "
+                       "longer than their peers outside collectives, normal between: check "
+                       "the host (CPU, memory, PCIe, power; what it runs now and then)")
+        else:
+            summary = (f"every GPU of host {host} ({len(ranks)} ranks) spends {ms(excess_ns)} "
+                       f"({100 * excess:.0f}%) longer than its peers outside collectives: "
+                       "check the host (CPU, memory, PCIe, power)")
         suspects = [Suspect("host", host, frac)] + [self.placement.suspect(r, frac / 2)
                                                     for r in ranks[:2]]
         report = FaultReport("noncomm_slow", tuple(suspects), onset, summary,
@@ -107,18 +127,84 @@ class SlowReports:
         return fid
 
     def _slow_evidence(self, s: SlowRank) -> dict[str, Any]:
-        return {"group": self.arena.names[s.group], "median_excess": round(s.excess, 4),
-                "median_excess_ms": round(s.excess_ns / 1e6, 3), "samples": s.samples,
-                "late_fraction": round(s.frac, 3), "noise_sigma": round(s.sigma, 4)}
+        out = {"group": self.arena.names[s.group], "median_excess": round(s.excess, 4),
+               "median_excess_ms": round(s.excess_ns / 1e6, 3), "samples": s.samples,
+               "late_fraction": round(s.frac, 3), "noise_sigma": round(s.sigma, 4)}
+        if s.duty is not None:
+            out.update(recurring=True, slow_fraction=round(s.duty, 3), episodes=s.episodes)
+        return out
 
     def _slow_ranks(self) -> set[int]:
-        """Ranks with an open ``noncomm_slow`` report (their own, or their host's)."""
+        """Ranks with an open ``noncomm_slow`` report (their own, or their host's); with
+        sampled calls, not those found only slow again and again (see ``_symptoms``)."""
         out: set[int] = set()
         for fid in self.registry.open_ids("noncomm_slow"):
             r = self.registry.get(fid)
+            if self.eng.sample > 1 and r.evidence.get("recurring"):
+                continue
             out.update(s.rank for s in r.suspects if s.rank is not None and s.rank >= 0)
             out.update(r.evidence.get("ranks", []))
         return out
+
+    def _network_named(self) -> set[str]:
+        """Ids of the components that open ``comm_slow`` reports name first (with their top
+        score), and ``rank:R`` for the ends of the connections they list as slow."""
+        named: set[str] = set()
+        for fid in self.registry.open_ids("comm_slow"):
+            rep = self.registry.get(fid)
+            top = rep.suspects[0].score if rep.suspects else 0
+            named.update(x.id for x in rep.suspects if x.score >= top)
+            if rep.evidence.get("via") == "connections":
+                for name in rep.evidence.get("slow", []):
+                    named.update(f"rank:{r}" for r in str(name).split(">"))
+        return named
+
+    def _behind(self, rank: int, named: set[str]) -> str | None:
+        """The named component that is the rank's NIC, its cable or its leaf, or one of the
+        slow connections it is an end of, if any."""
+        if f"rank:{rank}" in named:
+            return f"its connection to or from rank {rank}"
+        nic = self.placement.nic(int(rank))
+        if nic is None or not named:
+            return None
+        edge = {nic}
+        topo = self.eng.topology
+        try:
+            for lk in topo.links_of(nic) if topo is not None else []:
+                edge.add(lk)
+                edge.update(lk.split("~"))
+        except Exception:
+            pass
+        hit = sorted(edge & named)
+        return hit[0] if hit else None
+
+    def _symptom(self, s: SlowRank, named: set[str]) -> str | None:
+        """With sampled calls a rank's lateness includes its own transfers (its own time
+        outside calls is lost): a rank behind a slow NIC or leaf arrives late now and then, at
+        the calls that follow its slow sends. A rank found slow only again and again whose NIC,
+        its cable or its leaf is named slow, or whose connections are, is that fault's
+        symptom: the component."""
+        if self.eng.sample == 1 or s.duty is None:
+            return None
+        return self._behind(s.rank, named)
+
+    def _symptoms(self, now: int) -> None:
+        """Withdraw the recurring slow ranks that the comm reports now explain (see
+        ``_symptom``)."""
+        if self.eng.sample == 1:
+            return
+        named = self._network_named()
+        for fid in self.registry.open_ids("noncomm_slow"):
+            rep = self.registry.get(fid)
+            if not rep.evidence.get("recurring"):
+                continue
+            ranks = [x.rank for x in rep.suspects if x.rank is not None and x.rank >= 0]
+            for r in ranks + list(rep.evidence.get("ranks", [])):
+                hit = self._behind(int(r), named)
+                if hit is not None:
+                    self.registry.resolve(fid, now, f"its lateness follows its transfers: "
+                                          f"{hit} is slow")
+                    break
 
     def comm(self, findings: list[CommFinding], now: int) -> None:
         current: set[str] = set()
@@ -152,12 +238,23 @@ class SlowReports:
             top = suspects[0]
             fid = f"comm_slow:{top.type}:{top.id}"
             names = " and ".join(f"{s.type} {s.id}" for s in suspects[:3])
-            summary = (f"{len(f.observations)} {f.via} through {names} transfer "
-                       f"{f.slowdown:.1f}x slower than {f.against} while "
-                       f"{f.healthy} others are normal: check {names}")
+            if f.duty is not None:
+                summary = (f"{len(f.observations)} {f.via} through {names} are slow again and "
+                           f"again: in {100 * f.duty:.0f}% of their transfers since the first "
+                           f"of {f.episodes} episodes, {f.slowdown:.1f}x slower than "
+                           f"{f.against} when slow, normal between, while {f.healthy} others "
+                           f"are normal: check {names} (a flapping port, pause frames, a "
+                           "marginal cable)")
+            else:
+                summary = (f"{len(f.observations)} {f.via} through {names} transfer "
+                           f"{f.slowdown:.1f}x slower than {f.against} while "
+                           f"{f.healthy} others are normal: check {names}")
             evidence = {"slow": f.observations[:32], "slow_count": len(f.observations),
                         "slowdown": round(f.slowdown, 3), "healthy": f.healthy,
                         "cleared_by": f.explanation.cleared_by, "via": f.via}
+            if f.duty is not None:
+                evidence.update(recurring=True, slow_fraction=round(f.duty, 3),
+                                episodes=f.episodes)
             for old in self.registry.open_ids("comm_slow"):
                 prev = self.registry.get(old)
                 if old != fid and set(prev.evidence.get("slow", [])) & set(f.observations):
@@ -172,3 +269,4 @@ class SlowReports:
             if old not in current and not old.startswith(LOSSY_PREFIX):
                 self.registry.resolve(old, now, "the connections are back to their baseline",
                                       cleared=True)
+        self._symptoms(now)

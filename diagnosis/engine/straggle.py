@@ -26,6 +26,12 @@ from diagnosis.engine.pace import GroupPace
 from diagnosis.engine.slow import SlowRank, judge_rings
 from diagnosis.engine.timing import GroupTiming
 
+# the share of a group's pace excess that a member's lateness inside it must reach to explain
+# it: a GPU s times slower, computing c between calls that take m, is late by (s-1)c in a pace
+# of sc+m, its group behind by (s-1)c over c+m: a ratio of (c+m)/(sc+m), at least 1/s (above
+# this up to 6x); a member a little late now and then beside a pace far behind is no slow GPU
+_EXPLAINS = 0.15
+
 
 class _Rings:
     """Per group of one size: the last ``K`` samples of each member."""
@@ -170,16 +176,16 @@ class SampledStragglers:
         ring.add(li, late / scale[:, None], scale, t, self._bucket(scale))
         self.pace.update(fin)
 
-    def _one_late(self, g: int, since: int) -> bool:
-        """Whether a member of group ``g`` has come late to its kept calls since ``since`` (by
-        its median lateness), though not yet often enough for the test."""
+    def _late_by(self, g: int, since: int) -> float:
+        """How late the latest member of group ``g`` has come to its kept calls since
+        ``since`` (its median lateness, in the group's pace), found by the test or not yet."""
         ring = self.rings.get(int(self.arena.n[g]))
         li = ring.local.get(g) if ring is not None else None
         if li is None:
-            return False
+            return 0.0
         x = ring.x[li][ring.t[li] >= since]
         x = x[~np.isnan(x).any(axis=1)]
-        return len(x) > 0 and float(np.median(x, axis=0).max()) >= self.cfg.straggle_min_excess
+        return float(np.median(x, axis=0).max()) if len(x) else 0.0
 
     def _bucket(self, pace: np.ndarray) -> np.ndarray:
         """The bucket length for groups of this pace: about four kept calls, within a quarter
@@ -210,11 +216,16 @@ class SampledStragglers:
         victims: set[int] = set()
         for g, late in late_in.items():
             victims.update(r for r in self.arena.members[g].tolist() if r not in late)
-        late_ranks = {f.rank for f in found}
+        late_by: dict[int, float] = {}
+        for f in found:
+            late_by[f.rank] = max(late_by.get(f.rank, 0.0), f.excess)
         for sg in self.pace.judge():
             members = self.arena.members[sg.group].tolist()
-            if late_ranks & set(members) or self._one_late(sg.group, sg.onset_ns):
-                continue        # a member late inside it explains its pace (a slow GPU)
+            # a member late inside it explains its pace (a slow GPU) unless far too little
+            late = max([late_by.get(r, 0.0) for r in members]
+                       + [self._late_by(sg.group, sg.onset_ns)])
+            if late >= max(self.cfg.straggle_min_excess, _EXPLAINS * sg.excess):
+                continue
             pace = float(self._pace(np.asarray([sg.group]))[0])
             found += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
                                sg.samples, sg.frac, 0.0, sg.logp) for r in members]

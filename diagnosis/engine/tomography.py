@@ -89,11 +89,14 @@ class PathCache:
 
 def explain(slow: Sequence[frozenset[Component]], healthy: Sequence[frozenset[Component]],
             purity: float, max_sets: int = 8,
-            clearing: Callable[[Component], int] | None = None
+            clearing: Callable[[Component], int] | None = None, exclusive: bool = False
             ) -> tuple[list[Explanation], list[int]]:
     """Greedy set cover of the slow observations; returns explanations and the indices of slow
     observations nothing explains. ``clearing(c)``, when given, counts the healthy observations
-    surely crossing ``c`` instead of scanning ``healthy``."""
+    surely crossing ``c`` instead of scanning ``healthy``. ``exclusive``: an observation that an
+    earlier explanation took no longer counts for the purity of the next ones (a coarse
+    observation, such as a communicator, crosses many components, and a component it lends
+    purity to may be clean: its own slow observation a side effect of the first fault)."""
     cover: dict[Component, set[int]] = {}
     for i, may in enumerate(slow):
         for c in may:
@@ -115,7 +118,8 @@ def explain(slow: Sequence[frozenset[Component]], healthy: Sequence[frozenset[Co
             hit = len(obs & remaining)
             if hit == 0:
                 continue
-            pur = len(obs) / (len(obs) + cleared[c])
+            mine = hit if exclusive else len(obs)
+            pur = mine / (mine + cleared[c])
             if pur < purity:
                 continue
             # more explained first, then purer, then the component crossed by less traffic

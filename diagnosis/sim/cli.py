@@ -34,10 +34,12 @@ def sim(
                                "(16: a few hundred calls/s per rank)."),
     fault: list[str] = typer.Option(
         [], "--fault",
-        help="Fault to inject, repeatable: KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]."
+        help="Fault to inject, repeatable: "
+             "KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J][,duty=P]."
              f" KIND: {_KINDS}. TARGET: auto, cable/uplink (links), "
              "leaf/spine/core (switches), a topology id, or a rank (GPU faults). ONSET/END: "
-             "iterations. slow: time multiplier (1.15 = 15% slower). every/on: intermittent."),
+             "iterations. slow: time multiplier (1.15 = 15% slower). every/on: intermittent; "
+             "duty: slow at random, in each iteration with probability P."),
     seed: int = typer.Option(0, help="Seed: the same options and seed give the same files."),
     conns: bool = typer.Option(True, "--conns/--no-conns",
                                help="Emit conn records (one per transfer per connection)."),

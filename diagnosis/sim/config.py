@@ -52,13 +52,15 @@ TARGET_KEYWORDS = {
 class FaultSpec:
     """One injected fault, as given on the command line.
 
-    ``KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]``: TARGET is ``auto`` (a random
+    ``KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J][,duty=P]``: TARGET is ``auto`` (a random
     component of the right kind that carries the job's traffic), a keyword (``cable``, ``uplink``
     for links; ``leaf``, ``spine``, ``core`` for switches), a topology id, or for GPU faults a
     rank number.
     ONSET and END are iteration numbers (the fault is active in iterations ONSET .. END-1);
     ``slow`` multiplies compute time or divides bandwidth; ``every``/``on`` make it intermittent
-    (active ``on`` iterations out of every ``every``, starting at ONSET).
+    (active ``on`` iterations out of every ``every``, starting at ONSET); ``duty`` makes a slow
+    fault active at random, in each iteration from ONSET on with probability ``duty`` (always
+    in ONSET itself; seeded, see :mod:`diagnosis.sim.faults`).
     """
 
     kind: str
@@ -68,6 +70,7 @@ class FaultSpec:
     slow: float = 2.0
     every: int = 0
     on: int = 0
+    duty: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -78,6 +81,9 @@ class FaultSpec:
         if self.every < 0 or self.on < 0 or (self.every and not 0 < self.on <= self.every):
             raise SimError(f"fault {self.kind}: intermittent needs 0 < on <= every, got "
                            f"every={self.every} on={self.on}")
+        if self.duty and not (0.0 < self.duty <= 1.0 and self.info.slows and not self.every):
+            raise SimError(f"fault {self.kind}: duty={self.duty} needs a slow fault, 0 < duty "
+                           "<= 1 and no every=/on=")
         if self.onset is not None and self.onset < 0:
             raise SimError(f"fault {self.kind}: onset {self.onset} is negative")
         if self.end is not None and self.onset is not None and self.end <= self.onset:
@@ -99,10 +105,11 @@ class FaultSpec:
         kw: dict[str, object] = {}
         for opt in opts:
             key, sep, value = opt.partition("=")
-            if not sep or key not in ("slow", "end", "every", "on"):
+            if not sep or key not in ("slow", "end", "every", "on", "duty"):
                 raise SimError(f"fault {text!r}: option {opt!r} is not one of slow=, end=, "
-                               "every=, on=")
-            kw[key] = _float(value, text, key) if key == "slow" else _int(value, text, key)
+                               "every=, on=, duty=")
+            kw[key] = _float(value, text, key) if key in ("slow", "duty") \
+                else _int(value, text, key)
         return cls(kind=kind, target=target or "auto", onset=onset, **kw)  # type: ignore[arg-type]
 
     def active(self, iteration: int, onset: int) -> bool:
@@ -111,7 +118,7 @@ class FaultSpec:
         return not self.every or (iteration - onset) % self.every < self.on
 
 
-SPEC_FORM = "KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J]"
+SPEC_FORM = "KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J][,duty=P]"
 
 
 def _int(value: str, text: str, what: str) -> int:

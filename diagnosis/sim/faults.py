@@ -24,12 +24,15 @@ class Fault:
     ranks: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # compute-slowed
     links: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # into conns table
     step: int = -1                      # compute step in which a rank hangs
+    pattern: np.ndarray | None = None   # random duty: active or not, per iteration
 
     @property
     def kind(self) -> str:
         return self.spec.kind
 
     def active(self, iteration: int) -> bool:
+        if self.pattern is not None:
+            return self.spec.active(iteration, self.onset) and bool(self.pattern[iteration])
         return self.spec.active(iteration, self.onset)
 
     @property
@@ -42,7 +45,15 @@ class Fault:
 
 def resolve(cfg: SimConfig, lay: Layout, conns: Connections, topo: Topology,
             rng: np.random.Generator) -> list[Fault]:
-    return [_resolve_one(spec, cfg, lay, conns, topo, rng) for spec in cfg.faults]
+    out = [_resolve_one(spec, cfg, lay, conns, topo, rng) for spec in cfg.faults]
+    for n, f in enumerate(out):
+        if f.spec.duty:
+            # its own stream (seeded by the job and the fault's place), so that a random duty
+            # changes no other draw of the simulation
+            on = np.random.default_rng([cfg.seed, 6, n]).random(cfg.iterations) < f.spec.duty
+            on[f.onset] = True
+            f.pattern = on
+    return out
 
 
 def _resolve_one(spec: FaultSpec, cfg: SimConfig, lay: Layout, conns: Connections,
@@ -214,10 +225,21 @@ def truth_entry(f: Fault, conns: Connections, iteration_start: list[int],
         "end_iteration": stop,
         "end_ns": end,
         "slow": f.spec.slow if f.spec.info.slows else None,
-        "intermittent": {"every": f.spec.every, "on": f.spec.on} if f.spec.every else None,
+        "intermittent": _intermittent(f, len(iteration_start)),
         "observable": observable and onset_ns is not None and onset_ns < end_ns,
         "spec": _spec_text(f.spec),
     }
+
+
+def _intermittent(f: Fault, iterations: int) -> dict[str, Any] | None:
+    """How an intermittent fault comes and goes: its pattern (for a random duty, also the
+    iterations simulated in which it was active)."""
+    if f.spec.every:
+        return {"every": f.spec.every, "on": f.spec.on}
+    if f.pattern is None:
+        return None
+    return {"duty": f.spec.duty,
+            "active": [i for i in range(f.onset, iterations) if f.active(i)]}
 
 
 def _spec_text(s: FaultSpec) -> str:
@@ -228,4 +250,6 @@ def _spec_text(s: FaultSpec) -> str:
         out += f",end={s.end}"
     if s.every:
         out += f",every={s.every},on={s.on}"
+    if s.duty:
+        out += f",duty={s.duty:g}"
     return out

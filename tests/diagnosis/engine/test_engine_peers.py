@@ -27,29 +27,47 @@ def leaf(r: int) -> str:
     return f"leaf0{r // 4}r0"
 
 
-def diagnose(tmp_path, slow_link: str, factor: float):
-    """``slow_link`` is ``factor`` times slower from the first iteration to the last."""
+def hops_of(s: int, d: int) -> list[str]:
+    return [nic(s), leaf(s)] + (["spine00"] if leaf(s) != leaf(d) else []) \
+        + ([leaf(d)] if leaf(s) != leaf(d) else []) + [nic(d)]
+
+
+RING = [(s, (s + 1) % HOSTS) for s in range(HOSTS)]
+
+
+def diagnose(tmp_path, slow_link: str, factor: float, flows=RING, paths: bool = True,
+             iterations: int = 40, late=()):
+    """``slow_link`` is ``factor`` times slower from the first iteration to the last. The
+    ``flows`` of an iteration run side by side: a flow takes as long as its most shared
+    directed hop allows (two flows on one uplink in one direction: twice as long); those in
+    ``late`` begin an iteration after the others."""
     rng = np.random.default_rng(0)
     path = tmp_path / "trace.jsonl"
+    shared: dict[tuple[str, str], int] = {}
+    for s, d in flows:
+        for hop in itertools.pairwise(hops_of(s, d)):
+            shared[hop] = shared.get(hop, 0) + 1
     with TraceWriter(path) as w:
         for r in range(HOSTS):
             w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
         w.group("dp", list(range(HOSTS)))
-        for it in range(40):
+        for it in range(iterations):
             t = T0 + it * 200 * MS
             ends = []
-            for s in range(HOSTS):
-                d = (s + 1) % HOSTS
-                hops = [nic(s), leaf(s)] + (["spine00"] if leaf(s) != leaf(d) else []) \
-                    + ([leaf(d)] if leaf(s) != leaf(d) else []) + [nic(d)]
+            for s, d in flows:
+                if it == 0 and (s, d) in late:
+                    continue
+                hops = hops_of(s, d)
                 links = {"~".join(sorted(p)) for p in itertools.pairwise(hops)}
-                dur = 8 * MS * np.exp(rng.normal(0, 0.02)) * (factor if slow_link in links
-                                                                else 1.0)
+                load = max(shared[hop] for hop in itertools.pairwise(hops))
+                dur = 8 * MS * load * np.exp(rng.normal(0, 0.02)) \
+                    * (factor if slow_link in links else 1.0)
                 ends.append(int(t + dur))
-                w.conn(s, d, 32 << 20, t, ends[-1], pg="dp", seq=it, path=hops)
+                w.conn(s, d, 32 << 20, t, ends[-1], pg="dp", seq=it,
+                       path=hops if paths else None)
             for r in range(HOSTS):
                 w.op(r, "dp", it, "all_reduce", 64 << 20, t, max(ends) + MS)
-        w.end(T0 + 40 * 200 * MS)
+        w.end(T0 + iterations * 200 * MS)
     topo = rail_optimized(HOSTS, 1, hosts_per_leaf=4, spines=1)
     reports, _ = feed_trace(Engine(topo), path)
     return reports
@@ -66,7 +84,38 @@ def test_a_cable_slow_since_the_start_is_named_against_its_peers(tmp_path):
     assert sorted(r.evidence["slow"]) == ["2>3", "3>4"]
 
 
-def test_one_connection_slow_since_the_start_is_no_fault(tmp_path):
-    # an uplink carrying 3>4 twice as long (as two flows hashed onto it would): one slow
-    # connection, whose NICs and cables the healthy 2>3 and 4>5 also cross
-    assert diagnose(tmp_path, f"{leaf(3)}~spine00", 2.0) == []
+def test_an_uplink_slow_since_the_start_is_named_against_the_load_on_it(tmp_path):
+    # 3>4 and 7>0 cross the uplink of leaf00r0, each alone on it in its direction, and take
+    # twice as long as the rest: no collision explains that
+    reports = diagnose(tmp_path, f"{leaf(3)}~spine00", 2.0)
+    assert [r.kind for r in reports] == ["comm_slow"]
+    r = reports[0]
+    assert (r.suspects[0].type, r.suspects[0].id) == ("link", f"{leaf(3)}~spine00")
+    assert "same load" in r.summary
+    assert sorted(r.evidence["slow"]) == ["3>4", "7>0"]
+
+
+def test_an_ecmp_collision_is_no_fault(tmp_path):
+    # 2>5 hashed onto the same uplink as 3>4, in the same direction: both take twice as long
+    # as the flows alone on their path, which their load explains
+    flows = [*RING, (2, 5)]
+    assert diagnose(tmp_path, "none", 1.0, flows=flows) == []
+
+
+def test_without_paths_only_the_host_edge_is_named(tmp_path):
+    # the same slow uplink, but the records do not say which way each flow went: a flow slow
+    # beyond its NICs' load may have hashed onto a busy uplink, so nothing is named
+    assert diagnose(tmp_path, f"{leaf(3)}~spine00", 2.0, paths=False) == []
+    # while a cable slow since the start still is (its NIC's load is known without paths)
+    reports = diagnose(tmp_path, f"{leaf(3)}~{nic(3)}", 1.6, paths=False)
+    assert [r.kind for r in reports] == ["comm_slow"]
+    assert {(s.type, s.id) for s in reports[0].suspects[:2]} == {
+        ("nic", nic(3)), ("link", f"{leaf(3)}~{nic(3)}")}
+
+
+def test_a_partner_too_new_to_judge_still_counts_for_the_load(tmp_path):
+    # the job stops early (an error): 2>5, which shares 3>4's uplink, began an iteration late
+    # and has one transfer fewer, too few to be judged itself; 3>4 is judged, and its load
+    # is still two flows
+    flows = [*RING, (2, 5)]
+    assert diagnose(tmp_path, "none", 1.0, flows=flows, iterations=11, late={(2, 5)}) == []

@@ -61,6 +61,15 @@ def test_a_slow_host_is_named_by_its_groups_pace(tmp_path):
     assert len(reports) == 1
 
 
+def test_a_host_slow_from_the_first_iteration_is_named_against_the_peers_of_its_role(tmp_path):
+    """No healthy past of its own: its group's pace is compared with the other data-parallel
+    replicas of its stage, in every bucket since the first."""
+    reports, truth, _ = analyse(tmp_path, 16, "slow_host:auto@0,slow=2", gpus=128,
+                                iterations=40, layers=16)
+    assert named(reports, truth["faults"][0]), [(r.kind, r.summary) for r in reports]
+    assert len(reports) == 1
+
+
 def test_a_healthy_reduced_run_files_nothing(tmp_path):
     reports, _, stats = analyse(tmp_path, 16)
     assert stats.linkstats > 0 and stats.ports > 0

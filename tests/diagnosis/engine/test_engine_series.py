@@ -27,3 +27,33 @@ def test_noise_alone_has_no_significant_split():
     rows = rng.normal(0.0, 0.01, (200, 64))
     res = change_point(rows, np.full(200, 0.03), np.full(200, 0.03), 6)
     assert (res.logp > np.log(1e-6)).all()
+
+
+def test_recurrence_counts_episodes_not_slow_samples():
+    """Slow one sample in three from sample 30: ten episodes. A congestion of four samples in a
+    row is one episode, however slow; and a row that is slow all along has one."""
+    from diagnosis.engine.series import episode_rate, recurrence
+
+    rows = np.full((3, 64), 0.01)
+    rows[0, 30::3] = 1.5
+    rows[1, 20:24] = 3.0
+    rows[2, 10:] = 1.0
+    thr = np.full(3, 0.15)
+    res = recurrence(rows, thr, np.full(3, 0.002), 3)
+    assert res.start[0] == 30 and res.episodes[0] == 12 and res.hits[0] == 12
+    assert res.count[0] == 34 and np.isclose(res.median[0], 1.5)
+    expected = float(binom_logsf(np.array([12]), np.array([34]), np.array([0.002]))[0])
+    assert np.isclose(res.logp[0], expected) and res.logp[0] < np.log(1e-9)
+    assert res.start[1] == -1 and res.start[2] == -1
+    # the rate of episode starts per sample, the faulty rows (the top tenth) left out
+    assert np.isclose(episode_rate(rows, thr, 1e-6, trim=0.0), (12 + 1 + 1) / (3 * 64))
+
+
+def test_missing_samples_neither_break_nor_extend_an_episode():
+    from diagnosis.engine.series import recurrence
+
+    row = np.full((1, 20), 0.0)
+    row[0, [2, 4, 10, 12]] = 1.0
+    row[0, 3] = np.nan          # 2, 4 are one episode around a missing sample
+    res = recurrence(row, np.array([0.15]), np.array([0.01]), 2)
+    assert res.episodes[0] == 3 and res.hits[0] == 4

@@ -145,6 +145,28 @@ def test_intermittent_fault_comes_and_goes(tmp_path):
     assert by_iter[o + 1] < 1.3 * by_iter[o - 1] and by_iter[o + 3] < 1.3 * by_iter[o - 1]
 
 
+def test_random_duty_fault_strikes_the_iterations_it_lists(tmp_path):
+    tr = sim(tmp_path, f"slow_link:uplink@{ONSET},slow=3,duty=0.5", gpus=512, iterations=16)
+    f = tr.truth["faults"][0]
+    link = f["component"]["id"]
+    active = f["intermittent"]["active"]
+    assert f["intermittent"]["duty"] == 0.5 and f["spec"].endswith(",duty=0.5")
+    assert active[0] == ONSET and ONSET < len(active) + ONSET < 16   # some on, some off
+    dp = [c for c in tr.conns if c["pg"].startswith("dp") and link in links(c["path"])]
+    by_iter = {c["seq"]: c["t_end_ns"] - c["t_start_ns"] for c in dp}
+    healthy = by_iter[ONSET - 1]
+    for i in range(ONSET, 16):
+        assert (by_iter[i] > 2 * healthy) == (i in active)
+    # the same seed draws the same iterations; the duty draws nothing else
+    again = sim(tmp_path / "again", f"slow_link:uplink@{ONSET},slow=3,duty=0.5", gpus=512,
+                iterations=16)
+    assert again.truth["faults"][0]["intermittent"]["active"] == active
+    with pytest.raises(SimError, match="duty"):
+        FaultSpec.parse("dead_nic@3,duty=0.5")
+    with pytest.raises(SimError, match="duty"):
+        FaultSpec.parse("slow_nic@3,every=3,on=1,duty=0.5")
+
+
 def test_fat_uplink_fault_can_be_invisible(tmp_path):
     tr = sim(tmp_path, f"slow_link:uplink@{ONSET},slow=2", gpus=512, iterations=6,
              uplink_gbps=1600.0)
