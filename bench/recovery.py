@@ -60,7 +60,8 @@ def one_run(work: Path, hosts: list[str], spares: list[str], grace: float) -> di
         car, sock = start_sidecar(work, port, "local")
         services.append(car)
         services.append(Service(c4_command("recover", "--daemon", f"127.0.0.1:{port}",
-                                           *common), work / "recover.log").start())
+                                           "--trust-unauthenticated-ingest", *common),
+                                work / "recover.log").start())
         services.append(Service(
             c4_command("launch", "--job", job, "--hosts", ",".join(hosts), "--spares",
                        ",".join(spares), "--workdir", str(work / "launch"), "--sidecar-socket",

@@ -659,7 +659,7 @@ class SidecarSeen(_message.Message):
     def __init__(self, sidecar: _Optional[str] = ..., host: _Optional[str] = ..., last_seen_ns: _Optional[int] = ..., stats: _Optional[_Union[SidecarStats, _Mapping]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "store", "started_ns", "records_ingested", "records_per_second", "batches_rejected", "duplicates", "sidecars", "jobs", "open_faults", "store_error", "live_jobs", "job_problems", "watches", "ingest_streams")
+    __slots__ = ("version", "store", "started_ns", "records_ingested", "records_per_second", "batches_rejected", "duplicates", "sidecars", "jobs", "open_faults", "store_error", "live_jobs", "job_problems", "watches", "ingest_streams", "ingest_authenticated")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     STARTED_NS_FIELD_NUMBER: _ClassVar[int]
@@ -675,6 +675,7 @@ class StatusResponse(_message.Message):
     JOB_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     WATCHES_FIELD_NUMBER: _ClassVar[int]
     INGEST_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    INGEST_AUTHENTICATED_FIELD_NUMBER: _ClassVar[int]
     version: str
     store: str
     started_ns: int
@@ -690,7 +691,8 @@ class StatusResponse(_message.Message):
     job_problems: int
     watches: int
     ingest_streams: int
-    def __init__(self, version: _Optional[str] = ..., store: _Optional[str] = ..., started_ns: _Optional[int] = ..., records_ingested: _Optional[int] = ..., records_per_second: _Optional[float] = ..., batches_rejected: _Optional[int] = ..., duplicates: _Optional[int] = ..., sidecars: _Optional[_Iterable[_Union[SidecarSeen, _Mapping]]] = ..., jobs: _Optional[int] = ..., open_faults: _Optional[int] = ..., store_error: _Optional[str] = ..., live_jobs: _Optional[int] = ..., job_problems: _Optional[int] = ..., watches: _Optional[int] = ..., ingest_streams: _Optional[int] = ...) -> None: ...
+    ingest_authenticated: bool
+    def __init__(self, version: _Optional[str] = ..., store: _Optional[str] = ..., started_ns: _Optional[int] = ..., records_ingested: _Optional[int] = ..., records_per_second: _Optional[float] = ..., batches_rejected: _Optional[int] = ..., duplicates: _Optional[int] = ..., sidecars: _Optional[_Iterable[_Union[SidecarSeen, _Mapping]]] = ..., jobs: _Optional[int] = ..., open_faults: _Optional[int] = ..., store_error: _Optional[str] = ..., live_jobs: _Optional[int] = ..., job_problems: _Optional[int] = ..., watches: _Optional[int] = ..., ingest_streams: _Optional[int] = ..., ingest_authenticated: _Optional[bool] = ...) -> None: ...
 
 class RemoveJobRequest(_message.Message):
     __slots__ = ("job",)

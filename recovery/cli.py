@@ -91,6 +91,10 @@ def recover(
         False, "--cause-skips-grace",
         help="Act on a hang at once when its first cause is hard evidence on the suspect's "
              "node (an XID there), without waiting --hang-grace."),
+    trust_unauthenticated_ingest: bool = typer.Option(
+        False, "--trust-unauthenticated-ingest",
+        help="Act also on a daemon whose ingest needs no token or client certificate (anyone "
+             "who can reach it could forge a fault). For a single-user test bed."),
     require_confirmation: bool = typer.Option(
         False, "--require-confirmation",
         help="Isolate only after an active probe (gloo, pairwise with the job's other nodes) "
@@ -113,7 +117,8 @@ def recover(
                         dry_run=dry_run, require_confirmation=require_confirmation,
                         isolate_on_causes=tuple(c.strip() for c in isolate_on_cause.split(",")
                                                 if c.strip()),
-                        cause_skips_grace=cause_skips_grace)
+                        cause_skips_grace=cause_skips_grace,
+                        trust_unauthenticated_ingest=trust_unauthenticated_ingest)
         cfg = ControllerConfig(restart_timeout_s=restart_timeout)
         iso = _isolator(isolator)
         jr = _journal(journal)

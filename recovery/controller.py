@@ -57,11 +57,14 @@ class Controller:
                  fault_state: Callable[[str], str] | None = None,
                  config: ControllerConfig | None = None,
                  clock: Callable[[], int] = time.time_ns,
-                 confirm: Confirm | None = None) -> None:
+                 confirm: Confirm | None = None,
+                 vouched: Callable[[], bool] | None = None) -> None:
         """``placement(job)`` says where a job runs; ``fault_state(fault_id)`` whether a fault
         is still open (both ask the daemon in ``for_daemon``); ``confirm(node, report,
         placement) -> (confirmed, note)`` probes a suspect node when the policy requires
-        confirmation (e.g. ``diagnosis.probes.confirm.ProbeConfirmer``)."""
+        confirmation (e.g. ``diagnosis.probes.confirm.ProbeConfirmer``); ``vouched()``
+        whether the records behind the reports came over authenticated ingest (None: they do
+        not come from a daemon)."""
         self.journal = journal
         self.isolator = isolator
         self.policy = policy
@@ -71,6 +74,7 @@ class Controller:
         self._clock = clock
         self._said: dict[str, tuple[str, str | None, str]] = {}
         self._confirm = confirm
+        self._vouched = vouched
         self._probed: dict[tuple[str, str], tuple[bool, str]] = {}
         # hangs still within the policy's grace, decided again when it has passed (a hang's
         # report may get no new revision by then)
@@ -80,7 +84,8 @@ class Controller:
     def for_daemon(cls, client: DaemonClient, journal: Journal, isolator: Isolator,
                    policy: Policy, **kwargs: object) -> Controller:
         ctl = cls(journal, isolator, policy, placement=lambda job: placement_from_daemon(
-            client, job), fault_state=lambda fid: client.fault(fid).state, **kwargs)
+            client, job), fault_state=lambda fid: client.fault(fid).state,
+            vouched=lambda: client.status().ingest_authenticated, **kwargs)
         return ctl
 
     # ----- decisions ---------------------------------------------------------------------------
@@ -97,10 +102,18 @@ class Controller:
             try:
                 placement = self._placement(report.job)
                 blocked = set(self.isolator.isolated())
+                vouched = self._vouched is None or self.policy.trust_unauthenticated_ingest \
+                    or self._vouched()
             except (DaemonError, IsolationError) as exc:
                 decision = Decision(SKIP, f"cannot decide now: {exc}", rule="unavailable")
             else:
-                decision = decide(self.policy, report, placement, history, now, blocked)
+                decision = decide(self.policy, report, placement, history, now, blocked) \
+                    if vouched else Decision(
+                        SKIP, "the daemon takes records from anyone who can reach it (no "
+                              "ingest tokens or client certificates): a forged record could "
+                              "name a healthy node. Give the daemon --tokens or "
+                              "--tls-client-ca, or run c4 recover with "
+                              "--trust-unauthenticated-ingest", rule="unvouched")
                 if self.policy.require_confirmation and decision.action in (ISOLATE, DRY_RUN):
                     decision = self._confirmed(decision, report, placement)
         if decision.rule == "grace":

@@ -65,6 +65,10 @@ class Policy:
     #: acted on without waiting ``hang_grace_s``: a checkpoint does not make a GPU fall off
     #: the bus.
     cause_skips_grace: bool = False
+    #: Act on the reports of a daemon whose ingest anyone who can reach it may use (no ingest
+    #: tokens, no client certificates): a forged record could then get a healthy node
+    #: isolated. Off by default; a single-user demo or test bed may turn it on.
+    trust_unauthenticated_ingest: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.kinds) - set(KINDS))

@@ -182,7 +182,9 @@ class Demo:
             c4_command("recover", "--daemon", self.env.daemon,
                        # slowness is reported and shown; the hang is what gets a host isolated
                        "--kinds", "noncomm_hang,comm_hang,error", "--max-node-fraction", "0.5",
-                       "--cooldown", "5", "--hang-grace", "10"), self.work / "recover.log",
+                       "--cooldown", "5", "--hang-grace", "10",
+                       # the demo's daemon takes records from anyone on this machine
+                       "--trust-unauthenticated-ingest"), self.work / "recover.log",
             env=env_vars).start())
         train_env = {**env_vars, "C4_TRAIN_STEPS": "100000", "C4_TRAIN_CKPT_EVERY": "10",
                      "C4_TRAIN_CKPT_DIR": str(self.work / "checkpoints"),

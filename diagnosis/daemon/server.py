@@ -163,7 +163,8 @@ class Daemon:
             duplicates=self.writer.duplicates, jobs=self.ingest.job_count(),
             open_faults=open_faults, store_error=store_error, live_jobs=self.jobs.live(),
             job_problems=self.live.problem_count(), watches=self.faults.watches.used,
-            ingest_streams=self.ingest.streams)
+            ingest_streams=self.ingest.streams,
+            ingest_authenticated=bool(self.config.tokens_file or self.config.tls_client_ca))
         for info in list(self.ingest.sidecars.values()):
             seen = resp.sidecars.add(sidecar=info.sidecar, host=info.host,
                                      last_seen_ns=info.last_seen_ns)

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -29,6 +30,8 @@ from tests.support.services import free_port, wait_for
 pytestmark = [pytest.mark.network]
 
 JOB = "train-a"
+# the test daemon checks no tokens: a controller acts on its reports only when told to
+TRUSTING = Policy(trust_unauthenticated_ingest=True)
 
 
 class Crash(BaseException):
@@ -75,7 +78,8 @@ def test_live_stream_bad_reports_and_dry_run(daemon, tmp_path):
     d, client = daemon
     journal = Journal(tmp_path / "journal.db")
     blocklist = BlocklistIsolator(tmp_path / "blocklist.json")
-    ctl = Controller.for_daemon(client, journal, blocklist, Policy(dry_run=True))
+    ctl = Controller.for_daemon(client, journal, blocklist,
+                                replace(TRUSTING, dry_run=True))
     stop = threading.Event()
     runner = threading.Thread(target=ctl.run, args=(client, stop), daemon=True)
     runner.start()
@@ -110,10 +114,25 @@ def test_live_stream_bad_reports_and_dry_run(daemon, tmp_path):
     assert any("not on any node" in r["reason"] for r in doc["decisions"])
 
 
+def test_a_daemon_anyone_may_feed_is_not_acted_on_unless_trusted(daemon, tmp_path):
+    d, client = daemon
+    assert not client.status().ingest_authenticated
+    blocklist = BlocklistIsolator(tmp_path / "blocklist.json")
+    report = d.hub.file(JOB, _report("node2"))
+    decision = Controller.for_daemon(client, Journal(tmp_path / "a.db"), blocklist,
+                                     Policy()).handle(report)
+    assert decision.action == SKIP and decision.rule == "unvouched"
+    assert "--tokens" in decision.reason and blocklist.isolated() == {}
+    trusting = Policy(dry_run=True, trust_unauthenticated_ingest=True)
+    decision = Controller.for_daemon(client, Journal(tmp_path / "b.db"), blocklist,
+                                     trusting).handle(report)
+    assert decision.action == DRY_RUN and decision.node == "node2"
+
+
 def test_restarted_controller_resumes_and_never_isolates_twice(daemon, tmp_path):
     d, client = daemon
     journal = Journal(tmp_path / "journal.db")
-    policy = Policy(cooldown_s=0)
+    policy = Policy(cooldown_s=0, trust_unauthenticated_ingest=True)
     report = d.hub.file(JOB, _report("node2"))
     # the first controller dies right after the backend isolated the node
     first = Counting(tmp_path / "blocklist.json", crash_after_isolate=True)
@@ -166,7 +185,7 @@ def test_fault_closed_before_isolation_rolls_back(daemon, tmp_path):
     assert rec is not None and rec.state == State.DECIDED   # the controller died here
     d.hub.file(JOB, _report("node1", state="closed"))
     blocklist = Counting(tmp_path / "blocklist.json")
-    (rec,) = Controller.for_daemon(client, journal, blocklist, Policy()).resume()
+    (rec,) = Controller.for_daemon(client, journal, blocklist, TRUSTING).resume()
     assert rec.state == State.ROLLED_BACK and "closed" in rec.note
     assert blocklist.calls == 0 and blocklist.isolated() == {}
 
@@ -176,7 +195,7 @@ def test_restart_that_never_comes_fails_with_a_reason(daemon, tmp_path):
     journal = Journal(tmp_path / "journal.db")
     clock = [1_900_000_000_000_000_000]
     ctl = Controller.for_daemon(client, journal, BlocklistIsolator(tmp_path / "b.json"),
-                                Policy(), config=ControllerConfig(restart_timeout_s=30),
+                                TRUSTING, config=ControllerConfig(restart_timeout_s=30),
                                 clock=lambda: clock[0])
     ctl.handle(d.hub.file(JOB, _report("node3")))
     (rec,) = journal.recoveries()
@@ -195,7 +214,7 @@ def test_a_hang_waits_out_its_grace_even_without_new_revisions(daemon, tmp_path)
     blocklist = Counting(tmp_path / "blocklist.json")
     t0 = 1_900_000_000_000_000_000
     clock = [t0]
-    ctl = Controller.for_daemon(client, journal, blocklist, Policy(hang_grace_s=30),
+    ctl = Controller.for_daemon(client, journal, blocklist, replace(TRUSTING, hang_grace_s=30),
                                 clock=lambda: clock[0])
 
     def hang(host: str, state: str = "open") -> FaultReport:

@@ -62,7 +62,8 @@ def test_slow_host_is_isolated_and_training_resumes(tmp_path):
     work = tmp_path / "launch"
     try:
         controller = Service(c4_command("-v", "recover", "--daemon", f"127.0.0.1:{port}",
-                                        *common), tmp_path / "recover.log").start()
+                                        "--trust-unauthenticated-ingest", *common),
+                             tmp_path / "recover.log").start()
         services.append(controller)
         launcher = Service(
             c4_command("-v", "launch", "--job", job, "--hosts", ",".join(HOSTS),

@@ -64,6 +64,12 @@ def _code(fn) -> tuple[grpc.StatusCode, str]:
     return info.value.code, str(info.value)
 
 
+def test_status_says_that_ingest_needs_a_token(daemon):
+    # what c4 recover checks before it acts on the reports
+    with _client(daemon, TOKENS["read"]) as c:
+        assert c.status().ingest_authenticated
+
+
 def test_missing_or_unknown_token_is_unauthenticated(daemon):
     with _client(daemon) as c:
         code, msg = _code(c.status)
