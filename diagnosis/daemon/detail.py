@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from diagnosis.daemon.control import ControlHub
-from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.faults import FaultHub, ReportFollower
 from diagnosis.report import FaultReport
 from diagnosis.store import RankRecord
 from proto import c4_pb2
@@ -86,43 +84,21 @@ def hosts_of_report(report: FaultReport, ranks: list[RankRecord], limit: int
     return hosts, ranks_named
 
 
-class DetailPuller:
+class DetailPuller(ReportFollower):
     """Watches the reports the daemon files (a thread on the fault hub) and asks nodes."""
 
     def __init__(self, faults: FaultHub, control: ControlHub,
                  ranks_of: Callable[[str], list[RankRecord]],
                  reduced: Callable[[str], bool], config: DetailConfig | None = None) -> None:
         self.cfg = config or DetailConfig()
-        self._faults = faults
+        super().__init__(faults, "c4-detail", self.cfg.enabled, "ask for the detail")
         self._control = control
         self._ranks_of = ranks_of
         self._reduced = reduced
         self._asked: dict[str, set[str]] = {}           # fault id -> hosts asked
         self._per_job: dict[str, int] = {}
         self._ids = itertools.count(int(time.time() * 1000) << 16)
-        self._queue: queue.Queue[FaultReport | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="c4-detail", daemon=True)
         self.requests = 0
-
-    def start(self) -> None:
-        if self.cfg.enabled:
-            self._faults.listeners.append(self._queue.put)
-            self._thread.start()
-
-    def close(self) -> None:
-        if self._queue.put in self._faults.listeners:
-            self._faults.listeners.remove(self._queue.put)
-        self._queue.put(None)
-
-    def _run(self) -> None:
-        while True:
-            report = self._queue.get()
-            if report is None:
-                return
-            try:
-                self.consider(report)
-            except Exception:
-                log.exception("could not ask for the detail of fault %s", report.id)
 
     def consider(self, report: FaultReport, now_ns: int | None = None) -> set[str]:
         """Ask the nodes a report involves for their records around its onset (those not

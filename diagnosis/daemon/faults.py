@@ -131,3 +131,38 @@ class FaultHub:
             for q in self._subscribers:
                 q.put(None)
             self._subscribers.clear()
+
+
+class ReportFollower:
+    """A thread that takes each report the hub files (outside the hub's caller) and hands it
+    to ``consider``; a failure on one report is logged and the next is taken."""
+
+    def __init__(self, faults: FaultHub, name: str, enabled: bool, what: str) -> None:
+        self._faults = faults
+        self._enabled = enabled
+        self._what = what   # for the log: "could not {what} of fault ID"
+        self._queue: queue.Queue[FaultReport | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def consider(self, report: FaultReport) -> object:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self._enabled:
+            self._faults.listeners.append(self._queue.put)
+            self._thread.start()
+
+    def close(self) -> None:
+        if self._queue.put in self._faults.listeners:
+            self._faults.listeners.remove(self._queue.put)
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while True:
+            report = self._queue.get()
+            if report is None:
+                return
+            try:
+                self.consider(report)
+            except Exception:
+                log.exception("could not %s of fault %s", self._what, report.id)

@@ -11,15 +11,13 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import queue
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.faults import FaultHub, ReportFollower
 from diagnosis.inspection import ProcessFacts, inspect_process
 from diagnosis.report import FaultReport
 from diagnosis.store import RankRecord
@@ -69,7 +67,7 @@ def culprit_ranks(report: FaultReport) -> list[int]:
     return list(dict.fromkeys(ranks))
 
 
-class ProcessInspector:
+class ProcessInspector(ReportFollower):
     """Watches filed reports and annotates them with their culprits' processes."""
 
     def __init__(self, faults: FaultHub, ranks_of: Callable[[str], list[RankRecord]],
@@ -81,31 +79,9 @@ class ProcessInspector:
         self._ask_node = ask_node
         self._ids = itertools.count(int(time.time() * 1000) << 16)
         self._local = self.cfg.local_hosts or this_machine()
-        self._faults = faults
+        super().__init__(faults, "c4-inspect", self.cfg.enabled, "inspect the processes")
         self._ranks_of = ranks_of
         self._done: dict[str, set[int]] = {}      # fault id -> ranks inspected
-        self._queue: queue.Queue[FaultReport | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="c4-inspect", daemon=True)
-
-    def start(self) -> None:
-        if self.cfg.enabled:
-            self._faults.listeners.append(self._queue.put)
-            self._thread.start()
-
-    def close(self) -> None:
-        if self._queue.put in self._faults.listeners:
-            self._faults.listeners.remove(self._queue.put)
-        self._queue.put(None)
-
-    def _run(self) -> None:
-        while True:
-            report = self._queue.get()
-            if report is None:
-                return
-            try:
-                self.consider(report)
-            except Exception:
-                log.exception("could not inspect the processes of fault %s", report.id)
 
     def answered(self, result: c4_pb2.InspectResult) -> None:
         """A sidecar's inspection of a process on its node: it replaces the rank's entry."""
