@@ -23,7 +23,8 @@ CREATE DATABASE IF NOT EXISTS c4 ON CLUSTER c4_cluster;
 
 CREATE TABLE IF NOT EXISTS c4.applied_local ON CLUSTER c4_cluster (
     sidecar String,
-    seq UInt64
+    seq UInt64,
+    t_ns Int64
 ) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/c4/applied', '{replica}')
 ORDER BY (sidecar, seq);
 
@@ -50,7 +51,8 @@ CREATE TABLE IF NOT EXISTS c4.ranks_local ON CLUSTER c4_cluster (
     gpu String,
     nic String,
     backend String,
-    t_ns Int64
+    t_ns Int64,
+    cuda_device String
 ) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/c4/ranks', '{replica}')
 ORDER BY (job, attempt, rank);
 
@@ -158,3 +160,28 @@ ORDER BY (job, fault_id, sidecar, seq);
 
 CREATE TABLE IF NOT EXISTS c4.details ON CLUSTER c4_cluster AS c4.details_local
 ENGINE = Distributed(c4_cluster, c4, details_local, cityHash64(job));
+
+-- When each job attempt was last written to (what --max-jobs counts as live and retention ages
+-- out), the newest by seen_ns.
+CREATE TABLE IF NOT EXISTS c4.activity_local ON CLUSTER c4_cluster (
+    job String,
+    attempt UInt32,
+    seen_ns Int64
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/c4/activity', '{replica}', seen_ns)
+ORDER BY (job, attempt);
+
+CREATE TABLE IF NOT EXISTS c4.activity ON CLUSTER c4_cluster AS c4.activity_local
+ENGINE = Distributed(c4_cluster, c4, activity_local, cityHash64(job));
+
+-- Each host's internals as its sidecar discovered them (JSON), the newest by t_ns.
+CREATE TABLE IF NOT EXISTS c4.hosts_local ON CLUSTER c4_cluster (
+    host String,
+    t_ns UInt64,
+    internals String,
+    digest String,
+    sidecar String
+) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/c4/hosts', '{replica}', t_ns)
+ORDER BY (host);
+
+CREATE TABLE IF NOT EXISTS c4.hosts ON CLUSTER c4_cluster AS c4.hosts_local
+ENGINE = Distributed(c4_cluster, c4, hosts_local, cityHash64(host));

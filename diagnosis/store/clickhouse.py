@@ -202,10 +202,10 @@ class ClickHouseStore(Store):
                           f"{engine}", what=f"create table {table}", client=boot)
             self._add_missing_columns(boot)
             # attempts stored before activity was kept count as active now (the retention
-            # starts from the upgrade)
+            # starts from the upgrade); GLOBAL: on a cluster both tables are Distributed
             self._run(f"INSERT INTO {self.database}.activity (job, attempt, seen_ns) "
                       f"SELECT job, attempt, {time.time_ns()} FROM {self.database}.attempts "
-                      f"WHERE (job, attempt) NOT IN (SELECT job, attempt FROM "
+                      f"WHERE (job, attempt) GLOBAL NOT IN (SELECT job, attempt FROM "
                       f"{self.database}.activity)", what="date the attempts stored earlier",
                       client=boot)
         finally:
