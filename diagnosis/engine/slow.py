@@ -465,14 +465,19 @@ def _recurring(cls, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
     stats = getattr(cls, "rec_stats", None)
     if stats is None:
         stats = cls.rec_stats = _RecStats(n)
-    valid, begins = np.isfinite(series), _begins(series, thr)
+    valid = np.isfinite(series)
+    _, high, begins = episode_marks(series, thr)
     quiet = begins.sum(axis=1) < cfg.slow_rec_episodes
+    # the strong lengths of the quiet members' episodes (see series.episode_length), for
+    # every group at once: the runs are counted row by row
+    runs = np.zeros((len(series), series.shape[1] + 1))
+    if quiet.any():
+        runs[quiet] = strong_runs(series[quiet], high[quiet], begins[quiet])[1]
     lengths = {}
     for gi in range(len(rows)):
         sl = slice(gi * n, (gi + 1) * n)
-        q = quiet[sl]
-        lengths[int(rows[gi])] = _lengths(series[sl][q], thr[sl][q]) if q.any() \
-            else np.zeros(0)
+        ep = runs[sl][quiet[sl], 1:]
+        lengths[int(rows[gi])] = ep[ep > 0]
     stats.update(rows, begins.sum(axis=1).reshape(len(rows), n),
                  valid.sum(axis=1).reshape(len(rows), n), lengths)
     p0 = stats.rate(cfg.slow_rec_base_rate)
@@ -500,15 +505,3 @@ def _recurring(cls, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
             rank, g, int(t[gi, s]), float(rec.median[h]), excess_ns, int(rec.count[h]), frac,
             float(sigma[gi]), float(rec.logp[h]), duty=duty, episodes=int(rec.episodes[h]),
             every_ns=every)]
-
-
-def _begins(a: np.ndarray, thr: np.ndarray) -> np.ndarray:
-    """Per sample, whether an episode above ``thr`` (per row) starts there."""
-    return episode_marks(a, thr)[2]
-
-
-def _lengths(a: np.ndarray, thr: np.ndarray) -> np.ndarray:
-    """The strong lengths of the episodes of ``a`` (see ``series.episode_length``)."""
-    _, high, begins = episode_marks(a, thr)
-    _, n = strong_runs(a, high, begins)
-    return n[:, 1:][n[:, 1:] > 0]
