@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from recovery.launchers import python_path_env
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -151,8 +153,7 @@ def torchrun_node(workdir: Path, script: Path | str, *, node: int, nnodes: int,
     node's sidecar under host id ``node<N>``."""
     full_env = {"C4_SIDECAR_SOCKET": str(sidecar_socket), "C4_HOST": f"node{node}",
                 "C4_JOB": job, "OMP_NUM_THREADS": "1",
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                            os.environ.get("PYTHONPATH")])),
+                **python_path_env(),
                 **(env or {})}
     return Service([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
                     "--nproc-per-node", str(nproc), "--node-rank", str(node), "--master-addr",

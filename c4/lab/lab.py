@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 import sys
 import time
@@ -18,7 +17,8 @@ from c4.lab import fabric, state, system
 from c4.lab.layout import HOST_FABRIC_IF, PREFIX, LabSpec, Layout, build_layout
 from c4.lab.procs import host_psi_group, host_psi_view, make_cgroup, mount_psi
 from c4.lab.system import LabError
-from c4.processes import REPO, Service, c4_command, wait_for
+from c4.processes import Service, c4_command, wait_for
+from recovery.launchers import python_path_env
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,7 @@ def layout_of(st: dict[str, Any]) -> Layout:
 
 def _env(lab_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return {state.MARKER: str(lab_dir),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
-                                                        os.environ.get("PYTHONPATH")])),
+            **python_path_env(),
             **(extra or {})}
 
 
