@@ -29,7 +29,3 @@ class FormatError(DiagnosisError):
 
 class StoreError(DiagnosisError):
     """The store cannot be reached or refused an operation."""
-
-
-class UnknownJobError(DiagnosisError):
-    """Telemetry or a query names a job the daemon has never seen."""

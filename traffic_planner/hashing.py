@@ -82,13 +82,6 @@ def nic_ip(problem: Problem, nic: str) -> int:
     return 0x0A000000 | (zlib.crc32(nic.encode()) & 0xFFFFFF)
 
 
-def tuple_prefix(problem: Problem, f: int) -> bytes:
-    """The hashed tuple of flow ``f`` up to (not including) its source port."""
-    flow = problem.flows[f]
-    return (nic_ip(problem, flow.src).to_bytes(4, "big") + nic_ip(problem, flow.dst)
-            .to_bytes(4, "big") + bytes([UDP]) + ROCE_DPORT.to_bytes(2, "big"))
-
-
 @dataclass
 class _Trie:
     """The ECMP choices of one candidate set: at ``node`` pick among ``options`` (next hops,

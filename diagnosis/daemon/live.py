@@ -40,6 +40,7 @@ from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.engine import Engine
 from diagnosis.health.live import LiveHealth
 from diagnosis.report import FaultReport
 from diagnosis.store import (
@@ -65,19 +66,11 @@ MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
 HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
 
 
-def _new_engine(topology: Any) -> Any:
-    try:
-        from diagnosis.engine import Engine
-    except ImportError:  # the engine is optional for a pure ingest daemon
-        return None
-    return Engine(topology=topology)
-
-
 @dataclass
 class JobState:
     job: str
     attempt: int
-    engine: Any
+    engine: Engine
     ranks: dict[int, RankRecord] = field(default_factory=dict)
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     records: int = 0
@@ -97,7 +90,7 @@ class JobState:
 
 def _all_left(st: JobState) -> bool:
     """Every rank of the attempt registered and said it is exiting."""
-    if st.engine is None or not st.ranks:
+    if not st.ranks:
         return False
     world = max(r.world_size for r in st.ranks.values())
     return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
@@ -260,11 +253,10 @@ class LiveView:
                     groups[(job, attempt, t_ns // HEARD_BUCKET_NS, leaving)] = (ranks, t_ns)
         for (job, attempt, _, leaving), (ranks, t_ns) in groups.items():
             st = self._jobs[(job, attempt)]
-            if st.engine is not None:
-                try:
-                    st.engine.heard(ranks, t_ns, leaving=leaving)
-                except Exception:
-                    self._problem(job, "heard")
+            try:
+                st.engine.heard(ranks, t_ns, leaving=leaving)
+            except Exception:
+                self._problem(job, "heard")
 
     # -- the detectors' thread -------------------------------------------------------------
     def run(self, stop: threading.Event, interval_s: float) -> None:
@@ -335,7 +327,7 @@ class LiveView:
                 log.info("job %s attempt %d replaces attempt %d in the live view", job,
                          attempt, old[1])
                 del self._jobs[old]
-            state = self._jobs[key] = JobState(job, attempt, _new_engine(self._topology),
+            state = self._jobs[key] = JobState(job, attempt, Engine(topology=self._topology),
                                                budget=JobBudget(self._budget))
             if self.on_job_start is not None:
                 self.on_job_start(job, attempt)
@@ -397,15 +389,13 @@ class LiveView:
         st.ranks[body.rank] = body
         st.ranks_version += 1
         st.budget.world = max(st.budget.world, int(body.world_size))
-        if st.engine is not None:
-            st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None,
-                               body.local_rank if body.local_rank >= 0 else None)
+        st.engine.add_rank(body.rank, body.host, body.gpu or None, body.nic or None,
+                           body.local_rank if body.local_rank >= 0 else None)
 
     @staticmethod
     def _add_group(st: JobState, body: GroupRecord) -> None:
         st.groups[body.pg] = body
-        if st.engine is not None:
-            st.engine.add_group(body.pg, list(body.ranks))
+        st.engine.add_group(body.pg, list(body.ranks))
 
     def _apply_now(self, writes: list[Write]) -> None:
         now = time.monotonic()
@@ -437,16 +427,15 @@ class LiveView:
                 st.budget.observe("ops", n, now)
                 st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
                                                 body.cols.strings), now)
-            if st.engine is not None:
-                self._check_names(st)
-                st.engine.add_ops(body.cols)
+            self._check_names(st)
+            st.engine.add_ops(body.cols)
         elif isinstance(body, ConnRows):
             st.budget.observe("conns", len(body.cols), now)
             names = np.asarray(body.cols.strings, dtype=object)
             if len(body.cols):
                 st.linkstats.learn(body.cols["rank"], names[body.cols["local"]].tolist())
             conns = st.links.add(body.cols)
-            if st.engine is not None and conns is not None and len(conns):
+            if conns is not None and len(conns):
                 st.engine.add_conns(conns, sampled=True)
         elif isinstance(body, BatchRows) and body.kind == "health":
             self._health_pending.extend(
@@ -540,8 +529,6 @@ class LiveView:
                 self._apply_heartbeats()
                 found = []
                 for st in self._jobs.values():
-                    if st.engine is None:
-                        continue
                     try:
                         found.append((st.job, st.engine.advance(now_ns), _places(st)))
                     except Exception:
@@ -608,7 +595,7 @@ class LiveView:
             st.topo_hosts = (hosts, self._hosts.generation)
         jt = st.topology
         place_ranks(jt, st.ranks.values(), previous)
-        if not jt.discovered or st.engine is None:
+        if not jt.discovered:
             return
         if st.engine.topology is not jt.topology:
             st.engine.set_topology(jt.topology)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from diagnosis.daemon.budget import Decision, JobBudget
 from diagnosis.daemon.control import ControlHub
 from diagnosis.store import BatchRows, Store, Write
 from proto import c4_pb2
+
+if TYPE_CHECKING:
+    from diagnosis.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +54,9 @@ class Governor:
         return self.scale
 
 
-def engine_schedule(engine: Any, default: int, steps: dict[str, list[tuple[int, int]]]
+def engine_schedule(engine: Engine, default: int, steps: dict[str, list[tuple[int, int]]]
                     ) -> None:
     """Tell the engine a job's schedule: its default factor, then every step."""
-    if engine is None:
-        return
     engine.set_sample(default)          # (clears the engine's per-communicator steps)
     for pg, v in steps.items():
         for from_seq, k in v:
@@ -73,7 +74,7 @@ class Schedules:
         self._writes = 0
         self.decisions: list[tuple[str, int, Decision]] = []   # recent, for tests
 
-    def enact(self, job: str, attempt: int, engine: Any, d: Decision, now_ns: int) -> bool:
+    def enact(self, job: str, attempt: int, engine: Engine, d: Decision, now_ns: int) -> bool:
         """Put a decision into effect; returns whether the job now ships reduced telemetry."""
         msg = c4_pb2.SampleSchedule(
             job=job, attempt=attempt, version=d.version, window_ns=d.window_ns,
@@ -96,7 +97,7 @@ class Schedules:
                  sent)
         return d.sample > 1 or d.default > 1
 
-    def restore(self, job: str, attempt: int, budget: JobBudget, engine: Any) -> bool | None:
+    def restore(self, job: str, attempt: int, budget: JobBudget, engine: Engine) -> bool | None:
         """The stored schedule of a job known from before a daemon restart, back in its budget,
         engine and streams; returns whether it is reduced (None: none stored)."""
         if self._store is None:

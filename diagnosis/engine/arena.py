@@ -77,9 +77,6 @@ class Arena:
     def __len__(self) -> int:
         return len(self.names)
 
-    def group_of_pg(self, pg: int) -> int:
-        return self._by_pg.get(pg, -1)
-
     def add_group(self, pg: int, name: str, ranks: np.ndarray) -> int:
         g = self._by_pg.get(pg)
         if g is not None:

@@ -60,40 +60,6 @@ def robust_sigma(values: np.ndarray, axis: tuple[int, ...] | int | None = None) 
     return (MAD_SIGMA * mad).reshape(lead)
 
 
-@dataclass
-class Onset:
-    start: np.ndarray     # index of the first sample of the slow segment, -1 when none
-    median: np.ndarray    # median of the segment (NaN when none)
-    count: np.ndarray     # samples in the segment
-    frac: np.ndarray      # fraction of the segment above the threshold
-
-
-def onset_test(a: np.ndarray, thr: np.ndarray, min_samples: int,
-               consistency: float) -> Onset:
-    """For each row of ``a`` (oldest sample first, NaN = none), the earliest sample from which on
-    at least ``consistency`` of the samples exceed ``thr`` (per row), over at least
-    ``min_samples`` samples: a change point into a persistently high segment."""
-    valid = ~np.isnan(a)
-    high = valid & (np.nan_to_num(a, nan=-np.inf) > thr[:, None])
-    above = np.cumsum(high[:, ::-1], axis=1)[:, ::-1]
-    length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
-    cond = (length >= min_samples) & (above >= consistency * length) & high
-    has = cond.any(axis=1)
-    start = np.where(has, np.argmax(cond, axis=1), -1)
-    col = np.arange(a.shape[1])[None, :]
-    seg = np.where((col >= start[:, None]) & has[:, None], a, np.nan)
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(seg, axis=1)
-    rows = np.arange(len(a))
-    cnt = np.where(has, length[rows, np.maximum(start, 0)], 0)
-    frac = np.where(has, above[rows, np.maximum(start, 0)] / np.maximum(cnt, 1), 0.0)
-    return Onset(start, med, cnt, frac)
-
-
 class SeriesBank:
     """Per key: a baseline learnt from its own first samples (after ``skip``), then a ring of
     ``value / baseline - 1`` (the excess) with the sample times."""

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,6 @@ class ClientSecurity:
         values = {field: env.get(var, "") for field, var in ENV.items()}
         values.update({k: v for k, v in given.items() if v not in (None, "")})
         return cls(**{k: str(v) if k != "tls_on" else bool(v) for k, v in values.items()})
-
-    def with_token(self, token: str) -> ClientSecurity:
-        return replace(self, token=token)
 
     def credentials(self) -> grpc.ChannelCredentials:
         def read(path: str) -> bytes | None:

@@ -121,7 +121,7 @@ def test_a_factor_per_communicator_from_an_announced_call_on():
     eng = Engine()
     eng.add_group("dp", [0, 1])
     eng.set_sample(4, pg="dp", from_seq=100)
-    g = np.array([eng.arena.group_of_pg(eng._pg_ids["dp"])] * 200)
+    g = np.array([eng.arena._by_pg[eng._pg_ids["dp"]]] * 200)
     seq = np.arange(200)
     kept = eng._sampled(g, seq)
     assert kept[:100].all()
@@ -138,7 +138,7 @@ def test_one_factor_for_every_communicator_keeps_the_calls_is_sampled_keeps():
         eng.add_group(name, [0, 1, 2])
     pgs = np.array([eng._pg_ids[n] for n in names])
     chans = eng.arena.channels(pgs, np.array([0, 1, 2]), np.array([1, 2, 0]), eng.pg_names)
-    groups = [eng.arena.group_of_pg(eng._pg_ids[n]) for n in names]
+    groups = [eng.arena._by_pg[eng._pg_ids[n]] for n in names]
     rng = np.random.default_rng(7)
     which = rng.integers(0, 6, 3000)
     g = np.array(groups + chans.tolist())[which]
