@@ -10,49 +10,11 @@ import os
 import shutil
 import signal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from c4.processes import Service, free_port, start_daemon, start_sidecar
 
 log = logging.getLogger(__name__)
-
-
-class DemoEnv(Protocol):
-    name: str
-    daemon: str
-    hosts: list[str]
-    nproc: int
-    workdir: Path
-
-    def launch_args(self) -> list[str]:
-        """Options of `c4 launch` that place the job on this environment's hosts."""
-        ...
-
-    def train_env(self) -> dict[str, str]:
-        """Extra environment of the training script."""
-        ...
-
-    def slow_fault(self) -> tuple[str, str]:
-        """Plant the first fault (a slowdown); returns (what, the component at fault)."""
-        ...
-
-    def hang_fault(self, host: str) -> tuple[str, str]:
-        """Make one rank of ``host`` stop; returns (what, the component at fault)."""
-        ...
-
-    def clear_faults(self) -> None: ...
-
-    def accepted(self, culprit: str) -> set[str]:
-        """Ids of the components a report may name for the fault just planted at ``culprit``
-        (what an operator would call the faulty part)."""
-        ...
-
-    def end_hang(self) -> None:
-        """Kill the hung rank (the restart stops it anyway): resumed, it would run on into
-        calls its stopped peers never join and look like a second hang."""
-        ...
-
-    def close(self) -> None: ...
 
 
 def lab_available() -> bool:

@@ -120,12 +120,6 @@ class ControlHub:
             self._schedules.pop((job, attempt), None)
 
     # -- detail -----------------------------------------------------------------------------
-    def hosts_of(self, job: str, attempt: int) -> set[str]:
-        """The hosts whose streams carry the job now."""
-        with self._lock:
-            return {h for st in self._streams.values() if (job, attempt) in st.jobs
-                    for h in st.hosts}
-
     def request_detail(self, req: c4_pb2.DetailRequest, hosts: Iterable[str]) -> set[str]:
         """Send ``req`` to the streams of ``hosts`` that carry its job; returns the hosts
         asked (their answers are then expected)."""

@@ -361,7 +361,3 @@ class JobBook:
         with self._lock:
             e = self._entries.get(job)
             return e.bytes() if e is not None else 0
-
-    def is_known(self, job: str) -> bool:
-        with self._lock:
-            return job in self._entries

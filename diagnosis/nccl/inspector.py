@@ -30,7 +30,6 @@ import json
 import logging
 import math
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -407,7 +406,3 @@ class LineReader:
                               "it?): skipped")
         self.partial = b""
 
-
-def batch_fields() -> tuple[str, ...]:
-    """The column names of :class:`NcclOps` (for writers and tests)."""
-    return tuple(f.name for f in fields(NcclOps))

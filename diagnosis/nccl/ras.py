@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnosis.errors import FormatError
-from diagnosis.nccl.ids import RAS_COLLECTIVES, comm_hash
+from diagnosis.nccl.ids import comm_hash
 from diagnosis.nccl.problems import Problems
 
 __all__ = ["RasComm", "RasMismatch", "RasPeer", "RasRank", "RasSnapshot", "parse_ras",
@@ -381,8 +381,3 @@ def read_ras_file(path: str | Path, problems: Problems | None = None) -> list[Ra
     text = p.read_text(errors="replace")
     return parse_ras(text, str(p), int(p.stat().st_mtime * 1e9), problems)
 
-
-def counts_total(counts: dict[str, int]) -> int:
-    """Calls launched over every collective type RAS counts."""
-    return sum(int(counts.get(k, 0)) for k in RAS_COLLECTIVES) + sum(
-        int(v) for k, v in counts.items() if k not in RAS_COLLECTIVES)

@@ -27,16 +27,11 @@ ALL_GATHER, REDUCE_SCATTER = "all_gather", "reduce_scatter"
 BLOCKS = 2          # per layer: attention, MLP
 
 
-def calls_per_pass(layers: int) -> int:
-    """Tensor-parallel collectives in one stage's pass over one microbatch."""
-    return 1 if layers == 1 else 2 * BLOCKS * layers
-
-
 def run_layers(sim: Simulation, ops: _Acc, s: int, k: int, ready: np.ndarray, ms: float,
                call: int) -> np.ndarray:
     """Stage ``s``'s ``call``-th pass (compute step ``k`` of the iteration) through all
     layers, from ``ready``; returns when each rank of the stage is done. Block ``b``'s
-    all-gather is collective ``call * calls_per_pass + 2b`` of the group, its reduce-scatter
+    all-gather is collective ``call * 2 * blocks + 2b`` of the group, its reduce-scatter
     the next one."""
     blocks = BLOCKS * sim.cfg.layers
     T = sim.shape[2]
