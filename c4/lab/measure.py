@@ -4,21 +4,26 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
 
 from c4.lab import system
 from c4.lab.system import LabError
+from recovery.launchers import python_path_env
 
 PROBE = [sys.executable, "-m", "c4.lab.probe"]
 
 
-def _sink(ns: str, args: list[str]) -> subprocess.Popen[str]:
-    from c4.lab.lab import REPO
+def _probe_env() -> dict[str, str]:
+    """The probe imports c4 from where this process did (the checkout or the installed wheel)."""
+    return {**os.environ, **python_path_env()}
 
+
+def _sink(ns: str, args: list[str]) -> subprocess.Popen[str]:
     proc = subprocess.Popen(["ip", "netns", "exec", ns, *PROBE, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+                            stderr=subprocess.PIPE, text=True, env=_probe_env())
     line = proc.stdout.readline().strip()
     if line != "ready":
         proc.kill()
@@ -27,10 +32,8 @@ def _sink(ns: str, args: list[str]) -> subprocess.Popen[str]:
 
 
 def _probe(ns: str, args: list[str], timeout: float = 60) -> str:
-    from c4.lab.lab import REPO
-
     out = subprocess.run(["ip", "netns", "exec", ns, *PROBE, *args], capture_output=True,
-                         text=True, timeout=timeout, cwd=str(REPO))
+                         text=True, timeout=timeout, env=_probe_env())
     if out.returncode != 0:
         raise LabError(f"probe in {ns} failed: {out.stderr[-800:]}")
     return out.stdout
