@@ -141,7 +141,7 @@ def build_columns(rows: Sequence[tuple], rank: int, strings: list[str],
     for i, (name, dtype) in enumerate(_COLUMN_DTYPES):
         cols[name] = table[:, i].astype(dtype)
     error_text: dict[int, str] = {}
-    for i in np.flatnonzero(cols["status"]):
-        text = errors.get(error_key(table[i]), "") if errors is not None else ""
-        error_text[int(i)] = text
+    for row in np.flatnonzero(cols["status"]):
+        text = errors.get(error_key(table[row]), "") if errors is not None else ""
+        error_text[int(row)] = text
     return Columns(cols, strings, error_text)

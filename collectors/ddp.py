@@ -43,7 +43,7 @@ def patch_ddp() -> None:
             _maybe_register(self, allreduce_hook)
         return orig(self, *args, **kwargs)
 
-    DDP._pre_forward = _pre_forward
+    setattr(DDP, "_pre_forward", _pre_forward)  # noqa: B010  (mypy refuses assigning a method)
     orig_builtin = DDP._register_builtin_comm_hook
 
     @functools.wraps(orig_builtin)
@@ -51,7 +51,7 @@ def patch_ddp() -> None:
         self._c4_checked = True  # the program chose a C++ hook: leave DDP alone
         return orig_builtin(self, *args, **kwargs)
 
-    DDP._register_builtin_comm_hook = _register_builtin_comm_hook
+    setattr(DDP, "_register_builtin_comm_hook", _register_builtin_comm_hook)  # noqa: B010
     _patched = (DDP, (orig, orig_builtin))
 
 

@@ -286,7 +286,7 @@ class Recorder:
                     return orig(*args, **kwargs)
                 is_async = args[a_pos] if n > a_pos else kwargs.get(a_name)
                 if has_data:
-                    data = args[d_pos] if n > d_pos else kwargs.get(d_name)
+                    data: Any = args[d_pos] if n > d_pos else kwargs.get(d_name)
                     if is_list:
                         nbytes, dt = measure(data)
                     else:
@@ -367,7 +367,7 @@ class Recorder:
                     st = resolve(args[g_pos] if n > g_pos else kwargs.get(g_name))
                 if st.skip:
                     return orig(*args, **kwargs)
-                data = args[d_pos] if n > d_pos else kwargs.get(d_name)
+                data: Any = args[d_pos] if n > d_pos else kwargs.get(d_name)
                 try:
                     nbytes, dt = data.nbytes, dtypes[data.dtype]
                 except (AttributeError, KeyError):

@@ -29,7 +29,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -149,7 +149,9 @@ class Checkpointer:
         saved_ns = time.time_ns()
         if self.use_async:
             resp = dcp.async_save(state, checkpoint_id=str(path), process_group=self._pg)
-            fut = getattr(resp, "upload_completion", resp)
+            # newer torch answers an AsyncSaveResponse whose upload_completion is the future,
+            # older versions the future itself
+            fut = cast("Future[Any]", getattr(resp, "upload_completion", resp))
             self._pending = (step, fut, saved_ns, path)
         else:
             dcp.save(state, checkpoint_id=str(path))

@@ -305,7 +305,7 @@ def launch(
         host, eq, path = part.partition("=")
         socks.update({host: path} if eq else {"*": part})
     try:
-        extra = {}
+        extra: dict[str, Any] = {}
         if lab is not None:
             from c4.lab.launch import LabLauncher
             from c4.lab.system import LabError

@@ -10,12 +10,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.report import FaultReport
 from recovery.errors import IsolationError
 from recovery.isolation.api import Isolator
-from recovery.journal import Journal, Recovery
+from recovery.journal import Event, Journal, Recovery
 from recovery.policy import DRY_RUN, ISOLATE, SKIP, Decision, Placement, Policy, decide
 from recovery.states import State
 
@@ -82,7 +83,7 @@ class Controller:
 
     @classmethod
     def for_daemon(cls, client: DaemonClient, journal: Journal, isolator: Isolator,
-                   policy: Policy, **kwargs: object) -> Controller:
+                   policy: Policy, **kwargs: Any) -> Controller:
         ctl = cls(journal, isolator, policy, placement=lambda job: placement_from_daemon(
             client, job), fault_state=lambda fid: client.fault(fid).state,
             vouched=lambda: client.status().ingest_authenticated, **kwargs)
@@ -222,14 +223,15 @@ class Controller:
         first step; each transition carries the event's own time."""
         j = self.journal
         since = next(t.t_ns for t in j.transitions(rec.id) if t.dst == State.ISOLATING)
-        stopped = launched = None
+        stopped: Event | None = None
+        launched: Event | None = None
         for ev in j.events(rec.job, since):
             if ev.kind == "stopped" and stopped is None:
                 stopped = ev
             elif ev.kind == "launched" and stopped is not None and launched is None:
                 launched = ev
-            elif ev.kind == "first_step" and launched is not None and \
-                    ev.attempt == launched.attempt:
+            elif ev.kind == "first_step" and stopped is not None and launched is not None \
+                    and ev.attempt == launched.attempt:
                 if rec.state in (State.RESTARTING, State.STOPPED):
                     if rec.state == State.RESTARTING:
                         rec = self._move(rec.id, State.STOPPED, "the job stopped",

@@ -182,8 +182,8 @@ def decide(policy: Policy, report: FaultReport, placement: Placement, history: H
         return Decision(SKIP, f"the suspect {top.type} {top.id} is not on any node job "
                               f"{report.job} uses ({', '.join(sorted(placement.nodes))})",
                         rule="wrong_node")
-    tied = {placement.node_of(x.type, x.id, x.rank) for x in report.suspects
-            if x.score >= top.score and x.type in NODE_SUSPECTS} - {None}
+    tied = {node for x in report.suspects if x.score >= top.score and x.type in NODE_SUSPECTS
+            for node in [placement.node_of(x.type, x.id, x.rank)] if node is not None}
     if len(tied) > 1:
         return Decision(SKIP, f"suspects on {len(tied)} nodes ({', '.join(sorted(tied))}) "
                               "explain the fault equally; isolating one would be a guess",

@@ -50,7 +50,11 @@ def timeline(journal: Journal, rec: Recovery) -> Timeline:
         at["isolated"] = marks[State.ISOLATED]
     since = marks.get(State.ISOLATING, rec.created_ns)
     events = journal.events(rec.job)
-    stopping = stopped = launched = loaded = first = None
+    stopping: Event | None = None
+    stopped: Event | None = None
+    launched: Event | None = None
+    loaded: Event | None = None
+    first: Event | None = None
     for ev in events:
         if ev.t_ns < since:
             continue
@@ -66,10 +70,10 @@ def timeline(journal: Journal, rec: Recovery) -> Timeline:
         elif ev.kind == "first_step" and launched is not None and first is None and \
                 ev.attempt == launched.attempt:
             first = ev
-    for name, ev in (("stopping", stopping), ("stopped", stopped), ("relaunched", launched),
-                     ("loaded", loaded), ("first_step", first)):
-        if ev is not None:
-            at[name] = ev.t_ns
+    for name, mark in (("stopping", stopping), ("stopped", stopped), ("relaunched", launched),
+                       ("loaded", loaded), ("first_step", first)):
+        if mark is not None:
+            at[name] = mark.t_ns
     load_s = loaded.data.get("load_s") if loaded is not None else None
     out = Timeline(rec, at, load_s=load_s)
     if stopping is None or first is None:

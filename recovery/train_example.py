@@ -136,7 +136,8 @@ def main() -> None:
             acc = torch.tanh(acc @ burn)
         planted()
         # one bucket, like DDP with a single gradient bucket: gradients and the loss together
-        grads = [p.grad for p in model.parameters()]
+        # every parameter takes part in the loss, so each has its gradient now
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum.detach().reshape(1)])
         if grid is None:
             dist.all_reduce(flat)

@@ -144,7 +144,7 @@ class EcmpModel:
             s = self._seeds[node] = node_seed(self.problem, node)
         return s
 
-    def place(self, sports: Sequence[int]) -> list[int]:
+    def place(self, sports: Sequence[int] | np.ndarray) -> list[int]:
         """The candidate each flow lands on when it uses source port ``sports[f]``."""
         out = []
         for f, t in enumerate(self.tries):

@@ -129,19 +129,20 @@ def _plan(topology: Topology, flows: Sequence[Flow], down: Iterable[str],
         sol = replan(problem, [previous.get(f.id) for f in problem.flows], target=target,
                      cfg=cfg)
     times["solve"] = time.perf_counter() - t
-    model = ecmp = sports = None
+    ecmp: EcmpBaseline | None = None
+    sports: list[int | None] | None = None
     if roce or ecmp_seeds:
         t = time.perf_counter()
         model = EcmpModel(problem)
         times["hash_model"] = time.perf_counter() - t
-    if roce:
-        t = time.perf_counter()
-        sports = model.pin_ports(sol.choice)
-        times["ports"] = time.perf_counter() - t
-    if ecmp_seeds:
-        t = time.perf_counter()
-        ecmp = ecmp_baseline(problem, range(ecmp_seeds), model)
-        times["ecmp"] = time.perf_counter() - t
+        if roce:
+            t = time.perf_counter()
+            sports = model.pin_ports(sol.choice)
+            times["ports"] = time.perf_counter() - t
+        if ecmp_seeds:
+            t = time.perf_counter()
+            ecmp = ecmp_baseline(problem, range(ecmp_seeds), model)
+            times["ecmp"] = time.perf_counter() - t
     log.info("plan: %d flows, max load %.4f (%d links), bound %s, moved %d, times %s",
              len(flows), sol.max_load, sol.at_max, bound and round(bound.value, 4), sol.moved,
              {k: round(v, 3) for k, v in times.items()})

@@ -55,7 +55,8 @@ class Problem:
         fixed = set(self.fixed[f])
         if None in arcs or not fixed.issubset(arcs):
             return None
-        var = tuple(a for a in arcs if a not in fixed)     # in path order, as candidates are
+        # in path order, as candidates are
+        var = tuple(a for a in arcs if a is not None and a not in fixed)
         try:
             return self.cands[f].index(var)
         except ValueError:

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 REL = 1e-9   # loads within this relative distance count as equal
 MAX_OVER = 2  # a chain step may overload at most this many arcs, each then sheds a flow
 
+# a move of a flow onto its candidate k: (arcs it overloads, not onto freed arcs, the worst
+# utilization it leaves, k, the overloaded arcs); the first four order the moves tried
+_Option = tuple[int, bool, float, int, list[int]]
+
 
 @dataclass(frozen=True)
 class SolverConfig:
@@ -206,15 +210,16 @@ class _State:
         cs = p.cands[g]
         cur_arcs = cs[cur]
         d = p.demand[g]
-        options = []
+        options: list[_Option] = []
         max_over = self.max_over if depth > 0 else 0
         if len(cur_arcs) == 2 and max_over <= 1:
             self._options2(a, cs, cur, d, thr, max_over, freed, fixing, options)
-            cs = ()
+            cs = []
         for k, arcs in enumerate(cs):
             if k == cur or a in arcs:
                 continue
-            over, worst, fresh = [], 0.0, False
+            over: list[int] = []
+            worst, fresh = 0.0, False
             for b in arcs:
                 if b in cur_arcs:
                     continue
@@ -253,7 +258,7 @@ class _State:
 
     def _options2(self, a: int, cs: list[tuple[int, ...]], cur: int, d: float, thr: float,
                   max_over: int, freed: Collection[int], fixing: set[int],
-                  options: list) -> None:
+                  options: list[_Option]) -> None:
         """``_move_off``'s scan of candidates, unrolled for two variable arcs each."""
         load, inv = self.load, self.inv
         c1, c2 = cs[cur]

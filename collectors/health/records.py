@@ -63,10 +63,11 @@ def diag_records(host: str, t_ns: int, rows: list[DiagRow],
                 out.append(HealthRecord(host, t_ns, "", event="dcgm_diag",
                                         text=f"{row.name}: {row.text}"))
             continue
-        failed = row.results.get("Fail", "absent")
-        if failed == "absent":
+        if "Fail" not in row.results:
             continue
-        for gpu in failed or [None]:
+        named = row.results["Fail"]
+        gpus: list[int | None] = [*named] if named else [None]
+        for gpu in gpus:
             key = (row.name, str(gpu))
             if key in seen:
                 continue

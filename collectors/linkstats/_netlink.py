@@ -96,7 +96,8 @@ def _open_in_netns(netns_path: str) -> socket.socket:
     setns(CLONE_NEWNET) moves only the calling thread, and a socket stays in the namespace it
     was created in, so the rest of the process never leaves its own namespace.
     """
-    result: dict[str, object] = {}
+    opened: list[socket.socket] = []
+    failed: list[OSError] = []
 
     def run() -> None:
         try:
@@ -105,21 +106,21 @@ def _open_in_netns(netns_path: str) -> socket.socket:
                 _setns(fd)
             finally:
                 os.close(fd)
-            result["sock"] = _open_raw()
+            opened.append(_open_raw())
         except OSError as exc:
-            result["error"] = exc
+            failed.append(exc)
 
     thread = threading.Thread(target=run, name="c4-linkstats-netns", daemon=True)
     thread.start()
     thread.join()
-    if "error" in result:
-        exc = result["error"]
+    if failed:
+        exc = failed[0]
         raise LinkStatsError(
             f"cannot open a sock_diag socket in network namespace {netns_path}: {exc} "
             "(joining another namespace needs CAP_SYS_ADMIN: run the sidecar as root or in the "
             "ranks' namespace)"
-        ) from exc  # type: ignore[misc]
-    return result["sock"]  # type: ignore[return-value]
+        ) from exc
+    return opened[0]
 
 
 class DiagSocket:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -159,7 +160,7 @@ def sidecar(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if spill_dir is not None:
         kwargs["spill_dir"] = spill_dir
     from diagnosis.security.secret import read_token

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from collectors.sidecar.edge_config import PORT_MODES, EdgeConfig
 from collectors.sidecar.edge_job import EdgeJob
@@ -124,18 +125,18 @@ class Edge:
             self.ports.nic_map = mapping   # one assignment: the tick thread sees old or new
 
     # -- what leaves the node -----------------------------------------------------------------
-    def emit(self, **body: object) -> None:
+    def emit(self, **body: Any) -> None:
         """Queue one ingest request, counting its records and bytes."""
         ((kind, msg),) = body.items()
         n = msg.ops.count if kind == "detail" else 0 if kind in ("rank", "group", "stats") \
             else len(msg.samples) if kind == "health" \
-            else msg.count  # type: ignore[attr-defined]
+            else msg.count
         with self._lock:
             if kind == "detail":     # on demand, not the steady stream
                 self.stats.detail_rows += n
             else:
                 self.stats.records_out += n
-                self.stats.bytes_out += msg.ByteSize()  # type: ignore[attr-defined]
+                self.stats.bytes_out += msg.ByteSize()
             if kind == "ops":
                 self.stats.ops_out += n
         self._emit_raw(**body)

@@ -217,7 +217,7 @@ class EdgeJob:
 
 
 def _join(parts: list[Columns | None]) -> Columns | None:
-    parts = [p for p in parts if p is not None and len(p)]
-    if not parts:
+    kept = [p for p in parts if p is not None and len(p)]
+    if not kept:
         return None
-    return parts[0] if len(parts) == 1 else concat(parts)
+    return kept[0] if len(kept) == 1 else concat(kept)

@@ -27,21 +27,27 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import grpc
 
-from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.counters import Drops
 from collectors.sidecar.errors import LogError
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.owners import Owners
 from collectors.sidecar.ratelog import RateLimitedLog
-from collectors.sidecar.spill import Spill
+from collectors.sidecar.spill import FrameRef, Spill
 from collectors.wire import parse_request, peek_body
 from proto import c4_pb2
-from proto.codec import BatchError, decode_ops
+from proto.codec import BatchError, Columns, decode_ops
 
 log = logging.getLogger(__name__)
+
+
+class RowSink(Protocol):
+    """Where the intake hands each logged batch (the sidecar's edge, or a batcher directly)."""
+
+    def add(self, cols: Columns, frame: FrameRef, nbytes: int) -> None: ...
 
 _DENIED = grpc.StatusCode.PERMISSION_DENIED.value[0]
 _INVALID = grpc.StatusCode.INVALID_ARGUMENT.value[0]
@@ -120,7 +126,7 @@ class CollectorTable:
 
 
 class Intake:
-    def __init__(self, *, spill: Spill, outbox: Outbox, batcher: Batcher, owners: Owners,
+    def __init__(self, *, spill: Spill, outbox: Outbox, batcher: RowSink, owners: Owners,
                  drops: Drops, max_collectors: int = 4096, max_ranks_per_peer: int = 64,
                  max_meta_bytes: int = 64 << 10) -> None:
         self._spill = spill

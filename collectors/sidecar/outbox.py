@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -133,7 +134,7 @@ class Outbox:
         self._adopt(spill.recovery.requests, spill.recovery.frames)
 
     # -- producers ------------------------------------------------------------------------
-    def put(self, **body: object) -> None:
+    def put(self, **body: Any) -> None:
         """Queue one request with the given body (``ops=...``, ``rank=...``, ...), logged first
         (except statistics)."""
         with self._cond:
@@ -363,24 +364,24 @@ class Outbox:
                 self.stats.throttled += 1
                 self._cond.notify_all()
                 return
-            entry = self._inflight.pop(key, None)
-            if entry is None:
+            sent = self._inflight.pop(key, None)
+            if sent is None:
                 return
             if ack.code:
                 self.stats.rejected += 1
                 self._rated.warning("rejected", "daemon rejected request %d (%s, %d records): %s",
-                                    ack.seq, entry.kind, entry.records, ack.error)
-                if entry.records:
-                    self.drops.add("rejected", records=entry.records)
-                self._finish(entry)
+                                    ack.seq, sent.kind, sent.records, ack.error)
+                if sent.records:
+                    self.drops.add("rejected", records=sent.records)
+                self._finish(sent)
                 return
             if ack.duplicate:
                 self.stats.duplicates += 1
             else:
                 self.stats.shipped += 1
-            if entry.job:
-                self._park_delay.pop(entry.job, None)   # taken again: the next park starts short
-            self._finish(entry)
+            if sent.job:
+                self._park_delay.pop(sent.job, None)   # taken again: the next park starts short
+            self._finish(sent)
 
     def _reset_stream(self) -> bool:
         """The stream ended: unacknowledged requests go back to the front, in order.

@@ -38,7 +38,7 @@ class _Held:
 class Answer:
     """What the ring holds for a request: the rows, and how much of the range it covered."""
 
-    status: int              # c4_pb2.DetailBatch.Status
+    status: c4_pb2.DetailBatch.Status
     rows: Columns | None
     held_from_ns: int        # the oldest time still held for the job (0: nothing held)
     truncated: bool = False

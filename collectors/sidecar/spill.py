@@ -166,6 +166,10 @@ def _cut_parts(body: bytes) -> tuple[str, int, list[tuple[Pos, int]]]:
     return sid, seq, frames
 
 
+# bytes under a name that Spill's method ``bytes`` does not shadow in the class body
+Blob = bytes
+
+
 class Spill:
     """See module docstring. Thread-safe; appends may come from several threads."""
 
@@ -204,7 +208,7 @@ class Spill:
         return self._log.segments() if self._log is not None else []
 
     # -- appending -----------------------------------------------------------------------------
-    def append_frame(self, uid: int, pid: int, cid: str, fno: int, raw: bytes, records: int,
+    def append_frame(self, uid: int, pid: int, cid: str, fno: int, raw: Blob, records: int,
                      key: Key, *, compress: bool = False) -> FrameRef:
         """Log one collector op frame (``compress``: zlib it, for a long wait on disk); raises
         ``LogFull`` when there is no room."""
@@ -241,7 +245,7 @@ class Spill:
         held.segments.append(pos.segment)
         return held
 
-    def _append(self, kind: int, head: bytes, body: bytes, reserve: int) -> tuple[Pos, int]:
+    def _append(self, kind: int, head: Blob, body: Blob, reserve: int) -> tuple[Pos, int]:
         if self._log is None:
             return Pos(0, 0, 0), 0
         with self._lock:
@@ -425,7 +429,7 @@ class Spill:
         return out
 
     def _recover_record(self, out: Recovery, uncut: dict[Pos, FrameRef], pos: Pos, kind: int,
-                        body: bytes) -> None:
+                        body: Blob) -> None:
         if kind in (KIND_FRAME, KIND_FRAME_Z):
             # only the header: most frames turn out to be cut, and are never parsed here
             head = _frame_parts(body, kind)

@@ -48,17 +48,18 @@ class Pos:
     length: int
 
 
-Body = bytes | Sequence[bytes]  # a record's body, whole or in parts (written without joining)
+Chunk = bytes | bytearray | memoryview
+Body = Chunk | Sequence[Chunk]  # a record's body, whole or in parts (written without joining)
 
 
-def _parts(body: Body) -> list[bytes]:
+def _parts(body: Body) -> list[Chunk]:
     return [body] if isinstance(body, bytes | bytearray | memoryview) else list(body)
 
 
 _KIND_CRC = [zlib.crc32(bytes((k,))) for k in range(256)]
 
 
-def record_header(kind: int, parts: Sequence[bytes]) -> bytes:
+def record_header(kind: int, parts: Sequence[Chunk]) -> bytes:
     crc = _KIND_CRC[kind]
     for part in parts:
         crc = zlib.crc32(part, crc)
@@ -136,7 +137,7 @@ class Log:
         the small records that complete them). Raises ``LogFull`` (nothing written) when the
         records do not fit or the disk is full, ``LogError`` on any other write failure.
         """
-        chunks: list[bytes] = []
+        chunks: list[Chunk] = []
         lengths: list[int] = []
         for kind, body in records:
             parts = _parts(body)
@@ -201,7 +202,7 @@ class Log:
         assert self._fd is not None and self._current is not None
         return self._fd, self._current
 
-    def _write(self, fd: int, segment: int, start: int, chunks: list[bytes], size: int) -> None:
+    def _write(self, fd: int, segment: int, start: int, chunks: list[Chunk], size: int) -> None:
         done = 0
         try:
             done = os.writev(fd, chunks)
