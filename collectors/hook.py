@@ -89,6 +89,7 @@ class Recorder:
                 continue  # an older torch without this function
             wrapper = self._wrap(spec, orig)
             functools.update_wrapper(wrapper, orig)
+            # a marker on the function object, which mypy does not let a Callable carry
             wrapper.__c4_original__ = orig  # type: ignore[attr-defined]
             self._set(c10d, spec.name, wrapper)
             if getattr(dist, spec.name, None) is orig:

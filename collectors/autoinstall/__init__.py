@@ -38,18 +38,19 @@ def _install_quietly() -> None:
 class _InstallAfterImport(importlib.abc.Loader):
     """Runs the real loader, then installs the collector, then steps out of the way."""
 
-    def __init__(self, spec: importlib.machinery.ModuleSpec) -> None:
+    def __init__(self, spec: importlib.machinery.ModuleSpec,
+                 loader: importlib.abc.Loader) -> None:
         self._spec = spec
-        self._loader = spec.loader
+        self._loader = loader   # the spec's own
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)  # type: ignore[union-attr]
+        return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         # Give the module its real loader back before anything can look at it.
         self._spec.loader = self._loader
         module.__loader__ = self._loader
-        self._loader.exec_module(module)  # type: ignore[union-attr]
+        self._loader.exec_module(module)
         _install_quietly()
 
 
@@ -69,7 +70,7 @@ class TorchDistributedWatcher(importlib.abc.MetaPathFinder):
             return None
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _InstallAfterImport(spec)
+        spec.loader = _InstallAfterImport(spec, spec.loader)
         return spec
 
 

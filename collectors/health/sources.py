@@ -94,6 +94,7 @@ class NvmlSource:
     @classmethod
     def open(cls) -> NvmlSource | None:
         try:
+            # optional and untyped: the NVIDIA bindings are on GPU hosts only
             import pynvml  # type: ignore[import-not-found]
         except ImportError:
             return None

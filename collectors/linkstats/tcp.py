@@ -256,6 +256,7 @@ class _Watch:
         self.unknown: set[int] = set()
 
     def __contains__(self, inode: object) -> bool:
+        # Container's signature takes any object; the sock_diag reader asks with inode ints
         self.seen.add(inode)  # type: ignore[arg-type]
         if inode in self.owners:
             return True

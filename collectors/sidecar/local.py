@@ -214,6 +214,7 @@ class LocalListener:
         self._send_acks()
         for key in list(self._selector.get_map().values()):
             with contextlib.suppress(OSError):
+                # typed as a bare fd too; this selector registers only socket objects
                 key.fileobj.close()  # type: ignore[union-attr]
         self._selector.close()
         self._wake_w.close()
