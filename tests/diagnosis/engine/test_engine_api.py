@@ -3,6 +3,8 @@ open rows completed later, bounded memory."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -11,8 +13,11 @@ from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.synth import SynthJob
 from proto.codec import OP_COLUMNS, Columns
+from tests.support.engine_builders import op_columns, op_row
 
 MS = 1_000_000
+STRINGS = ["g", "all_reduce", ""]  # pg 0, op 1, dtype 2 of op_row
+_cols = partial(op_columns, STRINGS)
 
 
 def test_config_rejects_bad_values_by_name():
@@ -60,35 +65,23 @@ def test_noncomm_hang_follows_the_chain_to_the_rank_that_is_not_waiting(tmp_path
     assert r.evidence["last_completed"]["3"] == "all_reduce #19 on c"
 
 
-def _cols(rows):
-    names = ["g", "all_reduce", ""]
-    arr = {k: np.array([row[i] for row in rows], dtype=dt)
-           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
-    return Columns(arr, names)
-
-
-def _row(rank, seq, enter, end):
-    # rank pg seq op nbytes dtype t_enter t_start t_end status peer
-    return (rank, 0, seq, 1, 1024, 2, enter, -1, end, 0, -1)
-
-
 def test_open_rows_completed_later_are_no_hang_and_updates_are_emitted_once():
     eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
     eng.add_group("g", [0, 1, 2])
     t = 0
     for seq in range(20):
         t += 10 * MS
-        eng.add_ops(_cols([_row(r, seq, t + r, t + MS) for r in range(3)]))
+        eng.add_ops(_cols([op_row(r, seq, t + r, t + MS) for r in range(3)]))
     # seq 20: ranks 0 and 1 report the call open; rank 2 has not arrived
     t += 10 * MS
-    eng.add_ops(_cols([_row(r, 20, t + r, -1) for r in range(2)]))
+    eng.add_ops(_cols([op_row(r, 20, t + r, -1) for r in range(2)]))
     assert eng.advance(t + 50 * MS) == []
     found = eng.advance(t + 5_000 * MS)
     assert [r.kind for r in found] == ["noncomm_hang"]
     assert eng.advance(t + 5_000 * MS) == []          # nothing new: nothing re-emitted
     fid = found[0].id
     # rank 2 turns up after all and the call completes: the alarm is withdrawn
-    eng.add_ops(_cols([_row(r, 20, t + r if r < 2 else t + 5_100 * MS, t + 5_101 * MS)
+    eng.add_ops(_cols([op_row(r, 20, t + r if r < 2 else t + 5_100 * MS, t + 5_101 * MS)
                        for r in range(3)]))
     upd = eng.advance(t + 5_200 * MS)
     assert [(r.id, r.state) for r in upd] == [(fid, "resolved")]
@@ -120,7 +113,7 @@ def test_rank_that_stops_reporting_while_its_peers_go_on_is_an_error():
     for seq in range(30):
         t += 10 * MS
         ranks = range(3) if seq < 20 else range(2)    # rank 2's telemetry stops at seq 20
-        eng.add_ops(_cols([_row(r, seq, t + r, t + MS) for r in ranks]))
+        eng.add_ops(_cols([op_row(r, seq, t + r, t + MS) for r in ranks]))
         eng.advance(t)
     found = eng.finish(t + 10_000 * MS)
     assert [r.kind for r in found] == ["error"]
@@ -133,7 +126,7 @@ def test_rank_that_stops_reporting_while_its_peers_go_on_is_an_error():
 def test_batch_without_string_table_is_ignored():
     eng = Engine()
     eng.add_group("g", [0, 1])
-    cols = _cols([_row(0, 0, 1, 2)])
+    cols = _cols([op_row(0, 0, 1, 2)])
     cols.strings = []
     eng.add_ops(cols)
     assert eng.dropped == 1 and eng.finish() == []
@@ -150,7 +143,7 @@ def test_rank_that_reports_again_is_no_longer_an_error():
     for seq in range(60):
         t += 100 * MS
         ranks = range(2) if 20 <= seq < 40 else range(3)
-        eng.add_ops(_cols([_row(r, seq, t + r, t + MS) for r in ranks]))
+        eng.add_ops(_cols([op_row(r, seq, t + r, t + MS) for r in ranks]))
         out += eng.advance(t)
     errors = [r for r in out if r.kind == "error"]
     assert errors and errors[0].evidence["stopped_reporting"] is True

@@ -5,25 +5,19 @@ is the one that stopped (``noncomm_hang``), as before."""
 
 from __future__ import annotations
 
-import numpy as np
+from functools import partial
 
 from diagnosis.engine import Engine, EngineConfig
-from proto.codec import OP_COLUMNS, Columns
+from tests.support.engine_builders import OpRow, op_columns, op_row
 
 MS = 1_000_000
 STRINGS = ["a", "p", "all_reduce", "send", "recv", ""]
 A, P, AR, SEND, RECV, DT = range(6)
+_cols = partial(op_columns, STRINGS)
 
 
-def _cols(rows: list[tuple]) -> Columns:
-    arr = {k: np.array([row[i] for row in rows], dtype=dt)
-           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
-    return Columns(arr, STRINGS)
-
-
-def _row(rank: int, pg: int, seq: int, op: int, enter: int, end: int, peer: int = -1) -> tuple:
-    # rank pg seq op nbytes dtype t_enter t_start t_end status peer
-    return (rank, pg, seq, op, 1 << 20, DT, enter, -1, end, 0, peer)
+def _row(rank: int, pg: int, seq: int, op: int, enter: int, end: int, peer: int = -1) -> OpRow:
+    return op_row(rank, seq, enter, end, pg=pg, op=op, nbytes=1 << 20, dtype=DT, peer=peer)
 
 
 def _wait(eng: Engine, t: int, heartbeats: bool) -> list:

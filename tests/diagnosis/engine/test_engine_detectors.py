@@ -8,6 +8,7 @@ import pytest
 from diagnosis.engine import Engine
 from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.synth import SynthJob
+from tests.support.engine_builders import top
 
 
 def run(tmp_path, topology=True, **kw):
@@ -18,11 +19,6 @@ def run(tmp_path, topology=True, **kw):
     engine = Engine(topo if topology else None)
     reports, _ = feed_trace(engine, path, block_bytes=64 << 10)
     return job, reports
-
-
-def top(report):
-    s = report.suspects[0]
-    return s.type, s.id
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

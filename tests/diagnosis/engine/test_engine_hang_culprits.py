@@ -4,27 +4,21 @@ a stop of the whole job."""
 
 from __future__ import annotations
 
-import numpy as np
+from functools import partial
 
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.engine.hangs import scan_open
-from proto.codec import OP_COLUMNS, Columns
+from tests.support.engine_builders import OpRow, op_columns, op_row
 
 MS = 1_000_000
 ERROR = 2
 STRINGS = ["a", "b", "c", "all_reduce", ""]     # pg names, op name, dtype
 A, B, C, OP, DT = range(5)
+_cols = partial(op_columns, STRINGS)
 
 
-def _cols(rows: list[tuple]) -> Columns:
-    arr = {k: np.array([row[i] for row in rows], dtype=dt)
-           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
-    return Columns(arr, STRINGS)
-
-
-def _row(rank: int, pg: int, seq: int, enter: int, end: int, status: int = 0) -> tuple:
-    # rank pg seq op nbytes dtype t_enter t_start t_end status peer
-    return (rank, pg, seq, OP, 1024, DT, enter, -1, end, status, -1)
+def _row(rank: int, pg: int, seq: int, enter: int, end: int, status: int = 0) -> OpRow:
+    return op_row(rank, seq, enter, end, pg=pg, op=OP, dtype=DT, status=status)
 
 
 def _engine(ranks: int, evidence_ns: int = 3_000 * MS) -> Engine:

@@ -13,6 +13,7 @@ from diagnosis.sim.config import FaultSpec, SimConfig
 from diagnosis.sim.run import simulate
 from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import top
 
 BASE = {"gpus": 128, "iterations": 30, "microbatches": 2, "seed": 5, "hosts_per_leaf": 4}
 
@@ -23,10 +24,6 @@ def analyze(tmp_path, *faults: str, **kw):
     truth = json.loads(res.truth.read_text())["faults"]
     reports, _ = feed_trace(Engine(Topology.load(res.topology)), res.trace)
     return reports, truth
-
-
-def top(report) -> tuple[str, str]:
-    return report.suspects[0].type, report.suspects[0].id
 
 
 def test_a_nic_slow_one_iteration_in_three_is_named_with_how_often_and_how_much(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 from diagnosis.engine import Engine
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import nic, one_rank_hosts
 
 MS = 1_000_000
 STAGES = 4
@@ -115,10 +116,8 @@ def _dead_nic_job(path, peer: bool) -> None:
     """Four hosts on one switch. Each iteration rank 0 sends to rank 1 on the four-rank
     communicator ``pp``, then all four all-reduce. In iteration 20 NIC 1 dies during the send:
     its transfer never ends, ranks 0 and 1 wait in the send/recv, 2 and 3 in the all-reduce."""
-    nic = "node00{}/nic0".format
     with TraceWriter(path) as w:
-        for r in range(STAGES):
-            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        one_rank_hosts(w, STAGES)
         w.group("pp", list(range(STAGES)))
         w.group("dp", list(range(STAGES)))
         for it in range(21):

@@ -13,14 +13,11 @@ from diagnosis.engine import Engine
 from diagnosis.topology.builders import rail_optimized
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import lockstep, nic, one_rank_hosts
 
 MS = 1_000_000
 T0 = 1_000 * MS
 HOSTS = 8
-
-
-def nic(r: int) -> str:
-    return f"node00{r}/nic0"
 
 
 def leaf(r: int) -> str:
@@ -48,8 +45,7 @@ def diagnose(tmp_path, slow_link: str, factor: float, flows=RING, paths: bool = 
         for hop in itertools.pairwise(hops_of(s, d)):
             shared[hop] = shared.get(hop, 0) + 1
     with TraceWriter(path) as w:
-        for r in range(HOSTS):
-            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        one_rank_hosts(w, HOSTS)
         w.group("dp", list(range(HOSTS)))
         for it in range(iterations):
             t = T0 + it * 200 * MS
@@ -65,8 +61,7 @@ def diagnose(tmp_path, slow_link: str, factor: float, flows=RING, paths: bool = 
                 ends.append(int(t + dur))
                 w.conn(s, d, 32 << 20, t, ends[-1], pg="dp", seq=it,
                        path=hops if paths else None)
-            for r in range(HOSTS):
-                w.op(r, "dp", it, "all_reduce", 64 << 20, t, max(ends) + MS)
+            lockstep(w, "dp", it, "all_reduce", 64 << 20, np.full(HOSTS, t), max(ends) + MS)
         w.end(T0 + iterations * 200 * MS)
     topo = rail_optimized(HOSTS, 1, hosts_per_leaf=4, spines=1)
     reports, _ = feed_trace(Engine(topo), path)

@@ -4,23 +4,14 @@ a real hang after that is still found."""
 
 from __future__ import annotations
 
-import numpy as np
+from functools import partial
 
 from diagnosis.engine import Engine
-from proto.codec import OP_COLUMNS, Columns
+from tests.support.engine_builders import op_columns, op_row
 
 MS = 1_000_000
-
-
-def _cols(rows) -> Columns:
-    arr = {k: np.array([row[i] for row in rows], dtype=dt)
-           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
-    return Columns(arr, ["tp", "all_reduce", ""])
-
-
-def _row(rank, seq, enter, end):
-    # rank pg seq op nbytes dtype t_enter t_start t_end status peer
-    return (rank, 0, seq, 1, 1024, 2, enter, -1, end, 0, -1)
+STRINGS = ["tp", "all_reduce", ""]  # pg 0, op 1, dtype 2 of op_row
+_cols = partial(op_columns, STRINGS)
 
 
 def _hangs(eng: Engine) -> list:
@@ -35,17 +26,18 @@ def test_a_recurring_checkpoint_pause_stops_filing_hangs():
     t, seq = 0, 0
     for _ in range(8):                       # 8 checkpoints, 6 s of steps between them
         for _ in range(100):
-            eng.add_ops(_cols([_row(r, seq, t + r * 50_000, t + 2 * MS) for r in (0, 1)]))
+            eng.add_ops(_cols([op_row(r, seq, t + r * 50_000, t + 2 * MS) for r in (0, 1)]))
             seq += 1
             t += 60 * MS
             if seq % 25 == 0:
                 eng.advance(t)
         # rank 1 enters call `seq` and ships it open; rank 0 checkpoints for 2 s
-        eng.add_ops(_cols([_row(1, seq, t, -1)]))
+        eng.add_ops(_cols([op_row(1, seq, t, -1)]))
         for step in range(1, 11):
             eng.advance(t + step * 200 * MS)
         t += 2000 * MS
-        eng.add_ops(_cols([_row(0, seq, t, t + 2 * MS), _row(1, seq, t - 2000 * MS, t + 2 * MS)]))
+        eng.add_ops(_cols([op_row(0, seq, t, t + 2 * MS),
+                           op_row(1, seq, t - 2000 * MS, t + 2 * MS)]))
         seq += 1
         t += 10 * MS
         eng.advance(t)
@@ -53,7 +45,7 @@ def test_a_recurring_checkpoint_pause_stops_filing_hangs():
     assert 1 <= len(filed) <= 2, [(r.id, r.first_seen_ns) for r in filed]
     assert all(r.state == "resolved" and r.evidence.get("cleared") for r in filed)
     # a real hang: rank 0 never comes to the next call
-    eng.add_ops(_cols([_row(1, seq, t, -1)]))
+    eng.add_ops(_cols([op_row(1, seq, t, -1)]))
     for step in range(1, 41):
         eng.advance(t + step * 250 * MS)
     still = [r for r in _hangs(eng) if r.state == "open"]

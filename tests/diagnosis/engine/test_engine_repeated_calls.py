@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnosis.engine import Engine
 from diagnosis.trace import TraceWriter
-from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import diagnose_written, lockstep
 
 MS = 1_000_000
 
@@ -31,18 +30,14 @@ def write_job(path, gaps_ms: tuple[float, ...], slow_rank: int | None, extra_ms:
                     own[slow_rank] += extra_ms * MS
                 enter = free + own
                 end = enter.max() + 2 * MS * np.exp(rng.normal(0, 0.02))
-                for r in range(ranks):
-                    w.op(r, "dp", seq, "all_reduce", 64 << 20, int(enter[r]), int(end))
+                lockstep(w, "dp", seq, "all_reduce", 64 << 20, enter, end)
                 free = np.full(ranks, end)
                 seq += 1
         w.end(int(free.max()) + 1)
 
 
 def diagnose(tmp_path, **kw):
-    path = tmp_path / "trace.jsonl"
-    write_job(path, **kw)
-    reports, _ = feed_trace(Engine(), path, block_bytes=16 << 10)
-    return reports
+    return diagnose_written(tmp_path / "trace.jsonl", write_job, block_bytes=16 << 10, **kw)
 
 
 def test_slow_before_one_of_three_identical_calls_is_found(tmp_path):

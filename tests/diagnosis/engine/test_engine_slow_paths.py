@@ -13,6 +13,7 @@ from diagnosis.engine import Engine
 from diagnosis.topology.builders import rail_optimized
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import lockstep, nic, one_rank_hosts
 
 MS = 1_000_000
 T0 = 1_000 * MS
@@ -22,10 +23,6 @@ ONSET = 20
 
 def leaf(r: int) -> str:
     return f"leaf0{r // 2}r0"
-
-
-def nic(r: int) -> str:
-    return f"node00{r}/nic0"
 
 
 def diagnose(tmp_path, spines: dict[int, str], slow_link: str, factor: float = 1.5,
@@ -42,8 +39,7 @@ def diagnose(tmp_path, spines: dict[int, str], slow_link: str, factor: float = 1
             return factor if ONSET <= it < until else 1.0
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path) as w:
-        for r in range(6):
-            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        one_rank_hosts(w, 6)
         w.group("dp", list(range(6)))
         for it in range(iterations):
             t = T0 + it * period
@@ -61,8 +57,7 @@ def diagnose(tmp_path, spines: dict[int, str], slow_link: str, factor: float = 1
                     durs.append(start - t + dur)
                     w.conn(s, d, 32 << 20, start, int(start + dur), pg="dp", seq=it,
                            path=hops)
-            for r in range(6):
-                w.op(r, "dp", it, "all_reduce", 64 << 20, t, int(t + max(durs) + MS))
+            lockstep(w, "dp", it, "all_reduce", 64 << 20, np.full(6, t), t + max(durs) + MS)
         w.end(T0 + iterations * period)
     # small blocks: the engine judges as the trace goes, as it would live
     reports, _ = feed_trace(Engine(rail_optimized(6, 1, hosts_per_leaf=2, spines=2)), path,

@@ -10,6 +10,7 @@ import numpy as np
 from diagnosis.engine import Engine
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import diagnose_written, lockstep
 
 MS = 1_000_000
 
@@ -36,19 +37,14 @@ def write_job(path, slow_rank: int | None, factor: float, layers: int = 16,
                     own[slow_rank] *= factor
                 enter = free + own
                 end = enter.max() + 3 * MS * np.exp(rng.normal(0, 0.02))
-                for r in range(ranks):
-                    w.op(r, "world", seq, "all_gather", (32 << 20) + 4096 * layer,
-                         int(enter[r]), int(end))
+                lockstep(w, "world", seq, "all_gather", (32 << 20) + 4096 * layer, enter, end)
                 free = np.full(ranks, end)
                 seq += 1
         w.end(int(free.max()) + 1)
 
 
 def diagnose(tmp_path, **kw):
-    path = tmp_path / "trace.jsonl"
-    write_job(path, **kw)
-    reports, _ = feed_trace(Engine(), path, block_bytes=16 << 10)
-    return reports
+    return diagnose_written(tmp_path / "trace.jsonl", write_job, block_bytes=16 << 10, **kw)
 
 
 def test_rank_slower_before_every_distinct_call_is_found(tmp_path):

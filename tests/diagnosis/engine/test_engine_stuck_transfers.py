@@ -9,15 +9,12 @@ from diagnosis.engine import Engine
 from diagnosis.topology.builders import single_switch
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import nic, one_rank_hosts
 
 MS = 1_000_000
 T0 = 1_000 * MS
 HANG = 20          # the iteration in which the transfer sticks
 RING = [(0, 1), (1, 2), (2, 3), (3, 0)]
-
-
-def nic(r: int) -> str:
-    return f"node00{r}/nic0"
 
 
 def write_job(w: TraceWriter, p2p: list[tuple[str, int, int]], dead: int | None,
@@ -27,8 +24,7 @@ def write_job(w: TraceWriter, p2p: list[tuple[str, int, int]], dead: int | None,
     the last one: the next transfer across it never finishes and the job waits 60 s.
     ``recv_early``: the receiver of each pair enters 3 ms before the transfer can start.
     ``conns``: write connection records (else op records only)."""
-    for r in range(4):
-        w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+    one_rank_hosts(w, 4)
     w.group("dp", [0, 1, 2, 3])
     for pg, s, d in p2p:
         w.group(pg, [s, d])
@@ -150,8 +146,7 @@ def test_transfers_of_the_stuck_call_clear_whatever_the_clocks(tmp_path, call):
     # transfers of the same call are those that began with the stuck one
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path) as w:
-        for r in range(4):
-            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        one_rank_hosts(w, 4)
         w.group("dp", [0, 1, 2, 3])
         for it in range(HANG + 1):
             t = T0 + it * 100 * MS
@@ -178,8 +173,7 @@ def diagnose_p2p(tmp_path, transfers):
     ends); the job waits 60 s after iteration HANG."""
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path) as w:
-        for r in range(4):
-            w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+        one_rank_hosts(w, 4)
         for pg, s, d, _, _ in transfers(T0, False):
             w.group(pg, [s, d])
         for it in range(HANG + 1):

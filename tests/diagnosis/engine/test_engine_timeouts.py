@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnosis.engine import Engine
 from diagnosis.trace import TraceWriter
-from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import diagnose_written, lockstep
 
 MS = 1_000_000
 RANKS = 8
@@ -30,8 +29,7 @@ def write_job(path, last: str, culprit: int = 5, iterations: int = 30,
             enter = free + 20 * MS * np.exp(rng.normal(0, 0.03, RANKS))
             if seq < iterations - 1:
                 end = enter.max() + 4 * MS
-                for r in range(RANKS):
-                    w.op(r, "world", seq, "all_reduce", 1 << 24, int(enter[r]), int(end))
+                lockstep(w, "world", seq, "all_reduce", 1 << 24, enter, end)
                 free = np.full(RANKS, end)
                 continue
             for r in range(RANKS):
@@ -50,10 +48,7 @@ def write_job(path, last: str, culprit: int = 5, iterations: int = 30,
 
 
 def diagnose(tmp_path, **kw):
-    path = tmp_path / "trace.jsonl"
-    write_job(path, **kw)
-    reports, _ = feed_trace(Engine(), path)
-    return reports
+    return diagnose_written(tmp_path / "trace.jsonl", write_job, **kw)
 
 
 def test_peers_timing_out_on_a_rank_that_never_came_is_its_hang(tmp_path):

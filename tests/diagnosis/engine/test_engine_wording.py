@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
+from functools import partial
 
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.engine.wording import group_words
-from proto.codec import OP_COLUMNS, Columns
+from tests.support.engine_builders import op_columns, op_row
 
 MS = 1_000_000
-
-
-def _cols(rows) -> Columns:
-    # rank pg seq op nbytes dtype t_enter t_start t_end status peer; pg 0 is torch's "0"
-    arr = {k: np.array([row[i] for row in rows], dtype=dt)
-           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
-    return Columns(arr, ["0", "all_reduce", ""])
-
-
-def _row(rank, seq, enter, end):
-    return (rank, 0, seq, 1, 1024, 2, enter, -1, end, 0, -1)
+STRINGS = ["0", "all_reduce", ""]  # pg 0, op 1, dtype 2 of op_row; pg 0 is torch's "0"
+_cols = partial(op_columns, STRINGS)
 
 
 def test_numbered_groups_read_as_groups():
@@ -37,7 +28,7 @@ def test_a_rank_that_stopped_reporting_is_worded_with_its_call_and_group():
     for seq in range(30):
         t += 10 * MS
         ranks = range(3) if seq < 20 else range(2)
-        eng.add_ops(_cols([_row(r, seq, t + r, t + MS) for r in ranks]))
+        eng.add_ops(_cols([op_row(r, seq, t + r, t + MS) for r in ranks]))
         eng.advance(t)
     (found,) = eng.finish(t + 10_000 * MS)
     assert "completed all_reduce #20 on process group 0" in found.summary, found.summary

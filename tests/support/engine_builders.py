@@ -1,0 +1,70 @@
+"""Builders the engine's tests share: op rows and columns handed to ``Engine.add_ops``, one
+collective written for every rank of a lock-step job, the NIC names of single-rank hosts, and
+a trace written by a test's scenario then diagnosed from the file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from diagnosis.engine import Engine
+from diagnosis.report import FaultReport
+from diagnosis.trace import TraceWriter
+from diagnosis.trace.feed import feed_trace
+from proto.codec import OP_COLUMNS, Columns
+
+OpRow = tuple[int, ...]
+
+
+def op_row(rank: int, seq: int, enter: int, end: int, *, pg: int = 0, op: int = 1,
+           nbytes: int = 1024, dtype: int = 2, start: int = -1, status: int = 0,
+           peer: int = -1) -> OpRow:
+    """One call in the order of ``OP_COLUMNS``; ``pg``, ``op`` and ``dtype`` index the string
+    table given to :func:`op_columns`; ``end`` -1: still open."""
+    return (rank, pg, seq, op, nbytes, dtype, enter, start, end, status, peer)
+
+
+def op_columns(strings: Sequence[str], rows: Sequence[OpRow]) -> Columns:
+    """Rows from :func:`op_row` as the columns ``Engine.add_ops`` takes, with their string
+    table (the names their ``pg``, ``op`` and ``dtype`` index)."""
+    assert all(len(row) == len(OP_COLUMNS) for row in rows), "rows come from op_row"
+    arr = {k: np.array([row[i] for row in rows], dtype=dt)
+           for i, (k, dt) in enumerate(OP_COLUMNS.items())}
+    return Columns(arr, list(strings))
+
+
+def lockstep(w: TraceWriter, pg: str, seq: int, op: str, nbytes: int, enter: np.ndarray,
+             end: float) -> None:
+    """One collective of ranks ``0 .. len(enter) - 1``: rank r enters at ``enter[r]``, all
+    leave together at ``end`` (the last one in releases them)."""
+    for r in range(len(enter)):
+        w.op(r, pg, seq, op, nbytes, int(enter[r]), int(end))
+
+
+def nic(rank: int) -> str:
+    """The NIC of rank ``rank`` in jobs of one rank per host ``node00<rank>``."""
+    return f"node00{rank}/nic0"
+
+
+def one_rank_hosts(w: TraceWriter, n: int) -> None:
+    """Ranks ``0 .. n - 1``, rank r alone on host ``node00<r>`` with its GPU and :func:`nic`."""
+    for r in range(n):
+        w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+
+
+def top(report: FaultReport) -> tuple[str, str]:
+    """A report's first suspect: (type, id)."""
+    return report.suspects[0].type, report.suspects[0].id
+
+
+def diagnose_written(path: Path, write: Callable[..., None], engine: Engine | None = None,
+                     *, block_bytes: int = 4 << 20, **scenario: Any) -> list[FaultReport]:
+    """Write ``path`` with ``write(path, **scenario)``, then read it as `c4 analyze` would:
+    the engine's reports."""
+    write(path, **scenario)
+    reports, _ = feed_trace(engine if engine is not None else Engine(), path,
+                            block_bytes=block_bytes)
+    return reports
