@@ -1,0 +1,98 @@
+"""The hooks' unrolled hot path against the plain one: ``Recorder._wrap_collective`` and
+``_wrap_p2p`` repeat the tail of a call inline (one Python call less per hooked call), and
+``Recorder._make_invoke`` is that tail as a function, which groups timed another way (CUDA
+events) go through. The same calls on a real one-rank gloo group, recorded once each way, give
+the same rows: same groups, sequence numbers, ops, sizes, dtypes, peers, statuses and error
+texts, with every call completed, in each async timing mode."""
+
+from __future__ import annotations
+
+import pytest
+from collector_testkit import free_port, wait_for
+
+from collectors.buffer import RecordBuffer
+from collectors.completion import MODES, OK
+from collectors.hook import Recorder
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+pytestmark = pytest.mark.network
+
+
+@pytest.fixture(scope="module")
+def one_rank_group():
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _calls() -> int:
+    """Sync and async collectives, tensor and list data, a barrier, and calls torch refuses
+    (collective and point-to-point); returns how many calls were made."""
+    t, out = torch.ones(16), [torch.empty(16)]
+    dist.all_reduce(t)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(torch.ones(3, dtype=torch.float64), async_op=True).wait()
+    dist.broadcast(t, src=0)
+    dist.all_gather(out, t)
+    dist.all_gather(out, t, async_op=True).wait()
+    dist.barrier()
+    with pytest.raises(RuntimeError, match="invalid root rank"):
+        dist.broadcast(t, src=3)
+    with pytest.raises(ValueError, match="destination rank"):
+        dist.send(t, dst=0)
+    with pytest.raises(RuntimeError):
+        dist.isend(torch.ones(2, dtype=torch.int32), dst=0).wait()
+    return 10
+
+
+def _record(mode: str, plain: bool) -> tuple[list[tuple], list[str], int]:
+    """The rows of ``_calls`` (string indexes as names, times checked and dropped), the
+    error texts, and how many calls went through the plain tail."""
+    buf = RecordBuffer(1024)
+    rec = Recorder(buf, on_attach=lambda: None, async_timing=mode)
+    through_plain: list[int] = []
+    if plain:
+        tail = rec._invoke_wall
+
+        def counted(*args):
+            through_plain.append(1)
+            return tail(*args)
+
+        rec._invoke_for = lambda pg: counted
+    rec.patch()
+    try:
+        n = _calls()
+        wait_for(lambda: len(buf.rows) == n and not rec.done._waiting, 10,
+                 f"{n} completed rows ({mode})")
+    finally:
+        rec.unpatch()
+    assert buf.pending == {} and buf.dropped_full == 0
+    names = buf.strings.strings
+    rows = []
+    for pg, seq, op, nbytes, dt, t_enter, t_start, t_end, status, peer in buf.rows:
+        assert 0 < t_enter <= t_end and t_start == -1
+        rows.append((names[pg], seq, names[op], nbytes, names[dt], status, peer))
+    return rows, sorted(buf.errors.values()), len(through_plain)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_unrolled_path_records_what_the_plain_path_does(one_rank_group, mode):
+    inline, inline_errors, inline_plain = _record(mode, plain=False)
+    plain, plain_errors, plain_calls = _record(mode, plain=True)
+    assert inline_plain == 0 and plain_calls == len(plain) == 10
+    # async completions may land in another order; each call's row is the same
+    assert sorted(inline) == sorted(plain)
+    assert inline_errors == plain_errors and len(inline_errors) == 3
+    world = dist.group.WORLD.group_name
+    ops = sorted((r[2], r[1], r[3], r[4], r[5] == OK, r[6]) for r in inline if r[0] == world)
+    # one sequence per group for collectives, one per (direction, peer) for point-to-point
+    assert ops == [
+        ("all_gather", 4, 64, "float32", True, -1), ("all_gather", 5, 64, "float32", True, -1),
+        ("all_reduce", 0, 64, "float32", True, -1), ("all_reduce", 1, 64, "float32", True, -1),
+        ("all_reduce", 2, 24, "float64", True, -1), ("barrier", 6, 0, "", True, -1),
+        ("broadcast", 3, 64, "float32", True, -1), ("broadcast", 7, 64, "float32", False, -1),
+        ("isend", 1, 8, "int32", False, 0), ("send", 0, 64, "float32", False, 0)]
