@@ -160,7 +160,7 @@ class Log:
         segment, start = self._put([header, head, body], size, reserve)
         return Pos(segment, start, size)
 
-    def _put(self, chunks: list[bytes], size: int, reserve: int) -> tuple[int, int]:
+    def _put(self, chunks: Sequence[Chunk], size: int, reserve: int) -> tuple[int, int]:
         """Write ``chunks`` (``size`` bytes in all) at the end of the log, leaving ``reserve``
         bytes of the limit free; their segment and offset."""
         with self._lock:
@@ -198,7 +198,7 @@ class Log:
         assert self._fd is not None and self._current is not None
         return self._fd, self._current
 
-    def _write(self, fd: int, segment: int, start: int, chunks: list[Chunk], size: int) -> None:
+    def _write(self, fd: int, segment: int, start: int, chunks: Sequence[Chunk], size: int) -> None:
         done = 0
         try:
             done = os.writev(fd, chunks)
