@@ -87,6 +87,19 @@ class Service:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        return self._started().pid
+
+    def exit_code(self) -> int | None:
+        """The exit code once the process has ended (negative: killed by that signal)."""
+        return self._started().poll()
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self.proc is None:
+            raise RuntimeError(f"{self.args[0]} was never started (call start() first)")
+        return self.proc
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
         """Signal the process and everything it started (its own session), then reap it."""
         if self.proc is None:

@@ -77,10 +77,10 @@ class LabEnv:
         faults.clear(self.lab_dir)
 
     def accepted(self, culprit: str) -> set[str]:
-        from c4.lab.state import read
+        from c4.lab.lab import require
         from c4.lab.truth import truth
 
-        planted = truth(read(self.lab_dir))["faults"]  # the lab's ground truth
+        planted = truth(require(self.lab_dir))["faults"]  # the lab's ground truth
         return {a["id"] for a in planted[-1]["accept"]} if planted else {culprit}
 
     def close(self) -> None:

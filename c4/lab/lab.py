@@ -4,11 +4,12 @@ training jobs with one torchrun node per host."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ def _start_services(lab_dir: Path, lay: Layout, st: dict[str, Any],
                                 st["topology"], "--analyze-interval", str(analyze_interval),
                                 "--insecure"),
                      lab_dir / "daemon.log", env=_env(lab_dir)).start()
-    st["daemon"] = {"address": addr, "pid": daemon.proc.pid, "store": store,
+    st["daemon"] = {"address": addr, "pid": daemon.pid, "store": store,
                     "log": str(daemon.log)}
     cars = {}
     mount_psi()
@@ -110,7 +111,7 @@ def _start_services(lab_dir: Path, lay: Layout, st: dict[str, Any],
                                    "--health-cgroup", str(host_psi_view(host)))],
                       lab_dir / host / "sidecar.log", env=_env(lab_dir)).start()
         cars[host] = (svc, sock)
-        st["sidecars"][host] = {"pid": svc.proc.pid, "socket": str(sock), "log": str(svc.log)}
+        st["sidecars"][host] = {"pid": svc.pid, "socket": str(sock), "log": str(svc.log)}
     client = DaemonClient(addr, timeout=2.0)
     try:
         wait_for(client.status, 90, what=f"the lab daemon on {addr}")
@@ -120,7 +121,7 @@ def _start_services(lab_dir: Path, lay: Layout, st: dict[str, Any],
         client.close()
     for host, (svc, sock) in cars.items():
         try:
-            wait_for(lambda s=sock, v=svc: s.exists() or not v.running(), 90,
+            wait_for(functools.partial(_sidecar_up, sock, svc), 90,
                      what=f"the sidecar of {host}")
         except TimeoutError as exc:
             raise LabError(f"{exc}\n{svc.output()[-2000:]}") from None
@@ -161,6 +162,11 @@ def down(lab_dir: Path) -> str:
             + (f"; its fault log is in {lab_dir / state.LAST_STATE_FILE}" if st else ""))
 
 
+def _sidecar_up(sock: Path, svc: Service) -> bool:
+    """Its socket is there, or it has stopped (then waiting longer is pointless)."""
+    return sock.exists() or not svc.running()
+
+
 def require(lab_dir: Path) -> dict[str, Any]:
     st = state.read(lab_dir)
     if st is None:
@@ -169,8 +175,8 @@ def require(lab_dir: Path) -> dict[str, Any]:
 
 
 # ----- jobs -----------------------------------------------------------------------------------
-def start_job(lab_dir: Path, script: str | Path, args: list[str] = (), *, job: str | None = None,
-              nproc: int | None = None, hosts: list[str] | None = None,
+def start_job(lab_dir: Path, script: str | Path, args: Sequence[str] = (), *,
+              job: str | None = None, nproc: int | None = None, hosts: list[str] | None = None,
               env: dict[str, str] | None = None) -> tuple[str, list[Service]]:
     """Start a torchrun job with one node per lab host (gloo over the fabric, collectors on);
     return its name and the torchrun services (one per host, in host order)."""
@@ -226,12 +232,12 @@ def wait_job(services: list[Service], timeout: float) -> int:
         while any(s.running() for s in services):
             if time.monotonic() > deadline:
                 return 124
-            if any(s.proc.poll() not in (None, 0) for s in services):
+            if any(s.exit_code() not in (None, 0) for s in services):
                 time.sleep(5)  # let the others notice and exit on their own
                 break
             time.sleep(0.2)
     finally:
         for s in services:
             s.stop(timeout=10)
-    codes = [s.proc.returncode for s in services]
+    codes = [s.exit_code() for s in services]
     return next((c for c in codes if c), 0)

@@ -24,6 +24,7 @@ def _probe_env() -> dict[str, str]:
 def _sink(ns: str, args: list[str]) -> subprocess.Popen[str]:
     proc = subprocess.Popen(["ip", "netns", "exec", ns, *PROBE, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_probe_env())
+    assert proc.stdout is not None and proc.stderr is not None   # both PIPE above
     line = proc.stdout.readline().strip()
     if line != "ready":
         proc.kill()

@@ -40,6 +40,14 @@ def _calibrate(ms: int, n: int = 128) -> tuple[torch.Tensor, int]:
     return a, max(1, round(per_ms * ms))
 
 
+def _grad(t: torch.Tensor) -> torch.Tensor:
+    """The gradient backward() left on ``t`` (every parameter and the received input take part
+    in the loss)."""
+    if t.grad is None:
+        raise RuntimeError("backward() left no gradient on a tensor that takes part in the loss")
+    return t.grad
+
+
 def _latest_complete(ckpt_dir: str | None, pp: int) -> int:
     """The last step for which every stage's checkpoint exists (0: none)."""
     if not ckpt_dir or not os.path.isdir(ckpt_dir):
@@ -77,7 +85,7 @@ def main() -> None:
     work, reps = _calibrate(_env("C4_LAB_COMPUTE_MS", 10))
     ckpt_dir, ckpt_every = os.environ.get("C4_LAB_CKPT_DIR"), _env("C4_LAB_CKPT_EVERY", 0)
     start = _latest_complete(ckpt_dir, pp)
-    if start:
+    if start and ckpt_dir:
         saved = torch.load(os.path.join(ckpt_dir, f"stage{stage}-step{start}.pt"))
         model.load_state_dict(saved["model"])
         if rank == 0:
@@ -107,10 +115,11 @@ def main() -> None:
             dist.recv(grad, src=nxt)
             out.backward(grad)
         if prev is not None:
-            dist.send(inp.grad, dst=prev)
+            dist.send(_grad(inp), dst=prev)
         for p in model.parameters():
-            dist.all_reduce(p.grad, group=dp_group)
-            p.grad /= dp
+            grad = _grad(p)
+            dist.all_reduce(grad, group=dp_group)
+            grad /= dp
         opt.step()
         if ckpt_dir and ckpt_every and (step + 1) % ckpt_every == 0 and replica == 0:
             os.makedirs(ckpt_dir, exist_ok=True)
