@@ -187,7 +187,7 @@ def _contend(fid: int, procs: list[LabProc], target: str, cpu_pct: int,
     if len(hosts) != 1:
         raise LabError(f"cpu-contention strikes one host; {target!r} has ranks on "
                        f"{', '.join(sorted(hosts)) or 'no host'}")
-    if not 1 <= cpu_pct <= 100 * os.cpu_count() or burners < 1:   # type: ignore[operator]
+    if not 1 <= cpu_pct <= 100 * (os.cpu_count() or 1) or burners < 1:
         raise LabError("--cpu must be a percentage of one core (up to the cores there are) "
                        "and --burners at least 1")
     (host,) = hosts

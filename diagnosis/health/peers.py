@@ -189,7 +189,7 @@ class PeerModel:
             scores = -forest.score_samples(zc)
             isolated = forest.predict(zc) == -1
             strong = (np.abs(z) >= cfg.z_strong).any(axis=1)
-            candidates = [i for i in candidates if isolated[i] or strong[i]]
+            candidates = candidates[isolated[candidates] | strong[candidates]]
         out = []
         for i in candidates:
             feats = [(names[j], float(x[i, j]), float(med[j]), float(z[i, j]))

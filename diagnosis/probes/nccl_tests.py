@@ -259,9 +259,10 @@ class _TextParser:
             tokens = [*tokens[:-2], f"{tokens[-2]} {tokens[-1]}"]
         values = tokens[:-1] if layout.timestamp else tokens
         lead_n = len(layout.lead)
-        blocks = layout.blocks
-        if len(values) == lead_n + len(blocks[-1]) and len(blocks) == 2:
-            blocks = (None, blocks[-1])  # type: ignore[assignment]  # in-place only
+        # None: a block the line leaves out (a row of in-place results only)
+        blocks: tuple[tuple[str, ...] | None, ...] = layout.blocks
+        if len(values) == lead_n + len(layout.blocks[-1]) and len(layout.blocks) == 2:
+            blocks = (None, layout.blocks[-1])
         elif len(values) != layout.width:
             raise FormatError(
                 f"expected {layout.width} columns ({' '.join(layout.lead)} and "
@@ -317,9 +318,10 @@ def _params(p: str) -> dict[str, int | str]:
     for m in _PARAM_INT.finditer(p):
         key, val = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
         out[key.replace(" ", "_")] = int(val)
-    m = _STEP.search(p)
-    if m:
-        out["step_factor" if m.group("kind") == "factor" else "step_bytes"] = int(m.group("n"))
+    step = _STEP.search(p)
+    if step:
+        out["step_factor" if step.group("kind") == "factor" else "step_bytes"] = int(
+            step.group("n"))
     return out
 
 

@@ -10,7 +10,7 @@ written as the strings "true"/"false", ``root`` as a padded string, NaN as "nan"
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal, overload
 
 from diagnosis.errors import FormatError
 from diagnosis.probes.nccl_tests_records import (
@@ -107,12 +107,16 @@ def _measurement(m: Any, it: Any, where: str, source: str) -> Measurement | None
     per_iter = {k: float(v) for k, v in (it or {}).items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return Measurement(
-        time_us=_num(time, f"{where}.time", source, required=True),  # type: ignore[arg-type]
+        time_us=_num(time, f"{where}.time", source, required=True),
         algbw_GBps=_num(m.get("alg_bw"), f"{where}.alg_bw", source, required=True),
         busbw_GBps=_num(m.get("bus_bw"), f"{where}.bus_bw", source, required=True),
         wrong=_num(m.get("nwrong"), f"{where}.nwrong", source), per_iter=per_iter)
 
 
+@overload
+def _num(x: Any, where: str, source: str, required: Literal[True]) -> float: ...
+@overload
+def _num(x: Any, where: str, source: str, required: bool = False) -> float | None: ...
 def _num(x: Any, where: str, source: str, required: bool = False) -> float | None:
     if x is None and not required:
         return None

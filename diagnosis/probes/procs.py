@@ -81,8 +81,8 @@ def run_all(commands: Sequence[Sequence[str]], timeout: float,
         finally:
             for proc, _, _ in started:
                 _kill(proc)
-        done = tuple(Finished(tuple(proc.args), code, _read(out), _read(err))
-                     for (proc, out, err), code in zip(started, before))
+        done = tuple(Finished(tuple(args), code, _read(out), _read(err))
+                     for args, (_, out, err), code in zip(commands, started, before))
     return Outcome(done, timed_out, time.monotonic() - t0)
 
 

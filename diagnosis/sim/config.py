@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from diagnosis.errors import DiagnosisError
 from diagnosis.topology.fabrics import FABRICS, RAIL_FABRICS
@@ -102,7 +103,7 @@ class FaultSpec:
             onset = _int(at, text, "onset")
         kind, _, target = head.partition(":")
         kind = kind.replace("-", "_")  # `c4 lab inject` spells them slow-link, slow-gpu, ...
-        kw: dict[str, object] = {}
+        kw: dict[str, Any] = {}
         for opt in opts:
             key, sep, value = opt.partition("=")
             if not sep or key not in ("slow", "end", "every", "on", "duty"):
@@ -110,7 +111,7 @@ class FaultSpec:
                                "every=, on=, duty=")
             kw[key] = _float(value, text, key) if key in ("slow", "duty") \
                 else _int(value, text, key)
-        return cls(kind=kind, target=target or "auto", onset=onset, **kw)  # type: ignore[arg-type]
+        return cls(kind=kind, target=target or "auto", onset=onset, **kw)
 
     def active(self, iteration: int, onset: int) -> bool:
         if iteration < onset or (self.end is not None and iteration >= self.end):

@@ -4,9 +4,11 @@ job's NCCL would have written."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,13 +66,14 @@ def _ras(sim: Simulation, out: Path, every_s: float) -> _RasSink:
 
 
 def sinks_for(formats: list[str] | tuple[str, ...], *, verbose: bool = True,
-              dump_interval_us: int = 100_000, ras_every_s: float = 10.0) -> list:
+              dump_interval_us: int = 100_000, ras_every_s: float = 10.0
+              ) -> list[Callable[..., Any]]:
     """Writers (as ``diagnosis.sim.run.simulate`` takes them) for the formats other than
     ``trace``; raises SimError naming an unknown one."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise SimError(f"--as {', '.join(unknown)}: choose from {', '.join(FORMATS)}")
-    out = []
+    out: list[Callable[..., Any]] = []
     if "nccl-inspector" in formats:
         out.append(partial(_inspector, verbose=verbose, interval_us=dump_interval_us))
     if "ncclras" in formats:

@@ -18,7 +18,7 @@ connected part of the fabric, and capacities on the links. :func:`fit` takes wha
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import networkx as nx
@@ -134,7 +134,7 @@ def _capacities(g: nx.Graph, nic_gbps: float, uplink_gbps: float | None) -> list
     kind = {n: d.get("kind") for n, d in g.nodes(data=True)}
     level = {n: d.get("level", 0) for n, d in g.nodes(data=True) if kind[n] == "switch"}
     cables = nics = 0
-    below: dict[str, float] = Counter()
+    below: defaultdict[str, float] = defaultdict(float)
     up: dict[str, list[str]] = {}
     for u, v, d in g.edges(data=True):
         ku, kv = kind[u], kind[v]
@@ -147,7 +147,7 @@ def _capacities(g: nx.Graph, nic_gbps: float, uplink_gbps: float | None) -> list
         elif ku == kv == "switch" and level[u] != level[v]:
             lo, hi = (u, v) if level[u] < level[v] else (v, u)
             up.setdefault(lo, []).append(hi)
-    for s in sorted(level, key=level.get):          # NICs below, shared among the uplinks
+    for s in sorted(level, key=lambda n: level[n]):          # NICs below, shared among the uplinks
         for hi in up.get(s, []):
             below[hi] += below[s] / len(up[s])
     for u, v, d in g.edges(data=True):

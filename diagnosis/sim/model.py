@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class _Acc:
         self.names = names
         self.chunks: list[list[np.ndarray]] = []
 
-    def add(self, n: int, **cols: object) -> None:
+    def add(self, n: int, **cols: Any) -> None:
         self.chunks.append([np.asarray(cols[k]).reshape(-1) if np.ndim(cols[k])
                             else np.full(n, cols[k]) for k in self.names])
 
@@ -188,9 +189,9 @@ class Simulation:
         free = self.free.reshape(self.shape).copy()
 
         for m in range(M):                                  # forward
-            arrived = None
+            arrived: np.ndarray | None = None     # what the stage before sent this one
             for s in range(P):
-                ready = free[:, s, :] if s == 0 else arrived
+                ready = free[:, s, :] if arrived is None else arrived
                 end = self._stage(ops, s, m, ready, cfg.fwd_ms, i * 2 * M + m)
                 if s < P - 1:
                     arrived = self._p2p(ops, cons, s, s + 1, i * M + m, end, free)
@@ -200,7 +201,7 @@ class Simulation:
         for m in range(M):                                  # backward
             arrived = None
             for s in reversed(range(P)):
-                ready = free[:, s, :] if s == P - 1 else arrived
+                ready = free[:, s, :] if arrived is None else arrived
                 end = self._stage(ops, s, M + m, ready, cfg.bwd_ms, i * 2 * M + M + m)
                 if s > 0:
                     arrived = self._p2p(ops, cons, s, s - 1, i * M + m, end, free)
@@ -422,9 +423,9 @@ class Simulation:
             if done < start + normal[j]:
                 nbytes[j] = min(full[j], (stall - start) / normal[j] * full[j] + k * chunk)
                 t_end[j] = done
-        for j in np.flatnonzero(failed):
-            nbytes[j] = 0
-            nbytes[(j - 1) % D] = 0
+        for f in np.flatnonzero(failed):
+            nbytes[f] = 0
+            nbytes[(f - 1) % D] = 0
 
     # ----- output -----------------------------------------------------------------------------
     def _finish(self, i: int, o: dict[str, np.ndarray], c: dict[str, np.ndarray]) -> Batch:
