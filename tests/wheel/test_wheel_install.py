@@ -125,13 +125,21 @@ def test_the_wheel_holds_every_file_the_packages_ship(installed):
 
 
 def test_c4_is_imported_from_the_installed_wheel(installed):
-    probe = ("import json, sys, c4, collectors, diagnosis, proto.c4_pb2, recovery, "
-             "traffic_planner; print(json.dumps({'path': sys.path, 'files': [m.__file__ for m in "
-             "(c4, collectors, diagnosis, proto.c4_pb2, recovery, traffic_planner)]}))")
+    """Every package of the checkout, the CLI and the daemon client (and with them the
+    generated protobuf and gRPC code, whatever its package is called) load from the venv."""
+    ours = [p.name for p in _packages()]
+    probe = ("import importlib, json, sys\n"
+             f"for name in {ours!r} + ['c4.cli', 'diagnosis.client']:\n"
+             "    importlib.import_module(name)\n"
+             "print(json.dumps({'path': sys.path, 'files': {n: m.__file__ for n, m in "
+             f"sys.modules.items() if n.split('.')[0] in {ours!r} or "
+             "n.endswith(('_pb2', '_pb2_grpc'))}}))")
     out = installed.run(installed.python, "-c", probe)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
-    assert all(_under(f, installed.venv) for f in seen["files"]), seen["files"]
+    files = seen["files"]
+    assert any(n.endswith("_pb2") for n in files) and any(n.endswith("_pb2_grpc") for n in files)
+    assert {n for n, f in files.items() if not _under(f, installed.venv)} == set(), files
     assert not [p for p in seen["path"] if p and _under(p, REPO)], seen["path"]
     version = installed.run(installed.c4, "--version")
     assert version.returncode == 0 and "0.1.0" in version.stdout, version.stdout + version.stderr
@@ -177,6 +185,7 @@ def _check_results(out: Path, installed: Installed, hosts: list[str],
         f"rank{i}-{h}.json" for i, h in enumerate(hosts)]
     for r in results:
         assert r["installed"] and r["sum"] == 2.0 ** 10 and r["world"] == 2
+        assert any(n.endswith("_pb2") for n in r["modules"]), r["modules"]
         assert all(_under(f, installed.venv) for f in r["modules"].values()), r["modules"]
         assert r["checkout_on_path"] == [] and r["pythonpath"] == pythonpath
 

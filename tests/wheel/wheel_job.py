@@ -29,13 +29,14 @@ for _ in range(10):
 dist.barrier()
 
 import collectors  # noqa: E402  (only now: under c4 run the hook is already there)
-import proto.c4_pb2  # noqa: E402
 
 installed = collectors.current() is not None
 collectors.flush(timeout=5.0)
 on_path = [p for p in sys.path if p and Path(p).resolve() == checkout]
 (out / f"rank{rank}-{os.environ.get('C4_HOST', 'local')}.json").write_text(json.dumps({
     "rank": rank, "world": world, "sum": float(t[0]), "installed": installed,
-    "modules": {m.__name__: m.__file__ for m in (collectors, proto.c4_pb2)},
+    # the collector and the generated protobuf code it ships with, under whatever name
+    "modules": {name: m.__file__ for name, m in list(sys.modules.items())
+                if name.startswith("collectors") or name.endswith(("_pb2", "_pb2_grpc"))},
     "checkout_on_path": on_path, "pythonpath": os.environ.get("PYTHONPATH")}))
 dist.destroy_process_group()
