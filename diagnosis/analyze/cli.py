@@ -56,6 +56,20 @@ def analyze(
                                              help="NCCL profiler output: the example plugin's "
                                              "Chrome traces or CoMMA's latency files "
                                              "(repeatable)."),
+    chrome_trace: Path | None = typer.Option(None, "--chrome-trace", dir_okay=False,
+                                             help="Also write the TRACE's calls and the faults "
+                                             "found as a Chrome trace-event JSON file (.gz: "
+                                             "compressed) for Perfetto or chrome://tracing."),
+    since: float | None = typer.Option(None, "--since", min=0.0, help="With --chrome-trace: "
+                                       "only calls running after this many seconds since "
+                                       "the first call."),
+    until: float | None = typer.Option(None, "--until", min=0.0, help="With --chrome-trace: "
+                                       "only calls entered before this many seconds since "
+                                       "the first call."),
+    max_calls: int | None = typer.Option(None, "--max-calls", min=1, help="With "
+                                         "--chrome-trace: at most this many calls (default a "
+                                         "million), those nearest the first fault's onset "
+                                         "when there are more."),
 ) -> None:
     """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors.
     Every incident is listed: those still open at the trace's end and those that cleared
@@ -76,6 +90,10 @@ def analyze(
               "(--nccl-inspector DIR, --ncclras FILE, --logs FILE, --nccl-profiler FILE)")
     if stopped_after is not None and trace is None and not nccl:
         _fail("--stopped-after is about a TRACE file: Flight Recorder dumps need no end time")
+    if chrome_trace is not None and trace is None:
+        _fail("--chrome-trace draws the calls of a TRACE file: give one")
+    if chrome_trace is None and (since is not None or until is not None or max_calls):
+        _fail("--since, --until and --max-calls bound the --chrome-trace file: give it too")
     if prefix is not None and flight_recorder is None:
         _fail("--prefix selects Flight Recorder dumps: use it with --flight-recorder DIR")
     try:
@@ -87,6 +105,9 @@ def analyze(
         else:
             reports = _trace(trace, topology, jobs,
                              None if stopped_after is None else int(stopped_after * 1e9))
+        if chrome_trace is not None:
+            _chrome(trace, chrome_trace, reports, since, until, max_calls,
+                    None if stopped_after is None else int(stopped_after * 1e9))
     except DiagnosisError as exc:
         _fail(str(exc))
     _emit(reports, fmt, output)
@@ -95,6 +116,26 @@ def analyze(
 def _fail(message: str) -> None:
     typer.echo(f"c4 analyze: {message}", err=True)
     raise typer.Exit(2)
+
+
+def _chrome(trace: Path, out: Path, reports: list, since: float | None, until: float | None,
+            max_calls: int | None, stopped_after_ns: int | None) -> None:
+    from diagnosis.chrome_trace import DEFAULT_MAX_CALLS, write_chrome_trace
+    from diagnosis.trace.job import read_job
+
+    tj = read_job(trace)
+    end = tj.end_ns
+    if end is None and stopped_after_ns is not None and len(tj.ops):
+        end = int(max(tj.ops["t_enter_ns"].max(), tj.ops["t_end_ns"].max())) + stopped_after_ns
+    ct = write_chrome_trace(out, tj.job or trace.stem, tj.ops, reports, tj.hosts, gpus=tj.gpus,
+                            end_ns=end, since_s=since, until_s=until,
+                            max_calls=max_calls or DEFAULT_MAX_CALLS)
+    for note in ct.notes:
+        typer.echo(f"c4 analyze: note: {note}", err=True)
+    # on stderr: the reports on standard output stay parseable
+    typer.echo(f"wrote {ct.calls:,} of {ct.calls_total:,} calls ({ct.ranks:,} ranks on "
+               f"{ct.hosts:,} hosts) and {ct.faults} fault(s) to {out} (Chrome trace: open it "
+               "in Perfetto)", err=True)
 
 
 def _flight_recorder(path: Path, prefix: str | None) -> list:

@@ -12,7 +12,7 @@ import numpy as np
 
 from diagnosis.errors import DiagnosisError
 from diagnosis.report import FaultReport
-from proto.codec import OP_COLUMNS, Columns, concat, empty_columns
+from proto.codec import Columns
 
 log = logging.getLogger(__name__)
 
@@ -128,40 +128,25 @@ def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
 def from_trace(path: Path, job: str | None = None, *, topology: Path | None = None,
                journal: Path | None = None) -> ReportData:
     """A trace file read offline; its faults are found by running the detectors over it."""
-    from diagnosis.engine import ConnRecords, Engine
-    from diagnosis.trace import Meta, RankInfo, read_trace
+    from diagnosis.engine import Engine
     from diagnosis.trace.feed import feed_trace
+    from diagnosis.trace.job import read_job
 
     topo = _topology(topology)
-    parts: list[Columns] = []
-    conns: list[ConnRecords] = []
-    hosts: dict[int, str] = {}
-    gpus: dict[int, str] = {}
-    nics: dict[int, str] = {}
-    trace_job = None
-    for item in read_trace(path):
-        if isinstance(item, Columns):
-            parts.append(item)
-        elif isinstance(item, ConnRecords):
-            conns.append(item)
-        elif isinstance(item, RankInfo):
-            hosts[item.rank] = item.host
-            if item.gpu:
-                gpus[item.rank] = item.gpu
-            if item.nic:
-                nics[item.rank] = item.nic
-        elif isinstance(item, Meta):
-            trace_job = item.job
-    ops = concat(parts) if parts else empty_columns(OP_COLUMNS)
+    log.info("reading %s", Path(path).name)
+    tj = read_job(path)
+    ops = tj.ops
+    log.info("read %s calls of %s ranks; running the detectors", f"{len(ops):,}",
+             f"{len(tj.hosts):,}")
     faults, stats = feed_trace(Engine(topo), path)
     if stats.health:
         from diagnosis.health.diagnose import explain
 
         faults = explain(list(faults), stats.health, rank_places=stats.places)
-    name = job or trace_job or Path(path).stem
-    data = ReportData(name, f"trace {Path(path).name}", ops, None, list(faults), hosts, gpus,
-                      nics, topo)
-    done = [c for c in conns if len(c)]
+    name = job or tj.job or Path(path).stem
+    data = ReportData(name, f"trace {Path(path).name}", ops, None, list(faults), tj.hosts,
+                      tj.gpus, tj.nics, topo)
+    done = [c for c in tj.conns if len(c)]
     if done:
         src = np.concatenate([c.src for c in done])
         dst = np.concatenate([c.dst for c in done])
