@@ -2,7 +2,7 @@
 
     python -m bench.report_html_scale [--gpus 8 512 4096] [--iterations 6] [--no-conns]
 
-Each size is simulated in one process (a job with a slow link and its connection samples, as
+Each size is simulated in one process (a job with a slow GPU and its connection samples, as
 ``c4 sim`` writes it) and its page built in a fresh one, whose peak RSS is the report's own:
 read the trace, run the detectors and render the page. Prints a table: GPUs, trace size,
 connection samples, fault reports, seconds (wall and CPU) to build the page, peak RSS, page
@@ -29,7 +29,7 @@ def _simulate(gpus: int, iterations: int, conns: bool, out: Path) -> None:
     # a small job: two hosts, still data-parallel
     small = {"tp": 2, "pp": 2, "gpus_per_host": 4} if gpus < 64 else {}
     simulate(SimConfig(gpus=gpus, iterations=iterations, microbatches=2, conns=conns, **small,
-                       faults=(FaultSpec.parse("slow_link:auto@2"),)), out)
+                       faults=(FaultSpec.parse("slow_gpu:auto@2"),)), out)
 
 
 def _build(out: Path) -> dict:

@@ -28,7 +28,7 @@ from typing import IO, Any
 import numpy as np
 
 from diagnosis.errors import DiagnosisError
-from diagnosis.report import FaultReport
+from diagnosis.report import FaultReport, suspect_ranks
 from diagnosis.topology.model import natural_key
 from proto.codec import STATUS_NAMES, Columns
 
@@ -130,16 +130,6 @@ def _fault_args(f: FaultReport) -> dict[str, Any]:
     return out
 
 
-def _suspect_ranks(f: FaultReport) -> list[int]:
-    ranks = []
-    for s in f.suspects:
-        r = s.rank if s.rank is not None else (int(s.id) if s.type == "rank"
-                                               and s.id.isdigit() else None)
-        if r is not None:
-            ranks.append(int(r))
-    return ranks
-
-
 def chrome_events(ops: Columns, faults: list[FaultReport], hosts: dict[int, str], *,
                   gpus: dict[int, str] | None = None, end_ns: int | None = None,
                   since_s: float | None = None, until_s: float | None = None,
@@ -169,7 +159,7 @@ def chrome_events(ops: Columns, faults: list[FaultReport], hosts: dict[int, str]
     stop = np.where(open_, end, ops["t_end_ns"][idx])
     lane = _lanes(rank, enter, stop)
     ranks = sorted(set(rank.tolist()) | set(hosts) | {r for f in faults
-                                                       for r in _suspect_ranks(f)})
+                                                       for r in suspect_ranks(f)})
     host_names = sorted({hosts.get(r, "unknown host") for r in ranks}, key=natural_key)
     pid_of_host = {h: i + 1 for i, h in enumerate(host_names)}
     pid = {r: pid_of_host[hosts.get(r, "unknown host")] for r in ranks}
@@ -239,7 +229,7 @@ def _fault_events(faults: list[FaultReport], t0: int, pid: dict[int, int],
                "pid": FAULTS_PID, "tid": n, "args": args}
         yield {"name": name, "cat": "fault", "ph": "i", "s": "g", "ts": ts,
                "pid": FAULTS_PID, "tid": n, "args": args}
-        for r in _suspect_ranks(f):
+        for r in suspect_ranks(f):
             if r in pid:
                 yield {"name": name, "cat": "fault", "ph": "i", "s": "t", "ts": ts,
                        "pid": pid[r], "tid": r, "args": args}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
 from pathlib import Path
 
 import typer
@@ -28,6 +31,7 @@ def report(
     from diagnosis.errors import DiagnosisError
     from diagnosis.report_html import from_daemon, from_trace, render
 
+    _show_progress()
     try:
         if trace is not None:
             data = from_trace(trace, job, topology=topology, journal=journal)
@@ -43,6 +47,29 @@ def report(
     except OSError as exc:
         _fail(f"cannot write {html_out}: {exc.strerror}")
     typer.echo(f"wrote the report of job {data.job} to {html_out} ({len(page) // 1024:,} KiB)")
+
+
+class _Elapsed(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.t0 = time.monotonic()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"c4 report: [{time.monotonic() - self.t0:5.1f} s] {record.getMessage()}"
+
+
+def _show_progress() -> None:
+    """The builder's steps on stderr as it goes (a large job's page takes seconds): its
+    INFO records, whatever the root logger's level, and only once."""
+    logger = logging.getLogger("diagnosis.report_html")
+    if any(getattr(h, "c4_progress", False) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.c4_progress = True          # type: ignore[attr-defined]
+    handler.setFormatter(_Elapsed())
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def _fail(message: str) -> None:

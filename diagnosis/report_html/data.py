@@ -130,15 +130,16 @@ def from_trace(path: Path, job: str | None = None, *, topology: Path | None = No
     """A trace file read offline; its faults are found by running the detectors over it."""
     from diagnosis.engine import Engine
     from diagnosis.trace.feed import feed_trace
-    from diagnosis.trace.job import read_job
+    from diagnosis.trace.job import TraceJob
+    from diagnosis.trace.parallel import default_workers
 
     topo = _topology(topology)
-    log.info("reading %s", Path(path).name)
-    tj = read_job(path)
+    log.info("reading %s and running the detectors over it", Path(path).name)
+    tj = TraceJob()
+    faults, stats = feed_trace(Engine(topo), path, workers=default_workers(), keep=tj)
     ops = tj.ops
-    log.info("read %s calls of %s ranks; running the detectors", f"{len(ops):,}",
-             f"{len(tj.hosts):,}")
-    faults, stats = feed_trace(Engine(topo), path)
+    log.info("read %s calls of %s ranks, %d fault report(s)", f"{len(ops):,}",
+             f"{len(tj.hosts):,}", len(faults))
     if stats.health:
         from diagnosis.health.diagnose import explain
 

@@ -1,4 +1,4 @@
-"""A whole trace file read into memory: its calls, connection samples and rank placement, for
+"""A whole trace file held in memory: its calls, connection samples and rank placement, for
 the views that draw a job (``c4 report --html``, ``c4 analyze --chrome-trace``) rather than
 stream it through the detectors."""
 
@@ -8,13 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diagnosis.engine import ConnRecords
-from diagnosis.trace.reader import End, Meta, RankInfo, read_trace
+from diagnosis.trace.reader import End, Item, Meta, RankInfo, read_trace
 from proto.codec import OP_COLUMNS, Columns, concat, empty_columns
 
 
 @dataclass
 class TraceJob:
-    ops: Columns
+    """What a trace holds about its job. Collect it with :meth:`add` (an ``ItemSink`` for
+    ``feed_trace``, so that the detectors and this read the file once) or :func:`read_job`."""
+
+    parts: list[Columns] = field(default_factory=list)
     conns: list[ConnRecords] = field(default_factory=list)
     hosts: dict[int, str] = field(default_factory=dict)   # rank -> host
     gpus: dict[int, str] = field(default_factory=dict)
@@ -22,26 +25,38 @@ class TraceJob:
     job: str | None = None
     end_ns: int | None = None          # the trace's end record: when recording stopped
 
+    @property
+    def ops(self) -> Columns:
+        """Every op record, in the order read (concatenated once, on first use)."""
+        if not self.parts:
+            return empty_columns(OP_COLUMNS)
+        if len(self.parts) > 1:
+            self.parts = [concat(self.parts)]
+        return self.parts[0]
+
+    def add(self, item: Item) -> None:
+        if isinstance(item, Columns):
+            self.parts.append(item)
+        elif isinstance(item, ConnRecords):
+            self.conns.append(item)
+        elif isinstance(item, RankInfo):
+            self.hosts[item.rank] = item.host
+            if item.gpu:
+                self.gpus[item.rank] = item.gpu
+            if item.nic:
+                self.nics[item.rank] = item.nic
+        elif isinstance(item, Meta):
+            self.job = item.job
+        elif isinstance(item, End):
+            self.end_ns = item.t_ns
+
+    def reset(self) -> None:
+        self.__init__()       # type: ignore[misc]
+
 
 def read_job(path: str | Path) -> TraceJob:
     """Every op record, conn record and rank record of the trace at ``path``."""
-    parts: list[Columns] = []
-    out = TraceJob(empty_columns(OP_COLUMNS))
+    out = TraceJob()
     for item in read_trace(path):
-        if isinstance(item, Columns):
-            parts.append(item)
-        elif isinstance(item, ConnRecords):
-            out.conns.append(item)
-        elif isinstance(item, RankInfo):
-            out.hosts[item.rank] = item.host
-            if item.gpu:
-                out.gpus[item.rank] = item.gpu
-            if item.nic:
-                out.nics[item.rank] = item.nic
-        elif isinstance(item, Meta):
-            out.job = item.job
-        elif isinstance(item, End):
-            out.end_ns = item.t_ns
-    if parts:
-        out.ops = concat(parts)
+        out.add(item)
     return out
