@@ -72,7 +72,8 @@ def _window(ops: Columns, t0: int, end_ns: int, since_s: float | None, until_s: 
                                "give --until later than --since")
     end = np.where(ops["t_end_ns"] >= 0, ops["t_end_ns"], end_ns)
     idx = np.flatnonzero((end >= lo) & (enter <= hi))
-    idx = idx[np.argsort(enter[idx], kind="stable")]
+    # by enter, the longer first of two entered together: the order in which a viewer nests
+    idx = idx[np.lexsort((-end[idx], enter[idx]))]
     if len(idx) > max_calls:
         out.cut = True
         onsets = [f.first_seen_ns for f in faults if lo <= f.first_seen_ns <= hi]
@@ -96,7 +97,7 @@ def _lanes(rank: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
     lane = np.zeros(len(rank), dtype=np.int64)
     # most ranks call one thing at a time: only ranks with a call that starts before the
     # previous one ended need the stacking below
-    order = np.lexsort((start, rank))
+    order = np.lexsort((-stop, start, rank))
     r, a, b = rank[order], start[order], stop[order]
     overlap = np.zeros(len(r), dtype=bool)
     overlap[1:] = (r[1:] == r[:-1]) & (a[1:] < np.maximum.accumulate(b)[:-1])
