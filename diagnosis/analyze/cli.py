@@ -12,6 +12,7 @@ import typer
 
 if TYPE_CHECKING:
     from diagnosis.trace.feed import FeedStats
+    from diagnosis.trace.job import TraceJob
 
 
 def analyze(
@@ -103,11 +104,15 @@ def analyze(
         elif flight_recorder is not None:
             reports = _flight_recorder(flight_recorder, prefix)
         else:
+            from diagnosis.trace.job import TraceJob
+
+            # the records too, from the same read, when they are to be drawn
+            kept = TraceJob() if chrome_trace is not None else None
             reports = _trace(trace, topology, jobs,
-                             None if stopped_after is None else int(stopped_after * 1e9))
-        if chrome_trace is not None:
-            _chrome(trace, chrome_trace, reports, since, until, max_calls,
-                    None if stopped_after is None else int(stopped_after * 1e9))
+                             None if stopped_after is None else int(stopped_after * 1e9), kept)
+            if kept is not None:
+                _chrome(trace, kept, chrome_trace, reports, since, until, max_calls,
+                        None if stopped_after is None else int(stopped_after * 1e9))
     except DiagnosisError as exc:
         _fail(str(exc))
     _emit(reports, fmt, output)
@@ -118,12 +123,10 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _chrome(trace: Path, out: Path, reports: list, since: float | None, until: float | None,
-            max_calls: int | None, stopped_after_ns: int | None) -> None:
+def _chrome(trace: Path, tj: TraceJob, out: Path, reports: list, since: float | None,
+            until: float | None, max_calls: int | None, stopped_after_ns: int | None) -> None:
     from diagnosis.chrome_trace import DEFAULT_MAX_CALLS, write_chrome_trace
-    from diagnosis.trace.job import read_job
 
-    tj = read_job(trace)
     end = tj.end_ns
     if end is None and stopped_after_ns is not None and len(tj.ops):
         end = int(max(tj.ops["t_enter_ns"].max(), tj.ops["t_end_ns"].max())) + stopped_after_ns
@@ -166,7 +169,7 @@ def _nccl(inspector: list[Path], ras: list[Path], logs: list[str], profiler: lis
 
 
 def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
-           stopped_after_ns: int | None) -> list:
+           stopped_after_ns: int | None, keep: TraceJob | None = None) -> list:
     from diagnosis.engine import Engine
     from diagnosis.trace.feed import feed_trace
     from diagnosis.trace.parallel import default_workers
@@ -180,7 +183,8 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
         topology = Topology.load(topology_path)
     engine = Engine(topology)
     if not sys.stderr.isatty():
-        _, stats = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
+        _, stats = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns,
+                              keep=keep)
         return _with_health(engine.incidents(), stats)
     from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
@@ -188,7 +192,7 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
                   TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
         task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
         _, stats = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
-                              workers=workers, stopped_after_ns=stopped_after_ns)
+                              workers=workers, stopped_after_ns=stopped_after_ns, keep=keep)
     # a post-mortem lists every incident, also those that cleared before the trace ended
     return _with_health(engine.incidents(), stats)
 

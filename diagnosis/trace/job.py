@@ -5,17 +5,16 @@ stream it through the detectors."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from diagnosis.engine import ConnRecords
-from diagnosis.trace.reader import End, Item, Meta, RankInfo, read_trace
+from diagnosis.trace.reader import End, Item, Meta, RankInfo
 from proto.codec import OP_COLUMNS, Columns, concat, empty_columns
 
 
 @dataclass
 class TraceJob:
-    """What a trace holds about its job. Collect it with :meth:`add` (an ``ItemSink`` for
-    ``feed_trace``, so that the detectors and this read the file once) or :func:`read_job`."""
+    """What a trace holds about its job, collected by :meth:`add`: an ``ItemSink`` for
+    ``feed_trace``, so that the detectors and this read the file once."""
 
     parts: list[Columns] = field(default_factory=list)
     conns: list[ConnRecords] = field(default_factory=list)
@@ -51,12 +50,7 @@ class TraceJob:
             self.end_ns = item.t_ns
 
     def reset(self) -> None:
-        self.__init__()       # type: ignore[misc]
-
-
-def read_job(path: str | Path) -> TraceJob:
-    """Every op record, conn record and rank record of the trace at ``path``."""
-    out = TraceJob()
-    for item in read_trace(path):
-        out.add(item)
-    return out
+        """Forget everything: the trace is read again (sorted)."""
+        self.parts, self.conns = [], []
+        self.hosts, self.gpus, self.nics = {}, {}, {}
+        self.job = self.end_ns = None
