@@ -125,6 +125,25 @@ def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
     return data
 
 
+class _ReadProgress:
+    """Logs how much of the trace is read, every tenth of it: a large trace takes most of the
+    report's time here."""
+
+    def __init__(self, path: Path) -> None:
+        self.name, self.size = path.name, max(path.stat().st_size, 1)
+        self.done, self.next = 0, 0.1
+
+    def __call__(self, nbytes: int) -> None:
+        self.done += nbytes          # negative when a shuffled trace is read again, sorted
+        if nbytes < 0:
+            log.info("%s is not in time order: reading it again, sorted", self.name)
+            self.next = 0.1
+        elif self.done / self.size >= self.next:
+            log.info("read %d%% of %s (%.0f of %.0f MB)", 100 * self.done // self.size,
+                     self.name, self.done / 2**20, self.size / 2**20)
+            self.next = (int(10 * self.done / self.size) + 1) / 10
+
+
 def from_trace(path: Path, job: str | None = None, *, topology: Path | None = None,
                journal: Path | None = None) -> ReportData:
     """A trace file read offline; its faults are found by running the detectors over it."""
@@ -136,7 +155,8 @@ def from_trace(path: Path, job: str | None = None, *, topology: Path | None = No
     topo = _topology(topology)
     log.info("reading %s and running the detectors over it", Path(path).name)
     tj = TraceJob()
-    faults, stats = feed_trace(Engine(topo), path, workers=default_workers(), keep=tj)
+    faults, stats = feed_trace(Engine(topo), path, workers=default_workers(), keep=tj,
+                               progress=_ReadProgress(Path(path)))
     ops = tj.ops
     log.info("read %s calls of %s ranks, %d fault report(s)", f"{len(ops):,}",
              f"{len(tj.hosts):,}", len(faults))

@@ -118,9 +118,9 @@ def render(data: ReportData) -> str:
     """The whole page for ``data``: detailed views for a small job, per-host and per-rail
     summaries and the top rows for a large one (more than ``DETAILED_RANKS`` ranks)."""
     ranks = len(set(data.ops["rank"].tolist())) if len(data.ops) else len(data.hosts)
-    nranks = max([int(data.ops["rank"].max()) + 1] if len(data.ops) else [],
-                 default=0)
-    nranks = max(nranks, max(data.hosts, default=-1) + 1)
+    # the world size as far as known: the largest rank that called or was placed
+    nranks = max(int(data.ops["rank"].max()) + 1 if len(data.ops) else 0,
+                 max(data.hosts, default=-1) + 1)
     large = nranks > DETAILED_RANKS
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",

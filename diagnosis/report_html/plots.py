@@ -464,9 +464,16 @@ def topology_figure(data: ReportData) -> tuple[str, str] | None:
     return _svg(fig), caption
 
 
+#: fault reports drawn on the timeline; the table above lists them all
+TIMELINE_FAULTS = 40
+
+
 def timeline_figure(data: ReportData) -> tuple[str, str] | None:
     rows: list[tuple[str, list[tuple[int, int]], str, list[tuple[int, str]]]] = []
-    for f in sorted(data.faults, key=lambda f: f.first_seen_ns):
+    # the most certain first when there are too many to draw, then in time order
+    shown = sorted(data.faults, key=lambda f: -(f.top.score if f.top else 0.0))
+    shown = shown[:TIMELINE_FAULTS]
+    for f in sorted(shown, key=lambda f: f.first_seen_ns):
         end = max(f.last_seen_ns, f.first_seen_ns)
         top = f.top.id if f.top else "?"
         rows.append((f"{f.kind}: {top}", [(f.first_seen_ns, end)],
@@ -496,6 +503,8 @@ def timeline_figure(data: ReportData) -> tuple[str, str] | None:
     ax.set_xlabel("seconds since the first event")
     ax.grid(axis="x", color="#eeeeee")
     caption = (f"{len(data.faults)} fault report(s) from first seen to last seen"
+               + (f" ({len(shown)} most certain drawn)" if len(shown) < len(data.faults)
+                  else "")
                + (f", {len(data.recoveries)} recovery(ies) with their phases" if data.recoveries
                   else "") + ".")
     return _svg(fig), caption
