@@ -75,7 +75,7 @@ def _section(page: str, title: str) -> str:
 
 
 def test_a_large_job_is_summarised_per_host_and_rail(big):
-    _, data, page = big
+    _, _, page = big
     for title in ("Lateness over time, per host", "Lateness over time, per rail",
                   "Transfer rate per host and rail"):
         assert "<svg" in _section(page, title), title
@@ -100,7 +100,7 @@ def test_the_latest_ranks_and_slowest_connections_are_listed(big):
 
 
 def test_the_topology_is_drawn_around_every_suspect(big):
-    _, data, page = big
+    _, _, page = big
     topo = _section(page, "Topology and suspects")
     texts = set(re.findall(r"<text[^>]*>\s*([^<\s]+)", topo))
     assert {"node009/gpu5", "node009", "node002", "leaf02r5", "leaf00r4"} <= texts
