@@ -17,6 +17,7 @@ from diagnosis.report_html.neighbourhood import neighbourhood
 from diagnosis.report_html.placement import placement
 from diagnosis.topology.builders import rail_optimized
 from diagnosis.trace import TraceWriter
+from tests.support.browser import screenshot
 
 HOSTS, GPUS, STEPS = 16, 8, 60
 RANKS = HOSTS * GPUS
@@ -139,6 +140,15 @@ def test_rails_come_from_the_topology_else_the_position_on_the_host():
     assert alone.host_of.tolist() == [0, 1] * 4
     assert alone.rail_of.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
     assert np.array_equal(alone.rail_of, np.repeat(np.arange(4), 2))
+
+
+def test_renders_in_headless_chromium(big, tmp_path):
+    _, _, page = big
+    out = tmp_path / "big.html"
+    out.write_text(page)
+    img = screenshot(out, tmp_path / "big.png", size=(1300, 4400))
+    # the suspect's red is drawn somewhere on the page (topology, host names)
+    assert any(r > 200 and g < 60 and b < 60 for _, (r, g, b) in img.getcolors(1 << 20))
 
 
 def test_the_cli_shows_its_progress_on_stderr(big, tmp_path):
