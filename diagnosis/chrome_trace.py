@@ -200,7 +200,10 @@ def _call_events(ops: Columns, idx: np.ndarray, t0: int, pid: dict[int, int], ra
                names[ops["pg"][idx]].tolist() if len(names) else [""] * len(idx),
                ops["seq"][idx].tolist(), ops["nbytes"][idx].tolist(),
                ops["peer"][idx].tolist(), ops["status"][idx].tolist(),
-               _us(enter, t0).tolist(), ((stop - enter) / 1e3).tolist(), open_.tolist(),
+               # to the nanosecond: a call that starts as another ends does not overlap it
+               # by a rounding error (viewers then nest it wrongly)
+               np.round(_us(enter, t0), 3).tolist(), np.round((stop - enter) / 1e3, 3).tolist(),
+               open_.tolist(),
                ops["t_start_ns"][idx].tolist(), enter.tolist(), strict=True)
     for r, tid, op, pg, seq, nbytes, peer, status, ts, dur, is_open, started, entered in cols:
         args: dict[str, Any] = {"pg": pg, "seq": seq, "bytes": nbytes,

@@ -91,6 +91,19 @@ def test_calls_and_faults_follow_the_format():
     assert span["pid"] == 0 and span["dur"] == pytest.approx(50_000)
 
 
+def test_back_to_back_calls_share_their_rank_thread():
+    """Calls that start as the previous ends, hours into a job at odd nanoseconds: one thread,
+    in order, none crossing another by a rounding error."""
+    rng = np.random.default_rng(7)
+    ends = 2_771_887_329 * 1000 + np.cumsum(rng.integers(1, 9_000_000, 2_001))
+    ops = _ops([(0, "all_reduce", i, 0.0, 1.0, -1) for i in range(2_000)])
+    ops["t_enter_ns"][:] = T0 + ends[:-1]         # times to the nanosecond
+    ops["t_end_ns"][:] = T0 + ends[1:]
+    events = check_trace_events({"traceEvents": list(chrome_events(ops, [], {0: "h"}))})
+    calls = [e for e in events if e["ph"] == "X"]
+    assert len(calls) == 2_000 and {e["tid"] for e in calls} == {0}
+
+
 def test_a_large_job_is_cut_around_the_first_fault(tmp_path):
     rows = [(r, "all_reduce", s, s * 1.0 + 0.01 * r, s * 1.0 + 0.5, -1)
             for s in range(2_500) for r in range(4)]

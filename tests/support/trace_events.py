@@ -55,7 +55,7 @@ def check_trace_events(doc: Any) -> list[dict[str, Any]]:
         assert starts == sorted(starts), f"thread {thread}: complete events out of time order"
         open_ends: list[float] = []
         for a, b in spans:
-            while open_ends and open_ends[-1] <= a:
+            while open_ends and open_ends[-1] <= a + 1e-3:     # ends as the next starts
                 open_ends.pop()
             assert not open_ends or b <= open_ends[-1] + 1e-3, \
                 f"thread {thread}: an event from {a} to {b} crosses one ending at {open_ends[-1]}"
