@@ -8,6 +8,7 @@ numpy arrays of equal length plus the batch's string table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +111,7 @@ class Columns:
         return table[self.columns[column]] if len(table) else np.empty(0, dtype=object)
 
 
-def _encode(msg, spec: dict[str, np.dtype], cols: Columns) -> None:
+def _encode(msg: Any, spec: dict[str, np.dtype], cols: Columns) -> None:
     n = len(cols)
     msg.count = n
     msg.strings.extend(cols.strings)
@@ -123,7 +124,7 @@ def _encode(msg, spec: dict[str, np.dtype], cols: Columns) -> None:
         setattr(msg, _FIELD.get(name, name), arr.tobytes())
 
 
-def _decode(msg, spec: dict[str, np.dtype], kind: str) -> Columns:
+def _decode(msg: Any, spec: dict[str, np.dtype], kind: str) -> Columns:
     n = msg.count
     out: dict[str, np.ndarray] = {}
     for name, dtype in spec.items():

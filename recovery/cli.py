@@ -8,13 +8,17 @@ import signal
 import threading
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from c4.output import FORMAT_HELP, Format, emit
 from c4.output import make_console as _out
+
+if TYPE_CHECKING:
+    from recovery.isolation.api import Isolator
+    from recovery.journal import Journal
 
 JournalOpt = typer.Option(None, "--journal", envvar="C4_RECOVERY_JOURNAL",
                           help="Recovery journal (SQLite) shared by c4 recover, c4 launch and "
@@ -39,13 +43,13 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
-def _journal(path: Path | None):
+def _journal(path: Path | None) -> Journal:
     from recovery.journal import Journal, default_journal_path
 
     return Journal(path or default_journal_path())
 
 
-def _isolator(spec: str):
+def _isolator(spec: str) -> Isolator:
     from recovery.isolation import open_isolator
 
     return open_isolator(spec)

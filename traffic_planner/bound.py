@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,7 +134,7 @@ class _Commodities:
         self.ends = np.asarray(flat, dtype=np.int64).reshape(-1, 2)
         self.n_nodes = len(nodes)
 
-    def groups(self):
+    def groups(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         dem = np.asarray(self.dem)
         for ix, arr in self._groups:
             yield arr, dem[ix]
@@ -200,7 +201,9 @@ class _Commodities:
         return best, unsplit
 
 
-def _local_split_fits(keys, dem, members, hot, even, cap, limit, rounds: int = 3,
+def _local_split_fits(keys: Sequence[Sequence[Sequence[int]]], dem: Sequence[float],
+                      members: Iterable[int], hot: Iterable[int], even: np.ndarray,
+                      cap: np.ndarray, limit: float, rounds: int = 3,
                       max_vars: int = 4000) -> bool:
     """Whether re-splitting only the commodities near the ``hot`` arcs (the others keep their
     even split) brings every arc within ``limit``: if so that split is feasible, the component
@@ -227,7 +230,8 @@ def _local_split_fits(keys, dem, members, hot, even, cap, limit, rounds: int = 3
     return False
 
 
-def _lp(keys, dem, arcs, fixed, cap) -> float:
+def _lp(keys: Sequence[Sequence[Sequence[int]]], dem: Sequence[float], arcs: Sequence[int],
+        fixed: np.ndarray, cap: np.ndarray) -> float:
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 

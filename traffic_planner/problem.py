@@ -133,9 +133,9 @@ def build_problem(topology: Topology, flows: Sequence[Flow],
             hint = f" (down links at its ends: {', '.join(dead)})" if dead else ""
             raise NoPathError(f"flow {f.id!r} from {f.src} to {f.dst} has no path left"
                               f"{hint}; bring a link back or drop the flow", flow=f.id)
-        fx, cs = got
-        if not isinstance(cs, list):
-            cs = interned.setdefault(cs, list(cs))
+        fx, others = got
+        cs = others if isinstance(others, list) else interned.setdefault(tuple(others),
+                                                                           list(others))
         fixed.append(fx)
         cands.append(cs)
     if any(not c > 0 for c in arc.cap):
@@ -145,7 +145,11 @@ def build_problem(topology: Topology, flows: Sequence[Flow],
     return Problem(topology, flows, down, arc.arcs, arc.cap, fixed, cands, arc.ix)
 
 
-def _split(arc_paths: list[list[int]]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+# a flow's candidate paths as arc ids: (the arcs all share, each candidate's other arcs)
+_Candidates = tuple[tuple[int, ...], Sequence[tuple[int, ...]]]
+
+
+def _split(arc_paths: list[list[int]]) -> _Candidates:
     """(arcs common to all candidates, each candidate's other arcs), in path order."""
     if len(arc_paths) == 1:
         return tuple(arc_paths[0]), ((),)
@@ -154,7 +158,8 @@ def _split(arc_paths: list[list[int]]) -> tuple[tuple[int, ...], tuple[tuple[int
             tuple(tuple(a for a in ap if a not in common) for ap in arc_paths))
 
 
-def _generic(topology: Topology, arc: _Arcs, down: frozenset[str], src: str, dst: str):
+def _generic(topology: Topology, arc: _Arcs, down: frozenset[str], src: str, dst: str
+             ) -> _Candidates | None:
     paths = topology.paths_avoiding(src, dst, down)
     if not paths:
         return None
@@ -198,7 +203,7 @@ class _TwoTier:
             self.mid[(ls, ld)] = got
         return got
 
-    def candidates(self, src: str, dst: str):
+    def candidates(self, src: str, dst: str) -> _Candidates | None:
         up_s, up_d = self._up(src), self._up(dst)
         arc = self.arc
         shared = [leaf for leaf in up_s if leaf in up_d]

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def tc_batch(lines: Sequence[str], ns: str | None = None) -> None:
         run(["tc", *(["-n", ns] if ns else []), "-batch", "-"], stdin="\n".join(lines) + "\n")
 
 
-def in_ns(ns: str, args: Sequence[str], **kw) -> subprocess.CompletedProcess[str]:
+def in_ns(ns: str, args: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return run(["ip", "netns", "exec", ns, *args], **kw)
 
 

@@ -11,6 +11,7 @@ in 560): every known spelling maps to one signal name.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from collectors.health.errors import HealthParseError
 from collectors.health.gpu import GpuSample
@@ -125,7 +126,7 @@ def parse_smi_text(text: str, source: str = "nvidia-smi -q") -> list[GpuSample]:
 def _sample(bus_id: str, rows: dict[str, tuple[str, int]], source: str) -> GpuSample:
     values: dict[str, float] = {}
 
-    def read(signal: str, paths: tuple[str, ...], conv) -> None:
+    def read(signal: str, paths: tuple[str, ...], conv: Callable[[str], float | None]) -> None:
         for path in paths:
             if path in rows:
                 text, no = rows[path]

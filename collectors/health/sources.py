@@ -19,6 +19,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from collectors.health.dcgm import parse_exporter_scrape
 from collectors.health.errors import HealthParseError
@@ -86,7 +87,7 @@ class NvmlSource:
     """GPU state through NVML. :meth:`open` returns None where nvidia-ml-py is not installed
     or finds no GPU, so the caller falls back to ``nvidia-smi`` (or reads no GPUs)."""
 
-    def __init__(self, nvml) -> None:
+    def __init__(self, nvml: Any) -> None:   # the pynvml module (untyped)
         self._nvml = nvml
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i)
                          for i in range(nvml.nvmlDeviceGetCount())]
@@ -110,7 +111,7 @@ class NvmlSource:
         return [_nvml_sample(self._nvml, h, i) for i, h in enumerate(self._handles)]
 
 
-def _nvml_sample(nv, h, index: int) -> GpuSample:
+def _nvml_sample(nv: Any, h: Any, index: int) -> GpuSample:
     values: dict[str, float] = {}
 
     def put(name: str, fn: Callable[[], float]) -> None:

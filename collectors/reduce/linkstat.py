@@ -42,7 +42,8 @@ class _Spans:
     start: list[np.ndarray] = field(default_factory=list)
     path: list[np.ndarray] = field(default_factory=list)
 
-    def add(self, conn, lo, hi, start, path) -> None:
+    def add(self, conn: np.ndarray, lo: np.ndarray, hi: np.ndarray, start: np.ndarray,
+            path: np.ndarray) -> None:
         if len(conn):
             for name, v in zip(("conn", "lo", "hi", "start", "path"), (conn, lo, hi, start, path)):
                 getattr(self, name).append(np.asarray(v, dtype=np.int64))
