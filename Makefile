@@ -29,4 +29,4 @@ proto: $(STAMP)
 	$(PY) -m proto.generate
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
