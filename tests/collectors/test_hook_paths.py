@@ -1,18 +1,22 @@
 """The hooks' unrolled hot path against the plain one: ``Recorder._wrap_collective`` and
 ``_wrap_p2p`` repeat the tail of a call inline (one Python call less per hooked call), and
 ``Recorder._make_invoke`` is that tail as a function, which groups timed another way (CUDA
-events) go through. The same calls on a real one-rank gloo group, recorded once each way, give
-the same rows: same groups, sequence numbers, ops, sizes, dtypes, peers, statuses and error
-texts, with every call completed, in each async timing mode."""
+events) go through. The same calls, recorded once each way, give the same rows: same groups,
+sequence numbers, ops, sizes, dtypes, peers, statuses and error texts, with every call
+completed, in each async timing mode; on a real one-rank gloo group in this process
+(collectives, and calls torch refuses) and in a real two-rank gloo job (point-to-point calls
+that succeed)."""
 
 from __future__ import annotations
 
-import pytest
-from collector_testkit import free_port, wait_for
+import json
+from pathlib import Path
 
-from collectors.buffer import RecordBuffer
+import pytest
+from collector_testkit import free_port, launch_ranks, wait_ranks
+from hook_paths_job import record
+
 from collectors.completion import MODES, OK
-from collectors.hook import Recorder
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -49,40 +53,10 @@ def _calls() -> int:
     return 10
 
 
-def _record(mode: str, plain: bool) -> tuple[list[tuple], list[str], int]:
-    """The rows of ``_calls`` (string indexes as names, times checked and dropped), the
-    error texts, and how many calls went through the plain tail."""
-    buf = RecordBuffer(1024)
-    rec = Recorder(buf, on_attach=lambda: None, async_timing=mode)
-    through_plain: list[int] = []
-    if plain:
-        tail = rec._invoke_wall
-
-        def counted(*args):
-            through_plain.append(1)
-            return tail(*args)
-
-        rec._invoke_for = lambda pg: counted
-    rec.patch()
-    try:
-        n = _calls()
-        wait_for(lambda: len(buf.rows) == n and not rec.done._waiting, 10,
-                 f"{n} completed rows ({mode})")
-    finally:
-        rec.unpatch()
-    assert buf.pending == {} and buf.dropped_full == 0
-    names = buf.strings.strings
-    rows = []
-    for pg, seq, op, nbytes, dt, t_enter, t_start, t_end, status, peer in buf.rows:
-        assert 0 < t_enter <= t_end and t_start == -1
-        rows.append((names[pg], seq, names[op], nbytes, names[dt], status, peer))
-    return rows, sorted(buf.errors.values()), len(through_plain)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_the_unrolled_path_records_what_the_plain_path_does(one_rank_group, mode):
-    inline, inline_errors, inline_plain = _record(mode, plain=False)
-    plain, plain_errors, plain_calls = _record(mode, plain=True)
+    inline, inline_errors, inline_plain = record(_calls, mode, plain=False)
+    plain, plain_errors, plain_calls = record(_calls, mode, plain=True)
     assert inline_plain == 0 and plain_calls == len(plain) == 10
     # async completions may land in another order; each call's row is the same
     assert sorted(inline) == sorted(plain)
@@ -96,3 +70,23 @@ def test_the_unrolled_path_records_what_the_plain_path_does(one_rank_group, mode
         ("all_reduce", 2, 24, "float64", True, -1), ("barrier", 6, 0, "", True, -1),
         ("broadcast", 3, 64, "float32", True, -1), ("broadcast", 7, 64, "float32", False, -1),
         ("isend", 1, 8, "int32", False, 0), ("send", 0, 64, "float32", False, 0)]
+
+
+@pytest.mark.multiprocess
+def test_point_to_point_calls_that_succeed_record_alike_on_both_paths():
+    """Two ranks: blocking and async sends and receives between them, then an all_reduce."""
+    procs = launch_ranks(Path(__file__).with_name("hook_paths_job.py"), 2, {}, [])
+    for out in wait_ranks(procs, timeout=120):
+        line = next(ln for ln in out.splitlines() if ln.startswith('{"rank"'))
+        result = json.loads(line)
+        rank, peer = result["rank"], 1 - result["rank"]
+        for mode, got in result["modes"].items():
+            (inline, inline_errors, inline_plain) = got["inline"]
+            (plain, plain_errors, plain_calls) = got["plain"]
+            assert inline_plain == 0 and plain_calls == 5, mode
+            assert sorted(inline) == sorted(plain) and inline_errors == plain_errors == [], mode
+            assert sorted((r[2], r[1], r[3], r[4], r[5], r[6]) for r in inline) == [
+                ("all_reduce", 0, 32, "float32", OK, -1),
+                ("irecv", 1, 32, "int64", OK, peer), ("isend", 1, 32, "int64", OK, peer),
+                ("recv", 0, 32, "float32", OK, peer), ("send", 0, 32, "float32", OK, peer)], \
+                (rank, mode)
