@@ -22,7 +22,7 @@ COMMAND_MODULES: list[str] = [
     "diagnosis.query_cli",
     "diagnosis.report_html.cli",
     "diagnosis.sim.cli",
-    "diagnosis.topology.cli",
+    "diagnosis.topology_cli",
     "recovery.cli",
     "traffic_planner.cli",
 ]

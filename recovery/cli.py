@@ -130,7 +130,7 @@ def recover(
     client = DaemonClient(daemon)
     extra = {}
     if require_confirmation:
-        from c4.lab.state import read as read_lab
+        from c4.lab_state import read as read_lab
         from diagnosis.probes.confirm import ProbeConfirmer
         from diagnosis.probes.gloo import GlooProber
         from diagnosis.probes.hosts import HostResolver
@@ -333,7 +333,7 @@ def launch(
 
 
 def register(app: typer.Typer) -> None:
-    from diagnosis.security.cli import with_client_security
+    from c4.security.cli import with_client_security
 
     app.command("recover")(with_client_security(recover))
     app.command("recoveries")(recoveries)

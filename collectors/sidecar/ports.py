@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from proto.codec import PORT_COLUMNS, PORT_COUNTER_COLUMNS, Columns, empty_columns
+from c4.proto.codec import PORT_COLUMNS, PORT_COUNTER_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 

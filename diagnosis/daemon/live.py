@@ -31,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from collectors.sidecar.ratelog import RateLimitedLog
+from c4.proto import c4_pb2
+from c4.proto.health import HealthRecord
+from c4.ratelog import RateLimitedLog
+from c4.report import FaultReport
 from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.control import ControlHub
@@ -41,7 +44,6 @@ from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
 from diagnosis.health.live import LiveHealth
-from diagnosis.report import FaultReport
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -51,8 +53,6 @@ from diagnosis.store import (
     Store,
     Write,
 )
-from proto import c4_pb2
-from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class JobState:
     reduced: bool = False      # its sampling factor has been above 1
     ranks_version: int = 0     # bumped by every registration: its topology is assembled again
     topo_key: tuple[int, int] = (-1, -1)    # (ranks_version, host book generation) assembled
-    topology: Any = None       # its JobTopology (diagnosis.topology.job), once assembled
+    topology: Any = None       # its JobTopology (c4.topology.job), once assembled
     topo_hosts: tuple[frozenset[str], int] | None = None   # (hosts, generation) it joined
     topo_pass_version: int = -1    # ranks_version at the last pass that looked at its hosts
     ended: bool = False        # every rank said it is exiting (told to ``on_job_end``)
@@ -589,7 +589,7 @@ class LiveView:
         if key == st.topo_key:
             return
         st.topo_key = key
-        from diagnosis.topology.job import join_hosts, place_ranks
+        from c4.topology.job import join_hosts, place_ranks
 
         t0 = time.perf_counter()
         hosts = frozenset(r.host for r in st.ranks.values())

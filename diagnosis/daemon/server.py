@@ -14,6 +14,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import c4
+from c4.metrics import MetricsServer, parse_listen
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
+from c4.security.tokens import TokenTable
 from diagnosis.daemon.admin import AdminService, JobRemover, Retention
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.control import ControlHub
@@ -27,15 +31,12 @@ from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
-from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore, parse_listen
+from diagnosis.daemon.metrics import DaemonMetrics, TimedStore
 from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
 from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
-from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
-from diagnosis.security.tokens import TokenTable
 from diagnosis.store import open_store
-from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns
+from c4.proto.sampling import is_sampled, prefix_state, sampled_after
+from c4.report import FaultReport
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
@@ -34,9 +37,6 @@ from diagnosis.engine.straggle import SampledStragglers
 from diagnosis.engine.teardown import TeardownGate
 from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.tomography import PathCache
-from diagnosis.report import FaultReport
-from proto.codec import Columns
-from proto.sampling import is_sampled, prefix_state, sampled_after
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Engine:
         self._pg_ids: dict[str, int] = {}
         self._pg_group = np.zeros(0, dtype=np.int64)
         self.op_names: list[str] = []
-        # the stream keeps one call in ``sample`` (proto.sampling; the largest factor in force)
+        # the stream keeps one call in ``sample`` (c4.proto.sampling; the largest factor in force)
         self.sample = 1
         self._sample_at: dict[str, list[tuple[int, int]]] = {}   # pg -> (from seq, k) steps
         self._prefixes: dict[int, int] = {}   # communicator or channel -> crc32 prefix state
@@ -325,7 +325,7 @@ class Engine:
         self.lossy.add(conns)
 
     def set_sample(self, k: int, pg: str | None = None, from_seq: int = 0) -> None:
-        """The stream keeps only the calls that ``proto.sampling`` keeps at factor ``k``
+        """The stream keeps only the calls that ``c4.proto.sampling`` keeps at factor ``k``
         (trace ``meta.sample``; 1: every call): of every communicator, or with ``pg`` of that
         one from its call ``from_seq`` on (a live job's factor changes at a call announced
         ahead, the same on every member)."""

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from diagnosis.report import Suspect
+from c4.report import Suspect
 
 log = logging.getLogger(__name__)
 

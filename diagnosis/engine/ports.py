@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from c4.report import Suspect
 from diagnosis.engine.records import PortRecords
-from diagnosis.report import Suspect
 
 #: counters whose growth is a sign of a failing port or cable
 ERROR_COUNTERS = ("link_downed", "symbol_errors", "rcv_errors", "xmit_discards")

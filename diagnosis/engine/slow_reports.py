@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from c4.report import FaultReport, Suspect
 from diagnosis.engine.localize import CommFinding
 from diagnosis.engine.lossy import PREFIX as LOSSY_PREFIX
 from diagnosis.engine.slow import SlowRank
 from diagnosis.engine.wording import group_words, ms
-from diagnosis.report import FaultReport, Suspect
 
 if TYPE_CHECKING:
     from diagnosis.engine.engine import Engine

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns, concat
+from c4.report import FaultReport
 from diagnosis.engine import Engine
 from diagnosis.engine.config import EngineConfig
 from diagnosis.nccl.convert import OpConverter
@@ -33,8 +35,6 @@ from diagnosis.nccl.observe import observe_logs, observe_ops, observe_ras
 from diagnosis.nccl.placement import place_ranks
 from diagnosis.nccl.ras_progress import RasFeed, RasRows
 from diagnosis.nccl.sources import NcclSources
-from diagnosis.report import FaultReport
-from proto.codec import Columns, concat
 
 log = logging.getLogger(__name__)
 

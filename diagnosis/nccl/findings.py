@@ -19,10 +19,10 @@ import logging
 import time
 from typing import Any
 
+from c4.report import FaultReport, Suspect
 from diagnosis.nccl.job import Resolved
 from diagnosis.nccl.logs import NcclWarn, WatchdogTimeout, Where
 from diagnosis.nccl.sources import NcclSources
-from diagnosis.report import FaultReport, Suspect
 
 log = logging.getLogger(__name__)
 

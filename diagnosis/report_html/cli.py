@@ -25,7 +25,7 @@ def report(
 ) -> None:
     """Write a self-contained HTML page of plots about a job: per-rank lateness over time,
     transfer rate per connection, the topology with its suspects, faults and recoveries."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
     from diagnosis.report_html import from_daemon, from_trace, render
 
     try:
@@ -36,7 +36,7 @@ def report(
                 _fail("name the JOB (see `c4 jobs`), or give --trace FILE")
             data = from_daemon(job, daemon, topology=topology, journal=journal)
         page = render(data)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(str(exc))
     try:
         html_out.write_text(page, encoding="utf-8")

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import OP_COLUMNS, Columns, concat, empty_columns
+from c4.report import FaultReport
 from diagnosis.errors import DiagnosisError
-from diagnosis.report import FaultReport
-from proto.codec import OP_COLUMNS, Columns, concat, empty_columns
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _journal(path: Path, job: str) -> list[RecoveryMarks]:
 def _topology(path: Path | None) -> Any:
     if path is None:
         return None
-    from diagnosis.topology import Topology
+    from c4.topology import Topology
 
     return Topology.load(path)
 

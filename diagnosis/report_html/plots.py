@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns
 from diagnosis.report_html.data import ReportData
-from proto.codec import Columns
 
 MAX_ROWS = 512        # heatmap / matrix rows before ranks are grouped into bands
 TIME_BINS = 240
@@ -177,7 +177,7 @@ def topology_figure(data: ReportData) -> tuple[str, str] | None:
     layer = {"core": 0, "spine": 1, "leaf": 2}
     big = g.number_of_nodes() > 600
     keep = [n for n, a in g.nodes(data=True) if not (big and a.get("kind") == "gpu")]
-    from diagnosis.topology.model import natural_key
+    from c4.topology.model import natural_key
 
     # a fresh graph, nodes in natural order (gpu2 before gpu10), so each row reads in order
     # and the layers below do not touch the topology

@@ -1,5 +1,5 @@
 """Writes a simulation as the reduced trace of format version 2, the way the live edge
-(collectors and node sidecar, ``collectors.reduce``) would ship it: sampled op rows,
+(collectors and node sidecar, ``c4.reduce``) would ship it: sampled op rows,
 ``progress`` per window, ``linkstat`` instead of ``conn``, and NIC ``port`` records.
 
 The simulator knows each iteration's calls and transfers as soon as it has simulated it, ahead
@@ -15,11 +15,11 @@ import logging
 
 import numpy as np
 
-from collectors.reduce import EdgeReducer, Reduced
+from c4.proto.codec import Columns
+from c4.reduce import EdgeReducer, Reduced
 from diagnosis.sim.model import Batch, Simulation
 from diagnosis.sim.ports import PortEvent, PortStates
 from diagnosis.sim.writer import TraceWriter
-from proto.codec import Columns
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,13 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from diagnosis.errors import DiagnosisError, FormatError
+from c4.errors import FormatError
+from c4.topology import Topology
+from c4.topology.builders import rail_optimized
+from diagnosis.errors import DiagnosisError
 from diagnosis.flight_recorder import analyze
 from diagnosis.flight_recorder.dumps import load_dump
 from diagnosis.probes import parse_nccl_tests
-from diagnosis.topology import Topology
-from diagnosis.topology.builders import rail_optimized
 from tests.fuzz.fuzzkit import fuzz, json_values, mutate, mutate_json
 
 HERE = Path(__file__).resolve().parent
