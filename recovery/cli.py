@@ -297,6 +297,7 @@ def launch(
 ) -> None:
     """Run a torchrun job over hosts; when a host is isolated (or the job fails) stop it and
     relaunch it on healthy hosts, where it resumes from its newest complete checkpoint."""
+    from c4.errors import C4Error
     from recovery.errors import RecoveryError
     from recovery.supervisor import LaunchConfig, Supervisor
 
@@ -307,13 +308,9 @@ def launch(
     try:
         extra = {}
         if lab is not None:
-            from c4.lab.launch import LabLauncher
-            from c4.lab.system import LabError
+            from recovery.launchers import make_launcher
 
-            try:
-                extra["launcher"] = LabLauncher(lab)
-            except LabError as exc:
-                _fail(exc)
+            extra["launcher"] = make_launcher("lab", lab)
         cfg = LaunchConfig(job=job, hosts=tuple(filter(None, hosts.split(","))),
                            spares=tuple(filter(None, spares.split(","))),
                            command=tuple(command), workdir=workdir,
@@ -321,7 +318,7 @@ def launch(
                            max_failures=max_failures, sidecars=socks,
                            isolation_poll_s=isolation_poll, **extra)
         sup = Supervisor(cfg, _isolator(isolator), _journal(journal))
-    except RecoveryError as exc:
+    except C4Error as exc:  # a RecoveryError, or the lab's launcher refusing the lab
         _fail(exc)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sup.request_stop())

@@ -1,5 +1,7 @@
-"""What the HTML report draws, gathered from a daemon or from a trace file, plus the recovery
-journal: ops, transfer samples, rank placement, fault reports and recovery timelines."""
+"""What the HTML report draws, gathered from a daemon or from a trace file: ops, transfer
+samples, rank placement and fault reports; the recovery timelines (``recoveries``) are filled
+in by whoever reads the recovery journal (``recovery.marks``), since diagnosis sits below
+recovery."""
 
 from __future__ import annotations
 
@@ -75,22 +77,6 @@ def transfers_from_ops(ops: Columns) -> Transfers | None:
                      "point-to-point op durations")
 
 
-def _journal(path: Path, job: str) -> list[RecoveryMarks]:
-    from recovery.errors import RecoveryError
-    from recovery.journal import Journal
-    from recovery.timeline import timeline
-
-    if not path.exists():
-        raise DiagnosisError(f"no recovery journal at {path}: give the file `c4 recover` "
-                             "writes (C4_RECOVERY_JOURNAL)")
-    try:
-        with Journal(path) as j:
-            return [RecoveryMarks(r.id, r.node, r.state.value, dict(timeline(j, r).at))
-                    for r in j.recoveries(job)]
-    except RecoveryError as exc:
-        raise DiagnosisError(str(exc)) from exc
-
-
 def _topology(path: Path | None) -> Any:
     if path is None:
         return None
@@ -99,8 +85,7 @@ def _topology(path: Path | None) -> Any:
     return Topology.load(path)
 
 
-def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
-                journal: Path | None = None) -> ReportData:
+def from_daemon(job: str, address: str | None, *, topology: Path | None = None) -> ReportData:
     """Everything the daemon knows about ``job``. The daemon has no query for connection
     samples, so the transfer matrix comes from point-to-point op durations."""
     from diagnosis.client import DaemonClient
@@ -120,13 +105,11 @@ def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
                       topology=_topology(topology))
     data.notes.append("The daemon offers no query for connection samples, so the transfer "
                       "matrix is derived from the durations of point-to-point calls.")
-    if journal is not None:
-        data.recoveries = _journal(journal, job)
     return data
 
 
-def from_trace(path: Path, job: str | None = None, *, topology: Path | None = None,
-               journal: Path | None = None) -> ReportData:
+def from_trace(path: Path, job: str | None = None, *,
+               topology: Path | None = None) -> ReportData:
     """A trace file read offline; its faults are found by running the detectors over it."""
     from diagnosis.engine import ConnRecords, Engine
     from diagnosis.trace import Meta, RankInfo, read_trace
@@ -176,6 +159,4 @@ def from_trace(path: Path, job: str | None = None, *, topology: Path | None = No
         data.transfers = transfers_from_ops(ops)
         data.notes.append("The trace holds no finished connection samples, so the transfer "
                           "matrix is derived from the durations of point-to-point calls.")
-    if journal is not None:
-        data.recoveries = _journal(journal, name)
     return data

@@ -1,13 +1,21 @@
 """The ``c4`` command. Each part of c4 registers its own subcommands from its ``cli`` module;
-heavy libraries are imported inside the commands so that ``c4 --help`` stays fast."""
+heavy libraries are imported inside the commands so that ``c4 --help`` stays fast.
+
+This package is the top layer: it may import every part, and it joins them where a command needs
+two (``c4 report --html --journal``, the lab's launcher for ``c4 launch --lab``)."""
 
 from __future__ import annotations
 
 import importlib
 import logging
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from recovery.launchers import Launcher
 
 # Modules with a ``register(app: typer.Typer) -> None`` function, in help order.
 COMMAND_MODULES: list[str] = [
@@ -20,7 +28,7 @@ COMMAND_MODULES: list[str] = [
     "diagnosis.daemon.cli",
     "diagnosis.probes.cli",
     "diagnosis.query_cli",
-    "diagnosis.report_html.cli",
+    "c4.cli.report",
     "diagnosis.sim.cli",
     "diagnosis.topology_cli",
     "recovery.cli",
@@ -58,12 +66,22 @@ def _root(
 _registered = False
 
 
+def _lab_launcher(lab_dir: Path) -> Launcher:
+    """``c4 launch --lab DIR``: the hosts of the fault lab in ``DIR`` (``c4 lab up``)."""
+    from c4.lab.launch import LabLauncher
+
+    return LabLauncher(lab_dir)
+
+
 def build_app() -> typer.Typer:
     """The root app with every part's commands (registered once per process)."""
     global _registered
     if not _registered:
         for name in COMMAND_MODULES:
             importlib.import_module(name).register(app)
+        from recovery.launchers import register_launcher
+
+        register_launcher("lab", _lab_launcher)
         _registered = True
     return app
 

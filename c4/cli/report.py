@@ -1,4 +1,7 @@
-"""``c4 report JOB --html FILE``: the job's plots in one self-contained HTML page."""
+"""``c4 report JOB --html FILE``: the job's plots in one self-contained HTML page.
+
+A command of the top layer: it joins what diagnosis knows of a job (from a daemon or a trace)
+with what recovery did about it (the journal)."""
 
 from __future__ import annotations
 
@@ -27,14 +30,17 @@ def report(
     transfer rate per connection, the topology with its suspects, faults and recoveries."""
     from c4.errors import C4Error
     from diagnosis.report_html import from_daemon, from_trace, render
+    from recovery.marks import recovery_marks
 
     try:
         if trace is not None:
-            data = from_trace(trace, job, topology=topology, journal=journal)
+            data = from_trace(trace, job, topology=topology)
         else:
             if not job:
                 _fail("name the JOB (see `c4 jobs`), or give --trace FILE")
-            data = from_daemon(job, daemon, topology=topology, journal=journal)
+            data = from_daemon(job, daemon, topology=topology)
+        if journal is not None:
+            data.recoveries = recovery_marks(journal, data.job)
         page = render(data)
     except C4Error as exc:
         _fail(str(exc))
