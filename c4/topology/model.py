@@ -12,14 +12,11 @@ from typing import Any
 
 import networkx as nx
 
-from c4.errors import C4Error, FormatError
+from c4.errors import FormatError
+from c4.topology.protocol import TopologyError
 
 KINDS = ("host", "gpu", "nic", "switch")
 TIERS = ("leaf", "spine", "core")
-
-
-class TopologyError(C4Error):
-    """A question the topology cannot answer: an unknown node or link, too few GPUs for a job."""
 
 
 def link_id(a: str, b: str) -> str:
@@ -33,7 +30,8 @@ def natural_key(s: str) -> tuple[Any, ...]:
 
 
 class Topology:
-    """A networkx model of the cluster.
+    """A networkx model of the cluster (the :class:`~c4.topology.protocol.TopologyLike` c4
+    ships).
 
     Node attributes: ``kind`` (host/gpu/nic/switch), ``host`` (for gpu and nic), ``tier`` (for a
     switch), ``rail`` (for a nic). Edge attribute ``gbps``. Build one with :meth:`load`,
@@ -104,6 +102,9 @@ class Topology:
         return [s for s in self.index.switches
                 if tier is None or self.graph.nodes[s].get("tier") == tier]
 
+    def __contains__(self, node: object) -> bool:
+        return node in self.graph
+
     def kind(self, node: str) -> str:
         try:
             return self.graph.nodes[node]["kind"]
@@ -160,6 +161,9 @@ class Topology:
         """Physical links (gpu-nic, nic-switch, switch-switch); host membership is not a link."""
         return list(self.index.links)
 
+    def has_link(self, link: str) -> bool:
+        return link in self.index.links
+
     def endpoints(self, link: str) -> tuple[str, str]:
         try:
             return self.index.links[link]
@@ -170,6 +174,11 @@ class Topology:
     def capacity(self, link: str) -> float:
         u, v = self.endpoints(link)
         return float(self.graph.edges[u, v].get("gbps", float("inf")))
+
+    def neighbors(self, node: str) -> list[str]:
+        """The nodes linked to ``node``, host membership included."""
+        self.kind(node)
+        return list(self.graph.adj[node])
 
     def links_of(self, node: str) -> list[str]:
         """The physical links that end at ``node``."""

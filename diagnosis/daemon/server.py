@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -38,6 +38,9 @@ from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
 from diagnosis.store import open_store
 
+if TYPE_CHECKING:
+    from c4.topology import Topology
+
 log = logging.getLogger(__name__)
 
 SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Admin", "c4.v1.Topology",
@@ -45,7 +48,7 @@ SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Admin", "c4.v1
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, *, topology: Any = None,
+    def __init__(self, config: DaemonConfig, *, topology: Topology | None = None,
                  tokens: TokenTable | None = None, topology_source: str = "") -> None:
         self.config = config
         tls = ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None) \
@@ -214,7 +217,7 @@ class Daemon:
             pass
 
 
-def serve(config: DaemonConfig, *, topology: Any = None,
+def serve(config: DaemonConfig, *, topology: Topology | None = None,
           on_ready: Callable[[Daemon], None] | None = None, topology_source: str = "") -> None:
     """Run until SIGTERM or SIGINT."""
     daemon = Daemon(config, topology=topology, topology_source=topology_source)

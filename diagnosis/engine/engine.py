@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from c4.proto.codec import Columns
 from c4.proto.sampling import is_sampled, prefix_state, sampled_after
 from c4.report import FaultReport
+from c4.topology.protocol import TopologyLike
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
@@ -48,7 +48,8 @@ RECV_OPS = frozenset({"recv", "irecv"})
 
 
 class Engine:
-    def __init__(self, topology: Any = None, config: EngineConfig | None = None) -> None:
+    def __init__(self, topology: TopologyLike | None = None,
+                 config: EngineConfig | None = None) -> None:
         self.cfg = config or EngineConfig()
         self.topology = topology
         self.placement = Placement(topology)
@@ -100,7 +101,7 @@ class Engine:
         """Forget every record and report: as new, with the same topology and config."""
         self.__init__(self.topology, self.cfg)  # type: ignore[misc]
 
-    def set_topology(self, topology: Any) -> None:
+    def set_topology(self, topology: TopologyLike | None) -> None:
         """Localize on another topology from now on (the daemon's assembly of a job's
         discovered hosts with its fabric): placement, paths and ports follow it; the records
         kept stay. Ranks must be added again to be placed on it."""

@@ -169,12 +169,10 @@ class SlowReports:
             return None
         edge = {nic}
         topo = self.eng.topology
-        try:
-            for lk in topo.links_of(nic) if topo is not None else []:
+        if topo is not None and nic in topo:
+            for lk in topo.links_of(nic):
                 edge.add(lk)
                 edge.update(lk.split("~"))
-        except Exception:
-            pass
         hit = sorted(edge & named)
         return hit[0] if hit else None
 

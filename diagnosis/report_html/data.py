@@ -8,13 +8,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from c4.proto.codec import OP_COLUMNS, Columns, concat, empty_columns
 from c4.report import FaultReport
 from diagnosis.errors import DiagnosisError
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ class ReportData:
     hosts: dict[int, str] = field(default_factory=dict)    # rank -> host
     gpus: dict[int, str] = field(default_factory=dict)
     nics: dict[int, str] = field(default_factory=dict)
-    topology: Any = None
+    topology: Topology | None = None   # drawn from its graph, so the networkx model
     recoveries: list[RecoveryMarks] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -77,7 +80,7 @@ def transfers_from_ops(ops: Columns) -> Transfers | None:
                      "point-to-point op durations")
 
 
-def _topology(path: Path | None) -> Any:
+def _topology(path: Path | None) -> Topology | None:
     if path is None:
         return None
     from c4.topology import Topology
