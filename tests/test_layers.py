@@ -163,3 +163,70 @@ def test_the_reader_sees_lazy_relative_and_submodule_imports(tmp_path: Path) -> 
     assert [(i.target, i.line) for i in got] == [
         ("c4.lab", 1), ("c4", 1), ("diagnosis.client", 3), ("recovery.journal", 5)]
     assert [unit_of(i.target) for i in got] == ["top", "shared", "diagnosis", "recovery"]
+
+
+#: module import cycles inside one package, left from before the layers were drawn; each is
+#: being taken apart where its package is reworked (backend registries beside the store and
+#: isolation contracts, the daemon's metrics per component, the engine's reports). A new cycle,
+#: or a module joining one of these, fails the test below; remove an entry once it is gone.
+KNOWN_CYCLES: tuple[frozenset[str], ...] = tuple(frozenset(c) for c in (
+    {"diagnosis.store._common", "diagnosis.store.api", "diagnosis.store.clickhouse",
+     "diagnosis.store.memory", "diagnosis.store.sqlite"},
+    {"recovery.isolation.api", "recovery.isolation.blocklist", "recovery.isolation.kubernetes",
+     "recovery.isolation.slurm"},
+    {"collectors.batch", "collectors.hook"},
+    {"collectors.sidecar.metrics", "collectors.sidecar.sidecar"},
+    {"diagnosis.daemon.metrics", "diagnosis.daemon.server"},
+    {"diagnosis.engine.engine", "diagnosis.engine.hang_reports", "diagnosis.engine.lossy",
+     "diagnosis.engine.slow_reports", "diagnosis.engine.stalls"},
+    {"diagnosis.sim.layers", "diagnosis.sim.model"},
+    {"diagnosis.flight_recorder.analyzer", "diagnosis.flight_recorder.comm"},
+))
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[set[str]]:
+    """The components of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_new_module_import_cycle() -> None:
+    known = modules()
+    edges: dict[str, set[str]] = {}
+    for imp in import_graph():
+        # ``import a.b.c`` runs a.b.c; a package's own __init__ importing it is not a cycle
+        if imp.target in known and imp.target != imp.importer:
+            edges.setdefault(imp.importer, set()).add(imp.target)
+    new = [sorted(c) for c in _strongly_connected(edges)
+           if not any(c <= old for old in KNOWN_CYCLES)]
+    assert not new, "modules that import each other (directly or round a loop):\n" + "\n".join(
+        "  " + ", ".join(c) for c in new)
