@@ -80,6 +80,16 @@ def offline(tmp_path_factory):
     return tmp, out
 
 
+def test_a_journal_that_is_not_there_is_named(offline):
+    tmp, _ = offline
+    res = CliRunner().invoke(build_app(), [
+        "report", "--html", str(tmp / "other.html"), "--trace", str(tmp / "trace.jsonl"),
+        "--journal", str(tmp / "missing.db")])
+    assert res.exit_code == 2, res.output
+    assert "no recovery journal at" in res.output and "missing.db" in res.output
+    assert not (tmp / "other.html").exists()
+
+
 def test_lateness_is_skew_from_the_call_median():
     n = 4
     cols = Columns({
