@@ -19,7 +19,8 @@ from c4.errors import C4Error
 
 
 class TopologyError(C4Error):
-    """A question the topology cannot answer: an unknown node or link, too few GPUs for a job."""
+    """A topology that cannot answer or be made: an unknown node or link, too few GPUs for a
+    job, no recorded tool outputs to discover a host from."""
 
 
 @runtime_checkable

@@ -165,9 +165,9 @@ def test_discovery_ships_only_what_changed(tmp_path):
 
 
 def test_a_missing_recorded_directory_is_a_clear_error(tmp_path):
-    from diagnosis.errors import DiagnosisError
+    from c4.topology import TopologyError
 
-    with pytest.raises(DiagnosisError, match="is not a directory of recorded tool outputs"):
+    with pytest.raises(TopologyError, match="is not a directory of recorded tool outputs"):
         make_runner(str(tmp_path / "absent"), 1.0)
 
 

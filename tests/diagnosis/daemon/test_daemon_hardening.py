@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from c4.cli import build_app
 from c4.proto import c4_pb2_grpc
 from c4.security.channel import ClientSecurity, open_channel
+from c4.security.server import SecurityError
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.errors import DiagnosisError
 from tests.support.clickhouse import running_clickhouse
 from tests.support.frames import op_batch, rank_info
 from tests.support.services import wait_for
@@ -113,7 +113,7 @@ def test_refusals_are_counted_every_one_and_logged_at_a_rate(caplog):
 
 
 def test_metrics_beyond_loopback_need_tls_or_the_insecure_flag(caplog):
-    with pytest.raises(DiagnosisError) as info:
+    with pytest.raises(SecurityError) as info:
         DaemonConfig(listen="127.0.0.1:0", metrics_listen="0.0.0.0:0")
     assert "--metrics-insecure" in str(info.value) and "--tls-cert" in str(info.value)
     DaemonConfig(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0")
