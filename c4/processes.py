@@ -1,4 +1,6 @@
-"""Run c4's own services and a torchrun job as local processes (the demo, the lab, the tests)."""
+"""Local processes for the demo, the lab, the tests and the recovery supervisor: a `Service` with
+its log, free ports, waiting on a condition, one node of a torchrun job. Starting c4's own
+services (a daemon, a sidecar) is `c4.demo.services`, which needs the daemon's client."""
 
 from __future__ import annotations
 
