@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from c4.report import FaultReport
 from diagnosis.client import DaemonClient, DaemonError
-from diagnosis.report import FaultReport
 from recovery.errors import IsolationError
 from recovery.isolation.api import Isolator
 from recovery.journal import Event, Journal, Recovery

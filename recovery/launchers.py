@@ -1,22 +1,19 @@
 """How the supervisor starts one host's share of a job: the command and environment of one
 torchrun node. The local launcher runs every host's torchrun on this machine (hosts are
-labels, rendezvous on loopback); the fault lab's launcher (c4.lab.launch.LabLauncher) runs it
-inside the host's network namespace, on its fabric address."""
+labels, rendezvous on loopback); launchers for other places are registered by name by the layer
+above (``c4.cli`` registers the fault lab's, which runs each host inside its network namespace
+on its fabric address), so that recovery never imports them."""
 
 from __future__ import annotations
 
-import os
-import site
 import sys
-import sysconfig
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-#: The folder that holds c4's top-level packages (recovery, c4, collectors, ...): an
-#: interpreter's site-packages when c4 is installed, the checkout when it runs from source.
-PACKAGES_ROOT = Path(__file__).resolve().parent.parent
+from c4.processes import python_path_env
+from recovery.errors import LaunchError
 
 
 @dataclass(frozen=True)
@@ -54,20 +51,21 @@ def torchrun_command(spec: NodeSpec, master_addr: str, python: str = sys.executa
             *spec.torchrun_options, *spec.script]
 
 
-def _site_dirs() -> set[Path]:
-    paths = sysconfig.get_paths()
-    dirs = [paths["purelib"], paths["platlib"], *site.getsitepackages()]
-    if site.ENABLE_USER_SITE:
-        dirs.append(site.getusersitepackages())
-    return {Path(d).resolve() for d in dirs}
+#: makes a launcher for the place (a directory that describes its hosts) it is given
+LauncherFactory = Callable[[Path], Launcher]
+_FACTORIES: dict[str, LauncherFactory] = {}
 
 
-def python_path_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The environment that lets a Python this process starts (``sys.executable``) import c4
-    from where this process did: nothing when c4 is installed in the interpreter (a wheel), the
-    checkout first on ``PYTHONPATH`` when it runs from source (``python -m c4`` in the checkout
-    finds it through the working directory, which the launched process does not share)."""
-    if PACKAGES_ROOT in _site_dirs():
-        return {}
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGES_ROOT),
-                                                        environ.get("PYTHONPATH")]))}
+def register_launcher(name: str, factory: LauncherFactory) -> None:
+    """Make ``make_launcher(name, where)`` call ``factory(where)``; a second call replaces it."""
+    _FACTORIES[name] = factory
+
+
+def make_launcher(name: str, where: Path) -> Launcher:
+    """The registered launcher ``name`` for ``where``; :class:`LaunchError` if none is."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        known = ", ".join(sorted(_FACTORIES)) or "none"
+        raise LaunchError(f"no {name!r} launcher is registered (registered: {known}); run the "
+                          "job through the `c4` command, which registers the lab's")
+    return factory(where)

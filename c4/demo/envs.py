@@ -12,7 +12,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from c4.processes import Service, free_port, start_daemon, start_sidecar
+from c4.demo.services import start_daemon, start_sidecar
+from c4.processes import Service, free_port
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from c4.lab import system
 from c4.lab.system import LabError
-from recovery.launchers import python_path_env
+from c4.processes import python_path_env
 
 PROBE = [sys.executable, "-m", "c4.lab.probe"]
 

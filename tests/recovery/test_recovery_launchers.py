@@ -1,32 +1,46 @@
-"""The environment a launched torchrun gets to import c4 (its installed case runs for real in
-tests/wheel): from a source checkout, the checkout goes first on PYTHONPATH and what the user
-had there stays."""
+"""Launchers for other places are found by name in a registry the layer above fills, so that
+recovery never imports the lab: ``c4 launch --lab DIR`` reaches the lab's launcher through it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from pathlib import Path
 
-from recovery import launchers
-from recovery.launchers import PACKAGES_ROOT, python_path_env
+import pytest
+from typer.testing import CliRunner
 
-
-def test_from_a_checkout_the_checkout_leads_the_users_pythonpath(monkeypatch):
-    monkeypatch.setattr(launchers, "_site_dirs", set)
-    env = python_path_env({"PYTHONPATH": "/opt/site-extra"})
-    assert env == {"PYTHONPATH": os.pathsep.join([str(PACKAGES_ROOT), "/opt/site-extra"])}
-    assert python_path_env({}) == {"PYTHONPATH": str(PACKAGES_ROOT)}
+from c4.cli import build_app
+from c4.lab.system import LabError
+from recovery.errors import LaunchError
+from recovery.launchers import LocalLauncher, make_launcher, register_launcher
 
 
-def test_installed_c4_adds_nothing(monkeypatch):
-    monkeypatch.setattr(launchers, "_site_dirs", lambda: {PACKAGES_ROOT})
-    assert python_path_env({"PYTHONPATH": "/opt/site-extra"}) == {}
+def test_an_unregistered_launcher_says_how_to_get_one(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError, match=r"no 'nowhere' launcher is registered.*`c4` command"):
+        make_launcher("nowhere", tmp_path)
 
 
-def test_a_process_started_elsewhere_with_it_imports_this_c4(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", "import recovery; print(recovery.__file__)"],
-                         cwd=tmp_path, env={**env, **python_path_env(env)}, capture_output=True,
-                         text=True, timeout=60, check=True)
-    assert out.stdout.strip() == str(PACKAGES_ROOT / "recovery" / "__init__.py")
+def test_a_registered_factory_gets_the_place(tmp_path: Path) -> None:
+    seen: list[Path] = []
+
+    def factory(where: Path) -> LocalLauncher:
+        seen.append(where)
+        return LocalLauncher()
+
+    register_launcher("test-place", factory)
+    assert isinstance(make_launcher("test-place", tmp_path), LocalLauncher)
+    assert seen == [tmp_path]
+
+
+def test_the_c4_command_registers_the_labs_launcher(tmp_path: Path) -> None:
+    build_app()
+    with pytest.raises(LabError, match="no lab is up"):
+        make_launcher("lab", tmp_path)
+
+
+def test_launch_on_a_lab_that_is_not_up_fails_with_the_labs_message(tmp_path: Path) -> None:
+    res = CliRunner().invoke(build_app(), [
+        "launch", "--job", "j", "--hosts", "a", "--lab", str(tmp_path / "lab"),
+        "--workdir", str(tmp_path / "w"), "--journal", str(tmp_path / "j.db"),
+        "--isolator", f"blocklist:{tmp_path / 'block'}", "--", "train.py"])
+    assert res.exit_code == 2, res.output
+    assert "no lab is up" in res.output

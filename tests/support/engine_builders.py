@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from diagnosis.engine import Engine
 from diagnosis.report import FaultReport
+
+from c4.proto.codec import OP_COLUMNS, Columns
+from diagnosis.engine import Engine
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
-from proto.codec import OP_COLUMNS, Columns
 
 OpRow = tuple[int, ...]
 

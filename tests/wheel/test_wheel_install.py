@@ -33,20 +33,23 @@ JOB_SCRIPT = Path(__file__).with_name("wheel_job.py")
 NOT_SHIPPED = {"README.md"}
 
 
-def _packages() -> list[Path]:
-    """The checkout's top-level packages (what pyproject's packages.find collects)."""
-    return sorted(p.parent for p in REPO.glob("*/__init__.py")
-                  if p.parent.name not in ("tests", "bench"))
-
-
 def _copy_sources(dest: Path) -> None:
-    """What a source distribution holds: the build is in-tree (build/, *.egg-info), so it runs on
-    a copy and leaves the checkout, which other test runs may be reading, untouched."""
+    """The project file and every top-level package (pyproject's packages.find picks which go
+    into the wheel): the build is in-tree (build/, *.egg-info), so it runs on a copy and leaves
+    the checkout, which other test runs may be reading, untouched."""
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, dest / name)
-    for pkg in _packages():
-        shutil.copytree(pkg, dest / pkg.name, ignore=shutil.ignore_patterns("__pycache__"))
+    for init in REPO.glob("*/__init__.py"):
+        if init.parent.name not in ("tests", "bench"):
+            shutil.copytree(init.parent, dest / init.parent.name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def _wheel_packages(wheel: Path) -> list[str]:
+    """The top-level packages the wheel installs."""
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist() if "/" in n}
+    return sorted(t for t in tops if not t.endswith(".dist-info"))
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -112,22 +115,26 @@ def _under(path: str, root: Path) -> bool:
     return Path(path).resolve().is_relative_to(root.resolve())
 
 
-def test_the_wheel_holds_every_file_the_packages_ship(installed):
-    """Modules and package data alike (the .proto, the type stubs, anything read through
-    ``__file__`` or importlib.resources): a file in a package folder that setuptools leaves out
-    on its own needs a line in pyproject's package-data."""
+def test_the_wheel_holds_every_file_of_its_packages(installed):
+    """Modules and package data alike (the generated code's type stubs, the start-up hook
+    ``c4 run`` puts on PYTHONPATH, anything read through ``__file__`` or importlib.resources):
+    a file in a package folder that setuptools leaves out on its own needs a line in pyproject's
+    package-data. (The schema, proto/c4.proto, stays in the repository: nothing reads it at run
+    time.)"""
     names = set(zipfile.ZipFile(installed.wheel).namelist())
-    files = {p.relative_to(REPO).as_posix() for pkg in _packages() for p in pkg.rglob("*")
+    tops = _wheel_packages(installed.wheel)
+    assert {"c4", "collectors", "diagnosis", "recovery", "traffic_planner"} <= set(tops)
+    files = {p.relative_to(REPO).as_posix() for top in tops for p in (REPO / top).rglob("*")
              if p.is_file() and "__pycache__" not in p.parts and p.name not in NOT_SHIPPED
              and not p.name.endswith(".pyc")}
-    assert "proto/c4.proto" in files and "collectors/autoinstall/sitedir/sitecustomize.py" in files
+    assert {"collectors/autoinstall/sitedir/sitecustomize.py", "c4/proto/c4_pb2.pyi"} <= files
     assert sorted(files - names) == []
 
 
 def test_c4_is_imported_from_the_installed_wheel(installed):
-    """Every package of the checkout, the CLI and the daemon client (and with them the
-    generated protobuf and gRPC code, whatever its package is called) load from the venv."""
-    ours = [p.name for p in _packages()]
+    """Every package of the wheel, the CLI and the daemon client (and with them the generated
+    protobuf and gRPC code, whatever its package is called) load from the venv."""
+    ours = _wheel_packages(installed.wheel)
     probe = ("import importlib, json, sys\n"
              f"for name in {ours!r} + ['c4.cli', 'diagnosis.client']:\n"
              "    importlib.import_module(name)\n"

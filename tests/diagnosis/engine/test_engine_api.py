@@ -8,11 +8,11 @@ from functools import partial
 import numpy as np
 import pytest
 
+from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.synth import SynthJob
-from proto.codec import OP_COLUMNS, Columns
 from tests.support.engine_builders import op_columns, op_row
 
 MS = 1_000_000

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.sim.config import FaultSpec, SimConfig
 from diagnosis.sim.run import simulate
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 from tests.support.engine_builders import top
 
