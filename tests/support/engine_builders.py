@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from diagnosis.report import FaultReport
 
 from c4.proto.codec import OP_COLUMNS, Columns
+from c4.report import FaultReport
 from diagnosis.engine import Engine
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
