@@ -39,6 +39,7 @@ import orjson
 
 from diagnosis.nccl.ids import comm_hash, op_name
 from diagnosis.nccl.inspector_fast import scan_block
+from diagnosis.nccl.inspector_typed import decode_block
 from diagnosis.nccl.problems import Problems
 from diagnosis.nccl.records import CommKey, DumpStats, NcclOps, OpRecord
 from diagnosis.trace.columns import Bad
@@ -54,6 +55,7 @@ KNOWN_MAJORS = ("v3", "v4")
 SUFFIXES = (".log", ".log.gz", ".jsonl", ".jsonl.gz")
 _PAYLOADS = ("coll_perf", "p2p_perf")
 _NONE = -1
+_NO_LINES = np.zeros(0, dtype=np.int64)
 
 
 # ----- parsing -------------------------------------------------------------------------------
@@ -72,10 +74,20 @@ class _Context:
 def parse_block(block: bytes, first_line: int, source: str,
                 problems: Problems | None = None, context: _Context | None = None) -> NcclOps:
     """The records of whole lines (``block`` ends with a newline; ``first_line`` is the number
-    of its first line): the scanner (:mod:`diagnosis.nccl.inspector_fast`) reads the compact
-    lines, the JSON path the rest; rows in file order."""
+    of its first line): typed structs (:mod:`diagnosis.nccl.inspector_typed`) read a block of
+    plain lines; a block they refuse, the scanner (:mod:`diagnosis.nccl.inspector_fast`) reads
+    its compact lines and the JSON path the rest; rows in file order."""
     problems = problems if problems is not None else Problems()
     ctx = context if context is not None else _Context()
+    typed = decode_block(block, first_line, source)
+    if typed is not None:
+        ops, versions = typed
+        for v, at in versions:
+            _check_version(v, source, first_line + at, problems, ctx)
+        if b'"nan"' in block:
+            _note_nan(block, _NO_LINES, first_line, source, problems)
+        ctx.last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1:-1]
+        return ops
     try:
         ops, bad, versions = scan_block(block, first_line, source)
     except ValueError:
