@@ -55,7 +55,7 @@ KNOWN_MAJORS = ("v3", "v4")
 SUFFIXES = (".log", ".log.gz", ".jsonl", ".jsonl.gz")
 _PAYLOADS = ("coll_perf", "p2p_perf")
 _NONE = -1
-_NO_LINES = np.zeros(0, dtype=np.int64)
+_NAN = 'a bandwidth written as the string "nan": read as not a number'
 
 
 # ----- parsing -------------------------------------------------------------------------------
@@ -81,13 +81,13 @@ def parse_block(block: bytes, first_line: int, source: str,
     ctx = context if context is not None else _Context()
     typed = decode_block(block, first_line, source)
     if typed is not None:
-        ops, versions = typed
-        for v, at in versions:
+        for v, at in typed.versions:
             _check_version(v, source, first_line + at, problems, ctx)
-        if b'"nan"' in block:
-            _note_nan(block, _NO_LINES, first_line, source, problems)
+        if typed.nan:
+            problems.add(source, first_line + typed.nan_line, "nan", _NAN)
+            problems.counts["nan"] += typed.nan - 1
         ctx.last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1:-1]
-        return ops
+        return typed.ops
     try:
         ops, bad, versions = scan_block(block, first_line, source)
     except ValueError:
@@ -134,8 +134,7 @@ def _note_nan(block: bytes, bad: np.ndarray, first_line: int, source: str,
     i = block.count(b"\n", 0, at)
     if i in set(bad.tolist()):
         return
-    problems.add(source, first_line + i, "nan", 'a bandwidth written as the string "nan": '
-                 "read as not a number")
+    problems.add(source, first_line + i, "nan", _NAN)
     problems.counts["nan"] += block.count(b'"nan"') - 1
 
 

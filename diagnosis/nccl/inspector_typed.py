@@ -16,6 +16,7 @@ them; ``busbw`` is NaN, as the scanner leaves it).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -26,7 +27,7 @@ import numpy as np
 from diagnosis.nccl.ids import comm_hash, op_name
 from diagnosis.nccl.records import CommKey, NcclOps
 
-__all__ = ["decode_block"]
+__all__ = ["Decoded", "decode_block"]
 
 
 class _Header(msgspec.Struct, gc=False):
@@ -65,6 +66,9 @@ class _Coll(msgspec.Struct, gc=False):
     msg: int = msgspec.field(name="coll_msg_size_bytes")
     exec_us: int | float | None = msgspec.field(default=None, name="coll_exec_time_us")
     trace: _CollTrace | None = msgspec.field(default=None, name="event_trace_ts")
+    # read only to count the "nan" strings NCCL writes for them (c4 does not use them)
+    algobw: float | str | None = msgspec.field(default=None, name="coll_algobw_gbs")
+    busbw: float | str | None = msgspec.field(default=None, name="coll_busbw_gbs")
     peer: int = -1
 
 
@@ -75,6 +79,8 @@ class _P2p(msgspec.Struct, gc=False):
     msg: int = msgspec.field(name="p2p_msg_size_bytes")
     exec_us: int | float | None = msgspec.field(default=None, name="p2p_exec_time_us")
     trace: _P2pTrace | None = msgspec.field(default=None, name="event_trace_ts")
+    algobw: float | str | None = msgspec.field(default=None, name="p2p_algobw_gbs")
+    busbw: float | str | None = msgspec.field(default=None, name="p2p_busbw_gbs")
 
 
 class _Line(msgspec.Struct, gc=False):
@@ -93,6 +99,7 @@ _COLL, _P2P, _STATS, _META, _HEADER = map(attrgetter, (
 _SN, _MSG, _PEER, _EXEC, _FUNC = map(attrgetter, ("sn", "msg", "peer", "exec_us", "func"))
 _DUMP, _PID, _HOST, _VERSION = map(attrgetter, (
     "dump_timestamp_us", "pid", "hostname", "inspector_output_format_version"))
+_ALGOBW, _BUSBW = attrgetter("algobw"), attrgetter("busbw")
 _TRACE, _START, _EVENTS = map(attrgetter, ("trace", "start", "kernel_events"))
 _KSTART, _KSTOP = map(attrgetter, ("kernel_start_ts", "kernel_stop_ts"))
 
@@ -101,11 +108,21 @@ class _Refused(Exception):
     """The block is not the plain case: the caller reads it the careful way."""
 
 
-def decode_block(block: bytes, first_line: int, source: str
-                 ) -> tuple[NcclOps, list[tuple[str, int]]] | None:
-    """The rows of a block of whole lines (each ending in a newline) and the format versions
-    in it with the first line (0-based) of each; None where the block is not the plain case
-    (the caller then reads it with the scanner and the JSON path)."""
+@dataclass
+class Decoded:
+    """A block's rows, the format versions in it with the first line (0-based) of each, and
+    the bandwidths written as strings (``"nan"``): how many, and the first one's line
+    (0-based; -1: none)."""
+
+    ops: NcclOps
+    versions: list[tuple[str, int]]
+    nan: int = 0
+    nan_line: int = -1
+
+
+def decode_block(block: bytes, first_line: int, source: str) -> Decoded | None:
+    """The rows of a block of whole lines (each ending in a newline); None where the block is
+    not the plain case (the caller then reads it with the scanner and the JSON path)."""
     if not block or b"\\" in block:
         return None
     raw = np.frombuffer(block, dtype=np.uint8)
@@ -142,8 +159,7 @@ def _factorize(values: list[Any]) -> tuple[list[Any], np.ndarray]:
     return list(table), np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=n)
 
 
-def _columns(lines: list[_Line], first_line: int, source: str
-             ) -> tuple[NcclOps, list[tuple[str, int]]]:
+def _columns(lines: list[_Line], first_line: int, source: str) -> Decoded:
     n = len(lines)
     payload = [c or p for c, p in zip(map(_COLL, lines), map(_P2P, lines))]
     if None in payload or list(map(_STATS, lines)).count(None) != n:
@@ -188,7 +204,15 @@ def _columns(lines: list[_Line], first_line: int, source: str
     versions, vidx = _factorize(list(map(_VERSION, meta)))
     first = [int(np.argmax(vidx == j)) for j in range(len(versions))] if len(versions) > 1 \
         else [0]
-    return ops_out, list(zip(versions, first))
+    out = Decoded(ops_out, list(zip(versions, first)))
+    for bw in (_ALGOBW, _BUSBW):
+        kinds = list(map(type, map(bw, payload)))
+        k = kinds.count(str)
+        if k:
+            at = kinds.index(str)
+            out.nan += k
+            out.nan_line = at if out.nan_line < 0 else min(out.nan_line, at)
+    return out
 
 
 def _communicators(headers: list[msgspec.Raw]) -> tuple[list[CommKey], np.ndarray]:
