@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, eq
 from typing import Any
 
 import msgspec
 import numpy as np
+from msgspec.structs import astuple
 
 from diagnosis.nccl.ids import comm_hash, op_name
 from diagnosis.nccl.records import CommKey, NcclOps
@@ -84,7 +85,7 @@ class _P2p(msgspec.Struct, gc=False):
 
 
 class _Line(msgspec.Struct, gc=False):
-    header: msgspec.Raw                  # decoded once per distinct header (_communicators)
+    header: _Header
     metadata: _Metadata
     coll_perf: _Coll | None = None
     p2p_perf: _P2p | None = None
@@ -92,14 +93,13 @@ class _Line(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Line)
-_HEADER_DECODER = msgspec.json.Decoder(_Header)
 _NL, _SPACE = 10, 32
 _COLL, _P2P, _STATS, _META, _HEADER = map(attrgetter, (
     "coll_perf", "p2p_perf", "dump_stats", "metadata", "header"))
 _SN, _MSG, _PEER, _EXEC, _FUNC = map(attrgetter, ("sn", "msg", "peer", "exec_us", "func"))
 _DUMP, _PID, _HOST, _VERSION = map(attrgetter, (
     "dump_timestamp_us", "pid", "hostname", "inspector_output_format_version"))
-_ALGOBW, _BUSBW = attrgetter("algobw"), attrgetter("busbw")
+_ALGOBW, _BUSBW, _ID = map(attrgetter, ("algobw", "busbw", "id"))
 _TRACE, _START, _EVENTS = map(attrgetter, ("trace", "start", "kernel_events"))
 _KSTART, _KSTOP = map(attrgetter, ("kernel_start_ts", "kernel_stop_ts"))
 
@@ -215,16 +215,25 @@ def _columns(lines: list[_Line], first_line: int, source: str) -> Decoded:
     return out
 
 
-def _communicators(headers: list[msgspec.Raw]) -> tuple[list[CommKey], np.ndarray]:
-    """The communicators of the lines' headers, and each line's: lines grouped by the header's
-    bytes, each distinct header decoded once; headers that spell one communicator two ways
-    (``0x1`` and ``1``, another key order) are one, and a communicator with two sizes in one
-    block is refused (the slower paths say which line)."""
-    raw, idx = _factorize(list(map(bytes, headers)))
-    try:
-        keys = [_comm(_HEADER_DECODER.decode(h)) for h in raw]
-    except msgspec.DecodeError:
-        raise _Refused from None
+def _communicators(headers: list[_Header]) -> tuple[list[CommKey], np.ndarray]:
+    """The communicators of the lines' headers, and each line's: lines grouped by the id
+    string (hashed once per line) and checked whole against their group's first header, else
+    grouped by the whole header; headers that spell one communicator two ways (``0x1`` and
+    ``1``) are one, and one communicator with two sizes is refused (the slower paths read
+    it)."""
+    n = len(headers)
+    if headers.count(headers[0]) == n:
+        table, idx = [headers[0]], np.zeros(n, dtype=np.int32)
+    else:
+        per_line = list(map(_ID, headers))
+        ids, idx = _factorize(per_line)
+        table = [headers[per_line.index(i)] for i in ids]
+        if not all(map(eq, headers, [table[i] for i in idx.tolist()])):
+            # one id under several headers (a process with two ranks in it, a name added):
+            # grouped by the whole header
+            whole, idx = _factorize(list(map(astuple, headers)))
+            table = [_Header(*h) for h in whole]
+    keys = [_comm(h) for h in table]
     merged, remap = _factorize(keys)
     if len({(c.hash, c.rank, c.name) for c in merged}) != len(merged):
         raise _Refused
