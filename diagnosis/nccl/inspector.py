@@ -77,6 +77,12 @@ def parse_block(block: bytes, first_line: int, source: str,
     of its first line): typed structs (:mod:`diagnosis.nccl.inspector_typed`) read a block of
     plain lines; a block they refuse, the scanner (:mod:`diagnosis.nccl.inspector_fast`) reads
     its compact lines and the JSON path the rest; rows in file order."""
+    return _parse_block(block, first_line, source, problems, context)[0]
+
+
+def _parse_block(block: bytes, first_line: int, source: str, problems: Problems | None,
+                 context: _Context | None) -> tuple[NcclOps, int]:
+    """:func:`parse_block`, and the number of lines in the block."""
     problems = problems if problems is not None else Problems()
     ctx = context if context is not None else _Context()
     typed = decode_block(block, first_line, source)
@@ -87,7 +93,7 @@ def parse_block(block: bytes, first_line: int, source: str,
             problems.add(source, first_line + typed.nan_line, "nan", _NAN)
             problems.counts["nan"] += typed.nan - 1
         ctx.last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1:-1]
-        return typed.ops
+        return typed.ops, typed.lines
     try:
         ops, bad, versions = scan_block(block, first_line, source)
     except ValueError:
@@ -122,7 +128,7 @@ def parse_block(block: bytes, first_line: int, source: str,
         ops = NcclOps.concat([ops, slow], source).in_line_order()
     if lines:
         ctx.last_line = lines[-1]
-    return ops
+    return ops, len(lines)
 
 
 def _note_nan(block: bytes, bad: np.ndarray, first_line: int, source: str,
@@ -405,10 +411,10 @@ class LineReader:
             self.partial = data
             return NcclOps.empty(self.source)
         self.partial = data[cut + 1:]
-        block = data[:cut + 1]
-        first = self.line
-        self.line += block.count(b"\n")
-        return parse_block(block, first, self.source, self.problems, self.context)
+        ops, n = _parse_block(data[:cut + 1], self.line, self.source, self.problems,
+                              self.context)
+        self.line += n
+        return ops
 
     def finish(self) -> None:
         """The end of the file: a partial last line is a truncated record."""

@@ -110,12 +110,13 @@ class _Refused(Exception):
 
 @dataclass
 class Decoded:
-    """A block's rows, the format versions in it with the first line (0-based) of each, and
-    the bandwidths written as strings (``"nan"``): how many, and the first one's line
-    (0-based; -1: none)."""
+    """A block's rows, the format versions in it with the first line (0-based) of each, its
+    number of lines, and the bandwidths written as strings (``"nan"``): how many, and the
+    first one's line (0-based; -1: none)."""
 
     ops: NcclOps
     versions: list[tuple[str, int]]
+    lines: int = 0
     nan: int = 0
     nan_line: int = -1
 
@@ -138,9 +139,11 @@ def decode_block(block: bytes, first_line: int, source: str) -> Decoded | None:
     if len(lines) != len(ends):            # a line held two records
         return None
     try:
-        return _columns(lines, first_line, source)
+        out = _columns(lines, first_line, source)
     except _Refused:
         return None
+    out.lines = len(lines)
+    return out
 
 
 def _ints(values: Iterable[int], n: int) -> np.ndarray:
