@@ -295,7 +295,7 @@ def _record(p: dict[str, Any], p2p: bool, ctx: _Context, source: str, n: int,
         except ValueError:
             bw[k] = math.nan
     s = ks = ke = None
-    if "event_trace_ts" in p:
+    if p.get("event_trace_ts") is not None:      # null: no verbose times, as absent
         a, b, c = _trace_times(p["event_trace_ts"])
         s, ks, ke = (None if x < 0 else x for x in (a, b, c))
     try:

@@ -2,15 +2,16 @@
 in one call, then turned into columns (:class:`NcclOps`) a field at a time.
 
 Each struct holds only the fields c4 reads, typed as NCCL writes them; msgspec skips the rest
-(bandwidths, timing source, ``event_trace_sn``) without building them, and refuses a line with a
+(timing source, algorithm, ``event_trace_sn``) without building them, and refuses a line with a
 required field missing or of another type. The block is refused as a whole, and read again by
 the numpy scanner and the JSON path (:func:`diagnosis.nccl.inspector.parse_block`), which name
 the bad line and field, when anything is not the plain case: a line that does not decode, a
 blank line, a line without ``header``/``metadata`` (v4.3+ lines inherit them), ``dump_stats``
 markers, a line with neither payload, an escape (``\\``), a negative number, a rank outside its
 communicator, a communicator with two sizes, an id that is not a hash. So a block read here
-gives exactly the rows the slower paths would. Bandwidths are not read (c4 has no use for
-them; ``busbw`` is NaN, as the scanner leaves it).
+gives exactly the rows the slower paths would. Bandwidths are read only to count the
+``"nan"`` strings among them (c4 has no use for them; ``busbw`` is NaN, as the scanner leaves
+it).
 """
 
 from __future__ import annotations

@@ -31,16 +31,18 @@ def test_plain_blocks_give_the_json_paths_rows():
     other_comm = LINE.replace(b'"0x7f8c496ae9f661"', b'"0x11"').replace(b'"rank":2', b'"rank":0')
     float_time = LINE.replace(b'"coll_exec_time_us":61974', b'"coll_exec_time_us":61974.6')
     no_time = LINE.replace(b'"coll_exec_time_us":61974,', b"")
+    null_trace = LINE.replace(b'"coll_busbw_gbs":485.119099',
+                              b'"coll_busbw_gbs":485.119099,"event_trace_ts":null')
     lines = [_compact("inspector_readme_coll_perf.json"), verbose,
              _compact("inspector_exporter_readme_coll_perf.json"), LINE, P2P, other_proc,
-             other_comm, float_time, no_time, P2P.replace(b'"Send"', b'"Recv"')]
+             other_comm, float_time, no_time, P2P.replace(b'"Send"', b'"Recv"'), null_trace]
     block = _block(lines)
     typed = decode_block(block, 7, "f")
     assert typed is not None                        # the typed path read it
     _same(typed.ops, parse_lines(lines, 7, "f"))
     ops = typed.ops
     assert ops.exec_us.tolist()[7:9] == [61975, -1]   # rounded as the JSON path; absent: -1
-    assert ops.line.tolist() == list(range(7, 17))
+    assert ops.line.tolist() == list(range(7, 18))
     assert ops.kstop_us.tolist()[1] == 1752867229275811
     assert {ops.comms[i] for i in ops.comm.tolist()} >= {
         CommKey(0x7F8C496AE9F661, 2, 8, 1, "DP Group 0"), CommKey(0x11, 0, 8, 1, "DP Group 0")}
