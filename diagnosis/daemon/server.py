@@ -151,7 +151,7 @@ class Daemon:
         open_faults = 0
         if not store_error:
             try:
-                open_faults = len(self.store.list_faults(open_only=True))
+                open_faults = self.store.count_faults(open_only=True)
             except Exception as exc:
                 store_error = str(exc)
         resp = c4_pb2.StatusResponse(
