@@ -102,6 +102,8 @@ class DaemonConfig:
     # ``metrics_insecure``.
     metrics_listen: str = ""
     metrics_insecure: bool = False
+    # jobs with per-job series (step time, call times) on /metrics: the most recently heard
+    metrics_jobs: int = 256
     # Reduced telemetry: each job's records budget (sampling factor, windows), and the full
     # records pulled from the nodes around a report (``budget``, ``detail``).
     budget: BudgetConfig = field(default_factory=BudgetConfig)
@@ -140,7 +142,8 @@ class DaemonConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("max_pending_requests", "max_pending_records", "max_message_bytes",
-                     "max_records_per_batch", "live_backlog_records", "workers", "max_streams"):
+                     "max_records_per_batch", "live_backlog_records", "workers", "max_streams",
+                     "metrics_jobs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_requests_per_second < 0:
