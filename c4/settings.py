@@ -128,8 +128,10 @@ def _options(cls: type, path: tuple[str, ...] = ()) -> Iterator[_Option]:
             yield from _options(kind, (*path, f.name))
             continue
         if meta.flag:
+            # a part's flag is its switch
+            cli_type = meta.cli_type or (bool if meta.part is not None else hints[f.name])
             yield _Option((*path, f.name), "_".join((*path, f.name)), meta, _cli_default(f),
-                          meta.cli_type or hints[f.name])
+                          cli_type)
         if meta.part is not None:
             yield from _options(meta.part, (*path, f.name))
 
