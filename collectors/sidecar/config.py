@@ -12,9 +12,15 @@ from pathlib import Path
 from c4.settings import at_least, non_negative, positive, setting, validate
 from collectors.sidecar.edge_config import EdgeConfig
 from collectors.sidecar.errors import SidecarConfigError
-from collectors.sidecar.local import parse_mode
 from collectors.sidecar.nccl_source import NcclSourceConfig
 from collectors.wire import default_socket_path
+
+
+def _mode(text: str) -> int:
+    # the socket server only once a mode is parsed: deriving the options imports no sidecar
+    from collectors.sidecar.local import parse_mode
+
+    return parse_mode(text)
 
 
 def _default_spill_dir() -> Path:
@@ -33,7 +39,8 @@ class SidecarConfig:
     # The socket's permission bits and group ("": the sidecar's own); its owner is the
     # sidecar's user. Never world-writable unless the operator says so.
     socket_mode: int = setting(0o660, flag="--socket-mode", env="C4_SIDECAR_SOCKET_MODE",
-                               cli_type=str, parse=parse_mode, to_cli=lambda m: f"{m:04o}",
+                               cli_type=str, parse=lambda text: _mode(text),
+                               to_cli=lambda m: f"{m:04o}",
                                check=lambda m: None if not m & ~0o777 else
                                "has bits beyond 0777",
                                help="Permission bits of the socket (octal). Its owner is the "

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from c4.settings import non_negative, positive, setting, validate
-from collectors.health.watch import HealthWatchConfig, format_map
+from collectors.health.settings import HealthWatchConfig, format_map
 from collectors.sidecar.errors import SidecarConfigError
-from collectors.sidecar.ports import parse_nic_map
 
 PORT_MODES = ("mapped", "all", "off")
 
@@ -69,4 +68,7 @@ class EdgeConfig:
 
 
 def _nic_map(text: str) -> tuple[tuple[str, str], ...]:
+    # the port reader (numpy, the wire formats) only once a map is given
+    from collectors.sidecar.ports import parse_nic_map
+
     return tuple(parse_nic_map(text).items())
