@@ -109,7 +109,9 @@ def describe(f: dataclasses.Field) -> str:
 
 # -- options from fields ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Option:
+class OptionSpec:
+    """One derived option: the field it sets, its parameter name, metadata and default."""
+
     path: tuple[str, ...]          # field names from the top config down
     param: str                     # the command function's parameter
     meta: Setting
@@ -117,7 +119,8 @@ class _Option:
     cli_type: Any
 
 
-def _options(cls: type, path: tuple[str, ...] = ()) -> Iterator[_Option]:
+def option_specs(cls: type, path: tuple[str, ...] = ()) -> Iterator[OptionSpec]:
+    """Every option of ``cls``, its parts' included, in field order."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         meta = f.metadata.get(_KEY)
@@ -125,15 +128,15 @@ def _options(cls: type, path: tuple[str, ...] = ()) -> Iterator[_Option]:
             continue
         kind = meta.part or hints[f.name]
         if meta.part is None and dataclasses.is_dataclass(kind) and not meta.flag:
-            yield from _options(kind, (*path, f.name))
+            yield from option_specs(kind, (*path, f.name))
             continue
         if meta.flag:
             # a part's flag is its switch
             cli_type = meta.cli_type or (bool if meta.part is not None else hints[f.name])
-            yield _Option((*path, f.name), "_".join((*path, f.name)), meta, _cli_default(f),
-                          cli_type)
+            yield OptionSpec((*path, f.name), "_".join((*path, f.name)), meta,
+                             _cli_default(f), cli_type)
         if meta.part is not None:
-            yield from _options(meta.part, (*path, f.name))
+            yield from option_specs(meta.part, (*path, f.name))
 
 
 def _cli_default(f: dataclasses.Field) -> Any:
@@ -153,7 +156,7 @@ def command_parameters(cls: type) -> list[inspect.Parameter]:
     """One keyword parameter per flag of ``cls`` (and of its parts), for a typer command, with
     the field's default in the option's form (so a default is written only in the dataclass)."""
     params = []
-    for opt in _options(cls):
+    for opt in option_specs(cls):
         meta = opt.meta
         info = typer.Option(opt.default, *meta.flag.split(" "), envvar=meta.env or None,
                             help=meta.help, hidden=meta.hidden, metavar=meta.metavar)
@@ -166,7 +169,7 @@ def command_parameters(cls: type) -> list[inspect.Parameter]:
 def derive_command(cls: type, run: Callable[..., None],
                    extra: list[inspect.Parameter] = ()) -> Callable[..., None]:
     """``run`` as a typer command taking the flags of ``cls`` (plus ``extra`` parameters);
-    it is called with every parameter as a keyword (None: not given)."""
+    it is called with every parameter as a keyword, for ``build``."""
     def command(**values: Any) -> None:
         run(**values)
 
@@ -178,33 +181,31 @@ def derive_command(cls: type, run: Callable[..., None],
     return command
 
 
-def build(cls: type, values: Mapping[str, Any], error: type[Exception], **fixed: Any) -> Any:
-    """The config from a command's parsed options (None: not given), ``fixed`` values (field
-    names of ``cls``) winning; a value its flag cannot take raises ``error`` naming the flag."""
-    return _build(cls, (), values, error, fixed)
+def build(cls: type, values: Mapping[str, Any], error: type[Exception]) -> Any:
+    """The config from a command's parsed options (None: not given, the field's default
+    applies); a value its flag cannot take, or a config its validator refuses, raises
+    ``error`` naming the flag."""
+    return _build(cls, (), values, error)
 
 
 def _build(cls: type, path: tuple[str, ...], values: Mapping[str, Any],
-           error: type[Exception], fixed: Mapping[str, Any]) -> Any:
+           error: type[Exception]) -> Any:
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        if f.name in fixed:
-            kwargs[f.name] = fixed[f.name]
-            continue
         meta = f.metadata.get(_KEY)
         if meta is None:
             continue
         here = (*path, f.name)
         given = values.get("_".join(here)) if meta.flag else None
         if meta.part is not None:
-            own = list(_options(meta.part, here))
+            own = list(option_specs(meta.part, here))
             if given if meta.flag else any(values.get(o.param) not in (None, o.default)
                                            for o in own):
-                kwargs[f.name] = _build(meta.part, here, values, error, {})
+                kwargs[f.name] = _build(meta.part, here, values, error)
             continue
         if dataclasses.is_dataclass(hints[f.name]) and not meta.flag:
-            kwargs[f.name] = _build(hints[f.name], here, values, error, {})
+            kwargs[f.name] = _build(hints[f.name], here, values, error)
             continue
         if given is None:
             continue

@@ -19,7 +19,8 @@ TOKEN_FILE = inspect.Parameter(
                               "checks tokens; or set C4_TOKEN."))
 
 
-def _config(options: dict[str, Any]) -> SidecarConfig:
+def config_from_options(options: dict[str, Any]) -> SidecarConfig:
+    """The config from the parsed options of `c4 sidecar` (the token read from --token-file)."""
     from dataclasses import replace
 
     from collectors.sidecar.errors import SidecarConfigError
@@ -50,7 +51,7 @@ def run_sidecar(**options: Any) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        config = _config(options)
+        config = config_from_options(options)
         car = Sidecar(config)
         car.start()
     except (ValueError, OSError, SidecarError) as exc:

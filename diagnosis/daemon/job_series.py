@@ -35,6 +35,7 @@ from diagnosis.store import OpRows, Write
 #: Upper bounds of the call-time buckets (seconds): from a small NVLink all-reduce to a stall.
 CALL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_LE = (*(repr(b) for b in CALL_BUCKETS), "+Inf")
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
 KINDS = ("collective", "p2p")
 #: Calls of the followed rank kept per job to find its step, and the longest step (in calls).
@@ -102,9 +103,9 @@ class JobSeries(Collector):
         is_p2p = np.array([str(s) in P2P_OPS for s in names], dtype=bool)
         kind = is_p2p[cols["op"][done]].astype(np.int64) if len(names) else \
             np.zeros(len(took), np.int64)
-        bucket = np.searchsorted(self._bounds, took, side="left")
-        counts = np.zeros((len(KINDS), len(CALL_BUCKETS) + 1), np.int64)
-        np.add.at(counts, (kind, bucket), 1)
+        width = len(CALL_BUCKETS) + 1
+        cell = kind * width + np.searchsorted(self._bounds, took, side="left")
+        counts = np.bincount(cell, minlength=len(KINDS) * width).reshape(len(KINDS), width)
         sums = np.bincount(kind, weights=took, minlength=len(KINDS))
         with self._lock:
             series = self._series(body.job)
@@ -158,13 +159,11 @@ class JobSeries(Collector):
         with self._lock:
             self._evict_idle()
             for job, series in self._jobs.items():
+                cumulative = np.cumsum(series.counts, axis=1).tolist()
                 for k, kind in enumerate(KINDS):
-                    cumulative = np.cumsum(series.counts[k]).tolist()
-                    if not cumulative[-1]:
-                        continue
-                    buckets = [(repr(b), c) for b, c in zip(CALL_BUCKETS, cumulative)]
-                    buckets.append(("+Inf", cumulative[-1]))
-                    calls.add_metric([job, kind], buckets, float(series.sums[k]))
+                    if cumulative[k][-1]:
+                        calls.add_metric([job, kind], list(zip(_LE, cumulative[k])),
+                                         float(series.sums[k]))
                 if series.step_stale:
                     series.step_s = step_seconds(series.sigs, series.t_enter)
                     series.step_stale = False

@@ -12,8 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from c4.settings import _options, build, derive_command, format_duration, format_size
-from collectors.sidecar.cli import _config as sidecar_config
+from c4.settings import build, derive_command, format_duration, format_size, option_specs
+from collectors.sidecar.cli import config_from_options as sidecar_config
 from collectors.sidecar.cli import sidecar as sidecar_command
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.errors import SidecarConfigError
@@ -61,7 +61,7 @@ def test_sidecar_flags_build_optional_parts_only_when_asked(tmp_path):
     from collectors.sidecar.cli import TOKEN_FILE
 
     assert {"--health/--no-health", "--health-interval", "--nccl-ras", "--no-wal"} <= \
-        {o.meta.flag for o in _options(SidecarConfig)}    # the parts' flags too
+        {o.meta.flag for o in option_specs(SidecarConfig)}    # the parts' flags too
     opts = _parse(SidecarConfig, ["--health", "--health-interval", "2", "--sysfs-root",
                                   str(tmp_path), "--gpu-map", "0000:db:00.0=n/gpu7",
                                   "--nic-map", "eth0=n/nic0", "--no-wal", "--wal-sync-ms",
@@ -101,7 +101,7 @@ def test_a_bad_value_names_its_flag(cls, error, args, message):
 
 def test_every_flag_is_documented_once():
     for cls in (DaemonConfig, SidecarConfig):
-        opts = list(_options(cls))
+        opts = list(option_specs(cls))
         flags = [o.meta.flag for o in opts]
         envs = [o.meta.env for o in opts]
         assert len(set(flags)) == len(flags), cls
