@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "deploy" / "grafana" / "c4.json"
 SCRIPT = REPO / "tests" / "support" / "steady_job.py"
 SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
-RATE = 40.0     # steps per second of the job: each an all_reduce on the world and on a pair
+RATE = 20.0     # steps per second of the job: each an all_reduce on the world and on a pair
 
 
 def _expressions(node: object) -> list[str]:
