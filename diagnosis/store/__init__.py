@@ -17,7 +17,7 @@ from diagnosis.store.api import (
     StoredDetail,
     Write,
 )
-from diagnosis.store.registry import StoreRegistry, open_store, store_registry
+from diagnosis.store.registry import open_store, store_registry
 
 __all__ = [
     "BATCH_KINDS",
@@ -31,7 +31,6 @@ __all__ = [
     "RankRecord",
     "RemovedJob",
     "Store",
-    "StoreRegistry",
     "StoredBatch",
     "StoredDetail",
     "Write",

@@ -3,6 +3,6 @@ default), Slurm, Kubernetes, registered by name in ``registry``; ``open_isolator
 one from a ``--isolator`` value."""
 
 from recovery.isolation.api import Isolator
-from recovery.isolation.registry import IsolatorRegistry, isolator_registry, open_isolator
+from recovery.isolation.registry import isolator_registry, open_isolator
 
-__all__ = ["Isolator", "IsolatorRegistry", "isolator_registry", "open_isolator"]
+__all__ = ["Isolator", "isolator_registry", "open_isolator"]

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from recovery.errors import IsolationError
-from recovery.isolation import IsolatorRegistry, isolator_registry, open_isolator
+from recovery.isolation import isolator_registry, open_isolator
 from recovery.isolation.blocklist import BlocklistIsolator
 
 
@@ -32,13 +32,13 @@ def test_unknown_and_malformed_specs_say_what_to_use():
 
 
 def test_a_registered_backend_is_built_with_its_argument(tmp_path):
-    registry = IsolatorRegistry()
-    registry.register("file", lambda arg: BlocklistIsolator(tmp_path / (arg or "default")),
-                      usage="file[:NAME]")
-    assert registry.open("file:x").path == tmp_path / "x"
-    assert registry.open("file").path == tmp_path / "default"
+    isolator_registry.register("file-test",
+                               lambda arg: BlocklistIsolator(tmp_path / (arg or "default")),
+                               usage="file-test[:NAME]")
+    assert open_isolator("file-test:x").path == tmp_path / "x"
+    assert open_isolator("file-test").path == tmp_path / "default"
     with pytest.raises(IsolationError, match="already registered"):
-        registry.register("file", lambda arg: BlocklistIsolator())
+        isolator_registry.register("file-test", lambda arg: BlocklistIsolator())
 
 
 def test_backends_are_imported_only_when_asked_for(tmp_path):
