@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any
 
-import typer
-
 _KEY = "c4.setting"
 
 #: A range check: None when the value is fine, else what it must be ("must be at least 1").
@@ -155,6 +153,8 @@ def _cli_default(f: dataclasses.Field) -> Any:
 def command_parameters(cls: type) -> list[inspect.Parameter]:
     """One keyword parameter per flag of ``cls`` (and of its parts), for a typer command, with
     the field's default in the option's form (so a default is written only in the dataclass)."""
+    import typer  # only where a command is built: the services read their config without it
+
     params = []
     for opt in option_specs(cls):
         meta = opt.meta
