@@ -1,11 +1,14 @@
 """Each daemon component's Prometheus collector: it reads one component's counters at scrape
-time (so the ingest path pays nothing for them) and serves its latency histogram. The daemon
-registers them with the registry it is given (``Daemon(registry=...)``)."""
+time (so the ingest path pays nothing for them) and serves its latency histogram; and the
+auth interceptor's refusals. The daemon registers them with the registry it is given
+(``Daemon(registry=...)``); each daemon has its own, so several can live in one process."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -93,3 +96,15 @@ class LiveCollector(Collector):
                       live.backpressure_s)
         yield gauge("c4_daemon_live_jobs", "Jobs in the live view.", live.jobs())
         yield from live.analysis_seconds.collect()
+
+
+class AuthDenials:
+    """Calls the auth interceptor refused, by gRPC status code."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._counter = Counter("c4_daemon_auth_denied",
+                                "Calls refused for a missing/unknown token or a role without "
+                                "the right.", ["code"], registry=registry)
+
+    def on_denied(self, code: grpc.StatusCode) -> None:
+        self._counter.labels(code.name).inc()

@@ -1,17 +1,15 @@
 """Prometheus metrics of the daemon, served on ``/metrics`` when ``--metrics`` is given.
 
-Each component serves its own readings (``component_metrics``, ``fault_metrics``,
-``job_series``), registered by the daemon with the registry it is given; each daemon has its
-own, so several daemons (in tests) can live in one process. This module holds the endpoint and
-the helpers the collectors share."""
+This module holds the endpoint and the helpers the collectors share; each component serves its
+own readings (``component_metrics``, ``fault_metrics``, ``job_series``), registered by the
+daemon with the registry it is given."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 
-import grpc
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 log = logging.getLogger(__name__)
@@ -62,15 +60,3 @@ def labelled(kind: type, name: str, doc: str, label: str,
     for key, value in values:
         family.add_metric([key], value)
     return family
-
-
-class AuthDenials:
-    """Calls the auth interceptor refused, by gRPC status code."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._counter = Counter("c4_daemon_auth_denied",
-                                "Calls refused for a missing/unknown token or a role without "
-                                "the right.", ["code"], registry=registry)
-
-    def on_denied(self, code: grpc.StatusCode) -> None:
-        self._counter.labels(code.name).inc()

@@ -16,7 +16,12 @@ from prometheus_client import CollectorRegistry
 
 import c4
 from diagnosis.daemon.admin import AdminService, JobRemover, Retention
-from diagnosis.daemon.component_metrics import IngestCollector, LiveCollector, WriterCollector
+from diagnosis.daemon.component_metrics import (
+    AuthDenials,
+    IngestCollector,
+    LiveCollector,
+    WriterCollector,
+)
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.decoding import SafeDecode
@@ -31,7 +36,7 @@ from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
-from diagnosis.daemon.metrics import AuthDenials, MetricsServer, parse_listen
+from diagnosis.daemon.metrics import MetricsServer, parse_listen
 from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
 from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
