@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
+from c4.proto.codec import Columns
 from diagnosis.daemon.job_series import JobSeries
 from diagnosis.store import OpRows, Write
-from proto.codec import Columns
 
 T0 = 1_700_000_000_000_000_000
 PATTERN = [("world", "all_reduce", 25 << 20), ("world", "all_reduce", 25 << 20),

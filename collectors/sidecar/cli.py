@@ -23,8 +23,8 @@ def config_from_options(options: dict[str, Any]) -> SidecarConfig:
     """The config from the parsed options of `c4 sidecar` (the token read from --token-file)."""
     from dataclasses import replace
 
+    from c4.security.secret import read_token
     from collectors.sidecar.errors import SidecarConfigError
-    from diagnosis.security.secret import read_token
 
     token_file = options.pop("token_file")
     config = build(SidecarConfig, options, SidecarConfigError)

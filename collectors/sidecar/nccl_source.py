@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from c4.proto import c4_pb2
 from c4.settings import positive, setting, validate
 from collectors.sidecar.errors import SidecarConfigError
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
+from c4.proto.codec import Columns
 from c4.settings import (
     DAY_S,
     at_least,
@@ -27,7 +28,6 @@ from c4.settings import (
 )
 from diagnosis.daemon.errors import Rejected
 from diagnosis.errors import ConfigError
-from proto.codec import Columns
 
 #: the largest magnitude any integer column may hold (sentinels like -1 are well inside)
 MAX_MAGNITUDE = 1 << 62

@@ -13,14 +13,15 @@ from diagnosis.daemon.config import DaemonConfig
 
 def run_daemon(**options: Any) -> None:
     """Run the diagnosis daemon: ingest telemetry, store it, detect faults, serve queries."""
+    from c4.errors import C4Error
     from diagnosis.daemon.server import serve
-    from diagnosis.errors import ConfigError, DiagnosisError
+    from diagnosis.errors import ConfigError
 
     try:
         config = build(DaemonConfig, options, ConfigError)
         topo = None
         if config.topology:
-            from diagnosis.topology import Topology
+            from c4.topology import Topology
 
             topo = Topology.load(config.topology)
 
@@ -34,7 +35,7 @@ def run_daemon(**options: Any) -> None:
                 typer.echo(f"metrics on {m.scheme}://{m.host}:{m.port}/metrics")
 
         serve(config, topology=topo, on_ready=ready, topology_source=config.topology)
-    except (DiagnosisError, ValueError) as exc:
+    except (C4Error, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from c4.metrics import counter, gauge, labelled
 from diagnosis.daemon.ingest import IngestService
 from diagnosis.daemon.live import LiveView
-from diagnosis.daemon.metrics import counter, gauge, labelled
 from diagnosis.daemon.writer import Writer
 
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from c4.report import FaultReport
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.probes.adjust import host_of_suspect
-from diagnosis.report import FaultReport
 from diagnosis.store import Store
 
 log = logging.getLogger(__name__)

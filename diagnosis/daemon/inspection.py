@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from c4.proto import c4_pb2
+from c4.report import FaultReport
 from c4.settings import at_least, format_names, parse_names, positive, setting, validate
 from diagnosis.daemon.faults import FaultHub, ReportFollower
 from diagnosis.errors import ConfigError
 from diagnosis.inspection import ProcessFacts, inspect_process
-from diagnosis.report import FaultReport
 from diagnosis.store import RankRecord
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

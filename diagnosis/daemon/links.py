@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from proto.codec import Columns
+from c4.proto.codec import Columns
 
 TRANSFER_COLUMNS = ("src", "dst", "bytes", "t_start_ns", "t_end_ns", "rtt_us", "retrans")
 

@@ -8,13 +8,17 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 import c4
+from c4.metrics import MetricsServer, parse_listen
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
+from c4.security.tokens import TokenTable
 from diagnosis.daemon.admin import AdminService, JobRemover, Retention
 from diagnosis.daemon.component_metrics import (
     AuthDenials,
@@ -36,15 +40,14 @@ from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
-from diagnosis.daemon.metrics import MetricsServer, parse_listen
 from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
 from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
-from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
-from diagnosis.security.tokens import TokenTable
 from diagnosis.store import Write, open_store
-from proto import c4_pb2, c4_pb2_grpc
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ class Daemon:
     """The daemon's parts, wired; ``registry`` takes every part's Prometheus collector (a new
     one when None: several daemons in one process keep their metrics apart)."""
 
-    def __init__(self, config: DaemonConfig, *, topology: Any = None,
+    def __init__(self, config: DaemonConfig, *, topology: Topology | None = None,
                  tokens: TokenTable | None = None, topology_source: str = "",
                  registry: CollectorRegistry | None = None) -> None:
         self.config = config
@@ -239,7 +242,7 @@ class Daemon:
             pass
 
 
-def serve(config: DaemonConfig, *, topology: Any = None,
+def serve(config: DaemonConfig, *, topology: Topology | None = None,
           on_ready: Callable[[Daemon], None] | None = None, topology_source: str = "") -> None:
     """Run until SIGTERM or SIGINT."""
     daemon = Daemon(config, topology=topology, topology_source=topology_source)

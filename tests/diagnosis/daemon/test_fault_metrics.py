@@ -4,9 +4,9 @@ and read at scrape time without reading a report from the store."""
 
 from __future__ import annotations
 
+from c4.report import FaultReport, Suspect
 from diagnosis.daemon.fault_metrics import OpenFaults
 from diagnosis.daemon.faults import FaultHub
-from diagnosis.report import FaultReport, Suspect
 from diagnosis.store import RankRecord, Write, open_store
 
 T0 = 1_700_000_000_000_000_000

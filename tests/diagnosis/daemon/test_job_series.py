@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from c4.proto.codec import Columns
 from diagnosis.daemon.job_series import CALL_BUCKETS, JobSeries, step_seconds
 from diagnosis.store import OpRows, Write
-from proto.codec import Columns
 
 T0 = 1_700_000_000_000_000_000
 
