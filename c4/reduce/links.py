@@ -17,6 +17,9 @@ turns ids back into (peer rank or -1, local endpoint, remote endpoint).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import numpy as np
 
 from c4.proto.codec import LINKSTAT_COLUMNS, Columns
@@ -26,55 +29,96 @@ MS = 1_000_000
 TRANSFER_COLUMNS = ("src", "dst", "bytes", "t_start_ns", "t_end_ns", "retrans")
 
 
-class SocketTransfers:
+Socket = tuple[int, str, str]            # (rank, local endpoint, remote endpoint)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one socket did between two samples: row ``i`` of the batch, ending at ``t_ns``."""
+
+    i: int
+    socket: Socket
+    prev_t_ns: int
+    t_ns: int
+    acked: int          # bytes acknowledged in between
+    retrans: int        # retransmissions in between
+    busy_us: int        # the kernel's busy time in between (0 where it keeps none)
+
+
+class SocketSamples:
+    """Per job: the cumulative TCP_INFO samples of sockets (``c4.proto.codec.CONN_COLUMNS``)
+    as steps between each socket's consecutive samples, and which rank owns each endpoint."""
+
+    def __init__(self) -> None:
+        self.owner: dict[str, int] = {}                     # local endpoint -> rank
+        # socket -> (t, bytes_acked, retrans, busy_us) of its last sample
+        self._last: dict[Socket, tuple[int, int, int, int]] = {}
+        self._busy_known: set[Socket] = set()
+
+    def steps(self, cols: Columns) -> Iterator[Step]:
+        """The step each sample of ``cols`` ends (none for a socket's first sample, or one
+        not later than its last)."""
+        n = len(cols)
+        if not n:
+            return
+        names = cols.strings
+        rank = cols["rank"].tolist()
+        local = [names[i] for i in cols["local"].tolist()]
+        remote = [names[i] for i in cols["remote"].tolist()]
+        t = cols["t_ns"].tolist()
+        acked = cols["bytes_acked"].tolist()
+        retrans = cols["retrans"].tolist()
+        busy = cols["busy_us"].tolist()
+        for r, loc in zip(rank, local, strict=True):
+            self.owner[loc] = r
+        # a loop over sockets (a few per rank, sampled once a second), not over calls
+        for i in range(n):
+            key = (rank[i], local[i], remote[i])
+            prev = self._last.get(key)
+            self._last[key] = (t[i], acked[i], retrans[i], busy[i])
+            if prev is not None and t[i] > prev[0]:
+                yield Step(i, key, prev[0], t[i], acked[i] - prev[1], retrans[i] - prev[2],
+                           busy[i] - prev[3])
+
+    def active_ns(self, step: Step) -> int:
+        """How long the socket was sending during ``step``: its busy time. The kernel counts
+        busy time in jiffies, so a short burst may add nothing: once a socket has shown busy
+        time, a burst too short to count is taken as 1 ms; a kernel without busy time: the
+        whole interval."""
+        interval = step.t_ns - step.prev_t_ns
+        if step.busy_us > 0:
+            self._busy_known.add(step.socket)
+            return min(step.busy_us * 1000, interval)
+        return min(MS, interval) if step.socket in self._busy_known else interval
+
+
+class SocketTransfers(SocketSamples):
     """Per job: turns batches of socket samples (``c4.proto.codec.CONN_COLUMNS``) into transfer
     rows (``src`` rank, ``dst`` socket id, ``bytes``, ``t_start_ns``, ``t_end_ns`` -1 while
     stuck, ``retrans``)."""
 
     def __init__(self) -> None:
-        self._ids: dict[tuple[int, str, str], int] = {}
-        self.sockets: list[tuple[int, str, str]] = []       # id -> (rank, local, remote)
-        self.owner: dict[str, int] = {}                     # local endpoint -> rank
-        # id -> (t, bytes_acked, retrans, busy_us) of its last sample
-        self._last: dict[int, tuple[int, int, int, int]] = {}
-        self._busy_known: set[int] = set()
+        super().__init__()
+        self._ids: dict[Socket, int] = {}
+        self.sockets: list[Socket] = []                     # id -> (rank, local, remote)
         self.stuck: dict[int, int] = {}                     # id -> start of its open transfer
 
     def add(self, cols: Columns) -> Columns:
         out: dict[str, list[int]] = {c: [] for c in TRANSFER_COLUMNS}
-        n = len(cols)
-        if n:
-            names = cols.strings
-            rank = cols["rank"].tolist()
-            local = [names[i] for i in cols["local"].tolist()]
-            remote = [names[i] for i in cols["remote"].tolist()]
-            t = cols["t_ns"].tolist()
-            acked = cols["bytes_acked"].tolist()
-            retrans = cols["retrans"].tolist()
-            busy = cols["busy_us"].tolist()
-            for r, loc in zip(rank, local, strict=True):
-                self.owner[loc] = r
-            # a loop over sockets (a few per rank, sampled once a second), not over calls
-            for i in range(n):
-                key = (rank[i], local[i], remote[i])
-                sid = self._ids.get(key)
-                if sid is None:
-                    sid = self._ids[key] = len(self.sockets)
-                    self.sockets.append(key)
-                prev = self._last.get(sid)
-                self._last[sid] = (t[i], acked[i], retrans[i], busy[i])
-                if prev is None or t[i] <= prev[0]:
-                    continue
-                moved = acked[i] - prev[1]
-                retx = max(retrans[i] - prev[2], 0)
-                if moved > 0:
-                    start = self.stuck.pop(sid, None)
-                    if start is None:
-                        start = t[i] - self._active_ns(sid, busy[i] - prev[3], t[i] - prev[0])
-                    self._row(out, rank[i], sid, moved, start, t[i], retx)
-                elif retx > 0 and sid not in self.stuck:
-                    self.stuck[sid] = prev[0]
-                    self._row(out, rank[i], sid, 0, prev[0], -1, -1)
+        for step in self.steps(cols):
+            sid = self._ids.get(step.socket)
+            if sid is None:
+                sid = self._ids[step.socket] = len(self.sockets)
+                self.sockets.append(step.socket)
+            src, retx = step.socket[0], max(step.retrans, 0)
+            if step.acked > 0:
+                start = self.stuck.pop(sid, None)
+                if start is None:
+                    start = step.t_ns - self.active_ns(step)
+                self._row(out, src, sid, step.acked, start, step.t_ns, retx)
+            elif retx > 0 and sid not in self.stuck:
+                self.stuck[sid] = step.prev_t_ns
+                self._row(out, src, sid, 0, step.prev_t_ns, -1, -1)
         return Columns({c: np.asarray(v, dtype=np.int64) for c, v in out.items()})
 
     def open_rows(self) -> Columns:
@@ -90,15 +134,6 @@ class SocketTransfers:
         for name, v in zip(TRANSFER_COLUMNS, (src, sid, nbytes, start, end, retrans),
                            strict=True):
             out[name].append(v)
-
-    def _active_ns(self, sid: int, busy_us: int, interval_ns: int) -> int:
-        """How long the socket was sending during an interval: its busy time; once a socket has
-        shown busy time, a burst too short for the kernel's jiffies counts as 1 ms; a kernel
-        without busy time: the whole interval."""
-        if busy_us > 0:
-            self._busy_known.add(sid)
-            return min(busy_us * 1000, interval_ns)
-        return min(MS, interval_ns) if sid in self._busy_known else interval_ns
 
     def linkstat(self, ls: Columns) -> Columns:
         """A reducer's linkstat windows of these sockets (``dst`` a socket id) as shipped:
