@@ -11,3 +11,7 @@ class DiagnosisError(C4Error):
 
 class StoreError(DiagnosisError):
     """The store cannot be reached or refused an operation."""
+
+
+class ConfigError(DiagnosisError, ValueError):
+    """A daemon setting (flag or ``C4_*`` variable) has a bad value; the message names it."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+from prometheus_client import Histogram
 
 from c4.proto import c4_pb2
 from c4.proto.health import HealthRecord
@@ -43,6 +44,7 @@ from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.daemon.writer import LATENCY_BUCKETS
 from diagnosis.engine import Engine
 from diagnosis.health.live import LiveHealth
 from diagnosis.store import (
@@ -133,7 +135,6 @@ class LiveView:
     def __init__(self, hub: FaultHub, *, topology: Topology | None = None,
                  store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
-                 observe_analysis: Callable[[float], None] | None = None,
                  budget: BudgetConfig | None = None, control: ControlHub | None = None,
                  max_job_names: int = MAX_JOB_NAMES, hosts: HostBook | None = None,
                  topology_source: str = "") -> None:
@@ -149,7 +150,11 @@ class LiveView:
         self._store = store
         self._max_backlog = max_backlog_records
         self._idle_s = idle_s
-        self._observe_analysis = observe_analysis
+        #: every pass of the detectors (``component_metrics``)
+        self.analysis_seconds = Histogram(
+            "c4_daemon_analysis_seconds",
+            "Duration of one pass of the live detectors over every job.",
+            buckets=(*LATENCY_BUCKETS, 30.0, 60.0), registry=None)
         self._jobs: dict[tuple[str, int], JobState] = {}
         self._evicted: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._lock = threading.Lock()  # the jobs and their engines
@@ -563,8 +568,7 @@ class LiveView:
                     self.on_job_end(st.job, st.attempt, now_ns)
         finally:
             self.last_analysis_s = time.perf_counter() - t0
-            if self._observe_analysis is not None:
-                self._observe_analysis(self.last_analysis_s)
+            self.analysis_seconds.observe(self.last_analysis_s)
             with self._cond:
                 self._judging_since = None
         return filed
