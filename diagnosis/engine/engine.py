@@ -26,10 +26,11 @@ from diagnosis.engine.placement import Placement
 from diagnosis.engine.ports import PortBoard
 from diagnosis.engine.progress import ProgressBoard
 from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, ProgressRecords
-from diagnosis.engine.registry import Registry
+from diagnosis.engine.reporter import Reporter
 from diagnosis.engine.slow import NoncommSlow
 from diagnosis.engine.slow_reports import SlowReports
 from diagnosis.engine.stalls import StallsAfterTheFact
+from diagnosis.engine.state import JobState
 from diagnosis.engine.straggle import SampledStragglers
 from diagnosis.engine.teardown import TeardownGate
 from diagnosis.engine.timing import GroupTiming
@@ -61,7 +62,7 @@ class Engine:
         paths = PathCache(topology) if topology is not None else None
         self.ports = PortBoard(topology)
         self.localizer = Localizer(self.arena, self.placement, paths, self.cfg)
-        self.registry = Registry()
+        self.reporter = Reporter()
         self.pg_names: list[str] = []
         self._pg_ids: dict[str, int] = {}
         self._pg_group = np.zeros(0, dtype=np.int64)
@@ -76,7 +77,6 @@ class Engine:
         self._now = 0
         self.op_now = 0     # the latest time seen in op rows
         self._last_detect: int | None = None
-        self.error_ranks: set[int] = set()
         self.teardown = TeardownGate(self.cfg.evidence_delay_ns)
         self.leaving: set[int] = set()   # ranks whose collectors said their process is exiting
         self._unknown: set[str] = set()
@@ -88,10 +88,14 @@ class Engine:
         self.inverted = 0   # op rows that ended before they were entered
         self.progress = ProgressBoard(self.arena)
         self.linkstats = LinkStatFeed(self.conns)
-        self.hangs = HangReports(self)
-        self.stalls = StallsAfterTheFact(self)
-        self.slow_reports = SlowReports(self)
-        self.lossy = LossyLinks(self)
+        # state -> detectors -> findings -> the one reporter -> reports
+        self.state = JobState(self.cfg, self.arena, self.placement, self.clock, self.timing,
+                              self.conns, self.progress, self.ports, self.pg_names,
+                              self.op_names, self.leaving)
+        self.hangs = HangReports(self.state, self.reporter, self.localizer, self.teardown)
+        self.stalls = StallsAfterTheFact(self.state, self.reporter)
+        self.slow_reports = SlowReports(self.state, self.reporter, self.hangs.error_ranks)
+        self.lossy = LossyLinks(self.cfg, self.localizer, self.placement, self.reporter)
         self.timing.pace = self.progress.period
         self.timing.transfer = lambda g: self.conns.transfer_ns(
             np.asarray(self.arena.pg_of, dtype=np.int64)[g]) if len(g) else np.zeros(0)
@@ -447,31 +451,31 @@ class Engine:
             self._last_detect = now
             self._detected_records = self.records
             self._slow(now)
-        return self.registry.changed()
+        return self.reporter.changed()
 
     def finish(self, end_ns: int | None = None) -> list[FaultReport]:
         now = int(end_ns) if end_ns is not None else self._now
         self._hangs(now, final=True)
         self._slow(now)
-        self.registry.changed()
-        return [r for r in self.registry.all() if r.state == "open"]
+        self.reporter.changed()
+        return [r for r in self.reporter.all() if r.state == "open"]
 
     def incidents(self) -> list[FaultReport]:
         """Every fault the trace showed so far: the open ones and those that cleared (each
         from its first to its last time seen), oldest first; withdrawn reports left out."""
-        return self.registry.incidents()
+        return self.reporter.incidents()
 
     def open_calls(self) -> int:
         """Calls that some member entered and that have not finished."""
         return len(self.arena.open_slots())
 
     def reports(self) -> list[FaultReport]:
-        return self.registry.all()
+        return self.reporter.all()
 
     def _hangs(self, now: int, final: bool = False) -> None:
-        self.hangs.scan(now)
-        for report in self.teardown.settle(self.clock.seen[: self.clock.size], now, final):
-            self.registry.put(report, now)
+        self.hangs.scan(now, self.op_now)
+        for finding in self.teardown.settle(self.clock.seen[: self.clock.size], now, final):
+            self.reporter.file(finding, now)
 
     def _comm_min_span(self) -> int:
         """How long a slowdown must last to be a fault: ``comm_min_span_ns``, or as many
@@ -484,7 +488,7 @@ class Engine:
 
     def _slow(self, now: int) -> None:
         self.slow_reports.noncomm(self.slow.judge() if self.sample == 1
-                                  else self.stragglers.judge(), now)
+                                  else self.stragglers.judge(), now, self.sample)
         findings = self.localizer.comm_slow(self.conns if self.conns.total else None,
                                             self.timing.xfer, self.timing.xkey_group,
                                             self._comm_min_span())
