@@ -45,6 +45,11 @@ def daemon(
                                  help="A job silent this long is no longer live: it leaves the "
                                       "live view and stops counting against --max-jobs "
                                       "(e.g. 30m, 2h)."),
+    job_gone_after: str = typer.Option(
+        "5m", "--job-gone-after", envvar="C4_JOB_GONE_AFTER",
+        help="A job none of whose ranks said it is exiting and that is silent this long has "
+             "failed (killed, or its nodes lost): `c4 jobs` says so and its open faults "
+             "resolve (e.g. 5m; at most --job-idle)."),
     retention: str = typer.Option("30d", "--retention", envvar="C4_RETENTION",
                                   help="Jobs silent this long are removed from the store, and "
                                        "the requests it remembers (to recognise resends) "
@@ -148,6 +153,7 @@ def daemon(
                               tokens_file=tokens, insecure=insecure,
                               max_requests_per_second=max_rps,
                               jobs=JobLimits(max_jobs=max_jobs, idle_s=parse_duration(job_idle),
+                                             gone_after_s=parse_duration(job_gone_after),
                                              max_groups=max_groups,
                                              job_memory_bytes=parse_size(job_memory),
                                              live_memory_bytes=parse_size(live_memory)),

@@ -78,6 +78,10 @@ class JobLimits:
 
     max_jobs: int = 10_000
     idle_s: float = 1800.0
+    #: A job none of whose ranks said it is exiting and that is heard from no more for this
+    #: long has failed (its processes were killed, or their nodes lost): its open faults
+    #: resolve. (A hung job still speaks: its collectors' stats frames go on.)
+    gone_after_s: float = 300.0
     max_groups: int = 65_536
     job_memory_bytes: int = 4 << 30
     #: 0: half this machine's memory
@@ -89,6 +93,9 @@ class JobLimits:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.idle_s <= 0:
             raise ValueError(f"idle_s must be positive, got {self.idle_s}")
+        if self.gone_after_s <= 0:
+            raise ValueError(f"gone_after_s (--job-gone-after) must be positive, got "
+                             f"{self.gone_after_s}")
         if self.live_memory_bytes < 0:
             raise ValueError("live_memory_bytes must be >= 0 (0: half this machine's memory), "
                              f"got {self.live_memory_bytes}")
