@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from diagnosis.engine.arena import Arena
+from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.hang_reports import HangReports
@@ -226,12 +226,39 @@ class Engine:
                 if len(kept.slots):
                     self.timing.update(kept)
                     if self.sample == 1:
-                        self.slow.update(kept)
+                        self._slow_update(kept)
                     else:
                         self.stragglers.update(kept)
                 bad = np.flatnonzero((fin.status > 0).any(axis=1))
                 for i in bad.tolist():
                     self.hangs.error(self.hangs.as_stuck(fin, i), self._now)
+
+    def _slow_update(self, fin: Finished) -> None:
+        """Feed the slow-rank detector, judging in between where a communicator's ring would
+        otherwise take more new samples than half its length: the start of a slowdown must
+        still be in the ring, with samples after it, when it is judged (a trace read in large
+        blocks, a fast job between two passes), or the report's onset would be when the
+        evidence became enough rather than when the slowdown began."""
+        half = max(self.cfg.history // 2, 1)
+        n = fin.enter.shape[1]
+        while len(fin.slots):
+            ug, first, inv = np.unique(fin.group, return_index=True, return_inverse=True)
+            room = half - self.slow.unjudged(ug, n)
+            room[self.arena.p2p[ug]] = len(fin.slots)   # (channels give no samples)
+            occ = np.arange(len(fin.group)) - first[inv]    # (sorted by communicator, seq)
+            fits = occ < room[inv]
+            if fits.all():
+                self.slow.update(fin)
+                return
+            if fits.any():
+                piece = fin.take(fits)
+                self.slow.update(piece)
+                fin = fin.take(~fits)
+                now = int(piece.end.max())
+            else:
+                now = int(fin.enter.min())
+            self.slow_reports.noncomm(self.slow.judge(), max(now, 0), self.sample,
+                                      confirm=False)
 
     @staticmethod
     def _names(strings: list[str], column: np.ndarray, known: dict[str, int],

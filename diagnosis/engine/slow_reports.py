@@ -29,9 +29,12 @@ class SlowReports:
         self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
         self._sample = 1     # the stream's sampling factor as of the last pass
 
-    def noncomm(self, found: list[SlowRank], now: int, sample: int = 1) -> None:
+    def noncomm(self, found: list[SlowRank], now: int, sample: int = 1,
+                confirm: bool = True) -> None:
         """``sample``: the stream's sampling factor (above 1, a rank's lateness includes its
-        own transfers)."""
+        own transfers). ``confirm``: a regular pass, whose misses count towards withdrawing
+        an unconfirmed report (an extra pass between two, to judge a ring before it
+        overflows, only adds)."""
         self._sample = sample
         best: dict[int, SlowRank] = {}
         named = self._network_named() if self._sample > 1 else set()
@@ -56,7 +59,8 @@ class SlowReports:
                 for r in ranks:
                     if best[r].logp < strong:
                         filed.add(self._slow_rank(best[r], now))
-        self._withdraw_unconfirmed(filed, now)
+        if confirm:
+            self._withdraw_unconfirmed(filed, now)
 
     def _withdraw_unconfirmed(self, filed: set[str], now: int) -> None:
         """A slow rank or host that later passes, judging more samples, no longer find: its
