@@ -115,6 +115,13 @@ class FaultReport:
         )
 
 
+def suspect_ranks(report: FaultReport) -> list[int]:
+    """The ranks a report's suspects name: a rank suspect's id, or the rank a GPU or host
+    suspect was placed from."""
+    return [int(s.rank) if s.rank is not None else int(s.id) for s in report.suspects
+            if s.rank is not None or (s.type == "rank" and s.id.isdigit())]
+
+
 def reports_to_json(reports: list[FaultReport]) -> dict[str, Any]:
     """The whole document ``c4 analyze --format json`` writes: ``{"reports": [...]}``."""
     return {"reports": [r.to_json() for r in reports]}

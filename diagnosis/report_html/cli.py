@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -28,14 +33,15 @@ def report(
     from diagnosis.errors import DiagnosisError
     from diagnosis.report_html import from_daemon, from_trace, render
 
+    if trace is None and not job:
+        _fail("name the JOB (see `c4 jobs`), or give --trace FILE")
     try:
-        if trace is not None:
-            data = from_trace(trace, job, topology=topology, journal=journal)
-        else:
-            if not job:
-                _fail("name the JOB (see `c4 jobs`), or give --trace FILE")
-            data = from_daemon(job, daemon, topology=topology, journal=journal)
-        page = render(data)
+        with _progress():
+            if trace is not None:
+                data = from_trace(trace, job, topology=topology, journal=journal)
+            else:
+                data = from_daemon(job, daemon, topology=topology, journal=journal)
+            page = render(data)
     except DiagnosisError as exc:
         _fail(str(exc))
     try:
@@ -43,6 +49,34 @@ def report(
     except OSError as exc:
         _fail(f"cannot write {html_out}: {exc.strerror}")
     typer.echo(f"wrote the report of job {data.job} to {html_out} ({len(page) // 1024:,} KiB)")
+
+
+class _Elapsed(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.t0 = time.monotonic()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"c4 report: [{time.monotonic() - self.t0:5.1f} s] {record.getMessage()}"
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[None]:
+    """The builder's steps on stderr as it goes (a large job's page takes seconds): its INFO
+    records, whatever the root logger's level."""
+    logger = logging.getLogger("diagnosis.report_html")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Elapsed())
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _fail(message: str) -> None:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
@@ -57,11 +57,20 @@ class _OutOfOrder(Exception):
                     "communicator behind one read earlier")
 
 
+class ItemSink(Protocol):
+    """Where ``feed_trace`` also hands the items it feeds."""
+
+    def add(self, item: Item) -> None: ...
+
+    def reset(self) -> None: ...
+
+
 def feed_trace(engine: Engine, path: str | Path, *,
                progress: Callable[[int], None] | None = None,
                block_bytes: int = 4 << 20, workers: int = 0,
                min_parallel_bytes: int = 64 << 20,
-               stopped_after_ns: int | None = None) -> tuple[list[FaultReport], FeedStats]:
+               stopped_after_ns: int | None = None,
+               keep: ItemSink | None = None) -> tuple[list[FaultReport], FeedStats]:
     """Feed every record of the trace to ``engine``, advancing its clock with the data after
     each block; return the final reports and what was read. ``progress`` gets bytes read;
     ``workers`` > 0 parses blocks in that many processes, for traces larger than
@@ -72,17 +81,24 @@ def feed_trace(engine: Engine, path: str | Path, *,
     it recording stopped (what the operator knows: when the hung job was killed).
 
     A trace whose rows go back in time by more than a few seconds (per-rank logs one after the
-    other, shuffled lines) is read again, sorted on disk, into a reset engine."""
+    other, shuffled lines) is read again, sorted on disk, into a reset engine.
+
+    ``keep`` also gets every item fed (and a reset when the trace is read again): a caller that
+    needs the records too (the HTML report) reads the file once."""
     parallel = workers > 0 and Path(path).stat().st_size > max(4 * block_bytes,
                                                                min_parallel_bytes)
     try:
-        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, False)
+        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, False,
+                      keep)
     except _OutOfOrder as exc:
         log.warning("%s is not in time order (%s): sorting its records first", path, exc.why)
         if progress is not None:
             progress(-exc.pos)
         engine.reset()
-        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, True)
+        if keep is not None:
+            keep.reset()
+        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, True,
+                      keep)
     return engine.finish(_end_of(engine, stats, path, stopped_after_ns)), stats
 
 
@@ -111,7 +127,7 @@ def _items(fh: BinaryIO, path: str | Path, block_bytes: int, workers: int) -> It
 
 
 def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | None,
-          block_bytes: int, workers: int, ordered: bool) -> FeedStats:
+          block_bytes: int, workers: int, ordered: bool, keep: ItemSink | None) -> FeedStats:
     stats = FeedStats(sorted=ordered)
     # each kind of telemetry in order; one may lag another (a simulator or exporter writing
     # them in separate chunks), which the engine, keeping them apart, does not mind
@@ -131,6 +147,8 @@ def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | No
                 if not in_order:
                     raise _OutOfOrder(watch, raw.tell())
             _add(engine, item, stats, path)
+            if keep is not None:
+                keep.add(item)
             if ordered:
                 # sorted batches: the file is read already; let the detectors look after each
                 if isinstance(item, _BATCHES):

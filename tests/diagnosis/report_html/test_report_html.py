@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import time
 
 import numpy as np
@@ -24,6 +23,7 @@ from proto import c4_pb2
 from proto.codec import Columns, encode_ops
 from recovery.journal import Journal
 from recovery.states import State
+from tests.support.browser import screenshot
 
 RANKS, STEPS, LATE, SLOW = 16, 120, 5, (9, 10)
 # recent: the daemon refuses records far from its clock
@@ -157,39 +157,10 @@ def test_from_daemon_derives_the_matrix_from_p2p_ops(tmp_path):
         d.stop()
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no chromium binary: `apt-get install chromium` (scripts/system-deps.sh "
-                "installs it as root) to check the page in a real browser")
-
-
 def test_renders_in_headless_chromium(offline, tmp_path):
-    browser = _chromium()
     _, out = offline
     shot = tmp_path / "report.png"
-    args = [browser, "--headless", "--no-sandbox", "--disable-gpu",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-            "--enable-logging=stderr", "--v=0", "--window-size=1400,2400",
-            f"--screenshot={shot}", out.as_uri()]
-    t0 = time.monotonic()
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    console = [ln for ln in proc.stderr.splitlines()
-               if "CONSOLE" in ln or "Uncaught" in ln or "ERR_FILE_NOT_FOUND" in ln
-               or "net::ERR" in ln]
-    assert not console, "\n".join(console)
-    assert shot.exists() and shot.stat().st_size > 10_000, f"no screenshot after " \
-        f"{time.monotonic() - t0:.0f} s: {proc.stderr[-1000:]}"
-    from PIL import Image
-
-    img = Image.open(shot).convert("RGB")
-    assert img.size == (1400, 2400)
-    colours = img.getcolors(maxcolors=1 << 20)
-    assert colours is not None and len(colours) > 50, "the screenshot looks blank"
+    screenshot(out, shot)
     shutil.copy(shot, out.parent / "report.png")   # kept beside the page for a look
 
 
