@@ -1,6 +1,12 @@
 """The detection engine: feed it ranks, groups, op and connection records (from a trace or live
 telemetry), call ``advance`` with the data's clock, get fault reports.
 
+Data flows one way: records update the state (``state.JobState``: per-communicator timing,
+connection windows, progress, the ranks' clocks); the detectors judge it and their report
+builders turn what they find into frozen ``reporter.Finding``s; the one ``reporter.Reporter``
+decides which incident each belongs to, revises and ends reports; ``advance`` returns the
+reports that changed, which the daemon stores.
+
 Memory is bounded: each communicator keeps its last ``window`` calls, each member and connection
 its last ``history`` samples, so the engine can run for ever and a trace streams through it.
 """
