@@ -27,10 +27,10 @@ from typing import IO, Any
 
 import numpy as np
 
+from c4.proto.codec import STATUS_NAMES, Columns
+from c4.report import FaultReport, suspect_ranks
+from c4.topology.model import natural_key
 from diagnosis.errors import DiagnosisError
-from diagnosis.report import FaultReport, suspect_ranks
-from diagnosis.topology.model import natural_key
-from proto.codec import STATUS_NAMES, Columns
 
 #: calls written by default: about 150 MB of JSON, which Perfetto's UI opens in a browser tab
 DEFAULT_MAX_CALLS = 1_000_000

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from c4.output import FORMAT_HELP, Format, emit, message_json
 from c4.output import make_console as _out
-from diagnosis.security.cli import with_client_security as secured
+from c4.security.cli import with_client_security as secured
 
 DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
                          help="Daemon address HOST:PORT (default 127.0.0.1:7444).")
@@ -83,12 +83,12 @@ def faults_list(
     daemon: str = DaemonOpt,
 ) -> None:
     """Fault reports, newest first."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             reports = c.faults(job, open_only=open_only, limit=limit)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
         emit(fmt, "reports", (r.to_json() for r in reports))
@@ -118,12 +118,12 @@ def faults_show(
     daemon: str = DaemonOpt,
 ) -> None:
     """One fault report with its suspects and evidence."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             r = c.fault(fault_id)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
         typer.echo(json.dumps(r.to_json(), indent=2 if fmt is Format.json else None))
@@ -182,12 +182,12 @@ def faults_ack(
     by: str = ByOpt, note: str = NoteOpt, daemon: str = DaemonOpt,
 ) -> None:
     """Acknowledge a fault: someone is on it. It stays open (needs the act role)."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             r = c.ack(fault_id, by or _who(), note)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     _out().print(f"fault {r.id} ({r.kind}, job {r.job}) acknowledged by "
                  f"{r.evidence['ack']['by']}", highlight=False, markup=False)
@@ -201,12 +201,12 @@ def faults_close(
 ) -> None:
     """Close a fault with your reason: it is resolved, and later updates from the detectors
     do not reopen it (needs the act role)."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             r = c.close_fault(fault_id, by or _who(), note)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     reason = (r.evidence.get("resolution") or {}).get("reason", r.state)
     _out().print(f"fault {r.id} ({r.kind}, job {r.job}) {r.state}: {reason}",
@@ -225,7 +225,7 @@ def faults_watch(
     daemon: str = DaemonOpt,
 ) -> None:
     """Follow fault reports as the daemon files, revises and resolves them (Ctrl-C stops)."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     if fmt is Format.json:
         raise typer.BadParameter("a stream has no single JSON document: use --format jsonl",
@@ -241,7 +241,7 @@ def faults_watch(
                                f"{_suspects(r)}  {r.summary}")
     except KeyboardInterrupt:
         return
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
 
 
@@ -258,7 +258,7 @@ def jobs_rm(
     """Remove jobs: every attempt's records and the jobs' fault reports, from the store and
     the live view. Their sidecars' further records are refused until a rank registers again.
     Needs a token with the admin role where the daemon checks tokens."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
@@ -269,7 +269,7 @@ def jobs_rm(
                                  "fault report(s)")
                 else:
                     _out().print(f"job {r.job} is not stored: nothing to remove")
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
 
 
@@ -285,12 +285,12 @@ def _jobs_default(ctx: typer.Context, daemon: str = DaemonOpt, fmt: Format = For
 def jobs(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
     """Jobs the daemon has seen: running, silent, finished or failed, with their ranks,
     records and open faults."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             found = c.jobs()
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
         emit(fmt, "jobs", (message_json(j) for j in found))
@@ -311,12 +311,12 @@ def status(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
     """Daemon health, ingest rate and the sidecars it hears from."""
     import time
 
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             s = c.status()
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
         typer.echo(json.dumps(message_json(s), indent=2 if fmt is Format.json else None))
@@ -363,13 +363,13 @@ def ops(
     daemon: str = DaemonOpt,
 ) -> None:
     """The stored collective and point-to-point calls of a job, one row per call."""
-    from diagnosis.errors import DiagnosisError
-    from proto.codec import STATUS_NAMES
+    from c4.errors import C4Error
+    from c4.proto.codec import STATUS_NAMES
 
     try:
         with _client(daemon) as c:
             cols = c.ops(job, rank=rank, pg=pg, limit=limit)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is Format.jsonl:
         import sys
@@ -441,6 +441,7 @@ def export(
     progress, linkstat and port records when the job shipped reduced telemetry. With
     --chrome-trace, its calls and faults as a timeline for Perfetto: one process per host, one
     thread per rank."""
+    from c4.errors import C4Error
     from diagnosis.errors import DiagnosisError
     from diagnosis.export import write_trace
 
@@ -456,7 +457,7 @@ def export(
             details = c.details(job) if full and output is not None else None
             faults = c.faults(job) if chrome_trace is not None else []
             stopped = _recording_stopped(c, job)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if not len(cols) and not ranks:
         _fail(DiagnosisError(f"the daemon knows nothing of job {job!r}: `c4 jobs` lists the "
@@ -479,14 +480,14 @@ def export(
 def _write_chrome(path: str, job: str, cols, faults, hosts: dict[int, str],
                   gpus: dict[int, str], stopped: int, since: float | None,
                   until: float | None, max_calls: int | None) -> None:
+    from c4.errors import C4Error
     from diagnosis.chrome_trace import DEFAULT_MAX_CALLS, write_chrome_trace
-    from diagnosis.errors import DiagnosisError
 
     try:
         ct = write_chrome_trace(path, job, cols, faults, hosts, gpus=gpus, end_ns=stopped,
                                 since_s=since, until_s=until,
                                 max_calls=max_calls or DEFAULT_MAX_CALLS)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     for note in ct.notes:
         _out(stderr=True).print(f"[yellow]note:[/yellow] {note}", highlight=False)

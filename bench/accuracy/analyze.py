@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns
 from diagnosis.sim.config import SimConfig
 from diagnosis.sim.model import Batch, Simulation
 from diagnosis.sim.reduced import SimEdge
-from proto.codec import Columns
 
 REPO = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
@@ -50,9 +50,9 @@ def analyze_trace(trace: Path, topology: Path) -> list[dict[str, Any]]:
     the engine (no subprocess start-up, no JSON round trip of the reports). A reduced trace
     (format version 2) is read as written: its meta record tells the engine the sampling
     factor, and its progress, linkstat and port records reach the engine with the op rows."""
+    from c4.report import reports_to_json
+    from c4.topology import Topology
     from diagnosis.engine import Engine
-    from diagnosis.report import reports_to_json
-    from diagnosis.topology import Topology
     from diagnosis.trace.feed import feed_trace
 
     engine = Engine(Topology.load(topology))
@@ -79,7 +79,7 @@ def conn_records(sim: Simulation, c: dict[str, np.ndarray]):
 
 # ----- the edge's reduced records as the engine's record classes ---------------------------------
 def progress_records(p: Columns):
-    """The reducer's ``progress`` columns (``collectors.reduce.Reduced``) as ProgressRecords:
+    """The reducer's ``progress`` columns (``c4.reduce.Reduced``) as ProgressRecords:
     the same columns, -1 for what a trace line leaves out."""
     from diagnosis.engine.records import ProgressRecords
 
@@ -115,7 +115,7 @@ def port_records(events: list) -> Any:
 
 class EdgeFeed(SimEdge):
     """What a live daemon receives from the edge of a job whose telemetry is reduced at factor
-    ``sample`` (the collectors and node sidecars, ``collectors.reduce.EdgeReducer``), built from
+    ``sample`` (the collectors and node sidecars, ``c4.reduce.EdgeReducer``), built from
     the simulation as ``diagnosis.sim.reduced`` builds the reduced trace, and handed to the
     engine as it becomes visible: :meth:`observe` every simulated batch (each call's entry and
     completion, each transfer, ahead of their release), :meth:`release` at each step the op

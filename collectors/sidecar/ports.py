@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from c4.proto.codec import PORT_COLUMNS, PORT_COUNTER_COLUMNS, Columns, empty_columns
 from collectors.health.infiniband import ib_port_dirs
-from proto.codec import PORT_COLUMNS, PORT_COUNTER_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 

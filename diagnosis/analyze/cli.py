@@ -81,7 +81,7 @@ def analyze(
     a warning. NCCL's telemetry (--nccl-inspector, --ncclras, --logs, --nccl-profiler, any mix)
     goes through the same detectors (see diagnosis/nccl/README.md).
     """
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     if fmt not in ("json", "jsonl", "table"):
         _fail(f"--format must be 'table', 'json' or 'jsonl', not {fmt!r}")
@@ -113,7 +113,7 @@ def analyze(
             if kept is not None:
                 _chrome(trace, kept, chrome_trace, reports, since, until, max_calls,
                         None if stopped_after is None else int(stopped_after * 1e9))
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(str(exc))
     _emit(reports, fmt, output)
 
@@ -155,7 +155,7 @@ def _nccl(inspector: list[Path], ras: list[Path], logs: list[str], profiler: lis
     sources = read_sources(inspector, ras, expand_paths(logs), profiler, workers=jobs)
     topology = None
     if topology_path is not None:
-        from diagnosis.topology import Topology
+        from c4.topology import Topology
 
         topology = Topology.load(topology_path)
     reports, stats = analyze_nccl(sources, topology, stopped_after_ns=stopped_after_ns)
@@ -178,7 +178,7 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
 
     topology = None
     if topology_path is not None:
-        from diagnosis.topology import Topology
+        from c4.topology import Topology
 
         topology = Topology.load(topology_path)
     engine = Engine(topology)
@@ -207,7 +207,7 @@ def _with_health(reports: list, stats: FeedStats) -> list:
 
 
 def _emit(reports: list, fmt: str, output: Path | None) -> None:
-    from diagnosis.report import reports_to_json
+    from c4.report import reports_to_json
 
     if fmt in ("json", "jsonl"):
         text = json.dumps(reports_to_json(reports), indent=1) + "\n" if fmt == "json" else \

@@ -12,6 +12,16 @@ from typing import Any
 import grpc
 import numpy as np
 
+from c4.proto import c4_pb2
+from c4.proto.codec import (
+    BatchError,
+    Columns,
+    decode_conns,
+    decode_linkstats,
+    decode_ops,
+    decode_ports,
+    decode_progress,
+)
 from diagnosis.daemon.bounds import Bounds, check_batch, check_ranks
 from diagnosis.daemon.errors import Rejected
 from diagnosis.store import (
@@ -22,16 +32,6 @@ from diagnosis.store import (
     OpRows,
     RankRecord,
     Write,
-)
-from proto import c4_pb2
-from proto.codec import (
-    BatchError,
-    Columns,
-    decode_conns,
-    decode_linkstats,
-    decode_ops,
-    decode_ports,
-    decode_progress,
 )
 
 

@@ -27,11 +27,15 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from prometheus_client import Histogram
 
-from collectors.sidecar.ratelog import RateLimitedLog
+from c4.proto import c4_pb2
+from c4.proto.health import HealthRecord
+from c4.ratelog import RateLimitedLog
+from c4.report import FaultReport
 from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.control import ControlHub
@@ -40,8 +44,8 @@ from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.daemon.writer import LATENCY_BUCKETS
 from diagnosis.health.live import LiveHealth
-from diagnosis.report import FaultReport
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -51,8 +55,10 @@ from diagnosis.store import (
     Store,
     Write,
 )
-from proto import c4_pb2
-from proto.health import HealthRecord
+
+if TYPE_CHECKING:
+    from c4.topology import Topology, TopologyLike
+    from c4.topology.job import JobTopology
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +71,7 @@ MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
 HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
 
 
-def _new_engine(topology: Any) -> Any:
+def _new_engine(topology: TopologyLike | None) -> Any:
     try:
         from diagnosis.engine import Engine
     except ImportError:  # the engine is optional for a pure ingest daemon
@@ -89,7 +95,7 @@ class JobState:
     reduced: bool = False      # its sampling factor has been above 1
     ranks_version: int = 0     # bumped by every registration: its topology is assembled again
     topo_key: tuple[int, int] = (-1, -1)    # (ranks_version, host book generation) assembled
-    topology: Any = None       # its JobTopology (diagnosis.topology.job), once assembled
+    topology: JobTopology | None = None   # once assembled
     topo_hosts: tuple[frozenset[str], int] | None = None   # (hosts, generation) it joined
     topo_pass_version: int = -1    # ranks_version at the last pass that looked at its hosts
     ended: bool = False        # every rank said it is exiting, or it went silent for good
@@ -140,10 +146,10 @@ class _TooManyNames(Exception):
 
 
 class LiveView:
-    def __init__(self, hub: FaultHub, *, topology: Any = None, store: Store | None = None,
+    def __init__(self, hub: FaultHub, *, topology: Topology | None = None,
+                 store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
                  gone_after_s: float = 300.0,
-                 observe_analysis: Callable[[float], None] | None = None,
                  budget: BudgetConfig | None = None, control: ControlHub | None = None,
                  max_job_names: int = MAX_JOB_NAMES, hosts: HostBook | None = None,
                  topology_source: str = "") -> None:
@@ -161,7 +167,11 @@ class LiveView:
         self._idle_s = idle_s
         # (ended before it leaves the view: the view forgets jobs silent for ``idle_s``)
         self._gone_after_s = min(gone_after_s, idle_s)
-        self._observe_analysis = observe_analysis
+        #: every pass of the detectors (``component_metrics``)
+        self.analysis_seconds = Histogram(
+            "c4_daemon_analysis_seconds",
+            "Duration of one pass of the live detectors over every job.",
+            buckets=(*LATENCY_BUCKETS, 30.0, 60.0), registry=None)
         self._jobs: dict[tuple[str, int], JobState] = {}
         self._evicted: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._lock = threading.Lock()  # the jobs and their engines
@@ -606,8 +616,7 @@ class LiveView:
                                     silent_s=silent_s)
         finally:
             self.last_analysis_s = time.perf_counter() - t0
-            if self._observe_analysis is not None:
-                self._observe_analysis(self.last_analysis_s)
+            self.analysis_seconds.observe(self.last_analysis_s)
             with self._cond:
                 self._judging_since = None
         return filed
@@ -624,7 +633,7 @@ class LiveView:
         if key == st.topo_key:
             return
         st.topo_key = key
-        from diagnosis.topology.job import join_hosts, place_ranks
+        from c4.topology.job import join_hosts, place_ranks
 
         t0 = time.perf_counter()
         hosts = frozenset(r.host for r in st.ranks.values())
@@ -653,7 +662,7 @@ class LiveView:
                  "(%d issues)", st.job, len(jt.discovered), len(jt.hosts), len(jt.places),
                  time.perf_counter() - t0, len(jt.issues))
 
-    def job_topology(self, job: str) -> Any:
+    def job_topology(self, job: str) -> JobTopology | None:
         """The latest attempt's assembled topology (a JobTopology) if the job is in the live
         view, else None."""
         with self._lock:

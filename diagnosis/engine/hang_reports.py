@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import STATUS_NAMES
 from diagnosis.engine.arena import Finished
 from diagnosis.engine.hangs import (
     Stuck,
@@ -15,12 +16,11 @@ from diagnosis.engine.hangs import (
     scan_open,
     stalled_at_once,
 )
-from diagnosis.engine.localize import Localizer
+from diagnosis.engine.localize import UNPLACED, Localizer
 from diagnosis.engine.reporter import Finding, Reporter
 from diagnosis.engine.state import JobState
 from diagnosis.engine.teardown import TeardownGate, stopped_together
 from diagnosis.engine.wording import ms
-from proto.codec import STATUS_NAMES
 
 _ERRORS_KEPT = 4096     # failed instances remembered (their culprits may change as rows arrive)
 
@@ -177,8 +177,11 @@ class HangReports:
         self._timed_out.add(self.reporter.file(report, now, renew=True))
 
     def _ported(self, suspects: list, how: str) -> tuple[list, str]:
-        """A hang's suspects reordered by what their NIC ports showed (see ``ports``)."""
+        """A hang's suspects reordered by what their NIC ports showed (see ``ports``); none
+        where nothing places the hang (``UNPLACED``) and the ports showed nothing either."""
         out, note = self.ports.weigh(list(suspects))
+        if how == UNPLACED and not note:
+            out = []
         return out, f"{how}; {note}" if note else how
 
     def _claim(self, fid: str, ranks: list[int]) -> None:
@@ -470,7 +473,9 @@ class HangReports:
         name = self.label(s.group)
         op = self.op_names[s.op] if s.op >= 0 else "call"
         top = suspects[0] if suspects else None
-        where = _where(suspects)
+        # no suspect: the hang is certain, its place is not (the localizer says why)
+        where = _where(suspects) if suspects else \
+            "every member's transport and the network between them"
         others = f" (and {len(stuck) - 1} more stuck calls)" if len(stuck) > 1 else ""
         if self._in_flight(s):
             done = self.placement.describe_many(s.ranks[s.end >= 0].tolist())

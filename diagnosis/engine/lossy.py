@@ -16,13 +16,13 @@ from collections import Counter
 
 import numpy as np
 
+from c4.report import Suspect
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.localize import Localizer
 from diagnosis.engine.placement import Placement
 from diagnosis.engine.records import ConnRecords
 from diagnosis.engine.reporter import Finding, Reporter
 from diagnosis.engine.tomography import Component, Explanation, explain
-from diagnosis.report import Suspect
 
 PREFIX = "comm_slow:lossy:"
 # The fleet's reference count: a lower quartile, since one bad NIC of a small job touches most

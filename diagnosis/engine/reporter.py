@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from diagnosis.report import FaultReport, Suspect
+from c4.report import FaultReport, Suspect
 
 #: Kinds whose incidents are told apart by the ranks they blame (see ``Reporter.file``).
 BY_CULPRITS = frozenset({"noncomm_hang"})

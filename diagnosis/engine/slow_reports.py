@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from c4.report import Suspect
 from diagnosis.engine.localize import CommFinding
 from diagnosis.engine.lossy import PREFIX as LOSSY_PREFIX
 from diagnosis.engine.reporter import Finding, Reporter
 from diagnosis.engine.slow import SlowRank
 from diagnosis.engine.state import JobState
 from diagnosis.engine.wording import group_words, ms
-from diagnosis.report import Suspect
 
 
 class SlowReports:
@@ -177,12 +177,10 @@ class SlowReports:
             return None
         edge = {nic}
         topo = self.placement.topology
-        try:
-            for lk in topo.links_of(nic) if topo is not None else []:
+        if topo is not None and nic in topo:
+            for lk in topo.links_of(nic):
                 edge.add(lk)
                 edge.update(lk.split("~"))
-        except Exception:
-            pass
         hit = sorted(edge & named)
         return hit[0] if hit else None
 

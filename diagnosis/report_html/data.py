@@ -1,18 +1,23 @@
-"""What the HTML report draws, gathered from a daemon or from a trace file, plus the recovery
-journal: ops, transfer samples, rank placement, fault reports and recovery timelines."""
+"""What the HTML report draws, gathered from a daemon or from a trace file: ops, transfer
+samples, rank placement and fault reports; the recovery timelines (``recoveries``) are filled
+in by whoever reads the recovery journal (``recovery.marks``), since diagnosis sits below
+recovery."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from c4.proto.codec import Columns
+from c4.report import FaultReport
 from diagnosis.errors import DiagnosisError
-from diagnosis.report import FaultReport
-from proto.codec import Columns
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +53,7 @@ class ReportData:
     hosts: dict[int, str] = field(default_factory=dict)    # rank -> host
     gpus: dict[int, str] = field(default_factory=dict)
     nics: dict[int, str] = field(default_factory=dict)
-    topology: Any = None
+    topology: Topology | None = None   # drawn from its graph, so the networkx model
     recoveries: list[RecoveryMarks] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -75,32 +80,15 @@ def transfers_from_ops(ops: Columns) -> Transfers | None:
                      "point-to-point op durations")
 
 
-def _journal(path: Path, job: str) -> list[RecoveryMarks]:
-    from recovery.errors import RecoveryError
-    from recovery.journal import Journal
-    from recovery.timeline import timeline
-
-    if not path.exists():
-        raise DiagnosisError(f"no recovery journal at {path}: give the file `c4 recover` "
-                             "writes (C4_RECOVERY_JOURNAL)")
-    try:
-        with Journal(path) as j:
-            return [RecoveryMarks(r.id, r.node, r.state.value, dict(timeline(j, r).at))
-                    for r in j.recoveries(job)]
-    except RecoveryError as exc:
-        raise DiagnosisError(str(exc)) from exc
-
-
-def _topology(path: Path | None) -> Any:
+def _topology(path: Path | None) -> Topology | None:
     if path is None:
         return None
-    from diagnosis.topology import Topology
+    from c4.topology import Topology
 
     return Topology.load(path)
 
 
-def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
-                journal: Path | None = None) -> ReportData:
+def from_daemon(job: str, address: str | None, *, topology: Path | None = None) -> ReportData:
     """Everything the daemon knows about ``job``. The daemon has no query for connection
     samples, so the transfer matrix comes from point-to-point op durations."""
     from diagnosis.client import DaemonClient
@@ -120,8 +108,6 @@ def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
                       topology=_topology(topology))
     data.notes.append("The daemon offers no query for connection samples, so the transfer "
                       "matrix is derived from the durations of point-to-point calls.")
-    if journal is not None:
-        data.recoveries = _journal(journal, job)
     return data
 
 
@@ -144,8 +130,8 @@ class _ReadProgress:
             self.next = (int(10 * self.done / self.size) + 1) / 10
 
 
-def from_trace(path: Path, job: str | None = None, *, topology: Path | None = None,
-               journal: Path | None = None) -> ReportData:
+def from_trace(path: Path, job: str | None = None, *,
+               topology: Path | None = None) -> ReportData:
     """A trace file read offline; its faults are found by running the detectors over it."""
     from diagnosis.engine import Engine
     from diagnosis.trace.feed import feed_trace
@@ -182,6 +168,4 @@ def from_trace(path: Path, job: str | None = None, *, topology: Path | None = No
         data.transfers = transfers_from_ops(ops)
         data.notes.append("The trace holds no finished connection samples, so the transfer "
                           "matrix is derived from the durations of point-to-point calls.")
-    if journal is not None:
-        data.recoveries = _journal(journal, name)
     return data

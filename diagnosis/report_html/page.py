@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 
-from diagnosis.report import suspect_ranks
+from c4.report import suspect_ranks
 from diagnosis.report_html import plots
 from diagnosis.report_html.data import ReportData
 from diagnosis.report_html.placement import placement

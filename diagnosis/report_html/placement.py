@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from diagnosis.topology.model import natural_key
+from c4.topology.model import natural_key
 
 UNKNOWN_HOST = "unknown host"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns
 from diagnosis.report_html.data import ReportData
-from proto.codec import Columns
 
 MAX_ROWS = 512        # heatmap / matrix rows before ranks are grouped into bands
 TIME_BINS = 240
@@ -411,8 +411,8 @@ def topology_figure(data: ReportData) -> tuple[str, str] | None:
         return None
     import networkx as nx
 
+    from c4.topology.model import natural_key
     from diagnosis.report_html.neighbourhood import neighbourhood
-    from diagnosis.topology.model import natural_key
 
     g = topo.graph
     bad_nodes, bad_links = _suspect_nodes(data)

@@ -1,5 +1,5 @@
 """Writes a simulation as the reduced trace of format version 2, the way the live edge
-(collectors and node sidecar, ``collectors.reduce``) would ship it: sampled op rows,
+(collectors and node sidecar, ``c4.reduce``) would ship it: sampled op rows,
 ``progress`` per window, ``linkstat`` instead of ``conn``, and NIC ``port`` records.
 
 The simulator knows each iteration's calls and transfers as soon as it has simulated it, ahead
@@ -15,11 +15,11 @@ import logging
 
 import numpy as np
 
-from collectors.reduce import EdgeReducer, Reduced
+from c4.proto.codec import Columns
+from c4.reduce import EdgeReducer, Reduced
 from diagnosis.sim.model import Batch, Simulation
 from diagnosis.sim.ports import PortEvent, PortStates
 from diagnosis.sim.writer import TraceWriter
-from proto.codec import Columns
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ _PORT = ('{"type":"port","host":"%s","nic":"%s","t_ns":%d,"state":"%s",'
 
 
 class SimEdge:
-    """The edge of a simulated job (its collectors and node sidecars, ``collectors.reduce``)
+    """The edge of a simulated job (its collectors and node sidecars, ``c4.reduce``)
     reducing its telemetry at factor ``sample``: :meth:`observe` every simulated batch (each
     call's entry and completion, each transfer, and the port changes they reveal, ahead of
     their release); subclasses say where the reduced records go."""

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from diagnosis.report import FaultReport
+from c4.proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, concat, empty_columns
+from c4.report import FaultReport
 from diagnosis.store import _common
 from diagnosis.store.api import (
     BatchRows,
@@ -25,7 +26,6 @@ from diagnosis.store.api import (
     StoredDetail,
     Write,
 )
-from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, concat, empty_columns
 
 _KEY = ("rank", "pg", "op", "peer", "seq")
 
@@ -246,3 +246,8 @@ class MemoryStore(Store):
         with self._lock:
             found = [r for r in self._faults.values() if job is None or r.job == job]
         return _common.newest_first(found, open_only=open_only, limit=limit)
+
+    def count_faults(self, job: str | None = None, *, open_only: bool = False) -> int:
+        with self._lock:
+            return sum(1 for r in self._faults.values()
+                       if (job is None or r.job == job) and (not open_only or r.state == "open"))

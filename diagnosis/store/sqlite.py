@@ -30,8 +30,9 @@ from itertools import repeat
 
 import numpy as np
 
+from c4.proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
+from c4.report import FaultReport
 from diagnosis.errors import StoreError
-from diagnosis.report import FaultReport
 from diagnosis.store import _common
 from diagnosis.store.api import (
     BatchRows,
@@ -49,7 +50,6 @@ from diagnosis.store.api import (
     StoredDetail,
     Write,
 )
-from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 
@@ -626,3 +626,14 @@ class SQLiteStore(Store):
         with self._reading() as conn:
             rows = conn.execute(sql, args).fetchall()
         return [_common.fault_from_text(r[0]) for r in rows]
+
+    def count_faults(self, job: str | None = None, *, open_only: bool = False) -> int:
+        sql = "SELECT COUNT(*) FROM faults WHERE 1"
+        args: list[object] = []
+        if job is not None:
+            sql += " AND job = ?"
+            args.append(job)
+        if open_only:
+            sql += " AND state = 'open'"
+        with self._reading() as conn:
+            return int(conn.execute(sql, args).fetchone()[0])

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from c4.proto.codec import Columns
+from c4.proto.health import HealthRecord
+from c4.report import FaultReport
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
-from diagnosis.report import FaultReport
 from diagnosis.trace.order import OrderWatch, time_ordered, visible_ns
 from diagnosis.trace.parallel import read_blocks_parallel
 from diagnosis.trace.reader import Batch, End, GroupInfo, Item, Meta, RankInfo, read_trace
-from proto.codec import Columns
-from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class FeedStats:
     linkstats: int = 0
     ports: int = 0
     end_ns: int | None = None
-    #: the trace keeps the calls that proto.sampling keeps at this factor (meta ``sample``)
+    #: the trace keeps the calls that c4.proto.sampling keeps at this factor (meta ``sample``)
     sample: int = 1
     #: the trace was out of time order and was sorted before the engine saw it
     sorted: bool = False

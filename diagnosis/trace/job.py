@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from c4.proto.codec import OP_COLUMNS, Columns, concat, empty_columns
 from diagnosis.engine import ConnRecords
 from diagnosis.trace.reader import End, Item, Meta, RankInfo
-from proto.codec import OP_COLUMNS, Columns, concat, empty_columns
 
 
 @dataclass

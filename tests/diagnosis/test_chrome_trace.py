@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto.codec import Columns
+from c4.report import FaultReport, Suspect
 from diagnosis.chrome_trace import ChromeTraceError, chrome_events, write_chrome_trace
-from diagnosis.report import FaultReport, Suspect
 from diagnosis.trace import TraceWriter
-from proto.codec import Columns
 from tests.support.trace_events import check_trace_events
 
 T0 = 1_700_000_000_000_000_000

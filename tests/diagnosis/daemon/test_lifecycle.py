@@ -7,12 +7,12 @@ import time
 
 import pytest
 
+from c4.proto import c4_pb2
+from c4.report import FaultReport, Suspect
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.jobs import JobLimits
 from diagnosis.daemon.server import Daemon
-from diagnosis.report import FaultReport, Suspect
-from proto import c4_pb2
 from tests.support.frames import op_batch, rank_info
 from tests.support.services import free_port, wait_for
 
@@ -113,5 +113,5 @@ def test_killed_job_without_last_words_fails_and_its_faults_resolve():
 
 
 def test_gone_after_must_be_positive():
-    with pytest.raises(ValueError, match="gone_after_s"):
+    with pytest.raises(ValueError, match="--job-gone-after"):
         JobLimits(gone_after_s=0)

@@ -11,10 +11,10 @@ import json
 import pytest
 
 from bench.accuracy.analyze import analyze_stream
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.sim.config import FaultSpec, SimConfig
 from diagnosis.sim.run import simulate
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 
 ONSET = 5

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import OP_COLUMNS, Columns
+from c4.report import Suspect
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.engine.reporter import Finding, Reporter
-from diagnosis.report import Suspect
-from proto.codec import OP_COLUMNS, Columns
 
 NIC = (Suspect("nic", "node001/nic0", 1.0),)
 

@@ -12,15 +12,15 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns, encode_ops
+from c4.topology.builders import rail_optimized
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
 from diagnosis.report_html import from_trace
 from diagnosis.report_html.plots import lateness
-from diagnosis.topology.builders import rail_optimized
 from diagnosis.trace import TraceWriter
-from proto import c4_pb2
-from proto.codec import Columns, encode_ops
 from recovery.journal import Journal
 from recovery.states import State
 from tests.support.browser import screenshot
@@ -78,6 +78,16 @@ def offline(tmp_path_factory):
         "--topology", str(tmp / "topo.json"), "--journal", str(tmp / "journal.db")])
     assert res.exit_code == 0, res.output
     return tmp, out
+
+
+def test_a_journal_that_is_not_there_is_named(offline):
+    tmp, _ = offline
+    res = CliRunner().invoke(build_app(), [
+        "report", "--html", str(tmp / "other.html"), "--trace", str(tmp / "trace.jsonl"),
+        "--journal", str(tmp / "missing.db")])
+    assert res.exit_code == 2, res.output
+    assert "no recovery journal at" in res.output and "missing.db" in res.output
+    assert not (tmp / "other.html").exists()
 
 
 def test_lateness_is_skew_from_the_call_median():
@@ -167,7 +177,7 @@ def test_renders_in_headless_chromium(offline, tmp_path):
 def test_a_long_stall_is_shaded_and_not_clipped():
     """A 20 s stall among 100 µs skews: the colour scale reaches it (log beyond the usual) and
     the hang report's span is drawn over the gap it leaves."""
-    from diagnosis.report import FaultReport, Suspect
+    from c4.report import FaultReport, Suspect
     from diagnosis.report_html.plots import lateness_heatmap
 
     calls, ranks = 200, 4

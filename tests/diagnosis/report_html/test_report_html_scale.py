@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
-from diagnosis.report import FaultReport, Suspect
+from c4.report import FaultReport, Suspect
+from c4.topology.builders import rail_optimized
 from diagnosis.report_html import from_trace, render
 from diagnosis.report_html.neighbourhood import neighbourhood
 from diagnosis.report_html.placement import placement
-from diagnosis.topology.builders import rail_optimized
 from diagnosis.trace import TraceWriter
 from tests.support.browser import screenshot
 
