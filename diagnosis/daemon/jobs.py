@@ -96,6 +96,16 @@ class JobLimits:
                             parse=parse_duration, to_cli=format_duration, check=positive,
                             help="A job silent this long is no longer live: it leaves the live "
                                  "view and stops counting against --max-jobs (e.g. 30m, 2h).")
+    #: A job none of whose ranks said it is exiting and that is heard from no more for this
+    #: long has failed (its processes were killed, or their nodes lost): its open faults
+    #: resolve. (A hung job still speaks: its collectors' stats frames go on.)
+    gone_after_s: float = setting(300.0, flag="--job-gone-after", env="C4_JOB_GONE_AFTER",
+                                  cli_type=str, parse=parse_duration, to_cli=format_duration,
+                                  check=positive,
+                                  help="A job none of whose ranks said it is exiting and that "
+                                       "is silent this long has failed (killed, or its nodes "
+                                       "lost): `c4 jobs` says so and its open faults resolve "
+                                       "(e.g. 5m; at most --job-idle).")
     max_groups: int = setting(65_536, flag="--max-groups", env="C4_MAX_GROUPS",
                               check=at_least(1),
                               help="Communicators per job; more are refused.")

@@ -77,6 +77,7 @@ class Daemon:
                              hosts=self.hosts, topology_source=topology_source,
                              max_backlog_records=config.live_backlog_records,
                              idle_s=config.jobs.idle_s,
+                             gone_after_s=config.jobs.gone_after_s,
                              budget=config.budget, control=self.control)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
