@@ -20,7 +20,14 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
-from diagnosis.engine.series import binom_logsf, change_point, robust_sigma
+from diagnosis.engine.series import (
+    binom_logsf,
+    change_point,
+    episode_length,
+    episode_rate,
+    recurrence,
+    robust_sigma,
+)
 
 # the quantile of a bucket's per-call periods that stands for the group's compute pace: low, so
 # that spans which include a wait (a bubble, the others' lateness) do not count
@@ -47,6 +54,12 @@ class SlowGroup:
     samples: int
     frac: float
     logp: float
+    # behind again and again rather than from a change point on: the fraction of its buckets
+    # behind since its first episode (None: a change point), its episodes, and the usual time
+    # between its buckets
+    duty: float | None = None
+    episodes: int = 0
+    every_ns: float = 0.0
 
 
 class _Size:
@@ -67,6 +80,21 @@ class _Size:
             self.groups.append(g)
             self.x = np.hstack([self.x, np.full((self.K, 1), np.nan)])
         return c
+
+
+def _level_share(x: np.ndarray, start: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """Per row, the share of its samples from ``start`` on that reach half of ``median`` (its
+    typical sample above the noise there). A host slow from some moment on holds its pace
+    behind at about one level, so nearly all of them do; buckets far behind now and then with
+    buckets at the noise between are episodes (a group whose few kept calls straddle the waits
+    that a slow network puts into every group's spans, an intermittent fault), which the
+    recurrence test judges, not the change point: the noise's own upper tail would else make
+    up the share of buckets behind."""
+    col = np.arange(x.shape[1])[None, :]
+    after = (col >= start[:, None]) & ~np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        strong = after & (x >= 0.5 * np.nan_to_num(median, nan=np.inf)[:, None])
+    return strong.sum(axis=1) / np.maximum(after.sum(axis=1), 1)
 
 
 class GroupPace:
@@ -195,14 +223,51 @@ class GroupPace:
             ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
                 & (res.pre_count >= _MIN_BEFORE) \
                 & (res.frac - res.pre_frac >= cfg.slow_min_frac) & (res.frac >= _MIN_FRAC) \
-                & (res.median >= 2 * cfg.straggle_min_excess)
+                & (res.median >= 2 * cfg.straggle_min_excess) \
+                & (_level_share(x, res.start, res.median) >= _MIN_FRAC)
             for i in np.flatnonzero(ok).tolist():
                 out.append(SlowGroup(size.groups[i], int(t[res.start[i]]),
                                      float(res.median[i]), int(res.count[i]),
                                      float(res.frac[i]), float(res.logp[i])))
+            rec = self._recurring(size, x, t, sigma, ok)
+            out.extend(rec)
+            taken = ok.copy()
+            taken[[size.col[f.group] for f in rec]] = True
             # no healthy past to change from: slow from the first bucket on
             unjudged = (res.start < 0) | (res.pre_count < _MIN_BEFORE)
-            out.extend(self._behind_peers(size, x, t, thr, p0[0], unjudged & ~ok))
+            out.extend(self._behind_peers(size, x, t, thr, p0[0], unjudged & ~taken))
+        return out
+
+    def _recurring(self, size: _Size, x: np.ndarray, t: np.ndarray, sigma: float,
+                   found: np.ndarray) -> list[SlowGroup]:
+        """Groups whose pace falls behind their peers' again and again, normal between (a host
+        slowed one iteration in three by what else it runs, a flapping power cap): the
+        change-point test wants most buckets behind after the change, and a low quantile of
+        a bucket's periods moves only when the whole bucket is slow, so an intermittent slow
+        host shows as episodes, the buckets of its slow iterations. Judged as
+        ``slow.judge_rings`` judges members (``slow_rec_*``): at least ``slow_rec_episodes``
+        episodes well above the noise, too many for the rate at which episodes start over the
+        groups of this size (each bucket is already relative to their median, so a checkpoint
+        or a slower iteration of the whole job is no episode of any). ``found``: groups
+        already slow from a change point on."""
+        cfg = self.cfg
+        least = cfg.slow_rec_min_excess * cfg.straggle_min_excess / cfg.slow_min_excess
+        thr = np.full(len(x), max(least, cfg.slow_rec_noise_k * sigma))
+        p0 = episode_rate(x, thr, cfg.slow_rec_base_rate)
+        unit = episode_length(x, thr, cfg.slow_rec_episodes)
+        rec = recurrence(x, thr, np.full(len(x), p0), cfg.slow_rec_episodes, unit)
+        ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
+            & (np.nan_to_num(rec.median) >= 2 * cfg.straggle_min_excess) & ~found
+        out = []
+        for i in np.flatnonzero(ok).tolist():
+            s = int(rec.start[i])
+            frac = float(rec.hits[i] / max(int(rec.count[i]), 1))
+            ts = t[s:][np.isfinite(x[i, s:])]
+            every = float(np.median(np.diff(ts))) if len(ts) > 1 else 0.0
+            out.append(SlowGroup(size.groups[i], int(t[s]), float(rec.median[i]),
+                                 int(rec.count[i]), frac, float(rec.logp[i]),
+                                 duty=frac if frac < cfg.slow_rec_duty else None,
+                                 episodes=int(rec.episodes[i]), every_ns=every))
         return out
 
     def _roles(self) -> dict[int, set[int]]:

@@ -228,5 +228,6 @@ class SampledStragglers:
                 continue
             pace = float(self._pace(np.asarray([sg.group]))[0])
             found += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
-                               sg.samples, sg.frac, 0.0, sg.logp) for r in members]
+                               sg.samples, sg.frac, 0.0, sg.logp, duty=sg.duty,
+                               episodes=sg.episodes, every_ns=sg.every_ns) for r in members]
         return [f for f in found if f.rank not in victims]
