@@ -70,6 +70,7 @@ class _Size:
         self.col: dict[int, int] = {}
         self.groups: list[int] = []
         self.x = np.zeros((K, 0))
+        self.low = np.zeros((K, 0))      # the same from each bucket's fastest period
         self.t = np.zeros(K, dtype=np.int64)
         self.pos = 0
 
@@ -79,6 +80,7 @@ class _Size:
             c = self.col[g] = len(self.groups)
             self.groups.append(g)
             self.x = np.hstack([self.x, np.full((self.K, 1), np.nan)])
+            self.low = np.hstack([self.low, np.full((self.K, 1), np.nan)])
         return c
 
 
@@ -179,17 +181,20 @@ class GroupPace:
         value = per[head + np.floor(_Q * (count - 1)).astype(np.int64)]
         enough = count >= _MIN_PERIODS
         hb, hg, hv = b[head][enough], g[head][enough], value[enough]
+        hl = per[head][enough]
         n_of = self.arena.n[hg]
         for bucket in np.unique(hb).tolist():
             for n in np.unique(n_of[hb == bucket]).tolist():
                 sel = (hb == bucket) & (n_of == n)
                 if sel.sum() < 3:
                     continue        # nothing to compare with
-                self._write(int(n), bucket, hg[sel], hv[sel])
+                self._write(int(n), bucket, hg[sel], hv[sel], hl[sel])
 
-    def _write(self, n: int, bucket: int, groups: np.ndarray, values: np.ndarray) -> None:
+    def _write(self, n: int, bucket: int, groups: np.ndarray, values: np.ndarray,
+               fastest: np.ndarray) -> None:
         med = float(np.median(values))
-        if med <= 0:
+        low = float(np.median(fastest))
+        if med <= 0 or low <= 0:
             return
         size = self.sizes.get(n)
         if size is None:
@@ -198,6 +203,8 @@ class GroupPace:
         cols = [size.column(g) for g in groups.tolist()]
         size.x[row, :] = np.nan
         size.x[row, cols] = values / med - 1.0
+        size.low[row, :] = np.nan
+        size.low[row, cols] = fastest / low - 1.0
         size.t[row] = bucket * self.span
         size.pos += 1
 
@@ -229,7 +236,7 @@ class GroupPace:
                 out.append(SlowGroup(size.groups[i], int(t[res.start[i]]),
                                      float(res.median[i]), int(res.count[i]),
                                      float(res.frac[i]), float(res.logp[i])))
-            rec = self._recurring(size, x, t, sigma, ok)
+            rec = self._recurring(size, size.low[order].T, t, ok)
             out.extend(rec)
             taken = ok.copy()
             taken[[size.col[f.group] for f in rec]] = True
@@ -238,19 +245,25 @@ class GroupPace:
             out.extend(self._behind_peers(size, x, t, thr, p0[0], unjudged & ~taken))
         return out
 
-    def _recurring(self, size: _Size, x: np.ndarray, t: np.ndarray, sigma: float,
+    def _recurring(self, size: _Size, x: np.ndarray, t: np.ndarray,
                    found: np.ndarray) -> list[SlowGroup]:
         """Groups whose pace falls behind their peers' again and again, normal between (a host
         slowed one iteration in three by what else it runs, a flapping power cap): the
-        change-point test wants most buckets behind after the change, and a low quantile of
-        a bucket's periods moves only when the whole bucket is slow, so an intermittent slow
-        host shows as episodes, the buckets of its slow iterations. Judged as
-        ``slow.judge_rings`` judges members (``slow_rec_*``): at least ``slow_rec_episodes``
-        episodes well above the noise, too many for the rate at which episodes start over the
-        groups of this size (each bucket is already relative to their median, so a checkpoint
-        or a slower iteration of the whole job is no episode of any). ``found``: groups
-        already slow from a change point on."""
+        change-point test wants most buckets behind after the change, so an intermittent slow
+        host shows as episodes instead, the buckets of its slow iterations. ``x``: per group
+        and bucket, its *fastest* period over the size's median of those. A slow host computes
+        every span between kept calls slower, its fastest too; its victims wait now and then,
+        and when the network is slow (or a neighbour) nearly every span of theirs holds a wait,
+        which moves a low quantile of their periods again and again, but some span between
+        waits stays at their pace. Judged as ``slow.judge_rings`` judges members
+        (``slow_rec_*``): at least ``slow_rec_episodes`` episodes well above the noise, too
+        many for the rate at which episodes start over the groups of this size (each bucket is
+        relative to their median, so a checkpoint or a slower iteration of the whole job is no
+        episode of any). ``found``: groups already slow from a change point on."""
         cfg = self.cfg
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            sigma = float(np.nan_to_num(robust_sigma(x), nan=0.0))
         least = cfg.slow_rec_min_excess * cfg.straggle_min_excess / cfg.slow_min_excess
         thr = np.full(len(x), max(least, cfg.slow_rec_noise_k * sigma))
         p0 = episode_rate(x, thr, cfg.slow_rec_base_rate)
