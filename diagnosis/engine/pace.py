@@ -104,10 +104,12 @@ class GroupPace:
         self.arena, self.cfg = arena, config
         self.bucket_ns = config.straggle_bucket_ns
         self.last_first: dict[int, tuple[int, int]] = {}   # group -> (seq, first entry)
-        # periods not yet in a bucket (group, time, period), and those of buckets not yet
-        # written (bucket, group, period)
-        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
-        self._open = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        # periods not yet in a bucket (group, time, period, span start), and those of buckets
+        # not yet written (bucket, group, period, span start)
+        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
+                      np.zeros(0, dtype=np.int64)]
+        self._open = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
+                      np.zeros(0, dtype=np.int64)]
         self._newest = -1
         self._closed = -1
         # how many buckets behind the newest the periods of an update have reached: a trace
@@ -143,7 +145,8 @@ class GroupPace:
         # would seem to fall behind as much as the culprit's)
         ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t) & (sq - prev_s <= _MAX_SPAN)
         per = (t[ok] - prev_t[ok]) / (sq[ok] - prev_s[ok])
-        self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g[ok], t[ok], per), strict=True)]
+        self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g[ok], t[ok], per, prev_t[ok]),
+                                                   strict=True)]
         if not self.span:
             self._gaps.extend((t[ok] - prev_t[ok]).tolist())
             if len(self._gaps) < _LEARN:
@@ -151,11 +154,12 @@ class GroupPace:
             # a bucket long enough for about eight kept calls of a typical group
             unit = self.bucket_ns
             self.span = int(min(max(np.ceil(8 * np.median(self._gaps) / unit), 1), 16)) * unit
-        pg, pt, pp = self._pend
-        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        pg, pt, pp, ps = self._pend
+        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
+                      np.zeros(0, dtype=np.int64)]
         pb = pt // self.span
         fresh = pb > self._closed           # (else a bucket already written)
-        self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, (pb, pg, pp),
+        self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, (pb, pg, pp, ps),
                                                           strict=True)]
         if self._newest >= 0 and len(pb):
             self._lag = min(max(self._lag, self._newest - int(pb.min())), _MAX_LAG)
@@ -164,24 +168,33 @@ class GroupPace:
         self._newest = max(self._newest, int(self._open[0].max()))
         # a bucket is written once calls two buckets (or the lag seen) later arrive (the
         # groups' rows of one moment may come a bucket apart)
-        ob, og, op = self._open
+        ob, og, op, os_ = self._open
         done = ob < self._newest - max(1, self._lag)
         if done.any():
-            self._close(ob[done], og[done], op[done])
+            self._close(ob[done], og[done], op[done], os_[done])
             self._closed = int(ob[done].max())
-            self._open = [ob[~done], og[~done], op[~done]]
+            self._open = [ob[~done], og[~done], op[~done], os_[~done]]
 
-    def _close(self, b: np.ndarray, g: np.ndarray, per: np.ndarray) -> None:
-        """Write finished buckets: each group's low-quantile pace over its size's median."""
+    def _close(self, b: np.ndarray, g: np.ndarray, per: np.ndarray, start: np.ndarray) -> None:
+        """Write finished buckets: each group's low-quantile pace over its size's median, and
+        its fastest period among the spans wholly inside the bucket (one that began in the
+        bucket before took part of its time there: the first span of a slow host's slow
+        bucket is as fast as the healthy bucket before it)."""
         o = np.lexsort((per, g, b))
-        b, g, per = b[o], g[o], per[o]
+        b, g, per, start = b[o], g[o], per[o], start[o]
         head = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (g[1:] != g[:-1])])
         count = np.diff(np.r_[head, len(b)])
         # (the lower of the two values around the quantile: no interpolation needed here)
         value = per[head + np.floor(_Q * (count - 1)).astype(np.int64)]
         enough = count >= _MIN_PERIODS
         hb, hg, hv = b[head][enough], g[head][enough], value[enough]
-        hl = per[head][enough]
+        # (periods are sorted within a bucket and group: the first inside is the fastest)
+        inside = start // self.span == b
+        pos = np.where(inside, np.arange(len(b)), len(b))
+        first_in = np.minimum.reduceat(pos, head)
+        fastest = np.where(first_in < np.r_[head[1:], len(b)],
+                           per[np.minimum(first_in, len(b) - 1)], np.nan)
+        hl = fastest[enough]
         n_of = self.arena.n[hg]
         for bucket in np.unique(hb).tolist():
             for n in np.unique(n_of[hb == bucket]).tolist():
@@ -193,9 +206,10 @@ class GroupPace:
     def _write(self, n: int, bucket: int, groups: np.ndarray, values: np.ndarray,
                fastest: np.ndarray) -> None:
         med = float(np.median(values))
-        low = float(np.median(fastest))
-        if med <= 0 or low <= 0:
+        if med <= 0:
             return
+        low = float(np.median(fastest[np.isfinite(fastest)])) if np.isfinite(fastest).any() \
+            else np.nan
         size = self.sizes.get(n)
         if size is None:
             size = self.sizes[n] = _Size(self.cfg.history)
@@ -204,7 +218,8 @@ class GroupPace:
         size.x[row, :] = np.nan
         size.x[row, cols] = values / med - 1.0
         size.low[row, :] = np.nan
-        size.low[row, cols] = fastest / low - 1.0
+        if low > 0:
+            size.low[row, cols] = fastest / low - 1.0
         size.t[row] = bucket * self.span
         size.pos += 1
 

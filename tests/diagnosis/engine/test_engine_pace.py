@@ -86,32 +86,38 @@ def replicas() -> tuple[Arena, list[int]]:
     return arena, tp
 
 
-def paced_calls(g: int, factor: np.ndarray, lo_s: int, hi_s: int, first_seq: int,
-                rng: np.random.Generator) -> tuple[Finished, int]:
-    """Calls of group ``g`` in seconds ``lo_s``..``hi_s``, at 10 ms times ``factor[s]`` a call
-    in second s (1% jitter per call)."""
-    t, seq = [], first_seq
-    for s in range(lo_s, hi_s):
+def paced_calls(g: int, factor: np.ndarray, hi_s: int, state: tuple[int, float],
+                rng: np.random.Generator, waits: np.ndarray | None = None
+                ) -> tuple[Finished, tuple[int, float]]:
+    """Calls of group ``g`` from where ``state`` (next seq, next call time) left off until
+    second ``hi_s``, at 10 ms times ``factor[s]`` a call in second s (1% jitter per call); in
+    the seconds ``waits`` marks, seven calls in eight come after a wait as long as 1.5 calls."""
+    seq, at = state
+    t: list[int] = []
+    while at < hi_s * 1e9:
+        s = int(at // 1e9)
         period = 10 * MS * factor[s]
-        for k in range(int(1e9 // period)):
-            t.append(int(s * 1e9 + k * period + rng.normal(0, 0.01 * period)))
+        t.append(int(at + rng.normal(0, 0.01 * period)))
+        at += period * (2.5 if waits is not None and waits[s] and len(t) % 8 else 1.0)
     n = len(t)
     sq = np.arange(seq, seq + n)
     enter = np.repeat(np.asarray(t, dtype=np.int64)[:, None], 4, axis=1)
     zero = np.zeros_like(enter)
     return Finished(sq, np.full(n, g), sq, enter, enter + MS, zero - 1,
-                    zero.astype(np.int8)), seq + n
+                    zero.astype(np.int8)), (seq + n, at)
 
 
-def judge_paces(factors: np.ndarray) -> list:
-    """The groups found behind, for per-group, per-second pace factors, fed in chunks."""
+def judge_paces(factors: np.ndarray, waits: np.ndarray | None = None) -> list:
+    """The groups found behind, for per-group, per-second pace factors (and seconds with
+    waits), fed in chunks."""
     arena, tp = replicas()
     pace = GroupPace(arena, EngineConfig())
     rng = np.random.default_rng(9)
-    seqs = [0] * REPLICAS
+    state = [(0, 0.0)] * REPLICAS
     for lo in range(0, SECONDS, CHUNK_S):
         for k, g in enumerate(tp):
-            fin, seqs[k] = paced_calls(g, factors[k], lo, lo + CHUNK_S, seqs[k], rng)
+            fin, state[k] = paced_calls(g, factors[k], lo + CHUNK_S, state[k], rng,
+                                        None if waits is None else waits[k])
             pace.update(fin)
     return pace.judge()
 
@@ -148,3 +154,13 @@ def test_a_group_behind_in_a_few_buckets_is_no_host_slow_from_a_change_point():
 def test_healthy_groups_with_noisy_paces_are_not_found():
     for seed in range(3):
         assert judge_paces(noisy_paces(10 + seed)) == []
+
+
+def test_a_group_that_waits_in_most_spans_now_and_then_is_a_victim():
+    """Behind a slow NIC or a slow network, a group waits in seven spans of eight, one second
+    in three: a low quantile of its periods is behind again and again, as a slow host's is,
+    but some span between the waits keeps its pace, which a slow host's never does."""
+    f = noisy_paces(3)
+    waits = np.zeros((REPLICAS, SECONDS), dtype=bool)
+    waits[0, 8::3] = True
+    assert judge_paces(f, waits) == []
