@@ -44,6 +44,9 @@ _MAX_SPAN = 32        # the most calls between two kept calls whose period count
 # the most buckets a bucket waits for late periods (see ``GroupPace._lag``): a rank whose
 # records come very late must not hold every bucket open
 _MAX_LAG = 16
+# groups of a size that faults of their own put behind in one bucket: beyond, a bucket is an
+# event of the whole job or of its network (see ``GroupPace._recurring``)
+_FAULTS_AT_ONCE = 2
 
 
 @dataclass
@@ -71,6 +74,9 @@ class _Size:
         self.groups: list[int] = []
         self.x = np.zeros((K, 0))
         self.low = np.zeros((K, 0))      # the same from each bucket's fastest period
+        # per column, its peers of the same role, and the (groups, communicators) known then
+        self.role_peers: list[list[int]] = []
+        self.role_known = (0, 0)
         self.t = np.zeros(K, dtype=np.int64)
         self.pos = 0
 
@@ -251,7 +257,7 @@ class GroupPace:
                 out.append(SlowGroup(size.groups[i], int(t[res.start[i]]),
                                      float(res.median[i]), int(res.count[i]),
                                      float(res.frac[i]), float(res.logp[i])))
-            rec = self._recurring(size, size.low[order].T, t, ok)
+            rec = self._recurring(size, self._beside_role(size, size.low[order].T), t, ok)
             out.extend(rec)
             taken = ok.copy()
             taken[[size.col[f.group] for f in rec]] = True
@@ -281,6 +287,12 @@ class GroupPace:
             sigma = float(np.nan_to_num(robust_sigma(x), nan=0.0))
         least = cfg.slow_rec_min_excess * cfg.straggle_min_excess / cfg.slow_min_excess
         thr = np.full(len(x), max(least, cfg.slow_rec_noise_k * sigma))
+        # a bucket in which more groups are behind than a fault or two explain (each slows
+        # its own group) is an event of the job or of the network (congestion makes every
+        # span of the groups behind it wait), which no host explains: it counts for none
+        with np.errstate(invalid="ignore"):
+            behind = (x > thr[:, None]).sum(axis=0)
+        x = np.where((behind > _FAULTS_AT_ONCE)[None, :], np.nan, x)
         p0 = episode_rate(x, thr, cfg.slow_rec_base_rate)
         unit = episode_length(x, thr, cfg.slow_rec_episodes)
         rec = recurrence(x, thr, np.full(len(x), p0), cfg.slow_rec_episodes, unit)
@@ -306,6 +318,38 @@ class GroupPace:
                 by_rank.setdefault(r, set()).add(g)
         return by_rank
 
+    def _role_peers(self, size: _Size) -> list[list[int]]:
+        """Per column of ``size``, the columns of its peers of the same role: the groups of its
+        size whose members meet its members in another communicator (the data-parallel
+        replicas of its pipeline stage); kept while no group is added."""
+        known = (len(size.groups), len(self.arena.members))
+        if size.role_known == known:
+            return size.role_peers
+        by_rank = self._roles()
+        col_of_rank = {r: c for c, g in enumerate(size.groups)
+                       for r in self.arena.members[g].tolist()}
+        out = []
+        for i, g in enumerate(size.groups):
+            mine = self.arena.members[g].tolist()
+            meet = set().union(*(by_rank.get(r, set()) for r in mine)) - {g}
+            out.append(sorted({col_of_rank[r] for h in meet for r in self.arena.members[h].tolist()
+                               if r in col_of_rank} - {i}))
+        size.role_peers, size.role_known = out, known
+        return out
+
+    def _beside_role(self, size: _Size, x: np.ndarray) -> np.ndarray:
+        """``x`` (groups, buckets) less, per bucket, the median of each group's peers of the
+        same role (where it has two at least; else as it is): what holds back a whole stage
+        at once (the checkpoint its ranks write, a pipeline neighbour's wait, a slow network
+        seen from that stage) is no host's own."""
+        out = x.copy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for i, peers in enumerate(self._role_peers(size)):
+                if len(peers) >= 2:
+                    out[i] = x[i] - np.nan_to_num(np.nanmedian(x[peers], axis=0), nan=np.nan)
+        return out
+
     def _behind_peers(self, size: _Size, x: np.ndarray, t: np.ndarray, thr: float,
                       p0: float, cand: np.ndarray) -> list[SlowGroup]:
         """Groups behind the peers of their role in most buckets since the first: a host
@@ -321,21 +365,16 @@ class GroupPace:
         cand = cand & (n_valid >= cfg.slow_min_samples) & (above >= _MIN_FRAC * n_valid)
         if not cand.any():
             return []
-        by_rank = self._roles()
-        col_of_rank = {r: c for c, g in enumerate(size.groups)
-                       for r in self.arena.members[g].tolist()}
+        role_peers = self._role_peers(size)
         out = []
         for i in np.flatnonzero(cand).tolist():
             g = size.groups[i]
-            mine = self.arena.members[g].tolist()
-            meet = set().union(*(by_rank.get(r, set()) for r in mine)) - {g}
-            peers = {col_of_rank[r] for h in meet for r in self.arena.members[h].tolist()
-                     if r in col_of_rank} - {i}
+            peers = role_peers[i]
             if not peers:
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                role = np.nanmedian(x[sorted(peers)], axis=0)
+                role = np.nanmedian(x[peers], axis=0)
             y = x[i] - role
             ok = ~np.isnan(y)
             m = int(ok.sum())

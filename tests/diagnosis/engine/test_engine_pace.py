@@ -164,3 +164,14 @@ def test_a_group_that_waits_in_most_spans_now_and_then_is_a_victim():
     waits = np.zeros((REPLICAS, SECONDS), dtype=bool)
     waits[0, 8::3] = True
     assert judge_paces(f, waits) == []
+
+
+def test_groups_behind_together_now_and_then_are_an_event_of_the_job():
+    """Three replicas slow in the same seconds, one in three (congestion of the network
+    their transfers cross makes every span of theirs wait): more groups at once than a fault
+    or two explain, so no host is named; the one slow host beside them still is."""
+    f = noisy_paces(4)
+    f[1:4, 8::3] *= 2.0
+    assert judge_paces(f) == []
+    f[0, 9::3] *= 2.5
+    assert [x.group for x in judge_paces(f)] == [0]
