@@ -111,8 +111,8 @@ def main() -> None:
     ap.add_argument("--no-kinds", action="store_true", help="skip the per-kind read timings")
     args = ap.parse_args()
 
+    from c4.topology import Topology
     from diagnosis.engine import Engine
-    from diagnosis.topology import Topology
     from diagnosis.trace import read_trace
     from diagnosis.trace.feed import feed_trace
     from diagnosis.trace.parallel import default_workers

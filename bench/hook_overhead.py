@@ -355,8 +355,8 @@ class _CountingSink:
             threading.Thread(target=self._read, args=(conn,), daemon=True).start()
 
     def _read(self, conn: socket.socket) -> None:
+        from c4.proto.codec import decode_ops
         from collectors.wire import decode_frames
-        from proto.codec import decode_ops
 
         buf = bytearray()
         with conn:

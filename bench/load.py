@@ -71,9 +71,9 @@ class FrameBank:
     VARYING = ("seq", "t_enter_ns", "t_end_ns")
 
     def __init__(self, ranks: np.ndarray, k: int) -> None:
+        from c4.proto import c4_pb2
+        from c4.proto.codec import OP_COLUMNS
         from collectors.wire import encode_frame
-        from proto import c4_pb2
-        from proto.codec import OP_COLUMNS
 
         self.k = k
         rng = np.random.default_rng(0)
@@ -213,7 +213,8 @@ class Result:
 
 def run_store(store: str, args: argparse.Namespace, tmp: Path) -> Result | None:
     from bench.stores import store_url
-    from c4.processes import free_port, start_daemon, start_sidecar, wait_for
+    from c4.demo.services import start_daemon, start_sidecar
+    from c4.processes import free_port, wait_for
     from diagnosis.client import DaemonClient, DaemonError
 
     found = store_url(store, tmp, "c4_load")

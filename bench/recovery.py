@@ -32,8 +32,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from c4.demo.services import start_daemon, start_sidecar
 from c4.lab.procs import cpu_quota
-from c4.processes import REPO, Service, c4_command, free_port, start_daemon, start_sidecar, wait_for
+from c4.processes import REPO, Service, c4_command, free_port, wait_for
 from diagnosis.client import DaemonClient
 from recovery.journal import Journal
 from recovery.timeline import job_efficiency, timeline

@@ -1,11 +1,14 @@
 """Time and memory of ``c4 report --html --trace`` on simulated jobs of growing size.
 
-    python -m bench.report_html_scale [--gpus 512 4096] [--iterations 6]
+    python -m bench.report_html_scale [--gpus 8 512 4096] [--iterations 6] [--no-conns]
 
-Each size runs in a fresh process (its peak RSS is its own): simulate a job with a slow link
-(``c4 sim``), then read the trace, run the detectors and render the page. Prints a table:
-GPUs, trace size, seconds (wall and CPU) to build the page, peak RSS, page size. The issue's
-target is 10 s and 500 MB at 4,096 GPUs; the machine this runs on may be shared (say so).
+Each size is simulated in one process (a job with a slow GPU and its connection samples, as
+``c4 sim`` writes it) and its page built in a fresh one, whose peak RSS is the report's own:
+read the trace, run the detectors and render the page. Prints a table: GPUs, trace size,
+connection samples, fault reports, seconds (wall, and CPU of the process and its parsing
+workers) to build the page, peak RSS (the larger of the process and its largest worker), page
+size. The issue's target is 10 s and 500 MB at 4,096 GPUs; the machine this runs on may be
+shared (say so).
 """
 
 from __future__ import annotations
@@ -20,42 +23,70 @@ import time
 from pathlib import Path
 
 
-def _one(gpus: int, iterations: int) -> dict:
-    from diagnosis.report_html import from_trace, render
+def _simulate(gpus: int, iterations: int, conns: bool, out: Path) -> None:
     from diagnosis.sim.config import FaultSpec, SimConfig
     from diagnosis.sim.run import simulate
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        simulate(SimConfig(gpus=gpus, iterations=iterations, microbatches=2, conns=False,
-                           faults=(FaultSpec.parse("slow_link:auto@2"),)), out)
-        trace = out / "trace.jsonl"
-        wall, cpu = time.perf_counter(), time.process_time()
-        page = render(from_trace(trace, topology=out / "topology.json"))
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        return {"gpus": gpus, "trace_mb": trace.stat().st_size / 2**20, "wall_s": wall,
-                "cpu_s": cpu, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                / 1024, "page_kb": len(page) / 1024}
+    # a small job: two hosts, still data-parallel
+    small = {"tp": 2, "pp": 2, "gpus_per_host": 4} if gpus < 64 else {}
+    simulate(SimConfig(gpus=gpus, iterations=iterations, microbatches=2, conns=conns, **small,
+                       faults=(FaultSpec.parse("slow_gpu:auto@2"),)), out)
+
+
+def _build(out: Path) -> dict:
+    from diagnosis.report_html import from_trace, render
+
+    trace = out / "trace.jsonl"
+    wall, cpu = time.perf_counter(), _cpu()
+    data = from_trace(trace, topology=out / "topology.json")
+    page = render(data)
+    wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+    # the trace's parsing processes (large traces, several CPUs) count too
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF,
+                                                             resource.RUSAGE_CHILDREN))
+    return {"trace_mb": trace.stat().st_size / 2**20, "wall_s": wall, "cpu_s": cpu,
+            "conns": 0 if data.transfers is None else len(data.transfers.src),
+            "faults": len(data.faults), "peak_mb": peak / 1024, "page_kb": len(page) / 1024}
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its finished children."""
+    me, kids = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                    resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _run(*args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "bench.report_html_scale", *args],
+                          capture_output=True, text=True, check=True).stdout
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", type=int, nargs="+", default=[512, 4096])
+    ap.add_argument("--gpus", type=int, nargs="+", default=[8, 512, 4096])
     ap.add_argument("--iterations", type=int, default=6)
-    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--no-conns", action="store_true",
+                    help="simulate without connection samples (calls only)")
+    ap.add_argument("--simulate", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--build", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.one:
-        print(json.dumps(_one(args.one, args.iterations)))
+    if args.simulate:
+        _simulate(int(args.simulate[0]), args.iterations, not args.no_conns,
+                  Path(args.simulate[1]))
         return
-    print(f"{'GPUs':>6} {'trace MB':>9} {'wall s':>7} {'CPU s':>7} {'peak MB':>8} "
-          f"{'page KB':>8}")
+    if args.build:
+        print(json.dumps(_build(Path(args.build))))
+        return
+    print(f"{'GPUs':>6} {'trace MB':>9} {'conns':>9} {'faults':>6} {'wall s':>7} "
+          f"{'CPU s':>7} {'peak MB':>8} {'page KB':>8}", flush=True)
     for gpus in args.gpus:
-        res = subprocess.run([sys.executable, "-m", "bench.report_html_scale", "--one",
-                              str(gpus), "--iterations", str(args.iterations)],
-                             capture_output=True, text=True, check=True)
-        r = json.loads(res.stdout.strip().splitlines()[-1])
-        print(f"{r['gpus']:>6} {r['trace_mb']:>9.1f} {r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} "
-              f"{r['peak_mb']:>8.0f} {r['page_kb']:>8.0f}")
+        with tempfile.TemporaryDirectory() as tmp:
+            _run("--simulate", str(gpus), tmp, "--iterations", str(args.iterations),
+                 *(["--no-conns"] if args.no_conns else []))
+            r = json.loads(_run("--build", tmp).strip().splitlines()[-1])
+        print(f"{gpus:>6} {r['trace_mb']:>9.1f} {r['conns']:>9,} {r['faults']:>6} "
+              f"{r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['peak_mb']:>8.0f} "
+              f"{r['page_kb']:>8.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -43,11 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = find_fixtures(args.fixtures)
 
+    from c4.topology.discover import RECORDED, discover_host, recorded_runner
+    from c4.topology.importers.slurm_conf import import_slurm_conf
+    from c4.topology.job import DISCOVERED, assemble_job
+    from c4.topology.model import Topology
     from diagnosis.store import RankRecord
-    from diagnosis.topology.discover import RECORDED, discover_host, recorded_runner
-    from diagnosis.topology.importers.slurm_conf import import_slurm_conf
-    from diagnosis.topology.job import DISCOVERED, assemble_job
-    from diagnosis.topology.model import Topology
 
     with tempfile.TemporaryDirectory() as tmp:
         outputs = Path(tmp)

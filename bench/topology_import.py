@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = find_fixtures(args.fixtures)
 
-    from diagnosis.topology.check import check_topology
-    from diagnosis.topology.importers.sources import run_import
+    from c4.topology.check import check_topology
+    from c4.topology.importers.sources import run_import
 
     print(f"{'source':<14} {'file':<52} {'KB':>6} {'hosts':>6} {'switches':>8} {'links':>6} "
           f"{'s':>7} {'target':>7}")

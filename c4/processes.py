@@ -1,4 +1,6 @@
-"""Run c4's own services and a torchrun job as local processes (the demo, the lab, the tests)."""
+"""Local processes for the demo, the lab, the tests and the recovery supervisor: a `Service` with
+its log, free ports, waiting on a condition, one node of a torchrun job. Starting c4's own
+services (a daemon, a sidecar) is `c4.demo.services`, which needs the daemon's client."""
 
 from __future__ import annotations
 
@@ -113,35 +115,6 @@ class Service:
 
 def c4_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "c4", *args]
-
-
-def start_daemon(workdir: Path, port: int, store: str | None = None, name: str = "daemon",
-                 extra: Sequence[str] = ()) -> Service:
-    from diagnosis.client import DaemonClient
-
-    store = store or f"sqlite:///{workdir / 'c4.db'}"
-    svc = Service(c4_command("daemon", "--listen", f"127.0.0.1:{port}", "--store", store,
-                             *extra), workdir / f"{name}.log").start()
-    client = DaemonClient(f"127.0.0.1:{port}", timeout=2.0)
-    try:
-        wait_for(client.status, 60, what=f"the daemon on port {port}")
-    except TimeoutError as exc:
-        raise TimeoutError(f"{exc}\n{svc.output()[-2000:]}") from None
-    finally:
-        client.close()
-    return svc
-
-
-def start_sidecar(workdir: Path, port: int, host: str, name: str | None = None,
-                  extra: Sequence[str] = ()) -> tuple[Service, Path]:
-    name = name or f"sidecar-{host}"
-    sock = workdir / f"{name}.sock"
-    svc = Service(c4_command("sidecar", "--daemon", f"127.0.0.1:{port}", "--socket", str(sock),
-                             "--host", host, "--spill-dir", str(workdir / f"{name}-spill"),
-                             *extra),
-                  workdir / f"{name}.log").start()
-    wait_for(sock.exists, 60, what=f"the sidecar socket {sock}")
-    return svc, sock
 
 
 def torchrun_node(workdir: Path, script: Path | str, *, node: int, nnodes: int,

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from proto import c4_pb2
-from proto.codec import Columns
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns
 
 # Field order of a row tuple: ten integers, so that a batch converts to numpy in one call. The
 # text of a failed call waits in ``RecordBuffer.errors`` under the row's ``error_key``.
@@ -130,7 +130,7 @@ class RecordBuffer:
 
 def build_columns(rows: Sequence[tuple], rank: int, strings: list[str],
                   errors: dict[tuple, str] | None = None) -> Columns:
-    """Turn row tuples into the numpy columns that ``proto.codec.encode_ops`` expects.
+    """Turn row tuples into the numpy columns that ``c4.proto.codec.encode_ops`` expects.
 
     The texts of failed rows are looked up in ``errors`` (left there: the shipper removes them
     once the batch is sent, so that a batch that must be resent keeps them).

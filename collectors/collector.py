@@ -9,13 +9,13 @@ import threading
 import time
 from dataclasses import dataclass
 
+from c4.proto import c4_pb2
 from collectors.buffer import RecordBuffer
 from collectors.config import CollectorConfig
 from collectors.devices import cuda_device
 from collectors.hook import Recorder
 from collectors.shipper import Shipper
 from collectors.sigterm import TermWatch
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,10 @@ them) so that telemetry can never break the job. These errors come from explicit
 
 from __future__ import annotations
 
+from c4.errors import C4Error
 
-class CollectorError(Exception):
+
+class CollectorError(C4Error):
     """Root of every error raised by the collectors package."""
 
 

@@ -151,7 +151,7 @@ class Recorder:
         return st
 
     def _announce(self, name: str, ranks: tuple[int, ...], desc: str) -> None:
-        from proto import c4_pb2
+        from c4.proto import c4_pb2
 
         self.buf.groups.append(c4_pb2.GroupInfo(pg=name, ranks=ranks, desc=desc))
 

@@ -28,11 +28,11 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 
+from c4.proto import c4_pb2
+from c4.proto.codec import encode_ops
 from collectors.buffer import RecordBuffer, build_columns, error_key
 from collectors.config import CollectorConfig
 from collectors.wire import FrameError, decode_acks, encode_frame
-from proto import c4_pb2
-from proto.codec import encode_ops
 
 log = logging.getLogger(__name__)
 

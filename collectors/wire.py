@@ -22,7 +22,7 @@ import os
 import struct
 from pathlib import Path
 
-from proto import c4_pb2
+from c4.proto import c4_pb2
 
 SOCKET_ENV = "C4_SIDECAR_SOCKET"
 HEADER = struct.Struct("<I")

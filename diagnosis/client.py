@@ -10,13 +10,13 @@ from typing import Any
 
 import grpc
 
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.proto.codec import OP_COLUMNS, Columns, concat, decode_ops, empty_columns
+from c4.report import FaultReport
+from c4.report_proto import from_proto
+from c4.security.channel import ClientSecurity, default_security, open_channel
 from diagnosis.daemon.config import daemon_address
 from diagnosis.errors import DiagnosisError
-from diagnosis.report import FaultReport
-from diagnosis.report_proto import from_proto
-from diagnosis.security.channel import ClientSecurity, default_security, open_channel
-from proto import c4_pb2, c4_pb2_grpc
-from proto.codec import OP_COLUMNS, Columns, concat, decode_ops, empty_columns
 
 
 class DaemonError(DiagnosisError):
@@ -169,7 +169,7 @@ class DaemonClient:
 
     def job_topology(self, job: str, *, with_graph: bool = False) -> dict[str, Any]:
         """A job's topology as the daemon assembled it from its hosts' discovery and its
-        fabric file (``diagnosis.topology.job.JobTopology.to_json``)."""
+        fabric file (``c4.topology.job.JobTopology.to_json``)."""
         import json
 
         resp = self._call(self._topology.Job,

@@ -4,7 +4,7 @@ A job that always shipped every call, and no socket samples, exports as version 
 calls were sampled (its sampling schedules are stored) or that sent reduced records exports as
 version 2:
 ``meta.sample`` is the largest factor its schedule ever set, and its op records are the calls
-that factor keeps plus every row not ok (the rule the edge applies, ``collectors.reduce``), so
+that factor keeps plus every row not ok (the rule the edge applies, ``c4.reduce``), so
 the calls stored in full before the factor rose are thinned to it: a version 2 trace has one
 factor for its whole length. Then the ``progress``, ``linkstat`` (peers named from the socket
 endpoints every node reported, as the daemon does live) and ``port`` records as stored.
@@ -32,16 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from collectors.reduce import DEFAULT_WINDOW_NS, kept_rows
-from collectors.reduce.sampling import take
-from collectors.sidecar.links import sample_windows
-from diagnosis.daemon.batches import port_records, progress_records
-from diagnosis.daemon.bounds import sane_rows
-from diagnosis.daemon.linkstats import LinkStatResolver
-from diagnosis.engine.records import LinkStatRecords
-from diagnosis.trace.writer import TraceWriter
-from proto import c4_pb2
-from proto.codec import (
+from c4.proto import c4_pb2
+from c4.proto.codec import (
     Columns,
     concat,
     decode_conns,
@@ -50,7 +42,15 @@ from proto.codec import (
     decode_ports,
     decode_progress,
 )
-from proto.health import HealthRecord
+from c4.proto.health import HealthRecord
+from c4.reduce import DEFAULT_WINDOW_NS, kept_rows
+from c4.reduce.links import sample_windows
+from c4.reduce.sampling import take
+from diagnosis.daemon.batches import port_records, progress_records
+from diagnosis.daemon.bounds import sane_rows
+from diagnosis.daemon.linkstats import LinkStatResolver
+from diagnosis.engine.records import LinkStatRecords
+from diagnosis.trace.writer import TraceWriter
 
 log = logging.getLogger(__name__)
 

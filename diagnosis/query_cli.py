@@ -10,7 +10,7 @@ from rich.table import Table
 
 from c4.output import FORMAT_HELP, Format, emit, message_json
 from c4.output import make_console as _out
-from diagnosis.security.cli import with_client_security as secured
+from c4.security.cli import with_client_security as secured
 
 DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
                          help="Daemon address HOST:PORT (default 127.0.0.1:7444).")
@@ -83,12 +83,12 @@ def faults_list(
     daemon: str = DaemonOpt,
 ) -> None:
     """Fault reports, newest first."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             reports = c.faults(job, open_only=open_only, limit=limit)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
         emit(fmt, "reports", (r.to_json() for r in reports))
@@ -118,12 +118,12 @@ def faults_show(
     daemon: str = DaemonOpt,
 ) -> None:
     """One fault report with its suspects and evidence."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             r = c.fault(fault_id)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
         typer.echo(json.dumps(r.to_json(), indent=2 if fmt is Format.json else None))
@@ -182,12 +182,12 @@ def faults_ack(
     by: str = ByOpt, note: str = NoteOpt, daemon: str = DaemonOpt,
 ) -> None:
     """Acknowledge a fault: someone is on it. It stays open (needs the act role)."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             r = c.ack(fault_id, by or _who(), note)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     _out().print(f"fault {r.id} ({r.kind}, job {r.job}) acknowledged by "
                  f"{r.evidence['ack']['by']}", highlight=False, markup=False)
@@ -201,12 +201,12 @@ def faults_close(
 ) -> None:
     """Close a fault with your reason: it is resolved, and later updates from the detectors
     do not reopen it (needs the act role)."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             r = c.close_fault(fault_id, by or _who(), note)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     reason = (r.evidence.get("resolution") or {}).get("reason", r.state)
     _out().print(f"fault {r.id} ({r.kind}, job {r.job}) {r.state}: {reason}",
@@ -225,7 +225,7 @@ def faults_watch(
     daemon: str = DaemonOpt,
 ) -> None:
     """Follow fault reports as the daemon files, revises and resolves them (Ctrl-C stops)."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     if fmt is Format.json:
         raise typer.BadParameter("a stream has no single JSON document: use --format jsonl",
@@ -241,7 +241,7 @@ def faults_watch(
                                f"{_suspects(r)}  {r.summary}")
     except KeyboardInterrupt:
         return
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
 
 
@@ -258,7 +258,7 @@ def jobs_rm(
     """Remove jobs: every attempt's records and the jobs' fault reports, from the store and
     the live view. Their sidecars' further records are refused until a rank registers again.
     Needs a token with the admin role where the daemon checks tokens."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
@@ -269,7 +269,7 @@ def jobs_rm(
                                  "fault report(s)")
                 else:
                     _out().print(f"job {r.job} is not stored: nothing to remove")
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
 
 
@@ -285,12 +285,12 @@ def _jobs_default(ctx: typer.Context, daemon: str = DaemonOpt, fmt: Format = For
 def jobs(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
     """Jobs the daemon has seen: running, silent, finished or failed, with their ranks,
     records and open faults."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             found = c.jobs()
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
         emit(fmt, "jobs", (message_json(j) for j in found))
@@ -311,12 +311,12 @@ def status(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
     """Daemon health, ingest rate and the sidecars it hears from."""
     import time
 
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     try:
         with _client(daemon) as c:
             s = c.status()
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
         typer.echo(json.dumps(message_json(s), indent=2 if fmt is Format.json else None))
@@ -363,13 +363,13 @@ def ops(
     daemon: str = DaemonOpt,
 ) -> None:
     """The stored collective and point-to-point calls of a job, one row per call."""
-    from diagnosis.errors import DiagnosisError
-    from proto.codec import STATUS_NAMES
+    from c4.errors import C4Error
+    from c4.proto.codec import STATUS_NAMES
 
     try:
         with _client(daemon) as c:
             cols = c.ops(job, rank=rank, pg=pg, limit=limit)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
     if fmt is Format.jsonl:
         import sys
@@ -414,34 +414,87 @@ def _recording_stopped(client, job: str) -> int:
 
 def export(
     job: str = typer.Argument(..., help="The job, from `c4 jobs`."),
-    output: str = typer.Option(..., "--output", "-o", help="Trace file to write (JSON Lines)."),
+    output: str | None = typer.Option(None, "--output", "-o",
+                                      help="Trace file to write (JSON Lines, c4's format)."),
     full: bool = typer.Option(False, "--full",
                               help="Also the full records the nodes sent around the job's "
                                    "fault reports (jobs whose calls were sampled)."),
+    chrome_trace: str | None = typer.Option(None, "--chrome-trace", help="Also (or only) "
+                                            "write the job's calls and faults as a Chrome "
+                                            "trace-event JSON file (.gz: compressed), for "
+                                            "Perfetto (ui.perfetto.dev) or chrome://tracing."),
+    since: float | None = typer.Option(None, "--since", min=0.0, help="With --chrome-trace: "
+                                       "only calls running after this many seconds since "
+                                       "the job's first call."),
+    until: float | None = typer.Option(None, "--until", min=0.0, help="With --chrome-trace: "
+                                       "only calls entered before this many seconds since "
+                                       "the job's first call."),
+    max_calls: int | None = typer.Option(None, "--max-calls", min=1,
+                                         help="With --chrome-trace: at most this many calls "
+                                         "(default a million, what a viewer in a browser tab "
+                                         "holds), those nearest the first fault's onset when "
+                                         "there are more."),
     daemon: str = DaemonOpt,
 ) -> None:
     """Write a job's stored telemetry as a trace file (c4's JSON Lines trace format), for
     `c4 analyze` or another tool: version 1, or version 2 with its sampling factor and its
-    progress, linkstat and port records when the job shipped reduced telemetry."""
+    progress, linkstat and port records when the job shipped reduced telemetry. With
+    --chrome-trace, its calls and faults as a timeline for Perfetto: one process per host, one
+    thread per rank."""
+    from c4.errors import C4Error
     from diagnosis.errors import DiagnosisError
     from diagnosis.export import write_trace
 
+    if output is None and chrome_trace is None:
+        _fail(DiagnosisError("give --output FILE (c4's trace format) or --chrome-trace FILE "
+                             "(a timeline for Perfetto), or both"))
+    if chrome_trace is None and (since is not None or until is not None):
+        _fail(DiagnosisError("--since and --until bound the --chrome-trace file: give it too"))
     try:
         with _client(daemon) as c:
             ranks, groups, cols = c.ranks(job), c.groups(job), c.ops(job)
-            reduced = c.reduced(job)
-            details = c.details(job) if full else None
+            reduced = c.reduced(job) if output is not None else []
+            details = c.details(job) if full and output is not None else None
+            faults = c.faults(job) if chrome_trace is not None else []
             stopped = _recording_stopped(c, job)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         _fail(exc)
-    out = write_trace(output, job, ranks=ranks, groups=groups, ops=cols, reduced=reduced,
-                      details=details, stopped_ns=stopped)
-    what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
-    extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
-    _out().print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
-    if out.insane:
-        _out().print(f"left out {out.insane:,} records whose times or values c4 analyze could "
-                     "not use (stored before the daemon checked them)")
+    if not len(cols) and not ranks:
+        _fail(DiagnosisError(f"the daemon knows nothing of job {job!r}: `c4 jobs` lists the "
+                             "jobs it has seen"))
+    if output is not None:
+        out = write_trace(output, job, ranks=ranks, groups=groups, ops=cols, reduced=reduced,
+                          details=details, stopped_ns=stopped)
+        what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
+        extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
+        _out().print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
+        if out.insane:
+            _out().print(f"left out {out.insane:,} records whose times or values c4 analyze "
+                         "could not use (stored before the daemon checked them)")
+    if chrome_trace is not None:
+        _write_chrome(chrome_trace, job, cols, faults, {r.rank: r.host for r in ranks},
+                      {r.rank: r.gpu for r in ranks if r.gpu}, stopped, since, until,
+                      max_calls)
+
+
+def _write_chrome(path: str, job: str, cols, faults, hosts: dict[int, str],
+                  gpus: dict[int, str], stopped: int, since: float | None,
+                  until: float | None, max_calls: int | None) -> None:
+    from c4.errors import C4Error
+    from diagnosis.chrome_trace import DEFAULT_MAX_CALLS, write_chrome_trace
+
+    try:
+        ct = write_chrome_trace(path, job, cols, faults, hosts, gpus=gpus, end_ns=stopped,
+                                since_s=since, until_s=until,
+                                max_calls=max_calls or DEFAULT_MAX_CALLS)
+    except C4Error as exc:
+        _fail(exc)
+    for note in ct.notes:
+        _out(stderr=True).print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    _out().print(f"wrote {ct.calls:,} of {ct.calls_total:,} calls ({ct.ranks:,} ranks on "
+                 f"{ct.hosts:,} hosts, {ct.window_s[0]:.3f} s to {ct.window_s[1]:.3f} s) and "
+                 f"{ct.faults} fault(s) of job {job} to {path} (Chrome trace: open it in "
+                 "Perfetto)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

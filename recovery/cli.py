@@ -130,7 +130,7 @@ def recover(
     client = DaemonClient(daemon)
     extra = {}
     if require_confirmation:
-        from c4.lab.state import read as read_lab
+        from c4.lab_state import read as read_lab
         from diagnosis.probes.confirm import ProbeConfirmer
         from diagnosis.probes.gloo import GlooProber
         from diagnosis.probes.hosts import HostResolver
@@ -297,6 +297,7 @@ def launch(
 ) -> None:
     """Run a torchrun job over hosts; when a host is isolated (or the job fails) stop it and
     relaunch it on healthy hosts, where it resumes from its newest complete checkpoint."""
+    from c4.errors import C4Error
     from recovery.errors import RecoveryError
     from recovery.supervisor import LaunchConfig, Supervisor
 
@@ -307,13 +308,9 @@ def launch(
     try:
         extra = {}
         if lab is not None:
-            from c4.lab.launch import LabLauncher
-            from c4.lab.system import LabError
+            from recovery.launchers import make_launcher
 
-            try:
-                extra["launcher"] = LabLauncher(lab)
-            except LabError as exc:
-                _fail(exc)
+            extra["launcher"] = make_launcher("lab", lab)
         cfg = LaunchConfig(job=job, hosts=tuple(filter(None, hosts.split(","))),
                            spares=tuple(filter(None, spares.split(","))),
                            command=tuple(command), workdir=workdir,
@@ -321,7 +318,7 @@ def launch(
                            max_failures=max_failures, sidecars=socks,
                            isolation_poll_s=isolation_poll, **extra)
         sup = Supervisor(cfg, _isolator(isolator), _journal(journal))
-    except RecoveryError as exc:
+    except C4Error as exc:  # a RecoveryError, or the lab's launcher refusing the lab
         _fail(exc)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sup.request_stop())
@@ -333,7 +330,7 @@ def launch(
 
 
 def register(app: typer.Typer) -> None:
-    from diagnosis.security.cli import with_client_security
+    from c4.security.cli import with_client_security
 
     app.command("recover")(with_client_security(recover))
     app.command("recoveries")(recoveries)

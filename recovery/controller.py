@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from c4.report import FaultReport
 from diagnosis.client import DaemonClient, DaemonError
-from diagnosis.report import FaultReport
 from recovery.errors import IsolationError
 from recovery.isolation.api import Isolator
 from recovery.journal import Journal, Recovery

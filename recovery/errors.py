@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from c4.errors import C4Error
 
-class RecoveryError(Exception):
+
+class RecoveryError(C4Error):
     """Root of every error raised by the recovery package."""
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from diagnosis.report import KINDS, FaultReport
+from c4.report import KINDS, FaultReport
 
 #: Suspect types that live on one node; links and switches are the traffic planner's business.
 NODE_SUSPECTS = ("host", "gpu", "nic", "rank")

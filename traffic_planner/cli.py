@@ -43,8 +43,8 @@ def plan(
     show: int = typer.Option(10, "--show", help="Rows of collectives and flows in the table."),
 ) -> None:
     """Plan paths for flows: minimize the maximum link load; compare with ECMP and the bound."""
-    from diagnosis.errors import DiagnosisError
-    from diagnosis.topology import Topology
+    from c4.errors import C4Error
+    from c4.topology import Topology
     from traffic_planner.errors import PlannerError
     from traffic_planner.faults import down_from_reports, down_links
     from traffic_planner.flows import load_flows
@@ -67,7 +67,7 @@ def plan(
         prev = load_plan_paths(previous) if previous else None
         result = plan_flows(topo, all_flows, dead, previous=prev, roce=transport == "roce",
                             ecmp_seeds=seeds)
-    except (PlannerError, DiagnosisError) as exc:
+    except C4Error as exc:
         raise _fail(exc) from exc
     obj = result.to_json()
     if output:
@@ -98,9 +98,8 @@ def flows_job(
     """Flows of a Megatron-style job: data-parallel rings, pipeline pairs, expert all-to-all."""
     import random
 
-    from diagnosis.errors import DiagnosisError
-    from diagnosis.topology import Topology
-    from traffic_planner.errors import PlannerError
+    from c4.errors import C4Error
+    from c4.topology import Topology
     from traffic_planner.flows import save_flows
     from traffic_planner.layout import Parallelism, job_flows
 
@@ -111,7 +110,7 @@ def flows_job(
             random.Random(shuffle).shuffle(hosts)
         out = job_flows(topo, world_size, Parallelism(tp, pp, ep), gbps=gbps, hosts=hosts,
                         job=job)
-    except (PlannerError, DiagnosisError, ValueError) as exc:
+    except (C4Error, ValueError) as exc:
         raise _fail(exc) from exc
     save_flows(out, output)
     typer.echo(f"wrote {output}: {len(out)} flows")
@@ -126,15 +125,14 @@ def flows_observed(
     output: Path = typer.Option(..., "--output", "-o", help="Write the flows JSON here."),
 ) -> None:
     """Flows from the connections a trace recorded (one per source, destination and group)."""
-    from diagnosis.errors import DiagnosisError
-    from diagnosis.topology import Topology
-    from traffic_planner.errors import PlannerError
+    from c4.errors import C4Error
+    from c4.topology import Topology
     from traffic_planner.flows import save_flows
     from traffic_planner.layout import observed_flows
 
     try:
         out = observed_flows(trace, Topology.load(topology), gbps=gbps)
-    except (PlannerError, DiagnosisError) as exc:
+    except C4Error as exc:
         raise _fail(exc) from exc
     save_flows(out, output)
     typer.echo(f"wrote {output}: {len(out)} flows")

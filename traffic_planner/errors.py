@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from diagnosis.errors import locate
+from c4.errors import C4Error, locate
 
 
-class PlannerError(Exception):
+class PlannerError(C4Error):
     """Root of every error raised by the traffic planner."""
 
 

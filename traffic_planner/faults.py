@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from diagnosis.topology import Topology
+from c4.topology import Topology
 from traffic_planner.errors import FlowFormatError, UnknownLinkError
 
 AVOID_TYPES = ("link", "switch", "nic")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diagnosis.topology import Topology
+from c4.topology import Topology
 from traffic_planner.errors import FlowFormatError
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from diagnosis.topology import Topology
+from c4.topology import Topology
 from traffic_planner.errors import FlowFormatError, PlannerError
 from traffic_planner.flows import Flow
 

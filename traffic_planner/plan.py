@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnosis.topology import Topology
+from c4.topology import Topology
 from traffic_planner.bound import Bound, lower_bound
 from traffic_planner.errors import FlowFormatError
 from traffic_planner.flows import Flow

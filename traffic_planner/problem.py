@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from diagnosis.topology import Topology, link_id
+from c4.topology import Topology, link_id
 from traffic_planner.errors import NoPathError, UnknownLinkError
 from traffic_planner.flows import Flow, check_flows
 

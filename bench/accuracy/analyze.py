@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns
 from diagnosis.sim.config import SimConfig
 from diagnosis.sim.model import Batch, Simulation
-from proto.codec import Columns
+from diagnosis.sim.reduced import SimEdge
 
 REPO = Path(__file__).resolve().parents[2]
 log = logging.getLogger(__name__)
@@ -49,9 +50,9 @@ def analyze_trace(trace: Path, topology: Path) -> list[dict[str, Any]]:
     the engine (no subprocess start-up, no JSON round trip of the reports). A reduced trace
     (format version 2) is read as written: its meta record tells the engine the sampling
     factor, and its progress, linkstat and port records reach the engine with the op rows."""
+    from c4.report import reports_to_json
+    from c4.topology import Topology
     from diagnosis.engine import Engine
-    from diagnosis.report import reports_to_json
-    from diagnosis.topology import Topology
     from diagnosis.trace.feed import feed_trace
 
     engine = Engine(Topology.load(topology))
@@ -78,7 +79,7 @@ def conn_records(sim: Simulation, c: dict[str, np.ndarray]):
 
 # ----- the edge's reduced records as the engine's record classes ---------------------------------
 def progress_records(p: Columns):
-    """The reducer's ``progress`` columns (``collectors.reduce.Reduced``) as ProgressRecords:
+    """The reducer's ``progress`` columns (``c4.reduce.Reduced``) as ProgressRecords:
     the same columns, -1 for what a trace line leaves out."""
     from diagnosis.engine.records import ProgressRecords
 
@@ -112,9 +113,9 @@ def port_records(events: list) -> Any:
                              link_downed=[e.link_downed for e in events])
 
 
-class EdgeFeed:
+class EdgeFeed(SimEdge):
     """What a live daemon receives from the edge of a job whose telemetry is reduced at factor
-    ``sample`` (the collectors and node sidecars, ``collectors.reduce.EdgeReducer``), built from
+    ``sample`` (the collectors and node sidecars, ``c4.reduce.EdgeReducer``), built from
     the simulation as ``diagnosis.sim.reduced`` builds the reduced trace, and handed to the
     engine as it becomes visible: :meth:`observe` every simulated batch (each call's entry and
     completion, each transfer, ahead of their release), :meth:`release` at each step the op
@@ -123,33 +124,17 @@ class EdgeFeed:
     :meth:`end`."""
 
     def __init__(self, sim: Simulation, engine: Any, sample: int, window_ns: int) -> None:
-        from collectors.reduce import EdgeReducer
-        from diagnosis.sim.ports import PortStates
-
-        self.sim, self.engine = sim, engine
-        self.reducer = EdgeReducer(sample, window_ns)
-        self.ports = PortStates(sim)
-        self._due = list(self.ports.initial())
+        super().__init__(sim, sample, window_ns)
+        self.engine = engine
+        self.ports_due = list(self.ports.initial())
         self._polled_final = False
         self._paths: dict[int, tuple[str, ...] | None] = {}
         self.counts = dict.fromkeys(("op", "conn", "progress", "linkstat", "port"), 0)
         engine.set_sample(sample)
 
-    def observe(self, batch: Batch) -> None:
-        sim = self.sim
-        self.reducer.observe_calls(Columns(batch.ops, list(sim.strings)))
-        c = batch.conns
-        if len(c["conn"]):
-            idx = c["conn"]
-            self.reducer.add_transfers(Columns(
-                {"src": sim.conns.src[idx], "dst": sim.conns.dst[idx], "pg": c["pg"],
-                 "bytes": c["bytes"], "t_start_ns": c["t_start_ns"], "t_end_ns": c["t_end_ns"],
-                 "path": idx}, list(sim.strings)))
-        self._due += self.ports.poll()
-
     def release(self, ops: dict[str, np.ndarray], now_ns: int) -> None:
         if ops and len(ops["rank"]):
-            kept = self.reducer.sample_ops(Columns(ops, list(self.sim.strings)))
+            kept = self.sampled(ops)
             if len(kept):
                 self.engine.add_ops(kept)
                 self.counts["op"] += len(kept)
@@ -157,7 +142,7 @@ class EdgeFeed:
             # the simulation is over: a dead component no transfer revealed is known now,
             # and its port went down at the moment it died
             self._polled_final = True
-            self._due += self.ports.poll(final=True)
+            self.ports_due += self.ports.poll(final=True)
         self._ports(now_ns)
         self._windows(self.reducer.advance(now_ns))
 
@@ -165,18 +150,16 @@ class EdgeFeed:
         """The port changes not yet fed and the windows up to the end of recording."""
         if not self._polled_final:
             self._polled_final = True
-            self._due += self.ports.poll(final=True)
-        self._ports(max([end_ns, *(e.t_ns for e in self._due)]))
+            self.ports_due += self.ports.poll(final=True)
+        self._ports(max([end_ns, *(e.t_ns for e in self.ports_due)]))
         self._windows(self.reducer.flush(end_ns))
-        st = self.reducer.stats
-        if st.late_progress or st.late_transfers:
-            log.warning("the edge reducer got %d progress events and %d transfers after their "
-                        "window closed", st.late_progress, st.late_transfers)
+        self.check_late()
 
     def _ports(self, upto_ns: int) -> None:
-        now = sorted((e for e in self._due if e.t_ns <= upto_ns), key=lambda e: (e.t_ns, e.nic))
+        now = sorted((e for e in self.ports_due if e.t_ns <= upto_ns),
+                     key=lambda e: (e.t_ns, e.nic))
         if now:
-            self._due = [e for e in self._due if e.t_ns > upto_ns]
+            self.ports_due = [e for e in self.ports_due if e.t_ns > upto_ns]
             self.engine.add_ports(port_records(now))
             self.counts["port"] += len(now)
 

@@ -50,8 +50,8 @@ import numpy as np
 from bench.accuracy.run import _score_of, run_one
 from bench.accuracy.scenarios import Scenario, base_config, fabric_targets
 from bench.accuracy.score import Row, summarize
+from c4.topology.fabrics import FABRICS
 from diagnosis.sim.config import FaultSpec, SimConfig, SimError
-from diagnosis.topology.fabrics import FABRICS
 
 KINDS = ("slow_gpu", "slow_host", "slow_nic", "slow_link", "slow_switch")
 FAMILIES = ("intermittent", "start", "multi", "healthy")

@@ -28,12 +28,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.health.diagnose import explain
 from diagnosis.sim.config import FaultSpec, SimConfig
 from diagnosis.sim.health import CAUSES, add_health
 from diagnosis.sim.run import simulate
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 
 #: the slow factor per fault kind: gross enough that timing finds it in a short run

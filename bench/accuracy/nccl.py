@@ -64,11 +64,11 @@ CAN_SHOW: dict[str, dict[str, tuple[str, str]]] = {
 
 def analyze_nccl_run(out: Path, topology: Path, with_ras: bool) -> list[dict[str, Any]]:
     """Reports for a simulated run written as NCCL's telemetry, in this process."""
+    from c4.report import reports_to_json
+    from c4.topology import Topology
     from diagnosis.nccl.analyze import analyze_nccl
     from diagnosis.nccl.sources import read_sources
-    from diagnosis.report import reports_to_json
     from diagnosis.sim.formats import INSPECTOR_DIR, RAS_FILE
-    from diagnosis.topology import Topology
 
     sources = read_sources([out / INSPECTOR_DIR], [out / RAS_FILE] if with_ras else [])
     reports, _ = analyze_nccl(sources, Topology.load(topology))

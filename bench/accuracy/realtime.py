@@ -17,9 +17,9 @@ import sys
 import time
 
 from bench.accuracy.analyze import conn_records, new_engine
+from c4.proto.codec import Columns
 from diagnosis.sim.config import SimConfig
 from diagnosis.sim.model import Simulation
-from proto.codec import Columns
 
 
 def main(argv: list[str] | None = None) -> int:

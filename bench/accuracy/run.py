@@ -32,8 +32,8 @@ from bench.accuracy.rewrite import DROPS, parse_drops, rewrite
 from bench.accuracy.scenarios import JobShape, Scenario, scenarios
 from bench.accuracy.score import latency_deltas, score_scenario, summarize
 from bench.accuracy.table import TARGETS, print_comparison, print_table
+from c4.topology.fabrics import FABRICS
 from diagnosis.sim.run import simulate
-from diagnosis.topology.fabrics import FABRICS
 
 __all__ = ["TARGETS", "main", "print_table", "run_one", "with_samples"]
 

@@ -10,8 +10,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from c4.topology.model import TIERS
 from diagnosis.sim.config import FAULT_KINDS, FaultSpec, SimConfig
-from diagnosis.topology.model import TIERS
 
 SLOW_KINDS = [k for k, v in FAULT_KINDS.items() if v.slows]
 LINK_TARGETS = ("cable", "uplink")

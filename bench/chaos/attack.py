@@ -38,8 +38,8 @@ def forged_stats_frame(first: int, entries: int) -> bytes:
 
 
 def _forge(sock: str, entries: int, per_frame: int, out: str) -> None:
+    from c4.proto import c4_pb2
     from collectors.wire import encode_frame
-    from proto import c4_pb2
 
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(sock)

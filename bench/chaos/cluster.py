@@ -14,7 +14,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.chaos.relay import Relay
-from c4.processes import Service, c4_command, free_port, start_daemon, wait_for
+from c4.demo.services import start_daemon
+from c4.processes import Service, c4_command, free_port, wait_for
 from diagnosis.client import DaemonClient
 
 

@@ -16,13 +16,14 @@ import grpc
 
 from bench.chaos.cluster import _proc_field
 from bench.chaos.planted import huge_group, hung_job, numbered, poison_ops
-from c4.processes import Service, free_port, start_daemon
+from c4.demo.services import start_daemon
+from c4.processes import Service, free_port
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.proto.codec import decode_ops, encode_ops
+from c4.security.channel import ClientSecurity, open_channel
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.spill import Spill
 from diagnosis.client import DaemonClient, DaemonError
-from diagnosis.security.channel import ClientSecurity, open_channel
-from proto import c4_pb2, c4_pb2_grpc
-from proto.codec import decode_ops, encode_ops
 
 REPORT_TIMEOUT_S = 60.0
 
@@ -248,7 +249,7 @@ def _over_max_jobs(d: _Daemon, records: int = 50_000) -> tuple[str, list[str]]:
 def _clean_ops(n: int, first_seq: int):
     import numpy as np
 
-    from proto.codec import Columns
+    from c4.proto.codec import Columns
 
     seq = np.arange(first_seq, first_seq + n, dtype=np.int64)
     t = time.time_ns() - 10**9 + seq

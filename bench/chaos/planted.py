@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from proto import c4_pb2
-from proto.codec import Columns, encode_ops
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns, encode_ops
 
 PERIOD_NS = 20_000_000     # one all_reduce every 20 ms before the hang
 INT64_MAX = np.iinfo(np.int64).max

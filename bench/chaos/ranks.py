@@ -38,10 +38,10 @@ class LoadResult:
 
 def _drive(plan: LoadPlan, out: str, ready: mp.synchronize.Event,
            go: mp.synchronize.Event) -> None:
+    from c4.proto import c4_pb2
     from collectors.buffer import RecordBuffer
     from collectors.config import CollectorConfig
     from collectors.shipper import Shipper
-    from proto import c4_pb2
 
     shippers = []
     for rank in range(plan.ranks):

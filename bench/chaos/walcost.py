@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from c4.proto import c4_pb2
+from c4.proto.codec import encode_ops
 from collectors.buffer import build_columns
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.counters import Drops
 from collectors.sidecar.intake import Intake, Peer
 from collectors.sidecar.owners import Owners
 from collectors.sidecar.spill import FrameRef, Spill
-from proto import c4_pb2
-from proto.codec import encode_ops
 
 
 def collector_frames(ranks: int, frames_per_rank: int, rows: int) -> list[bytes]:

@@ -23,7 +23,7 @@ import argparse
 import random
 import time
 
-from diagnosis.topology import link_id, rail_optimized
+from c4.topology import link_id, rail_optimized
 from traffic_planner.bound import lower_bound
 from traffic_planner.layout import Parallelism, job_flows
 from traffic_planner.plan import ecmp_baseline, plan_flows

@@ -100,7 +100,8 @@ def baseline(workdir: Path, ranks: int, rate: float, seconds: float, warmup: flo
 
 def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
             warmup: float) -> dict[str, float]:
-    from c4.processes import free_port, start_daemon, start_sidecar, wait_for
+    from c4.demo.services import start_daemon, start_sidecar
+    from c4.processes import free_port, wait_for
     from diagnosis.client import DaemonClient
 
     port = free_port()
@@ -153,7 +154,8 @@ def measure_paced(workdir: Path, k: int, ranks: int, rate: float, seconds: float
     """The sidecar alone at the full rate: ranks played by paced drivers of the collector wire
     (``tests/support/paced.py``) in this process, so the machine's cores are not what limits
     the calls made; the collectors' own cost is ``bench.hook_overhead``'s."""
-    from c4.processes import free_port, start_daemon, start_sidecar, wait_for
+    from c4.demo.services import start_daemon, start_sidecar
+    from c4.processes import free_port, wait_for
     from diagnosis.client import DaemonClient
     from tests.support.paced import PacedJob
 

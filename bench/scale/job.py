@@ -42,7 +42,7 @@ from pathlib import Path
 import grpc
 
 from bench.scale.jobgen import NS, JobGen, JobShape, encode
-from proto import c4_pb2, c4_pb2_grpc
+from c4.proto import c4_pb2, c4_pb2_grpc
 
 INFLIGHT = 64
 TICK = os.sysconf("SC_CLK_TCK")
@@ -161,7 +161,8 @@ def _metric(url: str, name: str) -> float | None:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
-    from c4.processes import free_port, start_daemon
+    from c4.demo.services import start_daemon
+    from c4.processes import free_port
     from diagnosis.client import DaemonClient
 
     shape = JobShape(ranks=args.ranks, streams=args.streams)

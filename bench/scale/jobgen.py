@@ -7,7 +7,7 @@ node (``pp<l>``, ``pp_rate`` per direction): 300 + 50 + 2 x 25 = 400 calls/s by 
 second the stream holds what a sidecar ships in reduced mode:
 
 - op rows of the sampled calls only (the crc32 rule at each communicator's factor, exact and
-  vectorised: ``proto.sampling.sampled_after``), every member's row of each;
+  vectorised: ``c4.proto.sampling.sampled_after``), every member's row of each;
 - at each window's end (plus the sidecar's watermark lag), ``progress`` per rank and
   communicator (per direction and peer for send/recv) and ``linkstat`` per socket: both ends of
   each ring connection (tp intra-node with the peer named, dp and pp across nodes keyed by
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proto import c4_pb2
-from proto.codec import (
+from c4.proto import c4_pb2
+from c4.proto.codec import (
     LINKSTAT_COLUMNS,
     OP_COLUMNS,
     PORT_COLUMNS,
@@ -40,7 +40,7 @@ from proto.codec import (
     encode_ports,
     encode_progress,
 )
-from proto.sampling import prefix_state, sampled_after
+from c4.proto.sampling import prefix_state, sampled_after
 
 NS = 1_000_000_000
 NEVER = np.iinfo(np.int64).max

@@ -12,7 +12,8 @@ import signal
 from pathlib import Path
 from typing import Any, Protocol
 
-from c4.processes import Service, free_port, start_daemon, start_sidecar
+from c4.demo.services import start_daemon, start_sidecar
+from c4.processes import Service, free_port
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,8 @@ class LabEnv:
         faults.clear(self.lab_dir)
 
     def accepted(self, culprit: str) -> set[str]:
-        from c4.lab.state import read
         from c4.lab.truth import truth
+        from c4.lab_state import read
 
         planted = truth(read(self.lab_dir))["faults"]  # the lab's ground truth
         return {a["id"] for a in planted[-1]["accept"]} if planted else {culprit}

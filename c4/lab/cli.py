@@ -17,7 +17,7 @@ LAB_DIR = typer.Option(None, "--lab-dir", envvar="C4_LAB_DIR",
 
 
 def _dir(lab_dir: Path | None) -> Path:
-    from c4.lab.state import default_lab_dir
+    from c4.lab_state import default_lab_dir
 
     return (lab_dir or default_lab_dir()).resolve()
 
@@ -76,7 +76,7 @@ def status_cmd(
     lab_dir: Path = LAB_DIR,
 ) -> None:
     """The lab's hosts, services and faults (with their times: the ground truth)."""
-    from c4.lab.state import read
+    from c4.lab_state import read
 
     st = read(_dir(lab_dir))
     if st is None:
@@ -100,8 +100,8 @@ def status_cmd(
 @lab_app.command("truth")
 def truth_cmd(lab_dir: Path = LAB_DIR) -> None:
     """The injected faults as ground truth (JSON, shaped like the simulator's truth.json)."""
-    from c4.lab.state import LAST_STATE_FILE, read
     from c4.lab.truth import truth
+    from c4.lab_state import LAST_STATE_FILE, read
 
     d = _dir(lab_dir)
     st = read(d)

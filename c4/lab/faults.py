@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from c4.lab import fabric, state, system
+from c4 import lab_state as state
+from c4.lab import fabric, system
 from c4.lab.layout import PREFIX, LabLink, Layout
 from c4.lab.procs import (
     LabProc,
@@ -40,7 +41,7 @@ from c4.lab.procs import (
     remove_cgroup,
 )
 from c4.lab.system import LabError
-from diagnosis.topology import link_id
+from c4.topology import link_id
 
 log = logging.getLogger(__name__)
 

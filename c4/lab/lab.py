@@ -14,7 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from c4.lab import fabric, state, system
+from c4 import lab_state as state
+from c4.lab import fabric, system
 from c4.lab.layout import HOST_FABRIC_IF, PREFIX, LabSpec, Layout, build_layout
 from c4.lab.procs import host_psi_group, host_psi_view, make_cgroup, mount_psi
 from c4.lab.system import LabError

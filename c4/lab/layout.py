@@ -1,4 +1,4 @@
-"""The lab's plan on paper: its topology (built with diagnosis.topology, so the ids match what
+"""The lab's plan on paper: its topology (built with c4.topology, so the ids match what
 the daemon reports) and, for every topology node and link, the namespace, interface names and
 addresses that stand for it. Pure data: nothing here touches the system."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from diagnosis.topology import Topology, link_id, rail_optimized
+from c4.topology import Topology, link_id, rail_optimized
 
 #: Everything the lab creates (namespaces, root-namespace links, cgroups, nft tables) starts
 #: with this prefix, so that ``c4 lab down`` can find leftovers after a crash.

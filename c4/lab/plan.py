@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from c4.lab import state, system
+from c4 import lab_state as state
+from c4.lab import system
 from c4.lab.layout import PLAN_RULE_PRIORITY, PLAN_TABLE_BASE, Layout
 from c4.lab.system import LabError
 

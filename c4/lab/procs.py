@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from c4.lab.layout import PREFIX
-from c4.lab.state import MARKER
+from c4.lab_state import MARKER
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,12 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+from c4.errors import C4Error
+
 log = logging.getLogger(__name__)
 
 
-class LabError(RuntimeError):
+class LabError(C4Error):
     """The lab could not do what was asked; the message says what to do."""
 
 

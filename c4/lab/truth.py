@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from diagnosis.topology import Topology
+from c4.topology import Topology
 
 # lab fault -> (truth kind, expected report kind)
 KINDS = {"slow-link": ("slow_link", "comm_slow"), "lossy-link": ("lossy_link", "comm_slow"),

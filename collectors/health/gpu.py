@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from c4.proto.health import REASON_BITS
+
 #: the signal names a GpuSample may carry (all optional: a tool or part without one leaves it out)
 GPU_SIGNALS = (
     "temp_c", "mem_temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "sm_clock_max_mhz",
@@ -22,18 +24,6 @@ GPU_SIGNALS = (
     "nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors",
     "ecc_corr_vol_total", "ecc_unc_vol_total",
 )
-
-#: clock event ("throttle") reasons by NVML bit (nvmlClocksEventReason*, DCGM field 112)
-REASON_BITS = {
-    0x1: "idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake", 0x100: "display_clocks",
-}
-#: the reasons that slow a GPU under load for a cause outside the job (idle, app clocks,
-#: sync boost and a power cap on power-limited parts are normal)
-SLOWDOWN_REASONS = frozenset({"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-                              "hw_power_brake"})
-
 
 def reasons_from_mask(mask: int) -> frozenset[str]:
     """The reason names of an NVML/DCGM clock event bitmask."""

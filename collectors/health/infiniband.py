@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,30 +79,37 @@ def _state_name(text: str | None) -> str:
     return "" if text is None else text.split(":", 1)[-1].strip()
 
 
-def read_ib_sysfs(root: str | Path) -> list[IbPort]:
-    """Every port under ``root`` (a ``/sys/class/infiniband`` directory), devices and ports in
-    name order; an absent root gives none."""
-    root = Path(root)
-    out: list[IbPort] = []
+def ib_port_dirs(root: Path) -> Iterator[tuple[str, str, Path]]:
+    """Each port under ``root`` (a ``/sys/class/infiniband`` directory) as its device, its
+    port number and its directory; devices in name order, ports in numeric order. An absent
+    root, or a device without ports, gives none."""
     try:
         devices = sorted(os.listdir(root))
     except OSError:
-        return out
+        return
     for dev in devices:
         try:
             ports = sorted(os.listdir(root / dev / "ports"), key=lambda p: (len(p), p))
         except OSError:
             continue
         for num in ports:
-            base = root / dev / "ports" / num
-            rate = _text(base / "rate")
-            m = re.match(r"([\d.]+) Gb/sec", rate or "")
-            out.append(IbPort(dev, int(num), _state_name(_text(base / "state")),
-                              _state_name(_text(base / "phys_state")),
-                              float(m.group(1)) if m else None,
-                              _text(base / "link_layer") or "", _counters(base / "counters"),
-                              _counters(base / "hw_counters"), _text(root / dev / "fw_ver") or "",
-                              _text(root / dev / "hca_type") or ""))
+            yield dev, num, root / dev / "ports" / num
+
+
+def read_ib_sysfs(root: str | Path) -> list[IbPort]:
+    """Every port under ``root`` (a ``/sys/class/infiniband`` directory), devices and ports in
+    name order; an absent root gives none."""
+    root = Path(root)
+    out: list[IbPort] = []
+    for dev, num, base in ib_port_dirs(root):
+        rate = _text(base / "rate")
+        m = re.match(r"([\d.]+) Gb/sec", rate or "")
+        out.append(IbPort(dev, int(num), _state_name(_text(base / "state")),
+                          _state_name(_text(base / "phys_state")),
+                          float(m.group(1)) if m else None,
+                          _text(base / "link_layer") or "", _counters(base / "counters"),
+                          _counters(base / "hw_counters"), _text(root / dev / "fw_ver") or "",
+                          _text(root / dev / "hca_type") or ""))
     return out
 
 

@@ -1,4 +1,4 @@
-"""Parsed health readings → ``health`` records (proto/health.py), named by topology ids.
+"""Parsed health readings → ``health`` records (c4/proto/health.py), named by topology ids.
 
 The sidecar calls these after each read; tests and the simulator call them on recorded files.
 ``component`` is the topology id of the GPU or NIC (the sidecar maps PCI addresses and RDMA
@@ -7,12 +7,12 @@ ports to them); empty means the host itself.
 
 from __future__ import annotations
 
+from c4.proto.health import EVENTS, HealthRecord
 from collectors.health.dcgm import DiagRow
 from collectors.health.gpu import GpuSample
 from collectors.health.host import Psi
 from collectors.health.infiniband import IbPort
 from collectors.health.kernel import KernelEvent
-from proto.health import EVENTS, HealthRecord
 
 #: the IB port values a record carries (sysfs names; the rules watch the error ones climb)
 IB_VALUES = ("symbol_error", "port_rcv_errors", "link_downed", "link_error_recovery",

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from c4.proto.health import HealthRecord
 from collectors.health.errors import HealthParseError
 from collectors.health.gpu import GpuSample, pci_key
 from collectors.health.infiniband import read_ib_sysfs
@@ -31,7 +32,6 @@ from collectors.health.sources import (
     pcie_values,
     run_command,
 )
-from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 
     sampler = LinkSampler({0: pid0, 1: pid1})
     cols = sampler.sample()          # every second
-    batch = proto.codec.encode_conns(job, cols)
+    batch = c4.proto.codec.encode_conns(job, cols)
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from c4.proto.codec import CONN_COLUMNS, Columns, concat, empty_columns
 from collectors.linkstats import rdma
 from collectors.linkstats.errors import LinkStatsError
 from collectors.linkstats.tcp import SocketSample, TcpSampler, sample_tcp, to_columns
-from proto.codec import CONN_COLUMNS, Columns, concat, empty_columns
 
 __all__ = [
     "LinkSampler",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from proto.codec import CONN_COLUMNS, Columns, empty_columns
+from c4.proto.codec import CONN_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from c4.proto.codec import CONN_COLUMNS, Columns, empty_columns
 from collectors.linkstats._netlink import TCP_STATE_CODES, TCP_STATES, DiagRecord, DiagSocket
 from collectors.linkstats.errors import LinkStatsError
-from proto.codec import CONN_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns, concat, encode_ops
 from collectors.sidecar.spill import FrameRef, Key
-from proto import c4_pb2
-from proto.codec import Columns, concat, encode_ops
 
 Emit = Callable[[list[FrameRef], c4_pb2.IngestRequest], None]  # Outbox.put_frames
 

@@ -162,7 +162,7 @@ def sidecar(
     kwargs = {}
     if spill_dir is not None:
         kwargs["spill_dir"] = spill_dir
-    from diagnosis.security.secret import read_token
+    from c4.security.secret import read_token
 
     try:
         token = read_token(token, token_file)

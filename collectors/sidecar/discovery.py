@@ -4,7 +4,7 @@ differ from what was shipped last.
 
 Discovery runs in its own thread, so a slow ``nvidia-smi`` never holds up the sidecar's
 shipping; each tool has a time limit (``timeout_s``) and a missing one is only noted in the
-internals' issues (``diagnosis.topology.discover``). A round runs three short commands and reads
+internals' issues (``c4.topology.discover``). A round runs three short commands and reads
 a few sysfs files, once per interval: its cost is that of the tools themselves."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from diagnosis.topology.discover import Runner, discover_host, recorded_runner, run_command
-from diagnosis.topology.host_internals import HostInternals
-from diagnosis.topology.importers.common import clean_id
-from proto import c4_pb2
+from c4.proto import c4_pb2
+from c4.topology.discover import Runner, discover_host, recorded_runner, run_command
+from c4.topology.host_internals import HostInternals
+from c4.topology.importers.common import clean_id
 
 log = logging.getLogger(__name__)
 

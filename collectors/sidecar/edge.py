@@ -9,7 +9,7 @@ the node. Per job attempt (:class:`EdgeJob`):
   sampled calls, every row not ok (errors) and every open row (a call pending past the
   collectors' ``C4_OPEN_AFTER``: last words) at once whatever the sampling, and the completion
   of a call that went out open; ``progress`` records from an :class:`EdgeReducer` fed every
-  row, and ``linkstat`` records from the socket samples (:mod:`collectors.sidecar.links`)
+  row, and ``linkstat`` records from the socket samples (:mod:`c4.reduce.links`)
   instead of raw samples, at the end of each window (window ``window_s``, or the daemon's) once
   the watermark (now - ``lag_s``) has passed it.
 * Every full row also goes into the detail ring (:mod:`collectors.sidecar.ring`) for the
@@ -32,14 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from collectors.sidecar.edge_config import PORT_MODES, EdgeConfig
-from collectors.sidecar.edge_job import EdgeJob
-from collectors.sidecar.ports import PortWatch
-from collectors.sidecar.ring import DetailRing
-from collectors.sidecar.schedule import Schedule
-from collectors.sidecar.spill import FrameRef
-from proto import c4_pb2
-from proto.codec import (
+from c4.proto import c4_pb2
+from c4.proto.codec import (
     Columns,
     encode_conns,
     encode_linkstats,
@@ -47,7 +41,13 @@ from proto.codec import (
     encode_ports,
     encode_progress,
 )
-from proto.health import HealthRecord, health_batch
+from c4.proto.health import HealthRecord, health_batch
+from collectors.sidecar.edge_config import PORT_MODES, EdgeConfig
+from collectors.sidecar.edge_job import EdgeJob
+from collectors.sidecar.ports import PortWatch
+from collectors.sidecar.ring import DetailRing
+from collectors.sidecar.schedule import Schedule
+from collectors.sidecar.spill import FrameRef
 
 __all__ = ["PORT_MODES", "Edge", "EdgeConfig", "EdgeJob", "EdgeStats"]
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from collectors.reduce import EdgeReducer
-from collectors.reduce.sampling import take
+from c4.proto.codec import PROGRESS_COLUMNS, Columns, concat
+from c4.reduce import EdgeReducer
+from c4.reduce.links import SocketTransfers
+from c4.reduce.sampling import take
 from collectors.sidecar.edge_config import EdgeConfig
-from collectors.sidecar.links import SocketTransfers
 from collectors.sidecar.ring import DetailRing
 from collectors.sidecar.schedule import Schedule
-from proto.codec import PROGRESS_COLUMNS, Columns, concat
 
 STATUS_OK = 0
 # unsampled calls shipped open whose completion is still to ship, per job (oldest forgotten)

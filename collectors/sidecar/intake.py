@@ -30,16 +30,16 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from c4.proto import c4_pb2
+from c4.proto.codec import BatchError, decode_ops
+from c4.ratelog import RateLimitedLog
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.counters import Drops
 from collectors.sidecar.errors import LogError
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.owners import Owners
-from collectors.sidecar.ratelog import RateLimitedLog
 from collectors.sidecar.spill import Spill
 from collectors.wire import parse_request, peek_body
-from proto import c4_pb2
-from proto.codec import BatchError, decode_ops
 
 log = logging.getLogger(__name__)
 

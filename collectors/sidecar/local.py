@@ -38,11 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from c4.proto import c4_pb2
+from c4.ratelog import RateLimitedLog
 from collectors.sidecar.errors import SocketSetupError
 from collectors.sidecar.intake import Peer, Receipt
-from collectors.sidecar.ratelog import RateLimitedLog
 from collectors.wire import FrameError, encode_ack, split_frames
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

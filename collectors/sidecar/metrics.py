@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from c4.metrics import MetricsServer, counter, gauge
 from collectors.sidecar.counters import REASONS
 from collectors.sidecar.local import CLOSE_REASONS
-from diagnosis.daemon.metrics import MetricsServer, counter, gauge
 
 if TYPE_CHECKING:
     from collectors.sidecar.sidecar import Sidecar

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from proto import c4_pb2
+from c4.proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 
 import grpc
 
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.ratelog import RateLimitedLog
+from c4.security.channel import ClientSecurity, open_channel
 from collectors.sidecar.counters import Drops
 from collectors.sidecar.errors import LogError
-from collectors.sidecar.ratelog import RateLimitedLog
 from collectors.sidecar.spill import FrameRef, Held, Recovered, Spill
-from diagnosis.security.channel import ClientSecurity, open_channel
-from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 

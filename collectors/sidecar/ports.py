@@ -41,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from proto.codec import PORT_COLUMNS, PORT_COUNTER_COLUMNS, Columns, empty_columns
+from c4.proto.codec import PORT_COLUMNS, PORT_COUNTER_COLUMNS, Columns, empty_columns
+from collectors.health.infiniband import ib_port_dirs
 
 log = logging.getLogger(__name__)
 
@@ -114,30 +115,20 @@ def ib_state_up(text: str) -> bool:
 def read_infiniband(root: Path) -> list[PortReading]:
     """Every port under ``root`` (a ``/sys/class/infiniband`` directory)."""
     out: list[PortReading] = []
-    try:
-        devices = sorted(os.listdir(root))
-    except OSError:
-        return out
-    for dev in devices:
-        try:
-            ports = sorted(os.listdir(root / dev / "ports"), key=lambda p: (len(p), p))
-        except OSError:
+    for dev, num, base in ib_port_dirs(root):
+        state = _read_text(base / "state")
+        if state is None:
             continue
-        for num in ports:
-            base = root / dev / "ports" / num
-            state = _read_text(base / "state")
-            if state is None:
-                continue
-            counters: dict[str, int] = {}
-            for name, files in _IB_COUNTERS.items():
-                values = [v for v in (_read_int(base / f) for f in files) if v is not None]
-                if values:
-                    counters[name] = sum(values)
-            for name, rel in _IB_DATA.items():
-                v = _read_int(base / rel)
-                if v is not None:
-                    counters[name] = 4 * v  # the kernel counts octets divided by 4
-            out.append(PortReading(f"{dev}/{num}", ib_state_up(state), counters))
+        counters: dict[str, int] = {}
+        for name, files in _IB_COUNTERS.items():
+            values = [v for v in (_read_int(base / f) for f in files) if v is not None]
+            if values:
+                counters[name] = sum(values)
+        for name, rel in _IB_DATA.items():
+            v = _read_int(base / rel)
+            if v is not None:
+                counters[name] = 4 * v  # the kernel counts octets divided by 4
+        out.append(PortReading(f"{dev}/{num}", ib_state_up(state), counters))
     return out
 
 

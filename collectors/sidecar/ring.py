@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proto import c4_pb2
-from proto.codec import Columns, concat
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns, concat
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 it keeps.
 
 Per communicator, steps "from seq S on, factor K": a call ``(pg, seq)`` is kept when
-``proto.sampling`` keeps it at the factor in force at ``seq``. The rule is a function of the call
+``c4.proto.sampling`` keeps it at the factor in force at ``seq``. The rule is a function of the call
 alone, so every member of a communicator keeps the same calls, whichever sidecar it reports to
 and whenever its rows arrive, provided the step reached the sidecar before the rows of seq S did
 (the daemon announces S a few seconds of calls ahead; a step that arrives late is counted and
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from proto import c4_pb2
-from proto.codec import Columns
-from proto.sampling import sampled_seqs
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns
+from c4.proto.sampling import sampled_seqs
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,9 @@ import time
 import uuid
 from typing import Any
 
+from c4.errors import C4Error
+from c4.proto import c4_pb2
+from c4.security.channel import ClientSecurity
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.counters import Drops
@@ -21,9 +24,6 @@ from collectors.sidecar.local import Limits, LocalListener, resolve_group
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.owners import Owners
 from collectors.sidecar.spill import Spill
-from diagnosis.errors import DiagnosisError
-from diagnosis.security.channel import ClientSecurity
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class Sidecar:
         self._sampler_cls = _link_sampler()
         try:
             runner = make_runner(config.discover, config.discover_timeout_s)
-        except DiagnosisError as exc:
+        except C4Error as exc:
             raise SidecarConfigError(f"--discover: {exc}") from None
         self.discovery = None if runner is None else HostDiscovery(
             config.host, self.outbox.put, runner, sysfs_root=config.edge.sysfs_root,

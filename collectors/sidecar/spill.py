@@ -46,10 +46,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from c4.proto import c4_pb2
+from c4.proto.codec import BatchError, concat, decode_ops, encode_ops
 from collectors.sidecar.errors import LogCorrupt, LogFull
 from collectors.sidecar.wal import Log, Pos
-from proto import c4_pb2
-from proto.codec import BatchError, concat, decode_ops, encode_ops
 
 log = logging.getLogger(__name__)
 

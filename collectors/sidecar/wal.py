@@ -143,17 +143,7 @@ class Log:
             chunks.append(record_header(kind, parts))
             chunks.extend(parts)
             lengths.append(HEADER.size + sum(len(p) for p in parts))
-        size = sum(lengths)
-        with self._lock:
-            if self.bytes + size > self.max_bytes - reserve:
-                raise LogFull(f"the spill holds {self.bytes} of its {self.max_bytes} bytes "
-                              "(--spill-max-bytes); it frees up as the daemon acknowledges")
-            fd, segment = self._writable(size)
-            start = self._sizes[segment]
-            self._write(fd, segment, start, chunks, size)
-            self._sizes[segment] = start + size
-            self.bytes += size
-            self._dirty.add(segment)
+        segment, start = self._put(chunks, sum(lengths), reserve)
         out, off = [], start
         for length in lengths:
             out.append(Pos(segment, off, length))
@@ -166,17 +156,23 @@ class Log:
         crc = zlib.crc32(body, zlib.crc32(head, _KIND_CRC[kind]))
         size = HEADER.size + len(head) + len(body)
         header = HEADER.pack(MAGIC, size - HEADER.size, crc, kind)
+        segment, start = self._put([header, head, body], size, reserve)
+        return Pos(segment, start, size)
+
+    def _put(self, chunks: list[bytes], size: int, reserve: int) -> tuple[int, int]:
+        """Write ``chunks`` (``size`` bytes in all) at the end of the log, leaving ``reserve``
+        bytes of the limit free; their segment and offset."""
         with self._lock:
             if self.bytes + size > self.max_bytes - reserve:
                 raise LogFull(f"the spill holds {self.bytes} of its {self.max_bytes} bytes "
                               "(--spill-max-bytes); it frees up as the daemon acknowledges")
             fd, segment = self._writable(size)
             start = self._sizes[segment]
-            self._write(fd, segment, start, [header, head, body], size)
+            self._write(fd, segment, start, chunks, size)
             self._sizes[segment] = start + size
             self.bytes += size
             self._dirty.add(segment)
-        return Pos(segment, start, size)
+        return segment, start
 
     def _writable(self, size: int) -> tuple[int, int]:
         if self._fd is not None and self._current is not None and \

@@ -4,21 +4,9 @@
 # in the spill directory, which is then left for an operator: `c4 sidecar --spill-dir DIR`
 # replays it); after C4_SLURM_STOP_WAIT seconds (default 30) it is killed. Always exits 0.
 
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
-export PATH
-env_file=${C4_SLURM_ENV:-/etc/c4/slurm.env}
-if [ -r "$env_file" ]; then
-    set -a
-    # shellcheck disable=SC1090
-    . "$env_file"
-    set +a
-fi
-
-log() { logger -t c4-epilog "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null || echo "c4-epilog: $*" >&2; }
-
-[ -n "${SLURM_JOB_ID:-}" ] || exit 0
-run_dir=${C4_SLURM_RUN_DIR:-/run/c4}/slurm-$SLURM_JOB_ID
-spill_dir=${C4_SLURM_SPILL_DIR:-/var/spool/c4}/slurm-$SLURM_JOB_ID
+C4_SLURM_SCRIPT=epilog
+# shellcheck source=common.sh
+. "$(dirname "$0")/common.sh"
 [ -d "$run_dir" ] || exit 0
 
 if [ -f "$run_dir/sidecar.pid" ]; then

@@ -14,21 +14,9 @@
 #   C4_SLURM_WAIT       seconds to wait for the socket before letting the job start (default 10)
 # and any `c4 sidecar` setting (C4_DAEMON, C4_SPILL_MAX_BYTES, C4_BATCH_RECORDS, ...).
 
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
-export PATH
-env_file=${C4_SLURM_ENV:-/etc/c4/slurm.env}
-if [ -r "$env_file" ]; then
-    set -a
-    # shellcheck disable=SC1090
-    . "$env_file"
-    set +a
-fi
-
-log() { logger -t c4-prolog "job ${SLURM_JOB_ID:-?}: $*" 2>/dev/null || echo "c4-prolog: $*" >&2; }
-
-[ -n "${SLURM_JOB_ID:-}" ] || { log "no SLURM_JOB_ID: not run by slurmd?"; exit 0; }
-run_dir=${C4_SLURM_RUN_DIR:-/run/c4}/slurm-$SLURM_JOB_ID
-spill_dir=${C4_SLURM_SPILL_DIR:-/var/spool/c4}/slurm-$SLURM_JOB_ID
+C4_SLURM_SCRIPT=prolog
+# shellcheck source=common.sh
+. "$(dirname "$0")/common.sh"
 uid=${SLURM_JOB_UID:-0}
 gid=${SLURM_JOB_GID:-$(id -g "$uid" 2>/dev/null || echo 0)}
 c4=${C4_BIN:-c4}

@@ -12,6 +12,7 @@ import typer
 
 if TYPE_CHECKING:
     from diagnosis.trace.feed import FeedStats
+    from diagnosis.trace.job import TraceJob
 
 
 def analyze(
@@ -56,6 +57,20 @@ def analyze(
                                              help="NCCL profiler output: the example plugin's "
                                              "Chrome traces or CoMMA's latency files "
                                              "(repeatable)."),
+    chrome_trace: Path | None = typer.Option(None, "--chrome-trace", dir_okay=False,
+                                             help="Also write the TRACE's calls and the faults "
+                                             "found as a Chrome trace-event JSON file (.gz: "
+                                             "compressed) for Perfetto or chrome://tracing."),
+    since: float | None = typer.Option(None, "--since", min=0.0, help="With --chrome-trace: "
+                                       "only calls running after this many seconds since "
+                                       "the first call."),
+    until: float | None = typer.Option(None, "--until", min=0.0, help="With --chrome-trace: "
+                                       "only calls entered before this many seconds since "
+                                       "the first call."),
+    max_calls: int | None = typer.Option(None, "--max-calls", min=1, help="With "
+                                         "--chrome-trace: at most this many calls (default a "
+                                         "million), those nearest the first fault's onset "
+                                         "when there are more."),
 ) -> None:
     """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors.
     Every incident is listed: those still open at the trace's end and those that cleared
@@ -66,7 +81,7 @@ def analyze(
     a warning. NCCL's telemetry (--nccl-inspector, --ncclras, --logs, --nccl-profiler, any mix)
     goes through the same detectors (see diagnosis/nccl/README.md).
     """
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
 
     if fmt not in ("json", "jsonl", "table"):
         _fail(f"--format must be 'table', 'json' or 'jsonl', not {fmt!r}")
@@ -76,6 +91,10 @@ def analyze(
               "(--nccl-inspector DIR, --ncclras FILE, --logs FILE, --nccl-profiler FILE)")
     if stopped_after is not None and trace is None and not nccl:
         _fail("--stopped-after is about a TRACE file: Flight Recorder dumps need no end time")
+    if chrome_trace is not None and trace is None:
+        _fail("--chrome-trace draws the calls of a TRACE file: give one")
+    if chrome_trace is None and (since is not None or until is not None or max_calls):
+        _fail("--since, --until and --max-calls bound the --chrome-trace file: give it too")
     if prefix is not None and flight_recorder is None:
         _fail("--prefix selects Flight Recorder dumps: use it with --flight-recorder DIR")
     try:
@@ -85,9 +104,16 @@ def analyze(
         elif flight_recorder is not None:
             reports = _flight_recorder(flight_recorder, prefix)
         else:
+            from diagnosis.trace.job import TraceJob
+
+            # the records too, from the same read, when they are to be drawn
+            kept = TraceJob() if chrome_trace is not None else None
             reports = _trace(trace, topology, jobs,
-                             None if stopped_after is None else int(stopped_after * 1e9))
-    except DiagnosisError as exc:
+                             None if stopped_after is None else int(stopped_after * 1e9), kept)
+            if kept is not None:
+                _chrome(trace, kept, chrome_trace, reports, since, until, max_calls,
+                        None if stopped_after is None else int(stopped_after * 1e9))
+    except C4Error as exc:
         _fail(str(exc))
     _emit(reports, fmt, output)
 
@@ -95,6 +121,24 @@ def analyze(
 def _fail(message: str) -> None:
     typer.echo(f"c4 analyze: {message}", err=True)
     raise typer.Exit(2)
+
+
+def _chrome(trace: Path, tj: TraceJob, out: Path, reports: list, since: float | None,
+            until: float | None, max_calls: int | None, stopped_after_ns: int | None) -> None:
+    from diagnosis.chrome_trace import DEFAULT_MAX_CALLS, write_chrome_trace
+
+    end = tj.end_ns
+    if end is None and stopped_after_ns is not None and len(tj.ops):
+        end = int(max(tj.ops["t_enter_ns"].max(), tj.ops["t_end_ns"].max())) + stopped_after_ns
+    ct = write_chrome_trace(out, tj.job or trace.stem, tj.ops, reports, tj.hosts, gpus=tj.gpus,
+                            end_ns=end, since_s=since, until_s=until,
+                            max_calls=max_calls or DEFAULT_MAX_CALLS)
+    for note in ct.notes:
+        typer.echo(f"c4 analyze: note: {note}", err=True)
+    # on stderr: the reports on standard output stay parseable
+    typer.echo(f"wrote {ct.calls:,} of {ct.calls_total:,} calls ({ct.ranks:,} ranks on "
+               f"{ct.hosts:,} hosts) and {ct.faults} fault(s) to {out} (Chrome trace: open it "
+               "in Perfetto)", err=True)
 
 
 def _flight_recorder(path: Path, prefix: str | None) -> list:
@@ -111,7 +155,7 @@ def _nccl(inspector: list[Path], ras: list[Path], logs: list[str], profiler: lis
     sources = read_sources(inspector, ras, expand_paths(logs), profiler, workers=jobs)
     topology = None
     if topology_path is not None:
-        from diagnosis.topology import Topology
+        from c4.topology import Topology
 
         topology = Topology.load(topology_path)
     reports, stats = analyze_nccl(sources, topology, stopped_after_ns=stopped_after_ns)
@@ -125,7 +169,7 @@ def _nccl(inspector: list[Path], ras: list[Path], logs: list[str], profiler: lis
 
 
 def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
-           stopped_after_ns: int | None) -> list:
+           stopped_after_ns: int | None, keep: TraceJob | None = None) -> list:
     from diagnosis.engine import Engine
     from diagnosis.trace.feed import feed_trace
     from diagnosis.trace.parallel import default_workers
@@ -134,12 +178,13 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
 
     topology = None
     if topology_path is not None:
-        from diagnosis.topology import Topology
+        from c4.topology import Topology
 
         topology = Topology.load(topology_path)
     engine = Engine(topology)
     if not sys.stderr.isatty():
-        _, stats = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns)
+        _, stats = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns,
+                              keep=keep)
         return _with_health(engine.incidents(), stats)
     from rich.progress import BarColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
@@ -147,7 +192,7 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
                   TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as bar:
         task = bar.add_task(f"analyzing {trace.name}", total=trace.stat().st_size)
         _, stats = feed_trace(engine, trace, progress=lambda n: bar.advance(task, n),
-                              workers=workers, stopped_after_ns=stopped_after_ns)
+                              workers=workers, stopped_after_ns=stopped_after_ns, keep=keep)
     # a post-mortem lists every incident, also those that cleared before the trace ended
     return _with_health(engine.incidents(), stats)
 
@@ -162,7 +207,7 @@ def _with_health(reports: list, stats: FeedStats) -> list:
 
 
 def _emit(reports: list, fmt: str, output: Path | None) -> None:
-    from diagnosis.report import reports_to_json
+    from c4.report import reports_to_json
 
     if fmt in ("json", "jsonl"):
         text = json.dumps(reports_to_json(reports), indent=1) + "\n" if fmt == "json" else \

@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 import grpc
 
+from c4.proto import c4_pb2, c4_pb2_grpc
 from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.live import LiveView
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import StoreError
 from diagnosis.store import RemovedJob, Store
-from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
-"""Decoded reduced batches (``proto.codec`` columns) as the engine's record classes."""
+"""Decoded reduced batches (``c4.proto.codec`` columns) as the engine's record classes."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import PORT_COUNTER_COLUMNS, Columns
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
-from proto.codec import PORT_COUNTER_COLUMNS, Columns
 
 
 def progress_records(cols: Columns) -> ProgressRecords:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
+from c4.proto.codec import Columns
 from diagnosis.daemon.errors import Rejected
-from proto.codec import Columns
 
 DAY_S = 86_400.0
 #: the largest magnitude any integer column may hold (sentinels like -1 are well inside)

@@ -8,7 +8,7 @@ forwards each second) or, without them, the ingested op rows times K. Then:
 * **K** is the smallest power of two that brings the full call rate under the part of the
   budget the other kinds leave (``records_per_s`` minus their rate, at least ``ops_floor`` of
   the budget), capped at ``max_sample``. K = 1 while the job fits. Powers of two nest: the calls
-  kept at 2K are a subset of those kept at K (``proto.sampling``). K goes up as soon as it must;
+  kept at 2K are a subset of those kept at K (``c4.proto.sampling``). K goes up as soon as it must;
   it comes down one step only once the full rate at K/2 would use at most ``lower_at`` of the
   budget, and never within ``hold_s`` of the last change (each change costs a burst of
   announcements and leaves the meters a transition to settle).

@@ -128,6 +128,7 @@ def daemon(
                                            "that run on this machine (default: its hostname)."),
 ) -> None:
     """Run the diagnosis daemon: ingest telemetry, store it, detect faults, serve queries."""
+    from c4.errors import C4Error
     from diagnosis.daemon.bounds import Bounds
     from diagnosis.daemon.budget import BudgetConfig
     from diagnosis.daemon.config import DaemonConfig, parse_duration, parse_size
@@ -135,12 +136,11 @@ def daemon(
     from diagnosis.daemon.inspection import InspectConfig
     from diagnosis.daemon.jobs import JobLimits
     from diagnosis.daemon.server import serve
-    from diagnosis.errors import DiagnosisError
 
     topo = None
     try:
         if topology:
-            from diagnosis.topology import Topology
+            from c4.topology import Topology
 
             topo = Topology.load(topology)
         config = DaemonConfig(listen=listen, store=store, analyze_interval_s=analyze_interval,
@@ -175,7 +175,7 @@ def daemon(
                 typer.echo(f"metrics on {m.scheme}://{m.host}:{m.port}/metrics")
 
         serve(config, topology=topo, on_ready=ready, topology_source=topology)
-    except (DiagnosisError, ValueError) as exc:
+    except (C4Error, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 

@@ -151,7 +151,7 @@ class DaemonConfig:
         if self.tls_client_ca and not self.tls_cert:
             raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key too")
         if self.metrics_listen:
-            from diagnosis.security.server import check_metrics_listen
+            from c4.security.server import check_metrics_listen
 
             check_metrics_listen(self.metrics_listen, tls=bool(self.tls_cert),
                                  insecure=self.metrics_insecure)

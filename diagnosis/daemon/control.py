@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from proto import c4_pb2
+from c4.proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,22 @@ the jobs the daemon knows (registered, live, their size and memory) is ``jobs.Jo
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import numpy as np
 
+from c4.proto import c4_pb2
+from c4.proto.codec import (
+    BatchError,
+    Columns,
+    decode_conns,
+    decode_linkstats,
+    decode_ops,
+    decode_ports,
+    decode_progress,
+)
 from diagnosis.daemon.bounds import Bounds, check_batch, check_ranks
 from diagnosis.daemon.errors import Rejected
 from diagnosis.store import (
@@ -20,16 +32,6 @@ from diagnosis.store import (
     OpRows,
     RankRecord,
     Write,
-)
-from proto import c4_pb2
-from proto.codec import (
-    BatchError,
-    Columns,
-    decode_conns,
-    decode_linkstats,
-    decode_ops,
-    decode_ports,
-    decode_progress,
 )
 
 
@@ -84,25 +86,12 @@ def to_write(req: c4_pb2.IngestRequest, *, max_records: int, bounds: Bounds | No
                      GroupRecord(g.job, g.attempt, g.pg, tuple(g.ranks), g.desc))
     if kind == "ops":
         b = req.ops
-        _need(bool(b.job), "OpBatch.job is empty")
-        _need(b.count <= max_records,
-              f"OpBatch holds {b.count} records; the limit is {max_records}: send smaller batches")
-        try:
-            cols = decode_ops(b)
-        except BatchError as exc:
-            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-        check_batch(cols, "OpBatch", bounds, now_ns, ("rank", "peer"))
+        cols = _columns(b, "OpBatch", decode_ops, ("rank", "peer"), max_records, bounds, now_ns)
         return Write(req.sidecar, req.seq, OpRows(b.job, b.attempt, cols))
     if kind == "conns":
         b = req.conns
-        _need(bool(b.job), "ConnSampleBatch.job is empty")
-        _need(b.count <= max_records,
-              f"ConnSampleBatch holds {b.count} records; the limit is {max_records}")
-        try:
-            cols = decode_conns(b)
-        except BatchError as exc:
-            raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-        check_batch(cols, "ConnSampleBatch", bounds, now_ns, ("rank",))
+        cols = _columns(b, "ConnSampleBatch", decode_conns, ("rank",), max_records, bounds,
+                        now_ns)
         return Write(req.sidecar, req.seq, ConnRows(b.job, b.attempt, cols))
     if kind in _BATCHES:
         return _batch(req, kind, max_records, bounds, now_ns)
@@ -123,18 +112,25 @@ _BATCHES = {
 }
 
 
-def _batch(req: c4_pb2.IngestRequest, kind: str, max_records: int, bounds: Bounds,
-           now_ns: int) -> Write:
-    name, stored, decode, rank_columns, time_column = _BATCHES[kind]
-    b = getattr(req, kind)
+def _columns(b: Any, name: str, decode: Callable[[Any], Columns], rank_columns: tuple[str, ...],
+             max_records: int, bounds: Bounds, now_ns: int) -> Columns:
+    """The columns of the batch message ``b`` (a ``name``), checked against the bounds."""
     _need(bool(b.job), f"{name}.job is empty")
     _need(b.count <= max_records,
           f"{name} holds {b.count} records; the limit is {max_records}: send smaller batches")
     try:
-        cols: Columns = decode(b)
+        cols = decode(b)
     except BatchError as exc:
         raise Rejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
     check_batch(cols, name, bounds, now_ns, rank_columns)
+    return cols
+
+
+def _batch(req: c4_pb2.IngestRequest, kind: str, max_records: int, bounds: Bounds,
+           now_ns: int) -> Write:
+    name, stored, decode, rank_columns, time_column = _BATCHES[kind]
+    b = getattr(req, kind)
+    cols = _columns(b, name, decode, rank_columns, max_records, bounds, now_ns)
     t = cols[time_column]
     lo, hi = (int(t.min()), int(t.max())) if len(t) else (0, 0)
     return Write(req.sidecar, req.seq, BatchRows(b.job, b.attempt, stored, len(cols), lo, hi,

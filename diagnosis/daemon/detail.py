@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from c4.proto import c4_pb2
+from c4.report import FaultReport
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub, ReportFollower
-from diagnosis.report import FaultReport
 from diagnosis.store import RankRecord
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

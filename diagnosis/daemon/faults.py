@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from diagnosis.report import FaultReport
+from c4.report import FaultReport
 from diagnosis.store import Store
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The hosts' internals as their sidecars discovered them (``HostTopology`` requests): checked,
 kept in the store (newest per host), and handed to the live view, which assembles each job's
-topology from them (``diagnosis.topology.job``)."""
+topology from them (``c4.topology.job``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import threading
 
 import grpc
 
+from c4.proto import c4_pb2
+from c4.topology.host_internals import HostInternals
 from diagnosis.daemon.decode import Rejected
 from diagnosis.store import HostRecord, Store
-from diagnosis.topology.host_internals import HostInternals
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The Ingest service: validate each request, hand it to the writer, acknowledge once stored.
 
-Per-sender limits are keyed by who the caller is (``diagnosis.security.identity``: certificate,
+Per-sender limits are keyed by who the caller is (``c4.security.identity``: certificate,
 checked token, peer address), never by the sidecar id a request declares; the table of sidecars
 seen is bounded too, so a sender that invents ids cannot grow the daemon's memory.
 
@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from collectors.sidecar.ratelog import RateLimitedLog
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.ratelog import RateLimitedLog
+from c4.security.identity import sender_identity
 from diagnosis.daemon.bounds import Bounds
 from diagnosis.daemon.control import ControlHub, request_job
 from diagnosis.daemon.decode import Rejected, to_write
@@ -32,9 +34,7 @@ from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.slots import Slots
 from diagnosis.daemon.writer import Writer
-from diagnosis.security.identity import sender_identity
 from diagnosis.store import GroupRecord, RankRecord
-from proto import c4_pb2, c4_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from c4.proto import c4_pb2
+from c4.report import FaultReport
 from diagnosis.daemon.faults import FaultHub, ReportFollower
 from diagnosis.inspection import ProcessFacts, inspect_process
-from diagnosis.report import FaultReport
 from diagnosis.store import RankRecord
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Per-sender limits, so that one broken or hostile sender cannot starve the others.
 
-Each sender (keyed by who it proves to be, see ``diagnosis.security.identity``) gets a token
+Each sender (keyed by who it proves to be, see ``c4.security.identity``) gets a token
 bucket of ingest requests; a request over it is answered with RESOURCE_EXHAUSTED (the sidecar
 backs off and resends it later). The table of buckets is itself bounded: the least recently
 seen senders are forgotten first (a forgotten sender starts again with a full bucket, so

@@ -15,9 +15,9 @@ from collections import deque
 
 import numpy as np
 
+from c4.proto.codec import Columns, concat
 from diagnosis.daemon.batches import linkstat_records
 from diagnosis.engine.records import LinkStatRecords
-from proto.codec import Columns, concat
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class LinkStatResolver:
         self.owner.update(zip(endpoints, np.asarray(ranks).tolist(), strict=True))
 
     def add(self, cols: Columns, now: float | None = None) -> LinkStatRecords | None:
-        """Rows of a LinkStatBatch (``proto.codec.LINKSTAT_COLUMNS``); returns the rows whose
+        """Rows of a LinkStatBatch (``c4.proto.codec.LINKSTAT_COLUMNS``); returns the rows whose
         peer is known now (these and earlier ones that waited for it)."""
         now = time.monotonic() if now is None else now
         if len(cols):

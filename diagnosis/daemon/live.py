@@ -27,11 +27,14 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collectors.sidecar.ratelog import RateLimitedLog
+from c4.proto import c4_pb2
+from c4.proto.health import HealthRecord
+from c4.ratelog import RateLimitedLog
+from c4.report import FaultReport
 from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.control import ControlHub
@@ -41,7 +44,6 @@ from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
 from diagnosis.health.live import LiveHealth
-from diagnosis.report import FaultReport
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -51,8 +53,10 @@ from diagnosis.store import (
     Store,
     Write,
 )
-from proto import c4_pb2
-from proto.health import HealthRecord
+
+if TYPE_CHECKING:
+    from c4.topology import Topology, TopologyLike
+    from c4.topology.job import JobTopology
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,7 @@ MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
 HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
 
 
-def _new_engine(topology: Any) -> Any:
+def _new_engine(topology: TopologyLike | None) -> Any:
     try:
         from diagnosis.engine import Engine
     except ImportError:  # the engine is optional for a pure ingest daemon
@@ -89,7 +93,7 @@ class JobState:
     reduced: bool = False      # its sampling factor has been above 1
     ranks_version: int = 0     # bumped by every registration: its topology is assembled again
     topo_key: tuple[int, int] = (-1, -1)    # (ranks_version, host book generation) assembled
-    topology: Any = None       # its JobTopology (diagnosis.topology.job), once assembled
+    topology: JobTopology | None = None   # once assembled
     topo_hosts: tuple[frozenset[str], int] | None = None   # (hosts, generation) it joined
     topo_pass_version: int = -1    # ranks_version at the last pass that looked at its hosts
     ended: bool = False        # every rank said it is exiting (told to ``on_job_end``)
@@ -133,7 +137,8 @@ class _TooManyNames(Exception):
 
 
 class LiveView:
-    def __init__(self, hub: FaultHub, *, topology: Any = None, store: Store | None = None,
+    def __init__(self, hub: FaultHub, *, topology: Topology | None = None,
+                 store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
                  observe_analysis: Callable[[float], None] | None = None,
                  budget: BudgetConfig | None = None, control: ControlHub | None = None,
@@ -589,7 +594,7 @@ class LiveView:
         if key == st.topo_key:
             return
         st.topo_key = key
-        from diagnosis.topology.job import join_hosts, place_ranks
+        from c4.topology.job import join_hosts, place_ranks
 
         t0 = time.perf_counter()
         hosts = frozenset(r.host for r in st.ranks.values())
@@ -618,7 +623,7 @@ class LiveView:
                  "(%d issues)", st.job, len(jt.discovered), len(jt.hosts), len(jt.places),
                  time.perf_counter() - t0, len(jt.issues))
 
-    def job_topology(self, job: str) -> Any:
+    def job_topology(self, job: str) -> JobTopology | None:
         """The latest attempt's assembled topology (a JobTopology) if the job is in the live
         view, else None."""
         with self._lock:

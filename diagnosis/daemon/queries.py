@@ -8,13 +8,13 @@ from collections.abc import Callable, Iterator
 import grpc
 import numpy as np
 
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.proto.codec import Columns, encode_conns, encode_ops
+from c4.report import FaultReport
+from c4.report_proto import to_proto
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.slots import Slots
-from diagnosis.report import FaultReport
-from diagnosis.report_proto import to_proto
 from diagnosis.store import Store
-from proto import c4_pb2, c4_pb2_grpc
-from proto.codec import Columns, encode_conns, encode_ops
 
 OPS_CHUNK = 65536
 

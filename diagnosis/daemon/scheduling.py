@@ -8,10 +8,10 @@ import logging
 import time
 from typing import Any
 
+from c4.proto import c4_pb2
 from diagnosis.daemon.budget import Decision, JobBudget
 from diagnosis.daemon.control import ControlHub
 from diagnosis.store import BatchRows, Store, Write
-from proto import c4_pb2
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,16 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 import c4
+from c4.metrics import MetricsServer, parse_listen
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
+from c4.security.tokens import TokenTable
 from diagnosis.daemon.admin import AdminService, JobRemover, Retention
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.control import ControlHub
@@ -27,15 +31,15 @@ from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
-from diagnosis.daemon.metrics import DaemonMetrics, MetricsServer, TimedStore, parse_listen
+from diagnosis.daemon.metrics import DaemonMetrics, TimedStore
 from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
 from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
-from diagnosis.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
-from diagnosis.security.tokens import TokenTable
 from diagnosis.store import open_store
-from proto import c4_pb2, c4_pb2_grpc
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,7 @@ SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Admin", "c4.v1
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, *, topology: Any = None,
+    def __init__(self, config: DaemonConfig, *, topology: Topology | None = None,
                  tokens: TokenTable | None = None, topology_source: str = "") -> None:
         self.config = config
         tls = ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None) \
@@ -213,7 +217,7 @@ class Daemon:
             pass
 
 
-def serve(config: DaemonConfig, *, topology: Any = None,
+def serve(config: DaemonConfig, *, topology: Topology | None = None,
           on_ready: Callable[[Daemon], None] | None = None, topology_source: str = "") -> None:
     """Run until SIGTERM or SIGINT."""
     daemon = Daemon(config, topology=topology, topology_source=topology_source)

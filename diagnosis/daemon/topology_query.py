@@ -7,10 +7,10 @@ from typing import Any
 
 import grpc
 
+from c4.proto import c4_pb2, c4_pb2_grpc
 from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.live import LiveView
 from diagnosis.store import Store
-from proto import c4_pb2, c4_pb2_grpc
 
 
 class TopologyService(c4_pb2_grpc.TopologyServicer):
@@ -32,7 +32,7 @@ class TopologyService(c4_pb2_grpc.TopologyServicer):
                 context.abort(grpc.StatusCode.NOT_FOUND,
                               f"job {request.job!r} has no registered rank: `c4 jobs` lists "
                               "the jobs the daemon knows")
-            from diagnosis.topology.job import assemble_job
+            from c4.topology.job import assemble_job
 
             jt = assemble_job(request.job, ranks, self._hosts.internals(), self._fabric,
                               self._fabric_source)

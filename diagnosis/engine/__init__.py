@@ -1,6 +1,6 @@
 """Detectors that turn collective telemetry into fault reports (shared specs section 3).
 
-``Engine`` takes rank and group registrations, op records (``proto.codec.Columns`` with
+``Engine`` takes rank and group registrations, op records (``c4.proto.codec.Columns`` with
 ``OP_COLUMNS``) and connection records (``ConnRecords``), and files ``FaultReport``s as the data's
 clock advances. Thresholds live in ``EngineConfig``.
 """

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns
+from c4.proto.sampling import is_sampled, prefix_state, sampled_after
+from c4.report import FaultReport
+from c4.topology.protocol import TopologyLike
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
@@ -34,9 +37,6 @@ from diagnosis.engine.straggle import SampledStragglers
 from diagnosis.engine.teardown import TeardownGate
 from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.tomography import PathCache
-from diagnosis.report import FaultReport
-from proto.codec import Columns
-from proto.sampling import is_sampled, prefix_state, sampled_after
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ RECV_OPS = frozenset({"recv", "irecv"})
 
 
 class Engine:
-    def __init__(self, topology: Any = None, config: EngineConfig | None = None) -> None:
+    def __init__(self, topology: TopologyLike | None = None,
+                 config: EngineConfig | None = None) -> None:
         self.cfg = config or EngineConfig()
         self.topology = topology
         self.placement = Placement(topology)
@@ -66,7 +67,7 @@ class Engine:
         self._pg_ids: dict[str, int] = {}
         self._pg_group = np.zeros(0, dtype=np.int64)
         self.op_names: list[str] = []
-        # the stream keeps one call in ``sample`` (proto.sampling; the largest factor in force)
+        # the stream keeps one call in ``sample`` (c4.proto.sampling; the largest factor in force)
         self.sample = 1
         self._sample_at: dict[str, list[tuple[int, int]]] = {}   # pg -> (from seq, k) steps
         self._prefixes: dict[int, int] = {}   # communicator or channel -> crc32 prefix state
@@ -100,7 +101,7 @@ class Engine:
         """Forget every record and report: as new, with the same topology and config."""
         self.__init__(self.topology, self.cfg)  # type: ignore[misc]
 
-    def set_topology(self, topology: Any) -> None:
+    def set_topology(self, topology: TopologyLike | None) -> None:
         """Localize on another topology from now on (the daemon's assembly of a job's
         discovered hosts with its fabric): placement, paths and ports follow it; the records
         kept stay. Ranks must be added again to be placed on it."""
@@ -325,7 +326,7 @@ class Engine:
         self.lossy.add(conns)
 
     def set_sample(self, k: int, pg: str | None = None, from_seq: int = 0) -> None:
-        """The stream keeps only the calls that ``proto.sampling`` keeps at factor ``k``
+        """The stream keeps only the calls that ``c4.proto.sampling`` keeps at factor ``k``
         (trace ``meta.sample``; 1: every call): of every communicator, or with ``pg`` of that
         one from its call ``from_seq`` on (a live job's factor changes at a call announced
         ahead, the same on every member)."""

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from c4.proto.codec import STATUS_NAMES
+from c4.report import FaultReport
 from diagnosis.engine.arena import Finished
 from diagnosis.engine.hangs import (
     Stuck,
@@ -19,8 +21,6 @@ from diagnosis.engine.hangs import (
 )
 from diagnosis.engine.teardown import stopped_together
 from diagnosis.engine.wording import group_words, ms
-from diagnosis.report import FaultReport
-from proto.codec import STATUS_NAMES
 
 if TYPE_CHECKING:
     from diagnosis.engine.engine import Engine

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from c4.report import Suspect
 from diagnosis.engine import peers
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
@@ -31,7 +32,6 @@ from diagnosis.engine.tomography import (
     PathCache,
     explain,
 )
-from diagnosis.report import Suspect
 
 _EMPTY: frozenset[Component] = frozenset()
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from c4.report import FaultReport, Suspect
 from diagnosis.engine.records import ConnRecords
 from diagnosis.engine.tomography import Component, Explanation, explain
-from diagnosis.report import FaultReport, Suspect
 
 if TYPE_CHECKING:
     from diagnosis.engine.engine import Engine

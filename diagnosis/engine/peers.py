@@ -29,10 +29,10 @@ import itertools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from c4.topology.protocol import TopologyLike
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.series import robust_sigma, row_quantile
@@ -54,7 +54,7 @@ class LoadModel:
     recorded path, or, without one, its two NICs (egress and ingress, each at the NIC's
     capacity). Hops are interned as small integers; cached per key while its path stays."""
 
-    def __init__(self, topology: Any) -> None:
+    def __init__(self, topology: TopologyLike) -> None:
         self.topo = topology
         self._ids: dict[tuple[str, str], int] = {}
         self._caps: list[float] = []
@@ -89,12 +89,10 @@ class LoadModel:
         cap = self._nic_cap.get(nic)
         if cap is None:
             cap = 0.0
-            try:
+            if nic in self.topo:
                 for lk in self.topo.links_of(nic):
                     if any(self.topo.kind(n) == "switch" for n in lk.split("~")):
                         cap += self.topo.capacity(lk)
-            except Exception:
-                cap = 0.0
             cap = self._nic_cap[nic] = cap if cap > 0 and np.isfinite(cap) else 1.0
         return cap
 
@@ -110,10 +108,9 @@ class LoadModel:
         if path:
             for a, b in itertools.pairwise(path):
                 lk = f"{a}~{b}" if a <= b else f"{b}~{a}"
-                try:
-                    cap = self.topo.capacity(lk)
-                except Exception:
+                if not self.topo.has_link(lk):   # a recorded hop the topology lacks
                     continue
+                cap = self.topo.capacity(lk)
                 if np.isfinite(cap) and cap > 0:
                     out.append(self._hop(a, b, cap))
         else:

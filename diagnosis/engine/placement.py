@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from diagnosis.report import Suspect
+from c4.report import Suspect
+from c4.topology.protocol import TopologyError, TopologyLike
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ class Place:
 
 
 class Placement:
-    def __init__(self, topology: Any = None) -> None:
+    def __init__(self, topology: TopologyLike | None = None) -> None:
         self.topology = topology
         self._places: dict[int, Place] = {}
         self._by_host: dict[str | None, set[int]] = {}    # host -> its ranks
@@ -28,7 +28,7 @@ class Placement:
         self.unknown_gpus = 0   # ranks placed on a gpu the topology does not have
         self.unknown_hosts = 0  # ranks on a host the topology does not have
 
-    def set_topology(self, topology: Any) -> None:
+    def set_topology(self, topology: TopologyLike | None) -> None:
         """Place ranks on another topology from now on (ranks already added keep their place
         until added again)."""
         self.topology = topology
@@ -77,11 +77,7 @@ class Placement:
         self._by_host.setdefault(host or None, set()).add(rank)
 
     def _known(self, node: str) -> bool:
-        try:
-            self.topology.kind(node)
-        except Exception:
-            return False
-        return True
+        return self.topology is not None and node in self.topology
 
     def get(self, rank: int) -> Place:
         place = self._places.get(rank)
@@ -93,7 +89,7 @@ class Placement:
                 try:
                     self._default = self.topology.default_placement(
                         max(max(self._places, default=0) + 1, len(self.topology.gpus())))
-                except Exception:
+                except TopologyError:   # more ranks than the topology has GPUs
                     self._default = {}
             slot = self._default.get(rank)
             if slot is not None:

@@ -11,12 +11,12 @@ evidence; without port records nothing changes.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
+from c4.report import Suspect
+from c4.topology.protocol import TopologyLike
 from diagnosis.engine.records import PortRecords
-from diagnosis.report import Suspect
 
 #: counters whose growth is a sign of a failing port or cable
 ERROR_COUNTERS = ("link_downed", "symbol_errors", "rcv_errors", "xmit_discards")
@@ -31,7 +31,7 @@ DOWN, ERRORS, CLEAN = 4.0, 2.0, 0.02
 class PortBoard:
     """The latest state of every NIC port heard of, and whether its error counters grew."""
 
-    def __init__(self, topology: Any = None) -> None:
+    def __init__(self, topology: TopologyLike | None = None) -> None:
         self.topology = topology
         self.up: dict[str, bool] = {}
         self.t_state: dict[str, int] = {}        # when the current state was first seen
@@ -82,8 +82,8 @@ class PortBoard:
         if s.type == "link" and "~" in s.id:
             ends = [n for n in s.id.split("~") if n in self.up]
             return max((self.evidence(n) for n in ends), default=1.0)
-        if s.type == "switch" and topo is not None and s.id in topo.graph:
-            down = sum(1 for n in topo.graph.neighbors(s.id) if self.up.get(n) is False)
+        if s.type == "switch" and topo is not None and s.id in topo:
+            down = sum(1 for n in topo.neighbors(s.id) if self.up.get(n) is False)
             return DOWN if down >= 2 else 1.0
         return 1.0
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from proto.codec import Columns
+from c4.proto.codec import Columns
 
 CONN_DTYPES: dict[str, np.dtype] = {
     "src": np.dtype("<i4"),

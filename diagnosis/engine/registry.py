@@ -5,7 +5,7 @@ new incident, filed under a new id."""
 
 from __future__ import annotations
 
-from diagnosis.report import FaultReport
+from c4.report import FaultReport
 
 
 class Registry:

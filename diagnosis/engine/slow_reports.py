@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from c4.report import FaultReport, Suspect
 from diagnosis.engine.localize import CommFinding
 from diagnosis.engine.lossy import PREFIX as LOSSY_PREFIX
 from diagnosis.engine.slow import SlowRank
 from diagnosis.engine.wording import group_words, ms
-from diagnosis.report import FaultReport, Suspect
 
 if TYPE_CHECKING:
     from diagnosis.engine.engine import Engine
@@ -169,12 +169,10 @@ class SlowReports:
             return None
         edge = {nic}
         topo = self.eng.topology
-        try:
-            for lk in topo.links_of(nic) if topo is not None else []:
+        if topo is not None and nic in topo:
+            for lk in topo.links_of(nic):
                 edge.add(lk)
                 edge.update(lk.split("~"))
-        except Exception:
-            pass
         hit = sorted(edge & named)
         return hit[0] if hit else None
 

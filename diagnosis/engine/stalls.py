@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from c4.report import FaultReport
 from diagnosis.engine.wording import ms
-from diagnosis.report import FaultReport
 
 if TYPE_CHECKING:
     from diagnosis.engine.engine import Engine

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnosis.report import FaultReport
+from c4.report import FaultReport
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from c4.topology.protocol import TopologyError, TopologyLike
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ class Explanation:
 class PathCache:
     """Component sets between NIC pairs from the topology's candidate paths, cached."""
 
-    def __init__(self, topology: Any) -> None:
+    def __init__(self, topology: TopologyLike) -> None:
         self.topo = topology
         self._cache: dict[tuple[str, str], tuple[frozenset[Component], frozenset[Component]]] = {}
         self._recorded: dict[tuple[str, ...], frozenset[Component]] = {}
@@ -48,10 +50,9 @@ class PathCache:
     def _components(self, path: Sequence[str]) -> frozenset[Component]:
         out: set[Component] = set()
         for node in path:
-            try:
-                kind = self.topo.kind(node)
-            except Exception:
+            if node not in self.topo:   # a recorded hop the topology does not have
                 continue
+            kind = self.topo.kind(node)
             if kind in ("nic", "switch"):
                 out.add(Component(kind, node))
         for lk in self.topo.path_links(list(path)):
@@ -75,7 +76,7 @@ class PathCache:
             else:
                 try:
                     paths = self.topo.paths(src_nic, dst_nic)
-                except Exception as exc:
+                except TopologyError as exc:   # an end the topology lacks, or not a NIC
                     log.debug("no paths %s -> %s: %s", src_nic, dst_nic, exc)
                     paths = []
                 sets = [self._components(p) for p in paths]

@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from c4.report import FaultReport, Suspect
 from diagnosis.flight_recorder import comm
 from diagnosis.flight_recorder.calls import CallTable, Key, Stall, first_ns, order
 from diagnosis.flight_recorder.dumps import RankDump, load_dumps
@@ -31,7 +32,6 @@ from diagnosis.flight_recorder.mismatch import mismatches, p2p_mismatch_reports
 from diagnosis.flight_recorder.p2p import match_p2p
 from diagnosis.flight_recorder.parse import FrEntry
 from diagnosis.flight_recorder.text import ranks, verb
-from diagnosis.report import FaultReport, Suspect
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from c4.report import FaultReport, Suspect
 from diagnosis.flight_recorder.calls import CallTable, Key
 from diagnosis.flight_recorder.parse import FrEntry
 from diagnosis.flight_recorder.text import ranks
-from diagnosis.report import FaultReport, Suspect
 
 if TYPE_CHECKING:
     from diagnosis.flight_recorder.analyzer import _Job

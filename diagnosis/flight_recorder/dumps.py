@@ -19,7 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from diagnosis.errors import DiagnosisError, FormatError
+from c4.errors import FormatError
+from diagnosis.errors import DiagnosisError
 from diagnosis.flight_recorder.parse import FrEntry, RankDump, parse_dump
 
 __all__ = ["FrEntry", "RankDump", "find_dump_files", "load_dump", "load_dumps", "parse_dump",

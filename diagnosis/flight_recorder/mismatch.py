@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from c4.report import FaultReport, Suspect
 from diagnosis.flight_recorder.calls import CallTable, Key
 from diagnosis.flight_recorder.p2p import SizeMismatch
 from diagnosis.flight_recorder.parse import FrEntry
 from diagnosis.flight_recorder.text import ranks
-from diagnosis.report import FaultReport, Suspect
 
 # Calls whose per-rank sizes legitimately differ: compare only what every member shares.
 _ONLY_OP = frozenset({"all_to_all", "all_to_all_single", "all_to_all_v_single", "all_gather_v",

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 
 log = logging.getLogger(__name__)
 

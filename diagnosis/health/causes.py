@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from c4.report import FaultReport, Suspect
 from diagnosis.health.findings import Finding
-from diagnosis.report import FaultReport, Suspect
 
 S = 1_000_000_000
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from c4.proto.health import HealthRecord
+from c4.report import FaultReport
 from diagnosis.health.causes import TIMING_KINDS, JoinConfig, attach_causes, health_reports
 from diagnosis.health.findings import Finding
 from diagnosis.health.peers import PeerConfig, PeerModel, health_vectors
 from diagnosis.health.rules import HealthRules, RuleConfig
-from diagnosis.report import FaultReport
-from proto.health import HealthRecord
 
 
 @dataclass(frozen=True)

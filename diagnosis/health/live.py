@@ -12,13 +12,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from c4.proto.health import HealthRecord
+from c4.report import FaultReport
 from diagnosis.health.causes import TIMING_KINDS, causes_for, health_reports
 from diagnosis.health.diagnose import HealthConfig
 from diagnosis.health.findings import Finding
 from diagnosis.health.peers import PeerModel, health_vectors
 from diagnosis.health.rules import HealthRules
-from diagnosis.report import FaultReport
-from proto.health import HealthRecord
 
 S = 1_000_000_000
 

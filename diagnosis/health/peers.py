@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.ensemble import IsolationForest
 
+from c4.proto.health import HealthRecord
 from diagnosis.health.findings import Finding
-from proto.health import HealthRecord
 
 S = 1_000_000_000
 

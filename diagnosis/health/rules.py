@@ -15,10 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.health.gpu import SLOWDOWN_REASONS
+from c4.proto.health import SLOWDOWN_REASONS, HealthRecord
 from diagnosis.health.findings import Finding
 from diagnosis.health.xid_catalog import action_of_154, action_text, xid_info
-from proto.health import HealthRecord
 
 S = 1_000_000_000
 _RANK = {"info": 0, "warning": 1, "critical": 2}

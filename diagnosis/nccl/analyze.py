@@ -20,10 +20,12 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns, concat
+from c4.report import FaultReport
+from c4.topology.protocol import TopologyLike
 from diagnosis.engine import Engine
 from diagnosis.engine.config import EngineConfig
 from diagnosis.nccl.convert import OpConverter
@@ -33,8 +35,6 @@ from diagnosis.nccl.observe import observe_logs, observe_ops, observe_ras
 from diagnosis.nccl.placement import place_ranks
 from diagnosis.nccl.ras_progress import RasFeed, RasRows
 from diagnosis.nccl.sources import NcclSources
-from diagnosis.report import FaultReport
-from proto.codec import Columns, concat
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class NcclStats:
     end_ns: int | None = None
 
 
-def resolve_job(sources: NcclSources, topology: Any = None) -> Resolved:
+def resolve_job(sources: NcclSources, topology: TopologyLike | None = None) -> Resolved:
     """The reconciled job of everything the sources say."""
     model = JobModel()
     for ops in sources.ops:
@@ -72,7 +72,7 @@ def resolve_job(sources: NcclSources, topology: Any = None) -> Resolved:
     return model.resolve(topology.hosts() if topology is not None else None)
 
 
-def analyze_nccl(sources: NcclSources, topology: Any = None,
+def analyze_nccl(sources: NcclSources, topology: TopologyLike | None = None,
                  config: EngineConfig | None = None, stopped_after_ns: int | None = None,
                  engine: Engine | None = None) -> tuple[list[FaultReport], NcclStats]:
     """Fault reports for a job's NCCL telemetry, and what was read."""

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.nccl.ids import bytes_from_msg
 from diagnosis.nccl.job import Resolved
 from diagnosis.nccl.records import NcclOps
 from diagnosis.nccl.seqmap import SeqMapper
-from proto.codec import OP_COLUMNS, Columns
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class OpConverter:
         self._peer_maps: dict[str, np.ndarray] = {}
 
     def convert(self, ops: NcclOps) -> Columns | None:
-        """The rows c4 can use, as an op batch (``proto.codec.OP_COLUMNS``); None if none."""
+        """The rows c4 can use, as an op batch (``c4.proto.codec.OP_COLUMNS``); None if none."""
         n = len(ops)
         if not n:
             return None

@@ -19,10 +19,11 @@ import logging
 import time
 from typing import Any
 
+from c4.report import FaultReport, Suspect
+from c4.topology.protocol import TopologyLike
 from diagnosis.nccl.job import Resolved
 from diagnosis.nccl.logs import NcclWarn, WatchdogTimeout, Where
 from diagnosis.nccl.sources import NcclSources
-from diagnosis.report import FaultReport, Suspect
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ _WC_HINT = {12: "the transport retry counter was exceeded: the path to the peer 
             4: "a local protection error (memory registration)"}
 
 
-def findings(sources: NcclSources, resolved: Resolved, topology: Any,
+def findings(sources: NcclSources, resolved: Resolved, topology: TopologyLike | None,
              engine: Any) -> list[FaultReport]:
     """Reports for what the logs and the text RAS reports state."""
     now = int(getattr(engine, "now_ns", 0) or 0)
@@ -77,7 +78,7 @@ def merge(reports: list[FaultReport], extra: list[FaultReport]) -> list[FaultRep
 class _Namer:
     """Suspects for ranks, hosts and NICs, on the topology where there is one."""
 
-    def __init__(self, resolved: Resolved, topology: Any, engine: Any) -> None:
+    def __init__(self, resolved: Resolved, topology: TopologyLike | None, engine: Any) -> None:
         self.r, self.topo, self.engine = resolved, topology, engine
 
     def rank(self, host: str | None, pid: int | None) -> int | None:

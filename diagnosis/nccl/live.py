@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import Columns, concat
 from diagnosis.engine.records import ProgressRecords
 from diagnosis.nccl.convert import OpConverter
 from diagnosis.nccl.follow import InspectorFollower
@@ -50,7 +51,6 @@ from diagnosis.nccl.ras import RasSnapshot
 from diagnosis.nccl.ras_client import RasPoller
 from diagnosis.nccl.ras_progress import RasFeed
 from diagnosis.nccl.records import NcclOps
-from proto.codec import Columns, concat
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +118,11 @@ class NcclRecords:
                 + (len(self.progress) if self.progress is not None else 0))
 
     def messages(self, job: str, attempt: int = 0) -> list[Any]:
-        """The records as ingest messages (``proto.c4_pb2`` RankInfo, GroupInfo, OpBatch), in
+        """The records as ingest messages (``c4.proto.c4_pb2`` RankInfo, GroupInfo, OpBatch), in
         the order the daemon needs them: ranks and groups before the rows that use them.
         Progress has no message yet and is left out."""
-        from proto import c4_pb2
-        from proto.codec import encode_ops
+        from c4.proto import c4_pb2
+        from c4.proto.codec import encode_ops
 
         out: list[Any] = [c4_pb2.RankInfo(job=job, attempt=attempt, rank=r,
                                           world_size=max(self.world_size, r + 1), host=h,

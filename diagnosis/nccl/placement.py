@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
+from c4.topology.protocol import TopologyLike
 from diagnosis.nccl.job import ProcInfo, Resolved, natural_key
 
 __all__ = ["Place", "place_ranks"]
@@ -21,7 +21,7 @@ __all__ = ["Place", "place_ranks"]
 Place = tuple[str, "str | None", "str | None"]
 
 
-def place_ranks(resolved: Resolved, topology: Any = None) -> dict[int, Place]:
+def place_ranks(resolved: Resolved, topology: TopologyLike | None = None) -> dict[int, Place]:
     """Rank -> (host, gpu, nic), topology ids where a topology is given."""
     hosts = topology.hosts() if topology is not None else []
     exact = set(hosts)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 from diagnosis.nccl.ids import RAS_COLLECTIVES, comm_hash
 from diagnosis.nccl.problems import Problems
 

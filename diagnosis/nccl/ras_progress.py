@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from c4.proto.codec import OP_COLUMNS, STATUS_CODES, Columns
 from diagnosis.engine.records import ProgressRecords
 from diagnosis.nccl.convert import Frontiers, History
 from diagnosis.nccl.ids import op_name
@@ -30,7 +31,6 @@ from diagnosis.nccl.job import Resolved
 from diagnosis.nccl.problems import Problems
 from diagnosis.nccl.ras import RasSnapshot
 from diagnosis.nccl.seqmap import launched_index
-from proto.codec import OP_COLUMNS, STATUS_CODES, Columns
 
 log = logging.getLogger(__name__)
 

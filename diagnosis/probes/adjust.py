@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from c4.report import FaultReport, Suspect
 from diagnosis.probes.plans import CLEARED, CONFIRMED, Verdict
-from diagnosis.report import FaultReport, Suspect
 
 #: A confirmed suspect's score moves this share of the way to 1.
 CONFIRM_BOOST = 0.5

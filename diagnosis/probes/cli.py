@@ -42,9 +42,9 @@ def _adjusted(path: Path | None, verdicts: list[Any]) -> list[dict[str, Any]] | 
     """The reports of ``path`` re-scored by the verdicts (None without ``--reports``)."""
     if path is None:
         return None
-    from diagnosis.errors import FormatError
+    from c4.errors import FormatError
+    from c4.report import FaultReport
     from diagnosis.probes.adjust import apply_probes
-    from diagnosis.report import FaultReport
 
     try:
         doc = json.loads(Path(path).read_text())
@@ -87,14 +87,14 @@ def _setup(backend: str, size: int | None, iters: int, timeout: float, lab_dir: 
     topo = None
     path = topology or (Path(lab_state["topology"]) if lab_state else None)
     if path is not None:
-        from diagnosis.topology import Topology
+        from c4.topology import Topology
 
         topo = Topology.load(path)
     return prober, resolver, topo
 
 
 def _lab_state(lab_dir: Path | None) -> dict[str, Any] | None:
-    from c4.lab.state import default_lab_dir, read
+    from c4.lab_state import default_lab_dir, read
 
     return read(Path(lab_dir) if lab_dir else default_lab_dir())
 
@@ -143,14 +143,14 @@ def pair(
     gpus: int = _GPUS, fmt: str = _FORMAT,
 ) -> None:
     """Measure point-to-point bandwidth between two hosts (both directions at once)."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
     from diagnosis.probes.plans import expected_busbw
 
     try:
         prober, resolve, topo = _setup(backend, size, iters, timeout, lab_dir, topology,
                                        remote, launcher, nccl_dir, gpus)
         r = prober.pair(resolve(a), resolve(b))
-    except (DiagnosisError, ValueError) as exc:
+    except (C4Error, ValueError) as exc:
         _fail(exc)
     expected = expected_busbw(topo, [a, b])
     if fmt == "json":
@@ -174,7 +174,7 @@ def bisect_cmd(
     fmt: str = _FORMAT,
 ) -> None:
     """Bisect a set of hosts for the slow one(s): halves, then pairs with cleared hosts."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
     from diagnosis.probes.plans import PlanConfig, bisect
 
     try:
@@ -183,7 +183,7 @@ def bisect_cmd(
         out = bisect(prober, resolve.many(hosts), known_good=resolve.many(known_good),
                      config=PlanConfig(slow_ratio=ratio), topology=topo)
         adjusted = _adjusted(reports, list(out.verdicts))
-    except (DiagnosisError, ValueError) as exc:
+    except (C4Error, ValueError) as exc:
         _fail(exc)
     if fmt == "json":
         typer.echo(json.dumps({**out.to_json(), **({"reports": adjusted} if adjusted is not None
@@ -208,7 +208,7 @@ def confirm_cmd(
     fmt: str = _FORMAT,
 ) -> None:
     """Confirm or clear a suspect with pair tests against peers (exit 1 when confirmed)."""
-    from diagnosis.errors import DiagnosisError
+    from c4.errors import C4Error
     from diagnosis.probes.plans import CONFIRMED, PlanConfig, pairwise
 
     try:
@@ -217,7 +217,7 @@ def confirm_cmd(
         v = pairwise(prober, resolve(suspect), resolve.many(peers),
                      config=PlanConfig(slow_ratio=ratio), topology=topo)
         adjusted = _adjusted(reports, [v])
-    except (DiagnosisError, ValueError) as exc:
+    except (C4Error, ValueError) as exc:
         _fail(exc)
     if fmt == "json":
         typer.echo(json.dumps({**v.to_json(), **({"reports": adjusted} if adjusted is not None

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from c4.report import FaultReport
 from diagnosis.probes.api import ProbeHost, Prober
 from diagnosis.probes.plans import CONFIRMED, PlanConfig, Verdict, pairwise
-from diagnosis.report import FaultReport
 
 if TYPE_CHECKING:
-    from diagnosis.topology import Topology
+    from c4.topology import Topology
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 from diagnosis.probes.api import GROUP_OP, PAIR_OP, ProbeError, ProbeHost, ProbeResult
 from diagnosis.probes.nccl_tests import parse_nccl_tests
 from diagnosis.probes.nccl_tests_records import NcclTestsRun

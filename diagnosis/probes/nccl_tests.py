@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 from diagnosis.probes.nccl_tests_json import run_from_json
 from diagnosis.probes.nccl_tests_records import (
     Device,

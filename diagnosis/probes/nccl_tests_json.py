@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 from diagnosis.probes.nccl_tests_records import (
     Device,
     Measurement,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from diagnosis.probes.api import ProbeError, ProbeHost, Prober, ProbeResult
 
 if TYPE_CHECKING:
-    from diagnosis.topology import Topology
+    from c4.topology import Topology
 
 log = logging.getLogger(__name__)
 

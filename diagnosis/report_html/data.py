@@ -1,18 +1,23 @@
-"""What the HTML report draws, gathered from a daemon or from a trace file, plus the recovery
-journal: ops, transfer samples, rank placement, fault reports and recovery timelines."""
+"""What the HTML report draws, gathered from a daemon or from a trace file: ops, transfer
+samples, rank placement and fault reports; the recovery timelines (``recoveries``) are filled
+in by whoever reads the recovery journal (``recovery.marks``), since diagnosis sits below
+recovery."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from c4.proto.codec import Columns
+from c4.report import FaultReport
 from diagnosis.errors import DiagnosisError
-from diagnosis.report import FaultReport
-from proto.codec import OP_COLUMNS, Columns, concat, empty_columns
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +53,7 @@ class ReportData:
     hosts: dict[int, str] = field(default_factory=dict)    # rank -> host
     gpus: dict[int, str] = field(default_factory=dict)
     nics: dict[int, str] = field(default_factory=dict)
-    topology: Any = None
+    topology: Topology | None = None   # drawn from its graph, so the networkx model
     recoveries: list[RecoveryMarks] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -75,32 +80,15 @@ def transfers_from_ops(ops: Columns) -> Transfers | None:
                      "point-to-point op durations")
 
 
-def _journal(path: Path, job: str) -> list[RecoveryMarks]:
-    from recovery.errors import RecoveryError
-    from recovery.journal import Journal
-    from recovery.timeline import timeline
-
-    if not path.exists():
-        raise DiagnosisError(f"no recovery journal at {path}: give the file `c4 recover` "
-                             "writes (C4_RECOVERY_JOURNAL)")
-    try:
-        with Journal(path) as j:
-            return [RecoveryMarks(r.id, r.node, r.state.value, dict(timeline(j, r).at))
-                    for r in j.recoveries(job)]
-    except RecoveryError as exc:
-        raise DiagnosisError(str(exc)) from exc
-
-
-def _topology(path: Path | None) -> Any:
+def _topology(path: Path | None) -> Topology | None:
     if path is None:
         return None
-    from diagnosis.topology import Topology
+    from c4.topology import Topology
 
     return Topology.load(path)
 
 
-def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
-                journal: Path | None = None) -> ReportData:
+def from_daemon(job: str, address: str | None, *, topology: Path | None = None) -> ReportData:
     """Everything the daemon knows about ``job``. The daemon has no query for connection
     samples, so the transfer matrix comes from point-to-point op durations."""
     from diagnosis.client import DaemonClient
@@ -120,48 +108,52 @@ def from_daemon(job: str, address: str | None, *, topology: Path | None = None,
                       topology=_topology(topology))
     data.notes.append("The daemon offers no query for connection samples, so the transfer "
                       "matrix is derived from the durations of point-to-point calls.")
-    if journal is not None:
-        data.recoveries = _journal(journal, job)
     return data
 
 
-def from_trace(path: Path, job: str | None = None, *, topology: Path | None = None,
-               journal: Path | None = None) -> ReportData:
+class _ReadProgress:
+    """Logs how much of the trace is read, every tenth of it: a large trace takes most of the
+    report's time here."""
+
+    def __init__(self, path: Path) -> None:
+        self.name, self.size = path.name, max(path.stat().st_size, 1)
+        self.done, self.next = 0, 0.1
+
+    def __call__(self, nbytes: int) -> None:
+        self.done += nbytes          # negative when a shuffled trace is read again, sorted
+        if nbytes < 0:
+            log.info("%s is not in time order: reading it again, sorted", self.name)
+            self.next = 0.1
+        elif self.done / self.size >= self.next:
+            log.info("read %d%% of %s (%.0f of %.0f MB)", 100 * self.done // self.size,
+                     self.name, self.done / 2**20, self.size / 2**20)
+            self.next = (int(10 * self.done / self.size) + 1) / 10
+
+
+def from_trace(path: Path, job: str | None = None, *,
+               topology: Path | None = None) -> ReportData:
     """A trace file read offline; its faults are found by running the detectors over it."""
-    from diagnosis.engine import ConnRecords, Engine
-    from diagnosis.trace import Meta, RankInfo, read_trace
+    from diagnosis.engine import Engine
     from diagnosis.trace.feed import feed_trace
+    from diagnosis.trace.job import TraceJob
+    from diagnosis.trace.parallel import default_workers
 
     topo = _topology(topology)
-    parts: list[Columns] = []
-    conns: list[ConnRecords] = []
-    hosts: dict[int, str] = {}
-    gpus: dict[int, str] = {}
-    nics: dict[int, str] = {}
-    trace_job = None
-    for item in read_trace(path):
-        if isinstance(item, Columns):
-            parts.append(item)
-        elif isinstance(item, ConnRecords):
-            conns.append(item)
-        elif isinstance(item, RankInfo):
-            hosts[item.rank] = item.host
-            if item.gpu:
-                gpus[item.rank] = item.gpu
-            if item.nic:
-                nics[item.rank] = item.nic
-        elif isinstance(item, Meta):
-            trace_job = item.job
-    ops = concat(parts) if parts else empty_columns(OP_COLUMNS)
-    faults, stats = feed_trace(Engine(topo), path)
+    log.info("reading %s and running the detectors over it", Path(path).name)
+    tj = TraceJob()
+    faults, stats = feed_trace(Engine(topo), path, workers=default_workers(), keep=tj,
+                               progress=_ReadProgress(Path(path)))
+    ops = tj.ops
+    log.info("read %s calls of %s ranks, %d fault report(s)", f"{len(ops):,}",
+             f"{len(tj.hosts):,}", len(faults))
     if stats.health:
         from diagnosis.health.diagnose import explain
 
         faults = explain(list(faults), stats.health, rank_places=stats.places)
-    name = job or trace_job or Path(path).stem
-    data = ReportData(name, f"trace {Path(path).name}", ops, None, list(faults), hosts, gpus,
-                      nics, topo)
-    done = [c for c in conns if len(c)]
+    name = job or tj.job or Path(path).stem
+    data = ReportData(name, f"trace {Path(path).name}", ops, None, list(faults), tj.hosts,
+                      tj.gpus, tj.nics, topo)
+    done = [c for c in tj.conns if len(c)]
     if done:
         src = np.concatenate([c.src for c in done])
         dst = np.concatenate([c.dst for c in done])
@@ -176,6 +168,4 @@ def from_trace(path: Path, job: str | None = None, *, topology: Path | None = No
         data.transfers = transfers_from_ops(ops)
         data.notes.append("The trace holds no finished connection samples, so the transfer "
                           "matrix is derived from the durations of point-to-point calls.")
-    if journal is not None:
-        data.recoveries = _journal(journal, name)
     return data

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
+from c4.topology.fabrics import FABRICS
 from diagnosis.sim.config import FAULT_KINDS
-from diagnosis.topology.fabrics import FABRICS
 
 _KINDS = ", ".join(FAULT_KINDS)
 _FABRICS = "|".join(FABRICS)

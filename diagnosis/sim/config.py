@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from c4.topology.fabrics import FABRICS, RAIL_FABRICS
 from diagnosis.errors import DiagnosisError
-from diagnosis.topology.fabrics import FABRICS, RAIL_FABRICS
 
 
 class SimError(DiagnosisError):
@@ -160,7 +160,7 @@ class SimConfig:
     #: see which ECMP path a flow hashed to) the analyzer has the topology's candidates only
     paths: bool = True
     faults: tuple[FaultSpec, ...] = ()
-    # topology (diagnosis.topology.fabrics): the fabric, and NICs per host (None: one per GPU;
+    # topology (c4.topology.fabrics): the fabric, and NICs per host (None: one per GPU;
     # fewer: GPU i shares NIC i*nics//gpus)
     fabric: str = "rail"
     #: an imported topology file to run on instead of building ``fabric`` (diagnosis.sim.imported)

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from c4.topology import Topology, TopologyError
 from diagnosis.sim.config import TARGET_KEYWORDS, FaultSpec, SimConfig, SimError
 from diagnosis.sim.layout import Layout
 from diagnosis.sim.network import Connections
-from diagnosis.topology import Topology, TopologyError
 
 
 @dataclass

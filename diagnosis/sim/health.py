@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from c4.proto.health import HealthRecord
 from diagnosis.sim.config import SimError
-from proto.health import HealthRecord
 
 S = 1_000_000_000
 

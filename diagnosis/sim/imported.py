@@ -23,10 +23,10 @@ from pathlib import Path
 
 import networkx as nx
 
-from diagnosis.errors import DiagnosisError
+from c4.errors import C4Error
+from c4.topology import Topology
+from c4.topology.model import natural_key
 from diagnosis.sim.config import SimError
-from diagnosis.topology import Topology
-from diagnosis.topology.model import natural_key
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def load_fitted(path: str | Path, gpus: int, gpus_per_host: int, nic_gbps: float
                 uplink_gbps: float | None) -> Topology:
     try:
         topo = Topology.load(path)
-    except DiagnosisError as exc:
+    except C4Error as exc:
         raise SimError(f"--topology: {exc}") from None
     fitted, notes = fit(topo, gpus, gpus_per_host, nic_gbps, uplink_gbps)
     for note in notes:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from c4.topology import Topology
 from diagnosis.sim.config import SimConfig
-from diagnosis.topology import Topology
 
 
 @dataclass

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from c4.topology import Topology, TopologyError
+from c4.topology.fabrics import build_fabric
 from diagnosis.sim import faults as faultmod
 from diagnosis.sim import layers as layermod
 from diagnosis.sim.config import SimConfig, SimError
 from diagnosis.sim.layout import Layout
 from diagnosis.sim.network import Connections
-from diagnosis.topology import Topology, TopologyError
-from diagnosis.topology.fabrics import build_fabric
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ ERROR_DELAY_NS = 2e6   # a failing transport reports within a couple of ms
 
 @dataclass
 class Batch:
-    """The records of one iteration, sorted by time: op columns as ``proto.codec.OP_COLUMNS``
+    """The records of one iteration, sorted by time: op columns as ``c4.proto.codec.OP_COLUMNS``
     (absolute ns, -1 for unknown) and conn columns (``conn`` indexes :class:`Connections`)."""
 
     iteration: int

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from c4.topology import Topology, link_id
 from diagnosis.sim.layout import Layout
-from diagnosis.topology import Topology, link_id
 
 
 @dataclass

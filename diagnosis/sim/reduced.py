@@ -1,5 +1,5 @@
 """Writes a simulation as the reduced trace of format version 2, the way the live edge
-(collectors and node sidecar, ``collectors.reduce``) would ship it: sampled op rows,
+(collectors and node sidecar, ``c4.reduce``) would ship it: sampled op rows,
 ``progress`` per window, ``linkstat`` instead of ``conn``, and NIC ``port`` records.
 
 The simulator knows each iteration's calls and transfers as soon as it has simulated it, ahead
@@ -15,11 +15,11 @@ import logging
 
 import numpy as np
 
-from collectors.reduce import EdgeReducer, Reduced
+from c4.proto.codec import Columns
+from c4.reduce import EdgeReducer, Reduced
 from diagnosis.sim.model import Batch, Simulation
 from diagnosis.sim.ports import PortEvent, PortStates
 from diagnosis.sim.writer import TraceWriter
-from proto.codec import Columns
 
 log = logging.getLogger(__name__)
 
@@ -32,22 +32,17 @@ _PORT = ('{"type":"port","host":"%s","nic":"%s","t_ns":%d,"state":"%s",'
          '"link_downed":%d}\n')
 
 
-class ReducedWriter:
-    """The version 2 counterpart of :class:`TraceWriter`'s row writing: :meth:`header`,
-    :meth:`observe` each batch as it is simulated, :meth:`release` rows in completion order
-    with the time up to which nothing more is to come, then :meth:`end`."""
+class SimEdge:
+    """The edge of a simulated job (its collectors and node sidecars, ``c4.reduce``)
+    reducing its telemetry at factor ``sample``: :meth:`observe` every simulated batch (each
+    call's entry and completion, each transfer, and the port changes they reveal, ahead of
+    their release); subclasses say where the reduced records go."""
 
-    def __init__(self, writer: TraceWriter, sim: Simulation, sample: int, window_ns: int) -> None:
-        self.writer, self.sim = writer, sim
+    def __init__(self, sim: Simulation, sample: int, window_ns: int) -> None:
+        self.sim = sim
         self.reducer = EdgeReducer(sample, window_ns)
         self.ports = PortStates(sim)
-        self._ports_due: list[PortEvent] = []
-        self.n_progress = self.n_linkstat = self.n_port = 0
-        self._no_conns: dict[str, np.ndarray] = {"conn": np.empty(0, np.int64)}
-
-    def header(self) -> None:
-        self.writer.header(sample=self.reducer.sample)
-        self._ports(self.ports.initial())
+        self.ports_due: list[PortEvent] = []
 
     def observe(self, batch: Batch) -> None:
         """Every call and transfer of a freshly simulated iteration, ahead of its release."""
@@ -60,32 +55,55 @@ class ReducedWriter:
                 {"src": sim.conns.src[idx], "dst": sim.conns.dst[idx], "pg": c["pg"],
                  "bytes": c["bytes"], "t_start_ns": c["t_start_ns"], "t_end_ns": c["t_end_ns"],
                  "path": idx}, sim.strings))
-        self._ports_due += self.ports.poll()
+        self.ports_due += self.ports.poll()
+
+    def sampled(self, ops: dict[str, np.ndarray]) -> Columns:
+        """The op rows of ``ops`` the edge ships: those of sampled calls."""
+        return self.reducer.sample_ops(Columns(ops, self.sim.strings))
+
+    def check_late(self) -> None:
+        st = self.reducer.stats
+        if st.late_progress or st.late_transfers:
+            # every event is fed before the release point passes it: this is a bug
+            log.warning("the edge reducer got %d progress events and %d transfers after their "
+                        "window closed", st.late_progress, st.late_transfers)
+
+
+class ReducedWriter(SimEdge):
+    """The version 2 counterpart of :class:`TraceWriter`'s row writing: :meth:`header`,
+    :meth:`observe` each batch as it is simulated, :meth:`release` rows in completion order
+    with the time up to which nothing more is to come, then :meth:`end`."""
+
+    def __init__(self, writer: TraceWriter, sim: Simulation, sample: int, window_ns: int) -> None:
+        super().__init__(sim, sample, window_ns)
+        self.writer = writer
+        self.n_progress = self.n_linkstat = self.n_port = 0
+        self._no_conns: dict[str, np.ndarray] = {"conn": np.empty(0, np.int64)}
+
+    def header(self) -> None:
+        self.writer.header(sample=self.reducer.sample)
+        self._ports(self.ports.initial())
 
     def release(self, ops: dict[str, np.ndarray], upto_ns: int) -> None:
         """Op rows now shipped (sampled), then the port changes and windows up to
         ``upto_ns``."""
         if len(ops["rank"]):
-            kept = self.reducer.sample_ops(Columns(ops, self.sim.strings))
+            kept = self.sampled(ops)
             self.writer.rows(kept.columns, self._no_conns)
-        self._ports([e for e in self._ports_due if e.t_ns <= upto_ns])
-        self._ports_due = [e for e in self._ports_due if e.t_ns > upto_ns]
+        self._ports([e for e in self.ports_due if e.t_ns <= upto_ns])
+        self.ports_due = [e for e in self.ports_due if e.t_ns > upto_ns]
         self._windows(self.reducer.advance(upto_ns))
 
     def end(self) -> None:
         """The rest: port changes (a job stalled by a dead component stops here, so its port
         records come before the windows of the wait that follows), the windows up to the end
         of recording, and the ``end`` record."""
-        self._ports(sorted(self._ports_due + self.ports.poll(final=True),
+        self._ports(sorted(self.ports_due + self.ports.poll(final=True),
                            key=lambda e: (e.t_ns, e.nic)))
-        self._ports_due = []
+        self.ports_due = []
         self._windows(self.reducer.flush(self.sim.end_ns))
         self.writer.end()
-        st = self.reducer.stats
-        if st.late_progress or st.late_transfers:
-            # every event is fed before the release point passes it: this is a bug
-            log.warning("the reducer got %d progress events and %d transfers after their "
-                        "window closed", st.late_progress, st.late_transfers)
+        self.check_late()
 
     # ----- lines ------------------------------------------------------------------------------
     def _windows(self, red: Reduced) -> None:

@@ -10,8 +10,8 @@ from typing import TextIO
 
 import numpy as np
 
+from c4.proto.codec import STATUS_NAMES
 from diagnosis.sim.model import Simulation
-from proto.codec import STATUS_NAMES
 
 _OP = ('{"type":"op","rank":%d,"pg":"%s","seq":%d,"op":"%s","bytes":%d,"t_enter_ns":%d,'
        '"t_start_ns":%d,"t_end_ns":%d}\n')

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from diagnosis.report import FaultReport, Suspect
+from c4.proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
+from c4.report import FaultReport, Suspect
 from diagnosis.store.api import JobRecord
-from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
 
 # Op columns that index the string table, and the integer ones, in OP_COLUMNS order.
 OP_STRING_COLUMNS = ("pg", "op", "dtype")

@@ -17,8 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from diagnosis.report import FaultReport
-from proto.codec import Columns
+from c4.proto.codec import Columns
+from c4.report import FaultReport
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class RankRecord:
 @dataclass(frozen=True)
 class HostRecord:
     """A host's internals as its sidecar discovered them (``HostTopology``): ``internals`` is
-    the JSON of ``diagnosis.topology.host_internals.HostInternals``."""
+    the JSON of ``c4.topology.host_internals.HostInternals``."""
 
     host: str
     t_ns: int
@@ -69,7 +69,7 @@ class OpRows:
 
 @dataclass
 class ConnRows:
-    """Raw connection counter samples of one job attempt (proto.codec.CONN_COLUMNS)."""
+    """Raw connection counter samples of one job attempt (c4.proto.codec.CONN_COLUMNS)."""
 
     job: str
     attempt: int

@@ -33,8 +33,9 @@ import numpy as np
 from clickhouse_driver import Client
 from clickhouse_driver import errors as ch_errors
 
+from c4.proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
+from c4.report import FaultReport
 from diagnosis.errors import StoreError
-from diagnosis.report import FaultReport
 from diagnosis.store import _common
 from diagnosis.store.api import (
     BatchRows,
@@ -52,7 +53,6 @@ from diagnosis.store.api import (
     StoredDetail,
     Write,
 )
-from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from diagnosis.report import FaultReport
+from c4.proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, concat, empty_columns
+from c4.report import FaultReport
 from diagnosis.store import _common
 from diagnosis.store.api import (
     BatchRows,
@@ -25,7 +26,6 @@ from diagnosis.store.api import (
     StoredDetail,
     Write,
 )
-from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, concat, empty_columns
 
 _KEY = ("rank", "pg", "op", "peer", "seq")
 

@@ -30,8 +30,9 @@ from itertools import repeat
 
 import numpy as np
 
+from c4.proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
+from c4.report import FaultReport
 from diagnosis.errors import StoreError
-from diagnosis.report import FaultReport
 from diagnosis.store import _common
 from diagnosis.store.api import (
     BatchRows,
@@ -49,7 +50,6 @@ from diagnosis.store.api import (
     StoredDetail,
     Write,
 )
-from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns, empty_columns
 
 log = logging.getLogger(__name__)
 

@@ -8,16 +8,16 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
+from c4.proto.codec import Columns
+from c4.proto.health import HealthRecord
+from c4.report import FaultReport
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
-from diagnosis.report import FaultReport
 from diagnosis.trace.order import OrderWatch, time_ordered, visible_ns
 from diagnosis.trace.parallel import read_blocks_parallel
 from diagnosis.trace.reader import Batch, End, GroupInfo, Item, Meta, RankInfo, read_trace
-from proto.codec import Columns
-from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class FeedStats:
     linkstats: int = 0
     ports: int = 0
     end_ns: int | None = None
-    #: the trace keeps the calls that proto.sampling keeps at this factor (meta ``sample``)
+    #: the trace keeps the calls that c4.proto.sampling keeps at this factor (meta ``sample``)
     sample: int = 1
     #: the trace was out of time order and was sorted before the engine saw it
     sorted: bool = False
@@ -57,11 +57,20 @@ class _OutOfOrder(Exception):
                     "communicator behind one read earlier")
 
 
+class ItemSink(Protocol):
+    """Where ``feed_trace`` also hands the items it feeds."""
+
+    def add(self, item: Item) -> None: ...
+
+    def reset(self) -> None: ...
+
+
 def feed_trace(engine: Engine, path: str | Path, *,
                progress: Callable[[int], None] | None = None,
                block_bytes: int = 4 << 20, workers: int = 0,
                min_parallel_bytes: int = 64 << 20,
-               stopped_after_ns: int | None = None) -> tuple[list[FaultReport], FeedStats]:
+               stopped_after_ns: int | None = None,
+               keep: ItemSink | None = None) -> tuple[list[FaultReport], FeedStats]:
     """Feed every record of the trace to ``engine``, advancing its clock with the data after
     each block; return the final reports and what was read. ``progress`` gets bytes read;
     ``workers`` > 0 parses blocks in that many processes, for traces larger than
@@ -72,17 +81,24 @@ def feed_trace(engine: Engine, path: str | Path, *,
     it recording stopped (what the operator knows: when the hung job was killed).
 
     A trace whose rows go back in time by more than a few seconds (per-rank logs one after the
-    other, shuffled lines) is read again, sorted on disk, into a reset engine."""
+    other, shuffled lines) is read again, sorted on disk, into a reset engine.
+
+    ``keep`` also gets every item fed (and a reset when the trace is read again): a caller that
+    needs the records too (the HTML report) reads the file once."""
     parallel = workers > 0 and Path(path).stat().st_size > max(4 * block_bytes,
                                                                min_parallel_bytes)
     try:
-        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, False)
+        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, False,
+                      keep)
     except _OutOfOrder as exc:
         log.warning("%s is not in time order (%s): sorting its records first", path, exc.why)
         if progress is not None:
             progress(-exc.pos)
         engine.reset()
-        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, True)
+        if keep is not None:
+            keep.reset()
+        stats = _feed(engine, path, progress, block_bytes, workers if parallel else 0, True,
+                      keep)
     return engine.finish(_end_of(engine, stats, path, stopped_after_ns)), stats
 
 
@@ -111,7 +127,7 @@ def _items(fh: BinaryIO, path: str | Path, block_bytes: int, workers: int) -> It
 
 
 def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | None,
-          block_bytes: int, workers: int, ordered: bool) -> FeedStats:
+          block_bytes: int, workers: int, ordered: bool, keep: ItemSink | None) -> FeedStats:
     stats = FeedStats(sorted=ordered)
     # each kind of telemetry in order; one may lag another (a simulator or exporter writing
     # them in separate chunks), which the engine, keeping them apart, does not mind
@@ -131,6 +147,8 @@ def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | No
                 if not in_order:
                     raise _OutOfOrder(watch, raw.tell())
             _add(engine, item, stats, path)
+            if keep is not None:
+                keep.add(item)
             if ordered:
                 # sorted batches: the file is read already; let the detectors look after each
                 if isinstance(item, _BATCHES):

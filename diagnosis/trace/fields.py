@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, NoReturn
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 
 _INT64 = (-(2**63), 2**63 - 1)
 

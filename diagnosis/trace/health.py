@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
+from c4.proto.health import EVENTS, HealthRecord
 from diagnosis.trace.fields import Fields
-from proto.health import EVENTS, HealthRecord
 
 
 def health_record(f: Fields) -> HealthRecord:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.engine.records import (
     CONN_DTYPES,
     LINKSTAT_DTYPES,
@@ -27,7 +28,6 @@ from diagnosis.engine.records import (
     ProgressRecords,
 )
 from diagnosis.trace.reader import Batch, End, Item
-from proto.codec import OP_COLUMNS, Columns
 
 #: How far rows may go back in time before the trace counts as out of order: collectors flush
 #: about once a second, and exports ordered by entry put a long call's end after later rows.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, BinaryIO
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 from diagnosis.trace.reader import Item, Skipped, drop_unknown, parse_block, read_blocks
 
 

@@ -21,8 +21,10 @@ from typing import Any, BinaryIO
 import numpy as np
 import orjson
 
+from c4.errors import FormatError
+from c4.proto.codec import OP_COLUMNS, STATUS_CODES, Columns
+from c4.proto.health import HealthRecord
 from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, ProgressRecords
-from diagnosis.errors import FormatError
 from diagnosis.trace.columns import (
     Bad,
     Rows,
@@ -43,8 +45,6 @@ from diagnosis.trace.reader_v2 import (
     progress_batch,
 )
 from diagnosis.trace.typed import decode_block
-from proto.codec import OP_COLUMNS, STATUS_CODES, Columns
-from proto.health import HealthRecord
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class GroupInfo:
 class Meta:
     version: int
     job: str | None = None
-    #: the trace holds the calls that proto.sampling keeps at this factor (1: every call)
+    #: the trace holds the calls that c4.proto.sampling keeps at this factor (1: every call)
     sample: int = 1
 
 

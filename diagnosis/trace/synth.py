@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from diagnosis.topology import Topology, rail_optimized
+from c4.topology import Topology, rail_optimized
 from diagnosis.trace.writer import TraceWriter
 
 INF = np.iinfo(np.int64).max // 4

@@ -9,6 +9,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from c4.proto.codec import STATUS_NAMES, Columns
+from c4.proto.health import HealthRecord
 from diagnosis.engine.records import (
     PORT_COUNTERS,
     ConnRecords,
@@ -17,8 +19,6 @@ from diagnosis.engine.records import (
     ProgressRecords,
 )
 from diagnosis.trace.reader_v2 import LINK_COUNTS
-from proto.codec import STATUS_NAMES, Columns
-from proto.health import HealthRecord
 
 
 class TraceWriter:
@@ -58,7 +58,7 @@ class TraceWriter:
 
     def meta(self, job: str | None = None, version: int = 1, sample: int = 1) -> None:
         """The first line. A ``sample`` above 1 (the trace keeps the calls that
-        ``proto.sampling`` keeps at that factor) makes it a version 2 trace."""
+        ``c4.proto.sampling`` keeps at that factor) makes it a version 2 trace."""
         if version not in (1, 2):
             raise ValueError(f"trace format version must be 1 or 2, got {version!r}")
         if int(sample) < 1:
@@ -99,7 +99,7 @@ class TraceWriter:
         self._write(obj)
 
     def ops(self, cols: Columns) -> None:
-        """A batch of op rows (``proto.codec.OP_COLUMNS``)."""
+        """A batch of op rows (``c4.proto.codec.OP_COLUMNS``)."""
         c = cols.columns
         names = cols.strings
         lines = []

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from bench.load import JOB, PG, FrameBank
+from c4.proto.codec import decode_ops
 from collectors.wire import decode_frames
-from proto.codec import decode_ops
 
 
 def test_prebuilt_frames_decode_to_the_stamped_calls():

@@ -9,10 +9,10 @@ from collections import defaultdict
 import numpy as np
 
 from bench.scale.jobgen import NS, JobGen, JobShape
+from c4.proto import c4_pb2
+from c4.proto.codec import concat
+from c4.proto.sampling import is_sampled
 from diagnosis.daemon.linkstats import LinkStatResolver
-from proto import c4_pb2
-from proto.codec import concat
-from proto.sampling import is_sampled
 
 T0 = 10**18
 

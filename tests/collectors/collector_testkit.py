@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from c4.processes import free_port
+from c4.proto import c4_pb2
+from c4.proto.codec import decode_ops
 from collectors.wire import decode_frames
-from proto import c4_pb2
-from proto.codec import decode_ops
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

@@ -10,13 +10,13 @@ import sys
 import pytest
 from collector_testkit import REPO
 
+from c4.proto import c4_pb2
+from c4.proto.codec import decode_ops, encode_ops
 from collectors.buffer import RecordBuffer, build_columns, error_key
 from collectors.cli import run_environment
 from collectors.completion import ERROR, OK, TIMEOUT, classify
 from collectors.config import CollectorConfig
 from collectors.errors import CollectorError, ConfigError
-from proto import c4_pb2
-from proto.codec import decode_ops, encode_ops
 
 
 def test_rows_round_trip_through_the_wire_codec_with_error_texts():

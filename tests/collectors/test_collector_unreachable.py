@@ -8,10 +8,10 @@ import os
 import socket
 import time
 
+from c4.proto import c4_pb2
 from collectors.buffer import RecordBuffer
 from collectors.config import CollectorConfig
 from collectors.shipper import Shipper
-from proto import c4_pb2
 from tests.support.services import wait_for
 
 

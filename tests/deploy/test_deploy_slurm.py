@@ -61,7 +61,7 @@ def test_slurm_env_file_sets_only_known_settings() -> None:
 
     own = {"C4_BIN", "C4_SLURM_RUN_DIR", "C4_SLURM_SPILL_DIR", "C4_SLURM_DAEMONS",
            "C4_SLURM_WAIT", "C4_SLURM_STOP_WAIT"}
-    scripts = (SLURM / "prolog.sh").read_text() + (SLURM / "epilog.sh").read_text()
+    scripts = "".join((SLURM / f"{name}.sh").read_text() for name in ("prolog", "epilog", "common"))
     for name in own:
         assert name in scripts, f"{name} is in no script"
     env = read_env_file(SLURM / "slurm.env", commented=True)

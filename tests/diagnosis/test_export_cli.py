@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto import c4_pb2
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from proto import c4_pb2
 from tests.support.frames import group_info, op_batch, rank_info
 from tests.support.services import free_port, wait_for
 

@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto import c4_pb2
+from c4.report import FaultReport, Suspect
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.report import FaultReport, Suspect
-from proto import c4_pb2
 from tests.support.services import free_port
 
 pytestmark = [pytest.mark.network]

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from c4.processes import Service, c4_command
+from c4.proto.sampling import is_sampled
 from diagnosis.client import DaemonClient
-from proto.sampling import is_sampled
 from tests.support.services import free_port, start_daemon, start_sidecar, wait_for
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.network, pytest.mark.slow]

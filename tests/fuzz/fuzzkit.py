@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from proto import c4_pb2
-from proto.codec import OP_COLUMNS, Columns, encode_ops
+from c4.proto import c4_pb2
+from c4.proto.codec import OP_COLUMNS, Columns, encode_ops
 
 # good records carry times near the daemon's clock (it refuses others)
 T0 = time.time_ns() // 1_000_000_000 * 1_000_000_000
@@ -138,7 +138,7 @@ def ingest_requests(draw, jobs: tuple[str, ...] = ("fuzz",)) -> c4_pb2.IngestReq
         n = draw(st.integers(0, 6))
         msg = c4_pb2.ConnSampleBatch(job=job, count=draw(st.sampled_from((n, n + 1, 0))))
         msg.strings.extend(draw(st.lists(st.text(max_size=4), max_size=3)))
-        from proto.codec import CONN_COLUMNS
+        from c4.proto.codec import CONN_COLUMNS
 
         for name, dtype in CONN_COLUMNS.items():
             lo, hi = _INT_BOUNDS[dtype]

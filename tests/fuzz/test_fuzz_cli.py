@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from c4.cli import build_app
-from diagnosis.topology.builders import rail_optimized
+from c4.topology.builders import rail_optimized
 from tests.fuzz.fuzzkit import fuzz, mutate
 from tests.fuzz.test_fuzz_trace import SEED as TRACE
 

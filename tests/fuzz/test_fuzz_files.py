@@ -1,7 +1,7 @@
 """Fuzz the file parsers: topology (Topology.from_json / load), Flight Recorder dumps (pickle
 and JSON, then the analyzer), nccl-tests output (console logs and the -J JSON). The only
-acceptable outcomes are a result or the package's documented error (FormatError /
-DiagnosisError)."""
+acceptable outcomes are a result or the package's documented error (FormatError,
+TopologyError, DiagnosisError)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from diagnosis.errors import DiagnosisError, FormatError
+from c4.errors import FormatError
+from c4.topology import Topology, TopologyError
+from c4.topology.builders import rail_optimized
+from diagnosis.errors import DiagnosisError
 from diagnosis.flight_recorder import analyze
 from diagnosis.flight_recorder.dumps import load_dump
 from diagnosis.probes import parse_nccl_tests
-from diagnosis.topology import Topology
-from diagnosis.topology.builders import rail_optimized
 from tests.fuzz.fuzzkit import fuzz, json_values, mutate, mutate_json
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +48,7 @@ def _use_topology(obj) -> None:
             topo.nic_of_gpu(gpu)
         if len(nics) >= 2:
             topo.paths(nics[0], nics[-1])
-    except DiagnosisError:
+    except TopologyError:
         pass
 
 

@@ -13,11 +13,11 @@ from google.protobuf.message import DecodeError
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from c4.proto import c4_pb2
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.decode import Rejected, to_write
 from diagnosis.daemon.server import Daemon
 from diagnosis.store import Write
-from proto import c4_pb2
 from tests.fuzz.fuzzkit import fuzz, good_ops, ingest_requests, mutate
 
 pytestmark = [pytest.mark.network]

@@ -12,8 +12,9 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from c4.errors import FormatError
 from diagnosis.engine import Engine
-from diagnosis.errors import DiagnosisError, FormatError
+from diagnosis.errors import DiagnosisError
 from diagnosis.trace import TraceWriter, read_trace
 from diagnosis.trace.feed import feed_trace
 from tests.fuzz.fuzzkit import fuzz, json_values, mutate, mutate_json

@@ -14,10 +14,10 @@ from dataclasses import replace
 
 import pytest
 
+from c4.report import FaultReport, Suspect
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.report import FaultReport, Suspect
 from recovery.controller import Controller, ControllerConfig
 from recovery.isolation.blocklist import BlocklistIsolator
 from recovery.journal import Journal

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.report import FaultReport, Suspect
+from c4.report import FaultReport, Suspect
 from recovery.errors import TransitionError
 from recovery.policy import DRY_RUN, ISOLATE, SKIP, History, Placement, Policy, decide
 from recovery.states import TERMINAL, TRANSITIONS, State, check_transition

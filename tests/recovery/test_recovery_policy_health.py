@@ -3,10 +3,10 @@ may skip the hang grace."""
 
 from __future__ import annotations
 
+from c4.proto.health import HealthRecord
+from c4.report import FaultReport, Suspect
 from diagnosis.health.causes import health_reports
 from diagnosis.health.rules import HealthRules
-from diagnosis.report import FaultReport, Suspect
-from proto.health import HealthRecord
 from recovery.policy import ISOLATE, SKIP, History, Placement, Policy, decide
 
 NOW = 1_800_000_000_000_000_000

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from c4.processes import free_port
-from diagnosis.report import FaultReport, Suspect
+from c4.report import FaultReport, Suspect
 from recovery.controller import Controller
 from recovery.errors import IsolationError
 from recovery.isolation.slurm import SlurmIsolator

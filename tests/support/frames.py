@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns, encode_ops
 from collectors.wire import encode_frame
-from proto import c4_pb2
-from proto.codec import Columns, encode_ops
 
 # Records must carry times near the daemon's clock (it refuses others): this run's second.
 T0 = time.time_ns() // 1_000_000_000 * 1_000_000_000

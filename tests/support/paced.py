@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from proto import c4_pb2
-from proto.codec import Columns, encode_ops
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns, encode_ops
 from tests.support.frames import RankConnection, group_info, rank_info
 
 TICK_S = 0.1

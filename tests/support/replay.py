@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from c4.proto.codec import Columns
+from c4.report import FaultReport
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
-from diagnosis.report import FaultReport
 from diagnosis.trace.reader import GroupInfo, RankInfo, read_trace
-from proto.codec import Columns
 
 STEP_NS = 250_000_000   # the daemon's clock runs on while the data falls silent
 

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from c4 import processes
-from c4.processes import Service, free_port, start_daemon, start_sidecar, torchrun_node
+from c4.demo.services import start_daemon, start_sidecar
+from c4.processes import Service, free_port, torchrun_node
 
 __all__ = ["Service", "free_port", "start_daemon", "start_sidecar", "torchrun_node", "wait_for"]
 

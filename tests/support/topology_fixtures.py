@@ -36,9 +36,9 @@ H100_IBDEV = "ibdev2netdev_dgx_h100_12hca.txt"
 
 def recorded_outputs(folder: Path, nvidia_smi: str | None = A800_MATRIX,
                      ibdev2netdev: str | None = H100_IBDEV, lldpctl: str | None = None) -> Path:
-    """A directory of recorded tool outputs as ``diagnosis.topology.discover.recorded_runner``
+    """A directory of recorded tool outputs as ``c4.topology.discover.recorded_runner``
     (and the sidecar's ``--discover DIR``) read them, copied from the shared fixtures."""
-    from diagnosis.topology.discover import IBDEV2NETDEV, LLDPCTL, NVIDIA_SMI, RECORDED
+    from c4.topology.discover import IBDEV2NETDEV, LLDPCTL, NVIDIA_SMI, RECORDED
 
     folder.mkdir(parents=True, exist_ok=True)
     for argv, name in ((NVIDIA_SMI, nvidia_smi), (IBDEV2NETDEV, ibdev2netdev),

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proto.sampling import is_sampled
+from c4.proto.sampling import is_sampled
 
 S = 1_000_000_000
 

@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from diagnosis.topology import Topology, link_id, rail_optimized
+from c4.topology import Topology, link_id, rail_optimized
 from traffic_planner.cli import register
 from traffic_planner.errors import FlowFormatError
 from traffic_planner.faults import down_from_reports

@@ -8,7 +8,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from diagnosis.topology import Topology, link_id, rail_optimized
+from c4.topology import Topology, link_id, rail_optimized
 from traffic_planner.bound import _lp, lower_bound
 from traffic_planner.coloring import _bipartite_edge_colouring, colour
 from traffic_planner.errors import NoPathError, UnknownLinkError

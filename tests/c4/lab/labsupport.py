@@ -55,7 +55,7 @@ def fake_rank(st: dict[str, Any], host: str, local_rank: int, rank: int
               ) -> Iterator[subprocess.Popen[bytes]]:
     """A busy process in a host's namespace that the lab takes for rank ``rank`` on GPU
     ``host/gpu<local_rank>`` (the environment torchrun and ``c4 lab run`` give a worker)."""
-    from c4.lab.state import MARKER
+    from c4.lab_state import MARKER
 
     env = {**os.environ, MARKER: st["lab_dir"], "C4_HOST": host,
            "LOCAL_RANK": str(local_rank), "RANK": str(rank)}

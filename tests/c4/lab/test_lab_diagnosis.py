@@ -21,8 +21,8 @@ from c4.lab.faults import clear, inject
 from c4.lab.lab import EXAMPLE, start_job, stop_job
 from c4.lab.layout import LabSpec
 from c4.lab.procs import lab_processes
-from c4.lab.state import read
 from c4.lab.truth import truth
+from c4.lab_state import read
 from c4.processes import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.multiprocess, pytest.mark.slow]

@@ -19,7 +19,7 @@ from c4.lab.layout import LabSpec, build_layout
 from c4.lab.plan import Pin, apply_pins, clear_pins
 from c4.lab.procs import CGROUP_ROOT, alive, cgroup_of
 from c4.lab.system import LabError
-from diagnosis.topology import Topology
+from c4.topology import Topology
 from tests.support.services import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.network]

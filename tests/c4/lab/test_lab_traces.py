@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from c4.report import FaultReport
+from c4.topology import Topology
 from diagnosis.engine import Engine
-from diagnosis.report import FaultReport
-from diagnosis.topology import Topology
 from tests.support.replay import replay_live
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from c4.proto.health import HealthRecord
 from diagnosis.health.rules import HealthRules
 from diagnosis.trace.reader import read_trace
-from proto.health import HealthRecord
 from tests.collectors.health.fixtures import health
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from c4.proto import codec
 from collectors.linkstats import LinkSampler
 from collectors.linkstats.rdma import (
     WORD_BYTES,
@@ -22,7 +23,6 @@ from collectors.linkstats.rdma import (
     sample_ports,
     to_columns,
 )
-from proto import codec
 
 # The file names of an mlx5 port's counters/ directory (IB PMA counters).
 PMA_COUNTERS = {

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from c4.proto import codec
 from collectors.linkstats import LinkSampler, concat_columns
 from collectors.linkstats.tcp import (
     SocketSample,
@@ -21,7 +22,6 @@ from collectors.linkstats.tcp import (
     sample_tcp,
     to_columns,
 )
-from proto import codec
 
 pytestmark = pytest.mark.network
 

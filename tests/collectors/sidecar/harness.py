@@ -17,8 +17,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from c4.processes import Service, c4_command, free_port
+from c4.proto import c4_pb2
 from collectors.wire import HEADER, encode_frame
-from proto import c4_pb2
 from tests.support.frames import group_info, op_batch, rank_info
 from tests.support.services import wait_for
 

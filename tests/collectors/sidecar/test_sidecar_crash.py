@@ -12,11 +12,11 @@ import time
 
 import pytest
 
+from c4.proto import c4_pb2
 from collectors.buffer import RecordBuffer
 from collectors.config import CollectorConfig
 from collectors.shipper import Shipper
 from diagnosis.client import DaemonClient
-from proto import c4_pb2
 from tests.collectors.sidecar.harness import AckedRank, Car, stored_keys
 from tests.support.services import free_port, start_daemon, wait_for
 

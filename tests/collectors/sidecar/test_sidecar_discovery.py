@@ -12,13 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto import c4_pb2
+from c4.topology.importers.slurm_conf import import_slurm_conf
+from c4.topology.model import Topology
 from collectors.sidecar.discovery import HostDiscovery, make_runner
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.topology.importers.slurm_conf import import_slurm_conf
-from diagnosis.topology.model import Topology
-from proto import c4_pb2
 from tests.collectors.sidecar.harness import Car
 from tests.support.frames import RankConnection, group_info
 from tests.support.services import wait_for
@@ -165,9 +165,9 @@ def test_discovery_ships_only_what_changed(tmp_path):
 
 
 def test_a_missing_recorded_directory_is_a_clear_error(tmp_path):
-    from diagnosis.errors import DiagnosisError
+    from c4.topology import TopologyError
 
-    with pytest.raises(DiagnosisError, match="is not a directory of recorded tool outputs"):
+    with pytest.raises(TopologyError, match="is not a directory of recorded tool outputs"):
         make_runner(str(tmp_path / "absent"), 1.0)
 
 
@@ -176,10 +176,10 @@ def test_discovered_nics_map_the_ports_the_sidecar_reads(tmp_path):
     topology gives its NICs, with no --nic-map; an explicit map still wins."""
     import shutil
 
+    from c4.topology.discover import discover_host, recorded_runner
     from collectors.sidecar.discovery import port_map
     from collectors.sidecar.edge import Edge
     from collectors.sidecar.edge_config import EdgeConfig
-    from diagnosis.topology.discover import discover_host, recorded_runner
 
     sysfs = tmp_path / "sys"
     shutil.copytree(topo_fixture("sysfs_class_infiniband_h100", folder="health"),

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from collectors.sidecar.edge import Edge, EdgeConfig
-from collectors.sidecar.spill import FrameRef
-from proto import c4_pb2
-from proto.codec import (
+from c4.proto import c4_pb2
+from c4.proto.codec import (
     CONN_COLUMNS,
     Columns,
     decode_linkstats,
     decode_ops,
     decode_progress,
 )
-from proto.sampling import is_sampled
-from tests.collectors.reduce.reduce_helpers import ops
+from c4.proto.sampling import is_sampled
+from collectors.sidecar.edge import Edge, EdgeConfig
+from collectors.sidecar.spill import FrameRef
+from tests.support.reduce_ops import ops
 
 S = 1_000_000_000
 T0 = 1_000 * S

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from c4.proto import c4_pb2
 from collectors.wire import encode_frame
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from proto import c4_pb2
 from tests.collectors.sidecar.harness import AckedRank, Car, stored_keys
 from tests.support.frames import RankConnection, op_batch, rank_info
 from tests.support.services import free_port, start_daemon, wait_for

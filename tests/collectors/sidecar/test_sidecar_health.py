@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from c4.processes import c4_command
+from c4.proto.health import HealthRecord
 from diagnosis.client import DaemonClient
-from proto.health import HealthRecord
 from tests.collectors.health.fixtures import health
 from tests.support.paced import PacedJob
 from tests.support.services import free_port, start_daemon, start_sidecar, wait_for

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from c4.proto import c4_pb2
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.counters import Drops
 from collectors.sidecar.intake import Intake, Peer
@@ -14,7 +15,6 @@ from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.owners import Owners
 from collectors.sidecar.spill import Spill
 from collectors.wire import FrameError
-from proto import c4_pb2
 from tests.support.frames import op_batch, rank_info
 
 ALICE, BOB = 1001, 1002

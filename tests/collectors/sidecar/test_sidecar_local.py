@@ -14,10 +14,10 @@ import threading
 
 import pytest
 
+from c4.proto import c4_pb2
 from collectors.sidecar.intake import Peer
 from collectors.sidecar.local import Limits, LocalListener
 from collectors.wire import HEADER, encode_frame, parse_request
-from proto import c4_pb2
 from tests.collectors.sidecar.harness import Car
 from tests.support.services import free_port, wait_for
 

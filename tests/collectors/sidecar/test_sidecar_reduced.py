@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from c4.proto.codec import decode_ops, decode_ports, decode_progress
+from c4.proto.sampling import is_sampled
 from diagnosis.client import DaemonClient
-from proto.codec import decode_ops, decode_ports, decode_progress
-from proto.sampling import is_sampled
 from tests.support.paced import PacedJob
 from tests.support.services import free_port, start_daemon, start_sidecar, wait_for
 

@@ -3,9 +3,9 @@ what it still holds."""
 
 from __future__ import annotations
 
+from c4.proto import c4_pb2
 from collectors.sidecar.ring import DetailRing, columns_size
-from proto import c4_pb2
-from tests.collectors.reduce.reduce_helpers import ops
+from tests.support.reduce_ops import ops
 
 S = 1_000_000_000
 

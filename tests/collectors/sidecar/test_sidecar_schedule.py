@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from c4.proto import c4_pb2
+from c4.proto.sampling import sampled_mask
 from collectors.sidecar.schedule import Schedule
-from proto import c4_pb2
-from proto.sampling import sampled_mask
-from tests.collectors.reduce.reduce_helpers import ops
+from tests.support.reduce_ops import ops
 
 
 def _calls(pg: str, seqs: range, ranks: int = 2):

@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from c4.processes import Service, c4_command
 from diagnosis.client import DaemonClient
-from tests.diagnosis.security.pki import make_pki
 from tests.support.frames import RankConnection, group_info, op_batch, rank_info
+from tests.support.pki import make_pki
 from tests.support.services import free_port, start_daemon, wait_for
 
 pytestmark = [pytest.mark.network]

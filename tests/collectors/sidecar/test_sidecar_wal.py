@@ -9,11 +9,11 @@ import os
 
 import pytest
 
+from c4.proto import c4_pb2
+from c4.proto.codec import decode_ops
 from collectors.sidecar.errors import LogCorrupt, LogFull
 from collectors.sidecar.spill import Spill
 from collectors.sidecar.wal import Log
-from proto import c4_pb2
-from proto.codec import decode_ops
 from tests.collectors.sidecar.harness import tmpfs
 from tests.support.frames import op_batch, rank_info
 

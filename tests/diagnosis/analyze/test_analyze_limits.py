@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto.codec import decode_ops
+from c4.security.channel import ClientSecurity
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.security.channel import ClientSecurity
 from diagnosis.store import OpRows, Write
-from proto.codec import decode_ops
 from tests.support.frames import T0, group_info, op_batch, rank_info
 
 INT64_MAX = np.iinfo(np.int64).max

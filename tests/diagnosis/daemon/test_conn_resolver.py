@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import CONN_COLUMNS, Columns
 from diagnosis.daemon.links import ConnResolver
-from proto.codec import CONN_COLUMNS, Columns
 
 
 def _samples(rows: list[tuple[int, str, str, int, int, int]]) -> Columns:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from c4.proto import c4_pb2
 from diagnosis.client import DaemonClient, DaemonError, DaemonUnavailable
-from proto import c4_pb2
 from tests.support.frames import group_info, op_batch, rank_info
 from tests.support.services import free_port, start_daemon
 

@@ -13,12 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto import c4_pb2_grpc
+from c4.security.channel import ClientSecurity, open_channel
+from c4.security.server import SecurityError
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.errors import DiagnosisError
-from diagnosis.security.channel import ClientSecurity, open_channel
-from proto import c4_pb2_grpc
 from tests.support.clickhouse import running_clickhouse
 from tests.support.frames import op_batch, rank_info
 from tests.support.services import wait_for
@@ -41,7 +41,7 @@ def test_watches_are_capped_and_ingest_and_status_keep_working():
     d, c = _daemon(workers=16, max_streams=4, max_watches=3, max_requests_per_second=0)
     channel = open_channel(f"127.0.0.1:{d.port}", ClientSecurity())
     stub = c4_pb2_grpc.FaultsStub(channel)
-    from proto import c4_pb2
+    from c4.proto import c4_pb2
 
     held, refused = [], []
     try:
@@ -113,7 +113,7 @@ def test_refusals_are_counted_every_one_and_logged_at_a_rate(caplog):
 
 
 def test_metrics_beyond_loopback_need_tls_or_the_insecure_flag(caplog):
-    with pytest.raises(DiagnosisError) as info:
+    with pytest.raises(SecurityError) as info:
         DaemonConfig(listen="127.0.0.1:0", metrics_listen="0.0.0.0:0")
     assert "--metrics-insecure" in str(info.value) and "--tls-cert" in str(info.value)
     DaemonConfig(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0")
@@ -126,7 +126,7 @@ def test_metrics_beyond_loopback_need_tls_or_the_insecure_flag(caplog):
 
 
 def test_a_token_in_the_clear_beyond_loopback_is_warned_about(caplog):
-    with caplog.at_level(logging.WARNING, logger="diagnosis.security.channel"):
+    with caplog.at_level(logging.WARNING, logger="c4.security.channel"):
         open_channel("127.0.0.1:7444", ClientSecurity(token="t")).close()
         assert not caplog.records
         open_channel("192.0.2.1:7444", ClientSecurity(token="t")).close()

@@ -8,14 +8,14 @@ from pathlib import Path
 import grpc
 import pytest
 
+from c4.proto import c4_pb2
+from c4.proto.codec import OP_COLUMNS, empty_columns
+from c4.proto.health import HealthRecord, health_batch
 from diagnosis.daemon.decode import Rejected, to_write
 from diagnosis.daemon.jobs import JobBook
 from diagnosis.export import write_trace
 from diagnosis.store import RankRecord, Write, open_store
 from diagnosis.trace.reader import read_trace
-from proto import c4_pb2
-from proto.codec import OP_COLUMNS, empty_columns
-from proto.health import HealthRecord, health_batch
 
 NOW = 20          # the daemon's clock for these checks: the records' times are near it
 HOUR = 3600 * 10**9
@@ -82,7 +82,7 @@ def test_export_writes_health_lines(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("url", ["memory://", "sqlite://:memory:"])
 def test_report_causes_survive_the_store(url: str) -> None:
-    from diagnosis.report import FaultReport, Suspect
+    from c4.report import FaultReport, Suspect
 
     cause = {"kind": "thermal_slowdown", "target": "node0/gpu1", "summary": "hot",
              "action": "cool it", "severity": "warning", "hard": False, "since_ns": 5,

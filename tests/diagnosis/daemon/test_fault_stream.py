@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
+from c4.report import FaultReport, Suspect
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.report import FaultReport, Suspect
 from tests.support.services import free_port, wait_for
 
 pytestmark = [pytest.mark.network]

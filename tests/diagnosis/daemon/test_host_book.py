@@ -8,14 +8,14 @@ import json
 import grpc
 import pytest
 
+from c4.proto import c4_pb2
+from c4.topology.discover import discover_host, recorded_runner
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.decode import Rejected
 from diagnosis.daemon.hosts import MAX_INTERNALS_BYTES, HostBook
 from diagnosis.daemon.server import Daemon
 from diagnosis.store import HostRecord, open_store
-from diagnosis.topology.discover import discover_host, recorded_runner
-from proto import c4_pb2
 from tests.support.topology_fixtures import recorded_outputs
 
 
@@ -80,10 +80,10 @@ def test_ingest_takes_host_internals_over_grpc(internals):
 def test_the_live_view_joins_hosts_once_registration_settles(internals, monkeypatch):
     """A job of 4 hosts whose ranks register over three passes: one join for the first rank,
     none while more keep coming, one when all are in; a host's new internals join again."""
+    from c4.topology import job as job_mod
     from diagnosis.daemon.faults import FaultHub
     from diagnosis.daemon.live import LiveView
     from diagnosis.store import RankRecord, Write
-    from diagnosis.topology import job as job_mod
 
     joins: list[frozenset[str]] = []
     real = job_mod.join_hosts

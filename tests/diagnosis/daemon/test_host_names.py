@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
+from c4.proto import c4_pb2
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from proto import c4_pb2
 from tests.support.frames import rank_info
 from tests.support.services import free_port
 

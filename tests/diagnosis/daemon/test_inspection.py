@@ -12,13 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto import c4_pb2
+from c4.report import FaultReport, Suspect
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.inspection import InspectConfig
 from diagnosis.daemon.server import Daemon
 from diagnosis.inspection.process import inspect_process, python_stack
-from diagnosis.report import FaultReport, Suspect
-from proto import c4_pb2
 from tests.support.services import free_port, wait_for
 
 pytestmark = [pytest.mark.network]

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from bench.chaos.planted import huge_group, hung_job, numbered, poison_ops
+from c4.proto import c4_pb2
+from c4.proto.codec import decode_ops, encode_ops
+from c4.security.channel import ClientSecurity
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.security.channel import ClientSecurity
-from proto import c4_pb2
-from proto.codec import decode_ops, encode_ops
 from tests.support.frames import op_batch, rank_info
 from tests.support.services import wait_for
 

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.security.channel import ClientSecurity
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.spill import Spill
 from diagnosis.client import DaemonClient, DaemonError
@@ -20,7 +21,6 @@ from diagnosis.daemon.admin import Retention
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.jobs import JobBook, JobLimits
 from diagnosis.daemon.server import Daemon
-from diagnosis.security.channel import ClientSecurity
 from diagnosis.store import RankRecord
 from tests.support.clickhouse import clickhouse_server, clickhouse_url  # noqa: F401
 from tests.support.frames import op_batch, rank_info
@@ -171,8 +171,8 @@ def test_jobs_rm_on_clickhouse(clickhouse_url):  # noqa: F811
 
 
 def test_requests_without_a_job_are_never_parked():
+    from c4.proto import c4_pb2
     from collectors.sidecar.outbox import _job_of
-    from proto import c4_pb2
 
     assert _job_of(c4_pb2.IngestRequest(host_topology=c4_pb2.HostTopology(host="n0"))) == ""
     assert _job_of(c4_pb2.IngestRequest(stats=c4_pb2.SidecarStats(host="n0"))) == ""

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from c4.proto import c4_pb2
+from c4.report import FaultReport, Suspect
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.report import FaultReport, Suspect
-from proto import c4_pb2
 from tests.support.frames import op_batch, rank_info
 from tests.support.services import free_port, wait_for
 

@@ -8,6 +8,8 @@ import threading
 import grpc
 import pytest
 
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.security.channel import ClientSecurity
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.spill import Spill
 from diagnosis.client import DaemonClient, DaemonError
@@ -15,8 +17,6 @@ from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.jobs import JobLimits
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.server import Daemon
-from diagnosis.security.channel import ClientSecurity
-from proto import c4_pb2, c4_pb2_grpc
 from tests.support.frames import group_info, op_batch, rank_info
 from tests.support.services import wait_for
 

@@ -11,15 +11,15 @@ import time
 import grpc
 import pytest
 
+from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.proto.codec import decode_ops
+from c4.security.channel import ClientSecurity
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.live import LiveView
 from diagnosis.daemon.server import Daemon
-from diagnosis.security.channel import ClientSecurity
 from diagnosis.store import GroupRecord, OpRows, RankRecord, Write, open_store
-from proto import c4_pb2, c4_pb2_grpc
-from proto.codec import decode_ops
 from tests.support.frames import group_info, op_batch, rank_info
 from tests.support.services import wait_for
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import CONN_COLUMNS, Columns
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.live import LiveView
 from diagnosis.store import ConnRows, RankRecord, Write, open_store
-from proto.codec import CONN_COLUMNS, Columns
 
 S = 1_000_000_000
 T0 = 1_000 * S

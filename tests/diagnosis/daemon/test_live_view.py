@@ -36,7 +36,7 @@ def test_jobs_are_independent():
 
 
 def test_collector_heartbeats_reach_the_engine_of_their_attempt_only():
-    from proto import c4_pb2
+    from c4.proto import c4_pb2
 
     live = LiveView(FaultHub(open_store("memory://")))
     live.apply([_rank(0, 0), _rank(0, 1)])

@@ -8,13 +8,13 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from c4.proto import c4_pb2
+from c4.security.channel import ClientSecurity
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.sidecar import Sidecar
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from diagnosis.security.channel import ClientSecurity
-from proto import c4_pb2
 from tests.support.frames import RankConnection, group_info, op_batch, rank_info
 from tests.support.services import wait_for
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto import c4_pb2
+from c4.proto.codec import LINKSTAT_COLUMNS, Columns
+from c4.report import FaultReport, Suspect
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.detail import DetailConfig, DetailPuller, hosts_of_report
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.linkstats import LinkStatResolver
-from diagnosis.report import FaultReport, Suspect
 from diagnosis.store import RankRecord
 from diagnosis.store.memory import MemoryStore
-from proto import c4_pb2
-from proto.codec import LINKSTAT_COLUMNS, Columns
 
 S = 1_000_000_000
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import threading
 
+from c4.proto.codec import decode_ops
 from diagnosis.daemon.writer import Writer
 from diagnosis.store import OpRows, Write, open_store
-from proto.codec import decode_ops
 from tests.diagnosis.store.store_builders import ranks_of, writes_of
 from tests.support.frames import op_batch
 from tests.support.services import wait_for

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.synth import SynthJob
-from proto.codec import OP_COLUMNS, Columns
 
 MS = 1_000_000
 

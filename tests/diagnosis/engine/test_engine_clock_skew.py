@@ -6,10 +6,10 @@ single connection, so that noise alone was filed as a slow cable in a healthy jo
 
 from __future__ import annotations
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.sim.config import SimConfig
 from diagnosis.sim.run import simulate
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
+from c4.proto.codec import Columns
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.reader import GroupInfo, RankInfo, read_trace
 from diagnosis.trace.synth import SynthJob
-from proto.codec import Columns
 
 
 def _job_without_calls_on_conns(tmp_path):

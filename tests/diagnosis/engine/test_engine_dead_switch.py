@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.sim import FaultSpec, SimConfig, simulate
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 
 

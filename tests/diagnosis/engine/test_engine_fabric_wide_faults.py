@@ -4,10 +4,10 @@ against, rises with the fault itself; a connection's own quieter past tells its 
 
 from __future__ import annotations
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.sim.config import FaultSpec, SimConfig
 from diagnosis.sim.run import simulate
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.engine.hangs import scan_open
-from proto.codec import OP_COLUMNS, Columns
 
 MS = 1_000_000
 ERROR = 2

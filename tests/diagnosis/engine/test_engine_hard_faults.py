@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.sim.config import FaultSpec, SimConfig
 from diagnosis.sim.run import simulate
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 
 BASE = {"gpus": 128, "iterations": 30, "microbatches": 2, "seed": 5, "hosts_per_leaf": 4}

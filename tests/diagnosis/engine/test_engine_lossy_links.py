@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.topology.builders import rail_optimized
 from diagnosis.engine import Engine
 from diagnosis.engine.records import ConnRecords
-from diagnosis.topology.builders import rail_optimized
 
 S = 1_000_000_000
 T0 = 1_000 * S

@@ -146,7 +146,7 @@ def _dead_nic_job(path, peer: bool) -> None:
 def test_a_stuck_transfer_under_unmatched_calls_is_a_comm_hang(tmp_path, peer):
     """Without peers the send/recv is no call both entered; its conn record still shows the
     transfer that stopped, and the all-reduce waits for it, not for rank 0 or 1."""
-    from diagnosis.topology.builders import single_switch
+    from c4.topology.builders import single_switch
 
     path = tmp_path / "t.jsonl"
     _dead_nic_job(path, peer)

@@ -9,8 +9,8 @@ import itertools
 
 import numpy as np
 
+from c4.topology.builders import rail_optimized
 from diagnosis.engine import Engine
-from diagnosis.topology.builders import rail_optimized
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
 

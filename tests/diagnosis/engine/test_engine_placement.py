@@ -7,9 +7,9 @@ import logging
 
 import networkx as nx
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.engine.tomography import Component
-from diagnosis.topology import Topology
 
 
 def _fabric(nics_per_host: int) -> Topology:

@@ -7,8 +7,8 @@ import gzip
 import json
 from pathlib import Path
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 from tests.support.replay import replay_live
 

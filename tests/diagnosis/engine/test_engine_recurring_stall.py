@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.engine import Engine
-from proto.codec import OP_COLUMNS, Columns
 
 MS = 1_000_000
 

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from c4.topology import Topology
 from diagnosis.engine import Engine
 from diagnosis.sim import SimConfig, simulate
 from diagnosis.sim.config import FaultSpec
-from diagnosis.topology import Topology
 from diagnosis.trace.feed import feed_trace
 
 # a small job at a realistic call rate: 64 GPUs, TP 8 x PP 4 x DP 2, 8 layers per stage

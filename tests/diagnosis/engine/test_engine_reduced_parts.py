@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.sampling import is_sampled
+from c4.report import Suspect
 from diagnosis.engine import Engine
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
@@ -15,8 +17,6 @@ from diagnosis.engine.ports import PortBoard
 from diagnosis.engine.progress import ProgressBoard
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
 from diagnosis.engine.straggle import _Rings
-from diagnosis.report import Suspect
-from proto.sampling import is_sampled
 
 S = 1_000_000_000
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from c4.report import FaultReport, Suspect
 from diagnosis.engine.registry import Registry
-from diagnosis.report import FaultReport, Suspect
 
 
 def _report(kind: str, fid: str, first: int, summary: str = "s") -> FaultReport:

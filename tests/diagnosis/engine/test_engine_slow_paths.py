@@ -9,8 +9,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from c4.topology.builders import rail_optimized
 from diagnosis.engine import Engine
-from diagnosis.topology.builders import rail_optimized
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from c4.topology.builders import single_switch
 from diagnosis.engine import Engine
-from diagnosis.topology.builders import single_switch
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.engine.wording import group_words
-from proto.codec import OP_COLUMNS, Columns
 
 MS = 1_000_000
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from c4.report import FaultReport, reports_to_json
 from diagnosis.flight_recorder import analyze, analyze_dumps
 from diagnosis.flight_recorder.dumps import parse_dump
-from diagnosis.report import FaultReport, reports_to_json
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gloo_hang_4ranks"
 

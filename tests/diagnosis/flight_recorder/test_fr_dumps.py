@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.errors import DiagnosisError, FormatError
+from c4.errors import FormatError
+from diagnosis.errors import DiagnosisError
 from diagnosis.flight_recorder import load_dump, load_dumps
 from diagnosis.flight_recorder.dumps import find_dump_files, rank_of_file, safe_unpickle
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from c4.report import FaultReport
 from diagnosis.flight_recorder import analyze_dumps, load_dumps
-from diagnosis.report import FaultReport
 from tests.diagnosis.flight_recorder.torch_format import GLOO_PG_CONFIG, Recorder, world, write
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 from diagnosis.flight_recorder import analyze_dumps, load_dump, load_dumps
 from diagnosis.flight_recorder.dumps import safe_unpickle
 from tests.diagnosis.flight_recorder.torch_format import VERSIONS, Recorder, world, write

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from c4.report import FaultReport, Suspect
+from c4.report_proto import from_proto, to_proto
 from diagnosis.health.causes import attach_causes, causes_for
 from diagnosis.health.findings import Finding
-from diagnosis.report import FaultReport, Suspect
-from diagnosis.report_proto import from_proto, to_proto
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from bench.health_model import gpu_vectors, host_vectors
+from c4.proto.health import HealthRecord
 from diagnosis.health.peers import PeerModel, health_vectors
-from proto.health import HealthRecord
 
 S = 1_000_000_000
 

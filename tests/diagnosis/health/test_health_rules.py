@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from c4.proto.health import HealthRecord
 from collectors.health.host import parse_psi
 from collectors.health.infiniband import read_ib_sysfs
 from collectors.health.kernel import parse_kernel_log
@@ -12,7 +13,6 @@ from collectors.health.smi_text import parse_smi_text
 from collectors.health.smi_xml import parse_smi_xml
 from diagnosis.health.causes import health_reports
 from diagnosis.health.rules import HealthRules
-from proto.health import HealthRecord
 from tests.collectors.health.fixtures import health, text
 
 S = 1_000_000_000

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import Columns, concat
+from c4.topology import Topology
 from diagnosis.nccl.analyze import resolve_job
 from diagnosis.nccl.convert import OpConverter
 from diagnosis.nccl.sources import read_sources
 from diagnosis.sim.formats import INSPECTOR_DIR, RAS_FILE
-from diagnosis.topology import Topology
 from diagnosis.trace import read_trace
-from proto.codec import Columns, concat
 from tests.diagnosis.nccl.support import simulated
 
 

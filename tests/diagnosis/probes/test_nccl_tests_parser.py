@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
 from diagnosis.probes import NcclTestsRun, load_nccl_tests, parse_nccl_tests, parse_nccl_tests_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_tests"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from c4.report import FaultReport, Suspect
 from diagnosis.probes.api import ProbeHost
 from diagnosis.probes.confirm import ProbeConfirmer
 from diagnosis.probes.gloo import GlooConfig, GlooProber
 from diagnosis.probes.hosts import HostResolver
 from diagnosis.probes.plans import PlanConfig
-from diagnosis.report import FaultReport, Suspect
 from recovery.controller import Controller
 from recovery.isolation.blocklist import BlocklistIsolator
 from recovery.journal import Journal

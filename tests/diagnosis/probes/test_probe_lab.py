@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from c4.report import FaultReport, Suspect, reports_to_json
 from diagnosis.probes.plans import CLEARED, CONFIRMED
-from diagnosis.report import FaultReport, Suspect, reports_to_json
 
 pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.multiprocess]
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from c4.report import FaultReport, Suspect
+from c4.topology import rail_optimized, single_switch
 from diagnosis.probes.adjust import apply_probes, host_of_suspect
 from diagnosis.probes.api import ProbeError, ProbeHost, ProbeResult
 from diagnosis.probes.plans import (
@@ -20,8 +22,6 @@ from diagnosis.probes.plans import (
     expected_busbw,
     pairwise,
 )
-from diagnosis.report import FaultReport, Suspect
-from diagnosis.topology import rail_optimized, single_switch
 
 
 class TableProber:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import time
 
 import numpy as np
@@ -13,17 +12,18 @@ import pytest
 from typer.testing import CliRunner
 
 from c4.cli import build_app
+from c4.proto import c4_pb2
+from c4.proto.codec import Columns, encode_ops
+from c4.topology.builders import rail_optimized
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
 from diagnosis.report_html import from_trace
 from diagnosis.report_html.plots import lateness
-from diagnosis.topology.builders import rail_optimized
 from diagnosis.trace import TraceWriter
-from proto import c4_pb2
-from proto.codec import Columns, encode_ops
 from recovery.journal import Journal
 from recovery.states import State
+from tests.support.browser import screenshot
 
 RANKS, STEPS, LATE, SLOW = 16, 120, 5, (9, 10)
 # recent: the daemon refuses records far from its clock
@@ -78,6 +78,16 @@ def offline(tmp_path_factory):
         "--topology", str(tmp / "topo.json"), "--journal", str(tmp / "journal.db")])
     assert res.exit_code == 0, res.output
     return tmp, out
+
+
+def test_a_journal_that_is_not_there_is_named(offline):
+    tmp, _ = offline
+    res = CliRunner().invoke(build_app(), [
+        "report", "--html", str(tmp / "other.html"), "--trace", str(tmp / "trace.jsonl"),
+        "--journal", str(tmp / "missing.db")])
+    assert res.exit_code == 2, res.output
+    assert "no recovery journal at" in res.output and "missing.db" in res.output
+    assert not (tmp / "other.html").exists()
 
 
 def test_lateness_is_skew_from_the_call_median():
@@ -157,46 +167,17 @@ def test_from_daemon_derives_the_matrix_from_p2p_ops(tmp_path):
         d.stop()
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no chromium binary: `apt-get install chromium` (scripts/system-deps.sh "
-                "installs it as root) to check the page in a real browser")
-
-
 def test_renders_in_headless_chromium(offline, tmp_path):
-    browser = _chromium()
     _, out = offline
     shot = tmp_path / "report.png"
-    args = [browser, "--headless", "--no-sandbox", "--disable-gpu",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-            "--enable-logging=stderr", "--v=0", "--window-size=1400,2400",
-            f"--screenshot={shot}", out.as_uri()]
-    t0 = time.monotonic()
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    console = [ln for ln in proc.stderr.splitlines()
-               if "CONSOLE" in ln or "Uncaught" in ln or "ERR_FILE_NOT_FOUND" in ln
-               or "net::ERR" in ln]
-    assert not console, "\n".join(console)
-    assert shot.exists() and shot.stat().st_size > 10_000, f"no screenshot after " \
-        f"{time.monotonic() - t0:.0f} s: {proc.stderr[-1000:]}"
-    from PIL import Image
-
-    img = Image.open(shot).convert("RGB")
-    assert img.size == (1400, 2400)
-    colours = img.getcolors(maxcolors=1 << 20)
-    assert colours is not None and len(colours) > 50, "the screenshot looks blank"
+    screenshot(out, shot)
     shutil.copy(shot, out.parent / "report.png")   # kept beside the page for a look
 
 
 def test_a_long_stall_is_shaded_and_not_clipped():
     """A 20 s stall among 100 µs skews: the colour scale reaches it (log beyond the usual) and
     the hang report's span is drawn over the gap it leaves."""
-    from diagnosis.report import FaultReport, Suspect
+    from c4.report import FaultReport, Suspect
     from diagnosis.report_html.plots import lateness_heatmap
 
     calls, ranks = 200, 4

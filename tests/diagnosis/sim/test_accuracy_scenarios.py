@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench.accuracy.scenarios import base_config, fabric_targets, scenarios
+from c4.topology.fabrics import FABRICS
 from diagnosis.sim import Simulation
-from diagnosis.topology.fabrics import FABRICS
 
 
 def targets(scs, component: str) -> list[str]:

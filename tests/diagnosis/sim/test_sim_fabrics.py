@@ -11,9 +11,9 @@ from collections import defaultdict
 import pytest
 from simtrace_helpers import Trace, run
 
+from c4.topology import Topology, link_id
+from c4.topology.fabrics import FABRICS
 from diagnosis.sim import FaultSpec, SimConfig, SimError, Simulation, simulate
-from diagnosis.topology import Topology, link_id
-from diagnosis.topology.fabrics import FABRICS
 
 ONSET = 4
 # 64 GPUs = 8 hosts, two replicas of 4 stages; 2 hosts per leaf so that traffic crosses every

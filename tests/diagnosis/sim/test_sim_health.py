@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from bench.accuracy.health import run_one
+from c4.proto.health import HealthRecord
 from diagnosis.sim.config import FaultSpec, SimConfig, SimError
 from diagnosis.sim.health import add_health
 from diagnosis.sim.run import simulate
 from diagnosis.trace.reader import read_trace
-from proto.health import HealthRecord
 
 
 def test_series_planted_and_decoys(tmp_path: Path) -> None:

@@ -9,12 +9,12 @@ import json
 import pytest
 from simtrace_helpers import run
 
+from c4.topology import Topology
+from c4.topology.importers.ibnetdiscover import import_ibnetdiscover
+from c4.topology.importers.slurm_conf import import_slurm_conf
 from diagnosis.sim import FaultSpec, SimConfig, SimError, Simulation
 from diagnosis.sim.imported import fit
 from diagnosis.sim.model import build_topology
-from diagnosis.topology import Topology
-from diagnosis.topology.importers.ibnetdiscover import import_ibnetdiscover
-from diagnosis.topology.importers.slurm_conf import import_slurm_conf
 from tests.support.topology_fixtures import topo_fixture
 
 

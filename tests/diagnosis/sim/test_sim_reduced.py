@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from simtrace_helpers import read, run
 
+from c4.proto.sampling import is_sampled
+from c4.topology import Topology
 from diagnosis.sim import FaultSpec, SimConfig, SimError, simulate
-from diagnosis.topology import Topology
-from proto.sampling import is_sampled
 
 W_MS = 200
 W = W_MS * 1_000_000

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from simtrace_helpers import read, run
 
+from c4.topology import Topology, link_id
 from diagnosis.sim import SimConfig, SimError, simulate
-from diagnosis.topology import Topology, link_id
 
 SKEW_NS = 2 * 200_000   # two hosts' clock offsets at most
 

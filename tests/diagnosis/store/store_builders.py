@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from c4.proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
 from diagnosis.store import RankRecord, Write
-from proto.codec import CONN_COLUMNS, OP_COLUMNS, Columns
 
 T0 = 1_700_000_000_000_000_000
 OPS = ["all_reduce", "broadcast", "send", "recv"]

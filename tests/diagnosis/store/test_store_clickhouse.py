@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from c4.report import FaultReport
 from diagnosis.errors import StoreError
-from diagnosis.report import FaultReport
 from diagnosis.store import OpRows, RankRecord, Write, open_store
 from diagnosis.store.clickhouse import ClickHouseStore
 from tests.diagnosis.store.store_builders import make_ops

@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
+from c4.proto.codec import CONN_COLUMNS, OP_COLUMNS
+from c4.report import FaultReport, Suspect
 from diagnosis.errors import StoreError
-from diagnosis.report import FaultReport, Suspect
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -23,7 +24,6 @@ from diagnosis.store import (
     Write,
     open_store,
 )
-from proto.codec import CONN_COLUMNS, OP_COLUMNS
 from tests.diagnosis.store.store_builders import (
     OPS,
     PGS,

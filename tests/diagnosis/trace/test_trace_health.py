@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from diagnosis.errors import FormatError
+from c4.errors import FormatError
+from c4.proto import c4_pb2
+from c4.proto.health import HealthRecord, health_batch
 from diagnosis.trace.reader import RankInfo, read_trace
 from diagnosis.trace.writer import TraceWriter
-from proto import c4_pb2
-from proto.health import HealthRecord, health_batch
 
 SAMPLE = HealthRecord("node1", 5_000, "node1/gpu0", {"temp_c": 91.0, "sm_clock_mhz": 1110.0},
                       ("hw_thermal_slowdown",))

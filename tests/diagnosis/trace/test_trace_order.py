@@ -11,12 +11,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from c4.proto.codec import Columns
 from diagnosis.engine import Engine
 from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.order import OrderWatch, op_visible_ns, time_ordered
 from diagnosis.trace.reader import End, GroupInfo, RankInfo, read_trace
 from diagnosis.trace.synth import SynthJob
-from proto.codec import Columns
 
 S = 1_000_000_000
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from c4.errors import FormatError
+from c4.proto.codec import Columns
 from diagnosis.engine import ConnRecords
-from diagnosis.errors import FormatError
 from diagnosis.trace import End, GroupInfo, Meta, RankInfo, TraceWriter, read_trace
-from proto.codec import Columns
 
 
 def _write_small(path):

@@ -11,12 +11,12 @@ import logging
 import numpy as np
 import pytest
 
+from c4.errors import FormatError
+from c4.proto.codec import Columns
 from diagnosis.engine import ConnRecords
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
-from diagnosis.errors import FormatError
 from diagnosis.trace import Meta, RankInfo, read_trace
 from diagnosis.trace.parallel import read_blocks_parallel
-from proto.codec import Columns
 
 V2 = b"""\
 {"type":"meta","version":2,"job":"big","sample":8}

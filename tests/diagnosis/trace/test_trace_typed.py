@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from c4.errors import FormatError
+from c4.proto.codec import Columns
 from diagnosis.engine.records import PORT_COUNTERS
-from diagnosis.errors import FormatError
 from diagnosis.trace import TraceWriter, read_trace, reader
 from diagnosis.trace.reader import _block, parse_block, read_blocks
 from diagnosis.trace.reader_v2 import LINK_COUNTS
 from diagnosis.trace.typed import decode_block
-from proto.codec import Columns
 from tests.fuzz.fuzzkit import fuzz
 
 

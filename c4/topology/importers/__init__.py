@@ -1,0 +1,1 @@
+"""Importers of cluster topology sources (see c4/topology/README.md)."""

@@ -1,1 +1,0 @@
-"""Importers of cluster topology sources (see diagnosis/topology/README.md)."""
