@@ -222,6 +222,7 @@ class SampledStragglers:
             if f.duty is None:
                 lasting[f.rank] = max(lasting.get(f.rank, 0.0), f.excess)
         unexplained: set[int] = set()
+        behind: list[SlowRank] = []
         for sg in self.pace.judge():
             members = self.arena.members[sg.group].tolist()
             # a member late inside it explains its pace (a slow GPU) unless far too little; a
@@ -234,9 +235,13 @@ class SampledStragglers:
                 continue
             unexplained.add(sg.group)
             pace = float(self._pace(np.asarray([sg.group]))[0])
-            found += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
-                               sg.samples, sg.frac, 0.0, sg.logp, duty=sg.duty,
-                               episodes=sg.episodes, every_ns=sg.every_ns) for r in members]
+            behind += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
+                                sg.samples, sg.frac, 0.0, sg.logp, duty=sg.duty,
+                                episodes=sg.episodes, every_ns=sg.every_ns) for r in members]
+        # the members of a group behind as a whole are judged by its pace: what else they
+        # were found late in (its pauses, the waits it imposed) would tell another onset
+        covered = {f.rank for f in behind}
+        found = [f for f in found if f.rank not in covered] + behind
         # the members of a group waited for its late members, unless those do not explain
         # why the group as a whole fell behind
         victims: set[int] = set()
