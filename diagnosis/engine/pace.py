@@ -8,7 +8,10 @@ two kept calls, over the calls between them. Its victims (the next pipeline stag
 replicas) wait now and then but compute as fast as before, so a low quantile of their pace (the
 spans without a wait) does not move. Per time bucket, each group's low quantile is compared with
 that of the groups of its size (which cancels the whole job's changes of pace: a checkpoint, the
-iteration's jitter), and a group whose ratio rises from some bucket on is slow.
+iteration's jitter), and a group whose ratio rises from some bucket on is slow. A host slow
+only now and then (one iteration in three) is behind in some buckets only: that is judged as
+episodes of its fastest span per bucket, beside the replicas of its stage, in buckets where
+no more groups are behind than a fault or two explain (``GroupPace._recurring``).
 """
 
 from __future__ import annotations
@@ -230,7 +233,8 @@ class GroupPace:
         size.pos += 1
 
     def judge(self) -> list[SlowGroup]:
-        """Groups whose pace fell behind their peers' from some bucket on."""
+        """Groups whose pace fell behind their peers' from some bucket on, or again and
+        again."""
         cfg = self.cfg
         out: list[SlowGroup] = []
         for size in self.sizes.values():
