@@ -24,7 +24,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from collectors.health.watch import HealthWatch, HealthWatchConfig
+from collectors.health.settings import HealthWatchConfig
+from collectors.health.watch import HealthWatch
 from tests.support.topology_fixtures import shared_fixtures
 
 

@@ -10,9 +10,11 @@ writes: ``header``, ``metadata``, then ``coll_perf`` or ``p2p_perf``), one file 
 a fifth of them point-to-point with ``"nan"`` bandwidths; ``verbose`` lines carry the
 ``event_trace_*`` objects (what ``c4 run --nccl-inspector`` turns on).
 
-Offline: every file through ``read_inspector_file`` (the numpy scanner, the JSON path for what
-it refuses) in this process, and a sample through the JSON path alone for comparison; CPU
-time (``time.process_time``), so a loaded machine shows in wall time only.
+Offline: every file through ``read_inspector_file`` (typed msgspec structs; the numpy scanner
+and the JSON path for a block they refuse) in this process, and a sample through orjson alone
+and the JSON path alone for comparison; CPU time (``time.process_time``). On a machine shared
+with other work CPU time still grows (cores and caches are shared): compare the reader with
+the orjson row of the same run.
 
 Following: a writer process appends ``rate`` records/s to each of ``ranks`` files, in bursts
 at the Inspector's dump interval (100 ms, as ``c4 run`` sets it); this process runs what the
@@ -92,7 +94,7 @@ def offline(records: int, ranks: int, work: Path) -> None:
         n = sum(len(b) for f in files for b in read_inspector_file(f, problems=problems))
         cpu = time.process_time() - c0
         label = "verbose" if verbose else "compact"
-        print(f"{label:<9} {size / 1e6:7.1f} {'scanner':<13} {n:10,} {cpu:7.2f} "
+        print(f"{label:<9} {size / 1e6:7.1f} {'reader':<13} {n:10,} {cpu:7.2f} "
               f"{n / cpu:11,.0f} {size / 1e6 / cpu:7.1f}")
         sample = files[0].read_bytes().split(b"\n")[:100_000]
         c0 = time.process_time()

@@ -49,7 +49,7 @@ def main() -> None:
     print(f"{'rows':>10} {'batch':>7} {'members':>7} {'CPU s':>7} {'ns/row':>7} "
           f"{'reports':>7}")
     print(f"{n:>10,} {args.batch:>7,} {args.members:>7} {cpu:>7.3f} {cpu / n * 1e9:>7.1f} "
-          f"{len(eng.registry.all()):>7}")
+          f"{len(eng.reporter.all()):>7}")
 
 
 if __name__ == "__main__":

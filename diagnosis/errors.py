@@ -15,3 +15,7 @@ class StoreError(DiagnosisError):
 
 class UnknownJobError(DiagnosisError):
     """Telemetry or a query names a job the daemon has never seen."""
+
+
+class ConfigError(DiagnosisError, ValueError):
+    """A daemon setting (flag or ``C4_*`` variable) has a bad value; the message names it."""

@@ -50,7 +50,10 @@ CAN_SHOW: dict[str, dict[str, tuple[str, str]]] = {
     "dead_switch": {
         "nccl-inspector": ("no", "as dead_nic"), "ncclras": ("partly", "as dead_nic")},
     "comm_hang": {
-        "nccl-inspector": ("no", "as dead_nic"), "ncclras": ("partly", "as dead_nic")},
+        "nccl-inspector": ("no", "as dead_nic"),
+        "ncclras": ("partly", "every member launched the stuck call, and without connection "
+                    "data every member's NIC and path (and transport) explain it equally: "
+                    "the hang is reported naming no component")},
     "rank_hang": {
         "nccl-inspector": ("no", "the hung rank and its peers all stop writing"),
         "ncclras": ("partly", "the rank that never launched the call its collective peers "

@@ -34,7 +34,9 @@ The matching rule, exactly:
   **top-3**: some addressing report names it among its first three suspects.
   **detected**: some addressing report exists, whatever it names.
 * A report is **explained** when it addresses some fault and names it among its first three
-  suspects; every other report is a **false report** (on a healthy run, every report is).
+  suspects, or addresses it and names no suspect at all (a hang certain but not placed: it
+  detects the fault, is never a top-1 or top-3 hit, and points no one at a wrong component);
+  every other report is a **false report** (on a healthy run, every report is).
   A fault scenario is **clean** when every fault is top-1 (or ambiguous) and no report is
   false.
 * **Latency**: from the fault's onset (for hangs and errors: ``event_ns``, the moment the rank
@@ -160,6 +162,9 @@ def score_scenario(truth: dict[str, Any], reports: Sequence[dict[str, Any]]) -> 
             if not _addresses(rep, fault, starts):
                 continue
             detected = True
+            if not rep.get("suspects"):
+                explained[i] = True
+                continue
             top1_equiv |= _rank_of_hit(rep, equiv) == 0
             how = _top_tie(rep, accept, equiv)
             alone |= how == "alone"

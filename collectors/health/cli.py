@@ -45,7 +45,7 @@ def _records(source: str, path: Path, host: str, t: int, gpu_map: str,
              nic_map: dict[str, str]) -> list:
     from collectors.health import records as rec
     from collectors.health.gpu import pci_key
-    from collectors.health.watch import parse_gpu_map
+    from collectors.health.settings import parse_gpu_map
 
     by_pci = dict(parse_gpu_map(gpu_map))
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from c4.proto.health import HealthRecord
@@ -22,6 +21,7 @@ from collectors.health.errors import HealthParseError
 from collectors.health.gpu import GpuSample, pci_key
 from collectors.health.infiniband import read_ib_sysfs
 from collectors.health.records import event_record, gpu_record, host_record, ib_record
+from collectors.health.settings import HealthWatchConfig
 from collectors.health.sources import (
     DcgmSource,
     HostSource,
@@ -34,49 +34,6 @@ from collectors.health.sources import (
 )
 
 log = logging.getLogger(__name__)
-
-GPU_MODES = ("auto", "nvml", "smi", "dcgm", "off")
-
-
-@dataclass(frozen=True)
-class HealthWatchConfig:
-    """What the sidecar reads for health (``c4 sidecar --health-*`` flags)."""
-
-    interval_s: float = 5.0
-    #: GPU state: auto (NVML where nvidia-ml-py imports and finds a GPU), nvml, smi
-    #: (``nvidia-smi -q -x``), dcgm (a dcgm-exporter endpoint, ``dcgm_url``), off
-    gpu: str = "auto"
-    smi_binary: str = "nvidia-smi"
-    dcgm_url: str = "http://127.0.0.1:9400/metrics"
-    #: the kernel log to follow ("" : none)
-    kmsg: str = "/dev/kmsg"
-    sysfs_root: str = "/sys"
-    proc_root: str = "/proc"
-    #: read PSI of this cgroup v2 directory instead of the whole host ("" : the host)
-    cgroup_dir: str = ""
-    #: PCI address -> topology GPU id
-    gpu_map: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.interval_s > 0:
-            raise ValueError(f"health interval must be positive, got {self.interval_s}")
-        if self.gpu not in GPU_MODES:
-            raise ValueError(f"health gpu source must be one of {', '.join(GPU_MODES)}, got "
-                             f"{self.gpu!r}")
-        for pci, _ in self.gpu_map:
-            pci_key(pci)    # ValueError naming the bad address
-
-
-def parse_gpu_map(text: str) -> tuple[tuple[str, str], ...]:
-    """``0000:db:00=node3/gpu7,0000:1b:00.0=node3/gpu0`` → pairs (PCI keys normalised)."""
-    out = []
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        pci, sep, ident = item.partition("=")
-        if not sep or not ident:
-            raise ValueError(f"--gpu-map entry {item!r} is not PCI=TOPOLOGY_ID")
-        out.append((pci_key(pci), ident.strip()))
-    return tuple(out)
-
 
 class HealthWatch:
     def __init__(self, host: str, config: HealthWatchConfig | None = None, *,

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from c4.proto import c4_pb2
+from c4.settings import positive, setting, validate
+from collectors.sidecar.errors import SidecarConfigError
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +42,32 @@ class NcclSourceConfig:
     """What to read: the job the records belong to, the Inspector's dump directory (None: not
     followed), RAS's address (None: not polled; "": ``NCCL_RAS_ADDR`` or localhost:28028)."""
 
-    job: str
-    inspector_dir: Path | None = None
-    ras: str | None = None
+    job: str = setting("", flag="--nccl-job", env="C4_NCCL_JOB",
+                       help="The job whose NCCL telemetry this node reads (with "
+                            "--nccl-inspector and/or --nccl-ras).")
+    inspector_dir: Path | None = setting(
+        None, flag="--nccl-inspector", env="C4_NCCL_INSPECTOR",
+        help="Follow this NCCL Inspector dump directory (NCCL_INSPECTOR_DUMP_DIR of the job's "
+             "processes) and ship its calls; processes whose c4 hook reports already are "
+             "skipped.")
+    ras: str | None = setting(None, flag="--nccl-ras", env="C4_NCCL_RAS", metavar="ADDR",
+                              help="Poll NCCL RAS at ADDR (host:port; \"\": NCCL_RAS_ADDR or "
+                                   "localhost:28028) and ship the ranks it finds.")
     attempt: int = 0
-    interval_s: float = 1.0
-    ras_interval_s: float = 10.0
+    interval_s: float = setting(1.0, flag="--nccl-interval", env="C4_NCCL_INTERVAL",
+                                check=positive,
+                                help="Seconds between reads of the Inspector files.")
+    ras_interval_s: float = setting(10.0, flag="--nccl-ras-interval",
+                                    env="C4_NCCL_RAS_INTERVAL", check=positive,
+                                    help="Seconds between RAS polls.")
 
     def __post_init__(self) -> None:
+        validate(self, SidecarConfigError)
         if not self.job:
-            raise ValueError("--nccl-job is needed with --nccl-inspector/--nccl-ras: the job "
-                             "the NCCL records belong to")
+            raise SidecarConfigError("--nccl-job is needed with --nccl-inspector/--nccl-ras: "
+                                     "the job the NCCL records belong to")
         if self.inspector_dir is None and self.ras is None:
-            raise ValueError("give --nccl-inspector DIR, --nccl-ras, or both")
-        if self.interval_s <= 0 or self.ras_interval_s <= 0:
-            raise ValueError("the NCCL read intervals must be positive")
+            raise SidecarConfigError("give --nccl-inspector DIR, --nccl-ras, or both")
 
 
 class NcclSource:

@@ -31,8 +31,10 @@ SYNC_S = 30.0
 
 
 class JobRemover:
-    def __init__(self, store: Store, book: JobBook, live: LiveView, writer: Writer) -> None:
+    def __init__(self, store: Store, book: JobBook, live: LiveView, writer: Writer, *,
+                 on_removed: Callable[[str], None] | None = None) -> None:
         self._store = store
+        self._on_removed = on_removed   # the job's other traces (its metrics) go too
         self._book = book
         self._live = live
         self._writer = writer
@@ -48,6 +50,8 @@ class JobRemover:
                             "after the removal stay until the retention takes them", job)
             removed = self._store.remove_job(job)
             self._live.remove(job)
+            if self._on_removed is not None:
+                self._on_removed(job)
             if removed.attempts:
                 self.removed += 1
                 log.info("job %s removed: %d attempts, %d fault reports", job,

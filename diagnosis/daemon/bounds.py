@@ -17,9 +17,18 @@ import grpc
 import numpy as np
 
 from c4.proto.codec import Columns
+from c4.settings import (
+    DAY_S,
+    at_least,
+    format_duration,
+    parse_duration,
+    positive,
+    setting,
+    validate,
+)
 from diagnosis.daemon.errors import Rejected
+from diagnosis.errors import ConfigError
 
-DAY_S = 86_400.0
 #: the largest magnitude any integer column may hold (sentinels like -1 are well inside)
 MAX_MAGNITUDE = 1 << 62
 #: the longest window a linkstat record may cover
@@ -45,22 +54,30 @@ class Bounds:
     ``--max-clock-ahead``."""
 
     #: ranks per job: world size, and every rank id below it
-    max_ranks: int = 262_144
+    max_ranks: int = setting(262_144, flag="--max-ranks", env="C4_MAX_RANKS",
+                             check=lambda v: None if 1 <= v <= 1 << 30 else
+                             "must be between 1 and 2**30 (the rank ids c4 keeps)",
+                             help="Ranks per job (world size, rank ids, communicator sizes); "
+                                  "more are refused.")
     #: distinct names (communicators, ops, endpoints, hosts) in one batch's string table
-    max_names: int = 65_536
+    max_names: int = setting(65_536, flag="--max-names", env="C4_MAX_NAMES",
+                             check=at_least(1),
+                             help="Names (communicators, ops, endpoints) one batch may carry; "
+                                  "a batch with more is refused.")
     #: how old a record may be, and how far ahead of the daemon's clock
-    max_age_s: float = 30 * DAY_S
-    max_ahead_s: float = 3600.0
+    max_age_s: float = setting(30 * DAY_S, flag="--max-record-age", env="C4_MAX_RECORD_AGE",
+                               cli_type=str, parse=parse_duration, to_cli=format_duration,
+                               check=positive,
+                               help="Records older than this (by the daemon's clock) are "
+                                    "refused; at most --retention.")
+    max_ahead_s: float = setting(3600.0, flag="--max-clock-ahead", env="C4_MAX_CLOCK_AHEAD",
+                                 cli_type=str, parse=parse_duration, to_cli=format_duration,
+                                 check=positive,
+                                 help="Records stamped further ahead of the daemon's clock are "
+                                      "refused (node clocks off).")
 
     def __post_init__(self) -> None:
-        for name in ("max_ranks", "max_names"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.max_ranks > 1 << 30:
-            raise ValueError(f"max_ranks {self.max_ranks} is above the 2**30 rank ids c4 keeps")
-        for name in ("max_age_s", "max_ahead_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        validate(self, ConfigError)
 
     def time_range(self, now_ns: int) -> tuple[int, int]:
         """The times a record may carry when the daemon's clock reads ``now_ns``."""

@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from c4.settings import between, non_negative, positive, power_of_two, setting, validate
+from diagnosis.errors import ConfigError
+
 NS = 1_000_000_000
 KINDS = ("ops", "progress", "linkstat", "port", "conns")
 
@@ -45,47 +48,51 @@ class BudgetConfig:
     """The daemon's ``--job-records-per-s`` and what goes with it."""
 
     #: records per second one job may send (every kind); 0: no budget, K stays 1
-    records_per_s: float = 200_000.0
+    records_per_s: float = setting(
+        200_000.0, flag="--job-records-per-s", env="C4_JOB_RECORDS_PER_S", check=non_negative,
+        help="Records per second one job may send, every kind together. Over it the job's "
+             "calls are sampled (K, a power of two, told to its sidecars) and, at "
+             "--max-sample, its windows lengthened. 0: no budget (every call, always).")
+    #: the largest sampling factor (a power of two)
+    max_sample: int = setting(1024, flag="--max-sample", env="C4_MAX_SAMPLE",
+                              check=power_of_two(),
+                              help="The largest sampling factor K (a power of two).")
     #: a factor for every job whatever its rate (a power of two; 0: by the budget)
-    fixed_sample: int = 0
+    fixed_sample: int = setting(0, flag="--sample", env="C4_SAMPLE",
+                                check=power_of_two(zero=True),
+                                help="Sample every job's calls at this factor K (a power of "
+                                     "two) from its start, whatever its rate; 0: K from the "
+                                     "budget.")
     #: calls per second a rank is taken to make until the job is measured: a job whose ranks
     #: would then not fit starts sampled (its default factor), rather than flooding the daemon
     #: with every call of its first seconds; 0: every job starts at K = 1
-    calls_per_rank: float = 400.0
-    #: the largest sampling factor (a power of two)
-    max_sample: int = 1024
+    calls_per_rank: float = setting(
+        400.0, flag="--calls-per-rank", env="C4_CALLS_PER_RANK", check=non_negative,
+        help="Calls per second a rank is taken to make until its job is measured: a job too "
+             "large for the budget at that rate starts sampled. 0: every job starts at K = 1.")
     #: the sidecars' default window, and the longest the daemon may set
-    window_s: float = 1.0
-    max_window_s: float = 16.0
+    window_s: float = setting(1.0, flag="--window", env="C4_WINDOW", check=positive,
+                              help="The sidecars' progress/linkstat window (seconds): the one "
+                                   "they use until told otherwise.")
+    max_window_s: float = setting(16.0, flag="--max-window", env="C4_MAX_WINDOW",
+                                  check=positive,
+                                  help="The longest window the budget may set (seconds).")
     #: share of the budget kept for op rows when windows are chosen
-    ops_floor: float = 0.5
+    ops_floor: float = setting(0.5, check=between(0, 1))
     #: K comes down when the full rate at K/2 would use at most this share of the budget
-    lower_at: float = 0.6
+    lower_at: float = setting(0.6, check=between(0, 1))
     #: how far ahead of the fastest member a change takes effect
-    margin_s: float = 5.0
+    margin_s: float = setting(5.0, check=positive)
     #: no change within this long of the last
-    hold_s: float = 15.0
+    hold_s: float = setting(15.0, check=positive)
     #: rates are measured over this long
-    measure_s: float = 10.0
+    measure_s: float = setting(10.0, check=positive)
 
     def __post_init__(self) -> None:
-        if self.records_per_s < 0:
-            raise ValueError(f"records_per_s must be >= 0 (0: no budget), got "
-                             f"{self.records_per_s}")
-        if self.max_sample < 1 or self.max_sample & (self.max_sample - 1):
-            raise ValueError(f"max_sample must be a power of two, got {self.max_sample}")
-        if self.fixed_sample < 0 or self.fixed_sample & (self.fixed_sample - 1):
-            raise ValueError(f"fixed_sample must be 0 or a power of two, got "
-                             f"{self.fixed_sample}")
-        if not 0 < self.window_s <= self.max_window_s:
-            raise ValueError(f"windows must satisfy 0 < window_s ({self.window_s}) <= "
-                             f"max_window_s ({self.max_window_s})")
-        for name in ("ops_floor", "lower_at"):
-            if not 0 < getattr(self, name) < 1:
-                raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
-        for name in ("margin_s", "hold_s", "measure_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        validate(self, ConfigError)
+        if self.window_s > self.max_window_s:
+            raise ConfigError(f"--window ({self.window_s:g}) must not exceed --max-window "
+                              f"({self.max_window_s:g})")
 
 
 class RateMeter:

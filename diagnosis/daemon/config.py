@@ -1,16 +1,29 @@
-"""Daemon settings: command-line flags with ``C4_*`` environment fallbacks."""
+"""Daemon settings, declared once: each field carries its ``c4 daemon`` flag, its ``C4_*``
+environment variable, its help and its range (``c4.settings``); ``c4 daemon``'s options are
+derived from them."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from diagnosis.daemon.bounds import DAY_S, Bounds
+from c4.settings import (
+    DAY_S,
+    at_least,
+    format_duration,
+    non_negative,
+    parse_duration,
+    positive,
+    setting,
+    validate,
+)
+from diagnosis.daemon.bounds import Bounds
 from diagnosis.daemon.budget import BudgetConfig
 from diagnosis.daemon.detail import DetailConfig
 from diagnosis.daemon.inspection import InspectConfig
 from diagnosis.daemon.jobs import JobLimits
+from diagnosis.errors import ConfigError
 
 DEFAULT_ADDRESS = "127.0.0.1:7444"
 
@@ -20,38 +33,6 @@ def default_store_url() -> str:
     return f"sqlite:///{Path(base) / 'c4' / 'c4.db'}"
 
 
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``30d`` -> seconds (``0``: off where allowed)."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
-    raw = text.strip().lower()
-    scale = units.get(raw[-1:])
-    number = raw[:-1] if scale is not None else raw
-    try:
-        value = float(number) * (scale or 1.0)
-    except ValueError:
-        raise ValueError(f"duration {text!r} is not a number of seconds or a number with s, m, "
-                         "h or d (e.g. 30d)") from None
-    if value < 0:
-        raise ValueError(f"duration {text!r} is negative")
-    return value
-
-
-def parse_size(text: str) -> int:
-    """``1048576``, ``512M``, ``4G`` (``K``/``M``/``G``/``T``, powers of 1024) -> bytes."""
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    raw = text.strip().lower().removesuffix("ib").removesuffix("b")
-    scale = units.get(raw[-1:])
-    number = raw[:-1] if scale is not None else raw
-    try:
-        value = int(float(number) * (scale or 1))
-    except ValueError:
-        raise ValueError(f"size {text!r} is not a number of bytes or a number with K, M, G or T "
-                         "(e.g. 4G)") from None
-    if value < 0:
-        raise ValueError(f"size {text!r} is negative")
-    return value
-
-
 def daemon_address() -> str:
     """Where clients find the daemon: ``C4_DAEMON`` or the default loopback address."""
     return os.environ.get("C4_DAEMON") or DEFAULT_ADDRESS
@@ -59,97 +40,128 @@ def daemon_address() -> str:
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    listen: str = DEFAULT_ADDRESS
-    store: str = ""
+    listen: str = setting(DEFAULT_ADDRESS, flag="--listen", env="C4_LISTEN",
+                          help="HOST:PORT to serve gRPC on (loopback unless told otherwise).")
+    store: str = setting("", flag="--store", env="C4_STORE",
+                         help="sqlite:///PATH (default under ~/.local/share/c4) or "
+                              "clickhouse://USER:PASS@HOST:PORT/DB.")
+    # read by ``c4 daemon``, which loads it and hands the model to the daemon
+    topology: str = setting("", flag="--topology", env="C4_TOPOLOGY",
+                            help="Cluster topology file (node-link JSON) for localization; "
+                                 "each job's hosts, as their sidecars discover them, are "
+                                 "merged into it.")
     # Group commit: the writer waits at most this long to gather requests into one transaction.
-    commit_interval_s: float = 0.02
+    commit_interval_s: float = setting(0.02, check=positive)
     # Requests (and their rows) waiting to be stored; past either the ingest streams stop
     # reading (backpressure).
-    max_pending_requests: int = 512
-    max_pending_records: int = 1_000_000
-    max_message_bytes: int = 64 * 1024 * 1024
-    max_records_per_batch: int = 1_000_000
+    max_pending_requests: int = setting(512, check=at_least(1))
+    max_pending_records: int = setting(1_000_000, check=at_least(1))
+    max_message_bytes: int = setting(64 * 1024 * 1024, check=at_least(1))
+    max_records_per_batch: int = setting(1_000_000, check=at_least(1))
     # How often the live detectors look at every job; stored rows waiting for them (past it
     # the writer waits).
-    analyze_interval_s: float = 1.0
-    live_backlog_records: int = 1_000_000
+    analyze_interval_s: float = setting(1.0, flag="--analyze-interval",
+                                        env="C4_ANALYZE_INTERVAL", check=positive,
+                                        help="Seconds between runs of the live detectors.")
+    live_backlog_records: int = setting(1_000_000, check=at_least(1))
     # RPC threads. Every sidecar holds one ingest stream (a thread) open, every ``c4 faults
     # watch`` one Watch stream: more than ``max_streams`` / ``max_watches`` at once are refused
     # with RESOURCE_EXHAUSTED instead of waiting for a thread for ever; the rest of the threads
     # stay free for queries and ``c4 status``. ``max_watches`` 0: half the threads the streams
     # leave.
-    workers: int = 512
-    max_streams: int = 480
-    max_watches: int = 0
+    workers: int = setting(512, flag="--workers", env="C4_WORKERS", check=at_least(1),
+                           help="RPC threads: one per open ingest stream and fault watch, plus "
+                                "queries.")
+    max_streams: int = setting(480, flag="--max-streams", env="C4_MAX_STREAMS",
+                               check=at_least(1),
+                               help="Ingest streams (sidecars) served at once; more are told to "
+                                    "back off. Needs --workers above it.")
+    max_watches: int = setting(0, flag="--max-watches", env="C4_MAX_WATCHES",
+                               check=non_negative,
+                               help="`c4 faults watch` streams served at once; more are "
+                                    "refused. 0: half the threads --max-streams leaves.")
     # Security: TLS certificate and key; a client CA makes TLS mutual; a token file turns on
     # role checks. Plaintext on a non-loopback address needs ``insecure``.
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_client_ca: str = ""
-    tokens_file: str = ""
-    insecure: bool = False
+    tls_cert: str = setting("", flag="--tls-cert", env="C4_TLS_CERT",
+                            help="PEM certificate: serve gRPC over TLS (with --tls-key).")
+    tls_key: str = setting("", flag="--tls-key", env="C4_TLS_KEY",
+                           help="PEM private key of --tls-cert.")
+    tls_client_ca: str = setting("", flag="--tls-client-ca", env="C4_TLS_CLIENT_CA",
+                                 help="Mutual TLS: require client certificates signed by this "
+                                      "CA (PEM).")
+    tokens_file: str = setting("", flag="--tokens", env="C4_TOKENS_FILE",
+                               help="Token file, one `TOKEN ROLE` per line (roles: ingest, "
+                                    "read, act, admin); also C4_INGEST_TOKEN, C4_READ_TOKEN, "
+                                    "C4_ACT_TOKEN, C4_ADMIN_TOKEN. None: no token checks.")
+    insecure: bool = setting(False, flag="--insecure", env="C4_INSECURE",
+                             help="Allow plaintext gRPC on a non-loopback address.")
     # Limits: ingest requests per second per sender (who it proves to be and its address, not
     # the sidecar id it declares; 0: none); what one request may hold (``bounds``); live jobs,
     # how long a silent job stays live (and in the live view), and their memory (``jobs``).
-    max_requests_per_second: float = 1000.0
-    bounds: Bounds = field(default_factory=Bounds)
-    jobs: JobLimits = field(default_factory=JobLimits)
+    max_requests_per_second: float = setting(
+        1000.0, flag="--max-requests-per-second", env="C4_MAX_RPS", check=non_negative,
+        help="Ingest requests (batches) per second per sender (its certificate or token, and "
+             "its address); over it the sender is told to back off (0: no limit).")
+    bounds: Bounds = setting(default_factory=Bounds)
+    jobs: JobLimits = setting(default_factory=JobLimits)
     # Jobs not heard from for this long are removed from the store, and the requests the
     # store remembers (to recognise resends) are forgotten after it; 0: keep everything.
-    retention_s: float = 30 * DAY_S
+    retention_s: float = setting(30 * DAY_S, flag="--retention", env="C4_RETENTION",
+                                 cli_type=str, parse=parse_duration, to_cli=format_duration,
+                                 check=non_negative,
+                                 help="Jobs silent this long are removed from the store, and "
+                                      "the requests it remembers (to recognise resends) "
+                                      "forgotten; records older than this are refused. 0: "
+                                      "keep everything.")
     # Prometheus ``/metrics``: "" (off), PORT (on loopback) or HOST:PORT; HTTPS with the
     # daemon's certificate when it has one; plaintext beyond loopback only with
     # ``metrics_insecure``.
-    metrics_listen: str = ""
-    metrics_insecure: bool = False
+    metrics_listen: str = setting("", flag="--metrics", env="C4_METRICS",
+                                  help="Serve Prometheus /metrics on PORT (loopback) or "
+                                       "HOST:PORT (HTTPS with --tls-cert; plaintext beyond "
+                                       "loopback needs --metrics-insecure); off by default.")
+    metrics_insecure: bool = setting(False, flag="--metrics-insecure",
+                                     env="C4_METRICS_INSECURE",
+                                     help="Allow plaintext /metrics on a non-loopback address.")
+    metrics_jobs: int = setting(256, flag="--metrics-jobs", env="C4_METRICS_JOBS",
+                                check=at_least(1),
+                                help="Jobs with their own series on /metrics (step time, call "
+                                     "times): the most recently heard.")
     # Reduced telemetry: each job's records budget (sampling factor, windows), and the full
     # records pulled from the nodes around a report (``budget``, ``detail``).
-    budget: BudgetConfig = field(default_factory=BudgetConfig)
-    detail: DetailConfig = field(default_factory=DetailConfig)
+    budget: BudgetConfig = setting(default_factory=BudgetConfig)
+    detail: DetailConfig = setting(default_factory=DetailConfig)
     # the processes a hang report blames: PID, host, stack, Flight Recorder dump
-    inspect: InspectConfig = field(default_factory=InspectConfig)
+    inspect: InspectConfig = setting(default_factory=InspectConfig)
 
     def __post_init__(self) -> None:
+        validate(self, ConfigError)
         if not self.store:
             object.__setattr__(self, "store", default_store_url())
         if ":" not in self.listen:
-            raise ValueError(f"listen address {self.listen!r} needs HOST:PORT")
+            raise ConfigError(f"--listen address {self.listen!r} needs HOST:PORT")
         if self.max_streams >= self.workers:
-            raise ValueError(f"max_streams ({self.max_streams}) must be below workers "
-                             f"({self.workers}): queries need threads too")
-        if self.max_watches < 0:
-            raise ValueError(f"max_watches must be >= 0 (0: automatic), got {self.max_watches}")
+            raise ConfigError(f"--max-streams ({self.max_streams}) must be below --workers "
+                              f"({self.workers}): queries need threads too")
         if not self.max_watches:
             object.__setattr__(self, "max_watches",
                                max(1, (self.workers - self.max_streams) // 2))
         if self.max_streams + self.max_watches >= self.workers:
-            raise ValueError(f"max_streams ({self.max_streams}) plus max_watches "
-                             f"({self.max_watches}) must stay below workers ({self.workers}): "
-                             "queries and `c4 status` need threads too")
-        if self.retention_s < 0:
-            raise ValueError(f"retention_s must be >= 0 (0: keep everything), got "
-                             f"{self.retention_s}")
+            raise ConfigError(f"--max-streams ({self.max_streams}) plus --max-watches "
+                              f"({self.max_watches}) must stay below --workers "
+                              f"({self.workers}): queries and `c4 status` need threads too")
         if self.retention_s and self.retention_s < self.jobs.idle_s:
-            raise ValueError(f"the retention ({self.retention_s:g} s) must be at least the time "
-                             f"a silent job stays live ({self.jobs.idle_s:g} s, --job-idle)")
+            raise ConfigError(f"the retention ({self.retention_s:g} s) must be at least the "
+                              f"time a silent job stays live ({self.jobs.idle_s:g} s, "
+                              "--job-idle)")
         if self.retention_s and self.bounds.max_age_s > self.retention_s:
             # a resend older than the retention is no longer recognised as one: the door must
             # refuse records that old, or it would store them twice
             object.__setattr__(self, "bounds", replace(self.bounds, max_age_s=self.retention_s))
-        for name in ("commit_interval_s", "analyze_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("max_pending_requests", "max_pending_records", "max_message_bytes",
-                     "max_records_per_batch", "live_backlog_records", "workers", "max_streams"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.max_requests_per_second < 0:
-            raise ValueError("max_requests_per_second must be >= 0 (0: no limit), got "
-                             f"{self.max_requests_per_second}")
         if bool(self.tls_cert) != bool(self.tls_key):
-            raise ValueError("TLS needs both --tls-cert and --tls-key")
+            raise ConfigError("TLS needs both --tls-cert and --tls-key")
         if self.tls_client_ca and not self.tls_cert:
-            raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key too")
+            raise ConfigError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key too")
         if self.metrics_listen:
             from c4.security.server import check_metrics_listen
 

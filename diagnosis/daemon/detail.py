@@ -22,8 +22,10 @@ from dataclasses import dataclass
 
 from c4.proto import c4_pb2
 from c4.report import FaultReport
+from c4.settings import at_least, non_negative, setting, validate
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub, ReportFollower
+from diagnosis.errors import ConfigError
 from diagnosis.store import RankRecord
 
 log = logging.getLogger(__name__)
@@ -35,19 +37,19 @@ NS = 1_000_000_000
 class DetailConfig:
     """How much detail the daemon pulls (``c4 daemon --detail-*``)."""
 
-    enabled: bool = True
-    before_s: float = 10.0
-    after_s: float = 5.0
-    max_hosts: int = 8
-    max_records: int = 200_000       # per host and request
-    max_faults: int = 32             # per job
+    enabled: bool = setting(True, flag="--detail/--no-detail", env="C4_DETAIL",
+                            help="Pull the full records around each report from the nodes "
+                                 "involved, for jobs whose calls are sampled.")
+    before_s: float = setting(10.0, check=non_negative)
+    after_s: float = setting(5.0, check=non_negative)
+    max_hosts: int = setting(8, check=at_least(1))
+    max_records: int = setting(200_000, flag="--detail-records", env="C4_DETAIL_RECORDS",
+                               check=at_least(1),
+                               help="Most full records per node and report.")
+    max_faults: int = setting(32, check=at_least(1))     # per job
 
     def __post_init__(self) -> None:
-        if self.before_s < 0 or self.after_s < 0:
-            raise ValueError("the detail window must not be negative")
-        for name in ("max_hosts", "max_records", "max_faults"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        validate(self, ConfigError)
 
 
 def hosts_of_report(report: FaultReport, ranks: list[RankRecord], limit: int

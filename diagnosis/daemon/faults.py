@@ -35,7 +35,10 @@ class FaultHub:
         return hashlib.sha1(f"{job}\0{key}".encode()).hexdigest()[:12]
 
     def file(self, job: str, report: FaultReport) -> FaultReport:
-        """Store a new report, or update the open one with the same detector key."""
+        """Store a new report, or update the stored one with the same detector key. Which
+        incident a report belongs to, its onset and when it ends are the engine's reporter's
+        (``diagnosis.engine.reporter``); here the key becomes an id within the job, and the
+        stored revision also counts what the daemon and people add (``ANNOTATIONS``)."""
         key = report.id or f"{report.kind}:{report.top.id if report.top else ''}"
         fid = self.report_id(job, key)
         with self._lock:

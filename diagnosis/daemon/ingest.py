@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import grpc
+from prometheus_client import Histogram
 
 from c4.proto import c4_pb2, c4_pb2_grpc
 from c4.ratelog import RateLimitedLog
@@ -33,7 +34,7 @@ from diagnosis.daemon.decoding import Undecodable
 from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.slots import Slots
-from diagnosis.daemon.writer import Writer
+from diagnosis.daemon.writer import LATENCY_BUCKETS, Writer
 from diagnosis.store import GroupRecord, RankRecord
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,6 @@ class SidecarInfo:
 class IngestService(c4_pb2_grpc.IngestServicer):
     def __init__(self, writer: Writer, jobs: JobBook, *, max_records: int,
                  bounds: Bounds | None = None, limiter: RateLimiter | None = None,
-                 observe_ack: Callable[[float], None] | None = None,
                  tokens_checked: bool = False, max_sidecars: int = MAX_SIDECARS,
                  max_streams: int = 0,
                  on_stats: Callable[[c4_pb2.SidecarStats], None] | None = None,
@@ -82,7 +82,11 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._max_records = max_records
         self._limiter = limiter or RateLimiter(0)
         self._rated = RateLimitedLog(log)
-        self._observe_ack = observe_ack
+        #: from receiving a request to acknowledging it (``component_metrics``)
+        self.ack_seconds = Histogram(
+            "c4_daemon_ack_latency_seconds",
+            "From receiving an ingest request to acknowledging it as stored.",
+            buckets=LATENCY_BUCKETS, registry=None)
         self._tokens_checked = tokens_checked
         self._max_sidecars = max_sidecars
         self.slots = Slots(max_streams or 1 << 30)
@@ -168,8 +172,7 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         def done(dup: bool) -> None:
             with self._lock:
                 self.unacked -= 1
-            if self._observe_ack is not None:
-                self._observe_ack(time.perf_counter() - t0)
+            self.ack_seconds.observe(time.perf_counter() - t0)
             reply(c4_pb2.IngestAck(seq=seq, sidecar=sidecar, duplicate=dup))
 
         self._writer.submit(write, done)

@@ -14,12 +14,14 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from c4.proto import c4_pb2
 from c4.report import FaultReport
+from c4.settings import at_least, format_names, parse_names, positive, setting, validate
 from diagnosis.daemon.faults import FaultHub, ReportFollower
+from diagnosis.errors import ConfigError
 from diagnosis.inspection import ProcessFacts, inspect_process
 from diagnosis.store import RankRecord
 
@@ -40,21 +42,25 @@ def this_machine() -> frozenset[str]:
 class InspectConfig:
     """``c4 daemon --inspect/--no-inspect --inspect-hosts``."""
 
-    enabled: bool = True
+    enabled: bool = setting(True, flag="--inspect/--no-inspect", env="C4_INSPECT",
+                            help="Add to hang reports the blamed process's PID and host, its "
+                                 "Python stack (py-spy, by the sidecar of its node) and a "
+                                 "Flight Recorder dump request.")
     #: Host ids (as ranks report them) whose processes run on the daemon's machine; empty:
     #: this machine's hostname.
-    local_hosts: frozenset[str] = field(default_factory=frozenset)
+    local_hosts: frozenset[str] = setting(
+        default_factory=frozenset, flag="--inspect-hosts", env="C4_INSPECT_HOSTS",
+        cli_type=str, parse=parse_names, to_cli=format_names,
+        help="Comma-separated host ids (as ranks report them) that run on this machine "
+             "(default: its hostname).")
     #: At most this many processes per report (the first culprits).
-    max_processes: int = 4
+    max_processes: int = setting(4, check=at_least(1))
     py_spy: str = "py-spy"
-    timeout_s: float = 10.0
+    timeout_s: float = setting(10.0, check=positive)
     proc_root: Path = Path("/proc")
 
     def __post_init__(self) -> None:
-        if self.max_processes < 1:
-            raise ValueError(f"max_processes must be >= 1, got {self.max_processes}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+        validate(self, ConfigError)
 
 
 def culprit_ranks(report: FaultReport) -> list[int]:

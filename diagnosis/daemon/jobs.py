@@ -31,7 +31,19 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
+from c4.settings import (
+    at_least,
+    format_duration,
+    format_size,
+    non_negative,
+    parse_duration,
+    parse_size,
+    positive,
+    setting,
+    validate,
+)
 from diagnosis.daemon.errors import Rejected
+from diagnosis.errors import ConfigError
 from diagnosis.store import (
     BatchRows,
     ConnRows,
@@ -76,22 +88,43 @@ class JobLimits:
     """The daemon's ``--max-jobs``, ``--job-idle``, ``--max-groups``, ``--job-memory`` and
     ``--live-memory``."""
 
-    max_jobs: int = 10_000
-    idle_s: float = 1800.0
-    max_groups: int = 65_536
-    job_memory_bytes: int = 4 << 30
+    max_jobs: int = setting(10_000, flag="--max-jobs", env="C4_MAX_JOBS", check=at_least(1),
+                            help="Live jobs (heard from within --job-idle) the daemon follows "
+                                 "at once; one more waits: its sidecars hold its telemetry back "
+                                 "and resend it later, while their other jobs flow.")
+    idle_s: float = setting(1800.0, flag="--job-idle", env="C4_JOB_IDLE", cli_type=str,
+                            parse=parse_duration, to_cli=format_duration, check=positive,
+                            help="A job silent this long is no longer live: it leaves the live "
+                                 "view and stops counting against --max-jobs (e.g. 30m, 2h).")
+    #: A job none of whose ranks said it is exiting and that is heard from no more for this
+    #: long has failed (its processes were killed, or their nodes lost): its open faults
+    #: resolve. (A hung job still speaks: its collectors' stats frames go on.)
+    gone_after_s: float = setting(300.0, flag="--job-gone-after", env="C4_JOB_GONE_AFTER",
+                                  cli_type=str, parse=parse_duration, to_cli=format_duration,
+                                  check=positive,
+                                  help="A job none of whose ranks said it is exiting and that "
+                                       "is silent this long has failed (killed, or its nodes "
+                                       "lost): `c4 jobs` says so and its open faults resolve "
+                                       "(e.g. 5m; at most --job-idle).")
+    max_groups: int = setting(65_536, flag="--max-groups", env="C4_MAX_GROUPS",
+                              check=at_least(1),
+                              help="Communicators per job; more are refused.")
+    job_memory_bytes: int = setting(4 << 30, flag="--job-memory", env="C4_JOB_MEMORY",
+                                    cli_type=str, parse=parse_size, to_cli=format_size,
+                                    check=at_least(1),
+                                    help="Memory one job may take in the live view (an "
+                                         "estimate from its ranks and communicators); a "
+                                         "registration past it is refused.")
     #: 0: half this machine's memory
-    live_memory_bytes: int = 0
+    live_memory_bytes: int = setting(0, flag="--live-memory", env="C4_LIVE_MEMORY",
+                                     cli_type=str, parse=parse_size, to_cli=format_size,
+                                     check=non_negative,
+                                     help="Memory all live jobs together may take "
+                                          "(estimated); past it a growing job waits like one "
+                                          "over --max-jobs. 0: half this machine's memory.")
 
     def __post_init__(self) -> None:
-        for name in ("max_jobs", "max_groups", "job_memory_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.idle_s <= 0:
-            raise ValueError(f"idle_s must be positive, got {self.idle_s}")
-        if self.live_memory_bytes < 0:
-            raise ValueError("live_memory_bytes must be >= 0 (0: half this machine's memory), "
-                             f"got {self.live_memory_bytes}")
+        validate(self, ConfigError)
         if not self.live_memory_bytes:
             object.__setattr__(self, "live_memory_bytes", half_the_memory())
 

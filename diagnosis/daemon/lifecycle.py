@@ -1,7 +1,12 @@
 """A job's life as the daemon sees it (running, silent, finished, failed) and what its end
 means for its faults: when every rank of an attempt has said it is exiting, the attempt has
 ended, and its open reports resolve with that reason (a stale report must not lead a
-recovery started later to act on a job that is gone)."""
+recovery started later to act on a job that is gone).
+
+A job whose processes were killed (SIGKILL, the out-of-memory killer, a lost node) says no last
+words: it only goes quiet. A job that is merely hung still speaks (its collectors' stats frames
+go on), so a job heard from no more for the daemon's ``--job-gone-after`` has failed, its end
+dated to when it was last heard."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ class JobEnd:
     state: str          # FINISHED or FAILED
     ended_ns: int
     reason: str
+    silent: bool = False   # ended by going silent without last words (see the module)
 
 
 class JobLifecycle:
@@ -40,13 +46,20 @@ class JobLifecycle:
         self._lock = threading.Lock()
         self._ends: dict[str, JobEnd] = {}        # job -> end of its latest ended attempt
 
-    def ended(self, job: str, attempt: int, ended_ns: int | None = None) -> JobEnd:
-        """Every rank of ``job``'s ``attempt`` said it is exiting: record the end and resolve
-        the job's open reports."""
+    def ended(self, job: str, attempt: int, ended_ns: int | None = None,
+              silent_s: float | None = None) -> JobEnd:
+        """Every rank of ``job``'s ``attempt`` said it is exiting, or (``silent_s``) none did
+        and it has been silent that long since ``ended_ns``: record the end and resolve the
+        job's open reports."""
         ended_ns = ended_ns or time.time_ns()
         open_reports = self._store.list_faults(job, open_only=True)
         failing = [r for r in open_reports if r.kind in FAILING_KINDS]
-        if failing:
+        if silent_s is not None:
+            end = JobEnd(job, attempt, FAILED, ended_ns,
+                         f"no rank said it was exiting and nothing heard for {silent_s:.0f} s: "
+                         "its processes were killed (SIGKILL, out of memory) or their nodes "
+                         "lost", silent=True)
+        elif failing:
             kinds = sorted({r.kind for r in failing})
             end = JobEnd(job, attempt, FAILED, ended_ns,
                          f"every rank exited with {len(failing)} open "
@@ -63,10 +76,10 @@ class JobLifecycle:
         return end
 
     def started(self, job: str, attempt: int) -> None:
-        """A new attempt speaks: the job runs again."""
+        """A new attempt speaks, or one taken for gone speaks again: the job runs again."""
         with self._lock:
             end = self._ends.get(job)
-            if end is not None and attempt > end.attempt:
+            if end is not None and (attempt > end.attempt or end.silent):
                 del self._ends[job]
 
     def state(self, job: str, heard_s_ago: float | None) -> tuple[str, int, str]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from prometheus_client import Histogram
 
 from c4.proto import c4_pb2
 from c4.proto.health import HealthRecord
@@ -43,6 +44,7 @@ from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.daemon.writer import LATENCY_BUCKETS
 from diagnosis.health.live import LiveHealth
 from diagnosis.store import (
     BatchRows,
@@ -96,7 +98,14 @@ class JobState:
     topology: JobTopology | None = None   # once assembled
     topo_hosts: tuple[frozenset[str], int] | None = None   # (hosts, generation) it joined
     topo_pass_version: int = -1    # ranks_version at the last pass that looked at its hosts
-    ended: bool = False        # every rank said it is exiting (told to ``on_job_end``)
+    ended: bool = False        # every rank said it is exiting, or it went silent for good
+    #: it ended by going silent (told to ``on_job_end`` with the silence): if it speaks again,
+    #: it was not gone
+    gone: bool = False
+    #: last sign of life (monotonic): a write applied, or a collector's stats frame newer than
+    #: any before (a hung job writes nothing, but its collectors still beat)
+    alive: float = field(default_factory=time.monotonic)
+    beat_ns: int = 0            # the newest collector stats frame time seen
 
 
 def _all_left(st: JobState) -> bool:
@@ -140,7 +149,7 @@ class LiveView:
     def __init__(self, hub: FaultHub, *, topology: Topology | None = None,
                  store: Store | None = None,
                  max_backlog_records: int = 1_000_000, idle_s: float = 1800.0,
-                 observe_analysis: Callable[[float], None] | None = None,
+                 gone_after_s: float = 300.0,
                  budget: BudgetConfig | None = None, control: ControlHub | None = None,
                  max_job_names: int = MAX_JOB_NAMES, hosts: HostBook | None = None,
                  topology_source: str = "") -> None:
@@ -156,7 +165,13 @@ class LiveView:
         self._store = store
         self._max_backlog = max_backlog_records
         self._idle_s = idle_s
-        self._observe_analysis = observe_analysis
+        # (ended before it leaves the view: the view forgets jobs silent for ``idle_s``)
+        self._gone_after_s = min(gone_after_s, idle_s)
+        #: every pass of the detectors (``component_metrics``)
+        self.analysis_seconds = Histogram(
+            "c4_daemon_analysis_seconds",
+            "Duration of one pass of the live detectors over every job.",
+            buckets=(*LATENCY_BUCKETS, 30.0, 60.0), registry=None)
         self._jobs: dict[tuple[str, int], JobState] = {}
         self._evicted: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._lock = threading.Lock()  # the jobs and their engines
@@ -178,9 +193,10 @@ class LiveView:
         # failures kept inside one job's analysis, by stage (apply, heard, budget, advance, file)
         self.problems: dict[str, int] = {}
         self._rated = RateLimitedLog(log)
-        # (job, attempt, when): every rank of the attempt said it is exiting; called from the
-        # detectors' thread, outside the view's lock
-        self.on_job_end: Callable[[str, int, int], None] | None = None
+        # (job, attempt, when, silent_s): every rank of the attempt said it is exiting
+        # (silent_s None), or it has not been heard from for silent_s seconds (since ``when``)
+        # without a word of leaving; called from the detectors' thread, outside the view's lock
+        self.on_job_end: Callable[..., object] | None = None
         # (job, attempt): an attempt the view had not seen speaks (under the view's lock)
         self.on_job_start: Callable[[str, int], None] | None = None
         # node health: causes for the reports, health reports of their own (diagnosis/health)
@@ -265,6 +281,9 @@ class LiveView:
                     groups[(job, attempt, t_ns // HEARD_BUCKET_NS, leaving)] = (ranks, t_ns)
         for (job, attempt, _, leaving), (ranks, t_ns) in groups.items():
             st = self._jobs[(job, attempt)]
+            if t_ns > st.beat_ns:
+                st.beat_ns, st.alive = t_ns, time.monotonic()
+                self._revive(st)
             if st.engine is not None:
                 try:
                     st.engine.heard(ranks, t_ns, leaving=leaving)
@@ -350,8 +369,21 @@ class LiveView:
             self._evicted.pop(key, None)
             if evicted or not isinstance(first.body, RankRecord):
                 self._seed(state)
-        state.heard = time.monotonic()
+        else:
+            self._revive(state)
+        state.heard = state.alive = time.monotonic()
         return state
+
+    def _revive(self, st: JobState) -> None:
+        """A job taken for gone speaks again (it was silent for long, not killed): it runs
+        again; its ended faults stay resolved. Lock held."""
+        if not st.gone:
+            return
+        log.info("job %s attempt %d speaks again after it was taken for gone", st.job,
+                 st.attempt)
+        st.ended = st.gone = False
+        if self.on_job_start is not None:
+            self.on_job_start(st.job, st.attempt)
 
     def _seed(self, st: JobState) -> None:
         if self._store is None:
@@ -555,6 +587,11 @@ class LiveView:
                 ended = [st for st in self._jobs.values() if not st.ended and _all_left(st)]
                 for st in ended:
                     st.ended = True
+                mono = time.monotonic()
+                gone = [(st, mono - st.alive) for st in self._jobs.values()
+                        if not st.ended and mono - st.alive > self._gone_after_s]
+                for st, _ in gone:
+                    st.ended = st.gone = True
                 pending, self._health_pending = self._health_pending, []
             filed = 0
             for job, reports, places in found:
@@ -574,10 +611,12 @@ class LiveView:
             if self.on_job_end is not None:
                 for st in ended:
                     self.on_job_end(st.job, st.attempt, now_ns)
+                for st, silent_s in gone:
+                    self.on_job_end(st.job, st.attempt, now_ns - int(silent_s * 1e9),
+                                    silent_s=silent_s)
         finally:
             self.last_analysis_s = time.perf_counter() - t0
-            if self._observe_analysis is not None:
-                self._observe_analysis(self.last_analysis_s)
+            self.analysis_seconds.observe(self.last_analysis_s)
             with self._cond:
                 self._judging_since = None
         return filed

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
 
 import c4
 from c4.metrics import MetricsServer, parse_listen
@@ -19,24 +20,31 @@ from c4.proto import c4_pb2, c4_pb2_grpc
 from c4.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
 from c4.security.tokens import TokenTable
 from diagnosis.daemon.admin import AdminService, JobRemover, Retention
+from diagnosis.daemon.component_metrics import (
+    AuthDenials,
+    IngestCollector,
+    LiveCollector,
+    WriterCollector,
+)
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.decoding import SafeDecode
 from diagnosis.daemon.detail import DetailPuller
+from diagnosis.daemon.fault_metrics import OpenFaults
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.ingest import IngestService
 from diagnosis.daemon.inspection import ProcessInspector
+from diagnosis.daemon.job_series import JobSeries
 from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.lifecycle import JobLifecycle
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.live import LiveView
-from diagnosis.daemon.metrics import DaemonMetrics, TimedStore
 from diagnosis.daemon.queries import FaultActionsService, FaultsService, QueryService
 from diagnosis.daemon.topology_query import TopologyService
 from diagnosis.daemon.writer import Writer
 from diagnosis.errors import DiagnosisError
-from diagnosis.store import open_store
+from diagnosis.store import Write, open_store
 
 if TYPE_CHECKING:
     from c4.topology import Topology
@@ -48,14 +56,19 @@ SERVICES = ("c4.v1.Ingest", "c4.v1.Faults", "c4.v1.Query", "c4.v1.Admin", "c4.v1
 
 
 class Daemon:
+    """The daemon's parts, wired; ``registry`` takes every part's Prometheus collector (a new
+    one when None: several daemons in one process keep their metrics apart)."""
+
     def __init__(self, config: DaemonConfig, *, topology: Topology | None = None,
-                 tokens: TokenTable | None = None, topology_source: str = "") -> None:
+                 tokens: TokenTable | None = None, topology_source: str = "",
+                 registry: CollectorRegistry | None = None) -> None:
         self.config = config
         tls = ServerTls(config.tls_cert, config.tls_key, config.tls_client_ca or None) \
             if config.tls_cert else None
         check_listen(config.listen, tls=tls is not None, insecure=config.insecure)
         self.tokens = tokens if tokens is not None else TokenTable.load(config.tokens_file or None)
-        self.metrics = DaemonMetrics()
+        self.registry = registry if registry is not None else \
+            CollectorRegistry(auto_describe=True)
         self.store = open_store(config.store)
         self.hub = FaultHub(self.store)
         self.control = ControlHub()
@@ -64,7 +77,7 @@ class Daemon:
                              hosts=self.hosts, topology_source=topology_source,
                              max_backlog_records=config.live_backlog_records,
                              idle_s=config.jobs.idle_s,
-                             observe_analysis=self.metrics.analysis.observe,
+                             gone_after_s=config.jobs.gone_after_s,
                              budget=config.budget, control=self.control)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
@@ -73,8 +86,8 @@ class Daemon:
         self.lifecycle = JobLifecycle(self.hub, self.store)
         self.live.on_job_end = self.lifecycle.ended
         self.live.on_job_start = self.lifecycle.started
-        self.writer = Writer(TimedStore(self.store, self.metrics.store_write.observe),
-                             on_stored=self.live.apply,
+        self.job_series = JobSeries(max_jobs=config.metrics_jobs, idle_s=config.jobs.idle_s)
+        self.writer = Writer(self.store, on_stored=self._stored,
                              commit_interval_s=config.commit_interval_s,
                              max_pending=config.max_pending_requests,
                              max_pending_records=config.max_pending_records)
@@ -86,7 +99,6 @@ class Daemon:
         self.ingest = IngestService(self.writer, self.jobs, bounds=config.bounds,
                                     max_records=config.max_records_per_batch,
                                     limiter=RateLimiter(rate, 2 * rate),
-                                    observe_ack=self.metrics.ack_latency.observe,
                                     tokens_checked=bool(self.tokens),
                                     max_streams=config.max_streams,
                                     on_stats=self.live.heard, control=self.control,
@@ -94,18 +106,23 @@ class Daemon:
                                                       self.store.groups(job)),
                                     on_host=self.hosts.put)
         self.ingest.on_inspection = self.inspector.answered
-        self.remover = JobRemover(self.store, self.jobs, self.live, self.writer)
+        self.open_faults = OpenFaults(self.hub, self.store)
+        self.remover = JobRemover(self.store, self.jobs, self.live, self.writer,
+                                  on_removed=self._removed)
         self.retention = Retention(self.store, self.remover, config.retention_s) \
             if config.retention_s else None
         self.faults = FaultsService(self.store, self.hub, max_watches=config.max_watches)
-        self.metrics.attach(self)
+        self.denials = AuthDenials(self.registry)
+        for collector in (WriterCollector(self.writer), IngestCollector(self.ingest),
+                          LiveCollector(self.live), self.open_faults, self.job_series):
+            self.registry.register(collector)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()
         self._stop = threading.Event()
         self._health = health.HealthServicer()
         interceptors: list[grpc.ServerInterceptor] = [SafeDecode()]
         if self.tokens:
-            interceptors.append(AuthInterceptor(self.tokens, self.metrics.on_denied))
+            interceptors.append(AuthInterceptor(self.tokens, self.denials.on_denied))
         if not self.tokens and not config.tls_client_ca:
             log.info("no tokens configured: every client may call every RPC")
         self._server = grpc.server(
@@ -144,6 +161,15 @@ class Daemon:
                                           args=(self._stop, config.analyze_interval_s),
                                           name="c4-live", daemon=True)
 
+    def _stored(self, writes: list[Write]) -> None:
+        """What the writer stored goes to the per-job series and the live detectors."""
+        self.job_series.observe(writes)
+        self.live.apply(writes)
+
+    def _removed(self, job: str) -> None:
+        self.open_faults.forget_job(job)
+        self.job_series.forget(job)
+
     def job_state(self, job: str) -> tuple[str, int, str]:
         """(state, ended_ns, reason) of a job, for ``c4 jobs``."""
         return self.lifecycle.state(job, self.live.heard_s_ago(job))
@@ -155,7 +181,7 @@ class Daemon:
         open_faults = 0
         if not store_error:
             try:
-                open_faults = len(self.store.list_faults(open_only=True))
+                open_faults = self.store.count_faults(open_only=True)
             except Exception as exc:
                 store_error = str(exc)
         resp = c4_pb2.StatusResponse(
@@ -191,7 +217,7 @@ class Daemon:
             tls = (self.config.tls_cert, self.config.tls_key) \
                 if self.config.tls_cert and not is_loopback(f"{host}:0") else None
             self.metrics_server = MetricsServer(self.config.metrics_listen,
-                                                self.metrics.registry, tls=tls)
+                                                self.registry, tls=tls)
         for name in ("", *SERVICES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("c4 daemon listening on port %d, store %s", self.port, self.config.store)

@@ -18,10 +18,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prometheus_client import Histogram
+
 from diagnosis.errors import StoreError
 from diagnosis.store import Store, Write
 
 log = logging.getLogger(__name__)
+
+#: Upper bounds (seconds) of the daemon's request-latency histograms.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 Done = Callable[[bool], None]  # called with "was a duplicate" once the write is durable
 
@@ -62,6 +67,10 @@ class Writer:
         self._processed = 0
         #: why the last store write failed, while it keeps failing ("" once one succeeds)
         self.store_error = ""
+        #: every commit's duration (served by ``component_metrics.WriterCollector``)
+        self.commit_seconds = Histogram("c4_daemon_store_write_seconds",
+                                        "Duration of one group commit into the store.",
+                                        buckets=LATENCY_BUCKETS, registry=None)
 
     def start(self) -> None:
         self._thread.start()
@@ -139,6 +148,7 @@ class Writer:
             if not items:
                 return
             while True:
+                t0 = time.perf_counter()
                 try:
                     dups = self._store.write([it.write for it in items])
                     break
@@ -150,6 +160,7 @@ class Writer:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
             backoff = 0.2
+            self.commit_seconds.observe(time.perf_counter() - t0)
             self.store_error = ""
             fresh = [it.write for it, dup in zip(items, dups) if not dup]
             self.stored += len(fresh)

@@ -1,6 +1,12 @@
 """The detection engine: feed it ranks, groups, op and connection records (from a trace or live
 telemetry), call ``advance`` with the data's clock, get fault reports.
 
+Data flows one way: records update the state (``state.JobState``: per-communicator timing,
+connection windows, progress, the ranks' clocks); the detectors judge it and their report
+builders turn what they find into frozen ``reporter.Finding``s; the one ``reporter.Reporter``
+decides which incident each belongs to, revises and ends reports; ``advance`` returns the
+reports that changed, which the daemon stores.
+
 Memory is bounded: each communicator keeps its last ``window`` calls, each member and connection
 its last ``history`` samples, so the engine can run for ever and a trace streams through it.
 """
@@ -16,7 +22,7 @@ from c4.proto.codec import Columns
 from c4.proto.sampling import is_sampled, prefix_state, sampled_after
 from c4.report import FaultReport
 from c4.topology.protocol import TopologyLike
-from diagnosis.engine.arena import Arena
+from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.hang_reports import HangReports
@@ -29,10 +35,11 @@ from diagnosis.engine.placement import Placement
 from diagnosis.engine.ports import PortBoard
 from diagnosis.engine.progress import ProgressBoard
 from diagnosis.engine.records import ConnRecords, LinkStatRecords, PortRecords, ProgressRecords
-from diagnosis.engine.registry import Registry
+from diagnosis.engine.reporter import Reporter
 from diagnosis.engine.slow import NoncommSlow
 from diagnosis.engine.slow_reports import SlowReports
 from diagnosis.engine.stalls import StallsAfterTheFact
+from diagnosis.engine.state import JobState
 from diagnosis.engine.straggle import SampledStragglers
 from diagnosis.engine.teardown import TeardownGate
 from diagnosis.engine.timing import GroupTiming
@@ -62,7 +69,7 @@ class Engine:
         paths = PathCache(topology) if topology is not None else None
         self.ports = PortBoard(topology)
         self.localizer = Localizer(self.arena, self.placement, paths, self.cfg)
-        self.registry = Registry()
+        self.reporter = Reporter()
         self.pg_names: list[str] = []
         self._pg_ids: dict[str, int] = {}
         self._pg_group = np.zeros(0, dtype=np.int64)
@@ -77,7 +84,6 @@ class Engine:
         self._now = 0
         self.op_now = 0     # the latest time seen in op rows
         self._last_detect: int | None = None
-        self.error_ranks: set[int] = set()
         self.teardown = TeardownGate(self.cfg.evidence_delay_ns)
         self.leaving: set[int] = set()   # ranks whose collectors said their process is exiting
         self._unknown: set[str] = set()
@@ -89,10 +95,14 @@ class Engine:
         self.inverted = 0   # op rows that ended before they were entered
         self.progress = ProgressBoard(self.arena)
         self.linkstats = LinkStatFeed(self.conns)
-        self.hangs = HangReports(self)
-        self.stalls = StallsAfterTheFact(self)
-        self.slow_reports = SlowReports(self)
-        self.lossy = LossyLinks(self)
+        # state -> detectors -> findings -> the one reporter -> reports
+        self.state = JobState(self.cfg, self.arena, self.placement, self.clock, self.timing,
+                              self.conns, self.progress, self.ports, self.pg_names,
+                              self.op_names, self.leaving)
+        self.hangs = HangReports(self.state, self.reporter, self.localizer, self.teardown)
+        self.stalls = StallsAfterTheFact(self.state, self.reporter)
+        self.slow_reports = SlowReports(self.state, self.reporter, self.hangs.error_ranks)
+        self.lossy = LossyLinks(self.cfg, self.localizer, self.placement, self.reporter)
         self.timing.pace = self.progress.period
         self.timing.transfer = lambda g: self.conns.transfer_ns(
             np.asarray(self.arena.pg_of, dtype=np.int64)[g]) if len(g) else np.zeros(0)
@@ -223,12 +233,39 @@ class Engine:
                 if len(kept.slots):
                     self.timing.update(kept)
                     if self.sample == 1:
-                        self.slow.update(kept)
+                        self._slow_update(kept)
                     else:
                         self.stragglers.update(kept)
                 bad = np.flatnonzero((fin.status > 0).any(axis=1))
                 for i in bad.tolist():
                     self.hangs.error(self.hangs.as_stuck(fin, i), self._now)
+
+    def _slow_update(self, fin: Finished) -> None:
+        """Feed the slow-rank detector, judging in between where a communicator's ring would
+        otherwise take more new samples than half its length: the start of a slowdown must
+        still be in the ring, with samples after it, when it is judged (a trace read in large
+        blocks, a fast job between two passes), or the report's onset would be when the
+        evidence became enough rather than when the slowdown began."""
+        half = max(self.cfg.history // 2, 1)
+        n = fin.enter.shape[1]
+        while len(fin.slots):
+            ug, first, inv = np.unique(fin.group, return_index=True, return_inverse=True)
+            room = half - self.slow.unjudged(ug, n)
+            room[self.arena.p2p[ug]] = len(fin.slots)   # (channels give no samples)
+            occ = np.arange(len(fin.group)) - first[inv]    # (sorted by communicator, seq)
+            fits = occ < room[inv]
+            if fits.all():
+                self.slow.update(fin)
+                return
+            if fits.any():
+                piece = fin.take(fits)
+                self.slow.update(piece)
+                fin = fin.take(~fits)
+                now = int(piece.end.max())
+            else:
+                now = int(fin.enter.min())
+            self.slow_reports.noncomm(self.slow.judge(), max(now, 0), self.sample,
+                                      confirm=False)
 
     @staticmethod
     def _names(strings: list[str], column: np.ndarray, known: dict[str, int],
@@ -448,31 +485,31 @@ class Engine:
             self._last_detect = now
             self._detected_records = self.records
             self._slow(now)
-        return self.registry.changed()
+        return self.reporter.changed()
 
     def finish(self, end_ns: int | None = None) -> list[FaultReport]:
         now = int(end_ns) if end_ns is not None else self._now
         self._hangs(now, final=True)
         self._slow(now)
-        self.registry.changed()
-        return [r for r in self.registry.all() if r.state == "open"]
+        self.reporter.changed()
+        return [r for r in self.reporter.all() if r.state == "open"]
 
     def incidents(self) -> list[FaultReport]:
         """Every fault the trace showed so far: the open ones and those that cleared (each
         from its first to its last time seen), oldest first; withdrawn reports left out."""
-        return self.registry.incidents()
+        return self.reporter.incidents()
 
     def open_calls(self) -> int:
         """Calls that some member entered and that have not finished."""
         return len(self.arena.open_slots())
 
     def reports(self) -> list[FaultReport]:
-        return self.registry.all()
+        return self.reporter.all()
 
     def _hangs(self, now: int, final: bool = False) -> None:
-        self.hangs.scan(now)
-        for report in self.teardown.settle(self.clock.seen[: self.clock.size], now, final):
-            self.registry.put(report, now)
+        self.hangs.scan(now, self.op_now)
+        for finding in self.teardown.settle(self.clock.seen[: self.clock.size], now, final):
+            self.reporter.file(finding, now)
 
     def _comm_min_span(self) -> int:
         """How long a slowdown must last to be a fault: ``comm_min_span_ns``, or as many
@@ -485,7 +522,7 @@ class Engine:
 
     def _slow(self, now: int) -> None:
         self.slow_reports.noncomm(self.slow.judge() if self.sample == 1
-                                  else self.stragglers.judge(), now)
+                                  else self.stragglers.judge(), now, self.sample)
         findings = self.localizer.comm_slow(self.conns if self.conns.total else None,
                                             self.timing.xfer, self.timing.xkey_group,
                                             self._comm_min_span())

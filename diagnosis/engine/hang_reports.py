@@ -4,12 +4,9 @@ localizing stuck transfers (see ``hangs`` for the rules)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from c4.proto.codec import STATUS_NAMES
-from c4.report import FaultReport
 from diagnosis.engine.arena import Finished
 from diagnosis.engine.hangs import (
     Stuck,
@@ -19,28 +16,32 @@ from diagnosis.engine.hangs import (
     scan_open,
     stalled_at_once,
 )
-from diagnosis.engine.teardown import stopped_together
-from diagnosis.engine.wording import group_words, ms
-
-if TYPE_CHECKING:
-    from diagnosis.engine.engine import Engine
+from diagnosis.engine.localize import UNPLACED, Localizer
+from diagnosis.engine.reporter import Finding, Reporter
+from diagnosis.engine.state import JobState
+from diagnosis.engine.teardown import TeardownGate, stopped_together
+from diagnosis.engine.wording import ms
 
 _ERRORS_KEPT = 4096     # failed instances remembered (their culprits may change as rows arrive)
 
 
 class HangReports:
-    """Files and withdraws the hang and error reports of one engine."""
+    """Turns what the hang scan finds open (and failed calls) into hang and error findings for
+    the reporter, holding errors that may be a teardown at ``teardown``, and says which of its
+    open ones ended."""
 
-    def __init__(self, eng: Engine) -> None:
-        self.cfg, self.arena, self.clock, self.timing = eng.cfg, eng.arena, eng.clock, eng.timing
-        self.conns, self.localizer, self.placement = eng.conns, eng.localizer, eng.placement
-        self.registry, self.teardown = eng.registry, eng.teardown
-        self.ports = eng.ports
-        self.progress = eng.progress
-        self.op_now = lambda: eng.op_now
-        self.pg_names, self.op_names = eng.pg_names, eng.op_names
-        self.error_ranks = eng.error_ranks
-        self.leaving = eng.leaving
+    def __init__(self, state: JobState, reporter: Reporter, localizer: Localizer,
+                 teardown: TeardownGate) -> None:
+        self.state = state
+        self.cfg, self.arena, self.clock = state.cfg, state.arena, state.clock
+        self.timing, self.conns, self.placement = state.timing, state.conns, state.placement
+        self.ports, self.progress = state.ports, state.progress
+        self.pg_names, self.op_names = state.pg_names, state.op_names
+        self.leaving = state.leaving
+        self.reporter, self.localizer, self.teardown = reporter, localizer, teardown
+        self._op_now = 0     # the latest time seen in op rows (as of the last scan)
+        #: ranks that error reports blame (what the slow reports leave to them)
+        self.error_ranks: set[int] = set()
         self._comm_hang_memo: tuple[object, object] | None = None
         self._errors: dict[tuple[int, int], str] = {}    # failed instance -> its error's id
         self._claims: dict[str, set[int]] = {}           # error id -> its culprits
@@ -99,14 +100,14 @@ class HangReports:
         summary = (f"{who} {how} in {op} #{inst.seq} on {name} ({'/'.join(statuses)}); "
                    f"check {'its' if len(culprits) == 1 else 'their'} logs and restart "
                    f"{'it' if len(culprits) == 1 else 'them'}")
-        report = FaultReport(
-            "error", tuple(self.placement.suspects(culprits, [0.95] * len(culprits))),
+        report = Finding(
+            "error", "error:" + ",".join(map(str, culprits[:8])),
+            tuple(self.placement.suspects(culprits, [0.95] * len(culprits))),
             first, summary, pg=self.pg_names[self.arena.pg_of[inst.group]], seq=inst.seq,
             evidence={"group": name, "status": statuses, "culprits": culprits,
-                      "members": len(inst.enter)},
-            id="error:" + ",".join(map(str, culprits[:8])))
-        self._claim(report.id, culprits)
-        self._errors[key] = report.id
+                      "members": len(inst.enter)}, culprits=tuple(culprits))
+        self._claim(report.key, culprits)
+        self._errors[key] = report.key
         while len(self._errors) > _ERRORS_KEPT:
             del self._errors[next(iter(self._errors))]
         fail = inst.end[(inst.status > 0) & (inst.end >= 0)]
@@ -136,9 +137,9 @@ class HangReports:
         statuses = "/".join(sorted({STATUS_NAMES[x] for x in inst.status.tolist() if x > 0}))
         absent = inst.absent.tolist()
         if absent:
-            fid = next((old for old in self.registry.open_ids("noncomm_hang")
-                        if set(self.registry.get(old).evidence.get("culprits", []))
-                        & set(culprits)), "noncomm_hang:" + ",".join(map(str, culprits[:8])))
+            # (an open hang that blames one of them is this incident: the reporter files it
+            # there)
+            fid = "noncomm_hang:" + ",".join(map(str, culprits[:8]))
             who = self.placement.describe_many(culprits)
             last = self._describe_last(culprits[0])
             summary = (f"{who} never entered {op} #{inst.seq} on {name}; the "
@@ -148,35 +149,39 @@ class HangReports:
                        "process (stack, GPU)")
             c0 = culprits[0]
             quiet = int(self.clock.last_end[c0]) if c0 < self.clock.size else -1
-            report = FaultReport(
-                "noncomm_hang", tuple(self.placement.suspects(culprits, [0.95] * len(culprits))),
+            report = Finding(
+                "noncomm_hang", fid,
+                tuple(self.placement.suspects(culprits, [0.95] * len(culprits))),
                 max(int(inst.first), quiet), summary,
                 pg=self.pg_names[self.arena.pg_of[inst.group]], seq=inst.seq,
                 evidence={"culprits": culprits, "timed_out": True, "status": statuses,
                           "waited_ms": round(waited / 1e6, 1),
                           "last_completed": {str(r): self._describe_last(r)
                                              for r in culprits[:16]}},
-                id=fid)
+                culprits=tuple(culprits), timed_out=True)
         else:
             keys = self.localizer.stuck_transfers(self.conns, now, 0)
             since = inst.last + self.timing.settle(inst.group)
             suspects, how = self._ported(*self.localizer.comm_hang(
                 self.conns if keys else None, [inst.group], keys, since, self.timing.last_end))
-            fid = next(iter(self.registry.open_ids("comm_hang")), None) or \
+            fid = next(iter(self.reporter.open_ids("comm_hang")), None) or \
                 f"comm_hang:{name}:{inst.seq}"
             summary = (f"every member of {name} entered {op} #{inst.seq}, waited {ms(waited)} "
                        f"and failed ({statuses}) ({how}); check "
                        + (f"{suspects[0].type} {suspects[0].id}" if suspects else "the transfer"))
-            report = FaultReport("comm_hang", tuple(suspects), int(inst.last), summary,
-                                 pg=self.pg_names[self.arena.pg_of[inst.group]], seq=inst.seq,
-                                 evidence={"group": name, "seq": inst.seq, "timed_out": True,
-                                           "status": statuses,
-                                           "waited_ms": round(waited / 1e6, 1)}, id=fid)
-        self._timed_out.add(self.registry.put(report, now, renew=True))
+            report = Finding("comm_hang", fid, tuple(suspects), int(inst.last), summary,
+                             pg=self.pg_names[self.arena.pg_of[inst.group]], seq=inst.seq,
+                             evidence={"group": name, "seq": inst.seq, "timed_out": True,
+                                       "status": statuses,
+                                       "waited_ms": round(waited / 1e6, 1)}, timed_out=True)
+        self._timed_out.add(self.reporter.file(report, now, renew=True))
 
     def _ported(self, suspects: list, how: str) -> tuple[list, str]:
-        """A hang's suspects reordered by what their NIC ports showed (see ``ports``)."""
+        """A hang's suspects reordered by what their NIC ports showed (see ``ports``); none
+        where nothing places the hang (``UNPLACED``) and the ports showed nothing either."""
         out, note = self.ports.weigh(list(suspects))
+        if how == UNPLACED and not note:
+            out = []
         return out, f"{how}; {note}" if note else how
 
     def _claim(self, fid: str, ranks: list[int]) -> None:
@@ -189,7 +194,7 @@ class HangReports:
         self.error_ranks.clear()
         self.error_ranks.update(*self._claims.values())
         if not self.teardown.withdraw(fid):
-            self.registry.resolve(fid, now, why)
+            self.reporter.resolve(fid, now, why)
 
     def explained(self) -> set[int]:
         """Ranks an error accounts for: the culprits of error reports, and ranks whose latest
@@ -203,15 +208,15 @@ class HangReports:
                 out.add(r)
         return out
 
-    def _file(self, report: FaultReport, now: int) -> str:
+    def _file(self, report: Finding, now: int) -> str:
         """File a hang report (a new incident if an earlier one of that id was resolved);
         returns its id. If the whole job stopped at once (see ``teardown``) and the report is
         new, it waits until a rank is heard again."""
-        cur = self.registry.get(report.id)
+        cur = self.reporter.get(report.key)
         if self._stopped and (cur is None or cur.state != "open"):
             self.teardown.hold_hang(report)
-            return report.id
-        return self.registry.put(report, now, renew=True)
+            return report.key
+        return self.reporter.file(report, now, renew=True)
 
     def _all_leaving(self, seen: np.ndarray) -> bool:
         """Every rank heard from said it is exiting: the job was stopped (or ended), whatever
@@ -228,10 +233,11 @@ class HangReports:
         return int(self.timing.bound(np.asarray([g], dtype=np.int64))[0])
 
     def label(self, g: int) -> str:
-        name = self.arena.names[g]
-        return group_words(name) if not self.arena.p2p[g] else f"send/recv {name}"
+        return self.state.label(g)
 
-    def scan(self, now: int) -> None:
+    def scan(self, now: int, op_now: int) -> None:
+        """Judge the calls open at ``now``; ``op_now``: the latest time seen in op rows."""
+        self._op_now = op_now
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
                          self.timing.tail_bound, self.timing.novel, self.cfg.hang_cold_ns,
                          self._progress_lag(now))
@@ -297,17 +303,17 @@ class HangReports:
                 self._report_missing(s, now)
             self._heard_again(now)
         for kind in ("noncomm_hang", "comm_hang"):
-            for fid in self.registry.open_ids(kind):
+            for fid, f in self.reporter.open_findings(kind):
                 if fid not in active and fid not in self._timed_out:
-                    blamed = set(self.registry.get(fid).evidence.get("culprits", []))
+                    blamed = set(f.culprits)
                     if blamed & explained:
-                        self.registry.resolve(fid, now, "explained by an error report")
+                        self.reporter.resolve(fid, now, "explained by an error report")
                     else:
-                        self.registry.resolve(fid, now, "the waiting call finished",
+                        self.reporter.resolve(fid, now, "the waiting call finished",
                                               cleared=True)
                         g = self._hang_group.pop(fid, None)
                         if g is not None:
-                            self.timing.stall_cleared(g, self.registry.get(fid).first_seen_ns,
+                            self.timing.stall_cleared(g, self.reporter.get(fid).first_seen_ns,
                                                       now)
 
     def _progress_lag(self, now: int) -> int:
@@ -318,7 +324,7 @@ class HangReports:
         newest = self.progress.newest
         if newest < 0:
             return 0
-        return int(min(max(self.op_now() - newest, 0), max(now - newest, 0)))
+        return int(min(max(self._op_now - newest, 0), max(now - newest, 0)))
 
     def _in_flight(self, s: Stuck) -> bool:
         """A call every member entered, that some got out of (a send returns once gloo or TCP
@@ -361,13 +367,8 @@ class HangReports:
                              silent: list[int] | None = None) -> str:
         culprits = sorted(roots, key=lambda r: (roots[r].first, r))
         top = roots[culprits[0]]
-        fid = None
-        for old in self.registry.open_ids("noncomm_hang"):
-            prev = set(self.registry.get(old).evidence.get("culprits", []))
-            if prev & set(culprits):
-                fid = old
-                break
-        fid = fid or "noncomm_hang:" + ",".join(map(str, culprits[:8]))
+        # (an open hang that blames one of them is this incident: the reporter files it there)
+        fid = "noncomm_hang:" + ",".join(map(str, culprits[:8]))
         name = self.label(top.group)
         op = self.op_names[top.op] if top.op >= 0 else "call"
         if self.arena.p2p[top.group]:
@@ -410,10 +411,9 @@ class HangReports:
                                            * len(culprits))
         if silent:
             evidence["chain_by_silence"] = silent[:16]
-        report = FaultReport("noncomm_hang", tuple(suspects),
-                             max(top.first, quiet), summary,
-                             pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
-                             evidence=evidence, id=fid)
+        report = Finding("noncomm_hang", fid, tuple(suspects), max(top.first, quiet), summary,
+                         pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
+                         evidence=evidence, culprits=tuple(culprits))
         rid = self._file(report, now)
         self._hang_group[rid] = top.group
         while len(self._hang_group) > _ERRORS_KEPT:
@@ -442,12 +442,12 @@ class HangReports:
         summary = (f"transfer(s) {names}{more} stopped moving {ms(now - first)} ago under "
                    f"send/recv calls that carry no peer ({how}); check {where}")
         # one communication hang at a time: later evidence refines it
-        fid = (self.registry.open_ids("comm_hang") or [None])[-1] \
+        fid = (self.reporter.open_ids("comm_hang") or [None])[-1] \
             or (f"comm_hang:{top.type}:{top.id}" if top else f"comm_hang:{names}")
         evidence = {"groups": pgs, "stuck_transfers": [f"{w.src[k]}>{w.dst[k]}"
                                                        for k in keys[:16]]}
-        report = FaultReport("comm_hang", tuple(suspects), first, summary,
-                             pg=pgs[0] if pgs else None, evidence=evidence, id=fid)
+        report = Finding("comm_hang", fid, tuple(suspects), first, summary,
+                         pg=pgs[0] if pgs else None, evidence=evidence)
         return self._file(report, now)
 
     def _report_comm_hang(self, stuck: list[Stuck], now: int) -> str:
@@ -473,7 +473,9 @@ class HangReports:
         name = self.label(s.group)
         op = self.op_names[s.op] if s.op >= 0 else "call"
         top = suspects[0] if suspects else None
-        where = _where(suspects)
+        # no suspect: the hang is certain, its place is not (the localizer says why)
+        where = _where(suspects) if suspects else \
+            "every member's transport and the network between them"
         others = f" (and {len(stuck) - 1} more stuck calls)" if len(stuck) > 1 else ""
         if self._in_flight(s):
             done = self.placement.describe_many(s.ranks[s.end >= 0].tolist())
@@ -485,7 +487,7 @@ class HangReports:
             summary = (f"every member of {name} entered {op} #{s.seq}{others} but it has not "
                        f"finished for {ms(now - s.last)} ({how}); check {where}")
         fid = None
-        for old in self.registry.open_ids("comm_hang"):
+        for old in self.reporter.open_ids("comm_hang"):
             fid = old          # one communication hang at a time: later evidence refines it
         fid = fid or (f"comm_hang:{top.type}:{top.id}" if top else f"comm_hang:{name}:{s.seq}")
         evidence = {"group": name, "seq": s.seq, "waited_ms": round((now - s.last) / 1e6, 1),
@@ -493,8 +495,8 @@ class HangReports:
                     "stuck_calls": [f"{self.label(x.group)} #{x.seq}" for x in stuck[:16]],
                     "stuck_transfers": [f"{self.conns.src[k]}>{self.conns.dst[k]}"
                                         for k in keys[:16]]}
-        report = FaultReport("comm_hang", tuple(suspects), s.last, summary,
-                             pg=self.pg_names[pg], seq=s.seq, evidence=evidence, id=fid)
+        report = Finding("comm_hang", fid, tuple(suspects), s.last, summary,
+                         pg=self.pg_names[pg], seq=s.seq, evidence=evidence)
         return self._file(report, now)
 
     def _heard_again(self, now: int) -> None:
@@ -521,16 +523,17 @@ class HangReports:
         summary = (f"{who} stopped reporting: its peers completed {op} #{s.seq} on {name} "
                    f"{ms(now - s.first)} ago without a record from it; check its collector "
                    "and process")
-        report = FaultReport("error", tuple(self.placement.suspects(absent, [0.9] * len(absent))),
-                             s.first, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
-                             seq=s.seq, evidence={"group": name, "culprits": absent,
-                                                  "stopped_reporting": True},
-                             id="error:" + ",".join(map(str, absent[:8])))
-        self._claim(report.id, absent)
+        report = Finding("error", "error:" + ",".join(map(str, absent[:8])),
+                         tuple(self.placement.suspects(absent, [0.9] * len(absent))),
+                         s.first, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
+                         seq=s.seq, evidence={"group": name, "culprits": absent,
+                                              "stopped_reporting": True},
+                         culprits=tuple(absent), stopped_reporting=True)
+        self._claim(report.key, absent)
         heard = self.clock.seen[np.asarray(absent, dtype=np.int64)] \
             if max(absent) < self.clock.size else np.asarray([-1])
         quiet = int(heard.max()) if (heard >= 0).all() else s.first
-        self._missing[report.id] = quiet
+        self._missing[report.key] = quiet
         self.teardown.hold(report, quiet, self._grace(s.group), absent, blocked=False)
 
 

@@ -34,6 +34,11 @@ from diagnosis.engine.tomography import (
 )
 
 _EMPTY: frozenset[Component] = frozenset()
+#: how a communication hang was "localized" when nothing places it: every member's NIC and
+#: path explain it equally (and the stuck transfer may as well sit in a member's transport);
+#: naming the first of such a tie would single out a component at random
+UNPLACED = ("every member's NIC and path explain it equally and nothing through them moved: "
+            "without per-connection records the stuck transfer cannot be placed")
 
 
 @dataclass
@@ -545,10 +550,20 @@ class Localizer:
                 out = _suspects(found)
                 out.sort(key=lambda x: (-x.score, Component(x.type, x.id) not in sure,
                                         alive.get(Component(x.type, x.id), -1)))
+                if self._spans_members(found[0], groups):
+                    return out, UNPLACED
                 return out, "no other communicator through these components moved"
         m = sorted({r for g in groups for r in self.arena.members[g].tolist()})
         return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),
                 "no connection records to localize the transfer")
+
+    def _spans_members(self, e: Explanation, groups: list[int]) -> bool:
+        """The explanation's tied components reach the NICs of more than two members of the
+        stuck communicators: a tie across several connections' endpoints, not one path."""
+        tied = set(e.components)
+        members = {r for g in groups for r in self.arena.members[g].tolist()}
+        nics = {self.placement.nic(r) for r in members} - {None}
+        return sum(Component("nic", n) in tied for n in nics) > 2
 
     @staticmethod
     def _stalled_by(win: ConnWindow, sel: np.ndarray) -> int:

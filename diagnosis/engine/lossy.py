@@ -13,16 +13,16 @@ by the components on any of their (ECMP) paths, clean ones clear the components 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from c4.report import FaultReport, Suspect
+from c4.report import Suspect
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.localize import Localizer
+from diagnosis.engine.placement import Placement
 from diagnosis.engine.records import ConnRecords
+from diagnosis.engine.reporter import Finding, Reporter
 from diagnosis.engine.tomography import Component, Explanation, explain
-
-if TYPE_CHECKING:
-    from diagnosis.engine.engine import Engine
 
 PREFIX = "comm_slow:lossy:"
 # The fleet's reference count: a lower quartile, since one bad NIC of a small job touches most
@@ -36,9 +36,10 @@ class LossyLinks:
     """Per connection (src, dst ranks): the retransmission samples of the last window; files,
     updates and withdraws ``comm_slow`` reports of lossy components."""
 
-    def __init__(self, eng: Engine) -> None:
-        self.cfg, self.localizer, self.placement = eng.cfg, eng.localizer, eng.placement
-        self.registry = eng.registry
+    def __init__(self, cfg: EngineConfig, localizer: Localizer, placement: Placement,
+                 reporter: Reporter) -> None:
+        self.cfg, self.localizer, self.placement = cfg, localizer, placement
+        self.reporter = reporter
         self._keys: dict[int, int] = {}
         self.src = np.zeros(0, dtype=np.int64)
         self.dst = np.zeros(0, dtype=np.int64)
@@ -136,7 +137,7 @@ class LossyLinks:
         for comp, fid in list(self._open.items()):
             if fid not in current:
                 del self._open[comp]
-                self.registry.resolve(fid, now, "the connections retransmit no more than the "
+                self.reporter.resolve(fid, now, "the connections retransmit no more than the "
                                       "rest", cleared=True)
 
     def _onset(self, keys: list[int], now: int) -> int:
@@ -167,10 +168,10 @@ class LossyLinks:
         if fid is None:
             # a lossy connection moved to another explanation: that report is superseded
             for comp, old in list(self._open.items()):
-                prev = self.registry.get(old)
-                if prev is not None and set(prev.evidence.get("lossy", [])) & set(names):
+                prev = self.reporter.finding(old)
+                if prev is not None and set(prev.connections) & set(names):
                     del self._open[comp]
-                    self.registry.resolve(old, now, f"superseded by {base}")
+                    self.reporter.resolve(old, now, f"superseded by {base}")
             # an earlier episode on the same component was withdrawn: this is a new fault
             self._episodes[base] += 1
             n = self._episodes[base]
@@ -186,6 +187,7 @@ class LossyLinks:
                     "retrans_total": int(count[keys].sum()), "clean": clean,
                     "clean_median_retrans": round(fleet, 1), "window_s": window_s,
                     "cleared_by": e.cleared_by}
-        self.registry.put(FaultReport("comm_slow", tuple(suspects), onset, summary,
-                                      evidence=evidence, id=fid), now)
+        self.reporter.file(Finding("comm_slow", fid, tuple(suspects), onset, summary,
+                                   evidence=evidence, connections=tuple(names),
+                                   via="retransmissions"), now)
         return fid

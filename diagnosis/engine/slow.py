@@ -323,6 +323,21 @@ class NoncommSlow:
         cls.t[li, col] = t
         np.add.at(cls.pos, li, 1)
 
+    def unjudged(self, groups: np.ndarray, n: int) -> np.ndarray:
+        """Per communicator of ``groups`` (all of ``n`` members): samples written to its ring
+        since it was last judged (0 for one without a ring yet). A ring holds ``history``
+        samples: judged less often, evidence leaves it unseen."""
+        cls = self.classes.get(n)
+        out = np.zeros(len(groups), dtype=np.int64)
+        if cls is None:
+            return out
+        for i, g in enumerate(groups.tolist()):
+            gi = cls.local.get(g)
+            if gi is not None and gi < len(cls.pos):
+                judged = int(cls.judged[gi]) if gi < len(cls.judged) else -1
+                out[i] = int(cls.pos[gi]) - max(judged, 0)
+        return out
+
     def judge(self) -> list[SlowRank]:
         """Ranks whose late samples, from their best change point on, are too many to be noise
         (binomial tail against the communicator's own rate of late samples)."""

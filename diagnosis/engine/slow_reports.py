@@ -3,33 +3,41 @@ communicators whose transfers slowed, localized to network components (``comm_sl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Set
+from typing import Any
 
 import numpy as np
 
-from c4.report import FaultReport, Suspect
+from c4.report import Suspect
 from diagnosis.engine.localize import CommFinding
 from diagnosis.engine.lossy import PREFIX as LOSSY_PREFIX
+from diagnosis.engine.reporter import Finding, Reporter
 from diagnosis.engine.slow import SlowRank
+from diagnosis.engine.state import JobState
 from diagnosis.engine.wording import group_words, ms
-
-if TYPE_CHECKING:
-    from diagnosis.engine.engine import Engine
 
 
 class SlowReports:
-    """Files, updates and withdraws the slow reports of one engine."""
+    """Turns the slow detectors' findings into ``noncomm_slow`` and ``comm_slow`` findings for
+    the reporter, and says which of its open ones ended. ``blamed``: ranks that error reports
+    blame (read, not written)."""
 
-    def __init__(self, eng: Engine) -> None:
-        self.cfg, self.arena, self.placement = eng.cfg, eng.arena, eng.placement
-        self.registry, self.pg_names, self.error_ranks = eng.registry, eng.pg_names, eng.error_ranks
-        self.eng = eng
+    def __init__(self, state: JobState, reporter: Reporter, blamed: Set[int]) -> None:
+        self.cfg, self.arena, self.placement = state.cfg, state.arena, state.placement
+        self.reporter, self.pg_names, self.error_ranks = reporter, state.pg_names, blamed
         self._pending: set[str] = set()    # thin comm_slow findings seen in the last pass
         self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
+        self._sample = 1     # the stream's sampling factor as of the last pass
 
-    def noncomm(self, found: list[SlowRank], now: int) -> None:
+    def noncomm(self, found: list[SlowRank], now: int, sample: int = 1,
+                confirm: bool = True) -> None:
+        """``sample``: the stream's sampling factor (above 1, a rank's lateness includes its
+        own transfers). ``confirm``: a regular pass, whose misses count towards withdrawing
+        an unconfirmed report (an extra pass between two, to judge a ring before it
+        overflows, only adds)."""
+        self._sample = sample
         best: dict[int, SlowRank] = {}
-        named = self._network_named() if self.eng.sample > 1 else set()
+        named = self._network_named() if self._sample > 1 else set()
         for s in found:
             if s.rank in self.error_ranks or self._symptom(s, named) is not None:
                 continue
@@ -51,7 +59,8 @@ class SlowReports:
                 for r in ranks:
                     if best[r].logp < strong:
                         filed.add(self._slow_rank(best[r], now))
-        self._withdraw_unconfirmed(filed, now)
+        if confirm:
+            self._withdraw_unconfirmed(filed, now)
 
     def _withdraw_unconfirmed(self, filed: set[str], now: int) -> None:
         """A slow rank or host that later passes, judging more samples, no longer find: its
@@ -59,21 +68,21 @@ class SlowReports:
         the start-up of the period learner), not a change. A real fault, intermittent too,
         is found again at every pass; after ``slow_unconfirmed_passes`` without it, the report
         is withdrawn."""
-        for fid in self.registry.open_ids("noncomm_slow"):
+        for fid in self.reporter.open_ids("noncomm_slow"):
             if fid in filed:
                 self._unseen.pop(fid, None)
                 continue
             self._unseen[fid] = self._unseen.get(fid, 0) + 1
             if self._unseen[fid] >= self.cfg.slow_unconfirmed_passes:
                 del self._unseen[fid]
-                self.registry.resolve(fid, now, "later passes over more samples no longer "
+                self.reporter.resolve(fid, now, "later passes over more samples no longer "
                                       "find it slow")
 
     def _slow_rank(self, s: SlowRank, now: int) -> str:
         fid = f"noncomm_slow:rank:{s.rank}"
         host = self.placement.host(s.rank)
         hid = f"noncomm_slow:host:{host}"
-        if host and self.registry.get(hid) is not None:
+        if host and self.reporter.get(hid) is not None:
             return hid
         name = self.arena.names[s.group]
         if s.duty is not None:
@@ -91,10 +100,11 @@ class SlowReports:
                        f"{group_words(name, 'group')} outside "
                        f"collectives and arrives late in {100 * s.frac:.0f}% of {s.samples} "
                        "calls: check that GPU (clocks, thermals, ECC) or its host's load")
-        report = FaultReport("noncomm_slow", (self.placement.suspect(s.rank, s.frac),),
-                             s.onset_ns, summary, pg=self.pg_names[self.arena.pg_of[s.group]],
-                             evidence=self._slow_evidence(s), id=fid)
-        self.registry.put(report, now)
+        self.reporter.file(Finding(
+            "noncomm_slow", fid, (self.placement.suspect(s.rank, s.frac),), s.onset_ns,
+            summary, pg=self.pg_names[self.arena.pg_of[s.group]],
+            evidence=self._slow_evidence(s), ranks=(s.rank,), recurring=s.duty is not None),
+            now)
         return fid
 
     def _slow_host(self, host: str, ranks: list[int], best: dict[int, SlowRank],
@@ -118,12 +128,13 @@ class SlowReports:
                        "check the host (CPU, memory, PCIe, power)")
         suspects = [Suspect("host", host, frac)] + [self.placement.suspect(r, frac / 2)
                                                     for r in ranks[:2]]
-        report = FaultReport("noncomm_slow", tuple(suspects), onset, summary,
-                             pg=self.pg_names[self.arena.pg_of[rows[0].group]],
-                             evidence={"ranks": ranks, **self._slow_evidence(rows[0])}, id=fid)
-        self.registry.put(report, now)
+        self.reporter.file(Finding(
+            "noncomm_slow", fid, tuple(suspects), onset, summary,
+            pg=self.pg_names[self.arena.pg_of[rows[0].group]],
+            evidence={"ranks": ranks, **self._slow_evidence(rows[0])}, ranks=tuple(ranks),
+            recurring=rows[0].duty is not None), now)
         for r in ranks:
-            self.registry.resolve(f"noncomm_slow:rank:{r}", now, f"part of slow host {host}")
+            self.reporter.resolve(f"noncomm_slow:rank:{r}", now, f"part of slow host {host}")
         return fid
 
     def _slow_evidence(self, s: SlowRank) -> dict[str, Any]:
@@ -138,25 +149,22 @@ class SlowReports:
         """Ranks with an open ``noncomm_slow`` report (their own, or their host's); with
         sampled calls, not those found only slow again and again (see ``_symptoms``)."""
         out: set[int] = set()
-        for fid in self.registry.open_ids("noncomm_slow"):
-            r = self.registry.get(fid)
-            if self.eng.sample > 1 and r.evidence.get("recurring"):
+        for _, f in self.reporter.open_findings("noncomm_slow"):
+            if self._sample > 1 and f.recurring:
                 continue
-            out.update(s.rank for s in r.suspects if s.rank is not None and s.rank >= 0)
-            out.update(r.evidence.get("ranks", []))
+            out.update(f.ranks)
         return out
 
     def _network_named(self) -> set[str]:
         """Ids of the components that open ``comm_slow`` reports name first (with their top
         score), and ``rank:R`` for the ends of the connections they list as slow."""
         named: set[str] = set()
-        for fid in self.registry.open_ids("comm_slow"):
-            rep = self.registry.get(fid)
-            top = rep.suspects[0].score if rep.suspects else 0
-            named.update(x.id for x in rep.suspects if x.score >= top)
-            if rep.evidence.get("via") == "connections":
-                for name in rep.evidence.get("slow", []):
-                    named.update(f"rank:{r}" for r in str(name).split(">"))
+        for _, f in self.reporter.open_findings("comm_slow"):
+            top = f.suspects[0].score if f.suspects else 0
+            named.update(x.id for x in f.suspects if x.score >= top)
+            if f.via == "connections":
+                for name in f.connections:
+                    named.update(f"rank:{r}" for r in name.split(">"))
         return named
 
     def _behind(self, rank: int, named: set[str]) -> str | None:
@@ -168,7 +176,7 @@ class SlowReports:
         if nic is None or not named:
             return None
         edge = {nic}
-        topo = self.eng.topology
+        topo = self.placement.topology
         if topo is not None and nic in topo:
             for lk in topo.links_of(nic):
                 edge.add(lk)
@@ -182,29 +190,28 @@ class SlowReports:
         the calls that follow its slow sends. A rank found slow only again and again whose NIC,
         its cable or its leaf is named slow, or whose connections are, is that fault's
         symptom: the component."""
-        if self.eng.sample == 1 or s.duty is None:
+        if self._sample == 1 or s.duty is None:
             return None
         return self._behind(s.rank, named)
 
     def _symptoms(self, now: int) -> None:
         """Withdraw the recurring slow ranks that the comm reports now explain (see
         ``_symptom``)."""
-        if self.eng.sample == 1:
+        if self._sample == 1:
             return
         named = self._network_named()
-        for fid in self.registry.open_ids("noncomm_slow"):
-            rep = self.registry.get(fid)
-            if not rep.evidence.get("recurring"):
+        for fid, f in self.reporter.open_findings("noncomm_slow"):
+            if not f.recurring:
                 continue
-            ranks = [x.rank for x in rep.suspects if x.rank is not None and x.rank >= 0]
-            for r in ranks + list(rep.evidence.get("ranks", [])):
+            for r in f.ranks:
                 hit = self._behind(int(r), named)
                 if hit is not None:
-                    self.registry.resolve(fid, now, f"its lateness follows its transfers: "
+                    self.reporter.resolve(fid, now, f"its lateness follows its transfers: "
                                           f"{hit} is slow")
                     break
 
     def comm(self, findings: list[CommFinding], now: int) -> None:
+        """Call after ``noncomm`` of the same pass."""
         current: set[str] = set()
         pending: set[str] = set()
         slow_ranks = self._slow_ranks()
@@ -216,12 +223,12 @@ class SlowReports:
             fid = f"comm_slow:{comps[0].type}:{comps[0].id}" if comps else ""
             if f.ends and all(e & slow_ranks for e in f.ends):
                 culprits = sorted(set().union(*f.ends) & slow_ranks)
-                self.registry.resolve(fid, now, f"explained by slow rank(s) {culprits}")
+                self.reporter.resolve(fid, now, f"explained by slow rank(s) {culprits}")
                 continue
             # one slow observation explained only by ECMP alternatives (components on some of
             # its candidate paths, never surely crossed by healthy traffic): the first sign of
             # a fault elsewhere on its path as often as of a slow uplink; wait one more pass
-            cur = self.registry.get(fid)
+            cur = self.reporter.get(fid)
             if not f.sure and len(f.observations) == 1 and fid not in self._pending \
                     and (cur is None or cur.state != "open"):
                 pending.add(fid)
@@ -253,18 +260,19 @@ class SlowReports:
             if f.duty is not None:
                 evidence.update(recurring=True, slow_fraction=round(f.duty, 3),
                                 episodes=f.episodes)
-            for old in self.registry.open_ids("comm_slow"):
-                prev = self.registry.get(old)
-                if old != fid and set(prev.evidence.get("slow", [])) & set(f.observations):
-                    self.registry.resolve(old, now, f"superseded by {fid}")
-            self.registry.put(FaultReport("comm_slow", tuple(suspects), f.onset_ns, summary,
-                                          evidence=evidence, id=fid), now)
+            for old, prev in self.reporter.open_findings("comm_slow"):
+                if old != fid and not old.startswith(LOSSY_PREFIX) \
+                        and set(prev.connections) & set(f.observations):
+                    self.reporter.resolve(old, now, f"superseded by {fid}")
+            self.reporter.file(Finding("comm_slow", fid, tuple(suspects), f.onset_ns, summary,
+                                       evidence=evidence, connections=tuple(f.observations),
+                                       recurring=f.duty is not None, via=f.via), now)
             current.add(fid)
         self._pending = pending
         # slowness that went away was transient (congestion by other traffic): withdraw it; an
         # intermittent fault comes back and re-opens its report
-        for old in self.registry.open_ids("comm_slow"):
+        for old in self.reporter.open_ids("comm_slow"):
             if old not in current and not old.startswith(LOSSY_PREFIX):
-                self.registry.resolve(old, now, "the connections are back to their baseline",
+                self.reporter.resolve(old, now, "the connections are back to their baseline",
                                       cleared=True)
         self._symptoms(now)

@@ -5,15 +5,11 @@ still list it, as a hang that cleared, from the first member's entry to the last
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from c4.report import FaultReport
+from diagnosis.engine.reporter import Finding, Reporter
+from diagnosis.engine.state import JobState
 from diagnosis.engine.wording import ms
-
-if TYPE_CHECKING:
-    from diagnosis.engine.engine import Engine
 
 #: At most this many stalls judged per batch (a whole job stalled at once is one story told by
 #: its first calls; the rest repeat it).
@@ -25,10 +21,10 @@ MIN_CALLS = 8
 
 
 class StallsAfterTheFact:
-    def __init__(self, eng: Engine) -> None:
-        self.arena, self.timing, self.registry = eng.arena, eng.timing, eng.registry
-        self.placement, self.op_names, self.hangs = eng.placement, eng.op_names, eng.hangs
-        self.cfg = eng.cfg
+    def __init__(self, state: JobState, reporter: Reporter) -> None:
+        self.state, self.reporter = state, reporter
+        self.arena, self.timing, self.placement = state.arena, state.timing, state.placement
+        self.cfg = state.cfg
 
     def check(self, rank: np.ndarray, g: np.ndarray, seq: np.ndarray, op: np.ndarray,
               enter: np.ndarray, end: np.ndarray, status: np.ndarray) -> None:
@@ -81,34 +77,25 @@ class StallsAfterTheFact:
               bound: int) -> None:
         onset, cleared = int(enter.min()), int(enter.max())
         late = sorted(ranks[enter > onset + bound].tolist())
-        if not late or self._covered(late, onset, cleared):
+        # the live hang detectors may have filed it (open or cleared): the same incident
+        if not late or self.reporter.covering("noncomm_hang", set(late), onset, cleared):
             return
         self.timing.stall_cleared(g, onset, cleared)
-        op = self.op_names[op_id] if 0 <= op_id < len(self.op_names) else "call"
-        name = self.hangs.label(g)
+        op = self.state.op_name(op_id)
+        name = self.state.label(g)
         who = self.placement.describe_many(late)
         waited = cleared - onset
         summary = (f"{who} entered {op} #{seq} on {name} {ms(waited)} after the first of its "
                    f"peers (the hang bound was {ms(bound)}), then the job went on: a stall "
                    f"that cleared; look at what {'it' if len(late) == 1 else 'they'} did in "
                    "that time (checkpoint, data loading, a paused process)")
-        report = FaultReport(
-            "noncomm_hang", tuple(self.placement.suspects(late, [0.9] * len(late))), onset,
-            summary, pg=self.hangs.pg_names[self.arena.pg_of[g]], seq=seq,
+        finding = Finding(
+            "noncomm_hang", "noncomm_hang:" + ",".join(map(str, late[:8])),
+            tuple(self.placement.suspects(late, [0.9] * len(late))), onset, summary,
+            pg=self.state.pg_of(g), seq=seq,
             evidence={"group": name, "culprits": late, "waited_ms": round(waited / 1e6, 1),
                       "bound_ms": round(bound / 1e6, 1), "after_the_fact": True},
-            id="noncomm_hang:" + ",".join(map(str, late[:8])))
-        rid = self.registry.put(report, cleared, renew=True)
-        self.registry.resolve(rid, cleared, "the late rank(s) arrived and the call finished",
+            culprits=tuple(late))
+        rid = self.reporter.file(finding, cleared, renew=True)
+        self.reporter.resolve(rid, cleared, "the late rank(s) arrived and the call finished",
                               cleared=True)
-
-    def _covered(self, late: list[int], onset: int, cleared: int) -> bool:
-        """A hang report (open or cleared) that the live detectors filed names these ranks
-        over this time: it is the same incident."""
-        for r in self.registry.all():
-            if r.kind != "noncomm_hang":
-                continue
-            if set(r.evidence.get("culprits", [])) & set(late) and \
-                    r.first_seen_ns <= cleared and r.last_seen_ns >= onset:
-                return True
-        return False

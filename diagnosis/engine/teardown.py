@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from c4.report import FaultReport
+from diagnosis.engine.reporter import Finding
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def stopped_together(seen: np.ndarray, waiting: set[int],
 
 @dataclass
 class _Held:
-    report: FaultReport
+    report: Finding
     t: int                 # when the failure happened (or the rank went silent)
     grace: int
     culprits: np.ndarray
@@ -62,42 +62,42 @@ class TeardownGate:
         self.delay_ns = delay_ns      # how late signs of life may arrive (see EngineConfig)
         self.held: dict[str, _Held] = {}
         self.recent: list[int] = []
-        self.dropped: list[FaultReport] = []
+        self.dropped: list[Finding] = []
         self._held_hangs: set[str] = set()
 
-    def hold(self, report: FaultReport, t: int, grace: int, culprits: list[int],
+    def hold(self, report: Finding, t: int, grace: int, culprits: list[int],
              blocked: bool, replaces: str | None = None) -> None:
         """Hold ``report`` from time ``t``; ``replaces``: the id of a held report this one
         corrects (the same failure, told better), which it takes the place of."""
-        old = self.held.get(report.id)
+        old = self.held.get(report.key)
         prev = self.held.pop(replaces, None) if replaces is not None else None
         if prev is not None:
             t = min(t, prev.t)
-        self.held[report.id] = _Held(report, t if old is None else min(old.t, t), int(grace),
+        self.held[report.key] = _Held(report, t if old is None else min(old.t, t), int(grace),
                                      np.asarray(culprits, dtype=np.int64), blocked)
         if prev is None and replaces is None:
             # (a correction is the same failure told better, not another one close to it)
             self.recent.append(int(t))
             del self.recent[:-_RECENT]
 
-    def hold_hang(self, report: FaultReport) -> None:
+    def hold_hang(self, report: Finding) -> None:
         """A hang report while the whole job looks stopped at once: kept aside (not filed) for
         as long as it does; the caller files it once a rank is heard again."""
-        if report.id not in self._held_hangs:
+        if report.key not in self._held_hangs:
             log.info("held %s: every rank went silent at once inside a call (a stop of the "
-                     "whole job)", report.id)
+                     "whole job)", report.key)
             self.dropped.append(report)
             del self.dropped[:-_RECENT]
-        self._held_hangs.add(report.id)
+        self._held_hangs.add(report.key)
 
     def withdraw(self, fid: str) -> bool:
         """Forget a held report; False if it is not held (filed or dropped already)."""
         return self.held.pop(fid, None) is not None
 
-    def settle(self, seen: np.ndarray, now: int, final: bool = False) -> list[FaultReport]:
-        """Reports to file now; teardown ones are dropped. ``seen``: last time each rank was
+    def settle(self, seen: np.ndarray, now: int, final: bool = False) -> list[Finding]:
+        """Findings to file now; teardown ones are dropped. ``seen``: last time each rank was
         heard (-1 never); ``final``: the data has ended, decide every held report."""
-        out: list[FaultReport] = []
+        out: list[Finding] = []
         if not self.held:
             return out
         times = np.asarray(self.recent, dtype=np.int64)

@@ -61,17 +61,20 @@ class Frontiers:
         self._op_ids: dict[str, int] = {}
         self.gappy: dict[tuple[int, str], set[str]] = {}
 
-    def add(self, rank: np.ndarray, pg: list[str], seq: np.ndarray, op: list[str],
-            sn: np.ndarray, end_ns: np.ndarray) -> None:
-        keys = list(zip(rank.tolist(), pg))
-        ids = np.asarray([self._op_ids.setdefault(o, len(self._op_ids)) for o in op],
-                         dtype=np.int64)
-        by: dict[tuple[int, str], list[int]] = defaultdict(list)
-        for i, k in enumerate(keys):
-            by[k].append(i)
-        for k, rows in by.items():
-            idx = np.asarray(rows)
-            self._streams[k].chunks.append((seq[idx], ids[idx], sn[idx], end_ns[idx]))
+    def add(self, rank: np.ndarray, pg: np.ndarray, seq: np.ndarray, op: np.ndarray,
+            names: list[str], sn: np.ndarray, end_ns: np.ndarray) -> None:
+        """Completed collectives: ``pg`` and ``op`` index ``names``."""
+        ids = np.asarray([self._op_ids.setdefault(o, len(self._op_ids)) for o in names],
+                         dtype=np.int64)[op]
+        key = rank.astype(np.int64) * (len(names) + 1) + pg
+        order = np.argsort(key, kind="stable")
+        k = key[order]
+        cuts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        for a, b in zip(cuts.tolist(), [*cuts[1:].tolist(), len(k)]):
+            rows = order[a:b]
+            i = int(rows[0])
+            self._streams[(int(rank[i]), names[int(pg[i])])].chunks.append(
+                (seq[rows], ids[rows], sn[rows], end_ns[rows]))
 
     def at(self, rank: int, pg: str, t_ns: int) -> tuple[int, dict[str, int]] | None:
         """The seq of the last collective the rank completed by ``t_ns`` on ``pg`` and, per
@@ -105,14 +108,38 @@ class History:
     def __init__(self, keep: int = 4096) -> None:
         self.keep = keep
         self._rows: dict[int, list[tuple[int, str, str, int, int]]] = defaultdict(list)
+        # batches not yet split into per-rank rows: that is done when a rank is asked about
+        # (RAS reports a rank idle), for the last ``keep`` rows of each rank only
+        self._pending: list[tuple[np.ndarray, ...] | list[str]] = []
 
-    def add(self, rank: np.ndarray, pg: list[str], op: list[str], peer: np.ndarray,
-            seq: np.ndarray, end_ns: np.ndarray) -> None:
-        for r, g, o, p, s, e in zip(rank.tolist(), pg, op, peer.tolist(), seq.tolist(),
-                                    end_ns.tolist()):
-            self._rows[r].append((e, g, o, p, s))
+    def add(self, rank: np.ndarray, pg: np.ndarray, op: np.ndarray, names: list[str],
+            peer: np.ndarray, seq: np.ndarray, end_ns: np.ndarray) -> None:
+        """Completed calls: ``pg`` and ``op`` index ``names``."""
+        self._pending.append((rank, pg, op, names, peer, seq, end_ns))
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        parts, self._pending = self._pending, []
+        rank = np.concatenate([p[0] for p in parts])
+        # per rank, only its last ``keep`` rows of these batches can survive the trim
+        cut = np.zeros(len(rank), dtype=bool)
+        order = np.argsort(rank, kind="stable")
+        r = rank[order]
+        cuts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        for a, b in zip(cuts.tolist(), [*cuts[1:].tolist(), len(r)]):
+            cut[order[max(a, b - self.keep):b]] = True
+        base = 0
+        for rk, pg, op, names, peer, seq, end in parts:  # type: ignore[misc]
+            sel = np.flatnonzero(cut[base:base + len(rk)])
+            base += len(rk)
+            for r_, g, o, p, s, e in zip(rk[sel].tolist(), pg[sel].tolist(), op[sel].tolist(),
+                                         peer[sel].tolist(), seq[sel].tolist(),
+                                         end[sel].tolist()):
+                self._rows[r_].append((e, names[g], names[o], p, s))
 
     def _sorted(self, rank: int) -> list[tuple[int, str, str, int, int]]:
+        self._flush()
         rows = self._rows.get(rank, [])
         if len(rows) > 1 and any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
             rows.sort()
@@ -224,26 +251,29 @@ class OpConverter:
             return None
         idx = np.flatnonzero(keep)
         self.rows += len(idx)
-        op_names = [ops.ops[int(o)] for o in ops.op[idx].tolist()]
-        pg_names = [comm_pg[int(c)] for c in ops.comm[idx].tolist()]
-        nranks = np.asarray([c.nranks for c in ops.comms], dtype=np.int64)[ops.comm[idx]]
-        nbytes = np.asarray([bytes_from_msg(o, int(m), int(k)) for o, m, k in
-                             zip(op_names, ops.msg_bytes[idx].tolist(), nranks.tolist())],
-                            dtype=np.int64)
+        # names through the batch's small tables, not per row
+        table: dict[str, int] = {}
+        comm_code = np.asarray([table.setdefault(pg or "", len(table)) for pg in comm_pg]
+                               or [0], dtype=np.int64)
+        op_code = np.asarray([table.setdefault(o, len(table)) for o in ops.ops] or [0],
+                             dtype=np.int64)
+        blank = table.setdefault("", len(table))
+        names = list(table)
+        comm_of, op_of = ops.comm[idx], ops.op[idx]
+        pg_col, op_col = comm_code[comm_of], op_code[op_of]
+        nranks = np.asarray([max(c.nranks, 1) for c in ops.comms] or [1], dtype=np.int64)
+        scaled = np.asarray([bytes_from_msg(o, 1, 2) == 2 for o in ops.ops] or [False])
+        msg = ops.msg_bytes[idx]
+        nbytes = np.where(scaled[op_of], msg * nranks[comm_of], msg)
         end = ops.end_us[idx] * 1000
         enter = ops.enter_us[idx] * 1000
         start = np.where(ops.kstart_us[idx] > 0, ops.kstart_us[idx] * 1000, -1)
-        table: dict[str, int] = {}
-        pg_col = np.asarray([table.setdefault(x, len(table)) for x in pg_names], dtype=np.int64)
-        op_col = np.asarray([table.setdefault(x, len(table)) for x in op_names], dtype=np.int64)
-        blank = table.setdefault("", len(table))
-        self.history.add(rank[idx], pg_names, op_names, peer[idx], mapped.seq[idx], end)
+        self.history.add(rank[idx], pg_col, op_col, names, peer[idx], mapped.seq[idx], end)
         coll = ~p2p[idx]
         if coll.any():
             ci = np.flatnonzero(coll)
-            self.frontiers.add(rank[idx][ci], [pg_names[i] for i in ci.tolist()],
-                               mapped.seq[idx][ci], [op_names[i] for i in ci.tolist()],
-                               ops.sn[idx][ci], end[ci])
+            self.frontiers.add(rank[idx][ci], pg_col[ci], mapped.seq[idx][ci], op_col[ci],
+                               names, ops.sn[idx][ci], end[ci])
         cols = {
             "rank": rank[idx], "pg": pg_col, "seq": mapped.seq[idx], "op": op_col,
             "nbytes": nbytes, "dtype": np.full(len(idx), blank), "t_enter_ns": enter,

@@ -39,6 +39,7 @@ import orjson
 
 from diagnosis.nccl.ids import comm_hash, op_name
 from diagnosis.nccl.inspector_fast import scan_block
+from diagnosis.nccl.inspector_typed import decode_block
 from diagnosis.nccl.problems import Problems
 from diagnosis.nccl.records import CommKey, DumpStats, NcclOps, OpRecord
 from diagnosis.trace.columns import Bad
@@ -54,6 +55,7 @@ KNOWN_MAJORS = ("v3", "v4")
 SUFFIXES = (".log", ".log.gz", ".jsonl", ".jsonl.gz")
 _PAYLOADS = ("coll_perf", "p2p_perf")
 _NONE = -1
+_NAN = 'a bandwidth written as the string "nan": read as not a number'
 
 
 # ----- parsing -------------------------------------------------------------------------------
@@ -72,10 +74,26 @@ class _Context:
 def parse_block(block: bytes, first_line: int, source: str,
                 problems: Problems | None = None, context: _Context | None = None) -> NcclOps:
     """The records of whole lines (``block`` ends with a newline; ``first_line`` is the number
-    of its first line): the scanner (:mod:`diagnosis.nccl.inspector_fast`) reads the compact
-    lines, the JSON path the rest; rows in file order."""
+    of its first line): typed structs (:mod:`diagnosis.nccl.inspector_typed`) read a block of
+    plain lines; a block they refuse, the scanner (:mod:`diagnosis.nccl.inspector_fast`) reads
+    its compact lines and the JSON path the rest; rows in file order."""
+    return _parse_block(block, first_line, source, problems, context)[0]
+
+
+def _parse_block(block: bytes, first_line: int, source: str, problems: Problems | None,
+                 context: _Context | None) -> tuple[NcclOps, int]:
+    """:func:`parse_block`, and the number of lines in the block."""
     problems = problems if problems is not None else Problems()
     ctx = context if context is not None else _Context()
+    typed = decode_block(block, first_line, source)
+    if typed is not None:
+        for v, at in typed.versions:
+            _check_version(v, source, first_line + at, problems, ctx)
+        if typed.nan:
+            problems.add(source, first_line + typed.nan_line, "nan", _NAN)
+            problems.counts["nan"] += typed.nan - 1
+        ctx.last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1:-1]
+        return typed.ops, typed.lines
     try:
         ops, bad, versions = scan_block(block, first_line, source)
     except ValueError:
@@ -110,7 +128,7 @@ def parse_block(block: bytes, first_line: int, source: str,
         ops = NcclOps.concat([ops, slow], source).in_line_order()
     if lines:
         ctx.last_line = lines[-1]
-    return ops
+    return ops, len(lines)
 
 
 def _note_nan(block: bytes, bad: np.ndarray, first_line: int, source: str,
@@ -122,8 +140,7 @@ def _note_nan(block: bytes, bad: np.ndarray, first_line: int, source: str,
     i = block.count(b"\n", 0, at)
     if i in set(bad.tolist()):
         return
-    problems.add(source, first_line + i, "nan", 'a bandwidth written as the string "nan": '
-                 "read as not a number")
+    problems.add(source, first_line + i, "nan", _NAN)
     problems.counts["nan"] += block.count(b'"nan"') - 1
 
 
@@ -278,7 +295,7 @@ def _record(p: dict[str, Any], p2p: bool, ctx: _Context, source: str, n: int,
         except ValueError:
             bw[k] = math.nan
     s = ks = ke = None
-    if "event_trace_ts" in p:
+    if p.get("event_trace_ts") is not None:      # null: no verbose times, as absent
         a, b, c = _trace_times(p["event_trace_ts"])
         s, ks, ke = (None if x < 0 else x for x in (a, b, c))
     try:
@@ -394,10 +411,10 @@ class LineReader:
             self.partial = data
             return NcclOps.empty(self.source)
         self.partial = data[cut + 1:]
-        block = data[:cut + 1]
-        first = self.line
-        self.line += block.count(b"\n")
-        return parse_block(block, first, self.source, self.problems, self.context)
+        ops, n = _parse_block(data[:cut + 1], self.line, self.source, self.problems,
+                              self.context)
+        self.line += n
+        return ops
 
     def finish(self) -> None:
         """The end of the file: a partial last line is a truncated record."""

@@ -204,6 +204,8 @@ def scan_block(block: bytes, first_line: int, source: str
         v, ok = _numbers(buf, np.where(present, at, 0), width)
         vals[k] = np.where(present, v, -1)
         sc.bad[g[present & ~ok]] = True
+    # a rank outside its communicator: the JSON path says so
+    sc.bad[g[vals["rank"] >= np.maximum(vals["n_ranks"], 1)]] = True
     strings: dict[str, tuple[np.ndarray, list[str]]] = {}
     for k, at, width in (("id", pos["id"], 20), ("hostname", pos["hostname"], _STR),
                          ("version", pos["version"], 16), ("type", type_at, 24),

@@ -219,6 +219,7 @@ class NcclNode:
         assert self._converter is not None and self._resolved is not None
         self._held = []
         parts = []
+        ready = []
         for b in batches:
             unranked = np.asarray([self._resolved.rank(h, p) is None for h, p in b.procs]
                                   or [False])[b.proc]
@@ -231,9 +232,11 @@ class NcclNode:
                                       "global rank is unknown (no RANK in its environment): "
                                       "dropped")
                 continue
-            cols = self._converter.convert(b)
-            if cols is not None:
-                parts.append(cols)
+            ready.append(b)
+        # every file's rows in one conversion: its cost is mostly per batch, not per row
+        cols = self._converter.convert(NcclOps.concat(ready)) if ready else None
+        if cols is not None:
+            parts.append(cols)
         feed = self._feed
         if feed is None or feed.resolved is not self._resolved:
             feed = self._feed = RasFeed(self._resolved, self._converter.frontiers,

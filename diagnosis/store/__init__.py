@@ -1,4 +1,5 @@
-"""Where the daemon keeps telemetry and fault reports: one contract, two backends."""
+"""Where the daemon keeps telemetry and fault reports: one contract (``api``), backends
+opened by URL scheme (``registry``)."""
 
 from diagnosis.store.api import (
     BATCH_KINDS,
@@ -15,8 +16,8 @@ from diagnosis.store.api import (
     StoredBatch,
     StoredDetail,
     Write,
-    open_store,
 )
+from diagnosis.store.registry import open_store, store_registry
 
 __all__ = [
     "BATCH_KINDS",
@@ -34,4 +35,5 @@ __all__ = [
     "StoredDetail",
     "Write",
     "open_store",
+    "store_registry",
 ]

@@ -249,6 +249,11 @@ class Store(ABC):
                     limit: int = 0) -> list[FaultReport]:
         """Newest first."""
 
+    @abstractmethod
+    def count_faults(self, job: str | None = None, *, open_only: bool = False) -> int:
+        """How many reports ``list_faults`` with the same arguments would return, counted by
+        the backend without reading a report (for ``c4 status``)."""
+
     def put_host(self, record: HostRecord) -> None:
         """Keep a host's discovered internals (the newest ``t_ns`` wins). This default keeps
         them in memory only: a backend that does not override it forgets them when the daemon
@@ -265,24 +270,3 @@ class Store(ABC):
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections; writes already returned are durable."""
 
-
-def open_store(url: str) -> Store:
-    """Open a store from a URL: ``sqlite:///path/to/c4.db``, ``sqlite://:memory:``,
-    ``clickhouse://user:password@host:port/database``, ``memory://`` (nothing persists)."""
-    if url.startswith("sqlite:"):
-        from diagnosis.store.sqlite import SQLiteStore
-
-        return SQLiteStore.from_url(url)
-    if url.startswith("memory:"):
-        from diagnosis.store.memory import MemoryStore
-
-        return MemoryStore.from_url(url)
-    if url.startswith("clickhouse:"):
-        from diagnosis.store.clickhouse import ClickHouseStore
-
-        return ClickHouseStore.from_url(url)
-    from diagnosis.errors import StoreError
-
-    raise StoreError(
-        f"unknown store URL {url!r}: use sqlite:///PATH, clickhouse://HOST:PORT/DB or memory://"
-    )

@@ -558,3 +558,17 @@ class ClickHouseStore(Store):
         # state is not in the sorting key: filter after FINAL has picked the latest revision
         bodies = [body for state, body in rows if not open_only or state == "open"]
         return [_common.fault_from_text(b) for b in (bodies[:limit] if limit > 0 else bodies)]
+
+    def count_faults(self, job: str | None = None, *, open_only: bool = False) -> int:
+        # the latest revision of each report first (FINAL in the subquery), its state after:
+        # a condition on state next to FINAL could be moved before the merge (PREWHERE) and
+        # count a report by an older revision's state
+        inner = "SELECT state FROM faults FINAL"
+        params: dict[str, Any] = {}
+        if job is not None:
+            inner += " WHERE job = %(job)s"
+            params["job"] = job
+        sql = f"SELECT count() FROM ({inner})"
+        if open_only:
+            sql += " WHERE state = 'open'"
+        return int(self._run(sql, params, what="count fault reports")[0][0])

@@ -246,3 +246,8 @@ class MemoryStore(Store):
         with self._lock:
             found = [r for r in self._faults.values() if job is None or r.job == job]
         return _common.newest_first(found, open_only=open_only, limit=limit)
+
+    def count_faults(self, job: str | None = None, *, open_only: bool = False) -> int:
+        with self._lock:
+            return sum(1 for r in self._faults.values()
+                       if (job is None or r.job == job) and (not open_only or r.state == "open"))

@@ -626,3 +626,14 @@ class SQLiteStore(Store):
         with self._reading() as conn:
             rows = conn.execute(sql, args).fetchall()
         return [_common.fault_from_text(r[0]) for r in rows]
+
+    def count_faults(self, job: str | None = None, *, open_only: bool = False) -> int:
+        sql = "SELECT COUNT(*) FROM faults WHERE 1"
+        args: list[object] = []
+        if job is not None:
+            sql += " AND job = ?"
+            args.append(job)
+        if open_only:
+            sql += " AND state = 'open'"
+        with self._reading() as conn:
+            return int(conn.execute(sql, args).fetchone()[0])

@@ -1,12 +1,11 @@
 """The isolation contract: take a node out of service, return it, and have a job restarted
-without it. Backends: ``blocklist`` (a local file, the default), ``slurm``, ``kubernetes``."""
+without it. The backends (``blocklist``, a local file, the default; ``slurm``;
+``kubernetes``) are registered in ``recovery.isolation.registry``."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
-
-from recovery.errors import IsolationError
 
 #: Prefix of every reason c4 writes, so operators see who isolated a node and why.
 REASON_PREFIX = "c4:"
@@ -38,18 +37,3 @@ class Isolator(ABC):
         note for the journal. Backends whose jobs restart by themselves once a node is
         isolated (the blocklist, watched by ``c4 launch``) only say so."""
 
-
-def open_isolator(spec: str) -> Isolator:
-    """``blocklist[:PATH]``, ``slurm`` or ``kubernetes[:NAMESPACE]``."""
-    kind, _, arg = spec.partition(":")
-    if kind == "blocklist":
-        from recovery.isolation.blocklist import BlocklistIsolator
-        return BlocklistIsolator(arg or None)
-    if kind == "slurm":
-        from recovery.isolation.slurm import SlurmIsolator
-        return SlurmIsolator()
-    if kind in ("kubernetes", "k8s"):
-        from recovery.isolation.kubernetes import KubernetesIsolator
-        return KubernetesIsolator.from_kubeconfig(namespace=arg or "default")
-    raise IsolationError(f"unknown isolator {spec!r}: use blocklist[:PATH], slurm or "
-                         "kubernetes[:NAMESPACE]")

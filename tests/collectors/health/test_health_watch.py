@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from collectors.health.settings import HealthWatchConfig, parse_gpu_map
 from collectors.health.sources import KmsgFollower, pcie_values
-from collectors.health.watch import HealthWatch, HealthWatchConfig, parse_gpu_map
+from collectors.health.watch import HealthWatch
 from tests.collectors.health.fixtures import health, text
 
 T = 1_700_000_000_000_000_000

@@ -11,6 +11,7 @@ from c4.proto import c4_pb2
 from c4.report import FaultReport, Suspect
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
+from diagnosis.daemon.jobs import JobLimits
 from diagnosis.daemon.server import Daemon
 from tests.support.frames import op_batch, rank_info
 from tests.support.services import free_port, wait_for
@@ -75,3 +76,42 @@ def test_ended_job_resolves_its_faults_with_the_reason(daemon, job, kind, state)
         reason = resolved.evidence["resolution"]["reason"]
         assert reason.startswith(f"job {job} {state}") and "every rank exited" in reason
         assert not client.faults(job, open_only=True)
+
+
+def test_killed_job_without_last_words_fails_and_its_faults_resolve():
+    """Every process SIGKILLed: no rank says it is exiting, the job just goes quiet. After the
+    daemon's bounded silence (``JobLimits.gone_after_s``) the job has failed, and its open
+    faults resolve with the reason; a recovery started later finds nothing to act on."""
+    d = Daemon(DaemonConfig(listen=f"127.0.0.1:{free_port()}", store="memory://",
+                            analyze_interval_s=0.2, jobs=JobLimits(gone_after_s=1.5)))
+    d.start()
+    try:
+        with DaemonClient(f"127.0.0.1:{d.port}") as client:
+            _run_job(client, "killed", 300)
+            wait_for(lambda: _job(client, "killed").state == "running", 10,
+                     what="the job running")
+            fault = d.hub.file("killed", FaultReport(
+                kind="noncomm_slow", suspects=(Suspect("rank", "1", 0.9, rank=1),),
+                first_seen_ns=1, summary="rank 1 is slow", id="noncomm_slow:rank:1"))
+            t0 = time.monotonic()
+            summary = wait_for(lambda: (j := _job(client, "killed")).state == "failed" and j,
+                               15, what="the silent job failed")
+            assert time.monotonic() - t0 >= 1.0       # not before the silence is long enough
+            assert summary.ended_ns > 0
+            assert "no rank said it was exiting" in summary.end_reason
+            resolved = client.fault(fault.id)
+            assert resolved.state == "resolved"
+            reason = resolved.evidence["resolution"]["reason"]
+            assert reason.startswith("job killed failed") and "nothing heard" in reason
+            assert not client.faults("killed", open_only=True)
+            # it speaks again (a partition healed, not a kill): it runs again
+            client.send(_req(310, op_batch("killed", 0, range(20, 30))))
+            wait_for(lambda: _job(client, "killed").state == "running", 10,
+                     what="the job running again")
+    finally:
+        d.stop(grace=0.5)
+
+
+def test_gone_after_must_be_positive():
+    with pytest.raises(ValueError, match="--job-gone-after"):
+        JobLimits(gone_after_s=0)

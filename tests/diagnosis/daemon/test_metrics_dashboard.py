@@ -1,24 +1,36 @@
-"""The Grafana dashboard is valid JSON and every expression in it names a metric that a real
-daemon or sidecar exports on /metrics."""
+"""The Grafana dashboard is valid JSON and every metric it queries is served on the /metrics of
+a real daemon or sidecar after a short real job: `c4 run` of two gloo ranks through the real
+hook and sidecar, one of them stopped with SIGSTOP so that a fault is open. The per-job series
+(step time, call times) and the open-fault gauge carry the job, kind and host they should."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from c4.processes import Service, c4_command
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.sidecar import Sidecar
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from tests.diagnosis.daemon.test_metrics_endpoints import scrape
+from tests.support.services import wait_for
 
-pytestmark = [pytest.mark.network]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.network, pytest.mark.slow]
 
-DASHBOARD = Path(__file__).resolve().parents[3] / "deploy" / "grafana" / "c4.json"
+REPO = Path(__file__).resolve().parents[3]
+DASHBOARD = REPO / "deploy" / "grafana" / "c4.json"
+SCRIPT = REPO / "tests" / "support" / "steady_job.py"
 SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
+RATE = 20.0     # steps per second of the job: each an all_reduce on the world and on a pair
 
 
 def _expressions(node: object) -> list[str]:
@@ -30,44 +42,88 @@ def _expressions(node: object) -> list[str]:
     return []
 
 
-def _exported(registry, http_port: int) -> set[str]:
-    """Names the endpoint serves now, plus every name its families can serve (a labelled
-    counter with no samples yet still appears in the registry)."""
-    names = {name for name, _ in scrape(http_port)}
-    for family in registry.collect():
-        names.update(family.name + s for s in SUFFIXES)
-    return names
+def _scrape(port: int) -> tuple[set[str], dict[tuple[str, tuple], float]]:
+    """The names the endpoint declares (a labelled family with no sample yet still has its
+    HELP and TYPE lines), and every sample as {(name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    families = list(text_string_to_metric_families(text))
+    names = {f.name + s for f in families for s in SUFFIXES}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in families for s in f.samples}
+    return names, samples
 
 
-def test_dashboard_expressions_use_exported_metrics(tmp_path):
+def _with(samples: dict, name: str, **labels: str) -> dict[tuple, float]:
+    return {k: v for k, v in samples.items()
+            if k[0] == name and set(labels.items()) <= set(k[1])}
+
+
+def test_dashboard_is_well_formed():
     dashboard = json.loads(DASHBOARD.read_text())
     assert dashboard["uid"] and dashboard["title"]
-    exprs = _expressions(dashboard)
-    assert len(exprs) >= 10
     panels = [p for p in dashboard["panels"] if p["type"] != "row"]
     assert all(p.get("targets") for p in panels), "every panel queries something"
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids are unique"
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    for expr in _expressions(dashboard):
+        for var in re.findall(r"\$(\w+)", expr):
+            assert var in variables, f"{expr} uses ${var}, which the dashboard does not define"
 
-    d = Daemon(DaemonConfig(listen="127.0.0.1:0", store="memory://",
-                            metrics_listen="127.0.0.1:0"))
+
+def test_dashboard_metrics_exist_after_a_real_job(tmp_path):
+    exprs = _expressions(json.loads(DASHBOARD.read_text()))
+    referenced = {name for e in exprs for name in re.findall(r"\bc4_[a-z0-9_]+", e)}
+    # the headline signals are on it
+    for name in ("c4_daemon_ingest_records_total", "c4_daemon_ack_latency_seconds_bucket",
+                 "c4_daemon_store_write_seconds_bucket", "c4_daemon_writer_queue_depth",
+                 "c4_daemon_open_faults", "c4_open_faults", "c4_job_step_seconds",
+                 "c4_job_collective_seconds_bucket", "c4_sidecar_spill_bytes",
+                 "c4_sidecar_unacked_requests", "c4_sidecar_dropped_requests_total"):
+        assert name in referenced, name
+
+    d = Daemon(DaemonConfig(listen="127.0.0.1:0", store=f"sqlite:///{tmp_path}/c4.db",
+                            metrics_listen="127.0.0.1:0", analyze_interval_s=0.5))
     d.start()
     car = Sidecar(SidecarConfig(daemon=f"127.0.0.1:{d.port}", socket_path=tmp_path / "s.sock",
                                 host="node0", spill_dir=tmp_path / "spill",
-                                metrics_listen="127.0.0.1:0"))
+                                flush_interval_s=0.1, metrics_listen="127.0.0.1:0"))
     car.start()
+    env = {"C4_TEST_LOG": str(tmp_path / "pids"), "C4_TEST_RATE": str(RATE),
+           "C4_TEST_SECONDS": "120", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    job = Service([*c4_command("run", "--job", "dash", "--sidecar-socket",
+                               str(tmp_path / "s.sock"), "--"),
+                   sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", "2", str(SCRIPT)], tmp_path / "job.log", env=env).start()
+    port = d.metrics_server.port
     try:
-        exported = _exported(d.metrics.registry, d.metrics_server.port) | \
-            _exported(car.metrics_server.registry, car.metrics_server.port)
+        step = wait_for(lambda: _with(_scrape(port)[1], "c4_job_step_seconds", job="dash"), 90,
+                        what="a step time for the job")
+        # two calls a step at RATE steps a second: the step, not the time between calls
+        assert next(iter(step.values())) == pytest.approx(1 / RATE, rel=0.4), step
+        calls = _with(_scrape(port)[1], "c4_job_collective_seconds_count", job="dash",
+                      kind="collective")
+        assert next(iter(calls.values())) > 0
+
+        os.kill(int((tmp_path / "pids" / "rank1.pid").read_text()), signal.SIGSTOP)
+        opened = wait_for(lambda: _with(_scrape(port)[1], "c4_open_faults", job="dash"), 60,
+                          what="an open fault of the job on /metrics")
+        rank_host = {r.rank: r.host for r in d.store.ranks("dash")}
+        (_name, labels), count = next(iter(opened.items()))
+        labels = dict(labels)
+        assert count == 1 and labels["host"] == rank_host[1], (labels, rank_host)
+        assert labels["kind"] in ("noncomm_hang", "comm_hang", "error"), labels
+        names, samples = _scrape(port)
+        assert samples[("c4_daemon_open_faults", ())] >= 1
+        sidecar_names, _ = _scrape(car.metrics_server.port)
     finally:
+        job.kill()
+        for f in (tmp_path / "pids").glob("rank*.pid"):   # torchrun's workers, by pid
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(f.read_text()), signal.SIGKILL)
         car.stop(timeout=5)
         d.stop(grace=1)
-    assert any(n.startswith("c4_sidecar_") for n in exported)
-    referenced = {name for e in exprs for name in re.findall(r"\bc4_[a-z0-9_]+", e)}
-    assert referenced, "the dashboard names c4 metrics"
-    missing = sorted(referenced - exported)
+    missing = sorted(referenced - names - sidecar_names)
     assert not missing, f"the dashboard uses metrics nobody exports: {missing}"
-    # and it covers the headline signals
-    for name in ("c4_daemon_ingest_records_total", "c4_daemon_ack_latency_seconds_bucket",
-                 "c4_daemon_store_write_seconds_bucket", "c4_daemon_writer_queue_depth",
-                 "c4_daemon_open_faults", "c4_sidecar_spill_bytes",
-                 "c4_sidecar_unacked_requests", "c4_sidecar_dropped_requests_total"):
-        assert name in referenced, name

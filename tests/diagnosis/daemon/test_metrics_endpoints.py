@@ -128,3 +128,25 @@ def test_sidecar_metrics_move(daemon, tmp_path):
         rank.close()
     finally:
         car.stop(timeout=5)
+
+
+def test_every_component_registers_with_the_registry_it_is_given():
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=True)
+    d = Daemon(DaemonConfig(listen="127.0.0.1:0", store="memory://"), registry=registry)
+    d.start()
+    try:
+        with DaemonClient(f"127.0.0.1:{d.port}", security=ClientSecurity()) as c:
+            c.send(_req(1, rank_info("inj", 0, 1, "node0")))
+            c.send(_req(2, op_batch("inj", 0, range(30))))
+        # one family from each component: writer, ingest, live, open faults, job series
+        assert registry.get_sample_value("c4_daemon_stored_requests_total") == 2
+        assert registry.get_sample_value("c4_daemon_ingest_requests_total",
+                                         {"kind": "ops"}) == 1
+        assert registry.get_sample_value("c4_daemon_ingest_records_total") == 30
+        assert registry.get_sample_value("c4_daemon_open_faults") == 0
+        assert registry.get_sample_value("c4_job_collective_seconds_count",
+                                         {"job": "inj", "kind": "collective"}) == 30
+    finally:
+        d.stop(grace=1)

@@ -19,7 +19,7 @@ def _finding(comps, sure: bool, observations=("0:3>7",)) -> CommFinding:
 
 
 def _open(eng: Engine) -> list[str]:
-    return eng.registry.open_ids("comm_slow")
+    return eng.reporter.open_ids("comm_slow")
 
 
 def test_one_observation_on_ecmp_alternatives_waits_a_pass():

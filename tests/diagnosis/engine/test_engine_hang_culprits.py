@@ -70,7 +70,7 @@ def test_error_names_the_absent_member_not_a_host_mate_whose_failed_row_came_lat
     report = next(r for r in out if r.id == "error:3")
     assert report.suspects[0].rank == 3 and report.evidence["culprits"] == [3]
     assert not [r for r in out if r.kind == "noncomm_hang" and r.state == "open"
-                and eng.registry.get(r.id).state == "open"]
+                and eng.reporter.get(r.id).state == "open"]
 
 
 def test_hang_on_a_rank_whose_error_rows_come_later_is_withdrawn_by_the_error():
@@ -103,8 +103,8 @@ def test_hang_on_a_rank_whose_error_rows_come_later_is_withdrawn_by_the_error():
         eng.add_ops(_cols([_row(r, C, 20 + k, t + k * 10 * MS, t + k * 10 * MS + MS)
                            for r in (5, 6)]))
         out += eng.advance(t + k * 10 * MS)
-    assert eng.registry.get(fid).state == "resolved"
-    assert eng.registry.get(fid).evidence["resolved"] == "explained by an error report"
+    assert eng.reporter.get(fid).state == "resolved"
+    assert eng.reporter.get(fid).evidence["resolved"] == "explained by an error report"
     out += eng.finish(t + 3_000 * MS)
     assert {r.id for r in out if r.kind == "error"} == {"error:3"}
     assert [r.id for r in eng.finish() if r.kind == "noncomm_hang"] == []
@@ -134,7 +134,7 @@ def test_frozen_rank_whose_last_rows_never_left_is_named():
     hangs = [r for r in out if r.kind == "noncomm_hang"]
     assert hangs, [r.summary for r in out]
     assert all(r.evidence["culprits"] == [3] for r in hangs)
-    last = eng.registry.get(hangs[-1].id)
+    last = eng.reporter.get(hangs[-1].id)
     assert last.state == "open" and last.seq == 21 and last.suspects[0].rank == 3
     assert "never entered all_reduce #21" in last.summary
 

@@ -196,3 +196,21 @@ def test_canonical():
     assert canonical({"type": "link", "id": "b~a"}) == ("link", "a~b")
     assert canonical({"type": "rank", "id": "7"}) == ("rank", "7")
     assert canonical({"type": "gpu", "id": "n/gpu1", "rank": 3}) == ("gpu", "n/gpu1")
+
+
+def test_a_hang_report_that_names_no_suspect_detects_but_never_hits_and_is_not_false():
+    hang = fault("comm_hang", "comm_hang", [("gpu", "node054/gpu7"), ("rank", "439")])
+    sc, f = one(truth(hang), report("comm_hang"))
+    assert (f.detected, f.top1, f.top3, f.ambiguous) == (True, False, False, False)
+    assert sc.false_reports == 0 and not sc.clean
+    # naming the wrong components instead is a false report
+    sc, f = one(truth(hang), report("comm_hang", ("nic", "node030/nic7"), ("nic", "node038/nic7")))
+    assert (f.detected, f.top3) == (True, False) and sc.false_reports == 1
+    # a report of another kind, or before the onset, addresses nothing: false, suspects or not
+    sc, _ = one(truth(hang), report("noncomm_hang"))
+    assert sc.false_reports == 1
+    sc, _ = one(truth(hang), report("comm_hang", t=ONSET - 30_000_000_000))
+    assert sc.false_reports == 1
+    # on a healthy run every report is false
+    sc, _ = one(truth(), report("comm_hang"))
+    assert sc.false_reports == 1

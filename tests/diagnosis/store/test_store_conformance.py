@@ -236,6 +236,23 @@ def test_faults_round_trip_and_upsert_by_revision(store):
     assert store.list_faults("nope") == []
 
 
+def test_count_faults_counts_what_list_faults_lists(store):
+    assert store.count_faults() == 0 and store.count_faults(open_only=True) == 0
+    store.put_fault(report("f1", 0))
+    store.put_fault(report("f2", 0, job="other", kind="error", first_seen_ns=T0 + 1))
+    store.put_fault(report("f3", 0, first_seen_ns=T0 + 2))
+    # f1 is resolved by a later revision, then an older open revision arrives late: the
+    # count follows the latest revision, as the listing does
+    store.put_fault(report("f1", 2, state="resolved"))
+    store.put_fault(report("f1", 1))
+    for job in (None, "j", "other", "nope"):
+        for open_only in (False, True):
+            listed = store.list_faults(job, open_only=open_only)
+            assert store.count_faults(job, open_only=open_only) == len(listed), (job, open_only)
+    assert store.count_faults() == 3 and store.count_faults(open_only=True) == 2
+    assert store.count_faults("j", open_only=True) == 1
+
+
 def test_large_batch_round_trip(store):
     cols = make_ops(100_000, seed=11, ranks=64)
     cols.columns["t_end_ns"][::7] = -1
