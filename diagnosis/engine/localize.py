@@ -21,8 +21,8 @@ from diagnosis.engine.series import (
     change_point,
     episode_length,
     episode_rate,
+    excess_sigma,
     recurrence,
-    robust_sigma,
     row_quantile,
 )
 from diagnosis.engine.tomography import (
@@ -154,7 +154,7 @@ class Localizer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             finite = ring[np.isfinite(ring)]
-            sigma = float(np.nan_to_num(robust_sigma(finite), nan=0.0)) if len(finite) else 0.0
+            sigma = float(np.nan_to_num(excess_sigma(finite), nan=0.0))
         thr = max(cfg.comm_min_excess / 2, cfg.comm_noise_k * sigma)
         valid = np.isfinite(ring)
         high = ring > thr                                   # (NaN compares False)

@@ -8,7 +8,10 @@ two kept calls, over the calls between them. Its victims (the next pipeline stag
 replicas) wait now and then but compute as fast as before, so a low quantile of their pace (the
 spans without a wait) does not move. Per time bucket, each group's low quantile is compared with
 that of the groups of its size (which cancels the whole job's changes of pace: a checkpoint, the
-iteration's jitter), and a group whose ratio rises from some bucket on is slow.
+iteration's jitter), and a group whose ratio rises from some bucket on is slow. A host slow
+only now and then (one iteration in three) is behind in some buckets only: that is judged as
+episodes of its fastest span per bucket, beside the replicas of its stage, in buckets where
+no more groups are behind than a fault or two explain (``GroupPace._recurring``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
-from diagnosis.engine.series import binom_logsf, change_point, robust_sigma
+from diagnosis.engine.series import (
+    binom_logsf,
+    change_point,
+    episode_length,
+    episode_rate,
+    recurrence,
+    robust_sigma,
+)
 
 # the quantile of a bucket's per-call periods that stands for the group's compute pace: low, so
 # that spans which include a wait (a bubble, the others' lateness) do not count
@@ -37,6 +47,9 @@ _MAX_SPAN = 32        # the most calls between two kept calls whose period count
 # the most buckets a bucket waits for late periods (see ``GroupPace._lag``): a rank whose
 # records come very late must not hold every bucket open
 _MAX_LAG = 16
+# groups of a size that faults of their own put behind in one bucket: beyond, a bucket is an
+# event of the whole job or of its network (see ``GroupPace._recurring``)
+_FAULTS_AT_ONCE = 2
 
 
 @dataclass
@@ -47,6 +60,12 @@ class SlowGroup:
     samples: int
     frac: float
     logp: float
+    # behind again and again rather than from a change point on: the fraction of its buckets
+    # behind since its first episode (None: a change point), its episodes, and the usual time
+    # between its buckets
+    duty: float | None = None
+    episodes: int = 0
+    every_ns: float = 0.0
 
 
 class _Size:
@@ -57,6 +76,10 @@ class _Size:
         self.col: dict[int, int] = {}
         self.groups: list[int] = []
         self.x = np.zeros((K, 0))
+        self.low = np.zeros((K, 0))      # the same from each bucket's fastest period
+        # per column, its peers of the same role, and the (groups, communicators) known then
+        self.role_peers: list[list[int]] = []
+        self.role_known = (0, 0)
         self.t = np.zeros(K, dtype=np.int64)
         self.pos = 0
 
@@ -66,7 +89,23 @@ class _Size:
             c = self.col[g] = len(self.groups)
             self.groups.append(g)
             self.x = np.hstack([self.x, np.full((self.K, 1), np.nan)])
+            self.low = np.hstack([self.low, np.full((self.K, 1), np.nan)])
         return c
+
+
+def _level_share(x: np.ndarray, start: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """Per row, the share of its samples from ``start`` on that reach half of ``median`` (its
+    typical sample above the noise there). A host slow from some moment on holds its pace
+    behind at about one level, so nearly all of them do; buckets far behind now and then with
+    buckets at the noise between are episodes (a group whose few kept calls straddle the waits
+    that a slow network puts into every group's spans, an intermittent fault), which the
+    recurrence test judges, not the change point: the noise's own upper tail would else make
+    up the share of buckets behind."""
+    col = np.arange(x.shape[1])[None, :]
+    after = (col >= start[:, None]) & ~np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        strong = after & (x >= 0.5 * np.nan_to_num(median, nan=np.inf)[:, None])
+    return strong.sum(axis=1) / np.maximum(after.sum(axis=1), 1)
 
 
 class GroupPace:
@@ -74,10 +113,12 @@ class GroupPace:
         self.arena, self.cfg = arena, config
         self.bucket_ns = config.straggle_bucket_ns
         self.last_first: dict[int, tuple[int, int]] = {}   # group -> (seq, first entry)
-        # periods not yet in a bucket (group, time, period), and those of buckets not yet
-        # written (bucket, group, period)
-        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
-        self._open = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        # periods not yet in a bucket (group, time, period, span start), and those of buckets
+        # not yet written (bucket, group, period, span start)
+        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
+                      np.zeros(0, dtype=np.int64)]
+        self._open = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
+                      np.zeros(0, dtype=np.int64)]
         self._newest = -1
         self._closed = -1
         # how many buckets behind the newest the periods of an update have reached: a trace
@@ -113,7 +154,8 @@ class GroupPace:
         # would seem to fall behind as much as the culprit's)
         ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t) & (sq - prev_s <= _MAX_SPAN)
         per = (t[ok] - prev_t[ok]) / (sq[ok] - prev_s[ok])
-        self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g[ok], t[ok], per), strict=True)]
+        self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g[ok], t[ok], per, prev_t[ok]),
+                                                   strict=True)]
         if not self.span:
             self._gaps.extend((t[ok] - prev_t[ok]).tolist())
             if len(self._gaps) < _LEARN:
@@ -121,11 +163,12 @@ class GroupPace:
             # a bucket long enough for about eight kept calls of a typical group
             unit = self.bucket_ns
             self.span = int(min(max(np.ceil(8 * np.median(self._gaps) / unit), 1), 16)) * unit
-        pg, pt, pp = self._pend
-        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        pg, pt, pp, ps = self._pend
+        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
+                      np.zeros(0, dtype=np.int64)]
         pb = pt // self.span
         fresh = pb > self._closed           # (else a bucket already written)
-        self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, (pb, pg, pp),
+        self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, (pb, pg, pp, ps),
                                                           strict=True)]
         if self._newest >= 0 and len(pb):
             self._lag = min(max(self._lag, self._newest - int(pb.min())), _MAX_LAG)
@@ -134,35 +177,48 @@ class GroupPace:
         self._newest = max(self._newest, int(self._open[0].max()))
         # a bucket is written once calls two buckets (or the lag seen) later arrive (the
         # groups' rows of one moment may come a bucket apart)
-        ob, og, op = self._open
+        ob, og, op, os_ = self._open
         done = ob < self._newest - max(1, self._lag)
         if done.any():
-            self._close(ob[done], og[done], op[done])
+            self._close(ob[done], og[done], op[done], os_[done])
             self._closed = int(ob[done].max())
-            self._open = [ob[~done], og[~done], op[~done]]
+            self._open = [ob[~done], og[~done], op[~done], os_[~done]]
 
-    def _close(self, b: np.ndarray, g: np.ndarray, per: np.ndarray) -> None:
-        """Write finished buckets: each group's low-quantile pace over its size's median."""
+    def _close(self, b: np.ndarray, g: np.ndarray, per: np.ndarray, start: np.ndarray) -> None:
+        """Write finished buckets: each group's low-quantile pace over its size's median, and
+        its fastest period among the spans wholly inside the bucket (one that began in the
+        bucket before took part of its time there: the first span of a slow host's slow
+        bucket is as fast as the healthy bucket before it)."""
         o = np.lexsort((per, g, b))
-        b, g, per = b[o], g[o], per[o]
+        b, g, per, start = b[o], g[o], per[o], start[o]
         head = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (g[1:] != g[:-1])])
         count = np.diff(np.r_[head, len(b)])
         # (the lower of the two values around the quantile: no interpolation needed here)
         value = per[head + np.floor(_Q * (count - 1)).astype(np.int64)]
         enough = count >= _MIN_PERIODS
         hb, hg, hv = b[head][enough], g[head][enough], value[enough]
+        # (periods are sorted within a bucket and group: the first inside is the fastest)
+        inside = start // self.span == b
+        pos = np.where(inside, np.arange(len(b)), len(b))
+        first_in = np.minimum.reduceat(pos, head)
+        fastest = np.where(first_in < np.r_[head[1:], len(b)],
+                           per[np.minimum(first_in, len(b) - 1)], np.nan)
+        hl = fastest[enough]
         n_of = self.arena.n[hg]
         for bucket in np.unique(hb).tolist():
             for n in np.unique(n_of[hb == bucket]).tolist():
                 sel = (hb == bucket) & (n_of == n)
                 if sel.sum() < 3:
                     continue        # nothing to compare with
-                self._write(int(n), bucket, hg[sel], hv[sel])
+                self._write(int(n), bucket, hg[sel], hv[sel], hl[sel])
 
-    def _write(self, n: int, bucket: int, groups: np.ndarray, values: np.ndarray) -> None:
+    def _write(self, n: int, bucket: int, groups: np.ndarray, values: np.ndarray,
+               fastest: np.ndarray) -> None:
         med = float(np.median(values))
         if med <= 0:
             return
+        low = float(np.median(fastest[np.isfinite(fastest)])) if np.isfinite(fastest).any() \
+            else np.nan
         size = self.sizes.get(n)
         if size is None:
             size = self.sizes[n] = _Size(self.cfg.history)
@@ -170,11 +226,15 @@ class GroupPace:
         cols = [size.column(g) for g in groups.tolist()]
         size.x[row, :] = np.nan
         size.x[row, cols] = values / med - 1.0
+        size.low[row, :] = np.nan
+        if low > 0:
+            size.low[row, cols] = fastest / low - 1.0
         size.t[row] = bucket * self.span
         size.pos += 1
 
     def judge(self) -> list[SlowGroup]:
-        """Groups whose pace fell behind their peers' from some bucket on."""
+        """Groups whose pace fell behind their peers' from some bucket on, or again and
+        again."""
         cfg = self.cfg
         out: list[SlowGroup] = []
         for size in self.sizes.values():
@@ -195,14 +255,63 @@ class GroupPace:
             ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
                 & (res.pre_count >= _MIN_BEFORE) \
                 & (res.frac - res.pre_frac >= cfg.slow_min_frac) & (res.frac >= _MIN_FRAC) \
-                & (res.median >= 2 * cfg.straggle_min_excess)
+                & (res.median >= 2 * cfg.straggle_min_excess) \
+                & (_level_share(x, res.start, res.median) >= _MIN_FRAC)
             for i in np.flatnonzero(ok).tolist():
                 out.append(SlowGroup(size.groups[i], int(t[res.start[i]]),
                                      float(res.median[i]), int(res.count[i]),
                                      float(res.frac[i]), float(res.logp[i])))
+            rec = self._recurring(size, self._beside_role(size, size.low[order].T), t, ok)
+            out.extend(rec)
+            taken = ok.copy()
+            taken[[size.col[f.group] for f in rec]] = True
             # no healthy past to change from: slow from the first bucket on
             unjudged = (res.start < 0) | (res.pre_count < _MIN_BEFORE)
-            out.extend(self._behind_peers(size, x, t, thr, p0[0], unjudged & ~ok))
+            out.extend(self._behind_peers(size, x, t, thr, p0[0], unjudged & ~taken))
+        return out
+
+    def _recurring(self, size: _Size, x: np.ndarray, t: np.ndarray,
+                   found: np.ndarray) -> list[SlowGroup]:
+        """Groups whose pace falls behind their peers' again and again, normal between (a host
+        slowed one iteration in three by what else it runs, a flapping power cap): the
+        change-point test wants most buckets behind after the change, so an intermittent slow
+        host shows as episodes instead, the buckets of its slow iterations. ``x``: per group
+        and bucket, its *fastest* period over the size's median of those. A slow host computes
+        every span between kept calls slower, its fastest too; its victims wait now and then,
+        and when the network is slow (or a neighbour) nearly every span of theirs holds a wait,
+        which moves a low quantile of their periods again and again, but some span between
+        waits stays at their pace. Judged as ``slow.judge_rings`` judges members
+        (``slow_rec_*``): at least ``slow_rec_episodes`` episodes well above the noise, too
+        many for the rate at which episodes start over the groups of this size (each bucket is
+        relative to their median, so a checkpoint or a slower iteration of the whole job is no
+        episode of any). ``found``: groups already slow from a change point on."""
+        cfg = self.cfg
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            sigma = float(np.nan_to_num(robust_sigma(x), nan=0.0))
+        least = cfg.slow_rec_min_excess * cfg.straggle_min_excess / cfg.slow_min_excess
+        thr = np.full(len(x), max(least, cfg.slow_rec_noise_k * sigma))
+        # a bucket in which more groups are behind than a fault or two explain (each slows
+        # its own group) is an event of the job or of the network (congestion makes every
+        # span of the groups behind it wait), which no host explains: it counts for none
+        with np.errstate(invalid="ignore"):
+            behind = (x > thr[:, None]).sum(axis=0)
+        x = np.where((behind > _FAULTS_AT_ONCE)[None, :], np.nan, x)
+        p0 = episode_rate(x, thr, cfg.slow_rec_base_rate)
+        unit = episode_length(x, thr, cfg.slow_rec_episodes)
+        rec = recurrence(x, thr, np.full(len(x), p0), cfg.slow_rec_episodes, unit)
+        ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
+            & (np.nan_to_num(rec.median) >= 2 * cfg.straggle_min_excess) & ~found
+        out = []
+        for i in np.flatnonzero(ok).tolist():
+            s = int(rec.start[i])
+            frac = float(rec.hits[i] / max(int(rec.count[i]), 1))
+            ts = t[s:][np.isfinite(x[i, s:])]
+            every = float(np.median(np.diff(ts))) if len(ts) > 1 else 0.0
+            out.append(SlowGroup(size.groups[i], int(t[s]), float(rec.median[i]),
+                                 int(rec.count[i]), frac, float(rec.logp[i]),
+                                 duty=frac if frac < cfg.slow_rec_duty else None,
+                                 episodes=int(rec.episodes[i]), every_ns=every))
         return out
 
     def _roles(self) -> dict[int, set[int]]:
@@ -212,6 +321,38 @@ class GroupPace:
             for r in self.arena.members[g].tolist():
                 by_rank.setdefault(r, set()).add(g)
         return by_rank
+
+    def _role_peers(self, size: _Size) -> list[list[int]]:
+        """Per column of ``size``, the columns of its peers of the same role: the groups of its
+        size whose members meet its members in another communicator (the data-parallel
+        replicas of its pipeline stage); kept while no group is added."""
+        known = (len(size.groups), len(self.arena.members))
+        if size.role_known == known:
+            return size.role_peers
+        by_rank = self._roles()
+        col_of_rank = {r: c for c, g in enumerate(size.groups)
+                       for r in self.arena.members[g].tolist()}
+        out = []
+        for i, g in enumerate(size.groups):
+            mine = self.arena.members[g].tolist()
+            meet = set().union(*(by_rank.get(r, set()) for r in mine)) - {g}
+            out.append(sorted({col_of_rank[r] for h in meet for r in self.arena.members[h].tolist()
+                               if r in col_of_rank} - {i}))
+        size.role_peers, size.role_known = out, known
+        return out
+
+    def _beside_role(self, size: _Size, x: np.ndarray) -> np.ndarray:
+        """``x`` (groups, buckets) less, per bucket, the median of each group's peers of the
+        same role (where it has two at least; else as it is): what holds back a whole stage
+        at once (the checkpoint its ranks write, a pipeline neighbour's wait, a slow network
+        seen from that stage) is no host's own."""
+        out = x.copy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for i, peers in enumerate(self._role_peers(size)):
+                if len(peers) >= 2:
+                    out[i] = x[i] - np.nan_to_num(np.nanmedian(x[peers], axis=0), nan=np.nan)
+        return out
 
     def _behind_peers(self, size: _Size, x: np.ndarray, t: np.ndarray, thr: float,
                       p0: float, cand: np.ndarray) -> list[SlowGroup]:
@@ -228,21 +369,16 @@ class GroupPace:
         cand = cand & (n_valid >= cfg.slow_min_samples) & (above >= _MIN_FRAC * n_valid)
         if not cand.any():
             return []
-        by_rank = self._roles()
-        col_of_rank = {r: c for c, g in enumerate(size.groups)
-                       for r in self.arena.members[g].tolist()}
+        role_peers = self._role_peers(size)
         out = []
         for i in np.flatnonzero(cand).tolist():
             g = size.groups[i]
-            mine = self.arena.members[g].tolist()
-            meet = set().union(*(by_rank.get(r, set()) for r in mine)) - {g}
-            peers = {col_of_rank[r] for h in meet for r in self.arena.members[h].tolist()
-                     if r in col_of_rank} - {i}
+            peers = role_peers[i]
             if not peers:
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                role = np.nanmedian(x[sorted(peers)], axis=0)
+                role = np.nanmedian(x[peers], axis=0)
             y = x[i] - role
             ok = ~np.isnan(y)
             m = int(ok.sum())

@@ -60,6 +60,25 @@ def robust_sigma(values: np.ndarray, axis: tuple[int, ...] | int | None = None) 
     return (MAD_SIGMA * mad).reshape(lead)
 
 
+def excess_sigma(excess: np.ndarray, least: int = 20) -> float:
+    """The noise of excess samples (each relative to its key's baseline: 0 is normal), robust to
+    slow samples however many: ``robust_sigma`` of the pooled samples, or, when smaller, the
+    spread of those below their baseline (1.4826 x their median distance from it, at least
+    ``least`` of them). A fault can only add slow samples, and one that slows every key at
+    once (the one switch of a small fabric, every third iteration) can make half the pool
+    slow, where the median absolute deviation breaks down and calls the fault itself noise;
+    the samples below the baseline are noise alone. (The pooled estimate stays the bound: a
+    baseline learnt slow, on warm-up, would widen the lower side instead.) NaN: none."""
+    v = excess[np.isfinite(excess)]
+    if not len(v):
+        return float("nan")
+    pooled = float(robust_sigma(v))
+    low = -v[v < 0]
+    if len(low) < least:
+        return pooled
+    return min(pooled, MAD_SIGMA * float(np.median(low)))
+
+
 class SeriesBank:
     """Per key: a baseline learnt from its own first samples (after ``skip``), then a ring of
     ``value / baseline - 1`` (the excess) with the sample times."""

@@ -213,20 +213,39 @@ class SampledStragglers:
         late_in: dict[int, set[int]] = {}
         for f in found:
             late_in.setdefault(f.group, set()).add(f.rank)
-        victims: set[int] = set()
-        for g, late in late_in.items():
-            victims.update(r for r in self.arena.members[g].tolist() if r not in late)
+        # per member: how late it came, found late from a change point on (a level), and
+        # found late again and again (episodes)
+        lasting: dict[int, float] = {}
         late_by: dict[int, float] = {}
         for f in found:
             late_by[f.rank] = max(late_by.get(f.rank, 0.0), f.excess)
+            if f.duty is None:
+                lasting[f.rank] = max(lasting.get(f.rank, 0.0), f.excess)
+        unexplained: set[int] = set()
+        behind: list[SlowRank] = []
         for sg in self.pace.judge():
             members = self.arena.members[sg.group].tolist()
-            # a member late inside it explains its pace (a slow GPU) unless far too little
-            late = max([late_by.get(r, 0.0) for r in members]
+            # a member late inside it explains its pace (a slow GPU) unless far too little; a
+            # pace behind from a change point on is held back all along, which a member late
+            # only now and then (a few pauses) does not explain
+            mine = late_by if sg.duty is not None else lasting
+            late = max([mine.get(r, 0.0) for r in members]
                        + [self._late_by(sg.group, sg.onset_ns)])
             if late >= max(self.cfg.straggle_min_excess, _EXPLAINS * sg.excess):
                 continue
+            unexplained.add(sg.group)
             pace = float(self._pace(np.asarray([sg.group]))[0])
-            found += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
-                               sg.samples, sg.frac, 0.0, sg.logp) for r in members]
+            behind += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
+                                sg.samples, sg.frac, 0.0, sg.logp, duty=sg.duty,
+                                episodes=sg.episodes, every_ns=sg.every_ns) for r in members]
+        # the members of a group behind as a whole are judged by its pace: what else they
+        # were found late in (its pauses, the waits it imposed) would tell another onset
+        covered = {f.rank for f in behind}
+        found = [f for f in found if f.rank not in covered] + behind
+        # the members of a group waited for its late members, unless those do not explain
+        # why the group as a whole fell behind
+        victims: set[int] = set()
+        for g, late in late_in.items():
+            if g not in unexplained:
+                victims.update(r for r in self.arena.members[g].tolist() if r not in late)
         return [f for f in found if f.rank not in victims]

@@ -11,9 +11,9 @@ from diagnosis.sim.run import simulate
 from diagnosis.trace.feed import feed_trace
 
 
-def analyze(tmp_path, faults):
+def analyze(tmp_path, faults, **reduced):
     cfg = SimConfig(gpus=128, iterations=40, microbatches=2, seed=11, fabric="single_switch",
-                    faults=faults)
+                    faults=faults, **reduced)
     res = simulate(cfg, tmp_path)
     reports, _ = feed_trace(Engine(Topology.load(res.topology)), res.trace)
     return [(r.kind, r.suspects[0].id) for r in reports]
@@ -26,3 +26,15 @@ def test_intermittent_slow_single_switch_is_named(tmp_path):
 
 def test_healthy_single_switch_job_has_no_report(tmp_path):
     assert analyze(tmp_path, ()) == []
+
+
+def test_single_switch_slow_every_other_iteration_is_named_on_reduced_telemetry(tmp_path):
+    """Windows of linkstat (K=16) straddle the slow iterations: more than half of every
+    connection's samples are slow, which the pooled noise estimate took for noise (thresholds
+    above the fault itself, nothing reported)."""
+    fault = FaultSpec("slow_switch", "switch0", onset=8, slow=3.0, every=2, on=1)
+    assert analyze(tmp_path, (fault,), sample=16, layers=4) == [("comm_slow", "switch0")]
+
+
+def test_healthy_single_switch_job_has_no_report_on_reduced_telemetry(tmp_path):
+    assert analyze(tmp_path, (), sample=16, layers=4) == []

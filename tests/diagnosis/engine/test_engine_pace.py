@@ -71,3 +71,107 @@ def test_a_group_slow_from_the_start_is_judged_against_the_replicas_of_its_stage
     assert [f.group for f in found] == [tp[0]]
     # (the job's median pace is 13 ms: 20 ms is 0.77 of it above the replicas' 10)
     assert 0.7 < found[0].excess < 0.85 and found[0].frac > 0.9
+
+
+# ---- episodes: eight replicas of one stage, each second at its own pace --------------------
+
+REPLICAS = 8
+
+
+def replicas() -> tuple[Arena, list[int]]:
+    arena = Arena(64)
+    tp = [arena.add_group(k, f"tp{k}", np.arange(4 * k, 4 * k + 4)) for k in range(REPLICAS)]
+    for i in range(4):
+        arena.add_group(100 + i, f"dp{i}", np.array([4 * k + i for k in range(REPLICAS)]))
+    return arena, tp
+
+
+def paced_calls(g: int, factor: np.ndarray, hi_s: int, state: tuple[int, float],
+                rng: np.random.Generator, waits: np.ndarray | None = None
+                ) -> tuple[Finished, tuple[int, float]]:
+    """Calls of group ``g`` from where ``state`` (next seq, next call time) left off until
+    second ``hi_s``, at 10 ms times ``factor[s]`` a call in second s (1% jitter per call); in
+    the seconds ``waits`` marks, seven calls in eight come after a wait as long as 1.5 calls."""
+    seq, at = state
+    t: list[int] = []
+    while at < hi_s * 1e9:
+        s = int(at // 1e9)
+        period = 10 * MS * factor[s]
+        t.append(int(at + rng.normal(0, 0.01 * period)))
+        at += period * (2.5 if waits is not None and waits[s] and len(t) % 8 else 1.0)
+    n = len(t)
+    sq = np.arange(seq, seq + n)
+    enter = np.repeat(np.asarray(t, dtype=np.int64)[:, None], 4, axis=1)
+    zero = np.zeros_like(enter)
+    return Finished(sq, np.full(n, g), sq, enter, enter + MS, zero - 1,
+                    zero.astype(np.int8)), (seq + n, at)
+
+
+def judge_paces(factors: np.ndarray, waits: np.ndarray | None = None) -> list:
+    """The groups found behind, for per-group, per-second pace factors (and seconds with
+    waits), fed in chunks."""
+    arena, tp = replicas()
+    pace = GroupPace(arena, EngineConfig())
+    rng = np.random.default_rng(9)
+    state = [(0, 0.0)] * REPLICAS
+    for lo in range(0, SECONDS, CHUNK_S):
+        for k, g in enumerate(tp):
+            fin, state[k] = paced_calls(g, factors[k], lo + CHUNK_S, state[k], rng,
+                                        None if waits is None else waits[k])
+            pace.update(fin)
+    return pace.judge()
+
+
+def noisy_paces(seed: int, sigma: float = 0.03) -> np.ndarray:
+    """Each group's pace moves by about ``sigma`` from second to second."""
+    return np.random.default_rng(seed).normal(1.0, sigma, (REPLICAS, SECONDS))
+
+
+def test_a_host_slow_one_second_in_three_is_found_again_and_again():
+    """A host 2.5x slower in one second of three from second 8 on (what else it runs, a
+    flapping power cap) is behind in a third of the buckets only: no change point to a level,
+    but too many episodes for the rate at which the other groups have them."""
+    f = noisy_paces(1)
+    f[0, 8::3] *= 2.5
+    found = judge_paces(f)
+    assert [x.group for x in found] == [0]
+    assert found[0].duty is not None and 0.2 < found[0].duty < 0.5
+    assert found[0].episodes >= 3
+    assert 1.0 < found[0].excess < 2.0
+
+
+def test_a_group_behind_in_a_few_buckets_is_no_host_slow_from_a_change_point():
+    """Far behind in three of the last eight buckets, at the noise's upper edge in two more
+    (a group whose few kept calls straddle the waits that a slow network puts into its spans):
+    five of eight buckets above the noise made a change point, but no level holds; as
+    episodes they are too few."""
+    f = noisy_paces(2, 0.02)
+    # the newest buckets judged (those of the last chunk are still open)
+    f[0, 23:31] = [1.05, 1.73, 1.0, 1.42, 1.41, 1.01, 1.055, 0.99]
+    assert judge_paces(f) == []
+
+
+def test_healthy_groups_with_noisy_paces_are_not_found():
+    for seed in range(3):
+        assert judge_paces(noisy_paces(10 + seed)) == []
+
+
+def test_a_group_that_waits_in_most_spans_now_and_then_is_a_victim():
+    """Behind a slow NIC or a slow network, a group waits in seven spans of eight, one second
+    in three: a low quantile of its periods is behind again and again, as a slow host's is,
+    but some span between the waits keeps its pace, which a slow host's never does."""
+    f = noisy_paces(3)
+    waits = np.zeros((REPLICAS, SECONDS), dtype=bool)
+    waits[0, 8::3] = True
+    assert judge_paces(f, waits) == []
+
+
+def test_groups_behind_together_now_and_then_are_an_event_of_the_job():
+    """Three replicas slow in the same seconds, one in three (congestion of the network
+    their transfers cross makes every span of theirs wait): more groups at once than a fault
+    or two explain, so no host is named; the one slow host beside them still is."""
+    f = noisy_paces(4)
+    f[1:4, 8::3] *= 2.0
+    assert judge_paces(f) == []
+    f[0, 9::3] *= 2.5
+    assert [x.group for x in judge_paces(f)] == [0]

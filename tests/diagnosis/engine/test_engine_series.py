@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnosis.engine.series import binom_logsf, change_point
+from diagnosis.engine.series import binom_logsf, change_point, excess_sigma, robust_sigma
 
 
 def test_significance_is_the_best_split_while_the_onset_is_the_purest():
@@ -57,3 +57,27 @@ def test_missing_samples_neither_break_nor_extend_an_episode():
     row[0, 3] = np.nan          # 2, 4 are one episode around a missing sample
     res = recurrence(row, np.array([0.15]), np.array([0.01]), 2)
     assert res.episodes[0] == 3 and res.hits[0] == 4
+
+
+def test_excess_noise_holds_when_half_the_samples_are_slow():
+    """Every connection 3x slower one round in two (the one switch of a small fabric): the
+    pooled median absolute deviation takes the fault for noise; the samples below their
+    baseline still tell the noise."""
+    rng = np.random.default_rng(5)
+    noise = rng.normal(0.0, 0.02, (200, 30))
+    slow = np.zeros((200, 30))
+    slow[:, 1::2] = 2.0
+    excess = noise + slow
+    assert robust_sigma(excess) > 1.0                       # the fault read as noise
+    assert 0.015 < excess_sigma(excess) < 0.025
+    # healthy samples: the same as the pooled estimate
+    assert abs(excess_sigma(noise) - float(robust_sigma(noise))) < 0.003
+
+
+def test_excess_noise_keeps_the_pooled_bound_on_a_baseline_learnt_slow():
+    """A baseline learnt on slower warm-up samples puts every later sample below it: the lower
+    side is then wider than the noise, and the pooled estimate stays the bound."""
+    rng = np.random.default_rng(6)
+    excess = rng.normal(-0.3, 0.02, 1000)
+    assert abs(excess_sigma(excess) - float(robust_sigma(excess))) < 1e-12
+    assert excess_sigma(np.array([np.nan])) != excess_sigma(np.array([np.nan]))    # NaN
