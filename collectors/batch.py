@@ -10,13 +10,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from collectors.completion import OK
-from collectors.hook import Recorder
+from collectors.buffer import RecordBuffer
+from collectors.completion import OK, Completion
+from collectors.group_state import GroupState, ThreadFlags
 
 
-def wrap_batch(rec: Recorder, orig: Callable[..., Any]) -> Callable[..., Any]:
+class Recording(Protocol):
+    """What the wrapper uses of the recorder that installs it (``collectors.hook.Recorder``)."""
+
+    buf: RecordBuffer
+    done: Completion
+    active: bool
+    _tls: ThreadFlags
+    _by_key: dict[Any, GroupState]
+
+    def resolve(self, group: Any) -> GroupState: ...
+
+    def measure(self, data: Any) -> tuple[int, int]: ...
+
+    def next_token(self) -> int: ...
+
+    def _prepare_failed(self) -> None: ...
+
+
+def wrap_batch(rec: Recording, orig: Callable[..., Any]) -> Callable[..., Any]:
     strings = rec.buf.strings
     op_send, op_recv = strings.intern("isend"), strings.intern("irecv")
     tls, pending = rec._tls, rec.buf.pending
@@ -69,7 +88,7 @@ def wrap_batch(rec: Recorder, orig: Callable[..., Any]) -> Callable[..., Any]:
     return hooked
 
 
-def _track_all(rec: Recorder, works: Any, items: list[tuple], entries: tuple) -> None:
+def _track_all(rec: Recording, works: Any, items: list[tuple], entries: tuple) -> None:
     works = [w for w in (works or []) if w is not None]
     if not works:
         rec.done.finish(entries, time.time_ns(), None)

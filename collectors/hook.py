@@ -16,38 +16,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from collectors.batch import wrap_batch
 from collectors.buffer import RecordBuffer
 from collectors.completion import OK, Completion
+from collectors.group_state import GroupState, ThreadFlags
 from collectors.specs import SPECS, OpSpec, arg_positions
 
 log = logging.getLogger(__name__)
 
 # Functions wrapped only to learn when process groups appear and disappear.
 _LIFECYCLE = ("init_process_group", "destroy_process_group")
-
-
-class _TLS(threading.local):
-    busy = False  # inside a hooked call on this thread: inner hooked calls are not recorded
-
-
-class GroupState:
-    """What the hooks know about one process group."""
-
-    __slots__ = ("idx", "invoke", "name", "no_future", "p2p", "ranks", "seq", "skip")
-
-    def __init__(self, idx: int = -1, name: str = "", ranks: tuple[int, ...] = (),
-                 skip: bool = False) -> None:
-        self.idx = idx
-        self.name = name
-        self.ranks = ranks
-        self.seq = 0
-        # (is_send, global peer) -> messages so far in that direction
-        self.p2p: dict[tuple[bool, int], int] = {}
-        self.skip = skip
-        # ops (string indices) whose async Works on this group have no future
-        self.no_future: set[int] = set()
-        # None: the wrappers' own wall-clock path; else a replacement (CUDA-event timing)
-        self.invoke: Callable[..., Any] | None = None
 
 
 _PASS = GroupState(skip=True)
@@ -69,7 +47,7 @@ class Recorder:
         self._on_attach = on_attach
         self._cuda_factory = cuda_timer_factory
         self.cuda_timer: Any = None
-        self._tls = _TLS()
+        self._tls = ThreadFlags()
         self._lock = threading.RLock()
         self._by_key: dict[Any, GroupState] = {}
         self._by_pg: dict[Any, GroupState] = {}
@@ -252,7 +230,6 @@ class Recorder:
         if spec.kind == "coll":
             return self._wrap_collective(spec, orig)
         if spec.kind == "batch":
-            from collectors.batch import wrap_batch
             return wrap_batch(self, orig)
         return self._wrap_p2p(spec, orig)
 

@@ -165,25 +165,6 @@ def test_the_reader_sees_lazy_relative_and_submodule_imports(tmp_path: Path) -> 
     assert [unit_of(i.target) for i in got] == ["top", "shared", "diagnosis", "recovery"]
 
 
-#: module import cycles inside one package, left from before the layers were drawn; each is
-#: being taken apart where its package is reworked (backend registries beside the store and
-#: isolation contracts, the daemon's metrics per component, the engine's reports). A new cycle,
-#: or a module joining one of these, fails the test below; remove an entry once it is gone.
-KNOWN_CYCLES: tuple[frozenset[str], ...] = tuple(frozenset(c) for c in (
-    {"diagnosis.store._common", "diagnosis.store.api", "diagnosis.store.clickhouse",
-     "diagnosis.store.memory", "diagnosis.store.sqlite"},
-    {"recovery.isolation.api", "recovery.isolation.blocklist", "recovery.isolation.kubernetes",
-     "recovery.isolation.slurm"},
-    {"collectors.batch", "collectors.hook"},
-    {"collectors.sidecar.metrics", "collectors.sidecar.sidecar"},
-    {"diagnosis.daemon.metrics", "diagnosis.daemon.server"},
-    {"diagnosis.engine.engine", "diagnosis.engine.hang_reports", "diagnosis.engine.lossy",
-     "diagnosis.engine.slow_reports", "diagnosis.engine.stalls"},
-    {"diagnosis.sim.layers", "diagnosis.sim.model"},
-    {"diagnosis.flight_recorder.analyzer", "diagnosis.flight_recorder.comm"},
-))
-
-
 def _strongly_connected(edges: dict[str, set[str]]) -> list[set[str]]:
     """The components of more than one node (Tarjan's algorithm)."""
     index: dict[str, int] = {}
@@ -219,14 +200,22 @@ def _strongly_connected(edges: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_no_new_module_import_cycle() -> None:
+def test_no_module_import_cycle() -> None:
+    """No two modules import each other, directly or round a loop, lazily or not: a module
+    that needs another's types takes a protocol or the lower module both share."""
     known = modules()
     edges: dict[str, set[str]] = {}
+    witness: dict[tuple[str, str], Import] = {}
     for imp in import_graph():
         # ``import a.b.c`` runs a.b.c; a package's own __init__ importing it is not a cycle
         if imp.target in known and imp.target != imp.importer:
             edges.setdefault(imp.importer, set()).add(imp.target)
-    new = [sorted(c) for c in _strongly_connected(edges)
-           if not any(c <= old for old in KNOWN_CYCLES)]
-    assert not new, "modules that import each other (directly or round a loop):\n" + "\n".join(
-        "  " + ", ".join(c) for c in new)
+            witness.setdefault((imp.importer, imp.target), imp)
+    found = []
+    for component in sorted(sorted(c) for c in _strongly_connected(edges)):
+        inner = [str(witness[a, b]) for a in component for b in sorted(edges[a])
+                 if b in component]
+        found.append("  " + ", ".join(component) + ":\n" + "\n".join(
+            "    " + line for line in inner))
+    assert not found, ("modules that import each other (directly or round a loop); move what "
+                       "both need into a lower module, or pass it in:\n" + "\n".join(found))

@@ -6,18 +6,49 @@ when ``--metrics`` is given."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from c4.metrics import MetricsServer, counter, gauge
-from collectors.sidecar.counters import REASONS
-from collectors.sidecar.local import CLOSE_REASONS
+from collectors.sidecar.counters import REASONS, Drops
+from collectors.sidecar.discovery import HostDiscovery
+from collectors.sidecar.edge import Edge
+from collectors.sidecar.intake import Intake
+from collectors.sidecar.local import CLOSE_REASONS, LocalListener
+from collectors.sidecar.outbox import Outbox
+from collectors.sidecar.owners import Owners
+from collectors.sidecar.spill import Spill
 
-if TYPE_CHECKING:
-    from collectors.sidecar.sidecar import Sidecar
+
+class Observed(Protocol):
+    """The parts of a sidecar (``collectors.sidecar.sidecar.Sidecar``) its metrics read."""
+
+    @property
+    def outbox(self) -> Outbox: ...
+
+    @property
+    def intake(self) -> Intake: ...
+
+    @property
+    def drops(self) -> Drops: ...
+
+    @property
+    def listener(self) -> LocalListener: ...
+
+    @property
+    def discovery(self) -> HostDiscovery | None: ...
+
+    @property
+    def spill(self) -> Spill: ...
+
+    @property
+    def owners(self) -> Owners: ...
+
+    @property
+    def edge(self) -> Edge: ...
 
 
 def _by_reason(name: str, doc: str, values: dict[str, int], reasons: dict[str, str]
@@ -30,7 +61,7 @@ def _by_reason(name: str, doc: str, values: dict[str, int], reasons: dict[str, s
 
 
 class SidecarMetrics(Collector):
-    def __init__(self, sidecar: Sidecar) -> None:
+    def __init__(self, sidecar: Observed) -> None:
         self._car = sidecar
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -124,5 +155,5 @@ class SidecarMetrics(Collector):
                     car.edge.ring.bytes)
 
 
-def serve_metrics(sidecar: Sidecar, listen: str) -> MetricsServer:
+def serve_metrics(sidecar: Observed, listen: str) -> MetricsServer:
     return MetricsServer(listen, SidecarMetrics(sidecar).registry)

@@ -21,6 +21,7 @@ from collectors.sidecar.edge import Edge
 from collectors.sidecar.errors import SidecarConfigError
 from collectors.sidecar.intake import Intake
 from collectors.sidecar.local import Limits, LocalListener, resolve_group
+from collectors.sidecar.metrics import serve_metrics
 from collectors.sidecar.outbox import Outbox
 from collectors.sidecar.owners import Owners
 from collectors.sidecar.spill import Spill
@@ -205,8 +206,6 @@ class Sidecar:
         if self.discovery is not None:
             self.discovery.start()
         if self.config.metrics_listen:
-            from collectors.sidecar.metrics import serve_metrics
-
             self.metrics_server = serve_metrics(self, self.config.metrics_listen)
         log.info("sidecar %s listening on %s, shipping to %s", self.id,
                  self.config.socket_path, self.config.daemon)

@@ -78,7 +78,8 @@ class _Job:
         self.inferred = self._infer_hidden_stalls()
         self.all_stalls = {**self.inferred, **self.stalls}
         self.blocked = self._blocked_at()
-        self.comm = comm.find(self)
+        self.comm = comm.find(table, self.open_calls, self.pending_p2p, self.blocked,
+                              self.all_stalls)
         # Ranks inside a call every member entered and none finished: they wait on the transfer,
         # so a later call they never reached is its consequence, not their fault.
         self.in_comm = {r: h for h in self.comm for r in h.ranks}

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from c4.report import FaultReport, Suspect
-from diagnosis.flight_recorder.calls import CallTable, Key
+from diagnosis.flight_recorder.calls import CallTable, Key, Stall
+from diagnosis.flight_recorder.p2p import PendingPair
 from diagnosis.flight_recorder.parse import FrEntry
 from diagnosis.flight_recorder.text import ranks
-
-if TYPE_CHECKING:
-    from diagnosis.flight_recorder.analyzer import _Job
 
 COMM_HANG_SCORE = 0.5
 UNTIMED_COMM_HANG_SCORE = 0.4
@@ -37,28 +34,30 @@ class CommHang:
     report: FaultReport
 
 
-def find(job: _Job) -> list[CommHang]:
-    """The stuck transfers among the calls every member entered and none finished."""
-    t = job.t
+def find(t: CallTable, open_calls: dict[str, Key], pending_p2p: list[PendingPair],
+         blocked: dict[int, tuple], stalls: dict[tuple, Stall]) -> list[CommHang]:
+    """The stuck transfers among the calls every member entered and none finished:
+    ``open_calls`` per group and ``pending_p2p`` are those calls; ``blocked`` is each rank's
+    earliest stalled call among ``stalls`` (a call queued behind one is not stuck itself)."""
     out = []
-    for pg, key in sorted(job.open_calls.items()):
+    for pg, key in sorted(open_calls.items()):
         by_rank = t.calls[key]
         # a coalesced group speaks through its closing entry (its members carry no state)
         entries = {r: max(es, key=lambda e: (e.closes_group, -e.index))
                    for r, es in by_rank.items()}
         states = {r: t.state(r, key) for r in by_rank}
         stuck = {r: s for r, s in states.items() if s != "completed"}
-        if _queued_behind(job, stuck, entries):
+        if _queued_behind(blocked, stalls, stuck, entries):
             continue
         ends = sorted({e.op for es in by_rank.values() for e in es if e.closes_group})
         op = ends[0] if ends else entries[min(entries)].op
         label = f"{op} #{key[1]} on {t.membership.label(pg)}"
         head = f"all {len(by_rank)} members of {t.membership.label(pg)} entered {op} #{key[1]}"
         out.append(_hang(t, stuck, entries, label, head, pg, key[1]))
-    for p in job.pending_p2p:
+    for p in pending_p2p:
         stuck = {p.send.rank: p.send_state, p.recv.rank: p.recv_state}
         entries = {p.send.rank: p.send, p.recv.rank: p.recv}
-        if _queued_behind(job, stuck, entries):
+        if _queued_behind(blocked, stalls, stuck, entries):
             continue
         where = t.membership.label(p.pg)
         label = f"send from rank {p.send.rank} to rank {p.recv.rank} on {where}"
@@ -68,15 +67,16 @@ def find(job: _Job) -> list[CommHang]:
     return out
 
 
-def _queued_behind(job: _Job, stuck: dict[int, str], entries: dict[int, FrEntry]) -> bool:
+def _queued_behind(blocked: dict[int, tuple], stalls: dict[tuple, Stall],
+                   stuck: dict[int, str], entries: dict[int, FrEntry]) -> bool:
     """Whether no member is known to be inside the call and one of them is waiting in a
     stalled call it entered before this one (its stream may never have reached this one)."""
     if any(s == "started" for s in stuck.values()):
         return False
     for r in stuck:
-        key = job.blocked.get(r)
+        key = blocked.get(r)
         entered = entries[r].index
-        if key is not None and job.all_stalls[key].order.get(r, entered) < entered:
+        if key is not None and stalls[key].order.get(r, entered) < entered:
             return True
     return False
 

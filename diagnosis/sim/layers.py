@@ -16,32 +16,40 @@ shard (``1/T`` of the activation), the reduce-scatter's whole activation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import numpy as np
-
-if TYPE_CHECKING:
-    from diagnosis.sim.model import Simulation, _Acc
+from dataclasses import dataclass
 
 ALL_GATHER, REDUCE_SCATTER = "all_gather", "reduce_scatter"
 BLOCKS = 2          # per layer: attention, MLP
 
 
-def run_layers(sim: Simulation, ops: _Acc, s: int, k: int, ready: np.ndarray, ms: float,
-               call: int) -> np.ndarray:
-    """Stage ``s``'s ``call``-th pass (compute step ``k`` of the iteration) through all
-    layers, from ``ready``; returns when each rank of the stage is done. Block ``b``'s
-    all-gather is collective ``call * 2 * blocks + 2b`` of the group, its reduce-scatter
-    the next one."""
-    blocks = BLOCKS * sim.cfg.layers
-    T = sim.shape[2]
-    size = sim.cfg.tp_bytes / blocks
-    ag, rs = sim.op_code(ALL_GATHER), sim.op_code(REDUCE_SCATTER)
+@dataclass(frozen=True)
+class Collective:
+    """A tensor-parallel collective of the pass: ``nbytes`` is what each rank's row records,
+    ``size`` the buffer the ring moves a share of."""
+    op: str
+    seq: int
+    nbytes: int
+    size: float
+
+
+@dataclass(frozen=True)
+class Compute:
+    """A piece of the pass's compute: one of ``pieces`` equal ones; one-off pauses and hangs
+    strike only the ``first``."""
+    pieces: int
+    first: bool
+
+
+def pass_steps(layers: int, tp_bytes: float, tp: int, call: int) -> list[Collective | Compute]:
+    """The ``call``-th pass of a stage through ``layers`` layers on a tensor-parallel group of
+    ``tp`` ranks, in order (the timing model runs them). Block ``b``'s all-gather is
+    collective ``call * 2 * blocks + 2b`` of the group, its reduce-scatter the next one."""
+    blocks = BLOCKS * layers
+    size = tp_bytes / blocks
     seq = call * 2 * blocks
-    t = ready
+    steps: list[Collective | Compute] = []
     for b in range(blocks):
-        t = sim._tp(ops, s, t, seq + 2 * b, op=ag, nbytes=int(size // T), size=size, share=1)
-        # one-off pauses and hangs strike the pass's first piece of compute
-        t = sim._compute(s, k, t, ms / blocks, first=b == 0)
-        t = sim._tp(ops, s, t, seq + 2 * b + 1, op=rs, nbytes=int(size), size=size, share=1)
-    return t
+        steps += [Collective(ALL_GATHER, seq + 2 * b, int(size // tp), size),
+                  Compute(blocks, first=b == 0),
+                  Collective(REDUCE_SCATTER, seq + 2 * b + 1, int(size), size)]
+    return steps

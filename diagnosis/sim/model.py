@@ -300,7 +300,14 @@ class Simulation:
         tensor-parallel collectives: one all-reduce, or per layer (diagnosis.sim.layers)."""
         if self.cfg.layers == 1:
             return self._tp(ops, s, self._compute(s, k, ready, ms), call)
-        return layermod.run_layers(self, ops, s, k, ready, ms, call)
+        t = ready
+        for step in layermod.pass_steps(self.cfg.layers, self.cfg.tp_bytes, self.shape[2], call):
+            if isinstance(step, layermod.Compute):
+                t = self._compute(s, k, t, ms / step.pieces, first=step.first)
+            else:
+                t = self._tp(ops, s, t, step.seq, op=self.op_code(step.op), nbytes=step.nbytes,
+                             size=step.size, share=1)
+        return t
 
     def _compute(self, s: int | slice, k: int, ready: np.ndarray, ms: float,
                  first: bool = True) -> np.ndarray:
