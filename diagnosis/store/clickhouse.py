@@ -324,10 +324,11 @@ class ClickHouseStore(Store):
             self._insert("ranks", ", ".join(_RANK_FIELDS),
                          [[getattr(r, f) for r in recs] for f in _RANK_FIELDS])
         if groups:
-            recs = list(groups.values())
+            grecs = list(groups.values())
             self._insert("pgroups", "job, attempt, pg, ranks, description",
-                         [[g.job for g in recs], [g.attempt for g in recs], [g.pg for g in recs],
-                          [list(g.ranks) for g in recs], [g.desc for g in recs]])
+                         [[g.job for g in grecs], [g.attempt for g in grecs],
+                          [g.pg for g in grecs], [list(g.ranks) for g in grecs],
+                          [g.desc for g in grecs]])
         if attempts:  # last, so that a listed attempt has its rows
             self._insert("attempts", "job, attempt", [[a[0] for a in attempts],
                                                       [a[1] for a in attempts]])

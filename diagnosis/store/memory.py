@@ -44,8 +44,9 @@ class MemoryStore(Store):
         self._faults: dict[str, FaultReport] = {}
         self._batches: dict[tuple[str, int], list[StoredBatch]] = {}
         self._details: list[StoredDetail] = []
-        # per job attempt: (parts summarized, summary), so status calls stay cheap
-        self._agg: dict[tuple[str, int], tuple[int, _common.OpAgg]] = {}
+        # per job attempt: (parts summarized, summary or None without ops), so status calls
+        # stay cheap
+        self._agg: dict[tuple[str, int], tuple[int, _common.OpAgg | None]] = {}
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
@@ -197,7 +198,7 @@ class MemoryStore(Store):
                     agg = _common.OpAgg(len(cols), int(cols["t_enter_ns"].min()), last)
                 cached = (parts, agg)
                 with self._lock:
-                    self._agg[key] = cached  # type: ignore[assignment]
+                    self._agg[key] = cached
             if cached[1] is not None:
                 ops[key] = cached[1]
         return _common.build_jobs(ranks, ops)
