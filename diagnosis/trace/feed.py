@@ -17,7 +17,16 @@ from diagnosis.engine import ConnRecords, Engine
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
 from diagnosis.trace.order import OrderWatch, time_ordered, visible_ns
 from diagnosis.trace.parallel import read_blocks_parallel
-from diagnosis.trace.reader import Batch, End, GroupInfo, Item, Meta, RankInfo, read_trace
+from diagnosis.trace.reader import (
+    Batch,
+    ByteStream,
+    End,
+    GroupInfo,
+    Item,
+    Meta,
+    RankInfo,
+    read_trace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +129,7 @@ def _end_of(engine: Engine, stats: FeedStats, path: str | Path,
     return None
 
 
-def _items(fh: BinaryIO, path: str | Path, block_bytes: int, workers: int) -> Iterator[Item]:
+def _items(fh: ByteStream, path: str | Path, block_bytes: int, workers: int) -> Iterator[Item]:
     if workers > 0:
         return read_blocks_parallel(fh, str(path), workers, block_bytes)
     return read_trace(fh, block_bytes=block_bytes, name=str(path))

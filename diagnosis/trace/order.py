@@ -266,7 +266,7 @@ class _ConnKind(_Kind):
 
     def join(self, batch: dict[str, np.ndarray]) -> Batch:
         retrans = batch["retrans"]
-        return ConnRecords(*(batch[k] for k in CONN_DTYPES), strings=list(self.strings.sync()),
+        return ConnRecords(**{k: batch[k] for k in CONN_DTYPES}, strings=list(self.strings.sync()),
                            paths=self.paths.paths(batch["path"]),
                            retrans=None if (retrans < 0).all() else retrans)
 
@@ -280,7 +280,7 @@ class _ProgressKind(_Kind):
         return cols
 
     def join(self, batch: dict[str, np.ndarray]) -> Batch:
-        return ProgressRecords(*(batch[k] for k in PROGRESS_DTYPES),
+        return ProgressRecords(**{k: batch[k] for k in PROGRESS_DTYPES},
                                strings=list(self.strings.sync()))
 
 
@@ -293,7 +293,7 @@ class _LinkStatKind(_Kind):
         return cols
 
     def join(self, batch: dict[str, np.ndarray]) -> Batch:
-        return LinkStatRecords(*(batch[k] for k in LINKSTAT_DTYPES),
+        return LinkStatRecords(**{k: batch[k] for k in LINKSTAT_DTYPES},
                                strings=list(self.strings.sync()),
                                paths=self.paths.paths(batch["path"]))
 
@@ -360,9 +360,9 @@ def time_ordered(items: Iterable[Item], run_rows: int = 1 << 21, step: int = 1 <
             if not bounds:
                 break
             t = min(bounds)
-            for kind, runs in kinds.values():
+            for codec, runs in kinds.values():
                 batch = runs.take(t)
                 if batch is not None:
-                    yield kind.join(batch)
+                    yield codec.join(batch)
         if end is not None:
             yield end

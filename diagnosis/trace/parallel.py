@@ -7,10 +7,17 @@ import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, BinaryIO
+from typing import Any
 
 from c4.errors import FormatError
-from diagnosis.trace.reader import Item, Skipped, drop_unknown, parse_block, read_blocks
+from diagnosis.trace.reader import (
+    ByteStream,
+    Item,
+    Skipped,
+    drop_unknown,
+    parse_block,
+    read_blocks,
+)
 
 
 def default_workers() -> int:
@@ -26,7 +33,7 @@ def _parse(data: bytes, first: int, lines: int, source: str) -> tuple[str, Any]:
         return "error", (str(exc), exc.source, exc.line, exc.field)
 
 
-def read_blocks_parallel(fh: BinaryIO, source: str, workers: int,
+def read_blocks_parallel(fh: ByteStream, source: str, workers: int,
                          block_bytes: int = 4 << 20) -> Iterator[Item]:
     """Like ``read_trace`` on an open binary file, with ``workers`` parsing processes."""
     # unknown record types come back as markers, warned about here: once per type, and in
@@ -34,7 +41,8 @@ def read_blocks_parallel(fh: BinaryIO, source: str, workers: int,
     return drop_unknown(_blocks(fh, source, workers, block_bytes), source)
 
 
-def _blocks(fh: BinaryIO, source: str, workers: int, block_bytes: int) -> Iterator[Item | Skipped]:
+def _blocks(fh: ByteStream, source: str, workers: int,
+            block_bytes: int) -> Iterator[Item | Skipped]:
     pending: deque[Future] = deque()
 
     def drain(fut: Future) -> Iterator[Item | Skipped]:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -60,6 +60,14 @@ MAX_LINE_BYTES = 16 << 20
 MAX_VALUE = 1 << 62
 
 
+class ByteStream(Protocol):
+    """What the reader needs of a binary stream: an open file, a ``gzip.GzipFile``, a pipe."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class RankInfo:
     rank: int
@@ -100,7 +108,7 @@ Batch = Columns | ConnRecords | ProgressRecords | LinkStatRecords | PortRecords
 Item = Meta | RankInfo | GroupInfo | End | HealthRecord | Batch
 
 
-def read_trace(path: str | Path | BinaryIO, block_bytes: int = 4 << 20,
+def read_trace(path: str | Path | ByteStream, block_bytes: int = 4 << 20,
                name: str | None = None) -> Iterator[Item]:
     """Yield the trace's records in file order, telemetry as columnar batches (per block, one per
     record type: op Columns, ConnRecords, ProgressRecords, LinkStatRecords, PortRecords). A
@@ -115,7 +123,7 @@ def read_trace(path: str | Path | BinaryIO, block_bytes: int = 4 << 20,
         with opener(path, "rb") as fh:
             yield from drop_unknown(_read(fh, block_bytes, source), source)
     else:
-        source = name or getattr(path, "name", "<stream>")
+        source = name or str(getattr(path, "name", "<stream>"))
         yield from drop_unknown(_read(path, block_bytes, source), source)
 
 
@@ -132,7 +140,7 @@ def drop_unknown(items: Iterable[Item | Skipped], source: str) -> Iterator[Item]
                         item.line, item.kind, ", ".join(TYPES))
 
 
-def _read(fh: BinaryIO, block_bytes: int, source: str) -> Iterator[Item | Skipped]:
+def _read(fh: ByteStream, block_bytes: int, source: str) -> Iterator[Item | Skipped]:
     for data, first, lines in read_blocks(fh, block_bytes, source):
         yield from parse_block(data, first, lines, source)
 
@@ -143,7 +151,7 @@ def _too_long(source: str, line: int, max_line_bytes: int) -> FormatError:
                        source=source, line=line)
 
 
-def read_blocks(fh: BinaryIO, block_bytes: int, source: str = "",
+def read_blocks(fh: ByteStream, block_bytes: int, source: str = "",
                 max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[bytes, int, int]]:
     """The file in blocks of whole lines of about ``block_bytes``: each block, the number of
     its first line and how many lines it has. Raises FormatError at a line longer than

@@ -110,10 +110,9 @@ def decode_block(data: bytes, lines: int) -> dict[str, list[Any]] | None:
         return None
     # one JSON array of the block's lines; a blank line leaves ",," and fails the decode
     text = data.translate(_COMMAS)
-    if text.endswith(b","):
-        text = memoryview(text)[:-1]
+    body = memoryview(text)[:-1] if text.endswith(b",") else text
     try:
-        recs = _DECODER.decode(b"".join((b"[", text, b"]")))
+        recs = _DECODER.decode(b"".join((b"[", body, b"]")))
     except (msgspec.DecodeError, ValueError, RecursionError):   # ValueError: bad UTF-8
         return None
     if len(recs) != lines:                     # a line held two records ("{...},{...}")
