@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from c4.settings import build, derive_command
 from diagnosis.daemon.config import DaemonConfig
+
+if TYPE_CHECKING:
+    from diagnosis.daemon.server import Daemon
 
 
 def run_daemon(**options: Any) -> None:
@@ -25,7 +28,7 @@ def run_daemon(**options: Any) -> None:
 
             topo = Topology.load(config.topology)
 
-        def ready(d) -> None:
+        def ready(d: Daemon) -> None:
             tls = "mutual TLS" if config.tls_client_ca else "TLS" if config.tls_cert \
                 else "plaintext"
             typer.echo(f"c4 daemon listening on {config.listen.rsplit(':', 1)[0]}:{d.port} "

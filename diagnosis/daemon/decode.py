@@ -85,14 +85,15 @@ def to_write(req: c4_pb2.IngestRequest, *, max_records: int, bounds: Bounds | No
         return Write(req.sidecar, req.seq,
                      GroupRecord(g.job, g.attempt, g.pg, tuple(g.ranks), g.desc))
     if kind == "ops":
-        b = req.ops
-        cols = _columns(b, "OpBatch", decode_ops, ("rank", "peer"), max_records, bounds, now_ns)
-        return Write(req.sidecar, req.seq, OpRows(b.job, b.attempt, cols))
-    if kind == "conns":
-        b = req.conns
-        cols = _columns(b, "ConnSampleBatch", decode_conns, ("rank",), max_records, bounds,
+        ops = req.ops
+        cols = _columns(ops, "OpBatch", decode_ops, ("rank", "peer"), max_records, bounds,
                         now_ns)
-        return Write(req.sidecar, req.seq, ConnRows(b.job, b.attempt, cols))
+        return Write(req.sidecar, req.seq, OpRows(ops.job, ops.attempt, cols))
+    if kind == "conns":
+        conns = req.conns
+        cols = _columns(conns, "ConnSampleBatch", decode_conns, ("rank",), max_records, bounds,
+                        now_ns)
+        return Write(req.sidecar, req.seq, ConnRows(conns.job, conns.attempt, cols))
     if kind in _BATCHES:
         return _batch(req, kind, max_records, bounds, now_ns)
     if kind == "detail":
@@ -105,7 +106,7 @@ def to_write(req: c4_pb2.IngestRequest, *, max_records: int, bounds: Bounds | No
 
 
 # request body -> (message name, stored kind, decoder, rank columns, time column)
-_BATCHES = {
+_BATCHES: dict[str, tuple[str, str, Callable[[Any], Columns], tuple[str, ...], str]] = {
     "progress": ("ProgressBatch", "progress", decode_progress, ("rank", "peer"), "t_ns"),
     "linkstats": ("LinkStatBatch", "linkstat", decode_linkstats, ("src", "dst"), "t_ns"),
     "ports": ("PortBatch", "port", decode_ports, (), "t_ns"),

@@ -13,6 +13,7 @@ Refusals are counted and logged at most once per interval per kind."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -301,20 +302,20 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                                   "retry later with backoff"))
                         continue
                     job = request_job(req)
-                    first = parked.get(job[0]) if job is not None else None
-                    if first is not None and first != (req.sidecar, req.seq):
-                        # the same for a parked job's later requests, until the sidecar resends
-                        # the first refused one: the job's order holds, the others flow
-                        reply(c4_pb2.IngestAck(
-                            seq=req.seq, sidecar=req.sidecar, code=_EXHAUSTED,
-                            parked_job=job[0],
-                            error=f"an earlier request of job {job[0]!r} on this stream was "
-                                  "over a job limit: resend the job's requests later, in "
-                                  "order"))
-                        continue
-                    if first is not None:
+                    if job is not None and (first := parked.get(job[0])) is not None:
+                        if first != (req.sidecar, req.seq):
+                            # the same for a parked job's later requests, until the sidecar
+                            # resends the first refused one: the job's order holds, the
+                            # others flow
+                            reply(c4_pb2.IngestAck(
+                                seq=req.seq, sidecar=req.sidecar, code=_EXHAUSTED,
+                                parked_job=job[0],
+                                error=f"an earlier request of job {job[0]!r} on this stream "
+                                      "was over a job limit: resend the job's requests later, "
+                                      "in order"))
+                            continue
                         del parked[job[0]]
-                    self._accept(req, lambda ack, req=req: after(req, ack), sender, stream)
+                    self._accept(req, functools.partial(after, req), sender, stream)
             except Exception as exc:  # the client went away; stored requests stay stored
                 log.debug("ingest stream ended: %s", exc)
             finally:

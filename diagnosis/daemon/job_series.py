@@ -30,6 +30,7 @@ import numpy as np
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from c4.proto.codec import Columns
 from diagnosis.store import OpRows, Write
 
 #: Upper bounds of the call-time buckets (seconds): from a small NVLink all-reduce to a stall.
@@ -122,7 +123,8 @@ class JobSeries(Collector):
         return series
 
     @staticmethod
-    def _follow_steps(series: _JobSeries, cols, done: np.ndarray, names: np.ndarray) -> None:
+    def _follow_steps(series: _JobSeries, cols: Columns, done: np.ndarray,
+                      names: np.ndarray) -> None:
         ranks = cols["rank"][done]
         lowest = int(ranks.min())
         if series.rank < 0 or lowest < series.rank:

@@ -280,6 +280,7 @@ class JobBook:
     @staticmethod
     def _check_ranks(job: str, world: int, body: Body) -> None:
         """Rank ids of a batch below the job's world size."""
+        names: tuple[str, ...]
         if isinstance(body, OpRows | DetailRows):
             cols, names = body.cols, ("rank", "peer")
         elif isinstance(body, ConnRows):

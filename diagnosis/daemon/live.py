@@ -479,7 +479,7 @@ class LiveView:
                 (body.job, r) for r in self.health.add(body.job, [
                     HealthRecord.from_proto(s)
                     for s in c4_pb2.HealthBatch.FromString(body.payload).samples]))
-        elif body.cols is not None:
+        elif isinstance(body, BatchRows) and body.cols is not None:
             self._apply_batch(st, body, now)
 
     def _check_names(self, st: JobState) -> None:

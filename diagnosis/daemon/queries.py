@@ -14,7 +14,7 @@ from c4.report import FaultReport
 from c4.report_proto import to_proto
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.slots import Slots
-from diagnosis.store import Store
+from diagnosis.store import JobRecord, Store
 
 OPS_CHUNK = 65536
 
@@ -33,11 +33,7 @@ class FaultsService(c4_pb2_grpc.FaultsServicer):
 
     def Get(self, request: c4_pb2.GetFaultRequest, context: grpc.ServicerContext
             ) -> c4_pb2.FaultReport:
-        report = self._store.get_fault(request.id)
-        if report is None:
-            context.abort(grpc.StatusCode.NOT_FOUND,
-                          f"no fault {request.id!r}: `c4 faults list` shows the ids")
-        return to_proto(report)
+        return _found(self._store.get_fault(request.id), request.id, context)
 
     def Watch(self, request: c4_pb2.WatchFaultsRequest, context: grpc.ServicerContext
               ) -> Iterator[c4_pb2.FaultReport]:
@@ -79,23 +75,16 @@ class FaultActionsService(c4_pb2_grpc.FaultActionsServicer):
     def __init__(self, hub: FaultHub) -> None:
         self._hub = hub
 
-    def _found(self, report: FaultReport | None, fault_id: str,
-               context: grpc.ServicerContext) -> c4_pb2.FaultReport:
-        if report is None:
-            context.abort(grpc.StatusCode.NOT_FOUND,
-                          f"no fault {fault_id!r}: `c4 faults list` shows the ids")
-        return to_proto(report)
-
     def Ack(self, request: c4_pb2.FaultActionRequest, context: grpc.ServicerContext
             ) -> c4_pb2.FaultReport:
-        return self._found(self._hub.acknowledge(request.id, request.by or "someone",
+        return _found(self._hub.acknowledge(request.id, request.by or "someone",
                                                  request.note), request.id, context)
 
     def Close(self, request: c4_pb2.FaultActionRequest, context: grpc.ServicerContext
               ) -> c4_pb2.FaultReport:
         reason = f"closed by {request.by or 'someone'}" + \
             (f": {request.note}" if request.note else "")
-        return self._found(self._hub.resolve(request.id, reason, by=request.by or "someone"),
+        return _found(self._hub.resolve(request.id, reason, by=request.by or "someone"),
                            request.id, context)
 
 
@@ -111,14 +100,16 @@ class QueryService(c4_pb2_grpc.QueryServicer):
         open_by_job: dict[str, int] = {}
         for r in self._store.list_faults(open_only=True):
             open_by_job[r.job] = open_by_job.get(r.job, 0) + 1
-        return c4_pb2.ListJobsResponse(jobs=[
-            c4_pb2.JobSummary(job=j.job, attempt=j.attempt, world_size=j.world_size,
-                              ranks_seen=j.ranks_seen, hosts=list(j.hosts), ops=j.ops,
-                              first_ns=j.first_ns, last_ns=j.last_ns,
-                              open_faults=open_by_job.get(j.job, 0),
-                              **dict(zip(("state", "ended_ns", "end_reason"),
-                                         self._job_state(j.job), strict=True)))
-            for j in self._store.jobs()])
+        return c4_pb2.ListJobsResponse(jobs=[self._summary(j, open_by_job.get(j.job, 0))
+                                             for j in self._store.jobs()])
+
+    def _summary(self, j: JobRecord, open_faults: int) -> c4_pb2.JobSummary:
+        state, ended_ns, end_reason = self._job_state(j.job)
+        return c4_pb2.JobSummary(job=j.job, attempt=j.attempt, world_size=j.world_size,
+                                 ranks_seen=j.ranks_seen, hosts=list(j.hosts), ops=j.ops,
+                                 first_ns=j.first_ns, last_ns=j.last_ns,
+                                 open_faults=open_faults, state=state, ended_ns=ended_ns,
+                                 end_reason=end_reason)
 
     def Ops(self, request: c4_pb2.OpsRequest, context: grpc.ServicerContext
             ) -> Iterator[c4_pb2.OpBatch]:
@@ -154,8 +145,7 @@ class QueryService(c4_pb2_grpc.QueryServicer):
     def Reduced(self, request: c4_pb2.ReducedRequest, context: grpc.ServicerContext
                 ) -> Iterator[c4_pb2.ReducedChunk]:
         for b in self._store.batches(request.job):
-            field, cls = _CHUNKS[b.kind]
-            yield c4_pb2.ReducedChunk(**{field: cls.FromString(b.payload)})
+            yield _CHUNKS[b.kind](b.payload)
         # what full telemetry ships instead of linkstat: the retransmissions in them are the
         # only evidence of a lossy link, so an export must not leave them out
         conns = self._store.conns(request.job)
@@ -170,12 +160,22 @@ class QueryService(c4_pb2_grpc.QueryServicer):
             yield c4_pb2.DetailBatch.FromString(d.payload)
 
 
-# stored batch kind -> (ReducedChunk field, message class)
-_CHUNKS = {
-    "progress": ("progress", c4_pb2.ProgressBatch),
-    "linkstat": ("linkstats", c4_pb2.LinkStatBatch),
-    "port": ("ports", c4_pb2.PortBatch),
-    "schedule": ("schedule", c4_pb2.SampleSchedule),
-    "health": ("health", c4_pb2.HealthBatch),
+# stored batch kind -> its payload as a ReducedChunk
+_CHUNKS: dict[str, Callable[[bytes], c4_pb2.ReducedChunk]] = {
+    "progress": lambda p: c4_pb2.ReducedChunk(progress=c4_pb2.ProgressBatch.FromString(p)),
+    "linkstat": lambda p: c4_pb2.ReducedChunk(linkstats=c4_pb2.LinkStatBatch.FromString(p)),
+    "port": lambda p: c4_pb2.ReducedChunk(ports=c4_pb2.PortBatch.FromString(p)),
+    "schedule": lambda p: c4_pb2.ReducedChunk(schedule=c4_pb2.SampleSchedule.FromString(p)),
+    "health": lambda p: c4_pb2.ReducedChunk(health=c4_pb2.HealthBatch.FromString(p)),
 }
 
+
+def _found(report: FaultReport | None, fault_id: str,
+           context: grpc.ServicerContext) -> c4_pb2.FaultReport:
+    """The report as a message; without one the call ends NOT_FOUND (``abort`` raises)."""
+    if report is None:
+        context.abort(grpc.StatusCode.NOT_FOUND,
+                      f"no fault {fault_id!r}: `c4 faults list` shows the ids")
+        # grpc is untyped here, so the type checker does not know that abort never returns
+        raise AssertionError("ServicerContext.abort returned")
+    return to_proto(report)
