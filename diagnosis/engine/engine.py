@@ -14,7 +14,7 @@ its last ``history`` samples, so the engine can run for ever and a trace streams
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -181,7 +181,8 @@ class Engine:
         seq = c["seq"].astype(np.int64)
         enter = c["t_enter_ns"].astype(np.int64)
         end = c["t_end_ns"].astype(np.int64)
-        status = c["status"].astype(np.int8)
+        # typed loosely: the rows are filtered below with the other (int64) columns at once
+        status: np.ndarray = c["status"].astype(np.int8)
         peer = c["peer"].astype(np.int64)
         nbytes = c["nbytes"].astype(np.int64)
         self._straighten(rank, enter, end)
@@ -269,7 +270,7 @@ class Engine:
 
     @staticmethod
     def _names(strings: list[str], column: np.ndarray, known: dict[str, int],
-               intern) -> np.ndarray:
+               intern: Callable[[str], int]) -> np.ndarray:
         """Ids of the strings a column uses (-1 for the rest of the batch's table: a table of
         a million names that no row uses costs nothing)."""
         out = np.full(len(strings), -1, dtype=np.int64)

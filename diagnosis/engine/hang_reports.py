@@ -4,9 +4,12 @@ localizing stuck transfers (see ``hangs`` for the rules)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from c4.proto.codec import STATUS_NAMES
+from c4.report import Suspect
 from diagnosis.engine.arena import Finished
 from diagnosis.engine.hangs import (
     Stuck,
@@ -42,7 +45,9 @@ class HangReports:
         self._op_now = 0     # the latest time seen in op rows (as of the last scan)
         #: ranks that error reports blame (what the slow reports leave to them)
         self.error_ranks: set[int] = set()
-        self._comm_hang_memo: tuple[object, object] | None = None
+        # the last comm hang localized: (stuck transfers, groups, last entry) -> (suspects, how)
+        self._comm_hang_memo: tuple[tuple[tuple[int, ...], tuple[int, ...], int],
+                                    tuple[list[Suspect], str]] | None = None
         self._errors: dict[tuple[int, int], str] = {}    # failed instance -> its error's id
         self._claims: dict[str, set[int]] = {}           # error id -> its culprits
         self._failed: dict[int, int] = {}                # rank -> entry of its latest failed call
@@ -312,9 +317,8 @@ class HangReports:
                         self.reporter.resolve(fid, now, "the waiting call finished",
                                               cleared=True)
                         g = self._hang_group.pop(fid, None)
-                        if g is not None:
-                            self.timing.stall_cleared(g, self.reporter.get(fid).first_seen_ns,
-                                                      now)
+                        if g is not None and (filed := self.reporter.get(fid)) is not None:
+                            self.timing.stall_cleared(g, filed.first_seen_ns, now)
 
     def _progress_lag(self, now: int) -> int:
         """How far the progress records lag the op rows (the edge closes a window after its
@@ -442,7 +446,8 @@ class HangReports:
         summary = (f"transfer(s) {names}{more} stopped moving {ms(now - first)} ago under "
                    f"send/recv calls that carry no peer ({how}); check {where}")
         # one communication hang at a time: later evidence refines it
-        fid = (self.reporter.open_ids("comm_hang") or [None])[-1] \
+        open_ids = self.reporter.open_ids("comm_hang")
+        fid = (open_ids[-1] if open_ids else None) \
             or (f"comm_hang:{top.type}:{top.id}" if top else f"comm_hang:{names}")
         evidence = {"groups": pgs, "stuck_transfers": [f"{w.src[k]}>{w.dst[k]}"
                                                        for k in keys[:16]]}
@@ -537,7 +542,7 @@ class HangReports:
         self.teardown.hold(report, quiet, self._grace(s.group), absent, blocked=False)
 
 
-def _where(suspects) -> str:
+def _where(suspects: Sequence[Suspect]) -> str:
     """What to check: the top suspect, and how many others explain the hang as well (more than
     a NIC and its cable: naming the first alone would single it out)."""
     if not suspects:

@@ -29,6 +29,7 @@ while the whole job looks stopped at once (``stalled_at_once`` and ``teardown``)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,8 +77,10 @@ class HangScan:
     moved_on: set[int] = field(default_factory=set)         # left their open call, then stopped
 
 
-def scan_open(arena: Arena, bounds_of, now: int,
-              symmetric: np.ndarray | None = None, tails_of=None, novel_of=None,
+def scan_open(arena: Arena, bounds_of: Callable[[np.ndarray], np.ndarray], now: int,
+              symmetric: np.ndarray | None = None,
+              tails_of: Callable[[np.ndarray], np.ndarray] | None = None,
+              novel_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
               cold_ns: int = 0, coarse_lag: int = 0) -> HangScan:
     """Every open instance, vectorized; only the few past their bound become Python objects.
     ``symmetric`` (by op id, see ``moved_on``): tell the ranks that moved on from their open

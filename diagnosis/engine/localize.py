@@ -146,7 +146,9 @@ class Localizer:
 
     # ----- slow ------------------------------------------------------------------------------
     def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int, min_before: int,
-                     rec_excess: float | None = None):
+                     rec_excess: float | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, float, ChangePoint, np.ndarray,
+                                tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
         """Which keys turned slow: a binomial change point on samples above the noise, against
         the base rate of such samples over every key."""
         cfg = self.cfg
@@ -343,7 +345,8 @@ class Localizer:
                                    "recording began)"))
         return out
 
-    def _split(self, ring, rt, thr, res, slow):
+    def _split(self, ring: np.ndarray, rt: np.ndarray, thr: float, res: ChangePoint,
+               slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = np.arange(len(ring))
         onset = np.where(slow, rt[rows, np.maximum(res.start, 0)], np.iinfo(np.int64).max)
         t0 = int(onset.min())
@@ -372,7 +375,7 @@ class Localizer:
         names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
         ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in slow_idx]
         return [self._finding(e, slow_idx, names, onset, res.median, int(healthy.sum()),
-                              "connections", ends, [must for _, must in sets], rec)
+                              "connections", ends, [must for _, must in sets], rec[:2])
                 for e in found]
 
     def _recurs_together(self, e: Explanation, slow_idx: np.ndarray, ring: np.ndarray,
@@ -456,7 +459,7 @@ class Localizer:
             return []
         bad = set(groups[slow].tolist())
         healthy_g = sorted({int(g) for g in groups[healthy]} - bad)
-        first = {}
+        first: dict[int, int] = {}
         for k in np.flatnonzero(slow).tolist():
             g = int(groups[k])
             first[g] = min(first.get(g, np.iinfo(np.int64).max), int(onset[k]))
@@ -481,7 +484,7 @@ class Localizer:
     def _finding(self, e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
                  median: np.ndarray, healthy: int, via: str, ends: list[frozenset[int]],
                  must: list[frozenset[Component]],
-                 rec: tuple[np.ndarray, ...] | None = None) -> CommFinding:
+                 rec: tuple[np.ndarray, np.ndarray] | None = None) -> CommFinding:
         keys = idx[e.explained]
         # recurring when most of the explained observations recur rather than stay slow
         duty: float | None = None
@@ -562,7 +565,7 @@ class Localizer:
         stuck communicators: a tie across several connections' endpoints, not one path."""
         tied = set(e.components)
         members = {r for g in groups for r in self.arena.members[g].tolist()}
-        nics = {self.placement.nic(r) for r in members} - {None}
+        nics = {nic for r in members if (nic := self.placement.nic(r)) is not None}
         return sum(Component("nic", n) in tied for n in nics) > 2
 
     @staticmethod

@@ -144,8 +144,7 @@ class GroupPace:
         prev_s = np.r_[-1, sq[:-1]]
         prev_t = np.r_[-1, t[:-1]]
         for i in np.flatnonzero(head).tolist():
-            ps, pt = self.last_first.get(int(g[i]), (-1, -1))
-            prev_s[i], prev_t[i] = ps, pt
+            prev_s[i], prev_t[i] = self.last_first.get(int(g[i]), (-1, -1))
         last = np.r_[head[1:], True]
         for gg, ss, tt in zip(g[last].tolist(), sq[last].tolist(), t[last].tolist(),
                               strict=True):

@@ -64,7 +64,8 @@ class ConnRecords:
 
     @classmethod
     def empty(cls) -> ConnRecords:
-        return cls(**{name: np.empty(0, dtype=dt) for name, dt in CONN_DTYPES.items()})
+        return cls(**{name: np.empty(0, dtype=dt) for name, dt in CONN_DTYPES.items()},
+                   strings=[], paths=None)
 
     @classmethod
     def build(cls, src: Sequence[int], dst: Sequence[int], nbytes: Sequence[int],

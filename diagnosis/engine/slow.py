@@ -18,7 +18,9 @@ errors above the noise.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -86,6 +88,8 @@ class _SizeClass:
         # what ``judge_rings`` last found per group, and at which write position
         self.judged = np.zeros(0, dtype=np.int64)
         self.found: dict[int, list[SlowRank]] = {}
+        # the recurrence scan's counts, made on its first run
+        self.rec_stats: RecStats | None = None
 
     def index(self, groups: np.ndarray) -> np.ndarray:
         out = np.empty(len(groups), dtype=np.int64)
@@ -344,7 +348,24 @@ class NoncommSlow:
         return judge_rings(list(self.classes.values()), self.arena, self.cfg)
 
 
-def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
+class Rings(Protocol):
+    """Per size class, each group's ring of ``K`` samples per member of its ``n`` (see
+    :func:`judge_rings`), with what the judging keeps between calls."""
+
+    n: int
+    K: int
+    groups: list[int]
+    x: np.ndarray
+    a: np.ndarray
+    scale: np.ndarray
+    t: np.ndarray
+    pos: np.ndarray
+    judged: np.ndarray
+    found: dict[int, list[SlowRank]]
+    rec_stats: RecStats | None
+
+
+def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
                 min_excess: float | None = None) -> list[SlowRank]:
     """The slow members of every group of ``rings`` (objects holding, per size class, each
     group's ring of ``K`` samples per member: ``x`` the excess, ``a`` the excess that counts,
@@ -373,7 +394,7 @@ def judge_rings(rings: list, arena: Arena, cfg: EngineConfig,
     return out
 
 
-def _judge_rows(cls, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: float,
+def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: float,
                 unseen: float) -> None:
     """Judge the groups ``rows`` of ``cls``, keeping what each is found in ``cls.found``."""
     G = len(rows)
@@ -424,7 +445,7 @@ def _judge_rows(cls, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: f
     _recurring(cls, rows, series, sigma, scale, t, ok, arena, cfg, least)
 
 
-class _RecStats:
+class RecStats:
     """Per group of a size class, what its members' recurrence scan saw when last judged:
     episode starts and samples per member, and the lengths of the episodes of members that do
     not recur; the class's rates and lengths of benign episodes come from every group (a
@@ -462,7 +483,7 @@ class _RecStats:
         return float(max(np.percentile(lengths, 90), 1.0))
 
 
-def _recurring(cls, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
+def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
                scale: np.ndarray, t: np.ndarray, found: np.ndarray, arena: Arena,
                cfg: EngineConfig, least: float) -> None:
     """Members of the groups ``rows`` slow again and again with normal iterations between (a
@@ -477,9 +498,9 @@ def _recurring(cls, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
     rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
                          cfg.slow_rec_noise_k * sigma)
     thr = np.repeat(rec_thr, n)
-    stats = getattr(cls, "rec_stats", None)
+    stats = cls.rec_stats
     if stats is None:
-        stats = cls.rec_stats = _RecStats(n)
+        stats = cls.rec_stats = RecStats(n)
     valid = np.isfinite(series)
     _, high, begins = episode_marks(series, thr)
     quiet = begins.sum(axis=1) < cfg.slow_rec_episodes

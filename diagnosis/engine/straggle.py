@@ -23,7 +23,7 @@ import numpy as np
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.pace import GroupPace
-from diagnosis.engine.slow import SlowRank, judge_rings
+from diagnosis.engine.slow import RecStats, SlowRank, judge_rings
 from diagnosis.engine.timing import GroupTiming
 
 # the share of a group's pace excess that a member's lateness inside it must reach to explain
@@ -47,6 +47,7 @@ class _Rings:
         self.pos = np.zeros(0, dtype=np.int64)
         self.judged = np.zeros(0, dtype=np.int64)       # (see slow.judge_rings)
         self.found: dict[int, list[SlowRank]] = {}
+        self.rec_stats: RecStats | None = None      # (see slow.judge_rings)
         # the bucket being filled, per group: sums of lateness and pace, calls, bucket, start
         self.acc_x = np.zeros((0, n))
         self.acc_scale = np.zeros(0)
@@ -181,7 +182,7 @@ class SampledStragglers:
         ``since`` (its median lateness, in the group's pace), found by the test or not yet."""
         ring = self.rings.get(int(self.arena.n[g]))
         li = ring.local.get(g) if ring is not None else None
-        if li is None:
+        if ring is None or li is None:
             return 0.0
         x = ring.x[li][ring.t[li] >= since]
         x = x[~np.isnan(x).any(axis=1)]
@@ -245,7 +246,8 @@ class SampledStragglers:
         # the members of a group waited for its late members, unless those do not explain
         # why the group as a whole fell behind
         victims: set[int] = set()
-        for g, late in late_in.items():
+        for g, late_members in late_in.items():
             if g not in unexplained:
-                victims.update(r for r in self.arena.members[g].tolist() if r not in late)
+                victims.update(r for r in self.arena.members[g].tolist()
+                               if r not in late_members)
         return [f for f in found if f.rank not in victims]

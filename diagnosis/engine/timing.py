@@ -5,6 +5,8 @@ the communication-slow series come from here."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -13,6 +15,13 @@ from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.series import SeriesBank
 
 _K = 32
+
+
+class _Pace(Protocol):
+    """Each group's mean time between calls (ns; NaN: fewer than ``min_calls`` seen), as
+    ``ProgressBoard.period`` gives it."""
+
+    def __call__(self, groups: np.ndarray, min_calls: int = ..., /) -> np.ndarray: ...
 
 
 class GroupTiming:
@@ -41,10 +50,10 @@ class GroupTiming:
         self.max_gap = 1
         #: each group's pace from progress records (``ProgressBoard.period``), when there are
         #: any: every call counts there, sampled or not
-        self.pace = None
+        self.pace: _Pace | None = None
         #: each group's longest recent transfer on its connections (ns, NaN: none), when there
         #: are connection records (``ConnWindow.transfer_ns``)
-        self.transfer = None
+        self.transfer: Callable[[np.ndarray], np.ndarray] | None = None
 
     def _ensure(self, G: int) -> None:
         cap = len(self.count)
