@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.table import Table
@@ -11,6 +13,11 @@ from rich.table import Table
 from c4.output import FORMAT_HELP, Format, emit, message_json
 from c4.output import make_console as _out
 from c4.security.cli import with_client_security as secured
+
+if TYPE_CHECKING:
+    from c4.proto.codec import Columns
+    from c4.report import FaultReport
+    from diagnosis.client import DaemonClient
 
 DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
                          help="Daemon address HOST:PORT (default 127.0.0.1:7444).")
@@ -25,13 +32,13 @@ faults_app = typer.Typer(help="List, show, watch, acknowledge and close fault re
                          no_args_is_help=True)
 
 
-def _client(address: str | None):
+def _client(address: str | None) -> DaemonClient:
     from diagnosis.client import DaemonClient
 
     return DaemonClient(address)
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: Exception) -> NoReturn:
     # on stderr: piped JSON stays JSON
     _out(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
     raise typer.Exit(2)
@@ -69,7 +76,7 @@ def _print_process(p: dict) -> None:
         out.print(f"  Flight Recorder: {p['flight_recorder']}", highlight=False, markup=False)
 
 
-def _suspects(report) -> str:
+def _suspects(report: FaultReport) -> str:
     return ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in report.suspects[:3]) or "-"
 
 
@@ -96,11 +103,11 @@ def faults_list(
     _out().print(_faults_table(reports, title=f"{len(reports)} fault report(s)"))
 
 
-def _state(r) -> str:
+def _state(r: FaultReport) -> str:
     return "acked" if r.state == "open" and r.evidence.get("ack") else r.state
 
 
-def _faults_table(reports, title: str | None = None) -> Table:
+def _faults_table(reports: Iterable[FaultReport], title: str | None = None) -> Table:
     table = Table(title=title)
     for col in ("id", "job", "kind", "state", "first seen (UTC)", "suspects", "summary"):
         table.add_column(col, overflow="fold")
@@ -142,8 +149,9 @@ def faults_show(
         causes = Table(title="causes (node health over the fault's window)")
         for col in ("on", "cause", "since (UTC)", "what to do"):
             causes.add_column(col, overflow="fold")
-        for c in r.causes:
-            causes.add_row(c["target"], c["summary"], _when(c["since_ns"]), c["action"])
+        for cause in r.causes:
+            causes.add_row(cause["target"], cause["summary"], _when(cause["since_ns"]),
+                           cause["action"])
         _out().print(causes)
     ack, resolution = r.evidence.get("ack"), r.evidence.get("resolution")
     if ack:
@@ -398,7 +406,7 @@ def ops(
     _out().print(table)
 
 
-def _recording_stopped(client, job: str) -> int:
+def _recording_stopped(client: DaemonClient, job: str) -> int:
     """When the daemon stopped hearing about a job: its end, now for a job still running or
     hung, else the last time a report of it was revised (a hang's report is revised while it
     lasts)."""
@@ -477,8 +485,8 @@ def export(
                       max_calls)
 
 
-def _write_chrome(path: str, job: str, cols, faults, hosts: dict[int, str],
-                  gpus: dict[int, str], stopped: int, since: float | None,
+def _write_chrome(path: str, job: str, cols: Columns, faults: Iterable[FaultReport],
+                  hosts: dict[int, str], gpus: dict[int, str], stopped: int, since: float | None,
                   until: float | None, max_calls: int | None) -> None:
     from c4.errors import C4Error
     from diagnosis.chrome_trace import DEFAULT_MAX_CALLS, write_chrome_trace

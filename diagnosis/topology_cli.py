@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from c4.output import Format
 from c4.security.cli import with_client_security
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 topology_app = typer.Typer(help="Generate and inspect cluster topologies (node-link JSON).",
                            no_args_is_help=True)
@@ -114,7 +118,7 @@ def show(
     ix = topo.index
     paths = ("structural (two-tier)" if ix.two_tier else
              "structural (tiered)" if ix.tiered else "graph search")
-    rows = [{"what": "hosts", "count": len(topo.hosts())},
+    rows: list[dict[str, Any]] = [{"what": "hosts", "count": len(topo.hosts())},
             {"what": "gpus", "count": len(topo.gpus())},
             {"what": "nics", "count": sum(rails.values()),
              "rails": 0 if None in rails else len(rails)}]
@@ -199,7 +203,7 @@ def import_(
                                "issues": [i.to_json() for i in issues]}, indent=1))
         return
     c = out.counts
-    tiers = ", ".join(f"{n} {t}" for t, n in c["tiers"].items())  # type: ignore[union-attr]
+    tiers = ", ".join(f"{n} {t}" for t, n in c["tiers"].items())
     typer.echo(f"wrote {output}: {c['hosts']} hosts, {c['gpus']} GPUs, {c['nics']} NICs, "
                f"{c['switches']} switches ({tiers or 'no tiers'}), {c['links']} links "
                f"({c['cables']} cables)")
@@ -277,7 +281,7 @@ def _check_format(fmt: str) -> None:
         raise typer.BadParameter(f"--format {fmt!r}: text or json")
 
 
-def _role(g, node: str) -> str:
+def _role(g: nx.Graph, node: str) -> str:
     d = g.nodes[node]
     return d.get("tier") or d["kind"] if d["kind"] == "switch" else d["kind"]
 

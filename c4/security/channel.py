@@ -48,7 +48,10 @@ class ClientSecurity:
         env = os.environ if env is None else env
         values = {field: env.get(var, "") for field, var in ENV.items()}
         values.update({k: v for k, v in given.items() if v not in (None, "")})
-        return cls(**{k: str(v) if k != "tls_on" else bool(v) for k, v in values.items()})
+        # the fields are strings but for the tls_on flag, so the keyword values mix types
+        fields: dict[str, Any] = {k: str(v) if k != "tls_on" else bool(v)
+                                  for k, v in values.items()}
+        return cls(**fields)
 
     def credentials(self) -> grpc.ChannelCredentials:
         def read(path: str) -> bytes | None:

@@ -113,11 +113,11 @@ def assemble(host: str, matrix: GpuMatrix | None = None,
         if len(dev.ports) > 1:
             hi.issues.append(Issue(INFO, f"{dev.ibdev} has {len(dev.ports)} ports: the NIC "
                                    "stands for its first"))
-    for p in ports or []:
-        n = nic_for(p.ibdev, p.netdev)
-        n.port = n.port or p.port
-        n.state = p.state or n.state
-        n.pci = p.pci or n.pci
+    for dp in ports or []:
+        n = nic_for(dp.ibdev, dp.netdev)
+        n.port = n.port or dp.port
+        n.state = dp.state or n.state
+        n.pci = dp.pci or n.pci
     if matrix is not None:
         for name in matrix.nics:     # NICk: a matrix without its legend (no device name)
             nic_for(None, None, name) if name.startswith("NIC") else nic_for(name, None)
@@ -147,8 +147,10 @@ def _gpus(hi: HostInternals, matrix: GpuMatrix, down: set[str]) -> None:
                                "no GPU is paired with them"))
     pairs, issues = pair_gpus(matrix, usable)
     hi.issues.extend(issues)
-    hi.gpus = [GpuInfo(g, *pairs.get(g, (None, None)), matrix.numa.get(g),
-                       matrix.cpus.get(g)) for g in matrix.gpus]
+    hi.gpus = []
+    for g in matrix.gpus:
+        nic, pcie = pairs.get(g, (None, None))
+        hi.gpus.append(GpuInfo(g, nic, pcie, matrix.numa.get(g), matrix.cpus.get(g)))
     links = set(matrix.nvlink.values())
     hi.nvlink = links.pop() if len(links) == 1 else (", ".join(sorted(links)) or None)
     if not matrix.nics and matrix.gpus:

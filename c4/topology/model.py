@@ -380,10 +380,11 @@ def _parse(obj: Any, source: str) -> nx.Graph:
         where = f"links[{i}]"
         if not isinstance(link, dict):
             raise FormatError("a link is an object", source=source, field=where)
-        ends = []
+        ends: list[str] = []
         for end in ("source", "target"):
             n = link.get(end)
-            if n not in g:
+            # node ids are checked to be strings above, so a non-string end is unknown too
+            if not isinstance(n, str) or n not in g:
                 raise FormatError(f"link names unknown node {n!r}", source=source,
                                   field=f"{where}.{end}")
             ends.append(n)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -106,11 +106,13 @@ def analyze(
         else:
             from diagnosis.trace.job import TraceJob
 
+            assert trace is not None    # exactly one source was given, checked above
+
             # the records too, from the same read, when they are to be drawn
             kept = TraceJob() if chrome_trace is not None else None
             reports = _trace(trace, topology, jobs,
                              None if stopped_after is None else int(stopped_after * 1e9), kept)
-            if kept is not None:
+            if kept is not None and chrome_trace is not None:
                 _chrome(trace, kept, chrome_trace, reports, since, until, max_calls,
                         None if stopped_after is None else int(stopped_after * 1e9))
     except C4Error as exc:
@@ -118,7 +120,7 @@ def analyze(
     _emit(reports, fmt, output)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"c4 analyze: {message}", err=True)
     raise typer.Exit(2)
 

@@ -100,6 +100,10 @@ class Frontiers:
         return (rank, pg) in self._streams
 
 
+#: completed calls as given to :meth:`History.add`: rank, pg, op, names, peer, seq, end
+_Batch = tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray, np.ndarray, np.ndarray]
+
+
 class History:
     """Per rank, the calls it completed (communicator, op, peer, seq, end), to tell what it
     does next: a rank's calls repeat every iteration, so the call that followed its last one
@@ -110,7 +114,7 @@ class History:
         self._rows: dict[int, list[tuple[int, str, str, int, int]]] = defaultdict(list)
         # batches not yet split into per-rank rows: that is done when a rank is asked about
         # (RAS reports a rank idle), for the last ``keep`` rows of each rank only
-        self._pending: list[tuple[np.ndarray, ...] | list[str]] = []
+        self._pending: list[_Batch] = []
 
     def add(self, rank: np.ndarray, pg: np.ndarray, op: np.ndarray, names: list[str],
             peer: np.ndarray, seq: np.ndarray, end_ns: np.ndarray) -> None:
@@ -130,7 +134,7 @@ class History:
         for a, b in zip(cuts.tolist(), [*cuts[1:].tolist(), len(r)]):
             cut[order[max(a, b - self.keep):b]] = True
         base = 0
-        for rk, pg, op, names, peer, seq, end in parts:  # type: ignore[misc]
+        for rk, pg, op, names, peer, seq, end in parts:
             sel = np.flatnonzero(cut[base:base + len(rk)])
             base += len(rk)
             for r_, g, o, p, s, e in zip(rk[sel].tolist(), pg[sel].tolist(), op[sel].tolist(),

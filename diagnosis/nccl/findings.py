@@ -61,8 +61,8 @@ def findings(sources: NcclSources, resolved: Resolved, topology: TopologyLike | 
 
 def merge(reports: list[FaultReport], extra: list[FaultReport]) -> list[FaultReport]:
     """The engine's reports, and the findings whose culprit none of them names."""
-    named = {(r.kind, s.rank if s.rank is not None else s.id)
-             for r in reports for s in r.suspects[:1]}
+    named: set[tuple[str, int | str | None]] = {
+        (r.kind, s.rank if s.rank is not None else s.id) for r in reports for s in r.suspects[:1]}
     out = list(reports)
     for f in extra:
         top = f.suspects[0] if f.suspects else None

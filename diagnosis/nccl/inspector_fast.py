@@ -119,7 +119,7 @@ class _Scan:
         self.buf = buf = np.concatenate([np.zeros(_W, np.uint8), raw, np.zeros(_PAD, np.uint8)])
         self.ends = np.flatnonzero(buf == _NL)
         self.n = n = len(self.ends)
-        starts = np.r_[_W, self.ends[:-1] + 1]
+        starts: np.ndarray = np.r_[_W, self.ends[:-1] + 1]
         self.bad = (self.ends - starts) < 2       # blank lines: the JSON path skips them
         self.colons = np.flatnonzero(buf == _COLON)
         self.first = np.searchsorted(self.colons, starts)
@@ -221,10 +221,10 @@ def scan_block(block: bytes, first_line: int, source: str
                kstart[g][keep], kstop[g][keep], busbw[keep])
     vidx, vtable = strings["version"]
     versions = []
-    for j, v in enumerate(vtable):
+    for j, version in enumerate(vtable):
         hit = np.flatnonzero(vidx == j)
         if len(hit):
-            versions.append((v, int(g[hit[0]])))
+            versions.append((version, int(g[hit[0]])))
     return ops, np.flatnonzero(sc.bad), versions
 
 

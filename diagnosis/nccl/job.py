@@ -165,8 +165,8 @@ class JobModel:
                             rank, len(owners), ", ".join(f"{h} pid {p}" for h, p in
                                                          sorted(owners)))
             members[comm][rank] = min(owners)
-        for comm, info in self.comms.items():
-            info.members = members.get(comm, {})
+        for comm, ci in self.comms.items():
+            ci.members = members.get(comm, {})
         if hints_only:
             rank_of = {k: p.rank_hint for k, p in procs.items() if p.rank_hint is not None}
             world = None
@@ -175,14 +175,14 @@ class JobModel:
         pg_of = self._names()
         groups: dict[str, tuple[int, ...]] = {}
         incomplete: dict[str, tuple[int, int]] = {}
-        for comm, info in self.comms.items():
+        for comm, ci in self.comms.items():
             pg = pg_of[comm]
-            if len(info.members) == info.nranks and all(
-                    r in info.members and info.members[r] in rank_of
-                    for r in range(info.nranks)):
-                groups[pg] = tuple(rank_of[info.members[r]] for r in range(info.nranks))
+            if len(ci.members) == ci.nranks and all(
+                    r in ci.members and ci.members[r] in rank_of
+                    for r in range(ci.nranks)):
+                groups[pg] = tuple(rank_of[ci.members[r]] for r in range(ci.nranks))
             else:
-                incomplete[pg] = (len(info.members), info.nranks)
+                incomplete[pg] = (len(ci.members), ci.nranks)
         if incomplete and not hints_only:
             pg, (have, want) = next(iter(incomplete.items()))
             log.warning("%d communicators have members no source names (%s: %d of %d): their "

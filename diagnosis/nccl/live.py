@@ -277,9 +277,9 @@ class NcclNode:
     def _resolve(self, out: NcclRecords) -> None:
         for key, p in self.model.procs.items():
             if p.rank_hint is None:
-                r = self.rank_of(key[1])
-                if r is not None:
-                    p.rank_hint = r
+                hint = self.rank_of(key[1])
+                if hint is not None:
+                    p.rank_hint = hint
         self._resolved = r = self.model.resolve(hints_only=True)
         if self._converter is None:
             self._converter = OpConverter(r, require_groups=False,
@@ -300,9 +300,9 @@ class NcclNode:
             pg = r.pg_of[comm]
             for crank, proc in info.members.items():
                 g = r.rank_of.get(proc)
-                key = (pg, crank, g)
-                if g is not None and key not in self._known:
-                    self._known.add(key)
+                member = (pg, crank, g)
+                if g is not None and member not in self._known:
+                    self._known.add(member)
                     facts.append((pg, info.nranks, crank, g))
         out.members += facts
         out.groups += self.assembler.add(facts)

@@ -37,10 +37,10 @@ def observe_ras(model: JobModel, snaps: Iterable[RasSnapshot]) -> None:
                     model.see_member(c.hash, m.rank, c.size, m.host, m.pid, cuda_dev=m.cuda_dev)
         sizes = {(g.group): g.ranks_per_comm for g in s.groups}
         for e in s.entries:
-            for m in e.members:
-                if m.pid is not None and m.node is not None:
-                    model.see_member(e.hash, m.rank, sizes.get(e.group, 0), m.node, m.pid,
-                                     cuda_dev=m.gpu)
+            for member in e.members:
+                if member.pid is not None and member.node is not None:
+                    model.see_member(e.hash, member.rank, sizes.get(e.group, 0), member.node,
+                                     member.pid, cuda_dev=member.gpu)
 
 
 def observe_logs(model: JobModel, facts: LogFacts) -> None:

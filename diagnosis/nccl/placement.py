@@ -33,10 +33,11 @@ def place_ranks(resolved: Resolved, topology: TopologyLike | None = None) -> dic
     for host, procs in by_host.items():
         topo_host = host if host in exact else short.get(host.split(".")[0].lower())
         procs.sort(key=lambda rp: (rp[1].cuda_dev is None, rp[1].cuda_dev or 0, rp[1].pid))
+        # a host is found only in a given topology: topo_host is None without one
         gpus = sorted(topology.gpus(topo_host), key=natural_key) \
-            if topo_host is not None else []
+            if topo_host is not None and topology is not None else []
         for local, (rank, p) in enumerate(procs):
-            if topo_host is None:
+            if topo_host is None or topology is None:
                 out[rank] = (host, None, None)
                 continue
             gpu = None

@@ -213,13 +213,13 @@ def _calls(out: ProfilerTrace, source: str) -> None:
             comm = int(rank_of_file.group(1))
         starts = [s for s, _ in c["kernels"] if s > 0]
         stops = [e for _, e in c["kernels"]]
-        stop = max(stops) if stops and min(stops) > 0 else None
+        last_stop = max(stops) if stops and min(stops) > 0 else None
         out.calls.append(ProfilerCall(
             sp, comm, int(a.get("Rank", -1)), op_name(sp.name),
             int(a["SeqNum"]) if "SeqNum" in a else None,
             int(a.get("Peer", -1)) if sp.cat == "P2P" else -1, int(a.get("Count", 0)),
-            str(a.get("Datatype", "")), min(starts) if starts else None, stop,
-            tuple(c["transfers"])))
+            str(a.get("Datatype", "")), min(starts) if starts else None,
+            last_stop, tuple(c["transfers"])))
     for pid in {s.pid for s in out.spans}:
         out.offset_us.setdefault(pid, None)
 

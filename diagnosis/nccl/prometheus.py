@@ -52,6 +52,15 @@ class PromSample:
 
 
 @dataclass
+class _OpSamples:
+    """The samples of one operation: the first one's labels and line, each metric's value."""
+
+    labels: dict[str, str]
+    line: int
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class PromFile:
     source: str
     samples: list[PromSample] = field(default_factory=list)
@@ -60,7 +69,7 @@ class PromFile:
         """The per-operation samples (2.29.7 format) as rows: one per (communicator, rank,
         coll_sn), the execution time from ``nccl_collective_exec_time_microseconds``, the end
         at the sample's timestamp (to the second)."""
-        by_op: dict[tuple, dict[str, object]] = {}
+        by_op: dict[tuple[int, int, int, str], _OpSamples] = {}
         for s in self.samples:
             if s.format != "per_op":
                 continue
@@ -70,27 +79,26 @@ class PromFile:
                        lab.get("collective", ""))
             except (KeyError, ValueError):
                 continue
-            row = by_op.setdefault(key, {"labels": lab, "line": s.line})
-            row[s.metric] = s.value
+            row = by_op.setdefault(key, _OpSamples(lab, s.line))
+            row.values[s.metric] = s.value
         recs = []
         for (comm, rank, sn, coll), row in by_op.items():
-            lab = row["labels"]
-            assert isinstance(lab, dict)
+            lab = row.labels
             stamp = _iso_us(lab.get("timestamp", ""))
             if stamp is None:
                 continue
-            exe = row.get("nccl_collective_exec_time_microseconds")
+            exe = row.values.get("nccl_collective_exec_time_microseconds")
             # the process is not named: the GPU stands for it (one process per GPU)
             gpu = re.fullmatch(r"GPU(\d+)", lab.get("gpu_device_id", ""))
             pid = -1 - int(gpu.group(1)) if gpu else -1
             nranks = int(lab.get("nranks", lab.get("n_ranks", "0")) or 0)
             recs.append(OpRecord(
-                self.source, int(row["line"]),  # type: ignore[arg-type]
+                self.source, row.line,
                 CommKey(comm, rank, nranks, int(lab.get("n_nodes", "0") or 0)),
                 lab.get("hostname", ""), pid, "", stamp, op_name(coll), coll, sn, -1,
                 _size(lab.get("message_size", "")),
                 None if exe is None or not math.isfinite(float(exe)) else round(float(exe)),
-                None, math.nan, float(row.get("nccl_bus_bandwidth_gbs", math.nan)),
+                None, math.nan, float(row.values.get("nccl_bus_bandwidth_gbs", math.nan)),
                 None, None, None))
         return NcclOps.from_records(recs, self.source)
 

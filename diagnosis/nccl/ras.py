@@ -229,7 +229,8 @@ def parse_ras_text(text: str, source: str = "", t_ns: int | None = None, line: i
     """One text report (or any of its sections: the doc's excerpts are parsed alike). Lines
     this parser does not know (``[...]`` elisions) are skipped."""
     problems = problems if problems is not None else Problems()
-    version, cuda = "", (None, None)
+    version = ""
+    cuda: tuple[int | None, int | None] = (None, None)     # runtime, driver
     collection: float | None = None
     summary: dict[str, int] = {}
     rows: list[RasGroupRow] = []
@@ -359,7 +360,8 @@ def parse_ras(text: str, source: str = "", t_ns: int | None = None,
 
 def _json_docs(text: str, source: str) -> list[RasSnapshot]:
     dec = json.JSONDecoder()
-    pos, out = 0, []
+    pos = 0
+    out: list[RasSnapshot] = []
     while True:
         while pos < len(text) and text[pos].isspace():
             pos += 1

@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from diagnosis.errors import DiagnosisError
 from diagnosis.nccl.problems import Problems
@@ -106,11 +107,11 @@ class RasClient:
         return body, fmt
 
     @staticmethod
-    def _line(sock: socket.socket, rf, command: str) -> str:
+    def _line(sock: socket.socket, rf: BinaryIO, command: str) -> str:
         sock.sendall(command.encode() + b"\n")
         return rf.readline().decode("utf-8", "replace").strip()
 
-    def _ask(self, sock: socket.socket, rf, command: str, expect: str) -> None:
+    def _ask(self, sock: socket.socket, rf: BinaryIO, command: str, expect: str) -> None:
         reply = self._line(sock, rf, command)
         if not reply.startswith(expect):
             raise RasError(f"NCCL RAS answered {reply!r} to {command!r} (expected {expect!r}): "

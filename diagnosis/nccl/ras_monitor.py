@@ -97,7 +97,8 @@ def parse_monitor(text: str, source: str = "",
 
 def _json_events(text: str, source: str, problems: Problems) -> list[RasEvent]:
     dec = json.JSONDecoder()
-    pos, out = 0, []
+    pos = 0
+    out: list[RasEvent] = []
     while True:
         while pos < len(text) and text[pos].isspace():
             pos += 1

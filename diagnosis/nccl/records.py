@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -84,6 +84,15 @@ class DumpStats:
 
 _INT_COLS = ("sn", "peer", "msg_bytes", "exec_us", "dump_us", "start_us", "kstart_us",
              "kstop_us", "line")
+
+_K = TypeVar("_K")
+
+
+def _renumber(table: dict[_K, int], own: list[_K], index: np.ndarray) -> np.ndarray:
+    """A batch's index into its own table ``own`` as an index into the merged ``table``
+    (entries it did not have are added)."""
+    remap = np.asarray([table.setdefault(x, len(table)) for x in own] or [0], dtype=np.int32)
+    return remap[index]
 
 
 @dataclass
@@ -202,16 +211,13 @@ class NcclOps:
         ops: dict[str, int] = {}
         cols: dict[str, list[np.ndarray]] = {c: [] for c in ("proc", "comm", "op")}
         for p in parts:
-            for name, table, own in (("proc", procs, p.procs), ("comm", comms, p.comms),
-                                     ("op", ops, p.ops)):
-                remap = np.asarray([table.setdefault(x, len(table)) for x in own] or [0],
-                                   dtype=np.int32)
-                cols[name].append(remap[getattr(p, name)])
+            cols["proc"].append(_renumber(procs, p.procs, p.proc))
+            cols["comm"].append(_renumber(comms, p.comms, p.comm))
+            cols["op"].append(_renumber(ops, p.ops, p.op))
+        arrays = {c: np.concatenate(cols[c]) for c in cols}
+        arrays.update({c: np.concatenate([getattr(p, c) for p in parts]) for c in _INT_COLS})
         out = NcclOps(
-            source or parts[0].source, list(procs), list(comms), list(ops),
-            *(np.concatenate(cols[c]) for c in ("proc", "comm", "op")),
-            *(np.concatenate([getattr(p, c) for p in parts]) for c in _INT_COLS[:-1]),
-            line=np.concatenate([p.line for p in parts]),
+            source or parts[0].source, list(procs), list(comms), list(ops), **arrays,
             busbw=np.concatenate([p.busbw for p in parts]),
             dropped=sum(p.dropped for p in parts), stats=[s for p in parts for s in p.stats])
         return out

@@ -121,9 +121,9 @@ class SeqMapper:
         gap = s > own_before + 1
         for j, st in enumerate(states):
             for k, name in enumerate(types):
-                v = int(new_last[k][j])
-                if v >= 0:
-                    st.last[name] = v
+                last = int(new_last[k][j])
+                if last >= 0:
+                    st.last[name] = last
         for j, k in set(zip(seg_of[gap].tolist(), row_type[gap].tolist())):
             states[j].gappy.add(types[k])
         seq = np.empty(n, dtype=np.int64)

@@ -129,7 +129,7 @@ def render(data: ReportData) -> str:
         f"<h1>c4 report: job {html.escape(data.job)}</h1>",
         f'<p class="meta">From {html.escape(data.origin)}; {len(data.ops):,} calls of '
         f"{ranks:,} ranks; {len(data.faults)} fault report(s); generated "
-        f"{_when(dt.datetime.now(dt.timezone.utc).timestamp() * 1e9)} UTC.</p>",
+        f"{_when(int(dt.datetime.now(dt.timezone.utc).timestamp() * 1e9))} UTC.</p>",
     ]
     if large:
         parts.append(f'<p class="note">A job of {nranks:,} ranks: ranks are summarised per '

@@ -4,6 +4,7 @@ parts such as heatmaps are embedded by matplotlib as base64 PNG inside the SVG).
 from __future__ import annotations
 
 import io
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +52,8 @@ def lateness(ops: Columns) -> Lateness | None:
     pg, seq = ops["pg"][coll].astype(np.int64), ops["seq"][coll].astype(np.int64)
     enter, rank = ops["t_enter_ns"][coll], ops["rank"][coll]
     # one integer per (group, call): a 1-D unique, many times faster than unique(axis=1)
-    lo = int(seq.min())
-    _, call = np.unique(pg * (int(seq.max()) - lo + 1) + (seq - lo), return_inverse=True)
+    first = int(seq.min())
+    _, call = np.unique(pg * (int(seq.max()) - first + 1) + (seq - first), return_inverse=True)
     call = call.ravel()
     order = np.lexsort((enter, call))
     counts = np.bincount(call)
@@ -81,7 +82,7 @@ class Rows:
     marked: frozenset[str] = frozenset()
 
 
-def _row_ticks(ax: Any, labels: list[str], marked: set[str] = frozenset(),
+def _row_ticks(ax: Any, labels: list[str], marked: Set[str] = frozenset(),
                most: int = 24) -> None:
     """Name at most ``most`` rows, evenly spread (names that would overlap are left out), and
     every row in ``marked`` (the suspects'), in red, instead of the names next to it."""
@@ -226,9 +227,9 @@ def transfer_matrix(data: ReportData) -> tuple[str, str] | None:
     order = np.lexsort((gbps, cell))
     cells, starts, counts = np.unique(cell[order], return_index=True, return_counts=True)
     med = gbps[order][starts + (counts - 1) // 2]
-    grid = np.full(size * size, np.nan)
-    grid[cells] = med
-    grid = grid.reshape(size, size)
+    flat = np.full(size * size, np.nan)
+    flat[cells] = med
+    grid = flat.reshape(size, size)
     plt = _plt()
     from matplotlib.colors import LogNorm
 
@@ -312,9 +313,9 @@ def host_rail_transfers(data: ReportData, rows: Rows, hosts: list[str],
     cells, starts, counts = np.unique(cell[order], return_index=True, return_counts=True)
     med = gbps[order][starts + (counts - 1) // 2]
     typical = float(np.median(med)) or 1.0
-    grid = np.full(nr * nh, np.nan)
-    grid[cells] = med / typical
-    grid = grid.reshape(nr, nh)
+    flat = np.full(nr * nh, np.nan)
+    flat[cells] = med / typical
+    grid = flat.reshape(nr, nh)
     plt = _plt()
     from matplotlib.colors import LogNorm, TwoSlopeNorm
 

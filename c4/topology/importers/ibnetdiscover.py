@@ -103,12 +103,12 @@ def build(dump: IbDump, source: str) -> Fabric:
     if agg:
         fabric.info(f"{len(agg)} SHARP aggregation node(s) (CAs inside switches) left out; "
                     f"their {len(sharp)} switch(es) carry 'sharp': true")
-    for first, second in dump.disagreements:
-        fabric.warn(f"the two ends of cable {dump.nodes[first.a].desc!r}[{first.a_port}] - "
-                    f"{dump.nodes[first.b].desc!r}[{first.b_port}] disagree: "
-                    f"{first.width}{first.speed} (line {first.line}) vs "
-                    f"{second.width}{second.speed} (line {second.line}); kept the first",
-                    line=second.line)
+    for kept, other in dump.disagreements:
+        fabric.warn(f"the two ends of cable {dump.nodes[kept.a].desc!r}[{kept.a_port}] - "
+                    f"{dump.nodes[kept.b].desc!r}[{kept.b_port}] disagree: "
+                    f"{kept.width}{kept.speed} (line {kept.line}) vs "
+                    f"{other.width}{other.speed} (line {other.line}); kept the first",
+                    line=other.line)
     down = sorted((n for n in dump.unconnected if n.key not in agg), key=lambda n: n.line or 0)
     if down:
         fabric.warn(f"{len(down)} CA(s) list no connected port (down or unplugged): "

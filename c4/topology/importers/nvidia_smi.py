@@ -10,6 +10,7 @@ are equally near."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def _split(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"\t| {2,}", line.strip()) if c.strip()]
 
 
-def _takewhile_cells(cells: list[str], limit: int):
+def _takewhile_cells(cells: list[str], limit: int) -> Iterator[str]:
     for c in cells[:limit]:
         if not _CELL.match(c):
             return
@@ -139,7 +140,8 @@ def _fill(out: GpuMatrix, columns: list[str], rows: dict[str, list[str]],
         out.issues.append(Issue(WARNING, f"no row for {', '.join(missing)}", source))
 
 
-def _record(out: GpuMatrix, row: str, col: str, cell: str, name) -> None:
+def _record(out: GpuMatrix, row: str, col: str, cell: str,
+            name: Callable[[str], str]) -> None:
     if cell == "X" or row == col:
         return
     if row.startswith("GPU") and col.startswith("GPU"):

@@ -57,7 +57,7 @@ def parse(text: str, source: str, fabric: Fabric) -> SlurmTopology:
         family = "block" if head in ("blockname", "blocksizes") else head
         kinds.setdefault(family, no)
         if len(kinds) > 1:
-            first, second = sorted(kinds, key=kinds.get)
+            first, second = sorted(kinds, key=lambda family: kinds[family])
             raise TopologyImportError(
                 f"mixes {_label(first)} and {_label(second)} lines (first at line "
                 f"{kinds[first]}): a topology.conf holds one topology plugin's lines",

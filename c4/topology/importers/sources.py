@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 
@@ -44,7 +45,7 @@ class ImportOutcome:
     issues: list[Issue] = field(default_factory=list)    # this import's
 
     @property
-    def counts(self) -> dict[str, object]:
+    def counts(self) -> dict[str, Any]:
         return counts(self.topology.graph)
 
 
