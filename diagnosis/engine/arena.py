@@ -197,21 +197,7 @@ class Arena:
         if len(g) == 0:
             return np.zeros(0, dtype=np.int64)
         W = self.W
-        slot = g * W + seq % W
-        uslots, inv = np.unique(slot, return_inverse=True)
-        newest = np.full(len(uslots), -1, dtype=np.int64)
-        np.maximum.at(newest, inv, seq)
-        fresh = newest > self.s_seq[uslots]
-        if fresh.any():
-            fs = uslots[fresh]
-            self.evicted_open += int(((self.s_seq[fs] >= 0) & ~self.s_closed[fs]).sum())
-            self.s_seq[fs] = newest[fresh]
-            self.s_closed[fs] = False
-            idx, _ = self.slot_cells(fs)
-            self.c_enter[idx] = _MISSING
-            self.c_end[idx] = _MISSING
-            self.c_own[idx] = _MISSING
-            self.c_status[idx] = -1
+        slot, _ = self._start_newer(g, seq)
         keep = seq == self.s_seq[slot]
         if not keep.all():
             g, pos, seq, op, nbytes, enter, end, status, own, slot = (
@@ -233,12 +219,7 @@ class Arena:
         self.s_op[slot] = op
         self.s_bytes[slot] = nbytes
         self.s_coarse[slot] = False
-        touched = np.unique(slot)
-        idx, n = self.slot_cells(touched)
-        starts = np.cumsum(n) - n
-        self.s_entered[touched] = np.add.reduceat((self.c_enter[idx] >= 0).astype(np.int64),
-                                                  starts)
-        self.s_ended[touched] = np.add.reduceat((self.c_end[idx] >= 0).astype(np.int64), starts)
+        touched, n = self._recount(slot)
         finished = touched[(self.s_ended[touched] == n) & ~self.s_closed[touched]]
         self.s_closed[finished] = True
         return finished
@@ -252,24 +233,10 @@ class Arena:
         if len(g) == 0:
             return
         W = self.W
-        slot = g * W + seq % W
-        uslots, inv = np.unique(slot, return_inverse=True)
-        newest = np.full(len(uslots), -1, dtype=np.int64)
-        np.maximum.at(newest, inv, seq)
-        fresh = newest > self.s_seq[uslots]
-        if fresh.any():
-            fs = uslots[fresh]
-            self.evicted_open += int(((self.s_seq[fs] >= 0) & ~self.s_closed[fs]).sum())
-            self.s_seq[fs] = newest[fresh]
-            self.s_closed[fs] = False
-            self.s_coarse[fs] = True
-            self.s_op[fs] = -1
-            self.s_bytes[fs] = 0
-            idx, _ = self.slot_cells(fs)
-            self.c_enter[idx] = _MISSING
-            self.c_end[idx] = _MISSING
-            self.c_own[idx] = _MISSING
-            self.c_status[idx] = -1
+        slot, fresh = self._start_newer(g, seq)
+        self.s_coarse[fresh] = True
+        self.s_op[fresh] = -1
+        self.s_bytes[fresh] = 0
         keep = (seq == self.s_seq[slot]) & ~self.s_closed[slot]
         g, pos, seq, enter, end, op, slot = (a[keep] for a in (g, pos, seq, enter, end, op, slot))
         if not len(g):
@@ -282,13 +249,40 @@ class Arena:
         self.c_status[cell[new_end]] = np.maximum(self.c_status[cell[new_end]], 0)
         known_op = (op >= 0) & (self.s_op[slot] < 0)
         self.s_op[slot[known_op]] = op[known_op]
+        touched, n = self._recount(slot)
+        self.s_closed[touched[self.s_ended[touched] == n]] = True
+
+    def _start_newer(self, g: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The slot of each row (communicator ``g``, call ``seq``), and the slots that rows of
+        a newer call than theirs reached: those start that call afresh, their cells empty (an
+        open call they held is counted as evicted)."""
+        slot = g * self.W + seq % self.W
+        uslots, inv = np.unique(slot, return_inverse=True)
+        newest = np.full(len(uslots), -1, dtype=np.int64)
+        np.maximum.at(newest, inv, seq)
+        fresh = newest > self.s_seq[uslots]
+        fs = uslots[fresh]
+        if len(fs):
+            self.evicted_open += int(((self.s_seq[fs] >= 0) & ~self.s_closed[fs]).sum())
+            self.s_seq[fs] = newest[fresh]
+            self.s_closed[fs] = False
+            idx, _ = self.slot_cells(fs)
+            self.c_enter[idx] = _MISSING
+            self.c_end[idx] = _MISSING
+            self.c_own[idx] = _MISSING
+            self.c_status[idx] = -1
+        return slot, fs
+
+    def _recount(self, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Recount the members that entered and ended each slot of ``slot``; the distinct
+        slots and their member counts."""
         touched = np.unique(slot)
         idx, n = self.slot_cells(touched)
         starts = np.cumsum(n) - n
         self.s_entered[touched] = np.add.reduceat((self.c_enter[idx] >= 0).astype(np.int64),
                                                   starts)
         self.s_ended[touched] = np.add.reduceat((self.c_end[idx] >= 0).astype(np.int64), starts)
-        self.s_closed[touched[self.s_ended[touched] == n]] = True
+        return touched, n
 
     # ----- read back ------------------------------------------------------------------------
     def read(self, slots: np.ndarray) -> list[Finished]:
