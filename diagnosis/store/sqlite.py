@@ -613,14 +613,8 @@ class SQLiteStore(Store):
 
     def list_faults(self, job: str | None = None, *, open_only: bool = False,
                     limit: int = 0) -> list[FaultReport]:
-        sql = "SELECT body FROM faults WHERE 1"
-        args: list[object] = []
-        if job is not None:
-            sql += " AND job = ?"
-            args.append(job)
-        if open_only:
-            sql += " AND state = 'open'"
-        sql += " ORDER BY first_seen_ns DESC, id"
+        where, args = _fault_filter(job, open_only)
+        sql = f"SELECT body FROM faults WHERE {where} ORDER BY first_seen_ns DESC, id"
         if limit > 0:
             sql += f" LIMIT {int(limit)}"
         with self._reading() as conn:
@@ -628,12 +622,19 @@ class SQLiteStore(Store):
         return [_common.fault_from_text(r[0]) for r in rows]
 
     def count_faults(self, job: str | None = None, *, open_only: bool = False) -> int:
-        sql = "SELECT COUNT(*) FROM faults WHERE 1"
-        args: list[object] = []
-        if job is not None:
-            sql += " AND job = ?"
-            args.append(job)
-        if open_only:
-            sql += " AND state = 'open'"
+        where, args = _fault_filter(job, open_only)
         with self._reading() as conn:
-            return int(conn.execute(sql, args).fetchone()[0])
+            return int(conn.execute(f"SELECT COUNT(*) FROM faults WHERE {where}",
+                                    args).fetchone()[0])
+
+
+def _fault_filter(job: str | None, open_only: bool) -> tuple[str, list[object]]:
+    """The WHERE clause (and its arguments) that picks a job's faults, or the open ones."""
+    where: list[str] = ["1"]
+    args: list[object] = []
+    if job is not None:
+        where.append("job = ?")
+        args.append(job)
+    if open_only:
+        where.append("state = 'open'")
+    return " AND ".join(where), args
