@@ -146,12 +146,19 @@ class TestOneJob:
         assert fault["expected_report"] == "noncomm_slow"
         report = _localized(lab, job.name, fault, ("noncomm_slow",), before, SLOW_TIMEOUT)
 
-        def caused():
-            r = next(r for r in _reports(lab, job.name) if r.id == report.id)
-            return r.causes or None
+        seen: list = []
 
-        causes = wait_for(caused, 60, interval=1.0, what="the report's causes")
-        assert (causes[0]["kind"], causes[0]["target"]) == ("cpu_pressure", "node001"), causes
+        def named():
+            # causes arrive as the health samples do (a peer outlier may come first), and the
+            # lab's hosts share one virtual machine, whose real hypervisor steal is a cause too
+            r = next(r for r in _reports(lab, job.name) if r.id == report.id)
+            seen[:] = r.causes or []
+            return ("cpu_pressure", "node001") in [(c["kind"], c["target"]) for c in seen]
+
+        try:
+            wait_for(named, 60, interval=1.0, what="cpu_pressure on node001 among the causes")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the report's causes: {seen}") from None
 
     def test_lossy_link_is_localized_to_that_link(self, lab, job):
         # 5 % of the packets (64 KB GSO segments on veth) dropped both ways: steps take ~5x
