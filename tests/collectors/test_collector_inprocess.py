@@ -7,7 +7,7 @@ import socket
 import time
 
 import pytest
-from collector_testkit import FrameSink, free_port, wait_for
+from collector_testkit import FrameSink, wait_for
 
 import collectors
 from collectors.config import CollectorConfig
@@ -17,14 +17,6 @@ dist = pytest.importorskip("torch.distributed")
 
 pytestmark = pytest.mark.network
 
-
-@pytest.fixture(scope="module")
-def one_rank_group():
-    assert not dist.is_initialized()
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from collector_testkit import free_port, launch_ranks, wait_ranks
+from collector_testkit import launch_ranks, wait_ranks
 from hook_paths_job import record
 
 from collectors.completion import MODES, OK
@@ -23,14 +23,6 @@ dist = pytest.importorskip("torch.distributed")
 
 pytestmark = pytest.mark.network
 
-
-@pytest.fixture(scope="module")
-def one_rank_group():
-    assert not dist.is_initialized()
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _calls() -> int:
