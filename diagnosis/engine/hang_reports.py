@@ -269,8 +269,13 @@ class HangReports:
                    and now - s.last > s.bound]
         # everyone entered and nothing finishes: the transfer; some members got out: a member
         # stopped inside the call (the transfer would hold everyone)
-        comm = [s for s in entered if not (s.end >= 0).any() or self._in_flight(s)]
-        partial = [s for s in entered if (s.end >= 0).any() and not self._in_flight(s)]
+        # (nobody got out but some members fell silent while the others are heard: a member
+        # frozen inside the call holds everyone, as when some got out)
+        frozen = [s for s in entered if not (s.end >= 0).any() and self._frozen_inside(s, now)]
+        held = {id(s) for s in frozen}
+        comm = [s for s in entered if id(s) not in held
+                and (not (s.end >= 0).any() or self._in_flight(s))]
+        partial = frozen + [s for s in entered if (s.end >= 0).any() and not self._in_flight(s)]
         explained = self.explained()
         roots: dict[int, Stuck] = {}
         for s in sorted(cands, key=lambda s: s.first):
@@ -343,6 +348,31 @@ class HangReports:
         due = int(s.end[out].max()) + self.timing.settle(s.group) + self.cfg.alive_after_ns
         c = self.clock
         return all(r < c.size and int(c.seen[r]) > due for r in s.ranks[inside].tolist())
+
+    def _frozen_inside(self, s: Stuck, now: int) -> bool:
+        """Every member entered and none got out, and some members have been silent since
+        shortly after the last one entered while the others are heard well after: a process
+        stopped inside the call (SIGSTOP, a debugger, a frozen cgroup) and its peers wait for
+        its data. Only where each silent rank's host is heard through another rank: a node cut
+        off from the daemon falls silent whole, and its ranks are then no proof of a frozen
+        process (its link may be the fault)."""
+        c = self.clock
+        if now - s.last < self.cfg.alive_after_ns + self.cfg.evidence_delay_ns:
+            return False
+        ranks = s.ranks.tolist()
+        if any(r >= c.size for r in ranks):
+            return False
+        due = s.last + self.timing.settle(s.group) + self.cfg.alive_after_ns
+        alive = {r for r in ranks if int(c.seen[r]) > due}
+        silent = [r for r in ranks if r not in alive]
+        if not alive or not silent:
+            return False
+        for r in silent:
+            host = self.placement.host(r)
+            mates = self.placement.ranks_of_host(host) if host is not None else []
+            if not any(m != r and m < c.size and int(c.seen[m]) > due for m in mates):
+                return False
+        return True
 
     def _silent_first(self, cands: list[Stuck], partial: list[Stuck],
                       explained: set[int]) -> tuple[int, list[int]] | None:

@@ -325,3 +325,47 @@ def test_a_rank_whose_open_row_elsewhere_arrives_late_is_not_the_culprit():
     hangs = [r for r in out if r.kind == "noncomm_hang"]
     assert hangs, [r.summary for r in out]
     assert all(r.evidence["culprits"] == [3] for r in hangs), [r.summary for r in hangs]
+
+
+def _frozen_inside_all_entered(heard: list[int]):
+    """Ranks 0-3 (two hosts) all entered a #20, a ring all_reduce none of them got out of:
+    each waits for data. ``heard``: the ranks whose collectors go on sending stats frames
+    each second."""
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2, 3])
+    t = 0
+    for seq in range(20):
+        t += 20 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r * 100, t + 4 * MS) for r in range(4)]))
+        eng.advance(t)
+    t += 20 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t + r * 100, -1) for r in range(4)]))
+    out = []
+    for k in range(1, 100):
+        now = t + k * 100 * MS
+        if heard and k % 10 == 0:
+            eng.heard(heard, now)
+        out += eng.advance(now)
+    return [r for r in out if r.kind in ("noncomm_hang", "comm_hang")]
+
+
+def test_rank_frozen_inside_a_call_nobody_got_out_of_is_named_by_its_silence():
+    # rank 2 stopped inside the call (SIGSTOP): its host-mate 3 and ranks 0, 1 are heard on;
+    # the call's timings alone look like a stuck transfer, the silence names the process
+    hangs = _frozen_inside_all_entered(heard=[0, 1, 3])
+    assert hangs[-1].kind == "noncomm_hang" and hangs[-1].state == "open", \
+        [(r.kind, r.summary) for r in hangs]
+    assert hangs[-1].evidence["culprits"] == [2]
+    assert hangs[-1].suspects[0].id == "h1/gpu0"
+
+
+def test_all_ranks_heard_inside_a_call_nobody_got_out_of_is_a_comm_hang():
+    hangs = _frozen_inside_all_entered(heard=[0, 1, 2, 3])
+    assert hangs and {r.kind for r in hangs} == {"comm_hang"}
+
+
+def test_a_whole_host_falling_silent_inside_the_call_is_not_taken_for_a_frozen_process():
+    # ranks 2 and 3 (host h1) both silent: the node may be cut off (its link is a suspect), so
+    # the hang stays a communication hang
+    hangs = _frozen_inside_all_entered(heard=[0, 1])
+    assert hangs and {r.kind for r in hangs} == {"comm_hang"}
