@@ -71,6 +71,15 @@ def run(
 
         for note in inspector_environment(env, nccl_inspector or None, nccl_plugin, job):
             typer.echo(f"c4 run: {note}", err=True)
+        # made here, once: each process's Inspector creates it when missing, and those that
+        # lose that race find it made, take it for an error and write nothing
+        dump = Path(env["NCCL_INSPECTOR_DUMP_DIR"])
+        try:
+            dump.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            typer.echo(f"c4 run: cannot make the Inspector's dump directory {dump}: {exc}; "
+                       "give --nccl-inspector=DIR a folder you can write", err=True)
+            raise typer.Exit(2) from exc
     elif nccl_plugin is not None:
         raise typer.BadParameter("give it with --nccl-inspector",
                                  param_hint="--nccl-profiler-plugin")

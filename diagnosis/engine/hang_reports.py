@@ -245,7 +245,7 @@ class HangReports:
         self._op_now = op_now
         scan = scan_open(self.arena, self.timing.bound, now, self._symmetric(),
                          self.timing.tail_bound, self.timing.novel, self.cfg.hang_cold_ns,
-                         self._progress_lag(now))
+                         self._progress_lag(now), self.clock.last_end[: self.clock.size])
         c = self.clock
         unmatched = c.inside_unmatched()
         scan.waiting |= unmatched
@@ -486,7 +486,8 @@ class HangReports:
         return self._file(report, now)
 
     def _report_comm_hang(self, stuck: list[Stuck], now: int) -> str:
-        stuck = sorted(stuck, key=lambda s: s.last)
+        # (calls queued behind the stuck one began to wait with it: the first entered leads)
+        stuck = sorted(stuck, key=lambda s: (s.last, int(s.enter.max())))
         s = stuck[0]
         bound = min(x.bound for x in stuck)
         keys = self.localizer.stuck_transfers(self.conns, now, bound // 4)

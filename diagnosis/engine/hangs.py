@@ -45,8 +45,8 @@ class Stuck:
     group: int
     seq: int
     op: int
-    first: int            # first entry
-    last: int             # last entry
+    first: int            # first entry (for a member queued behind its earlier calls: when
+    last: int             # last entry   those had ended)
     bound: int
     ranks: np.ndarray     # members
     enter: np.ndarray
@@ -81,7 +81,8 @@ def scan_open(arena: Arena, bounds_of: Callable[[np.ndarray], np.ndarray], now: 
               symmetric: np.ndarray | None = None,
               tails_of: Callable[[np.ndarray], np.ndarray] | None = None,
               novel_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
-              cold_ns: int = 0, coarse_lag: int = 0) -> HangScan:
+              cold_ns: int = 0, coarse_lag: int = 0,
+              last_end: np.ndarray | None = None) -> HangScan:
     """Every open instance, vectorized; only the few past their bound become Python objects.
     ``symmetric`` (by op id, see ``moved_on``): tell the ranks that moved on from their open
     rows, which then wait nowhere. ``tails_of``: the bound of a call every member entered,
@@ -89,7 +90,9 @@ def scan_open(arena: Arena, bounds_of: Callable[[np.ndarray], np.ndarray], now: 
     ``novel_of(groups, ops)``: calls of an operation their communicator never completed
     before; their bound is at least ``cold_ns``. ``coarse_lag``: how far the progress records
     lag the op rows; an instance known from them alone has waited only as long as they tell,
-    so its times are moved on by the lag."""
+    so its times are moved on by the lag. ``last_end`` (by rank): when each rank last
+    completed a call; a rank waits in an open call only from then on (a GPU rank's CPU enqueues
+    calls far ahead of its stream, each then queued behind the one before)."""
     out = HangScan(now)
     slots = arena.open_slots()
     if len(slots) == 0:
@@ -105,8 +108,13 @@ def scan_open(arena: Arena, bounds_of: Callable[[np.ndarray], np.ndarray], now: 
         end = np.where(end >= 0, end + lag, end)
     ranks = arena.c_rank[idx]
     waiting_cell = (enter >= 0) & (end < 0)
+    since = enter      # when each member began to wait
+    if last_end is not None and len(last_end):
+        known = waiting_cell & (ranks < len(last_end))
+        since = enter.copy()
+        since[known] = np.maximum(enter[known], last_end[ranks[known]])
     out.waiting = set(np.unique(ranks[waiting_cell]).tolist())
-    first = np.minimum.reduceat(np.where(enter >= 0, enter, _BIG), starts)
+    first = np.minimum.reduceat(np.where(since >= 0, since, _BIG), starts)
     bad = np.add.reduceat((status > 0).astype(np.int64), starts) > 0
     g = slots // arena.W
     bound = bounds_of(g)
@@ -116,7 +124,7 @@ def scan_open(arena: Arena, bounds_of: Callable[[np.ndarray], np.ndarray], now: 
     bound = np.maximum(bound, floor)
     past = (now - first) > bound
     if tails_of is not None:
-        last = np.maximum.reduceat(enter, starts)
+        last = np.maximum.reduceat(since, starts)
         all_in = np.minimum.reduceat(enter, starts) >= 0
         tail = np.maximum(tails_of(g), floor)
         past |= all_in & ((now - last) > tail)
@@ -125,8 +133,8 @@ def scan_open(arena: Arena, bounds_of: Callable[[np.ndarray], np.ndarray], now: 
         sl = slice(starts[i], starts[i] + n[i])
         e = enter[sl]
         st = Stuck(int(slots[i]), int(g[i]), int(arena.s_seq[slots[i]]), int(arena.s_op[slots[i]]),
-                   int(first[i]), int(e.max()), int(bound[i]), ranks[sl].copy(), e.copy(),
-                   end[sl].copy(), status[sl].copy())
+                   int(first[i]), int(since[sl].max()), int(bound[i]), ranks[sl].copy(),
+                   e.copy(), end[sl].copy(), status[sl].copy())
         (out.failed if bad[i] else out.stuck).append(st)
     if out.moved_on:
         out.waiting -= out.moved_on

@@ -369,3 +369,37 @@ def test_a_whole_host_falling_silent_inside_the_call_is_not_taken_for_a_frozen_p
     # the hang stays a communication hang
     hangs = _frozen_inside_all_entered(heard=[0, 1])
     assert hangs and {r.kind for r in hangs} == {"comm_hang"}
+
+
+def _gpu_queue(stop_at: int | None):
+    """Ranks 0-3 on GPUs: their CPUs enqueue 60 all_reduces within 6 ms (the collectors ship
+    them as open rows), which their streams then run one per 25 ms, each completed row
+    carrying the stream's times. ``stop_at``: the call at which the streams stop (a GPU hang)."""
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2, 3])
+    t = 0
+    for seq in range(20):               # history: calls of 20 ms every 25 ms
+        t += 25 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r * 100, t + 20 * MS) for r in range(4)]))
+        eng.advance(t)
+    t += 25 * MS
+    eng.add_ops(_cols([_row(r, A, seq, t + (seq - 20) * 100_000 + r * 100, -1)
+                       for seq in range(20, 80) for r in range(4)]))
+    out = []
+    for k in range(1, 100):
+        now = t + k * 25 * MS
+        seq = 19 + k
+        if seq < 80 and (stop_at is None or seq < stop_at):
+            eng.add_ops(_cols([_row(r, A, seq, now - 20 * MS, now) for r in range(4)]))
+        out += eng.advance(now)
+    return [r for r in out if r.kind in ("noncomm_hang", "comm_hang")]
+
+
+def test_calls_queued_on_the_gpu_behind_running_ones_are_no_hang():
+    # the 60th call was entered (by the CPU) 1.5 s before it ran: it waited behind the others
+    assert _gpu_queue(stop_at=None) == []
+
+
+def test_a_gpu_queue_that_stops_moving_is_a_hang():
+    hangs = _gpu_queue(stop_at=40)
+    assert hangs and hangs[0].seq == 40, [(r.kind, r.seq, r.summary) for r in hangs]

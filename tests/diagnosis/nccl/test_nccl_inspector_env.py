@@ -39,3 +39,16 @@ def test_c4_run_sets_them_for_the_job(tmp_path):
     assert got["NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS"] == str(DUMP_INTERVAL_US)
     assert not any(k.startswith("C4_") for k in got)                  # --no-collect: no hook
     assert f"NCCL Inspector writes into {tmp_path / 'insp'}" in out.stderr
+    # made before the job starts: the Inspector of each process creates it when missing, and
+    # all but the first to try find it made and write nothing (seen on NCCL 2.28.9)
+    assert (tmp_path / "insp").is_dir()
+
+
+def test_c4_run_refuses_a_dump_directory_it_cannot_make(tmp_path):
+    (tmp_path / "file").write_text("")
+    out = subprocess.run(
+        [sys.executable, "-m", "c4", "run", f"--nccl-inspector={tmp_path / 'file' / 'insp'}",
+         "--no-collect", "--", sys.executable, "-c", "print('ran')"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2 and "ran" not in out.stdout
+    assert "cannot make the Inspector's dump directory" in out.stderr
