@@ -7,7 +7,7 @@ import contextlib
 import time
 from types import SimpleNamespace
 
-from collectors.buffer import T_END, T_START, RecordBuffer
+from collectors.buffer import T_END, T_ENTER, T_START, RecordBuffer
 from collectors.completion import OK, Completion
 from collectors.cuda_timing import CudaTimer
 
@@ -65,6 +65,28 @@ def test_sync_call_becomes_a_row_with_gpu_times_once_its_end_event_completes():
     timer.poll()
     assert not buf.pending
     (got,) = buf.take(10)
-    assert got[:6] == row[:6] and got[8:] == row[8:]
+    assert got[:5] == row[:5] and got[8:] == row[8:]
     anchor_wall_ns = timer._anchors[0][1]
     assert (got[T_START], got[T_END]) == (anchor_wall_ns - 8_000_000, anchor_wall_ns - 3_000_000)
+    # the rank arrived when its stream reached the call, after its CPU had entered it
+    assert got[T_ENTER] == max(row[T_ENTER], got[T_START])
+
+
+def test_a_call_queued_on_the_stream_arrives_when_the_stream_reaches_it():
+    # the CPU entered the call 1 s before the stream got to it (it ran ahead of the GPU): the
+    # row's entry is the stream's start, so that a late GPU, not its eager CPU, shows as late
+    gpu = FakeGpu()
+    buf = RecordBuffer(capacity=16)
+    rec = SimpleNamespace(buf=buf, _tls=SimpleNamespace(busy=False), done=Completion(buf))
+    timer = CudaTimer(gpu.torch())
+    invoke = timer.make_invoke(rec, wall_invoke=None)
+    cpu_enter = time.time_ns() - 1_000_000_000
+    row = (0, 7, 1, 64, 2, cpu_enter, -1, -1, OK, -1)
+
+    def collective() -> None:
+        gpu.now_ms += 5.0
+
+    invoke(collective, (), {}, row, 1, False, None, False)
+    timer.poll()
+    (got,) = buf.take(10)
+    assert got[T_ENTER] == got[T_START] > cpu_enter + 900_000_000
