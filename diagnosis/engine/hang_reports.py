@@ -449,6 +449,12 @@ class HangReports:
                          pg=self.pg_names[self.arena.pg_of[top.group]], seq=top.seq,
                          evidence=evidence, culprits=tuple(culprits))
         rid = self._file(report, now)
+        # one frozen process is one incident: the silence of a rank this hang blames is the
+        # hang's, not an error of its own
+        for fid in list(self._missing):
+            if self._claims.get(fid, set()) <= set(culprits):
+                del self._missing[fid]
+                self._withdraw(fid, now, f"the rank(s) hang: see {rid}")
         self._hang_group[rid] = top.group
         while len(self._hang_group) > _ERRORS_KEPT:
             del self._hang_group[next(iter(self._hang_group))]
@@ -549,7 +555,9 @@ class HangReports:
         c = self.clock
         done = int(s.end.max())
         # (a rank heard from after its peers finished the call has not stopped reporting)
-        absent = [r for r in s.absent.tolist() if r not in self.error_ranks
+        # (nor is a rank an open hang blames: its silence is that hang's)
+        hung = {r for _, f in self.reporter.open_findings("noncomm_hang") for r in f.culprits}
+        absent = [r for r in s.absent.tolist() if r not in self.error_ranks and r not in hung
                   and not (r < c.size and int(c.seen[r]) > done)]
         if not absent:
             return

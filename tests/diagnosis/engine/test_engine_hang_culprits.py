@@ -403,3 +403,28 @@ def test_calls_queued_on_the_gpu_behind_running_ones_are_no_hang():
 def test_a_gpu_queue_that_stops_moving_is_a_hang():
     hangs = _gpu_queue(stop_at=40)
     assert hangs and hangs[0].seq == 40, [(r.kind, r.seq, r.summary) for r in hangs]
+
+
+def test_a_frozen_rank_is_one_incident_not_a_hang_and_an_error():
+    # rank 2 froze right after a #20 that its peers completed (its row never left): it
+    # "stopped reporting" there, and its peers then wait for it in a #21. One incident: the hang
+    eng = _engine(4)
+    eng.add_group("a", [0, 1, 2, 3])
+    t = 0
+    for seq in range(20):
+        t += 20 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r * 100, t + 4 * MS) for r in range(4)]))
+        eng.advance(t)
+    t += 20 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t + r * 100, t + 4 * MS) for r in (0, 1, 3)]
+                      + [_row(r, A, 21, t + 20 * MS, -1) for r in (0, 1, 3)]))
+    out = []
+    for k in range(1, 100):
+        now = t + k * 100 * MS
+        eng.heard([0, 1, 3], now)
+        out += eng.advance(now)
+    latest = {r.id: r for r in out}
+    open_ = [r for r in latest.values() if r.state == "open"]
+    assert [(r.kind, r.evidence["culprits"]) for r in open_] == [("noncomm_hang", [2])], \
+        [(r.kind, r.state, r.summary) for r in latest.values()]
+    assert not [r for r in latest.values() if r.kind == "error" and r.state == "open"]
