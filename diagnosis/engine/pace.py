@@ -23,6 +23,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.medians import nanmedian
 from diagnosis.engine.series import (
     binom_logsf,
     change_point,
@@ -350,7 +351,7 @@ class GroupPace:
             warnings.simplefilter("ignore", RuntimeWarning)
             for i, peers in enumerate(self._role_peers(size)):
                 if len(peers) >= 2:
-                    out[i] = x[i] - np.nan_to_num(np.nanmedian(x[peers], axis=0), nan=np.nan)
+                    out[i] = x[i] - np.nan_to_num(nanmedian(x[peers], axis=0), nan=np.nan)
         return out
 
     def _behind_peers(self, size: _Size, x: np.ndarray, t: np.ndarray, thr: float,
@@ -377,7 +378,7 @@ class GroupPace:
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                role = np.nanmedian(x[peers], axis=0)
+                role = nanmedian(x[peers], axis=0)
             y = x[i] - role
             ok = ~np.isnan(y)
             m = int(ok.sum())

@@ -35,6 +35,7 @@ import numpy as np
 from c4.topology.protocol import TopologyLike
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
+from diagnosis.engine.medians import nanmedian
 from diagnosis.engine.series import robust_sigma, row_quantile
 from diagnosis.engine.tomography import Component, Explanation, explain
 
@@ -262,9 +263,9 @@ def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray) -> np.nda
     if windowed.any():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            gap = np.nanmedian(np.where(ok[:, 1:] & ok[:, :-1], np.diff(t_end, axis=1),
-                                        np.nan), axis=1)
-            busy = np.nan_to_num(np.clip(np.nanmedian(np.where(ok, dur, np.nan), axis=1)
+            gap = nanmedian(np.where(ok[:, 1:] & ok[:, :-1], np.diff(t_end, axis=1),
+                                     np.nan), axis=1)
+            busy = np.nan_to_num(np.clip(nanmedian(np.where(ok, dur, np.nan), axis=1)
                                          / gap, 0.0, 1.0), nan=0.0)
         g = np.unique(group, return_inverse=True)[1].ravel()
         total = np.bincount(g, weights=busy)

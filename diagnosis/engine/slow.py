@@ -26,6 +26,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.medians import median_of_valid
 from diagnosis.engine.series import (
     change_point,
     episode_marks,
@@ -177,17 +178,6 @@ class _SizeClass:
         self.count[touched] += per
 
 
-def _member_median(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Median over the last axis of the valid entries (nan where none), keeping that axis:
-    np.nanmedian is several times slower on these small rows."""
-    srt = np.sort(np.where(valid, x, np.inf), axis=-1)
-    cnt = valid.sum(axis=-1, keepdims=True)
-    lo = np.take_along_axis(srt, np.maximum(cnt - 1, 0) // 2, axis=-1)
-    hi = np.take_along_axis(srt, np.minimum(cnt // 2, x.shape[-1] - 1), axis=-1)
-    with np.errstate(invalid="ignore"):
-        return np.where(cnt > 0, (lo + hi) / 2, np.nan)
-
-
 def _period(gap: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Each stream's period in calls. Several identical calls per step (equal gradient buckets)
     have different compute before each: the members' median own time before each call then
@@ -294,7 +284,7 @@ class NoncommSlow:
         # the call before which the member's own gap exceeds its peers' the most: where its
         # extra compute shows (the longest gap is another call's when several identical calls
         # per step have different compute before them)
-        over = np.where(valid, gap - _member_median(gap, valid), -np.inf)
+        over = np.where(valid, gap - median_of_valid(gap, valid), -np.inf)
         at = over.argmax(axis=1)[:, None, :]
         late_rows = cls.late[li]
         late_ns = np.take_along_axis(late_rows, at, axis=1)[:, 0, :].astype(np.float64)

@@ -12,6 +12,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.medians import nanmedian
 from diagnosis.engine.series import SeriesBank
 
 _K = 32
@@ -187,7 +188,7 @@ class GroupTiming:
         if seen.any():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                best = int(np.nanmax(np.nanmedian(self.period[seen], axis=1)))
+                best = int(np.nanmax(nanmedian(self.period[seen], axis=1)))
         if self.pace is not None and len(self.arena):
             pace = self.pace(np.arange(len(self.arena)), min_periods)
             if np.isfinite(pace).any():
@@ -199,7 +200,7 @@ class GroupTiming:
         self._ensure(len(self.arena))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanmedian(self.period[groups], axis=1) if len(groups) else np.zeros(0)
+            return nanmedian(self.period[groups], axis=1) if len(groups) else np.zeros(0)
 
     def settle(self, group: int) -> int:
         """How long a call of the communicator normally runs after its last member entered
