@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,12 @@ class TestOneJob:
         assert set(fault["ranks"]) == {3} and fault["expected_report"] == "noncomm_hang"
         report = _localized(lab, job.name, fault, ("noncomm_hang",), before, HANG_TIMEOUT)
         assert report.suspects[0].id == "node001/gpu1" and report.suspects[0].rank == 3
+        # one frozen process, one incident: its silence is the hang's, not also an error
+        # ("stopped reporting") once the evidence delay has passed
+        time.sleep(6)
+        errors = [r for r in _reports(lab, job.name) if _new(r, before) and r.kind == "error"
+                  and r.state == "open" and any(s.rank == 3 for s in r.suspects)]
+        assert not errors, [r.summary for r in errors]
 
     def test_dead_link_is_localized_to_that_link(self, lab, job):
         # node003's only cable goes down: the transfers across it stop where they are and the
