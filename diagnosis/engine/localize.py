@@ -24,6 +24,7 @@ from diagnosis.engine.series import (
     excess_sigma,
     recurrence,
     row_quantile,
+    where_slow_twice,
 )
 from diagnosis.engine.tomography import (
     KIND_ORDER,
@@ -178,7 +179,8 @@ class Localizer:
             own = (h & early).sum(axis=1) / np.maximum(n_early, 1)
             p0[rows] = np.where(n_early >= cfg.comm_min_samples, own, pooled)
         p0 = np.clip(p0, cfg.slow_base_rate, 0.5)
-        res = change_point(ring, np.full(len(keys), thr), p0, cfg.comm_min_samples)
+        res = where_slow_twice(change_point, ring, np.full(len(keys), thr), p0,
+                               cfg.comm_min_samples)
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
             & (res.frac - res.pre_frac >= cfg.comm_min_frac) \
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
@@ -208,7 +210,8 @@ class Localizer:
         common = self._job_wide(ring, rt, thr)
         p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common)
         unit = episode_length(ring, thr, cfg.comm_rec_episodes)
-        rec = recurrence(ring, thr, np.full(len(ring), p0), cfg.comm_rec_episodes, unit)
+        rec = where_slow_twice(recurrence, ring, thr, np.full(len(ring), p0),
+                               cfg.comm_rec_episodes, unit)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
         # slow from a change point on and recurring, most samples since normal: described as
         # recurring (its slow samples are episodes, not a new level)
