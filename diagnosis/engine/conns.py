@@ -28,6 +28,7 @@ class ConnWindow:
         self.pg = np.zeros(0, dtype=np.int64)
         self.path: list[tuple[str, ...] | None] = []
         self.changed: list[int] = []    # keys that are new or changed path since last synced
+        self.path_version = 0           # grows whenever a key's path is set or changed
         self.last_end = np.zeros(0, dtype=np.int64)   # last time a transfer of the key finished
         # how uncertain that time is: 0 for a transfer record, a window's length for a window
         # statistic (the transfer ended somewhere in the window that ends last_end + spread)
@@ -96,6 +97,7 @@ class ConnWindow:
                 if p and self.path[k] != (tp := tuple(p)):
                     self.path[k] = tp
                     self.changed.append(k)
+                    self.path_version += 1
         start = self._effective_start(recs, pg_ids)
         done = recs.t_end_ns >= 0
         if (~done).any():

@@ -61,6 +61,9 @@ class LoadModel:
         self._caps: list[float] = []
         self._key: dict[int, tuple[object, np.ndarray, bool]] = {}
         self._nic_cap: dict[str, float] = {}
+        # the last hop table: the same keys while no path changed have the same hops
+        self._table: tuple[tuple[int, int], np.ndarray,
+                           tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         # per key: its transfer size (log2) when first judged, the size its baseline was
         # learnt on (a ring that stalls ends with short transfers, which must not move its
         # connections to another size and leave their partners on a hop seemingly alone)
@@ -96,6 +99,23 @@ class LoadModel:
                         cap += self.topo.capacity(lk)
             cap = self._nic_cap[nic] = cap if cap > 0 and np.isfinite(cap) else 1.0
         return cap
+
+    def hop_table(self, win: ConnWindow, keys: np.ndarray,
+                  nic_of: Callable[[int], str | None]
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The hops of ``keys`` one after another, how many each key has, and whether each
+        key's come from its recorded path (see ``hops``)."""
+        stamp = (win.path_version, len(win))
+        if self._table is not None and self._table[0] == stamp \
+                and np.array_equal(self._table[1], keys):
+            return self._table[2]
+        hop_list = [self.hops(win, int(k), nic_of) for k in keys.tolist()]
+        routed = np.array([r for _, r in hop_list], dtype=bool)
+        counts = np.array([len(h) for h, _ in hop_list], dtype=np.int64)
+        flat = np.concatenate([h for h, _ in hop_list]) if hop_list \
+            else np.zeros(0, dtype=np.int64)
+        self._table = (stamp, keys.copy(), (flat, counts, routed))
+        return flat, counts, routed
 
     def hops(self, win: ConnWindow, k: int, nic_of: Callable[[int], str | None]
              ) -> tuple[np.ndarray, bool]:
@@ -211,14 +231,11 @@ def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel
     activations forward and its gradients back through the same NIC at different moments of
     an iteration, while an all-to-all sends to every peer at once. Likewise for the
     connections into one rank; a hop is shared by the fewer of the two counts."""
-    hop_list = [load.hops(win, int(k), nic_of) for k in keys.tolist()]
-    routed = np.array([r for _, r in hop_list], dtype=bool)
-    counts = np.array([len(h) for h, _ in hop_list], dtype=np.int64)
+    hops, counts, routed = load.hop_table(win, keys, nic_of)
     share = np.full(len(keys), np.nan)
     narrow = np.full(len(keys), np.nan)
     if not counts.sum():
         return share, narrow, routed
-    hops = np.concatenate([h for h, _ in hop_list])
     owner = np.repeat(np.arange(len(keys)), counts)
     caps = load.caps()
     cell = size[owner].astype(np.int64) * len(caps) + hops
@@ -227,15 +244,17 @@ def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel
         """Per hop incidence: connections sharing the hop, counting those of one ``rank`` as
         many as overlap in time."""
         conc = _concurrency(win, keys, size * (int(rank.max()) + 1) + rank[keys])
-        r = rank[keys[owner]]
-        # per (cell, rank): the keys on it, capped by the rank's concurrency
-        pair, inv = np.unique(np.stack([cell, r]), axis=1, return_inverse=True)
+        r = rank[keys[owner]].astype(np.int64)
+        # per (cell, rank): the keys on it, capped by the rank's concurrency (one integer
+        # per pair: numpy's unique over columns sorts structured rows, far slower)
+        width = int(r.max()) + 1
+        pair, inv = np.unique(cell * width + r, return_inverse=True)
         inv = inv.ravel()
         n_keys = np.bincount(inv)
         top = np.zeros(len(n_keys))
         np.maximum.at(top, inv, conc[owner])
         per_pair = np.minimum(n_keys, np.maximum(np.round(top), 1))
-        cells, at = np.unique(pair[0], return_inverse=True)
+        cells, at = np.unique(pair // width, return_inverse=True)
         total = np.bincount(at.ravel(), weights=per_pair)
         return total[np.searchsorted(cells, cell)]
     n_on = np.minimum(count(win.src), count(win.dst))
