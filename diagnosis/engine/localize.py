@@ -16,15 +16,17 @@ from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.placement import Placement
 from diagnosis.engine.series import (
+    CHANGE_LEAST,
     ChangePoint,
     SeriesBank,
     change_point,
     episode_length,
     episode_rate,
     excess_sigma,
+    on_slow_rows,
     recurrence,
+    recurrence_least,
     row_quantile,
-    where_slow_twice,
 )
 from diagnosis.engine.tomography import (
     KIND_ORDER,
@@ -179,7 +181,7 @@ class Localizer:
             own = (h & early).sum(axis=1) / np.maximum(n_early, 1)
             p0[rows] = np.where(n_early >= cfg.comm_min_samples, own, pooled)
         p0 = np.clip(p0, cfg.slow_base_rate, 0.5)
-        res = where_slow_twice(change_point, ring, np.full(len(keys), thr), p0,
+        res = on_slow_rows(change_point, CHANGE_LEAST, ring, np.full(len(keys), thr), p0,
                                cfg.comm_min_samples)
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
             & (res.frac - res.pre_frac >= cfg.comm_min_frac) \
@@ -210,8 +212,8 @@ class Localizer:
         common = self._job_wide(ring, rt, thr)
         p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common)
         unit = episode_length(ring, thr, cfg.comm_rec_episodes)
-        rec = where_slow_twice(recurrence, ring, thr, np.full(len(ring), p0),
-                               cfg.comm_rec_episodes, unit)
+        rec = on_slow_rows(recurrence, recurrence_least(cfg.comm_rec_episodes), ring, thr,
+                           np.full(len(ring), p0), cfg.comm_rec_episodes, unit)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
         # slow from a change point on and recurring, most samples since normal: described as
         # recurring (its slow samples are episodes, not a new level)

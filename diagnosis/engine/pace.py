@@ -25,11 +25,14 @@ from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.medians import nanmedian
 from diagnosis.engine.series import (
+    CHANGE_LEAST,
     binom_logsf,
     change_point,
     episode_length,
     episode_rate,
+    on_slow_rows,
     recurrence,
+    recurrence_least,
     robust_sigma,
 )
 
@@ -251,7 +254,8 @@ class GroupPace:
             valid = ~np.isnan(x)
             rate = float(np.median(high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)))
             p0 = np.full(len(x), min(max(rate, cfg.slow_base_rate), 0.5))
-            res = change_point(x, np.full(len(x), thr), p0, cfg.slow_min_samples)
+            res = on_slow_rows(change_point, CHANGE_LEAST, x, np.full(len(x), thr), p0,
+                                   cfg.slow_min_samples)
             ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
                 & (res.pre_count >= _MIN_BEFORE) \
                 & (res.frac - res.pre_frac >= cfg.slow_min_frac) & (res.frac >= _MIN_FRAC) \
@@ -299,7 +303,8 @@ class GroupPace:
         x = np.where((behind > _FAULTS_AT_ONCE)[None, :], np.nan, x)
         p0 = episode_rate(x, thr, cfg.slow_rec_base_rate)
         unit = episode_length(x, thr, cfg.slow_rec_episodes)
-        rec = recurrence(x, thr, np.full(len(x), p0), cfg.slow_rec_episodes, unit)
+        rec = on_slow_rows(recurrence, recurrence_least(cfg.slow_rec_episodes), x, thr,
+                           np.full(len(x), p0), cfg.slow_rec_episodes, unit)
         ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
             & (np.nan_to_num(rec.median) >= 2 * cfg.straggle_min_excess) & ~found
         out = []

@@ -299,7 +299,7 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
         weight[r, c] = np.maximum(1.0, np.floor(n[r, ep[r, c]] / unit))
     events = np.rint(np.cumsum(weight[:, ::-1], axis=1)[:, ::-1]).astype(np.int64)
     # it came back at least once, and weighs as many episodes as asked
-    cand = begins & (eps >= min(2, max(int(min_episodes), 1))) \
+    cand = begins & (eps >= recurrence_least(min_episodes)) \
         & (events >= max(int(min_episodes), 1))
     logp = np.zeros((rows, K))
     if cand.any():
@@ -349,14 +349,14 @@ def episode_rate(a: np.ndarray, thr: np.ndarray, floor: float, trim: float = 0.1
 _Rows = TypeVar("_Rows", ChangePoint, Recurrence)
 
 
-def where_slow_twice(fn: Callable[..., _Rows], a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
-                     *args: Any) -> _Rows:
+def on_slow_rows(fn: Callable[..., _Rows], least: int, a: np.ndarray, thr: np.ndarray,
+                 p0: np.ndarray, *args: Any) -> _Rows:
     """``fn(a, thr, p0, *args)`` (:func:`change_point` or :func:`recurrence`) computed only on
-    the rows with two samples above ``thr`` at least, which either needs to find anything; the
-    other rows get what ``fn`` gives a row without any (at 4,096 GPUs most of ~100k
-    connections are healthy)."""
+    the rows with ``least`` samples above ``thr``, the fewest ``fn`` needs to find anything
+    (:data:`CHANGE_LEAST`, :func:`recurrence_least`); the other rows get what ``fn`` gives a
+    row without any (at 4,096 GPUs most of ~100k connections are healthy)."""
     n = len(a)
-    keep = np.flatnonzero((np.nan_to_num(a, nan=-np.inf) > thr[:, None]).sum(axis=1) >= 2)
+    keep = np.flatnonzero((np.nan_to_num(a, nan=-np.inf) > thr[:, None]).sum(axis=1) >= least)
     if len(keep) == n:
         return fn(a, thr, p0, *args)
     none = fn(np.full((1, a.shape[1]), np.nan), thr[:1], p0[:1], *args)
@@ -367,3 +367,13 @@ def where_slow_twice(fn: Callable[..., _Rows], a: np.ndarray, thr: np.ndarray, p
         col[keep] = getattr(part, f.name)
         out[f.name] = col
     return type(none)(**out)
+
+
+#: a change point starts on a late sample followed by another
+CHANGE_LEAST = 2
+
+
+def recurrence_least(min_episodes: int) -> int:
+    """The fewest late samples :func:`recurrence` finds anything in: one per episode, of the
+    episodes it asks for at least."""
+    return min(2, max(int(min_episodes), 1))

@@ -28,9 +28,12 @@ from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.medians import median_of_valid
 from diagnosis.engine.series import (
+    CHANGE_LEAST,
     change_point,
     episode_marks,
+    on_slow_rows,
     recurrence,
+    recurrence_least,
     robust_sigma,
     row_quantile,
     strong_runs,
@@ -413,8 +416,8 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
         rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
     p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
     series = a.transpose(0, 2, 1).reshape(G * n, K)
-    res = change_point(series, np.repeat(thr, n), np.repeat(p0, n),
-                       cfg.slow_min_samples)
+    res = on_slow_rows(change_point, CHANGE_LEAST, series, np.repeat(thr, n), np.repeat(p0, n),
+                           cfg.slow_min_samples)
     # a change, not a persistent trait: late more often and by more than before the
     # split; without enough samples before it, the excess must be beyond natural spread
     need = np.where(res.pre_count >= cfg.slow_min_samples, least, unseen)
@@ -507,8 +510,8 @@ def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarr
     stats.update(rows, begins.sum(axis=1).reshape(len(rows), n),
                  valid.sum(axis=1).reshape(len(rows), n), lengths)
     p0 = stats.rate(cfg.slow_rec_base_rate)
-    rec = recurrence(series, thr, np.full(len(series), p0), cfg.slow_rec_episodes,
-                     stats.length())
+    rec = on_slow_rows(recurrence, recurrence_least(cfg.slow_rec_episodes), series, thr,
+                       np.full(len(series), p0), cfg.slow_rec_episodes, stats.length())
     ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
         & (rec.median >= least)
     recurs = rec.hits < cfg.slow_rec_duty * np.maximum(rec.count, 1)

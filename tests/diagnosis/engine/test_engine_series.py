@@ -7,12 +7,14 @@ from dataclasses import fields
 import numpy as np
 
 from diagnosis.engine.series import (
+    CHANGE_LEAST,
     binom_logsf,
     change_point,
     excess_sigma,
+    on_slow_rows,
     recurrence,
+    recurrence_least,
     robust_sigma,
-    where_slow_twice,
 )
 
 
@@ -92,17 +94,21 @@ def test_excess_noise_keeps_the_pooled_bound_on_a_baseline_learnt_slow():
     assert excess_sigma(np.array([np.nan])) != excess_sigma(np.array([np.nan]))    # NaN
 
 
-def test_judging_only_rows_slow_twice_changes_nothing():
+def test_judging_only_the_rows_with_enough_slow_samples_changes_nothing():
     # change points and recurrences on the rows that can have one, the rest as a row without
     rng = np.random.default_rng(2)
     for _ in range(10):
         a = rng.normal(0, 0.05, (400, 64))
         a[rng.random(a.shape) < 0.2] = np.nan
         a[rng.random(400) < 0.1, 30:] += 0.3         # some rows turn slow
+        a[rng.random(400) < 0.1, 50] = 0.5           # some have one slow sample
         thr = np.full(400, rng.uniform(0.05, 0.2))
         p0 = np.full(400, rng.uniform(0.01, 0.2))
-        for fn, args in ((change_point, (8,)), (recurrence, (3, rng.uniform(0, 3)))):
-            want, got = fn(a, thr, p0, *args), where_slow_twice(fn, a, thr, p0, *args)
+        episodes = int(rng.integers(1, 4))
+        for fn, least, args in ((change_point, CHANGE_LEAST, (8,)),
+                                (recurrence, recurrence_least(episodes),
+                                 (episodes, rng.uniform(0, 3)))):
+            want, got = fn(a, thr, p0, *args), on_slow_rows(fn, least, a, thr, p0, *args)
             for f in fields(want):
                 assert np.array_equal(getattr(want, f.name), getattr(got, f.name),
                                       equal_nan=True), (fn.__name__, f.name)
