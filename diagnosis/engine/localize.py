@@ -260,8 +260,8 @@ class Localizer:
         # (round, key) pairs as one integer: a 1-D unique instead of a far slower axis=1 one
         pair = b * n_keys + np.arange(n_keys)[:, None]
         high = valid & (ring > np.asarray(thr)[:, None])
-        seen = np.unique(pair[valid]) // n_keys
-        hot = np.unique(pair[high]) // n_keys
+        seen = _distinct(pair[valid]) // n_keys
+        hot = _distinct(pair[high]) // n_keys
         bins, n_seen = np.unique(seen, return_counts=True)
         n_hot = np.zeros(len(bins))
         if len(hot):
@@ -674,3 +674,18 @@ def _suspects(found: list[Explanation]) -> list[Suspect]:
             else:
                 out.append(Suspect(c.type, c.id, score))
     return out
+
+
+def _distinct(values: np.ndarray, dense: int = 1 << 26) -> np.ndarray:
+    """The distinct values of non-negative integers, sorted: by a table of flags where their
+    range is small (a hash-based unique of millions of values is ten times slower), else
+    ``np.unique``."""
+    if not len(values):
+        return values
+    top = int(values.max())
+    if top >= dense:
+        return np.unique(values)
+    flags = np.zeros(top + 1, dtype=bool)
+    flags[values] = True
+    return np.flatnonzero(flags)
+

@@ -238,12 +238,13 @@ def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel
         return share, narrow, routed
     owner = np.repeat(np.arange(len(keys)), counts)
     caps = load.caps()
+    series = win.bank.ordered(keys)         # read once for both ends
     cell = size[owner].astype(np.int64) * len(caps) + hops
 
     def count(rank: np.ndarray) -> np.ndarray:
         """Per hop incidence: connections sharing the hop, counting those of one ``rank`` as
         many as overlap in time."""
-        conc = _concurrency(win, keys, size * (int(rank.max()) + 1) + rank[keys])
+        conc = _concurrency(win, keys, size * (int(rank.max()) + 1) + rank[keys], series)
         r = rank[keys[owner]].astype(np.int64)
         # per (cell, rank): the keys on it, capped by the rank's concurrency (one integer
         # per pair: numpy's unique over columns sorts structured rows, far slower)
@@ -266,15 +267,17 @@ def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel
     return share, narrow, routed
 
 
-def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray) -> np.ndarray:
+def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray,
+                 series: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Per key: how many connections of its ``group`` (itself included) are typically moving
     while it is: the median, over its recent transfers (the samples of its series, each a
     duration ending at its time), of the group's transfers under way at the transfer's
     middle. A key whose samples are window statistics (a mean transfer per window, whose place
     in the window is unknown) counts the others of its group by the share of time each is
-    busy, as if they came at random moments."""
+    busy, as if they came at random moments. ``series``: ``win.bank.ordered(keys)``, when
+    already read."""
     bank = win.bank
-    ring, t_end = bank.ordered(keys)
+    ring, t_end = series if series is not None else bank.ordered(keys)
     nbytes = np.maximum(win.last_bytes[keys], 1).astype(np.float64)
     dur = (ring + 1.0) * bank.base[keys][:, None] * nbytes[:, None]
     ok = np.isfinite(dur) & (dur > 0)
