@@ -452,7 +452,8 @@ class HangReports:
         # one frozen process is one incident: the silence of a rank this hang blames is the
         # hang's, not an error of its own
         for fid in list(self._missing):
-            if self._claims.get(fid, set()) <= set(culprits):
+            claimed = self._claims.get(fid, set())
+            if claimed and claimed <= set(culprits):
                 del self._missing[fid]
                 self._withdraw(fid, now, f"the rank(s) hang: see {rid}")
         self._hang_group[rid] = top.group
