@@ -27,11 +27,14 @@ one address).
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import contextlib
 import os
 import queue
+import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -171,6 +174,9 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     daemon = start_daemon(work, port, store=store, extra=[
         "--job-records-per-s", str(args.budget), "--max-requests-per-second", "0",
         "--metrics", str(mport), "--analyze-interval", "1"])
+    # stopped however the bench ends (main turns SIGTERM into an exit): a daemon left behind
+    # holds gigabytes at this size
+    atexit.register(daemon.stop)
     address = f"127.0.0.1:{port}"
     counts, lock = Counts(), threading.Lock()
     gen = JobGen(shape, time.time_ns() + int(60 * NS))   # t0 set when the calls start
@@ -389,6 +395,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=200_000.0)
     ap.add_argument("--fault-at-s", type=float, default=None)
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from bench.stores import store_url
 
     with tempfile.TemporaryDirectory(prefix="c4-scale-") as tmp:
