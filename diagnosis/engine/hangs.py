@@ -45,8 +45,10 @@ class Stuck:
     group: int
     seq: int
     op: int
-    first: int            # first entry (for a member queued behind its earlier calls: when
-    last: int             # last entry   those had ended)
+    # first and last entry; a member queued behind its own earlier calls (a GPU's stream)
+    # counts as entered when those ended
+    first: int
+    last: int
     bound: int
     ranks: np.ndarray     # members
     enter: np.ndarray
