@@ -5,7 +5,8 @@
 (``[1,0]<stdout>:``, ``0: ``, ``(Worker pid=…) ``). Of them this reader keeps:
 
 * ``NET/IB : Using [0]mlx5_0:1/IB …; OOB eth0:10.2.0.4<0>``: the NICs the process may use and
-  its node's address (which ties RAS's addresses to hostnames);
+  its node's address (which ties RAS's addresses to hostnames); ``NET/Socket : Using
+  [0]eth0:10.2.0.4<0> …`` likewise where NCCL runs over TCP;
 * ``… commId 0x… - Init COMPLETE`` (``comm %p rank R nranks N cudaDev D``): a process's rank in a
   communicator and its GPU;
 * every ``WARN``, with the IB completion errors (three wordings across versions: peer, work
@@ -29,7 +30,7 @@ from pathlib import Path
 from diagnosis.nccl.ids import comm_hash, op_name
 from diagnosis.nccl.problems import Problems
 
-__all__ = ["CommInit", "DesyncReport", "LogFacts", "NcclWarn", "NetIbUse", "WatchdogStatus",
+__all__ = ["CommInit", "DesyncReport", "LogFacts", "NcclWarn", "NetUse", "WatchdogStatus",
            "WatchdogTimeout", "parse_logs", "read_logs"]
 
 #: ``enum ibv_wc_status`` names
@@ -48,6 +49,9 @@ _NCCL = re.compile(
 _NET_IB = re.compile(r"NET/IB ?: Using(?P<devs>.*?)(?:\s*\[RO\])?\s*;\s*OOB (?P<if>[^:\s]+):"
                      r"(?P<ip>[^<\s]+)<\d+>")
 _IB_DEV = re.compile(r"\[(\d+)\]([^:\s\]]+):(\d+)(?::[\d:]*)?/(\w+)")
+_NET_SOCKET = re.compile(r"NET/Socket ?: Using(?P<devs>(?: \[\d+\]\S+)+)\s*$")
+# an interface and its address, IPv6 ones included (colons), up to the port
+_SOCKET_DEV = re.compile(r"\[(\d+)\]([^:\s]+):(\S+?)<\d+>")
 _INIT = re.compile(r"comm (?:0x)?[0-9a-fA-F]+ rank (\d+) nranks (\d+) cudaDev (\d+)"
                    r"(?: nvmlDev \d+)?(?: busId \w+)? commId (0x[0-9a-fA-F]+) - Init COMPLETE")
 _PEER = re.compile(r"from peer (?P<addr>[\w.:\[\]-]+?)<(?P<port>\d+)>")
@@ -90,9 +94,11 @@ class Where:
 
 
 @dataclass(frozen=True)
-class NetIbUse:
+class NetUse:
     """``NET/IB : Using …``: the process's IB devices (index, name, port, link layer) and its
-    node's out-of-band interface and address."""
+    node's out-of-band interface and address; or ``NET/Socket : Using …`` (NCCL over TCP, an
+    Ethernet cluster without RDMA): its interfaces (index, name, port 0, ``Socket``), the first
+    of them and its address standing for the node's."""
 
     where: Where
     devices: tuple[tuple[int, str, int, str], ...]
@@ -182,7 +188,7 @@ class DesyncReport:
 class LogFacts:
     """What the logs said, by kind; ``errors_by_process`` counts ``-> <code>`` lines."""
 
-    net: list[NetIbUse] = field(default_factory=list)
+    net: list[NetUse] = field(default_factory=list)
     inits: list[CommInit] = field(default_factory=list)
     warns: list[NcclWarn] = field(default_factory=list)
     timeouts: list[WatchdogTimeout] = field(default_factory=list)
@@ -245,7 +251,13 @@ def _info(where: Where, msg: str, facts: LogFacts) -> None:
     if (n := _NET_IB.search(msg)) is not None:
         devs = tuple((int(d), name, int(port), link)
                      for d, name, port, link in _IB_DEV.findall(n.group("devs")))
-        facts.net.append(NetIbUse(where, devs, n.group("if"), n.group("ip")))
+        facts.net.append(NetUse(where, devs, n.group("if"), n.group("ip")))
+    elif (n := _NET_SOCKET.search(msg)) is not None:
+        found = _SOCKET_DEV.findall(n.group("devs"))
+        if found:
+            facts.net.append(NetUse(where, tuple((int(d), name, 0, "Socket")
+                                                 for d, name, _ in found),
+                                    found[0][1], found[0][2]))
     elif (i := _INIT.search(msg)) is not None:
         facts.inits.append(CommInit(where, comm_hash(i.group(4)), int(i.group(1)),
                                     int(i.group(2)), int(i.group(3))))

@@ -44,8 +44,8 @@ def observe_ras(model: JobModel, snaps: Iterable[RasSnapshot]) -> None:
 
 
 def observe_logs(model: JobModel, facts: LogFacts) -> None:
-    """NICs, node addresses and CUDA devices of ``NET/IB : Using`` lines, and the members of
-    ``Init COMPLETE`` lines."""
+    """NICs, node addresses and CUDA devices of ``NET/IB : Using`` and ``NET/Socket : Using``
+    lines, and the members of ``Init COMPLETE`` lines."""
     for n in facts.net:
         w = n.where
         if w.host is not None and w.pid is not None:

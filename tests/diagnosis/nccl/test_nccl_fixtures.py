@@ -256,3 +256,17 @@ def test_watchdog_desync_report_names_the_lagging_rank():
     assert d.culprits == ((1, "finished collective #2, but didn't join collective #3 "
                               "(count from 1)"),)
     assert facts.lines == 8
+
+
+def test_nccl_info_net_socket_names_the_interfaces(tmp_path):
+    # the first line as NCCL 2.28.9 printed it on the GPU machine (tests/gpu: its socket
+    # transport over loopback); the second as net_socket.cc writes several interfaces, one IPv6
+    log = tmp_path / "nccl.log"
+    log.write_text("vm:709:709 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\n"
+                   "node-7:41:41 [3] NCCL INFO NET/Socket : Using [0]eth0:10.2.0.7<0> "
+                   "[1]eth1:fe80::a00:27ff:fe4e:66a1%eth1<0>\n")
+    one, two = read_logs([log]).net
+    assert (one.where.host, one.where.pid, one.nics, one.oob_if, one.oob_ip) == (
+        "vm", 709, ("lo",), "lo", "127.0.0.1")
+    assert two.devices == ((0, "eth0", 0, "Socket"), (1, "eth1", 0, "Socket"))
+    assert (two.where.cuda_dev, two.oob_if, two.oob_ip) == (3, "eth0", "10.2.0.7")
