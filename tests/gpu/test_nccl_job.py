@@ -172,8 +172,8 @@ def test_hook_cuda_timing_agrees_with_the_inspector(services, capsys):
         assert len(a) == CALLS, f"rank {r}: {len(a)} world all_reduce records, want {CALLS}"
         seq, enter, start, end = a.T
         assert (np.diff(seq) == 1).all(), f"rank {r}: seq not consecutive"
-        # GPU-timed: the stream reached the call after the CPU entered it, and the call took
-        # time; both converted to wall clock through the timer's anchor event
+        # GPU-timed: start and end are CUDA events' times, moved to the wall clock through
+        # the timer's anchor event
         assert (start > 0).all(), f"rank {r}: calls without a GPU start (not CUDA-timed)"
         assert (end > start).all(), f"rank {r}: a call that ends before it starts"
         # the rank's arrival: its stream's start (its CPU enqueued the call earlier)
@@ -190,7 +190,7 @@ def test_hook_cuda_timing_agrees_with_the_inspector(services, capsys):
         assert sorted(insp) == list(range(RANKS)), f"Inspector ranks: {sorted(insp)}"
         for r in range(RANKS):
             h, i = hook[r], insp[r]
-            # the Inspector counts from the communicator's first AllReduce, the hook per group
+            # the same calls: every world all_reduce of the job, in both
             assert len(i) == len(h), f"rank {r}: Inspector {len(i)} records, hook {len(h)}"
             dur_hook = (h[:, 3] - h[:, 2]) / 1e3
             exec_us = i[:, 1].astype(float)
