@@ -327,10 +327,9 @@ def test_a_rank_whose_open_row_elsewhere_arrives_late_is_not_the_culprit():
     assert all(r.evidence["culprits"] == [3] for r in hangs), [r.summary for r in hangs]
 
 
-def _frozen_inside_all_entered(heard: list[int]):
-    """Ranks 0-3 (two hosts) all entered a #20, a ring all_reduce none of them got out of:
-    each waits for data. ``heard``: the ranks whose collectors go on sending stats frames
-    each second."""
+def _steady_four() -> tuple[Engine, int]:
+    """Ranks 0-3 (two hosts) in "a" after 20 healthy all_reduces of 4 ms every 20 ms; the
+    time for the next."""
     eng = _engine(4)
     eng.add_group("a", [0, 1, 2, 3])
     t = 0
@@ -338,7 +337,14 @@ def _frozen_inside_all_entered(heard: list[int]):
         t += 20 * MS
         eng.add_ops(_cols([_row(r, A, seq, t + r * 100, t + 4 * MS) for r in range(4)]))
         eng.advance(t)
-    t += 20 * MS
+    return eng, t + 20 * MS
+
+
+def _frozen_inside_all_entered(heard: list[int]):
+    """Ranks 0-3 (two hosts) all entered a #20, a ring all_reduce none of them got out of:
+    each waits for data. ``heard``: the ranks whose collectors go on sending stats frames
+    each second."""
+    eng, t = _steady_four()
     eng.add_ops(_cols([_row(r, A, 20, t + r * 100, -1) for r in range(4)]))
     out = []
     for k in range(1, 100):
@@ -408,14 +414,7 @@ def test_a_gpu_queue_that_stops_moving_is_a_hang():
 def test_a_frozen_rank_is_one_incident_not_a_hang_and_an_error():
     # rank 2 froze right after a #20 that its peers completed (its row never left): it
     # "stopped reporting" there, and its peers then wait for it in a #21. One incident: the hang
-    eng = _engine(4)
-    eng.add_group("a", [0, 1, 2, 3])
-    t = 0
-    for seq in range(20):
-        t += 20 * MS
-        eng.add_ops(_cols([_row(r, A, seq, t + r * 100, t + 4 * MS) for r in range(4)]))
-        eng.advance(t)
-    t += 20 * MS
+    eng, t = _steady_four()
     eng.add_ops(_cols([_row(r, A, 20, t + r * 100, t + 4 * MS) for r in (0, 1, 3)]
                       + [_row(r, A, 21, t + 20 * MS, -1) for r in (0, 1, 3)]))
     out = []
