@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from types import SimpleNamespace
+from typing import Any
 
 from collectors.buffer import T_END, T_ENTER, T_START, RecordBuffer
 from collectors.completion import OK, Completion
@@ -43,12 +44,17 @@ class FakeGpu:
         return SimpleNamespace(cuda=cuda)
 
 
-def test_sync_call_becomes_a_row_with_gpu_times_once_its_end_event_completes():
+def _timed() -> tuple[FakeGpu, RecordBuffer, CudaTimer, Any]:
+    """A stand-in GPU, the buffer rows go to, the timer and its invoke wrapper."""
     gpu = FakeGpu()
     buf = RecordBuffer(capacity=16)
     rec = SimpleNamespace(buf=buf, _tls=SimpleNamespace(busy=False), done=Completion(buf))
     timer = CudaTimer(gpu.torch())
-    invoke = timer.make_invoke(rec, wall_invoke=None)
+    return gpu, buf, timer, timer.make_invoke(rec, wall_invoke=None)
+
+
+def test_sync_call_becomes_a_row_with_gpu_times_once_its_end_event_completes():
+    gpu, buf, timer, invoke = _timed()
 
     def collective() -> str:
         gpu.now_ms += 5.0  # the GPU work of the call: 5 ms on the stream
@@ -75,11 +81,7 @@ def test_sync_call_becomes_a_row_with_gpu_times_once_its_end_event_completes():
 def test_a_call_queued_on_the_stream_arrives_when_the_stream_reaches_it():
     # the CPU entered the call 1 s before the stream got to it (it ran ahead of the GPU): the
     # row's entry is the stream's start, so that a late GPU, not its eager CPU, shows as late
-    gpu = FakeGpu()
-    buf = RecordBuffer(capacity=16)
-    rec = SimpleNamespace(buf=buf, _tls=SimpleNamespace(busy=False), done=Completion(buf))
-    timer = CudaTimer(gpu.torch())
-    invoke = timer.make_invoke(rec, wall_invoke=None)
+    gpu, buf, timer, invoke = _timed()
     cpu_enter = time.time_ns() - 1_000_000_000
     row = (0, 7, 1, 64, 2, cpu_enter, -1, -1, OK, -1)
 

@@ -136,6 +136,18 @@ def _analyze(dump: Path) -> list[dict]:
     return json.loads(out.stdout)["reports"]
 
 
+def _hooked(services: tuple[Path, int, list], dump: Path) -> list[str]:
+    """``c4 run`` arguments for a job reporting through the hook to a new sidecar of the
+    daemon, with the Inspector writing into ``dump`` where a plugin is given."""
+    tmp_path, port, started = services
+    car, sock = start_sidecar(tmp_path, port, "gpu0")
+    started.append(car)
+    args = ["--sidecar-socket", str(sock)]
+    if PLUGIN:
+        args += [f"--nccl-inspector={dump}", "--nccl-profiler-plugin", PLUGIN]
+    return args
+
+
 @pytest.fixture()
 def services(tmp_path):
     port = free_port()
@@ -149,14 +161,9 @@ def services(tmp_path):
 
 
 def test_hook_cuda_timing_agrees_with_the_inspector(services, capsys):
-    tmp_path, port, started = services
-    car, sock = start_sidecar(tmp_path, port, "gpu0")
-    started.append(car)
+    tmp_path, port, _ = services
     dump = tmp_path / "inspector"
-    args = ["--sidecar-socket", str(sock)]
-    if PLUGIN:
-        args += [f"--nccl-inspector={dump}", "--nccl-profiler-plugin", PLUGIN]
-    pids = _run_job(tmp_path, "gpu-hook", args)
+    pids = _run_job(tmp_path, "gpu-hook", _hooked(services, dump))
     nbytes = (MB << 20) // 4 * 4
     with DaemonClient(f"127.0.0.1:{port}") as client:
         wait_for(lambda: all(len(v) >= CALLS for v in
@@ -249,15 +256,11 @@ def test_sidecar_follows_the_inspector_of_a_job_without_the_hook(services, capsy
 def test_a_slow_gpu_is_named_from_the_hook_and_from_the_inspector(services, capsys):
     # rank 2's stream spins 20 ms before each call from call 150 on: its CPU enqueues as fast
     # as the others', so only the stream's arrival shows who is late
-    tmp_path, port, started = services
-    car, sock = start_sidecar(tmp_path, port, "gpu0")
-    started.append(car)
+    tmp_path, port, _ = services
     dump = tmp_path / "inspector-slow"
-    args = ["--sidecar-socket", str(sock)]
-    if PLUGIN:
-        args += [f"--nccl-inspector={dump}", "--nccl-profiler-plugin", PLUGIN]
-    _run_job(tmp_path, "gpu-slow", args, {"C4_TEST_CALLS": "400", "C4_TEST_SLOW_RANK": "2",
-                                          "C4_TEST_SLOW_FROM": "150", "C4_TEST_SLOW_MS": "20"})
+    _run_job(tmp_path, "gpu-slow", _hooked(services, dump),
+             {"C4_TEST_CALLS": "400", "C4_TEST_SLOW_RANK": "2", "C4_TEST_SLOW_FROM": "150",
+              "C4_TEST_SLOW_MS": "20"})
     seen: list[str] = []
 
     def named():
