@@ -126,8 +126,8 @@ def inject_cmd(
                                     help="slow-link: the rate (default a tenth of capacity)."),
     loss: int = typer.Option(30, "--loss", help="lossy-link: percent of packets dropped."),
     cpu: int = typer.Option(20, "--cpu", help="slow-gpu, cpu-contention: CPU quota, percent "
-                                              "of one core (cpu-contention: shared by the "
-                                              "host's ranks and the burners)."),
+                                              "of one core (cpu-contention: of the core the "
+                                              "host's ranks and the burners are pinned to)."),
     burners: int = typer.Option(2, "--burners", help="cpu-contention: busy-loop processes "
                                                      "competing with the host's ranks."),
     memory_mb: int = typer.Option(64, "--mb", help="memory-pressure: MiB the host's ranks get "

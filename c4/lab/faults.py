@@ -7,9 +7,10 @@ links: ``slow-link`` (tbf rate), ``lossy-link`` (nftables ``numgen random`` drop
 routing protocol would make them).
 Compute faults act on rank processes found by host, GPU, rank or pid: ``slow-gpu`` (cgroup v1
 cpu quota), ``hang`` (cgroup freezer), ``crash`` (SIGKILL), ``cpu-contention`` (busy-loop
-processes put with the ranks into one cgroup v1 cpu quota, as a noisy neighbour would take the
-host's cores; the ranks and the burners also go into the host's cgroup v2 group, whose PSI the
-host's sidecar reads, so the contention shows as that host's CPU pressure), ``memory-pressure``
+processes pinned with the ranks to one core under one cgroup v1 cpu quota, as a noisy
+neighbour would take the host's cores; the ranks and the burners also go into the host's
+cgroup v2 group, whose PSI the host's sidecar reads, so the contention shows as that host's
+CPU pressure), ``memory-pressure``
 (the host's ranks in a cgroup v1 memory group limited to their resident size plus ``--mb``,
 with a process that keeps reading a file four times that size through the page cache: the
 group reclaims all the time, which the host's v2 group shows as memory pressure)."""
@@ -182,17 +183,25 @@ def inject(lab_dir: Path, kind: str, target: str, *, duration: float | None = No
 
 def _contend(fid: int, procs: list[LabProc], target: str, cpu_pct: int,
              burners: int) -> dict[str, Any]:
-    """Start ``burners`` busy loops and share ``cpu_pct`` % of one core between them and the
-    ranks of one host; put them all in the host's v2 group (its PSI)."""
+    """Start ``burners`` busy loops on the core of one host's ranks and share ``cpu_pct`` % of
+    that core between them and the ranks; put them all in the host's v2 group (its PSI).
+
+    The ranks and the burners are pinned to one core, as neighbours on the same cores are: a
+    rank waits for the core (what PSI counts) but is never stopped for long, so its steps slow
+    down while its transfers keep pace. A quota alone stops the whole group for the rest of
+    each period once it is spent, which stalls the ranks' sockets too and looks like a slow
+    network."""
     hosts = {p.host for p in procs}
     if len(hosts) != 1:
         raise LabError(f"cpu-contention strikes one host; {target!r} has ranks on "
                        f"{', '.join(sorted(hosts)) or 'no host'}")
-    if not 1 <= cpu_pct <= 100 * (os.cpu_count() or 1) or burners < 1:
-        raise LabError("--cpu must be a percentage of one core (up to the cores there are) "
-                       "and --burners at least 1")
+    if not 1 <= cpu_pct <= 100 or burners < 1:
+        raise LabError("--cpu must be a percentage of one core between 1 and 100 (the ranks and "
+                       "the burners share one core) and --burners at least 1")
     (host,) = hosts
     back = {str(p.pid): cgroup_of(p.pid, "cpu") for p in procs}
+    affinity = {str(p.pid): sorted(os.sched_getaffinity(p.pid)) for p in procs}
+    core = {max(os.sched_getaffinity(procs[0].pid))}
     cg = make_cgroup("cpu", f"{PREFIX}f{fid}", {"cpu.cfs_period_us": "100000",
                                                "cpu.cfs_quota_us": str(cpu_pct * 1000)})
     psi = host_psi_group(host)
@@ -204,10 +213,24 @@ def _contend(fid: int, procs: list[LabProc], target: str, cpu_pct: int,
                                   stderr=subprocess.DEVNULL)
         pids.append(burner.pid)
     for pid in [p.pid for p in procs] + pids:
+        _pin(pid, core)
         move(pid, cg)
         move(pid, psi)
-    return {"params": {"cpu_pct": cpu_pct, "burners": burners, "host": host},
-            "undo": {"cgroup": ["cpu", f"{PREFIX}f{fid}"], "back": back, "burners": pids}}
+    return {"params": {"cpu_pct": cpu_pct, "burners": burners, "host": host,
+                       "core": min(core)},
+            "undo": {"cgroup": ["cpu", f"{PREFIX}f{fid}"], "back": back, "burners": pids,
+                     "affinity": affinity}}
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus`` (threads started later inherit it)."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return                  # gone
+    for tid in tids:
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(tid, cpus)
 
 
 _THRASH = """
@@ -316,12 +339,19 @@ def _undo(lay: Layout, rec: dict[str, Any]) -> None:
                 system.ip_batch([f"route del {p}" for p in prefixes], ns, force=True)
             fabric.reapply_routes(lay, {e.ns for _, e in ends})
     elif kind in ("slow-gpu", "hang", "cpu-contention", "memory-pressure"):
-        for pid in rec["undo"].get("burners", []):
+        burners = rec["undo"].get("burners", [])
+        for pid in burners:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # a burner out of its quota dies only when it next runs (up to a period later)
+        deadline = time.monotonic() + 5.0
+        while any(alive(pid) for pid in burners) and time.monotonic() < deadline:
+            time.sleep(0.02)
         for path in rec["undo"].get("files", []):
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        for pid, cpus in rec["undo"].get("affinity", {}).items():
+            _pin(int(pid), set(cpus))
         controller, name = rec["undo"]["cgroup"]
         remove_cgroup(controller, name, {int(k): v for k, v in rec["undo"]["back"].items()})
 

@@ -408,6 +408,8 @@ class LiveView:
                     self._evicted.popitem(last=False)
                 log.info("job %s attempt %d silent for %.0f s: it leaves the live view", *key,
                          self._idle_s)
+                if not any(j == key[0] for j, _ in self._jobs):
+                    self.health.forget(key[0])
 
     def remove(self, job: str) -> int:
         """Drop every attempt of a job (removed from the store); returns how many."""
@@ -419,6 +421,7 @@ class LiveView:
                     self._control.forget(*key)
             for key in [k for k in self._evicted if k[0] == job]:
                 del self._evicted[key]
+        self.health.forget(job)
         return len(keys)
 
     @staticmethod
@@ -567,7 +570,8 @@ class LiveView:
                 found = []
                 for st in self._jobs.values():
                     try:
-                        found.append((st.job, st.engine.advance(now_ns), _places(st)))
+                        found.append((st.job, st.engine.advance(now_ns), _places(st),
+                                      st.ended))
                     except Exception:
                         self._problem(st.job, "advance")
                 self._budgets(now_ns)
@@ -581,11 +585,18 @@ class LiveView:
                     st.ended = st.gone = True
                 pending, self._health_pending = self._health_pending, []
             filed = 0
-            for job, reports, places in found:
-                for report in reports:
+            for job, reports, places, over in found:
+                # causes from the node's own health, joined at the report level; an open
+                # report gets them again when a finding came after it was filed
+                try:
+                    explained = [self.health.explain(job, r, places) for r in reports]
+                    explained += [] if over else self.health.revisit(job, places)
+                except Exception:
+                    self._problem(job, "explain")
+                    explained = list(reports)
+                for report in explained:
                     try:
-                        # causes from the node's own health, joined at the report level
-                        self._hub.file(job, self.health.explain(job, report, places))
+                        self._hub.file(job, report)
                         filed += 1
                     except Exception:    # the store is down, or the report is bad
                         self._problem(job, "file")

@@ -153,12 +153,11 @@ class TestOneJob:
 
     def test_cpu_contention_is_a_slow_host_with_cpu_pressure_as_cause(self, lab, job):
         # busy loops share one core with node001's ranks: its steps slow down, and its
-        # sidecar reads the CPU pressure of the host's cgroup v2 group (PSI)
-        # (PSI counts a task waiting for a core, not one throttled by the quota: the group's
-        # 5 tasks wait on the 2 cores through the ~30 ms a period that its 60 ms of CPU lasts,
-        # ~30 % of the time; 30 % shared by 4 tasks gave ~15 %, under the 20 % rule, and the
-        # cause came only when other load on the machine added to it)
-        fault, before = _inject(lab, job, "cpu-contention", "node001", cpu_pct=60, burners=3)
+        # sidecar reads the CPU pressure of the host's cgroup v2 group (PSI: the ranks and the
+        # burners wait for the core most of the time). No quota: one that stops the ranks
+        # for most of each period stalls their sockets too, and the slowness looked like the
+        # network's (a comm_slow on the spine links, no noncomm_slow within 90 s, 1 run in 5)
+        fault, before = _inject(lab, job, "cpu-contention", "node001", cpu_pct=100, burners=3)
         assert fault["expected_report"] == "noncomm_slow"
         report = _localized(lab, job.name, fault, ("noncomm_slow",), before, SLOW_TIMEOUT)
 

@@ -6,6 +6,7 @@ test_lab_diagnosis.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -47,12 +48,16 @@ def test_host_pressure_shows_in_the_hosts_psi_and_clears(tmp_path: Path) -> None
             clear(lab_dir)
             assert not alive(hog) and not group.exists() and rank.poll() is None
             assert not Path(mem["undo"]["files"][0]).exists()
+            cores = os.sched_getaffinity(rank.pid)
             cpu = inject(lab_dir, "cpu-contention", "node001", cpu_pct=20, burners=1)
+            [burner] = cpu["undo"]["burners"]
+            pinned = {cpu["params"]["core"]}
+            assert os.sched_getaffinity(rank.pid) == os.sched_getaffinity(burner) == pinned
             wait_for(lambda: _psi("cpu") > 20, 40, interval=0.5,
                      what="CPU pressure in node001's group")
-            [burner] = cpu["undo"]["burners"]
             clear(lab_dir)
             assert not alive(burner) and rank.poll() is None
+            assert os.sched_getaffinity(rank.pid) == cores
     finally:
         down(lab_dir)
     assert not any(fabric.leftovers().values()), fabric.leftovers()
