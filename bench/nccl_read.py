@@ -11,8 +11,9 @@ a fifth of them point-to-point with ``"nan"`` bandwidths; ``verbose`` lines carr
 ``event_trace_*`` objects (what ``c4 run --nccl-inspector`` turns on).
 
 Offline: every file through ``read_inspector_file`` (typed msgspec structs; the numpy scanner
-and the JSON path for a block they refuse) in this process, and a sample through orjson alone
-and the JSON path alone for comparison; CPU time (``time.process_time``). On a machine shared
+and the JSON path for a block they refuse) in this process, CPU time (``time.process_time``);
+the files in one process per core as ``c4 analyze --jobs`` reads them, wall time; and a sample
+through orjson alone and the JSON path alone for comparison. On a machine shared
 with other work CPU time still grows (cores and caches are shared): compare the reader with
 the orjson row of the same run.
 
@@ -25,6 +26,7 @@ sidecar runs (``NcclNode.step``: follow, reconcile, convert to c4's op rows) eve
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -80,6 +82,7 @@ def offline(records: int, ranks: int, work: Path) -> None:
 
     from diagnosis.nccl.inspector import find_inspector_files, parse_lines, read_inspector_file
     from diagnosis.nccl.problems import Problems
+    from diagnosis.nccl.sources import read_sources
 
     print(f"\nreading Inspector files offline: {records:,} records in {ranks} files, one "
           "process, CPU time")
@@ -96,6 +99,14 @@ def offline(records: int, ranks: int, work: Path) -> None:
         label = "verbose" if verbose else "compact"
         print(f"{label:<9} {size / 1e6:7.1f} {'reader':<13} {n:10,} {cpu:7.2f} "
               f"{n / cpu:11,.0f} {size / 1e6 / cpu:7.1f}")
+        # what `c4 analyze --nccl-inspector DIR --jobs N` does: the files in N processes
+        # (wall time: the CPU time is spread over the workers)
+        workers = max(2, os.cpu_count() or 1)
+        w0 = time.perf_counter()
+        got = read_sources([d], workers=workers).n_ops
+        wall = time.perf_counter() - w0
+        print(f"{label:<9} {'':>7} {f'{workers} processes':<13} {got:10,} {wall:7.2f} "
+              f"{got / wall:11,.0f} {size / 1e6 / wall:7.1f}   (wall seconds)")
         sample = files[0].read_bytes().split(b"\n")[:100_000]
         c0 = time.process_time()
         for line in sample:

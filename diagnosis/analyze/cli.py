@@ -36,7 +36,7 @@ def analyze(
                                        "file instead of standard output."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=0, help="Processes parsing a "
                                     "large trace in parallel (0: none; default: CPUs - 1, at "
-                                    "most 4)."),
+                                    "most 4; NCCL Inspector files: one per CPU)."),
     stopped_after: float | None = typer.Option(None, "--stopped-after", min=0.0, help="For a "
                                                "trace without an end record: recording "
                                                "stopped this many seconds after its last "

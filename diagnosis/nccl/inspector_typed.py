@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter, eq
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 import numpy as np
-from msgspec.structs import astuple
 
 from diagnosis.nccl.ids import comm_hash, op_name
 from diagnosis.nccl.records import CommKey, NcclOps
@@ -86,7 +85,9 @@ class _P2p(msgspec.Struct, gc=False):
 
 
 class _Line(msgspec.Struct, gc=False):
-    header: _Header
+    # kept as its bytes: a block repeats a few headers on every line, so each distinct one is
+    # decoded once (:func:`_communicators`)
+    header: msgspec.Raw
     metadata: _Metadata
     coll_perf: _Coll | None = None
     p2p_perf: _P2p | None = None
@@ -94,6 +95,7 @@ class _Line(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Line)
+_HEADER_DECODER = msgspec.json.Decoder(_Header)
 _NL, _SPACE = 10, 32
 _COLL, _P2P, _STATS, _META, _HEADER = map(attrgetter, (
     "coll_perf", "p2p_perf", "dump_stats", "metadata", "header"))
@@ -219,24 +221,16 @@ def _columns(lines: list[_Line], first_line: int, source: str) -> Decoded:
     return out
 
 
-def _communicators(headers: list[_Header]) -> tuple[list[CommKey], np.ndarray]:
-    """The communicators of the lines' headers, and each line's: lines grouped by the id
-    string (hashed once per line) and checked whole against their group's first header, else
-    grouped by the whole header; headers that spell one communicator two ways (``0x1`` and
-    ``1``) are one, and one communicator with two sizes is refused (the slower paths read
-    it)."""
-    n = len(headers)
-    if headers.count(headers[0]) == n:
-        table, idx = [headers[0]], np.zeros(n, dtype=np.int32)
-    else:
-        per_line = list(map(_ID, headers))
-        ids, idx = _factorize(per_line)
-        table = [headers[per_line.index(i)] for i in ids]
-        if not all(map(eq, headers, [table[i] for i in idx.tolist()])):
-            # one id under several headers (a process with two ranks in it, a name added):
-            # grouped by the whole header
-            whole, idx = _factorize(list(map(astuple, headers)))
-            table = [_Header(*h) for h in whole]
+def _communicators(headers: list[msgspec.Raw]) -> tuple[list[CommKey], np.ndarray]:
+    """The communicators of the lines' headers, and each line's: lines grouped by the bytes of
+    their header, each distinct header decoded once; headers that spell one communicator two
+    ways (``0x1`` and ``1``, keys in another order) are one, and one communicator with two
+    sizes is refused (the slower paths read it)."""
+    whole, idx = _factorize(list(map(bytes, headers)))
+    try:
+        table = [_HEADER_DECODER.decode(h) for h in whole]
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        raise _Refused from None
     keys = [_comm(h) for h in table]
     merged, remap = _factorize(keys)
     if len({(c.hash, c.rank, c.name) for c in merged}) != len(merged):

@@ -56,8 +56,8 @@ class NcclSources:
 def read_sources(inspector: Iterable[str | Path] = (), ras: Iterable[str | Path] = (),
                  logs: Iterable[str | Path] = (), profiler: Iterable[str | Path] = (),
                  problems: Problems | None = None, workers: int | None = 0) -> NcclSources:
-    """Read every source given; ``workers`` > 0 reads the Inspector files in that many
-    processes (None: the CPUs less one, at most 4).
+    """Read every source given; ``workers`` > 1 reads the Inspector files in that many
+    processes (None: one per CPU, at most 4; this process only waits for them).
 
     Raises:
         DiagnosisError: a path does not exist, or an Inspector directory holds no Inspector
@@ -65,7 +65,7 @@ def read_sources(inspector: Iterable[str | Path] = (), ras: Iterable[str | Path]
     """
     out = NcclSources(problems=problems if problems is not None else Problems())
     if workers is None:
-        workers = max(0, min(4, (os.cpu_count() or 1) - 1))
+        workers = min(4, os.cpu_count() or 1)
     for root in inspector:
         _inspector(Path(root), out, workers)
     for f in ras:
@@ -125,7 +125,7 @@ def _inspector(root: Path, out: NcclSources, workers: int = 0) -> None:
             "(c4 run --nccl-inspector sets it), into NCCL_INSPECTOR_DUMP_DIR or "
             "nccl-inspector-<jobid> in the job's working directory")
     out.files["inspector"] += len(files)
-    if workers > 0 and len(files) > 1:
+    if workers > 1 and len(files) > 1:
         with ProcessPoolExecutor(workers) as pool:
             done = list(pool.map(_read_one, files, chunksize=max(1, len(files) // (4 * workers))))
     else:

@@ -62,11 +62,14 @@ def fake_rank(st: dict[str, Any], host: str, local_rank: int, rank: int
     proc = subprocess.Popen(["ip", "netns", "exec", st["hosts"][host]["ns"], sys.executable,
                              "-c", "while True: pass"], env=env)
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # until `ip netns exec` became python
+        # until `ip netns exec` became python (seconds on a loaded machine)
+        deadline = time.monotonic() + 30
+        while True:
             with contextlib.suppress(OSError):
                 if b"while True" in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
                     break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the fake rank {rank} did not start in 30 s")
             time.sleep(0.02)
         yield proc
     finally:

@@ -63,6 +63,20 @@ def test_one_id_under_several_headers_is_several_communicators():
         (2, "DP Group 0"), (3, "DP Group 0"), (2, None)]
 
 
+def test_one_header_spelt_two_ways_is_one_communicator():
+    # the typed path groups lines by their header's bytes: keys in another order are the
+    # same header
+    head = LINE.split(b',"metadata"')[0][len(b'{"header":'):]
+    obj = orjson.loads(head)
+    reordered = orjson.dumps(dict(reversed(list(obj.items()))))
+    assert reordered != head
+    lines = [LINE, LINE.replace(head, reordered), LINE]
+    typed = decode_block(_block(lines), 1, "f")
+    assert typed is not None
+    _same(typed.ops, parse_lines(lines, 1, "f"))
+    assert typed.ops.comm.tolist() == [0, 0, 0] and len(typed.ops.comms) == 1
+
+
 @pytest.mark.parametrize("why, lines", [
     ("a blank line", [LINE, b"", LINE]),
     ("a line of spaces", [LINE, b"   ", LINE]),

@@ -52,3 +52,22 @@ def test_the_slow_gpu_is_named():
     world = np.flatnonzero(np.asarray([c.nranks for c in b.comms])[b.comm] == 4)
     ends = b.end_us[world][np.argsort(b.sn[world])] * 1000
     assert ends[140] <= reports[0].first_seen_ns <= ends[170]
+
+
+def test_files_read_in_several_processes_give_the_same_rows(tmp_path):
+    # what `c4 analyze --nccl-inspector DIR` does by default on a machine with several CPUs;
+    # a truncated copy of one file shows that the workers' warnings come back too
+    import gzip
+    import shutil
+
+    for f in find_inspector_files(FIXTURES / "healthy"):
+        shutil.copy(f, tmp_path / f.name)
+    cut = gzip.decompress((FIXTURES / "healthy" / "vm-pid709.log.gz").read_bytes())
+    (tmp_path / "vm-pid709.log").write_bytes(cut[:-20])
+    (tmp_path / "vm-pid709.log.gz").unlink()
+    one, two = read_sources([tmp_path], workers=0), read_sources([tmp_path], workers=2)
+    assert one.n_ops == two.n_ops == 4 * 401 - 1
+    assert [b.source for b in one.ops] == [b.source for b in two.ops]
+    for a, b in zip(one.ops, two.ops):
+        assert (a.sn == b.sn).all() and (a.exec_us == b.exec_us).all() and a.comms == b.comms
+    assert one.problems.counts == two.problems.counts and two.problems.counts["truncated_line"]
