@@ -26,7 +26,7 @@ from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.hang_reports import HangReports
-from diagnosis.engine.hangs import op_key
+from diagnosis.engine.hangs import awaited, op_key
 from diagnosis.engine.linkstats import LinkStatFeed
 from diagnosis.engine.localize import Localizer
 from diagnosis.engine.lossy import LossyLinks
@@ -509,7 +509,9 @@ class Engine:
 
     def _hangs(self, now: int, final: bool = False) -> None:
         self.hangs.scan(now, self.op_now)
-        for finding in self.teardown.settle(self.clock.seen[: self.clock.size], now, final):
+        waits = awaited(self.arena) if self.teardown.holds_silence() else set()
+        for finding in self.teardown.settle(self.clock.seen[: self.clock.size], now, final,
+                                            waits):
             self.reporter.file(finding, now)
 
     def _comm_min_span(self) -> int:

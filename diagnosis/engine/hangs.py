@@ -79,6 +79,20 @@ class HangScan:
     moved_on: set[int] = field(default_factory=set)         # left their open call, then stopped
 
 
+def awaited(arena: Arena) -> set[int]:
+    """Ranks absent from an open call that other members wait in: what a frozen rank looks like
+    before its peers' wait has lasted long enough to be a hang."""
+    slots = arena.open_slots()
+    if len(slots) == 0:
+        return set()
+    idx, n = arena.slot_cells(slots)
+    enter, end = arena.c_enter[idx], arena.c_end[idx]
+    starts = np.cumsum(n) - n
+    waited = np.add.reduceat(((enter >= 0) & (end < 0)).astype(np.int64), starts) > 0
+    absent = (enter < 0) & (end < 0) & np.repeat(waited, n)
+    return set(arena.c_rank[idx][absent].tolist())
+
+
 def scan_open(arena: Arena, bounds_of: Callable[[np.ndarray], np.ndarray], now: int,
               symmetric: np.ndarray | None = None,
               tails_of: Callable[[np.ndarray], np.ndarray] | None = None,

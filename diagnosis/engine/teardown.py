@@ -21,6 +21,7 @@ soon as a rank is heard again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,15 +95,26 @@ class TeardownGate:
         """Forget a held report; False if it is not held (filed or dropped already)."""
         return self.held.pop(fid, None) is not None
 
-    def settle(self, seen: np.ndarray, now: int, final: bool = False) -> list[Finding]:
+    def holds_silence(self) -> bool:
+        """Whether a held report is a rank's silence ("stopped reporting")."""
+        return any(h.report.stopped_reporting for h in self.held.values())
+
+    def settle(self, seen: np.ndarray, now: int, final: bool = False,
+               awaited: Set[int] = frozenset()) -> list[Finding]:
         """Findings to file now; teardown ones are dropped. ``seen``: last time each rank was
-        heard (-1 never); ``final``: the data has ended, decide every held report."""
+        heard (-1 never); ``final``: the data has ended, decide every held report.
+        ``awaited``: ranks absent from a call others wait in; a rank's silence is held while
+        it is (it is a hang, filed once the wait is long enough to be sure, which withdraws
+        it: one frozen process is one incident), or until the wait ends."""
         out: list[Finding] = []
         if not self.held:
             return out
         times = np.asarray(self.recent, dtype=np.int64)
         for fid in list(self.held):
             h = self.held[fid]
+            if h.report.stopped_reporting and not final and len(h.culprits) \
+                    and set(h.culprits.tolist()) <= awaited:
+                continue
             others = seen.copy()
             others[h.culprits[h.culprits < len(seen)]] = -1
             last = int(others.max()) if len(others) else -1

@@ -413,7 +413,8 @@ def test_a_gpu_queue_that_stops_moving_is_a_hang():
 
 def test_a_frozen_rank_is_one_incident_not_a_hang_and_an_error():
     # rank 2 froze right after a #20 that its peers completed (its row never left): it
-    # "stopped reporting" there, and its peers then wait for it in a #21. One incident: the hang
+    # "stopped reporting" there, and its peers then wait for it in a #21. One incident: the hang,
+    # and no error filed even for the moment before the hang is sure
     eng, t = _steady_four()
     eng.add_ops(_cols([_row(r, A, 20, t + r * 100, t + 4 * MS) for r in (0, 1, 3)]
                       + [_row(r, A, 21, t + 20 * MS, -1) for r in (0, 1, 3)]))
@@ -426,4 +427,5 @@ def test_a_frozen_rank_is_one_incident_not_a_hang_and_an_error():
     open_ = [r for r in latest.values() if r.state == "open"]
     assert [(r.kind, r.evidence["culprits"]) for r in open_] == [("noncomm_hang", [2])], \
         [(r.kind, r.state, r.summary) for r in latest.values()]
-    assert not [r for r in latest.values() if r.kind == "error" and r.state == "open"]
+    assert not [r for r in out if r.kind == "error"], [(r.id, r.state) for r in out]
+
