@@ -1,0 +1,84 @@
+"""``c4 recover``'s settings declared once (``recovery.config``): its options come from the
+policy's and the controller's fields, no flag gives the dataclass defaults, flags and
+environment variables reach the config, and a bad value is refused with the recovery package's
+error naming the flag."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from c4.errors import C4Error
+from c4.processes import REPO
+from c4.settings import build, option_specs
+from recovery.cli import RECOVER_EXTRA
+from recovery.config import ControllerConfig, RecoverConfig
+from recovery.errors import RecoveryConfigError, RecoveryError
+from recovery.policy import Policy
+from tests.support.settings_cli import parse_options
+
+
+def _config(args: list[str], env: dict[str, str] | None = None) -> RecoverConfig:
+    opts = parse_options(RecoverConfig, args, env, extra=RECOVER_EXTRA)
+    for name in ("daemon", "journal", "isolator", "probe_lab"):
+        opts.pop(name)
+    return build(RecoverConfig, opts, RecoveryConfigError)
+
+
+def test_no_flags_give_the_dataclass_defaults():
+    assert _config([]) == RecoverConfig() == RecoverConfig(Policy(), ControllerConfig())
+
+
+def test_flags_and_environment_reach_the_policy_and_the_controller():
+    config = _config(["--kinds", "comm_hang, error", "--min-score", "0.7", "--dry-run",
+                      "--isolate-on-cause", "xid:79,port_down", "--restart-timeout", "90"],
+                     env={"C4_RECOVER_HANG_GRACE": "12", "C4_RECOVER_MAX_PER_HOUR": "9"})
+    assert config.policy == Policy(kinds=("comm_hang", "error"), min_score=0.7, dry_run=True,
+                                   isolate_on_causes=("xid:79", "port_down"),
+                                   hang_grace_s=12.0, max_per_hour=9)
+    assert config.controller == ControllerConfig(restart_timeout_s=90.0)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kinds", "comm_hang,bogus"], "--kinds (C4_RECOVER_KINDS) names unknown fault kinds "
+                                     "['bogus']"),
+    (["--min-score", "1.5"], "--min-score (C4_RECOVER_MIN_SCORE) must be in [0, 1], got 1.5"),
+    (["--max-node-fraction", "0"], "--max-node-fraction (C4_RECOVER_MAX_NODE_FRACTION) must "
+                                   "be in (0, 1], got 0.0"),
+    (["--max-per-job", "-1"], "--max-per-job (C4_RECOVER_MAX_PER_JOB) must not be negative"),
+    (["--hang-grace", "-2"], "--hang-grace (C4_RECOVER_HANG_GRACE) must not be negative"),
+    (["--restart-timeout", "0"], "--restart-timeout (C4_RECOVER_RESTART_TIMEOUT) must be "
+                                 "positive, got 0.0"),
+])
+def test_a_bad_value_names_its_flag(args, message):
+    with pytest.raises(RecoveryConfigError) as err:
+        _config(args)
+    assert message in str(err.value)
+    assert isinstance(err.value, RecoveryError) and isinstance(err.value, C4Error)
+
+
+def test_a_config_built_in_code_is_checked_the_same_way():
+    with pytest.raises(RecoveryConfigError, match="--min-score"):
+        Policy(min_score=-0.1)
+    with pytest.raises(RecoveryConfigError, match="poll_s must be positive"):
+        ControllerConfig(poll_s=0)
+
+
+def test_every_flag_is_documented_once():
+    opts = list(option_specs(RecoverConfig))
+    flags = [o.meta.flag for o in opts] + [p.default.param_decls[0] for p in RECOVER_EXTRA]
+    envs = [o.meta.env for o in opts]
+    assert len(set(flags)) == len(flags) and len(set(envs)) == len(envs)
+    for o in opts:
+        assert o.meta.env.startswith("C4_RECOVER_") and o.meta.help.endswith("."), o.meta.flag
+
+
+def test_the_recover_command_refuses_a_bad_flag_with_a_clear_line(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "c4", "recover", "--min-score", "2",
+                          "--journal", str(tmp_path / "journal.db")], capture_output=True,
+                         text=True, timeout=120, cwd=REPO)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "--min-score (C4_RECOVER_MIN_SCORE) must be in [0, 1], got 2.0" in run.stdout
+    assert "Traceback" not in run.stdout + run.stderr
