@@ -144,7 +144,9 @@ def _cli_default(f: dataclasses.Field) -> Any:
     meta = f.metadata[_KEY]
     if f.default is not MISSING:
         default = f.default
-    elif meta.to_cli is not None and f.default_factory is not MISSING:
+    elif f.default_factory is MISSING:
+        return ...   # a field without a default: its option is required
+    elif meta.to_cli is not None:
         default = f.default_factory()
     else:
         return None
@@ -182,17 +184,19 @@ def derive_command(cls: type, run: Callable[..., None],
     return command
 
 
-def build(cls: type, values: Mapping[str, Any], error: type[Exception]) -> Any:
+def build(cls: type, values: Mapping[str, Any], error: type[Exception],
+          fields: Mapping[str, Any] | None = None) -> Any:
     """The config from a command's parsed options (None: not given, the field's default
-    applies); a value its flag cannot take, or a config its validator refuses, raises
+    applies) and ``fields``, values of fields that have no option (e.g. the command's
+    arguments); a value its flag cannot take, or a config its validator refuses, raises
     ``error`` naming the flag."""
-    return _build(cls, (), values, error)
+    return _build(cls, (), values, error, dict(fields or {}))
 
 
 def _build(cls: type, path: tuple[str, ...], values: Mapping[str, Any],
-           error: type[Exception]) -> Any:
+           error: type[Exception], fields: dict[str, Any] | None = None) -> Any:
     hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = fields or {}
     for f in dataclasses.fields(cls):
         meta = f.metadata.get(_KEY)
         if meta is None:

@@ -247,51 +247,33 @@ def nodes_isolate(node: str = typer.Argument(..., help="The node to take out of 
     _out().print(f"isolated {node}", highlight=False)
 
 
-def launch(
-    command: list[str] = typer.Argument(..., help="After --: torchrun OPTIONS SCRIPT ARGS, "
-                                                  "or SCRIPT ARGS."),
-    job: str = typer.Option(..., "--job", envvar="C4_JOB", help="The job's name (C4_JOB)."),
-    hosts: str = typer.Option(..., "--hosts", help="Host ids to run on, comma-separated."),
-    spares: str = typer.Option("", "--spares", help="Hosts that replace isolated ones."),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Ranks per host."),
-    min_hosts: int = typer.Option(1, "--min-hosts", help="Give up below this many hosts."),
-    grace: float = typer.Option(10.0, "--grace", help="Seconds from SIGTERM to SIGKILL."),
-    max_failures: int = typer.Option(2, "--max-failures",
-                                     help="Restarts after failures no isolation explains."),
-    workdir: Path = typer.Option(Path("c4-launch"), "--workdir",
-                                 help="Logs and progress files go here."),
-    sidecar_socket: str = typer.Option("", "--sidecar-socket",
-                                       help="Sidecar socket for every host's ranks, or "
-                                            "HOST=PATH,HOST=PATH."),
-    isolation_poll: float = typer.Option(0.2, "--isolation-poll",
-                                         help="Seconds between checks of the isolated nodes."),
-    lab: Path = typer.Option(None, "--lab", help="Run on the hosts of the fault lab in this "
-                                                 "directory (`c4 lab up`), in their namespaces."),
-    journal: Path = JournalOpt,
-    isolator: str = IsolatorOpt,
-) -> None:
+LAUNCH_EXTRA = [
+    inspect.Parameter("command", inspect.Parameter.KEYWORD_ONLY, annotation=list[str],
+                      default=typer.Argument(..., help="After --: torchrun OPTIONS SCRIPT "
+                                             "ARGS, or SCRIPT ARGS.")),
+    _param("lab", typer.Option(None, "--lab", help="Run on the hosts of the fault lab in this "
+                               "directory (`c4 lab up`), in their namespaces."), Path),
+    _param("journal", JournalOpt, Path),
+    _param("isolator", IsolatorOpt, str),
+]
+
+
+def run_launch(*, command: list[str], lab: Path | None, journal: Path | None, isolator: str,
+               **settings: Any) -> None:
     """Run a torchrun job over hosts; when a host is isolated (or the job fails) stop it and
     relaunch it on healthy hosts, where it resumes from its newest complete checkpoint."""
     from c4.errors import C4Error
-    from recovery.errors import RecoveryError
+    from c4.settings import build
+    from recovery.errors import LaunchError, RecoveryError
     from recovery.supervisor import LaunchConfig, Supervisor
 
-    socks: dict[str, str] = {}
-    for part in filter(None, sidecar_socket.split(",")):
-        host, eq, path = part.partition("=")
-        socks.update({host: path} if eq else {"*": part})
     try:
-        extra: dict[str, Any] = {}
+        fields: dict[str, Any] = {"command": tuple(command)}
         if lab is not None:
             from recovery.launchers import make_launcher
 
-            extra["launcher"] = make_launcher("lab", lab)
-        cfg = LaunchConfig(job=job, hosts=tuple(filter(None, hosts.split(","))),
-                           spares=tuple(filter(None, spares.split(","))),
-                           command=tuple(command), workdir=workdir,
-                           nproc_per_node=nproc_per_node, min_hosts=min_hosts, grace_s=grace,
-                           max_failures=max_failures, sidecars=socks,
-                           isolation_poll_s=isolation_poll, **extra)
+            fields["launcher"] = make_launcher("lab", lab)
+        cfg = build(LaunchConfig, settings, LaunchError, fields)
         sup = Supervisor(cfg, _isolator(isolator), _journal(journal))
     except C4Error as exc:  # a RecoveryError, or the lab's launcher refusing the lab
         _fail(exc)
@@ -312,5 +294,8 @@ def register(app: typer.Typer) -> None:
     recover = derive_command(RecoverConfig, run_recover, RECOVER_EXTRA)
     app.command("recover")(with_client_security(recover))
     app.command("recoveries")(recoveries)
-    app.command("launch", context_settings={"allow_interspersed_args": False})(launch)
+    from recovery.supervisor import LaunchConfig
+
+    app.command("launch", context_settings={"allow_interspersed_args": False})(
+        derive_command(LaunchConfig, run_launch, LAUNCH_EXTRA))
     app.add_typer(nodes_app, name="nodes")

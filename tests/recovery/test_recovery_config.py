@@ -82,3 +82,46 @@ def test_the_recover_command_refuses_a_bad_flag_with_a_clear_line(tmp_path):
     assert run.returncode == 2, run.stdout + run.stderr
     assert "--min-score (C4_RECOVER_MIN_SCORE) must be in [0, 1], got 2.0" in run.stdout
     assert "Traceback" not in run.stdout + run.stderr
+
+
+def _launch(args: list[str], env: dict[str, str] | None = None, **fields):
+    from recovery.cli import LAUNCH_EXTRA
+    from recovery.errors import LaunchError
+    from recovery.supervisor import LaunchConfig
+
+    opts = parse_options(LaunchConfig, args, env, extra=LAUNCH_EXTRA)
+    command = opts.pop("command")
+    for name in ("lab", "journal", "isolator"):
+        opts.pop(name)
+    return build(LaunchConfig, opts, LaunchError, {"command": tuple(command), **fields})
+
+
+def test_launch_flags_keep_the_dataclass_defaults_and_reach_the_config():
+    from recovery.supervisor import LaunchConfig
+
+    bare = _launch(["--job", "j", "--hosts", "a,b", "--", "train.py", "--lr", "1"])
+    assert bare == LaunchConfig(job="j", hosts=("a", "b"), command=("train.py", "--lr", "1"),
+                                launcher=bare.launcher)
+    full = _launch(["--job", "j", "--hosts", "a, b", "--spares", "s", "--min-hosts", "2",
+                    "--sidecar-socket", "a=/x.sock,b=/y.sock", "--", "t.py"],
+                   env={"C4_LAUNCH_GRACE": "3", "C4_LAUNCH_NPROC_PER_NODE": "4"})
+    assert (full.hosts, full.spares, full.min_hosts, full.grace_s, full.nproc_per_node) == \
+        (("a", "b"), ("s",), 2, 3.0, 4)
+    assert full.sidecars == {"a": "/x.sock", "b": "/y.sock"}
+    assert _launch(["--job", "j", "--hosts", "a", "--sidecar-socket", "/s.sock", "--",
+                    "t.py"]).sidecars == {"*": "/s.sock"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--nproc-per-node", "0"], "--nproc-per-node (C4_LAUNCH_NPROC_PER_NODE) must be at least "
+                                "1, got 0"),
+    (["--grace", "-1"], "--grace (C4_LAUNCH_GRACE) must not be negative, got -1.0"),
+    (["--min-hosts", "3"], "--min-hosts (3) must be between 1 and the number of --hosts (2)"),
+    (["--spares", "b"], "hosts and spares repeat a name"),
+])
+def test_a_bad_launch_value_names_its_flag(args, message):
+    from recovery.errors import LaunchError
+
+    with pytest.raises(LaunchError) as err:
+        _launch(["--job", "j", "--hosts", "a,b", *args, "--", "t.py"])
+    assert message in str(err.value)
