@@ -76,6 +76,10 @@ def between(low: float, high: float) -> Check:
     return lambda v: None if low < v < high else f"must be between {low:g} and {high:g}"
 
 
+def one_of(names: Sequence[str]) -> Check:
+    return lambda v: None if v in names else f"must be one of {', '.join(names)}"
+
+
 def power_of_two(*, zero: bool = False) -> Check:
     def check(v: int) -> str | None:
         if (v == 0 and zero) or (v > 0 and not v & (v - 1)):

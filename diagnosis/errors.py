@@ -14,4 +14,5 @@ class StoreError(DiagnosisError):
 
 
 class ConfigError(DiagnosisError, ValueError):
-    """A daemon setting (flag or ``C4_*`` variable) has a bad value; the message names it."""
+    """A diagnosis setting (the daemon's, a probe's: a flag or ``C4_*`` variable) has a bad
+    value; the message names it."""
