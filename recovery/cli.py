@@ -90,10 +90,10 @@ def run_recover(*, daemon: str | None, journal: Path | None, isolator: str,
     from diagnosis.client import DaemonClient
     from recovery.config import RecoverConfig
     from recovery.controller import Controller
-    from recovery.errors import RecoveryConfigError, RecoveryError
+    from recovery.errors import ConfigError, RecoveryError
 
     try:
-        config = build(RecoverConfig, settings, RecoveryConfigError)
+        config = build(RecoverConfig, settings, ConfigError)
         policy = config.policy
         iso = _isolator(isolator)
         jr = _journal(journal)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from c4.settings import positive, setting, validate
-from recovery.errors import RecoveryConfigError
+from recovery.errors import ConfigError
 from recovery.policy import Policy
 
 
@@ -24,7 +24,7 @@ class ControllerConfig:
     reconnect_max_s: float = setting(5.0, check=positive)
 
     def __post_init__(self) -> None:
-        validate(self, RecoveryConfigError)
+        validate(self, ConfigError)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ class RecoveryError(C4Error):
     """Root of every error raised by the recovery package."""
 
 
-class RecoveryConfigError(RecoveryError, ValueError):
+class ConfigError(RecoveryError, ValueError):
     """A recovery setting (flag or ``C4_*`` variable) has a bad value; the message names it."""
 
 

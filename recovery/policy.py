@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from c4.report import KINDS, FaultReport
 from c4.settings import Check, non_negative, setting, validate
-from recovery.errors import RecoveryConfigError
+from recovery.errors import ConfigError
 
 #: Suspect types that live on one node; links and switches are the traffic planner's business.
 NODE_SUSPECTS = ("host", "gpu", "nic", "rank")
@@ -109,7 +109,7 @@ class Policy:
              "who can reach it could forge a fault). For a single-user test bed.")
 
     def __post_init__(self) -> None:
-        validate(self, RecoveryConfigError)
+        validate(self, ConfigError)
 
     def node_budget(self, job_nodes: int) -> int:
         """How many of a job's nodes may be isolated in total."""

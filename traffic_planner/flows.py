@@ -7,10 +7,12 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from c4.topology import Topology
 from traffic_planner.errors import FlowFormatError
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from c4.processes import REPO
 from c4.settings import build, option_specs
 from recovery.cli import RECOVER_EXTRA
 from recovery.config import ControllerConfig, RecoverConfig
-from recovery.errors import RecoveryConfigError, RecoveryError
+from recovery.errors import ConfigError, RecoveryError
 from recovery.policy import Policy
 from tests.support.settings_cli import parse_options
 
@@ -24,7 +24,7 @@ def _config(args: list[str], env: dict[str, str] | None = None) -> RecoverConfig
     opts = parse_options(RecoverConfig, args, env, extra=RECOVER_EXTRA)
     for name in ("daemon", "journal", "isolator", "probe_lab"):
         opts.pop(name)
-    return build(RecoverConfig, opts, RecoveryConfigError)
+    return build(RecoverConfig, opts, ConfigError)
 
 
 def test_no_flags_give_the_dataclass_defaults():
@@ -53,16 +53,16 @@ def test_flags_and_environment_reach_the_policy_and_the_controller():
                                  "positive, got 0.0"),
 ])
 def test_a_bad_value_names_its_flag(args, message):
-    with pytest.raises(RecoveryConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         _config(args)
     assert message in str(err.value)
     assert isinstance(err.value, RecoveryError) and isinstance(err.value, C4Error)
 
 
 def test_a_config_built_in_code_is_checked_the_same_way():
-    with pytest.raises(RecoveryConfigError, match="--min-score"):
+    with pytest.raises(ConfigError, match="--min-score"):
         Policy(min_score=-0.1)
-    with pytest.raises(RecoveryConfigError, match="poll_s must be positive"):
+    with pytest.raises(ConfigError, match="poll_s must be positive"):
         ControllerConfig(poll_s=0)
 
 
