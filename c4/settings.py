@@ -235,19 +235,23 @@ DAY_S = 86400.0
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
 
 
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``30d`` -> seconds (``0``: off where allowed)."""
-    raw = str(text).strip().lower()
-    scale = _DURATION_UNITS.get(raw[-1:])
+def _scaled(text: str, raw: str, units: Mapping[str, float], what: str, forms: str) -> float:
+    """``raw`` (``text`` lowered, its unit suffix last) as a number times its unit."""
+    scale = units.get(raw[-1:])
     number = raw[:-1] if scale is not None else raw
     try:
         value = float(number) * (scale or 1.0)
     except ValueError:
-        raise ValueError(f"duration {text!r} is not a number of seconds or a number with s, m, "
-                         "h or d (e.g. 30d)") from None
+        raise ValueError(f"{what} {text!r} is not {forms}") from None
     if value < 0:
-        raise ValueError(f"duration {text!r} is negative")
+        raise ValueError(f"{what} {text!r} is negative")
     return value
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``30d`` -> seconds (``0``: off where allowed)."""
+    return _scaled(text, str(text).strip().lower(), _DURATION_UNITS, "duration",
+                   "a number of seconds or a number with s, m, h or d (e.g. 30d)")
 
 
 def format_duration(seconds: float) -> str:
@@ -267,16 +271,8 @@ _SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 def parse_size(text: str) -> int:
     """``1048576``, ``512M``, ``4G`` (``K``/``M``/``G``/``T``, powers of 1024) -> bytes."""
     raw = str(text).strip().lower().removesuffix("ib").removesuffix("b")
-    scale = _SIZE_UNITS.get(raw[-1:])
-    number = raw[:-1] if scale is not None else raw
-    try:
-        value = int(float(number) * (scale or 1))
-    except ValueError:
-        raise ValueError(f"size {text!r} is not a number of bytes or a number with K, M, G or T "
-                         "(e.g. 4G)") from None
-    if value < 0:
-        raise ValueError(f"size {text!r} is negative")
-    return value
+    return int(_scaled(text, raw, _SIZE_UNITS, "size",
+                       "a number of bytes or a number with K, M, G or T (e.g. 4G)"))
 
 
 def format_size(nbytes: int) -> str:
