@@ -7,20 +7,16 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from c4.processes import Service, c4_command, free_port
 from c4.proto import c4_pb2
 from collectors.wire import HEADER, encode_frame
 from tests.support.frames import group_info, op_batch, rank_info
-from tests.support.services import wait_for
+from tests.support.services import Samples, scrape, wait_for
 
 
 class Car:
@@ -46,12 +42,8 @@ class Car:
         wait_for(lambda: self.metrics(), 60, what=f"sidecar {self.name} serving metrics")
         return self
 
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for fam in text_string_to_metric_families(text) for s in fam.samples}
+    def metrics(self) -> Samples:
+        return scrape(self.metrics_port)
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics().get((name, tuple(sorted(labels.items()))), 0.0)
@@ -203,15 +195,3 @@ class AckedRank:
 def stored_keys(client, job: str) -> list[tuple[int, int]]:
     cols = client.ops(job)
     return sorted(zip(cols["rank"].tolist(), cols["seq"].tolist()))
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str):
-    """A tmpfs of ``size`` mounted at ``path`` (root only) for the duration."""
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                   check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
