@@ -76,6 +76,11 @@ def between(low: float, high: float) -> Check:
     return lambda v: None if low < v < high else f"must be between {low:g} and {high:g}"
 
 
+def from_to(low: float, high: float) -> Check:
+    """Within ``low`` and ``high``, both included."""
+    return lambda v: None if low <= v <= high else f"must be from {low:g} to {high:g}"
+
+
 def one_of(names: Sequence[str]) -> Check:
     return lambda v: None if v in names else f"must be one of {', '.join(names)}"
 
