@@ -6,7 +6,7 @@ job written and diagnosed on its own topology."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,21 @@ def one_rank_hosts(w: TraceWriter, n: int) -> None:
     """Ranks ``0 .. n - 1``, rank r alone on host ``node00<r>`` with its GPU and :func:`nic`."""
     for r in range(n):
         w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
+
+
+def advance_quietly(eng: Engine, t: int, steps: int, *, heard: Iterable[int] = (),
+                    every: int = 10, step_ns: int = 100_000_000) -> list[FaultReport]:
+    """Advance ``eng`` ``steps`` times by ``step_ns`` past ``t`` with no new rows, hearing the
+    ranks ``heard`` (their collectors' heartbeats) every ``every`` steps: the reports filed
+    meanwhile, every revision."""
+    out: list[FaultReport] = []
+    ranks = list(heard)
+    for k in range(1, steps + 1):
+        now = t + k * step_ns
+        if ranks and k % every == 0:
+            eng.heard(ranks, now)
+        out += eng.advance(now)
+    return out
 
 
 def top(report: FaultReport) -> tuple[str, str]:
