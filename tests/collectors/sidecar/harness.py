@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from c4.processes import Service, c4_command, free_port
-from c4.proto import c4_pb2
-from collectors.wire import HEADER, encode_frame
+from collectors.wire import decode_acks, encode_frame, read_available
 from tests.support.frames import group_info, op_batch, rank_info
 from tests.support.services import Samples, scrape, wait_for
 
@@ -62,20 +61,6 @@ class Car:
 
     def output(self) -> str:
         return self.service.output() if self.service is not None else ""
-
-
-def _acks(buffer: bytearray) -> list[c4_pb2.IngestAck]:
-    """Complete acknowledgement frames off the front of ``buffer``."""
-    out, pos = [], 0
-    while len(buffer) - pos >= HEADER.size:
-        (size,) = HEADER.unpack_from(buffer, pos)
-        if len(buffer) - pos - HEADER.size < size:
-            break
-        start = pos + HEADER.size
-        out.append(c4_pb2.IngestAck.FromString(bytes(buffer[start:start + size])))
-        pos = start + size
-    del buffer[:pos]
-    return out
 
 
 class AckedRank:
@@ -147,24 +132,8 @@ class AckedRank:
         """Take the acknowledgements that arrived; True if the sidecar has gone away."""
         if self._sock is None:
             return False
-        gone = False
-        self._sock.settimeout(0)  # a socket with a timeout would wait for data to arrive
-        try:
-            while True:
-                try:
-                    chunk = self._sock.recv(65536)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    gone = True
-                    break
-                if not chunk:
-                    gone = True
-                    break
-                self._inbox += chunk
-        finally:
-            self._sock.settimeout(5)
-        for ack in _acks(self._inbox):
+        gone = not read_available(self._sock, self._inbox)
+        for ack in decode_acks(self._inbox):
             if ack.code:
                 self.refused[ack.seq] = ack.error
             for fno in [f for f in self.unacked if f <= ack.seq]:
