@@ -19,6 +19,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/system-deps.sh
+	$(VENV)/bin/ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -76,6 +76,15 @@ def between(low: float, high: float) -> Check:
     return lambda v: None if low < v < high else f"must be between {low:g} and {high:g}"
 
 
+def from_to(low: float, high: float) -> Check:
+    """Within ``low`` and ``high``, both included."""
+    return lambda v: None if low <= v <= high else f"must be from {low:g} to {high:g}"
+
+
+def one_of(names: Sequence[str]) -> Check:
+    return lambda v: None if v in names else f"must be one of {', '.join(names)}"
+
+
 def power_of_two(*, zero: bool = False) -> Check:
     def check(v: int) -> str | None:
         if (v == 0 and zero) or (v > 0 and not v & (v - 1)):
@@ -144,7 +153,9 @@ def _cli_default(f: dataclasses.Field) -> Any:
     meta = f.metadata[_KEY]
     if f.default is not MISSING:
         default = f.default
-    elif meta.to_cli is not None and f.default_factory is not MISSING:
+    elif f.default_factory is MISSING:
+        return ...   # a field without a default: its option is required
+    elif meta.to_cli is not None:
         default = f.default_factory()
     else:
         return None
@@ -182,17 +193,19 @@ def derive_command(cls: type, run: Callable[..., None],
     return command
 
 
-def build(cls: type, values: Mapping[str, Any], error: type[Exception]) -> Any:
+def build(cls: type, values: Mapping[str, Any], error: type[Exception],
+          fields: Mapping[str, Any] | None = None) -> Any:
     """The config from a command's parsed options (None: not given, the field's default
-    applies); a value its flag cannot take, or a config its validator refuses, raises
+    applies) and ``fields``, values of fields that have no option (e.g. the command's
+    arguments); a value its flag cannot take, or a config its validator refuses, raises
     ``error`` naming the flag."""
-    return _build(cls, (), values, error)
+    return _build(cls, (), values, error, dict(fields or {}))
 
 
 def _build(cls: type, path: tuple[str, ...], values: Mapping[str, Any],
-           error: type[Exception]) -> Any:
+           error: type[Exception], fields: dict[str, Any] | None = None) -> Any:
     hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = fields or {}
     for f in dataclasses.fields(cls):
         meta = f.metadata.get(_KEY)
         if meta is None:
@@ -227,19 +240,23 @@ DAY_S = 86400.0
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
 
 
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``30d`` -> seconds (``0``: off where allowed)."""
-    raw = str(text).strip().lower()
-    scale = _DURATION_UNITS.get(raw[-1:])
+def _scaled(text: str, raw: str, units: Mapping[str, float], what: str, forms: str) -> float:
+    """``raw`` (``text`` lowered, its unit suffix last) as a number times its unit."""
+    scale = units.get(raw[-1:])
     number = raw[:-1] if scale is not None else raw
     try:
         value = float(number) * (scale or 1.0)
     except ValueError:
-        raise ValueError(f"duration {text!r} is not a number of seconds or a number with s, m, "
-                         "h or d (e.g. 30d)") from None
+        raise ValueError(f"{what} {text!r} is not {forms}") from None
     if value < 0:
-        raise ValueError(f"duration {text!r} is negative")
+        raise ValueError(f"{what} {text!r} is negative")
     return value
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``30d`` -> seconds (``0``: off where allowed)."""
+    return _scaled(text, str(text).strip().lower(), _DURATION_UNITS, "duration",
+                   "a number of seconds or a number with s, m, h or d (e.g. 30d)")
 
 
 def format_duration(seconds: float) -> str:
@@ -259,16 +276,8 @@ _SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 def parse_size(text: str) -> int:
     """``1048576``, ``512M``, ``4G`` (``K``/``M``/``G``/``T``, powers of 1024) -> bytes."""
     raw = str(text).strip().lower().removesuffix("ib").removesuffix("b")
-    scale = _SIZE_UNITS.get(raw[-1:])
-    number = raw[:-1] if scale is not None else raw
-    try:
-        value = int(float(number) * (scale or 1))
-    except ValueError:
-        raise ValueError(f"size {text!r} is not a number of bytes or a number with K, M, G or T "
-                         "(e.g. 4G)") from None
-    if value < 0:
-        raise ValueError(f"size {text!r} is negative")
-    return value
+    return int(_scaled(text, raw, _SIZE_UNITS, "size",
+                       "a number of bytes or a number with K, M, G or T (e.g. 4G)"))
 
 
 def format_size(nbytes: int) -> str:

@@ -14,7 +14,7 @@ class CollectorError(C4Error):
     """Root of every error raised by the collectors package."""
 
 
-class ConfigError(CollectorError):
+class ConfigError(CollectorError, ValueError):
     """A collector setting (argument or ``C4_*`` environment variable) has a bad value."""
 
 

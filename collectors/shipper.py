@@ -32,7 +32,7 @@ from c4.proto import c4_pb2
 from c4.proto.codec import encode_ops
 from collectors.buffer import RecordBuffer, build_columns, error_key
 from collectors.config import CollectorConfig
-from collectors.wire import FrameError, decode_acks, encode_frame
+from collectors.wire import FrameError, decode_acks, encode_frame, read_available
 
 log = logging.getLogger(__name__)
 
@@ -262,23 +262,7 @@ class Shipper:
     def _read_acks(self) -> bool:
         """Take the acknowledgements that arrived; False if the sidecar has gone away."""
         assert self._sock is not None
-        alive = True
-        self._sock.settimeout(0)  # with a timeout, recv would wait for data to arrive
-        try:
-            while True:
-                try:
-                    chunk = self._sock.recv(65536)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    alive = False
-                    break
-                if not chunk:
-                    alive = False
-                    break
-                self._acks += chunk
-        finally:
-            self._sock.settimeout(self._timeout)
+        alive = read_available(self._sock, self._acks)
         try:
             acks = decode_acks(self._acks)
         except FrameError as exc:

@@ -19,6 +19,7 @@ No torch here: the sidecar imports it.
 from __future__ import annotations
 
 import os
+import socket
 import struct
 from pathlib import Path
 
@@ -118,6 +119,26 @@ def parse_request(payload: bytes) -> c4_pb2.IngestRequest:
     except Exception as exc:  # protobuf raises DecodeError, a plain Exception subclass
         raise FrameError(f"frame does not parse as IngestRequest: {exc}") from exc
     return msg
+
+
+def read_available(sock: socket.socket, into: bytearray) -> bool:
+    """Append to ``into`` what ``sock`` has received, without waiting for more; False once the
+    peer has closed the connection or it broke."""
+    timeout = sock.gettimeout()
+    sock.settimeout(0)  # with a timeout, recv would wait for data to arrive
+    try:
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            into += chunk
+    finally:
+        sock.settimeout(timeout)
 
 
 def decode_frames(buffer: bytearray) -> list[c4_pb2.IngestRequest]:

@@ -14,5 +14,5 @@ class StoreError(DiagnosisError):
 
 
 class ConfigError(DiagnosisError, ValueError):
-    """A setting (a daemon flag or ``C4_*`` variable, an engine field) has a bad value; the
-    message names it."""
+    """A diagnosis setting (the daemon's, a probe's: a flag or ``C4_*`` variable; an engine
+    field) has a bad value; the message names it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
 import signal
 import threading
@@ -65,75 +66,45 @@ def _secs(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f} s"
 
 
-def recover(
-    daemon: str = DaemonOpt,
-    journal: Path = JournalOpt,
-    isolator: str = IsolatorOpt,
-    kinds: str = typer.Option("noncomm_slow,noncomm_hang,comm_slow,comm_hang,error", "--kinds",
-                              help="Fault kinds acted on, comma-separated."),
-    min_score: float = typer.Option(0.5, "--min-score", help="Top suspect's score needed."),
-    max_per_job: int = typer.Option(2, "--max-per-job", help="Isolations per job, ever."),
-    max_per_hour: int = typer.Option(4, "--max-per-hour",
-                                     help="Isolations across all jobs per sliding hour."),
-    max_node_fraction: float = typer.Option(0.25, "--max-node-fraction",
-                                            help="Most of a job's nodes that may be isolated."),
-    cooldown: float = typer.Option(300.0, "--cooldown",
-                                   help="Seconds a job's later reports wait after a recovery."),
-    restart_timeout: float = typer.Option(600.0, "--restart-timeout",
-                                          help="Seconds from restart request to first step "
-                                               "before the recovery counts as failed."),
-    hang_grace: float = typer.Option(30.0, "--hang-grace",
-                                     help="Seconds a hang must last before its node is "
-                                          "isolated (a lone checkpoint write ends sooner)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and record, do nothing."),
-    isolate_on_cause: str = typer.Option(
-        "", "--isolate-on-cause",
-        help="Node health findings whose health report alone isolates the node, comma-"
-             "separated: finding kinds (gpu_off_bus, remap_failure, port_down, ...) or xid:N "
-             "(xid:79). Default none: causes are never acted on alone."),
-    cause_skips_grace: bool = typer.Option(
-        False, "--cause-skips-grace",
-        help="Act on a hang at once when its first cause is hard evidence on the suspect's "
-             "node (an XID there), without waiting --hang-grace."),
-    trust_unauthenticated_ingest: bool = typer.Option(
-        False, "--trust-unauthenticated-ingest",
-        help="Act also on a daemon whose ingest needs no token or client certificate (anyone "
-             "who can reach it could forge a fault). For a single-user test bed."),
-    require_confirmation: bool = typer.Option(
-        False, "--require-confirmation",
-        help="Isolate only after an active probe (gloo, pairwise with the job's other nodes) "
-             "confirms the suspect; the verdict goes into the decision's reason."),
-    probe_lab: Path = typer.Option(None, "--probe-lab", help="Probe the hosts of the fault "
-                                   "lab in this directory (namespaces and fabric addresses)."),
-) -> None:
+def _param(name: str, option: Any, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=annotation)
+
+
+#: the options of ``c4 recover`` besides its settings (``recovery.config.RecoverConfig``)
+RECOVER_EXTRA = [
+    _param("daemon", DaemonOpt, str),
+    _param("journal", JournalOpt, Path),
+    _param("isolator", IsolatorOpt, str),
+    _param("probe_lab", typer.Option(None, "--probe-lab", help="Probe the hosts of the fault "
+                                     "lab in this directory (namespaces and fabric addresses)."),
+           Path),
+]
+
+
+def run_recover(*, daemon: str | None, journal: Path | None, isolator: str,
+                probe_lab: Path | None, **settings: Any) -> None:
     """Follow the daemon's live fault stream and recover jobs: isolate the faulty node, have
     the job restarted without it. Every decision is recorded (see `c4 recoveries`)."""
+    from c4.settings import build
     from diagnosis.client import DaemonClient
-    from recovery.controller import Controller, ControllerConfig
-    from recovery.errors import RecoveryError
-    from recovery.policy import Policy
+    from recovery.config import RecoverConfig
+    from recovery.controller import Controller
+    from recovery.errors import ConfigError, RecoveryError
 
     try:
-        policy = Policy(kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
-                        min_score=min_score, max_per_job=max_per_job, max_per_hour=max_per_hour,
-                        max_node_fraction=max_node_fraction, cooldown_s=cooldown,
-                        hang_grace_s=hang_grace,
-                        dry_run=dry_run, require_confirmation=require_confirmation,
-                        isolate_on_causes=tuple(c.strip() for c in isolate_on_cause.split(",")
-                                                if c.strip()),
-                        cause_skips_grace=cause_skips_grace,
-                        trust_unauthenticated_ingest=trust_unauthenticated_ingest)
-        cfg = ControllerConfig(restart_timeout_s=restart_timeout)
+        config = build(RecoverConfig, settings, ConfigError)
+        policy = config.policy
         iso = _isolator(isolator)
         jr = _journal(journal)
-    except (ValueError, RecoveryError) as exc:
+    except RecoveryError as exc:
         _fail(exc)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     client = DaemonClient(daemon)
     extra = {}
-    if require_confirmation:
+    if policy.require_confirmation:
         from c4.lab_state import read as read_lab
         from diagnosis.probes.confirm import ProbeConfirmer
         from diagnosis.probes.gloo import GlooProber
@@ -141,9 +112,9 @@ def recover(
 
         lab_state = read_lab(probe_lab) if probe_lab else None
         extra["confirm"] = ProbeConfirmer(GlooProber(), HostResolver.for_lab(lab_state))
-    ctl = Controller.for_daemon(client, jr, iso, policy, config=cfg, **extra)
+    ctl = Controller.for_daemon(client, jr, iso, policy, config=config.controller, **extra)
     _out().print(f"c4 recover: daemon {client.address}, isolator {iso.name}, journal "
-                  f"{jr.path}{' (dry run)' if dry_run else ''}", highlight=False)
+                  f"{jr.path}{' (dry run)' if policy.dry_run else ''}", highlight=False)
     try:
         ctl.run(client, stop)
     finally:
@@ -276,51 +247,33 @@ def nodes_isolate(node: str = typer.Argument(..., help="The node to take out of 
     _out().print(f"isolated {node}", highlight=False)
 
 
-def launch(
-    command: list[str] = typer.Argument(..., help="After --: torchrun OPTIONS SCRIPT ARGS, "
-                                                  "or SCRIPT ARGS."),
-    job: str = typer.Option(..., "--job", envvar="C4_JOB", help="The job's name (C4_JOB)."),
-    hosts: str = typer.Option(..., "--hosts", help="Host ids to run on, comma-separated."),
-    spares: str = typer.Option("", "--spares", help="Hosts that replace isolated ones."),
-    nproc_per_node: int = typer.Option(1, "--nproc-per-node", help="Ranks per host."),
-    min_hosts: int = typer.Option(1, "--min-hosts", help="Give up below this many hosts."),
-    grace: float = typer.Option(10.0, "--grace", help="Seconds from SIGTERM to SIGKILL."),
-    max_failures: int = typer.Option(2, "--max-failures",
-                                     help="Restarts after failures no isolation explains."),
-    workdir: Path = typer.Option(Path("c4-launch"), "--workdir",
-                                 help="Logs and progress files go here."),
-    sidecar_socket: str = typer.Option("", "--sidecar-socket",
-                                       help="Sidecar socket for every host's ranks, or "
-                                            "HOST=PATH,HOST=PATH."),
-    isolation_poll: float = typer.Option(0.2, "--isolation-poll",
-                                         help="Seconds between checks of the isolated nodes."),
-    lab: Path = typer.Option(None, "--lab", help="Run on the hosts of the fault lab in this "
-                                                 "directory (`c4 lab up`), in their namespaces."),
-    journal: Path = JournalOpt,
-    isolator: str = IsolatorOpt,
-) -> None:
+LAUNCH_EXTRA = [
+    inspect.Parameter("command", inspect.Parameter.KEYWORD_ONLY, annotation=list[str],
+                      default=typer.Argument(..., help="After --: torchrun OPTIONS SCRIPT "
+                                             "ARGS, or SCRIPT ARGS.")),
+    _param("lab", typer.Option(None, "--lab", help="Run on the hosts of the fault lab in this "
+                               "directory (`c4 lab up`), in their namespaces."), Path),
+    _param("journal", JournalOpt, Path),
+    _param("isolator", IsolatorOpt, str),
+]
+
+
+def run_launch(*, command: list[str], lab: Path | None, journal: Path | None, isolator: str,
+               **settings: Any) -> None:
     """Run a torchrun job over hosts; when a host is isolated (or the job fails) stop it and
     relaunch it on healthy hosts, where it resumes from its newest complete checkpoint."""
     from c4.errors import C4Error
-    from recovery.errors import RecoveryError
+    from c4.settings import build
+    from recovery.errors import LaunchError, RecoveryError
     from recovery.supervisor import LaunchConfig, Supervisor
 
-    socks: dict[str, str] = {}
-    for part in filter(None, sidecar_socket.split(",")):
-        host, eq, path = part.partition("=")
-        socks.update({host: path} if eq else {"*": part})
     try:
-        extra: dict[str, Any] = {}
+        fields: dict[str, Any] = {"command": tuple(command)}
         if lab is not None:
             from recovery.launchers import make_launcher
 
-            extra["launcher"] = make_launcher("lab", lab)
-        cfg = LaunchConfig(job=job, hosts=tuple(filter(None, hosts.split(","))),
-                           spares=tuple(filter(None, spares.split(","))),
-                           command=tuple(command), workdir=workdir,
-                           nproc_per_node=nproc_per_node, min_hosts=min_hosts, grace_s=grace,
-                           max_failures=max_failures, sidecars=socks,
-                           isolation_poll_s=isolation_poll, **extra)
+            fields["launcher"] = make_launcher("lab", lab)
+        cfg = build(LaunchConfig, settings, LaunchError, fields)
         sup = Supervisor(cfg, _isolator(isolator), _journal(journal))
     except C4Error as exc:  # a RecoveryError, or the lab's launcher refusing the lab
         _fail(exc)
@@ -335,8 +288,14 @@ def launch(
 
 def register(app: typer.Typer) -> None:
     from c4.security.cli import with_client_security
+    from c4.settings import derive_command
+    from recovery.config import RecoverConfig
 
+    recover = derive_command(RecoverConfig, run_recover, RECOVER_EXTRA)
     app.command("recover")(with_client_security(recover))
     app.command("recoveries")(recoveries)
-    app.command("launch", context_settings={"allow_interspersed_args": False})(launch)
+    from recovery.supervisor import LaunchConfig
+
+    app.command("launch", context_settings={"allow_interspersed_args": False})(
+        derive_command(LaunchConfig, run_launch, LAUNCH_EXTRA))
     app.add_typer(nodes_app, name="nodes")

@@ -9,11 +9,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from c4.report import FaultReport
 from diagnosis.client import DaemonClient, DaemonError
+from recovery.config import ControllerConfig
 from recovery.errors import IsolationError
 from recovery.isolation.api import Isolator
 from recovery.journal import Event, Journal, Recovery
@@ -24,21 +25,6 @@ log = logging.getLogger(__name__)
 
 #: ``confirm(node, report, placement) -> (confirmed, note)``: an active probe of the node.
 Confirm = Callable[[str, FaultReport, Placement], tuple[bool, str]]
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    #: From the restart request to the first step after it; past this the recovery fails.
-    restart_timeout_s: float = 600.0
-    #: How often active recoveries are advanced while no report arrives.
-    poll_s: float = 0.2
-    #: Longest wait between reconnections to the daemon.
-    reconnect_max_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        for name in ("restart_timeout_s", "poll_s", "reconnect_max_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 def placement_from_daemon(client: DaemonClient, job: str) -> Placement:

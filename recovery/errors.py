@@ -9,6 +9,10 @@ class RecoveryError(C4Error):
     """Root of every error raised by the recovery package."""
 
 
+class ConfigError(RecoveryError, ValueError):
+    """A recovery setting (flag or ``C4_*`` variable) has a bad value; the message names it."""
+
+
 class TransitionError(RecoveryError):
     """A recovery was asked to move between two states the state machine does not connect."""
 

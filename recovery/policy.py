@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from c4.report import KINDS, FaultReport
+from c4.settings import Check, non_negative, setting, validate
+from recovery.errors import ConfigError
 
 #: Suspect types that live on one node; links and switches are the traffic planner's business.
 NODE_SUSPECTS = ("host", "gpu", "nic", "rank")
@@ -25,65 +27,89 @@ SKIP = "skip"
 DRY_RUN = "dry_run"
 
 
+def _fraction(low_open: bool) -> Check:
+    def check(v: float) -> str | None:
+        ok = (v > 0.0 if low_open else v >= 0.0) and v <= 1.0
+        return None if ok else f"must be in {'(' if low_open else '['}0, 1]"
+    return check
+
+
+def _known_kinds(kinds: tuple[str, ...]) -> str | None:
+    unknown = sorted(set(kinds) - set(KINDS))
+    return f"names unknown fault kinds {unknown}; choose from {list(KINDS)}" if unknown else None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """``a,b, c`` -> ("a", "b", "c"), in the order given (blank entries dropped)."""
+    return tuple(n.strip() for n in str(text).split(",") if n.strip())
+
+
 @dataclass(frozen=True)
 class Policy:
     """What the controller acts on, and how much it may do.
 
-    ``c4 recover`` builds it from its flags; every limit is checked for every decision.
+    Each field carries its ``c4 recover`` flag, environment variable and range
+    (``c4.settings``); the command's options are derived from them. Every limit is checked for
+    every decision.
     """
 
-    #: Fault kinds that may lead to an isolation.
-    kinds: tuple[str, ...] = ("noncomm_slow", "noncomm_hang", "comm_slow", "comm_hang", "error")
-    #: The top suspect's score must reach this.
-    min_score: float = 0.5
-    #: Isolations per job over its lifetime (all attempts).
-    max_per_job: int = 2
-    #: Isolations across all jobs in any sliding hour.
-    max_per_hour: int = 4
-    #: At most this fraction of a job's nodes may be isolated (rounded down, at least one).
-    max_node_fraction: float = 0.25
-    #: After a recovery of a job starts, later reports for it wait this long (the restart
-    #: itself disturbs timing; reports from the old attempt are stale).
-    cooldown_s: float = 300.0
-    #: A hang, or an error that only says a rank stopped reporting, is acted on only once it
-    #: has lasted this long (seconds since its first_seen_ns).
-    #: It is reported within seconds, but a rank that writes a checkpoint alone while its peers
-    #: wait in their next call looks the same until it arrives and the report is withdrawn.
-    hang_grace_s: float = 30.0
-    #: Record what would be done, do nothing.
-    dry_run: bool = False
-    #: Before isolating, probe the suspect's node against healthy peers of the job
-    #: (diagnosis.probes) and isolate only when the probe confirms it; the controller needs a
-    #: ``confirm`` callable for this.
-    require_confirmation: bool = False
-    #: Node health findings on which a ``health`` report alone (hard evidence, no timing
-    #: fault) isolates its node at once: finding kinds (``gpu_off_bus``, ``remap_failure``,
-    #: ``port_down``) or ``xid:N`` for one XID. Empty (the default): a cause alone is never
-    #: acted on; only timing faults are.
-    isolate_on_causes: tuple[str, ...] = ()
-    #: A hang whose first cause is hard evidence on the suspect's node (an XID 79 there) is
-    #: acted on without waiting ``hang_grace_s``: a checkpoint does not make a GPU fall off
-    #: the bus.
-    cause_skips_grace: bool = False
-    #: Act on the reports of a daemon whose ingest anyone who can reach it may use (no ingest
-    #: tokens, no client certificates): a forged record could then get a healthy node
-    #: isolated. Off by default; a single-user demo or test bed may turn it on.
-    trust_unauthenticated_ingest: bool = False
+    kinds: tuple[str, ...] = setting(
+        ("noncomm_slow", "noncomm_hang", "comm_slow", "comm_hang", "error"), flag="--kinds",
+        env="C4_RECOVER_KINDS", cli_type=str, parse=_names, to_cli=",".join, check=_known_kinds,
+        help="Fault kinds that may lead to an isolation, comma-separated.")
+    min_score: float = setting(0.5, flag="--min-score", env="C4_RECOVER_MIN_SCORE",
+                               check=_fraction(low_open=False),
+                               help="The top suspect's score needed.")
+    max_per_job: int = setting(2, flag="--max-per-job", env="C4_RECOVER_MAX_PER_JOB",
+                               check=non_negative,
+                               help="Isolations per job over its lifetime (all attempts).")
+    max_per_hour: int = setting(4, flag="--max-per-hour", env="C4_RECOVER_MAX_PER_HOUR",
+                                check=non_negative,
+                                help="Isolations across all jobs in any sliding hour.")
+    max_node_fraction: float = setting(
+        0.25, flag="--max-node-fraction", env="C4_RECOVER_MAX_NODE_FRACTION",
+        check=_fraction(low_open=True),
+        help="Most of a job's nodes that may be isolated (rounded down, at least one).")
+    #: the restart itself disturbs timing, and reports from the old attempt are stale
+    cooldown_s: float = setting(300.0, flag="--cooldown", env="C4_RECOVER_COOLDOWN",
+                                check=non_negative,
+                                help="Seconds a job's later reports wait after a recovery of it "
+                                     "starts.")
+    #: A hang, or an error that only says a rank stopped reporting, is reported within
+    #: seconds, but a rank that writes a checkpoint alone while its peers wait in their next
+    #: call looks the same until it arrives and the report is withdrawn.
+    hang_grace_s: float = setting(30.0, flag="--hang-grace", env="C4_RECOVER_HANG_GRACE",
+                                  check=non_negative,
+                                  help="Seconds a hang must last before its node is isolated "
+                                       "(a lone checkpoint write ends sooner).")
+    dry_run: bool = setting(False, flag="--dry-run", env="C4_RECOVER_DRY_RUN",
+                            help="Decide and record, do nothing.")
+    #: the probe is diagnosis.probes'; the controller needs a ``confirm`` callable for this
+    require_confirmation: bool = setting(
+        False, flag="--require-confirmation", env="C4_RECOVER_REQUIRE_CONFIRMATION",
+        help="Isolate only after an active probe (gloo, pairwise with the job's other nodes) "
+             "confirms the suspect; the verdict goes into the decision's reason.")
+    #: Empty (the default): a cause alone is never acted on; only timing faults are.
+    isolate_on_causes: tuple[str, ...] = setting(
+        (), flag="--isolate-on-cause", env="C4_RECOVER_ISOLATE_ON_CAUSE", cli_type=str,
+        parse=_names, to_cli=",".join,
+        help="Node health findings whose health report alone isolates the node, comma-"
+             "separated: finding kinds (gpu_off_bus, remap_failure, port_down, ...) or xid:N "
+             "(xid:79). Default none: causes are never acted on alone.")
+    #: a checkpoint does not make a GPU fall off the bus
+    cause_skips_grace: bool = setting(
+        False, flag="--cause-skips-grace", env="C4_RECOVER_CAUSE_SKIPS_GRACE",
+        help="Act on a hang at once when its first cause is hard evidence on the suspect's "
+             "node (an XID there), without waiting --hang-grace.")
+    #: a forged record could get a healthy node isolated
+    trust_unauthenticated_ingest: bool = setting(
+        False, flag="--trust-unauthenticated-ingest",
+        env="C4_RECOVER_TRUST_UNAUTHENTICATED_INGEST",
+        help="Act also on a daemon whose ingest needs no token or client certificate (anyone "
+             "who can reach it could forge a fault). For a single-user test bed.")
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.kinds) - set(KINDS))
-        if unknown:
-            raise ValueError(f"unknown fault kinds {unknown}; choose from {list(KINDS)}")
-        if not 0.0 <= self.min_score <= 1.0:
-            raise ValueError(f"min_score must be in [0, 1], got {self.min_score}")
-        if not 0.0 < self.max_node_fraction <= 1.0:
-            raise ValueError(f"max_node_fraction must be in (0, 1], got {self.max_node_fraction}")
-        for name in ("max_per_job", "max_per_hour"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
-        for name in ("cooldown_s", "hang_grace_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        validate(self, ConfigError)
 
     def node_budget(self, job_nodes: int) -> int:
         """How many of a job's nodes may be isolated in total."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from c4.processes import Service, free_port
+from c4.settings import at_least, non_negative, positive, setting, validate
 from recovery.errors import LaunchError
 from recovery.isolation.api import Isolator
 from recovery.journal import Journal
@@ -67,40 +68,71 @@ def split_command(command: Sequence[str]) -> tuple[list[str], list[str]]:
     return keep, cmd[i:]
 
 
+def _host_names(text: str) -> tuple[str, ...]:
+    return tuple(filter(None, (h.strip() for h in str(text).split(","))))
+
+
+def parse_sidecars(text: str) -> dict[str, str]:
+    """``PATH`` (every host's ranks) or ``HOST=PATH,HOST=PATH`` -> {host or "*": path}."""
+    socks: dict[str, str] = {}
+    for part in filter(None, str(text).split(",")):
+        host, eq, path = part.partition("=")
+        socks.update({host: path} if eq else {"*": part})
+    return socks
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
-    job: str
-    hosts: tuple[str, ...]
+    """How ``c4 launch`` runs a job. Each field with a flag carries its ``c4 launch`` option,
+    environment variable, help and range (``c4.settings``); the command's options are derived
+    from them."""
+
+    #: torchrun's options and the training script with its arguments (``c4 launch -- ...``)
     command: tuple[str, ...]
-    workdir: Path
-    spares: tuple[str, ...] = ()
-    nproc_per_node: int = 1
-    #: The job runs on no fewer hosts than this; below it the supervisor gives up.
-    min_hosts: int = 1
-    #: Seconds between SIGTERM and SIGKILL when stopping the job.
-    grace_s: float = 10.0
-    #: Restarts after failures that no isolation explains (a crashed rank).
-    max_failures: int = 2
-    poll_s: float = 0.2
-    #: Seconds between asking the isolator which nodes are isolated (cheap for the blocklist;
-    #: raise it for backends that ask a scheduler).
-    isolation_poll_s: float = 0.2
+    job: str = setting(flag="--job", env="C4_JOB", help="The job's name.")
+    hosts: tuple[str, ...] = setting(flag="--hosts", env="C4_LAUNCH_HOSTS", cli_type=str,
+                                     parse=_host_names,
+                                     help="Host ids to run on, comma-separated.")
+    workdir: Path = setting(Path("c4-launch"), flag="--workdir", env="C4_LAUNCH_WORKDIR",
+                            help="Logs and progress files go here.")
+    spares: tuple[str, ...] = setting((), flag="--spares", env="C4_LAUNCH_SPARES",
+                                      cli_type=str, parse=_host_names, to_cli=",".join,
+                                      help="Hosts that replace isolated ones, comma-separated.")
+    nproc_per_node: int = setting(1, flag="--nproc-per-node", env="C4_LAUNCH_NPROC_PER_NODE",
+                                  check=at_least(1), help="Ranks per host.")
+    #: below this many hosts left the supervisor gives up
+    min_hosts: int = setting(1, flag="--min-hosts", env="C4_LAUNCH_MIN_HOSTS",
+                             help="Give up below this many hosts.")
+    grace_s: float = setting(10.0, flag="--grace", env="C4_LAUNCH_GRACE", check=non_negative,
+                             help="Seconds from SIGTERM to SIGKILL when the job is stopped.")
+    #: a crashed rank, say
+    max_failures: int = setting(2, flag="--max-failures", env="C4_LAUNCH_MAX_FAILURES",
+                                check=non_negative,
+                                help="Restarts after failures no isolation explains.")
+    poll_s: float = setting(0.2, check=positive)
+    #: cheap for the blocklist; raise it for backends that ask a scheduler
+    isolation_poll_s: float = setting(0.2, flag="--isolation-poll",
+                                      env="C4_LAUNCH_ISOLATION_POLL", check=positive,
+                                      help="Seconds between checks of the isolated nodes.")
     env: Mapping[str, str] = field(default_factory=dict)
     #: Sidecar socket per host (``C4_SIDECAR_SOCKET`` of its ranks); "*" applies to all.
-    sidecars: Mapping[str, str] = field(default_factory=dict)
+    sidecars: Mapping[str, str] = setting(
+        default_factory=dict, flag="--sidecar-socket", env="C4_LAUNCH_SIDECAR_SOCKET",
+        cli_type=str, parse=parse_sidecars,
+        help="Sidecar socket for every host's ranks, or HOST=PATH,HOST=PATH (default: none, "
+             "the ranks' own C4_SIDECAR_SOCKET or the default socket).")
     #: Starts one host's torchrun (default: on this machine, see recovery.launchers).
     launcher: Launcher = field(default_factory=LocalLauncher)
 
     def __post_init__(self) -> None:
         if not self.hosts:
             raise LaunchError("no hosts: give --hosts")
+        validate(self, LaunchError)
         if len(set(self.hosts) | set(self.spares)) != len(self.hosts) + len(self.spares):
             raise LaunchError(f"hosts and spares repeat a name: {self.hosts} {self.spares}")
         if not 1 <= self.min_hosts <= len(self.hosts):
-            raise LaunchError(f"min_hosts={self.min_hosts} must be between 1 and "
-                              f"{len(self.hosts)}")
-        if self.nproc_per_node < 1 or self.grace_s < 0:
-            raise LaunchError("nproc_per_node must be >= 1 and grace_s >= 0")
+            raise LaunchError(f"--min-hosts ({self.min_hosts}) must be between 1 and the "
+                              f"number of --hosts ({len(self.hosts)})")
 
 
 class Supervisor:

@@ -3,8 +3,10 @@ files from a job layout or an observed trace)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -80,40 +82,50 @@ def plan(
     print_table(result, dead, prev, nbytes, show)
 
 
-@flows_app.command("job")
-def flows_job(
-    topology: Path = typer.Option(..., "--topology", "-t", help="Topology JSON."),
-    world_size: int = typer.Option(..., "--world-size", "-n", help="Ranks in the job."),
-    tp: int = typer.Option(8, "--tp", help="Tensor-parallel size (ranks within a host)."),
-    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel size."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel size (all-to-all groups)."),
-    gbps: float = typer.Option(400, "--gbps", help="Demand of each ring and pipeline flow; an "
-                               "all-to-all rank splits it over its peers."),
-    shuffle: int | None = typer.Option(None, "--shuffle", help="Place the job on the hosts in "
-                                       "a random order drawn from this seed (a fragmented "
-                                       "cluster); default: hosts in sorted order."),
-    job: str = typer.Option("", "--job", help="Prefix for flow ids (several jobs, one fabric)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Write the flows JSON here."),
-) -> None:
+def run_flows_job(*, topology: Path, world_size: int, gbps: float, shuffle: int | None,
+                  job: str, output: Path, **parallelism: Any) -> None:
     """Flows of a Megatron-style job: data-parallel rings, pipeline pairs, expert all-to-all."""
     import random
 
     from c4.errors import C4Error
+    from c4.settings import build
     from c4.topology import Topology
+    from traffic_planner.errors import ConfigError
     from traffic_planner.flows import save_flows
     from traffic_planner.layout import Parallelism, job_flows
 
     try:
+        layout = build(Parallelism, parallelism, ConfigError)
         topo = Topology.load(topology)
         hosts = topo.hosts()
         if shuffle is not None:
             random.Random(shuffle).shuffle(hosts)
-        out = job_flows(topo, world_size, Parallelism(tp, pp, ep), gbps=gbps, hosts=hosts,
-                        job=job)
-    except (C4Error, ValueError) as exc:
+        out = job_flows(topo, world_size, layout, gbps=gbps, hosts=hosts, job=job)
+    except C4Error as exc:
         raise _fail(exc) from exc
     save_flows(out, output)
     typer.echo(f"wrote {output}: {len(out)} flows")
+
+
+def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
+
+
+#: ``c4 flows job``'s options besides the layout's (``traffic_planner.layout.Parallelism``)
+FLOWS_JOB_EXTRA = [
+    _param("topology", typer.Option(..., "--topology", "-t", help="Topology JSON."), Path),
+    _param("world_size", typer.Option(..., "--world-size", "-n", help="Ranks in the job."), int),
+    _param("gbps", typer.Option(400, "--gbps", help="Demand of each ring and pipeline flow; an "
+                                "all-to-all rank splits it over its peers."), float),
+    _param("shuffle", typer.Option(None, "--shuffle", help="Place the job on the hosts in a "
+                                   "random order drawn from this seed (a fragmented cluster); "
+                                   "default: hosts in sorted order."), int | None),
+    _param("job", typer.Option("", "--job", help="Prefix for flow ids (several jobs, one "
+                               "fabric)."), str),
+    _param("output", typer.Option(..., "--output", "-o", help="Write the flows JSON here."),
+           Path),
+]
 
 
 @flows_app.command("observed")
@@ -139,5 +151,9 @@ def flows_observed(
 
 
 def register(app: typer.Typer) -> None:
+    from c4.settings import derive_command
+    from traffic_planner.layout import Parallelism
+
+    flows_app.command("job")(derive_command(Parallelism, run_flows_job, FLOWS_JOB_EXTRA))
     app.command("plan")(plan)
     app.add_typer(flows_app, name="flows")

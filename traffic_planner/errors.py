@@ -9,6 +9,11 @@ class PlannerError(C4Error):
     """Root of every error raised by the traffic planner."""
 
 
+class ConfigError(PlannerError, ValueError):
+    """A planner setting (a flag, or a config built in code) has a bad value; the message
+    names it."""
+
+
 class FlowFormatError(PlannerError):
     """A malformed flows, plan or fault-report file; the message names the file and field."""
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from c4.jsonfile import read_json
 from c4.topology import Topology
 from traffic_planner.errors import FlowFormatError, UnknownLinkError
 
@@ -32,13 +32,7 @@ def down_from_reports(path: str | Path, topology: Topology, threshold: float = 0
     file (``{"reports": [...]}``). Suspects the topology does not know are skipped: a report may
     come from a different view of the cluster."""
     path = Path(path)
-    try:
-        obj = json.loads(path.read_text())
-    except OSError as exc:
-        raise FlowFormatError(f"cannot read fault report: {exc}", source=str(path)) from exc
-    except json.JSONDecodeError as exc:
-        raise FlowFormatError(f"not valid JSON: {exc.msg}", source=str(path),
-                              line=exc.lineno) from exc
+    obj = read_json(path, "fault report", FlowFormatError)
     if not isinstance(obj, dict) or not isinstance(obj.get("reports"), list):
         raise FlowFormatError('expected an object {"reports": [...]}', source=str(path),
                               field="reports")

@@ -7,10 +7,13 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from c4.topology import Topology
+from c4.jsonfile import read_json
 from traffic_planner.errors import FlowFormatError
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -70,14 +73,7 @@ def flows_from_json(obj: Any, source: str = "") -> list[Flow]:
 
 def load_flows(path: str | Path) -> list[Flow]:
     path = Path(path)
-    try:
-        obj = json.loads(path.read_text())
-    except OSError as exc:
-        raise FlowFormatError(f"cannot read flows file: {exc}", source=str(path)) from exc
-    except json.JSONDecodeError as exc:
-        raise FlowFormatError(f"not valid JSON: {exc.msg}", source=str(path),
-                              line=exc.lineno) from exc
-    return flows_from_json(obj, source=str(path))
+    return flows_from_json(read_json(path, "flows file", FlowFormatError), source=str(path))
 
 
 def save_flows(flows: Iterable[Flow], path: str | Path) -> None:

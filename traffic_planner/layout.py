@@ -8,10 +8,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from c4.topology import Topology
-from traffic_planner.errors import FlowFormatError, PlannerError
+from c4.settings import at_least, setting, validate
+from traffic_planner.errors import ConfigError, FlowFormatError, PlannerError
 from traffic_planner.flows import Flow
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -19,13 +23,14 @@ class Parallelism:
     """A Megatron-style layout: rank = tp + TP * (dp + DP * pp); expert-parallel groups are
     runs of ``ep`` consecutive data-parallel ranks."""
 
-    tp: int = 8
-    pp: int = 1
-    ep: int = 1
+    tp: int = setting(8, flag="--tp", check=at_least(1),
+                      help="Tensor-parallel size (ranks within a host).")
+    pp: int = setting(1, flag="--pp", check=at_least(1), help="Pipeline-parallel size.")
+    ep: int = setting(1, flag="--ep", check=at_least(1),
+                      help="Expert-parallel size (all-to-all groups).")
 
     def __post_init__(self) -> None:
-        if min(self.tp, self.pp, self.ep) < 1:
-            raise ValueError("tp, pp and ep must be positive")
+        validate(self, ConfigError)
 
     def dp(self, world_size: int) -> int:
         if world_size % (self.tp * self.pp):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import statistics
 import time
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from c4.jsonfile import read_json
 from c4.topology import Topology
 from traffic_planner.bound import Bound, lower_bound
 from traffic_planner.errors import FlowFormatError
@@ -152,10 +152,7 @@ def _plan(topology: Topology, flows: Sequence[Flow], down: Iterable[str],
 def load_plan_paths(path: str | Path) -> dict[str, list[str]]:
     """Flow id -> path from a plan file written by ``c4 plan --format json``."""
     path = Path(path)
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise FlowFormatError(f"cannot read plan: {exc}", source=str(path)) from exc
+    obj = read_json(path, "plan file", FlowFormatError)
     if not isinstance(obj, dict) or not isinstance(obj.get("plan"), list):
         raise FlowFormatError('expected an object {"plan": [...]}', source=str(path),
                               field="plan")

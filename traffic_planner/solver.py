@@ -17,8 +17,10 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from c4.settings import at_least, non_negative, positive, setting, validate
 from traffic_planner.bound import cut_bound
 from traffic_planner.coloring import colour
+from traffic_planner.errors import ConfigError
 from traffic_planner.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -36,13 +38,13 @@ class SolverConfig:
     """Knobs of the repair pass. ``depth``: longest ejection chain; ``budget``: candidate moves
     tried per link to relieve; ``seconds``: stop repairing after this long."""
 
-    depth: int = 300   # two stack frames per step: stays within Python's default limit
-    budget: int = 2000
-    seconds: float = 10.0
+    #: two stack frames per step: stays within Python's default limit
+    depth: int = setting(300, check=non_negative)
+    budget: int = setting(2000, check=at_least(1))
+    seconds: float = setting(10.0, check=positive)
 
     def __post_init__(self) -> None:
-        if self.depth < 0 or self.budget < 1 or self.seconds <= 0:
-            raise ValueError("depth >= 0, budget >= 1 and seconds > 0 are required")
+        validate(self, ConfigError)
 
 
 @dataclass

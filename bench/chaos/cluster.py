@@ -7,16 +7,14 @@ import contextlib
 import os
 import signal
 import threading
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.chaos.relay import Relay
 from c4.demo.services import start_daemon
 from c4.processes import Service, c4_command, free_port, wait_for
 from diagnosis.client import DaemonClient
+from tests.support.services import Samples, scrape
 
 
 def _proc_field(pid: int, key: str) -> float:
@@ -86,12 +84,8 @@ class Cluster:
         assert self.sidecar is not None and self.sidecar.proc is not None
         return self.sidecar.proc.pid
 
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for fam in text_string_to_metric_families(text) for s in fam.samples}
+    def metrics(self) -> Samples:
+        return scrape(self.metrics_port)
 
     def metric(self, name: str) -> float:
         return sum(v for (n, _), v in self.metrics().items() if n == name)

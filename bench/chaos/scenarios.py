@@ -5,7 +5,6 @@ delivered, and counts exactly: every record is a unique (rank, seq)."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from bench.chaos.attack import Attacker
 from bench.chaos.cluster import Cluster, cpu_seconds
 from bench.chaos.ranks import Load, LoadPlan
 from c4.processes import wait_for
+from tests.support.mounts import tmpfs
 
 RANKS = 8
 
@@ -100,17 +100,6 @@ def _cluster(workdir: Path, **kwargs) -> Iterator[Cluster]:
         cluster.close()
 
 
-@contextlib.contextmanager
-def _tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                   check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def baseline(workdir: Path, rate: float) -> Row:
     with _cluster(workdir) as c:
         return _run("baseline", c, workdir, rate=rate, duration=15, events=[])
@@ -133,7 +122,7 @@ def frozen_daemon_then_sidecar_sigkill(workdir: Path, rate: float) -> Row:
 
 
 def daemon_down_full_disk(workdir: Path, rate: float, size: str = "6m") -> Row:
-    with _tmpfs(workdir / "spill", size) as spill, _cluster(workdir, spill_dir=spill) as c:
+    with tmpfs(workdir / "spill", size) as spill, _cluster(workdir, spill_dir=spill) as c:
         row = _run(f"daemon down 40 s, {size.rstrip('m')} MB tmpfs spill", c, workdir, rate=rate,
                    duration=50, events=[(5.0, c.relay.cut), (45.0, c.relay.restore)])
         row.notes.append("the disk filled: drops are counted (disk_full)"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -27,35 +30,41 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(1)
 
 
-@lab_app.command("up")
-def up_cmd(
-    hosts: int = typer.Option(4, "--hosts", help="Hosts (one network namespace each)."),
-    gpus_per_host: int = typer.Option(2, "--gpus-per-host", help="GPUs (rank slots) per host."),
-    hosts_per_leaf: int = typer.Option(2, "--hosts-per-leaf", help="Hosts under each leaf."),
-    spines: int = typer.Option(2, "--spines", help="Spine switches (ECMP paths between leaves)."),
-    host_mbit: int = typer.Option(400, "--host-mbit", help="Host-leaf link rate, Mbit/s."),
-    uplink_mbit: int = typer.Option(400, "--uplink-mbit", help="Leaf-spine link rate, Mbit/s."),
-    no_services: bool = typer.Option(False, "--no-services",
-                                     help="Build only the fabric: no daemon, no sidecars."),
-    lab_dir: Path = LAB_DIR,
-) -> None:
+def run_up(*, no_services: bool, lab_dir: Path | None, **spec_options: Any) -> None:
     """Build the fabric, write its topology file, start the daemon and one sidecar per host."""
     from c4.lab.lab import up
-    from c4.lab.layout import LabSpec
+    from c4.lab.spec import LabSpec
     from c4.lab.system import LabError
+    from c4.settings import build
 
     try:
-        spec = LabSpec(hosts, gpus_per_host, hosts_per_leaf, spines, host_mbit, uplink_mbit)
+        spec = build(LabSpec, spec_options, LabError)
         st = up(_dir(lab_dir), spec, services=not no_services)
-    except (LabError, ValueError) as exc:
+    except LabError as exc:
         _fail(exc)
-    typer.echo(f"lab up: {hosts} hosts x {gpus_per_host} GPUs, {spec.leaves} leaves, "
-               f"{spines} spines; topology {st['topology']}")
+    typer.echo(f"lab up: {spec.hosts} hosts x {spec.gpus_per_host} GPUs, {spec.leaves} leaves, "
+               f"{spec.spines} spines; topology {st['topology']}")
     if st["daemon"]:
         typer.echo(f"daemon {st['daemon']['address']} (use --daemon {st['daemon']['address']})")
     for h, info in st["hosts"].items():
         typer.echo(f"  {h}: netns {info['ns']}, fabric {info['addr']} ({info['ifname']}), "
                    f"leaf {info['leaf']}")
+
+
+def _up_command() -> Callable[..., None]:
+    """``c4 lab up``: the fabric's options from LabSpec's fields, and the command's own."""
+    from c4.lab.spec import LabSpec
+    from c4.settings import derive_command
+
+    own = [inspect.Parameter("no_services", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                             default=typer.Option(False, "--no-services", help="Build only the "
+                                                  "fabric: no daemon, no sidecars.")),
+           inspect.Parameter("lab_dir", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+                             default=LAB_DIR)]
+    return derive_command(LabSpec, run_up, own)
+
+
+lab_app.command("up")(_up_command())
 
 
 @lab_app.command("down")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from c4.lab.spec import LabSpec
 from c4.topology import Topology, link_id, rail_optimized
 
 #: Everything the lab creates (namespaces, root-namespace links, cgroups, nft tables) starts
@@ -24,37 +25,6 @@ HOST_MGMT_IF = "mgmt0"
 #: Policy-routing tables of the traffic plan: table BASE + spine index in every leaf.
 PLAN_TABLE_BASE = 100
 PLAN_RULE_PRIORITY = 1000
-MAX_HOSTS = 200
-
-
-@dataclass(frozen=True)
-class LabSpec:
-    """What ``c4 lab up`` builds: hosts in groups of ``hosts_per_leaf`` under one leaf each,
-    every leaf joined to every spine; link rates in Mbit/s."""
-
-    hosts: int = 4
-    gpus_per_host: int = 2
-    hosts_per_leaf: int = 2
-    spines: int = 2
-    # modest rates: on a small machine the CPU, not the shaper, limits faster links
-    host_mbit: int = 400
-    uplink_mbit: int = 400
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.hosts <= MAX_HOSTS:
-            raise ValueError(f"--hosts must be between 1 and {MAX_HOSTS}")
-        if self.gpus_per_host < 1:
-            raise ValueError("--gpus-per-host must be at least 1")
-        if not 1 <= self.hosts_per_leaf <= 63:
-            raise ValueError("--hosts-per-leaf must be between 1 and 63")
-        if not 1 <= self.spines <= 16:
-            raise ValueError("--spines must be between 1 and 16")
-        if self.host_mbit < 1 or self.uplink_mbit < 1:
-            raise ValueError("link rates must be at least 1 Mbit/s")
-
-    @property
-    def leaves(self) -> int:
-        return -(-self.hosts // self.hosts_per_leaf)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from typing import Any
 
 import grpc
 
+from c4.security.errors import SecurityError
+
 log = logging.getLogger(__name__)
 
 ENV = {"tls_ca": "C4_TLS_CA", "tls_cert": "C4_TLS_CERT", "tls_key": "C4_TLS_KEY",
@@ -36,7 +38,7 @@ class ClientSecurity:
 
     def __post_init__(self) -> None:
         if bool(self.tls_cert) != bool(self.tls_key):
-            raise ValueError("a client certificate needs both --tls-cert and --tls-key")
+            raise SecurityError("a client certificate needs both --tls-cert and --tls-key")
 
     @property
     def tls(self) -> bool:
@@ -60,7 +62,7 @@ class ClientSecurity:
             try:
                 return Path(path).read_bytes()
             except OSError as exc:
-                raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+                raise SecurityError(f"cannot read {path}: {exc.strerror}") from None
 
         return grpc.ssl_channel_credentials(root_certificates=read(self.tls_ca),
                                             private_key=read(self.tls_key),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from c4.security.errors import SecurityError
+
 
 class Permission(str, Enum):
     INGEST = "ingest"
@@ -46,5 +48,5 @@ def required_permission(method: str) -> Permission | None:
 
 def check_role(role: str) -> str:
     if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}: use one of {', '.join(sorted(ROLES))}")
+        raise SecurityError(f"unknown role {role!r}: use one of {', '.join(sorted(ROLES))}")
     return role

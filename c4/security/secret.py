@@ -10,6 +10,8 @@ import stat
 import sys
 from pathlib import Path
 
+from c4.security.errors import SecurityError
+
 log = logging.getLogger(__name__)
 
 ON_COMMAND_LINE = ("--token on the command line is visible to every local user (ps, "
@@ -26,7 +28,7 @@ def read_token(token: str, token_file: str) -> str:
     """The token to use: from ``token_file`` if given, else ``token`` (C4_TOKEN); raises
     ValueError when the token was typed on the command line, or the file cannot be read."""
     if token and given_on_command_line():
-        raise ValueError(ON_COMMAND_LINE)
+        raise SecurityError(ON_COMMAND_LINE)
     if not token_file:
         return token
     # the file, named for this process, wins over a C4_TOKEN it inherited
@@ -35,10 +37,10 @@ def read_token(token: str, token_file: str) -> str:
         mode = path.stat().st_mode
         text = path.read_text()
     except OSError as exc:
-        raise ValueError(f"cannot read the token file {token_file}: {exc.strerror}") from None
+        raise SecurityError(f"cannot read the token file {token_file}: {exc.strerror}") from None
     if mode & (stat.S_IRGRP | stat.S_IROTH) and os.name == "posix":
         log.warning("the token file %s is readable by other users: chmod 600 it", token_file)
     value = text.strip()
     if not value:
-        raise ValueError(f"the token file {token_file} is empty")
+        raise SecurityError(f"the token file {token_file} is empty")
     return value

@@ -11,8 +11,8 @@ from typing import Any
 
 import grpc
 
-from c4.errors import C4Error
 from c4.ratelog import RateLimitedLog
+from c4.security.errors import SecurityError
 from c4.security.roles import ROLES, required_permission
 from c4.security.tokens import TokenTable
 
@@ -22,10 +22,6 @@ CERT_HELP = ("give the daemon a certificate with --tls-cert FILE --tls-key FILE 
              "C4_TLS_KEY; add --tls-client-ca FILE to require client certificates), e.g. from "
              "your cluster CA or `openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem "
              "-out cert.pem -subj /CN=c4-daemon -addext subjectAltName=DNS:$(hostname)`")
-
-
-class SecurityError(C4Error):
-    """The daemon's security settings are unsafe or unusable."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from c4.errors import FormatError
+from c4.security.errors import SecurityError
 from c4.security.roles import ROLES, check_role
 
 # Environment fallbacks: one token per role, for small setups without a token file.
@@ -34,7 +35,7 @@ class TokenTable:
     def add(self, token: str, role: str) -> None:
         check_role(role)
         if len(token) < MIN_TOKEN_CHARS:
-            raise ValueError(f"a {role} token is shorter than {MIN_TOKEN_CHARS} characters: "
+            raise SecurityError(f"a {role} token is shorter than {MIN_TOKEN_CHARS} characters: "
                              "generate one with `openssl rand -hex 24`")
         self._roles[_digest(token)] = role
 
@@ -60,7 +61,7 @@ class TokenTable:
                 try:
                     table.add(env[var], role)
                 except ValueError as exc:
-                    raise ValueError(f"{var}: {exc}") from None
+                    raise SecurityError(f"{var}: {exc}") from None
         return table
 
     def _read(self, path: Path) -> None:

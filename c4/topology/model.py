@@ -13,6 +13,7 @@ from typing import Any
 import networkx as nx
 
 from c4.errors import FormatError
+from c4.jsonfile import read_json
 from c4.topology.protocol import TopologyError
 
 KINDS = ("host", "gpu", "nic", "switch")
@@ -49,22 +50,7 @@ class Topology:
     def load(cls, path: str | Path) -> Topology:
         """Read a node-link JSON file; :class:`FormatError` names the node, link and field."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise FormatError(f"cannot read topology file: {exc}", source=str(path)) from exc
-        except UnicodeDecodeError as exc:
-            raise FormatError(f"not UTF-8 text ({exc.reason} at byte {exc.start}): a topology "
-                              "is a JSON file", source=str(path)) from exc
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"not valid JSON: {exc.msg}", source=str(path),
-                              line=exc.lineno) from exc
-        except RecursionError:
-            raise FormatError("JSON nested too deeply to read (a topology nests a few levels: "
-                              "nodes, links and their fields); is this a topology file?",
-                              source=str(path), line=_deep_line(text)) from None
+        obj = read_json(path, "topology file")
         return cls.from_json(obj, source=str(path))
 
     @classmethod
@@ -401,27 +387,3 @@ def _parse(obj: Any, source: str) -> nx.Graph:
                               "link only to their gpus and nics", source=source, field=where)
         g.add_edge(u, v, **{k: val for k, val in link.items() if k not in ("source", "target")})
     return g
-
-
-def _deep_line(text: str, limit: int = 256) -> int | None:
-    """The line where brackets first nest ``limit`` deep (outside strings), for the error."""
-    depth, line, in_str, escaped = 0, 1, False, False
-    for ch in text:
-        if in_str:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth >= limit:
-                return line
-        elif ch in "]}":
-            depth -= 1
-        if ch == "\n":
-            line += 1
-    return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from c4.settings import setting
+from c4.settings import one_of, positive, setting, validate
+from collectors.errors import ConfigError
 from collectors.health.gpu import pci_key
 
 GPU_MODES = ("auto", "nvml", "smi", "dcgm", "off")
@@ -16,10 +17,10 @@ class HealthWatchConfig:
     """What the sidecar reads for health (``c4 sidecar --health-*`` flags)."""
 
     interval_s: float = setting(5.0, flag="--health-interval", env="C4_HEALTH_INTERVAL",
-                                help="Seconds between health samples.")
+                                check=positive, help="Seconds between health samples.")
     #: GPU state: auto (NVML where nvidia-ml-py imports and finds a GPU), nvml, smi
     #: (``nvidia-smi -q -x``), dcgm (a dcgm-exporter endpoint, ``dcgm_url``), off
-    gpu: str = setting("auto", flag="--health-gpu", env="C4_HEALTH_GPU",
+    gpu: str = setting("auto", flag="--health-gpu", env="C4_HEALTH_GPU", check=one_of(GPU_MODES),
                        help="GPU state from: auto (NVML where nvidia-ml-py is installed and "
                             "finds a GPU), nvml, smi (nvidia-smi -q -x), dcgm (--dcgm-url), "
                             "off.")
@@ -45,13 +46,12 @@ class HealthWatchConfig:
              "(default: HOST/gpuINDEX).")
 
     def __post_init__(self) -> None:
-        if not self.interval_s > 0:
-            raise ValueError(f"health interval must be positive, got {self.interval_s}")
-        if self.gpu not in GPU_MODES:
-            raise ValueError(f"health gpu source must be one of {', '.join(GPU_MODES)}, got "
-                             f"{self.gpu!r}")
+        validate(self, ConfigError)
         for pci, _ in self.gpu_map:
-            pci_key(pci)    # ValueError naming the bad address
+            try:
+                pci_key(pci)
+            except ValueError as exc:
+                raise ConfigError(f"--gpu-map (C4_GPU_MAP): {exc}") from None
 
 
 def format_map(pairs: tuple[tuple[str, str], ...]) -> str:

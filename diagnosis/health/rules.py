@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from c4.proto.health import SLOWDOWN_REASONS, HealthRecord
+from c4.settings import positive, setting, validate
+from diagnosis.errors import ConfigError
 from diagnosis.health.findings import Finding
 from diagnosis.health.xid_catalog import action_of_154, action_text, xid_info
 
@@ -28,13 +30,13 @@ class RuleConfig:
     """The thresholds; defaults follow the fixture notes (FORMATS.md) and common practice."""
 
     #: an episode ends after this long without its condition
-    merge_gap_ns: int = 60 * S
+    merge_gap_ns: int = setting(60 * S, check=positive)
     #: counters are compared with their value this long before
-    window_ns: int = 60 * S
+    window_ns: int = setting(60 * S, check=positive)
     #: corrected ECC errors per window that make an ECC storm (XID 92 is NVIDIA's own alarm)
-    ecc_corrected_per_window: int = 50
+    ecc_corrected_per_window: int = setting(50, check=positive)
     #: IB port error counts per window that make "errors climbing"
-    ib_errors_per_window: int = 10
+    ib_errors_per_window: int = setting(10, check=positive)
     #: PSI avg10 (percent of wall time) that counts as pressure
     psi_cpu_pct: float = 20.0
     #: memory stalls are rare on a healthy host: 5% of wall time is already reclaim at work
@@ -46,10 +48,7 @@ class RuleConfig:
     load_util_pct: float = 50.0
 
     def __post_init__(self) -> None:
-        for name in ("merge_gap_ns", "window_ns", "ecc_corrected_per_window",
-                     "ib_errors_per_window"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"RuleConfig.{name} must be positive, got {getattr(self, name)}")
+        validate(self, ConfigError)
 
 
 #: IB port counters whose climbing is a cable/port problem (sysfs names)

@@ -16,7 +16,6 @@ first case (a warning says so).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import orjson
 
 from diagnosis.nccl.ids import comm_hash, op_name
+from diagnosis.nccl.pretty import json_documents
 from diagnosis.nccl.problems import Problems
 from diagnosis.nccl.records import CommKey, NcclOps, OpRecord
 
@@ -134,19 +134,7 @@ def parse_comma(text: str, source: str = "", problems: Problems | None = None,
     objs: list[tuple[int, Any]] = []
     lines = text.split("\n")
     if len(lines) > 1 and lines[0].strip() == "{":      # pretty-printed objects
-        dec, pos = json.JSONDecoder(), 0
-        while pos < len(text):
-            while pos < len(text) and text[pos].isspace():
-                pos += 1
-            if pos >= len(text):
-                break
-            no = text.count("\n", 0, pos) + 1
-            try:
-                obj, pos = dec.raw_decode(text, pos)
-            except json.JSONDecodeError:
-                problems.add(source, no, "bad_line", "a record cut short: the rest is skipped")
-                break
-            objs.append((no, obj))
+        objs = list(json_documents(text, source, problems))
     else:
         for no, raw in enumerate(lines, 1):
             if not raw.strip():

@@ -26,7 +26,6 @@ upper bound, late by up to the dump interval).
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import math
 from collections.abc import Iterator
@@ -39,6 +38,7 @@ import orjson
 from diagnosis.nccl.ids import comm_hash, op_name
 from diagnosis.nccl.inspector_fast import scan_block
 from diagnosis.nccl.inspector_typed import decode_block
+from diagnosis.nccl.pretty import json_documents
 from diagnosis.nccl.problems import Problems
 from diagnosis.nccl.records import CommKey, DumpStats, NcclOps, OpRecord
 from diagnosis.trace.columns import Bad
@@ -371,22 +371,10 @@ def _pretty(path: Path, problems: Problems) -> NcclOps | None:
         return None
     with _open(path) as fh:
         text = fh.read().decode("utf-8", "replace")
-    dec, pos = json.JSONDecoder(), 0
     ctx = _Context()
     recs: list[OpRecord] = []
     stats: list[DumpStats] = []
-    while True:
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text):
-            break
-        line = text.count("\n", 0, pos) + 1
-        try:
-            obj, pos = dec.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            problems.add(str(path), line, "bad_line", "a record cut short: the rest of the "
-                         "file is skipped")
-            break
+    for line, obj in json_documents(text, str(path), problems):
         _one(obj, line, str(path), problems, ctx, recs, stats)
     return NcclOps.from_records(recs, str(path), stats)
 

@@ -5,37 +5,40 @@ addresses (run on this machine), or other addresses with ``--remote ssh``."""
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+from c4.settings import build, derive_command
+from diagnosis.errors import ConfigError
+from diagnosis.probes.settings import PlanProbeSettings, ProbeSettings
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
+    from diagnosis.probes.api import ProbeHost, Prober
+    from diagnosis.probes.hosts import HostResolver
 
 probe_app = typer.Typer(help="Probe hosts actively (gloo or nccl-tests): a pair, a bisection "
                         "over hosts, or a suspect against healthy peers.", no_args_is_help=True)
 
-_FORMAT = typer.Option("table", "--format", help="Output: 'table' or 'json'.")
-_BACKEND = typer.Option("gloo", "--backend", help="'gloo' (torch.distributed, CPU) or "
-                        "'nccl-tests' (GPU clusters).")
-_BYTES = typer.Option(None, "--bytes", help="Message size in bytes (default 4 MiB for gloo, "
-                      "256 MiB for nccl-tests).")
-_ITERS = typer.Option(5, "--iters", help="Timed iterations per probe.")
-_TIMEOUT = typer.Option(60.0, "--timeout", help="Seconds for one probe, start-up included.")
-_LAB = typer.Option(None, "--lab-dir", envvar="C4_LAB_DIR", help="Lab directory whose host "
-                    "ids may be named (default: the lab's default directory, if a lab is up).")
-_TOPO = typer.Option(None, "--topology", help="Topology JSON: compare with what the links "
-                     "allow (default: the lab's topology).")
-_REMOTE = typer.Option(None, "--remote", help="Command that runs a probe rank on another "
-                       "machine, the address appended (e.g. 'ssh').")
-_RATIO = typer.Option(0.5, "--slow-ratio", help="Slow means below this fraction of the "
-                      "reference bandwidth.")
-_LAUNCHER = typer.Option("mpirun", "--launcher", help="nccl-tests: 'mpirun', 'srun' or "
-                         "'local'.")
-_NCCL_DIR = typer.Option(None, "--nccl-tests-dir", help="nccl-tests build directory "
-                         "(default: PATH).")
-_GPUS = typer.Option(1, "--gpus-per-host", help="Ranks per host (nccl-tests: GPUs).")
-_REPORTS = typer.Option(None, "--reports", help="Fault reports (c4 analyze --format json) to "
-                        "re-score with the verdicts: confirmed suspects gain, cleared ones go.")
+
+def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
+
+
+# The commands' own arguments and options; the settings (backend, sizes, hosts' whereabouts,
+# the plans' judgement) are derived from diagnosis.probes.settings.
+_FORMAT = _param("fmt", typer.Option("table", "--format", help="Output: 'table' or 'json'."),
+                 str)
+_REPORTS = _param("reports", typer.Option(None, "--reports", help="Fault reports (c4 analyze "
+                                          "--format json) to re-score with the verdicts: "
+                                          "confirmed suspects gain, cleared ones go."),
+                  Path | None)
 
 
 def _adjusted(path: Path | None, verdicts: list[Any]) -> list[dict[str, Any]] | None:
@@ -62,35 +65,20 @@ def _print_adjusted(adjusted: list[dict[str, Any]] | None) -> None:
                    + f" - {r['summary']}")
 
 
-def _setup(backend: str, size: int | None, iters: int, timeout: float, lab_dir: Path | None,
-           topology: Path | None, remote: str | None, launcher: str, nccl_dir: Path | None,
-           gpus: int) -> tuple[Any, Any, Any]:
+def _setup(settings: ProbeSettings) -> tuple[Prober, HostResolver, Topology | None]:
     """(prober, resolver, topology or None)."""
     from diagnosis.probes.hosts import HostResolver
 
-    lab_state = _lab_state(lab_dir)
-    resolver = HostResolver.for_lab(lab_state, remote=tuple(remote.split()) if remote else (),
-                                    ranks=gpus)
-    if backend == "gloo":
-        from diagnosis.probes.gloo import GlooConfig, GlooProber
-
-        prober: Any = GlooProber(GlooConfig(size_bytes=size or 4 << 20, iters=iters,
-                                            timeout_s=timeout))
-    elif backend == "nccl-tests":
-        from diagnosis.probes.nccl_runner import NcclTestsConfig, NcclTestsProber
-
-        prober = NcclTestsProber(NcclTestsConfig(
-            launcher=launcher, bin_dir=str(nccl_dir or ""), size_bytes=size or 256 << 20,
-            iters=iters, timeout_s=timeout))
-    else:
-        raise typer.BadParameter(f"unknown backend {backend!r}; use 'gloo' or 'nccl-tests'")
+    lab_state = _lab_state(settings.lab_dir)
+    resolver = HostResolver.for_lab(lab_state, remote=tuple(settings.remote.split()),
+                                    ranks=settings.gpus_per_host)
     topo = None
-    path = topology or (Path(lab_state["topology"]) if lab_state else None)
+    path = settings.topology or (Path(lab_state["topology"]) if lab_state else None)
     if path is not None:
         from c4.topology import Topology
 
         topo = Topology.load(path)
-    return prober, resolver, topo
+    return settings.prober(), resolver, topo
 
 
 def _lab_state(lab_dir: Path | None) -> dict[str, Any] | None:
@@ -133,24 +121,15 @@ def _g(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-@probe_app.command("pair")
-def pair(
-    a: str = typer.Argument(..., help="First host (lab host id or address)."),
-    b: str = typer.Argument(..., help="Second host."),
-    backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
-    timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
-    remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
-    gpus: int = _GPUS, fmt: str = _FORMAT,
-) -> None:
+def run_pair(*, a: str, b: str, fmt: str, **options: Any) -> None:
     """Measure point-to-point bandwidth between two hosts (both directions at once)."""
     from c4.errors import C4Error
     from diagnosis.probes.plans import expected_busbw
 
     try:
-        prober, resolve, topo = _setup(backend, size, iters, timeout, lab_dir, topology,
-                                       remote, launcher, nccl_dir, gpus)
+        prober, resolve, topo = _setup(build(ProbeSettings, options, ConfigError))
         r = prober.pair(resolve(a), resolve(b))
-    except (C4Error, ValueError) as exc:
+    except C4Error as exc:
         _fail(exc)
     expected = expected_busbw(topo, [a, b])
     if fmt == "json":
@@ -162,71 +141,76 @@ def pair(
         raise typer.Exit(1)
 
 
-@probe_app.command("bisect")
-def bisect_cmd(
-    hosts: list[str] = typer.Argument(..., help="Hosts to search (lab host ids or addresses)."),
-    known_good: list[str] = typer.Option([], "--known-good", help="A host known to be healthy "
-                                         "(repeatable): partner for single hosts."),
-    backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
-    timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
-    remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
-    gpus: int = _GPUS, ratio: float = _RATIO, reports: Path | None = _REPORTS,
-    fmt: str = _FORMAT,
-) -> None:
-    """Bisect a set of hosts for the slow one(s): halves, then pairs with cleared hosts."""
+def _run_plan(options: dict[str, Any], plan: Callable[..., Any], *hosts: Any
+              ) -> tuple[Any, Prober, list[dict[str, Any]] | None]:
+    """Run ``plan(prober, *hosts resolved, config=, topology=)``: (its outcome, the prober,
+    the ``--reports`` re-scored by its verdicts); a setting or probe that fails ends the
+    command with its message."""
     from c4.errors import C4Error
-    from diagnosis.probes.plans import PlanConfig, bisect
 
+    reports = options.pop("reports")
     try:
-        prober, resolve, topo = _setup(backend, size, iters, timeout, lab_dir, topology,
-                                       remote, launcher, nccl_dir, gpus)
-        out = bisect(prober, resolve.many(hosts), known_good=resolve.many(known_good),
-                     config=PlanConfig(slow_ratio=ratio), topology=topo)
-        adjusted = _adjusted(reports, list(out.verdicts))
-    except (C4Error, ValueError) as exc:
+        settings = build(PlanProbeSettings, options, ConfigError)
+        prober, resolve, topo = _setup(settings)
+        out = plan(prober, *(resolve.many(h) if isinstance(h, list) else resolve(h)
+                             for h in hosts), config=settings.plan, topology=topo)
+        adjusted = _adjusted(reports, list(getattr(out, "verdicts", [out])))
+    except C4Error as exc:
         _fail(exc)
+    return out, prober, adjusted
+
+
+def _emit(fmt: str, doc: dict[str, Any], adjusted: list[dict[str, Any]] | None,
+          show: Callable[[], None]) -> None:
     if fmt == "json":
-        typer.echo(json.dumps({**out.to_json(), **({"reports": adjusted} if adjusted is not None
-                                                   else {})}))
+        typer.echo(json.dumps({**doc, **({"reports": adjusted} if adjusted is not None
+                                         else {})}))
     else:
-        _results_table(f"{prober.name} bisection: {out.reason}", list(out.steps),
-                       list(out.verdicts))
+        show()
         _print_adjusted(adjusted)
+
+
+def run_bisect(*, hosts: list[str], known_good: list[str], fmt: str, **options: Any) -> None:
+    """Bisect a set of hosts for the slow one(s): halves, then pairs with cleared hosts."""
+    from diagnosis.probes.plans import bisect
+
+    def plan(prober: Prober, hs: list[ProbeHost], good: list[ProbeHost],
+             **kw: Any) -> Any:
+        return bisect(prober, hs, known_good=good, **kw)
+
+    out, prober, adjusted = _run_plan(options, plan, hosts, known_good)
+    _emit(fmt, out.to_json(), adjusted, lambda: _results_table(
+        f"{prober.name} bisection: {out.reason}", list(out.steps), list(out.verdicts)))
     if out.culprits:
         raise typer.Exit(1)
 
 
-@probe_app.command("confirm")
-def confirm_cmd(
-    suspect: str = typer.Argument(..., help="The suspect host."),
-    peers: list[str] = typer.Argument(..., help="Known-good peers (two or more give a "
-                                      "baseline)."),
-    backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
-    timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
-    remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
-    gpus: int = _GPUS, ratio: float = _RATIO, reports: Path | None = _REPORTS,
-    fmt: str = _FORMAT,
-) -> None:
+def run_confirm(*, suspect: str, peers: list[str], fmt: str, **options: Any) -> None:
     """Confirm or clear a suspect with pair tests against peers (exit 1 when confirmed)."""
-    from c4.errors import C4Error
-    from diagnosis.probes.plans import CONFIRMED, PlanConfig, pairwise
+    from diagnosis.probes.plans import CONFIRMED, pairwise
 
-    try:
-        prober, resolve, topo = _setup(backend, size, iters, timeout, lab_dir, topology,
-                                       remote, launcher, nccl_dir, gpus)
-        v = pairwise(prober, resolve(suspect), resolve.many(peers),
-                     config=PlanConfig(slow_ratio=ratio), topology=topo)
-        adjusted = _adjusted(reports, [v])
-    except (C4Error, ValueError) as exc:
-        _fail(exc)
-    if fmt == "json":
-        typer.echo(json.dumps({**v.to_json(), **({"reports": adjusted} if adjusted is not None
-                                                 else {})}))
-    else:
-        _results_table(f"{prober.name} probe of {suspect}: {v.status}", list(v.results), [v])
-        _print_adjusted(adjusted)
+    v, prober, adjusted = _run_plan(options, pairwise, suspect, peers)
+    _emit(fmt, v.to_json(), adjusted, lambda: _results_table(
+        f"{prober.name} probe of {suspect}: {v.status}", list(v.results), [v]))
     if v.status == CONFIRMED:
         raise typer.Exit(1)
+
+
+_HOST_B = _param("b", typer.Argument(..., help="Second host."), str)
+probe_app.command("pair")(derive_command(ProbeSettings, run_pair, [
+    _param("a", typer.Argument(..., help="First host (lab host id or address)."), str),
+    _HOST_B, _FORMAT]))
+probe_app.command("bisect")(derive_command(PlanProbeSettings, run_bisect, [
+    _param("hosts", typer.Argument(..., help="Hosts to search (lab host ids or addresses)."),
+           list[str]),
+    _param("known_good", typer.Option([], "--known-good", help="A host known to be healthy "
+                                      "(repeatable): partner for single hosts."), list[str]),
+    _REPORTS, _FORMAT]))
+probe_app.command("confirm")(derive_command(PlanProbeSettings, run_confirm, [
+    _param("suspect", typer.Argument(..., help="The suspect host."), str),
+    _param("peers", typer.Argument(..., help="Known-good peers (two or more give a "
+                                   "baseline)."), list[str]),
+    _REPORTS, _FORMAT]))
 
 
 def register(app: typer.Typer) -> None:

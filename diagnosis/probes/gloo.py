@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from c4.settings import at_least, non_negative, positive, setting, validate
+from diagnosis.errors import ConfigError
 from diagnosis.probes.api import GROUP_OP, PAIR_OP, ProbeError, ProbeHost, ProbeResult, bus_factor
 from diagnosis.probes.procs import run_all
 
@@ -23,22 +25,17 @@ WORKER = Path(__file__).with_name("gloo_worker.py")
 
 @dataclass(frozen=True)
 class GlooConfig:
-    #: Message size of each iteration.
-    size_bytes: int = 4 << 20
-    iters: int = 5
-    warmup: int = 1
+    #: Message size of each iteration (one float32 at least).
+    size_bytes: int = setting(4 << 20, check=at_least(4))
+    iters: int = setting(5, check=at_least(1))
+    warmup: int = setting(1, check=non_negative)
     #: For the whole probe, process start-up (importing torch: ~2 s) included.
-    timeout_s: float = 60.0
+    timeout_s: float = setting(60.0, check=positive)
     #: Python that runs the workers (must have torch).
     python: str = sys.executable
 
     def __post_init__(self) -> None:
-        if self.size_bytes < 4:
-            raise ValueError(f"size_bytes must be at least 4, got {self.size_bytes}")
-        if self.iters < 1 or self.warmup < 0:
-            raise ValueError("iters must be at least 1 and warmup not negative")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+        validate(self, ConfigError)
 
 
 class GlooProber:

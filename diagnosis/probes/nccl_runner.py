@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from c4.errors import FormatError
+from c4.settings import at_least, non_negative, one_of, positive, setting, validate
+from diagnosis.errors import ConfigError
 from diagnosis.probes.api import GROUP_OP, PAIR_OP, ProbeError, ProbeHost, ProbeResult
 from diagnosis.probes.nccl_tests import parse_nccl_tests
 from diagnosis.probes.nccl_tests_records import NcclTestsRun
@@ -32,14 +34,14 @@ LAUNCHERS = ("mpirun", "srun", "local")
 
 @dataclass(frozen=True)
 class NcclTestsConfig:
-    launcher: str = "mpirun"
+    launcher: str = setting("mpirun", check=one_of(LAUNCHERS))
     #: Directory of the nccl-tests binaries (``build/``); empty: look them up on PATH.
     bin_dir: str = ""
     #: Message size: one size per run (``-b`` = ``-e``), large enough to be bandwidth-bound.
-    size_bytes: int = 256 << 20
-    iters: int = 20
-    warmup: int = 5
-    timeout_s: float = 300.0
+    size_bytes: int = setting(256 << 20, check=at_least(1))
+    iters: int = setting(20, check=at_least(1))
+    warmup: int = setting(5, check=non_negative)
+    timeout_s: float = setting(300.0, check=positive)
     #: Extra launcher arguments (``--mca btl_tcp_if_include eth0``, ``--mpi=pmix``).
     launcher_args: tuple[str, ...] = ()
     #: The launcher program itself, when it is not on PATH under its own name.
@@ -47,11 +49,7 @@ class NcclTestsConfig:
     env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.launcher not in LAUNCHERS:
-            raise ValueError(f"launcher must be one of {LAUNCHERS}, got {self.launcher!r}")
-        if self.size_bytes < 1 or self.iters < 1 or self.warmup < 0 or self.timeout_s <= 0:
-            raise ValueError("size_bytes and iters must be positive, warmup not negative, "
-                             "timeout_s positive")
+        validate(self, ConfigError)
 
 
 class NcclTestsProber:

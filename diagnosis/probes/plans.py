@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from c4.settings import between, non_negative, setting, validate
+from diagnosis.errors import ConfigError
 from diagnosis.probes.api import ProbeError, ProbeHost, Prober, ProbeResult
 
 if TYPE_CHECKING:
@@ -29,23 +31,24 @@ CLEARED = "cleared"
 INCONCLUSIVE = "inconclusive"
 
 
+def _fraction(v: float) -> str | None:
+    return None if 0.0 < v <= 1.0 else "must be in (0, 1]"
+
+
 @dataclass(frozen=True)
 class PlanConfig:
-    #: Slow means below this fraction of the reference bandwidth.
-    slow_ratio: float = 0.5
+    slow_ratio: float = setting(0.5, flag="--slow-ratio", env="C4_PROBE_SLOW_RATIO",
+                                check=between(0.0, 1.0),
+                                help="Slow means below this fraction of the reference "
+                                     "bandwidth.")
     #: Pairs among the peers measured as the healthy baseline of a pairwise plan.
-    baseline_pairs: int = 1
+    baseline_pairs: int = setting(1, check=non_negative)
     #: Share of the links' capacity a healthy test reaches (NCCL's bus bandwidth is typically
     #: 80-95% of line rate): the topology's expectation is capacity times this.
-    efficiency: float = 0.8
+    efficiency: float = setting(0.8, check=_fraction)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.slow_ratio < 1.0:
-            raise ValueError(f"slow_ratio must be in (0, 1), got {self.slow_ratio}")
-        if self.baseline_pairs < 0:
-            raise ValueError("baseline_pairs must not be negative")
-        if not 0.0 < self.efficiency <= 1.0:
-            raise ValueError(f"efficiency must be in (0, 1], got {self.efficiency}")
+        validate(self, ConfigError)
 
 
 @dataclass(frozen=True)

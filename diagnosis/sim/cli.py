@@ -2,108 +2,64 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from c4.topology.fabrics import FABRICS
-from diagnosis.sim.config import FAULT_KINDS
-
-_KINDS = ", ".join(FAULT_KINDS)
-_FABRICS = "|".join(FABRICS)
+from diagnosis.sim.config import SimConfig, SimError
 
 
-def register(app: typer.Typer) -> None:
-    app.command("sim", help="Simulate a 3D-parallel training job (with injected faults) and "
-                "write trace.jsonl (or NCCL's own telemetry: --as), topology.json and "
-                "truth.json into --out.")(sim)
+def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
 
 
-def sim(
-    out: Path = typer.Option(..., "--out", "-o", help="Directory for trace.jsonl, topology.json "
-                             "and truth.json (created if missing)."),
-    gpus: int = typer.Option(512, help="World size (GPUs, one rank each)."),
-    gpus_per_host: int = typer.Option(8, help="GPUs per host."),
-    tp: int = typer.Option(8, help="Tensor-parallel size (inside a host)."),
-    pp: int = typer.Option(4, help="Pipeline stages (across hosts)."),
-    iterations: int = typer.Option(40, help="Training iterations to simulate."),
-    microbatches: int = typer.Option(4, help="Microbatches per iteration (pipeline)."),
-    layers: int = typer.Option(1, help="Transformer layers per pipeline stage: 1, one "
-                               "tensor-parallel all-reduce per pass; N > 1, a sequence-parallel "
-                               "all-gather and reduce-scatter per block, two blocks per layer "
-                               "(16: a few hundred calls/s per rank)."),
-    fault: list[str] = typer.Option(
-        [], "--fault",
-        help="Fault to inject, repeatable: "
-             "KIND[:TARGET][@ONSET][,slow=F][,end=I][,every=K,on=J][,duty=P]."
-             f" KIND: {_KINDS}. TARGET: auto, cable/uplink (links), "
-             "leaf/spine/core (switches), a topology id, or a rank (GPU faults). ONSET/END: "
-             "iterations. slow: time multiplier (1.15 = 15% slower). every/on: intermittent; "
-             "duty: slow at random, in each iteration with probability P."),
-    seed: int = typer.Option(0, help="Seed: the same options and seed give the same files."),
-    conns: bool = typer.Option(True, "--conns/--no-conns",
-                               help="Emit conn records (one per transfer per connection)."),
-    paths: bool = typer.Option(True, "--paths/--no-paths",
-                               help="Give each conn record the route it took (without: as "
-                               "collectors that cannot see the ECMP path of a flow)."),
-    sample: int = typer.Option(0, help="Write the reduced trace of format version 2, as the "
-                               "edge ships it: calls sampled 1 in K, progress, linkstat "
-                               "instead of conn, NIC port records (0: version 1, every call)."),
-    window_ms: float = typer.Option(1000.0, help="Window of the reduced trace's progress and "
-                                    "linkstat records (with --sample)."),
-    gzip: bool = typer.Option(False, "--gzip", help="Write trace.jsonl.gz instead (for "
-                              "storage: c4 analyze reads plain JSON Lines)."),
-    order: str = typer.Option("complete", help="Line order: 'complete' (as collectors ship "
-                              "records: by completion time) or 'enter' (each iteration's "
-                              "records by entry time)."),
-    fabric: str = typer.Option("rail", help=f"Fabric: {_FABRICS}. rail: rail-optimized "
-                               "leaf/spine; dual_port: the same with two ports per NIC; tor: "
-                               "all NICs of a host on one top-of-rack leaf; three_tier: pods "
-                               "of rail-optimized leaf/spine joined by a core; single_switch: "
-                               "every NIC on one switch."),
-    topology: Path | None = typer.Option(None, "--topology", help="Run on an imported "
-                                         "topology (c4 topology import) instead of building "
-                                         "--fabric: hosts of --gpus-per-host GPUs, each on a "
-                                         "NIC cabled to a switch; hosts without GPUs get "
-                                         "--gpus-per-host; links without capacity get "
-                                         "--nic-gbps / --uplink-gbps (see diagnosis/sim/"
-                                         "README.md)."),
-    nics_per_host: int = typer.Option(0, help="NICs per host (0: one per GPU); fewer NICs "
-                                      "than GPUs: GPU i shares NIC i*nics/gpus."),
-    hosts_per_leaf: int = typer.Option(16, help="Hosts under one leaf switch (per rail on "
-                                       "rail fabrics; on three_tier also a pod's hosts)."),
-    nic_gbps: float = typer.Option(400.0, help="NIC and cable speed."),
-    uplink_gbps: float = typer.Option(0.0, help="Switch-to-switch link speed (0: "
-                                      "non-blocking)."),
-    gc_rate: float = typer.Option(0.002, help="One-off pauses per rank per iteration."),
-    checkpoint_every: int = typer.Option(25, help="Slow checkpoint step every N iterations "
-                                         "(0: never)."),
-    hang_wait: float = typer.Option(60.0, help="Seconds recorded after the job stops moving."),
-    job: str = typer.Option("sim", help="Job name in the trace's meta record."),
-    as_: list[str] = typer.Option(["trace"], "--as", help="Formats to write the run in "
-                                  "(repeatable or comma-separated): trace (c4's, trace.jsonl), "
-                                  "nccl-inspector (NCCL Inspector files, one per process, in "
-                                  "nccl-inspector/), ncclras (ncclras -f json reports taken "
-                                  "every --ras-every s once the job stood still, and at the "
-                                  "end, in ncclras.json)."),
-    inspector_verbose: bool = typer.Option(True, "--inspector-verbose/--no-inspector-verbose",
-                                           help="Inspector lines with their per-call times "
-                                           "(NCCL_INSPECTOR_DUMP_VERBOSE=1, as c4 run sets)."),
-    dump_interval_ms: float = typer.Option(100.0, help="The Inspector's dump interval."),
-    ras_every: float = typer.Option(10.0, help="Seconds between the ncclras reports."),
-    health: bool = typer.Option(False, "--health", help="Append node health series (GPU, NIC "
-                                "port, host PSI samples every --health-interval) as health "
-                                "records; see diagnosis/sim/health.py."),
-    health_cause: str = typer.Option("", help="Plant a health cause behind the run's fault: "
-                                     "thermal, pcie_downtrain, ecc_storm (slow_gpu), "
-                                     "cpu_contention (slow_host), noisy_ib_port (slow_nic). "
-                                     "Implies --health."),
-    health_decoys: int = typer.Option(0, help="Causes planted on components without a timing "
-                                      "fault (never to be named as a cause). Implies --health."),
-    health_interval: float = typer.Option(1.0, help="Seconds between health samples."),
-) -> None:
+#: what the command writes, and how; the simulated job itself comes from SimConfig's fields
+OUTPUT = [
+    _param("out", typer.Option(..., "--out", "-o", help="Directory for trace.jsonl, "
+                               "topology.json and truth.json (created if missing)."), Path),
+    _param("gzip", typer.Option(False, "--gzip", help="Write trace.jsonl.gz instead (for "
+                                "storage: c4 analyze reads plain JSON Lines)."), bool),
+    _param("order", typer.Option("complete", "--order", help="Line order: 'complete' (as "
+                                 "collectors ship records: by completion time) or 'enter' "
+                                 "(each iteration's records by entry time)."), str),
+    _param("as_", typer.Option(["trace"], "--as", help="Formats to write the run in "
+                               "(repeatable or comma-separated): trace (c4's, trace.jsonl), "
+                               "nccl-inspector (NCCL Inspector files, one per process, in "
+                               "nccl-inspector/), ncclras (ncclras -f json reports taken "
+                               "every --ras-every s once the job stood still, and at the "
+                               "end, in ncclras.json)."), list[str]),
+    _param("inspector_verbose", typer.Option(
+        True, "--inspector-verbose/--no-inspector-verbose", help="Inspector lines with their "
+        "per-call times (NCCL_INSPECTOR_DUMP_VERBOSE=1, as c4 run sets)."), bool),
+    _param("dump_interval_ms", typer.Option(100.0, "--dump-interval-ms",
+                                            help="The Inspector's dump interval."), float),
+    _param("ras_every", typer.Option(10.0, "--ras-every",
+                                     help="Seconds between the ncclras reports."), float),
+    _param("health", typer.Option(False, "--health", help="Append node health series (GPU, "
+                                  "NIC port, host PSI samples every --health-interval) as "
+                                  "health records; see diagnosis/sim/health.py."), bool),
+    _param("health_cause", typer.Option("", "--health-cause", help="Plant a health cause "
+                                        "behind the run's fault: thermal, pcie_downtrain, "
+                                        "ecc_storm (slow_gpu), cpu_contention (slow_host), "
+                                        "noisy_ib_port (slow_nic). Implies --health."), str),
+    _param("health_decoys", typer.Option(0, "--health-decoys", help="Causes planted on "
+                                         "components without a timing fault (never to be "
+                                         "named as a cause). Implies --health."), int),
+    _param("health_interval", typer.Option(1.0, "--health-interval",
+                                           help="Seconds between health samples."), float),
+]
+
+
+def run_sim(*, out: Path, gzip: bool, order: str, as_: list[str], inspector_verbose: bool,
+            dump_interval_ms: float, ras_every: float, health: bool, health_cause: str,
+            health_decoys: int, health_interval: float, **job: Any) -> None:
+    """Simulate a 3D-parallel training job (with injected faults) and write trace.jsonl (or
+    NCCL's own telemetry: --as), topology.json and truth.json into --out."""
     from c4.output import make_console
-    from diagnosis.sim.config import FaultSpec, SimConfig, SimError
+    from c4.settings import build
     from diagnosis.sim.formats import sinks_for
     from diagnosis.sim.run import simulate
 
@@ -111,18 +67,9 @@ def sim(
     try:
         sinks = sinks_for(formats, verbose=inspector_verbose,
                           dump_interval_us=int(dump_interval_ms * 1000), ras_every_s=ras_every)
-        if sinks and sample:
+        cfg = build(SimConfig, job, SimError)
+        if sinks and cfg.sample:
             raise SimError("--as nccl-inspector/ncclras writes every call: leave out --sample")
-        cfg = SimConfig(gpus=gpus, gpus_per_host=gpus_per_host, tp=tp, pp=pp,
-                        iterations=iterations, microbatches=microbatches, layers=layers,
-                        seed=seed, sample=sample or None, window_ms=window_ms,
-                        conns=conns, paths=paths,
-                        faults=tuple(FaultSpec.parse(f) for f in fault),
-                        fabric=fabric, topology=None if topology is None else str(topology),
-                        nics_per_host=nics_per_host or None,
-                        hosts_per_leaf=hosts_per_leaf, nic_gbps=nic_gbps,
-                        uplink_gbps=uplink_gbps or None, gc_rate=gc_rate,
-                        checkpoint_every=checkpoint_every, hang_wait_s=hang_wait, job=job)
         res = simulate(cfg, out, compress=gzip, order=order, sinks=sinks,
                        trace="trace" in formats)
         if health or health_cause or health_decoys:
@@ -133,7 +80,7 @@ def sim(
             from diagnosis.sim.health import add_health
 
             add_health(out, cause=health_cause or None, decoys=health_decoys,
-                       interval_s=health_interval, seed=seed)
+                       interval_s=health_interval, seed=cfg.seed)
     except SimError as exc:
         raise typer.BadParameter(str(exc)) from None
     con = make_console()
@@ -142,3 +89,9 @@ def sim(
               f"records: {counts}")
     con.print(f"{'trace' if 'trace' in formats else 'output':<8} {res.trace}\n"
               f"topology {res.topology}\ntruth    {res.truth}")
+
+
+def register(app: typer.Typer) -> None:
+    from c4.settings import derive_command
+
+    app.command("sim")(derive_command(SimConfig, run_sim, OUTPUT))

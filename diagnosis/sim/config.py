@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from c4.settings import setting
 from c4.topology.fabrics import FABRICS, RAIL_FABRICS
 from diagnosis.errors import DiagnosisError
 
@@ -142,34 +144,71 @@ def _float(value: str, text: str, what: str) -> float:
 class SimConfig:
     """A simulated training job. Times are milliseconds, sizes bytes, unless named otherwise."""
 
-    gpus: int = 512
-    gpus_per_host: int = 8
-    tp: int = 8
-    pp: int = 4
-    iterations: int = 40
-    microbatches: int = 4
-    #: transformer layers per stage: 1, one all-reduce per pass (the classic model); N > 1,
-    #: per layer a sequence-parallel all-gather and reduce-scatter (diagnosis.sim.layers)
-    layers: int = 1
-    seed: int = 0
-    conns: bool = True
-    #: write the reduced trace of format version 2 (diagnosis.sim.reduced), keeping the calls
-    #: sampled at this factor; None: version 1, every call
-    sample: int | None = None
-    window_ms: float = 1000.0     # the reduced trace's progress / linkstat window
-    #: conn records carry the route each transfer took; without it (as collectors that cannot
-    #: see which ECMP path a flow hashed to) the analyzer has the topology's candidates only
-    paths: bool = True
-    faults: tuple[FaultSpec, ...] = ()
-    # topology (c4.topology.fabrics): the fabric, and NICs per host (None: one per GPU;
-    # fewer: GPU i shares NIC i*nics//gpus)
-    fabric: str = "rail"
-    #: an imported topology file to run on instead of building ``fabric`` (diagnosis.sim.imported)
-    topology: str | None = None
-    nics_per_host: int | None = None
-    hosts_per_leaf: int = 16
-    nic_gbps: float = 400.0
-    uplink_gbps: float | None = None
+    gpus: int = setting(512, flag="--gpus", help="World size (GPUs, one rank each).")
+    gpus_per_host: int = setting(8, flag="--gpus-per-host", help="GPUs per host.")
+    tp: int = setting(8, flag="--tp", help="Tensor-parallel size (inside a host).")
+    pp: int = setting(4, flag="--pp", help="Pipeline stages (across hosts).")
+    iterations: int = setting(40, flag="--iterations", help="Training iterations to simulate.")
+    microbatches: int = setting(4, flag="--microbatches",
+                                help="Microbatches per iteration (pipeline).")
+    #: (the per-layer calls: diagnosis.sim.layers)
+    layers: int = setting(1, flag="--layers",
+                          help="Transformer layers per pipeline stage: 1, one tensor-parallel "
+                               "all-reduce per pass; N > 1, a sequence-parallel all-gather and "
+                               "reduce-scatter per block, two blocks per layer (16: a few "
+                               "hundred calls/s per rank).")
+    seed: int = setting(0, flag="--seed",
+                        help="Seed: the same options and seed give the same files.")
+    conns: bool = setting(True, flag="--conns/--no-conns",
+                          help="Emit conn records (one per transfer per connection).")
+    #: the reduced trace is diagnosis.sim.reduced's; None: version 1, every call
+    sample: int | None = setting(None, flag="--sample", cli_type=int,
+                                 parse=lambda k: k or None, to_cli=lambda k: k or 0,
+                                 help="Write the reduced trace of format version 2, as the "
+                                      "edge ships it: calls sampled 1 in K, progress, linkstat "
+                                      "instead of conn, NIC port records (0: version 1, every "
+                                      "call).")
+    window_ms: float = setting(1000.0, flag="--window-ms",
+                               help="Window of the reduced trace's progress and linkstat "
+                                    "records (with --sample).")
+    #: without paths the analyzer has the topology's candidates only
+    paths: bool = setting(True, flag="--paths/--no-paths",
+                          help="Give each conn record the route it took (without: as "
+                               "collectors that cannot see the ECMP path of a flow).")
+    faults: tuple[FaultSpec, ...] = setting(
+        (), flag="--fault", cli_type=list[str], to_cli=list,
+        parse=lambda specs: tuple(FaultSpec.parse(f) for f in specs),
+        help=f"Fault to inject, repeatable: {SPEC_FORM}. KIND: {', '.join(FAULT_KINDS)}. "
+             "TARGET: auto, cable/uplink (links), leaf/spine/core (switches), a topology id, "
+             "or a rank (GPU faults). ONSET/END: iterations. slow: time multiplier (1.15 = 15% "
+             "slower). every/on: intermittent; duty: slow at random, in each iteration with "
+             "probability P.")
+    # topology (c4.topology.fabrics)
+    fabric: str = setting("rail", flag="--fabric",
+                          help=f"Fabric: {'|'.join(FABRICS)}. rail: rail-optimized leaf/spine; "
+                               "dual_port: the same with two ports per NIC; tor: all NICs of a "
+                               "host on one top-of-rack leaf; three_tier: pods of "
+                               "rail-optimized leaf/spine joined by a core; single_switch: "
+                               "every NIC on one switch.")
+    #: (diagnosis.sim.imported)
+    topology: str | None = setting(None, flag="--topology", cli_type=Path, parse=str,
+                                   help="Run on an imported topology (c4 topology import) "
+                                        "instead of building --fabric: hosts of "
+                                        "--gpus-per-host GPUs, each on a NIC cabled to a "
+                                        "switch; hosts without GPUs get --gpus-per-host; links "
+                                        "without capacity get --nic-gbps / --uplink-gbps (see "
+                                        "diagnosis/sim/README.md).")
+    nics_per_host: int | None = setting(None, flag="--nics-per-host", cli_type=int,
+                                        parse=lambda n: n or None, to_cli=lambda n: n or 0,
+                                        help="NICs per host (0: one per GPU); fewer NICs than "
+                                             "GPUs: GPU i shares NIC i*nics/gpus.")
+    hosts_per_leaf: int = setting(16, flag="--hosts-per-leaf",
+                                  help="Hosts under one leaf switch (per rail on rail "
+                                       "fabrics; on three_tier also a pod's hosts).")
+    nic_gbps: float = setting(400.0, flag="--nic-gbps", help="NIC and cable speed.")
+    uplink_gbps: float | None = setting(None, flag="--uplink-gbps", cli_type=float,
+                                        parse=lambda g: g or None, to_cli=lambda g: g or 0.0,
+                                        help="Switch-to-switch link speed (0: non-blocking).")
     nvlink_gbps: float = 2400.0
     # work per rank
     fwd_ms: float = 40.0          # forward compute of one microbatch on one stage
@@ -183,18 +222,21 @@ class SimConfig:
     jitter: float = 0.03          # lognormal sigma of each compute and transfer
     gpu_spread: float = 0.01      # persistent per-GPU speed spread (sigma)
     warmup: tuple[float, ...] = (2.5, 1.4, 1.1)
-    checkpoint_every: int = 25    # 0: never
+    checkpoint_every: int = setting(25, flag="--checkpoint-every",
+                                    help="Slow checkpoint step every N iterations (0: never).")
     checkpoint_ms: float = 1500.0
-    gc_rate: float = 0.002        # one-off pauses per rank per iteration
+    gc_rate: float = setting(0.002, flag="--gc-rate",
+                             help="One-off pauses per rank per iteration.")
     gc_ms: tuple[float, float] = (40.0, 400.0)
     iteration_jitter: float = 0.02   # lognormal sigma of a whole iteration's pace, all ranks
     congestion_rate: float = 0.1     # transient uplink congestion events per iteration
     congestion_iters: tuple[int, int] = (1, 2)        # each lasts this many iterations
     congestion_keep: tuple[float, float] = (0.4, 0.8)  # fraction of capacity left meanwhile
     clock_skew_us: float = 200.0  # per-host clock offset, uniform in +-this
-    hang_wait_s: float = 60.0     # recording goes on this long after the job stops moving
+    hang_wait_s: float = setting(60.0, flag="--hang-wait",
+                                 help="Seconds recorded after the job stops moving.")
     t0_ns: int = 1_700_000_000_000_000_000
-    job: str = "sim"
+    job: str = setting("sim", flag="--job", help="Job name in the trace's meta record.")
     net_jitter: float = 0.02      # lognormal sigma of each transfer
 
     def __post_init__(self) -> None:

@@ -12,27 +12,16 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from c4.settings import build, derive_command, format_duration, format_size, option_specs
+from c4.settings import build, format_duration, format_size, option_specs
 from collectors.sidecar.cli import config_from_options as sidecar_config
 from collectors.sidecar.cli import sidecar as sidecar_command
 from collectors.sidecar.config import SidecarConfig
 from collectors.sidecar.errors import SidecarConfigError
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.errors import ConfigError, DiagnosisError
+from tests.support.settings_cli import parse_options
 
-
-def _parse(cls, args: list[str], env: dict[str, str] | None = None, *, extra=()):
-    """The options a derived command receives from ``args`` (typer parses them for real)."""
-    got: dict = {}
-
-    def capture(**options) -> None:
-        got.update(options)
-
-    app = typer.Typer()
-    app.command()(derive_command(cls, capture, list(extra)))
-    result = CliRunner().invoke(app, args, env=env or {}, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return got
+_parse = parse_options
 
 
 def test_no_flags_give_the_dataclass_defaults():

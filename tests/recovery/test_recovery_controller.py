@@ -18,7 +18,8 @@ from c4.report import FaultReport, Suspect
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon
-from recovery.controller import Controller, ControllerConfig
+from recovery.config import ControllerConfig
+from recovery.controller import Controller
 from recovery.isolation.blocklist import BlocklistIsolator
 from recovery.journal import Journal
 from recovery.policy import DRY_RUN, SKIP, Policy

@@ -44,5 +44,5 @@ def test_hosts_replaced_by_spares_then_shrunk(tmp_path: Path):
 def test_config_errors_are_named(tmp_path: Path):
     with pytest.raises(LaunchError, match="repeat"):
         LaunchConfig(job="j", hosts=("a", "a"), command=("t.py",), workdir=tmp_path)
-    with pytest.raises(LaunchError, match="min_hosts"):
+    with pytest.raises(LaunchError, match="--min-hosts"):
         LaunchConfig(job="j", hosts=("a",), command=("t.py",), workdir=tmp_path, min_hosts=2)

@@ -1,10 +1,12 @@
 """Builders the engine's tests share: op rows and columns handed to ``Engine.add_ops``, one
 collective written for every rank of a lock-step job, the NIC names of single-rank hosts, and
-a trace written by a test's scenario then diagnosed from the file."""
+a trace written by a test's scenario then diagnosed from the file, and a simulated or synthetic
+job written and diagnosed on its own topology."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,13 @@ import numpy as np
 
 from c4.proto.codec import OP_COLUMNS, Columns
 from c4.report import FaultReport
+from c4.topology import Topology
 from diagnosis.engine import Engine
+from diagnosis.sim.config import FaultSpec, SimConfig
+from diagnosis.sim.run import simulate
 from diagnosis.trace import TraceWriter
-from diagnosis.trace.feed import feed_trace
+from diagnosis.trace.feed import FeedStats, feed_trace
+from diagnosis.trace.synth import SynthJob
 
 OpRow = tuple[int, ...]
 
@@ -55,6 +61,21 @@ def one_rank_hosts(w: TraceWriter, n: int) -> None:
         w.rank(r, f"node00{r}", gpu=f"node00{r}/gpu0", nic=nic(r))
 
 
+def advance_quietly(eng: Engine, t: int, steps: int, *, heard: Iterable[int] = (),
+                    every: int = 10, step_ns: int = 100_000_000) -> list[FaultReport]:
+    """Advance ``eng`` ``steps`` times by ``step_ns`` past ``t`` with no new rows, hearing the
+    ranks ``heard`` (their collectors' heartbeats) every ``every`` steps: the reports filed
+    meanwhile, every revision."""
+    out: list[FaultReport] = []
+    ranks = list(heard)
+    for k in range(1, steps + 1):
+        now = t + k * step_ns
+        if ranks and k % every == 0:
+            eng.heard(ranks, now)
+        out += eng.advance(now)
+    return out
+
+
 def top(report: FaultReport) -> tuple[str, str]:
     """A report's first suspect: (type, id)."""
     return report.suspects[0].type, report.suspects[0].id
@@ -67,4 +88,30 @@ def diagnose_written(path: Path, write: Callable[..., None], engine: Engine | No
     write(path, **scenario)
     reports, _ = feed_trace(engine if engine is not None else Engine(), path,
                             block_bytes=block_bytes)
+    return reports
+
+
+def sim_config(base: dict[str, Any], faults: Sequence[str] = (), **kw: Any) -> SimConfig:
+    """A test's ``base`` job with ``kw`` over it and ``faults`` in the command line's form
+    (``slow_gpu:auto@10,slow=2``)."""
+    return SimConfig(**{**base, **kw}, faults=tuple(FaultSpec.parse(f) for f in faults))
+
+
+def simulate_and_diagnose(folder: Path, cfg: SimConfig, **feed: Any
+                          ) -> tuple[list[FaultReport], dict[str, Any], FeedStats]:
+    """Simulate ``cfg`` into ``folder`` and read its trace as `c4 analyze` would, on the
+    simulated topology (``feed``: ``feed_trace``'s options): the reports, the ground truth
+    (truth.json) and what was read."""
+    res = simulate(cfg, folder)
+    reports, stats = feed_trace(Engine(Topology.load(res.topology)), res.trace, **feed)
+    return reports, json.loads(res.truth.read_text()), stats
+
+
+def synth_and_diagnose(path: Path, job: SynthJob, *, topology: bool = True, **feed: Any
+                       ) -> list[FaultReport]:
+    """Write the synthetic ``job`` to ``path`` and read it back as `c4 analyze` would, with
+    its topology (or, not ``topology``, without one): the reports."""
+    topo = job.topology()
+    job.write(path, topo)
+    reports, _ = feed_trace(Engine(topo if topology else None), path, **feed)
     return reports

@@ -14,12 +14,13 @@ from typer.testing import CliRunner
 
 from c4.topology import Topology, link_id, rail_optimized
 from traffic_planner.cli import register
-from traffic_planner.errors import FlowFormatError
+from traffic_planner.errors import ConfigError, FlowFormatError, PlannerError
 from traffic_planner.faults import down_from_reports
 from traffic_planner.flows import Flow, check_flows, load_flows, save_flows
 from traffic_planner.hashing import EcmpModel, crc32_np, mix32, mix32_np
 from traffic_planner.layout import Parallelism, job_flows, observed_flows
 from traffic_planner.problem import build_problem
+from traffic_planner.solver import SolverConfig
 
 
 @pytest.fixture
@@ -76,6 +77,26 @@ def _validate(plan: dict, topo: Topology, down: set[str]) -> float:
             assert link_id(u, v) not in down
             load[(u, v)] += item["gbps"]
     return max(gb / topo.graph.edges[u, v]["gbps"] for (u, v), gb in load.items())
+
+
+def test_flows_job_takes_its_layout_from_parallelism_s_fields(tmp_path, app) -> None:
+    """--tp, --pp and --ep are Parallelism's fields (defaults declared there only); a bad one
+    is refused with the planner's error naming the flag."""
+    rail_optimized(4, 8, hosts_per_leaf=4, spines=2).save(tmp_path / "topo.json")
+    runner = CliRunner()
+    args = ["flows", "job", "-t", str(tmp_path / "topo.json"), "-n", "32", "--gbps", "100"]
+    res = runner.invoke(app, [*args, "-o", str(tmp_path / "cli.json")])
+    assert res.exit_code == 0, res.output
+    topo = Topology.load(tmp_path / "topo.json")
+    assert load_flows(tmp_path / "cli.json") == job_flows(topo, 32, Parallelism(), gbps=100)
+    res = runner.invoke(app, [*args, "--pp", "0", "-o", str(tmp_path / "bad.json")])
+    assert res.exit_code == 2
+    assert "error: --pp must be at least 1, got 0" in res.output
+    with pytest.raises(ConfigError, match="--ep must be at least 1") as err:
+        Parallelism(ep=0)
+    assert isinstance(err.value, PlannerError)
+    with pytest.raises(ConfigError, match="budget must be at least 1"):
+        SolverConfig(budget=0)
 
 
 def test_cli_json_follows_the_spec(tmp_path, app) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from c4.lab.layout import FABRIC, MGMT, LabSpec, build_layout, layout_routes
 from c4.lab.plan import Pin, bench_flows, pins_from_plan
+from c4.lab.system import LabError
 from c4.lab.truth import truth
 
 
@@ -48,10 +49,14 @@ def test_routes_spread_over_every_spine():
     assert len(routes["c4l-spine2"]) == len(lay.leaves)
 
 
-def test_invalid_specs_are_refused():
-    for bad in (dict(hosts=0), dict(gpus_per_host=0), dict(spines=0), dict(host_mbit=0)):
-        with pytest.raises(ValueError):
+def test_invalid_specs_are_refused_naming_the_flag():
+    for bad, message in ((dict(hosts=0), "--hosts must be from 1 to 200, got 0"),
+                         (dict(gpus_per_host=0), "--gpus-per-host must be at least 1, got 0"),
+                         (dict(spines=17), "--spines must be from 1 to 16, got 17"),
+                         (dict(host_mbit=0), "--host-mbit must be at least 1, got 0")):
+        with pytest.raises(LabError) as err:
             LabSpec(**bad)
+        assert str(err.value) == message
 
 
 def test_pins_from_a_plan_take_the_spine_of_each_cross_leaf_path():

@@ -11,7 +11,8 @@ import grpc
 import pytest
 
 from c4.security.channel import ClientSecurity
-from c4.security.server import SecurityError, is_loopback
+from c4.security.errors import SecurityError
+from c4.security.server import is_loopback
 from diagnosis.client import DaemonClient, DaemonError, DaemonUnavailable
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon

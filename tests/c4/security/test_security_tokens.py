@@ -213,3 +213,20 @@ def _quiet(fn):
         return fn()
     except DaemonError:
         return None
+
+
+def test_bad_client_settings_are_the_security_error():
+    """Every refusal of the security settings is one SecurityError (a C4Error, and a
+    ValueError for callers that take any bad value), with the message that says what to fix."""
+    from c4.errors import C4Error
+    from c4.security.errors import SecurityError
+    from c4.security.roles import check_role
+    from c4.security.secret import read_token
+
+    with pytest.raises(SecurityError, match="needs both --tls-cert and --tls-key") as err:
+        ClientSecurity.from_env({}, tls_cert="cert.pem")
+    assert isinstance(err.value, C4Error) and isinstance(err.value, ValueError)
+    with pytest.raises(SecurityError, match="cannot read the token file"):
+        read_token("", "/nonexistent/token")
+    with pytest.raises(SecurityError, match="unknown role"):
+        check_role("operator")

@@ -7,20 +7,15 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from c4.processes import Service, c4_command, free_port
-from c4.proto import c4_pb2
-from collectors.wire import HEADER, encode_frame
+from collectors.wire import decode_acks, encode_frame, read_available
 from tests.support.frames import group_info, op_batch, rank_info
-from tests.support.services import wait_for
+from tests.support.services import Samples, scrape, wait_for
 
 
 class Car:
@@ -46,12 +41,8 @@ class Car:
         wait_for(lambda: self.metrics(), 60, what=f"sidecar {self.name} serving metrics")
         return self
 
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for fam in text_string_to_metric_families(text) for s in fam.samples}
+    def metrics(self) -> Samples:
+        return scrape(self.metrics_port)
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics().get((name, tuple(sorted(labels.items()))), 0.0)
@@ -70,20 +61,6 @@ class Car:
 
     def output(self) -> str:
         return self.service.output() if self.service is not None else ""
-
-
-def _acks(buffer: bytearray) -> list[c4_pb2.IngestAck]:
-    """Complete acknowledgement frames off the front of ``buffer``."""
-    out, pos = [], 0
-    while len(buffer) - pos >= HEADER.size:
-        (size,) = HEADER.unpack_from(buffer, pos)
-        if len(buffer) - pos - HEADER.size < size:
-            break
-        start = pos + HEADER.size
-        out.append(c4_pb2.IngestAck.FromString(bytes(buffer[start:start + size])))
-        pos = start + size
-    del buffer[:pos]
-    return out
 
 
 class AckedRank:
@@ -155,24 +132,8 @@ class AckedRank:
         """Take the acknowledgements that arrived; True if the sidecar has gone away."""
         if self._sock is None:
             return False
-        gone = False
-        self._sock.settimeout(0)  # a socket with a timeout would wait for data to arrive
-        try:
-            while True:
-                try:
-                    chunk = self._sock.recv(65536)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    gone = True
-                    break
-                if not chunk:
-                    gone = True
-                    break
-                self._inbox += chunk
-        finally:
-            self._sock.settimeout(5)
-        for ack in _acks(self._inbox):
+        gone = not read_available(self._sock, self._inbox)
+        for ack in decode_acks(self._inbox):
             if ack.code:
                 self.refused[ack.seq] = ack.error
             for fno in [f for f in self.unacked if f <= ack.seq]:
@@ -203,15 +164,3 @@ class AckedRank:
 def stored_keys(client, job: str) -> list[tuple[int, int]]:
     cols = client.ops(job)
     return sorted(zip(cols["rank"].tolist(), cols["seq"].tolist()))
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str):
-    """A tmpfs of ``size`` mounted at ``path`` (root only) for the duration."""
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                   check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)

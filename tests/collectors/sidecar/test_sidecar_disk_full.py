@@ -9,7 +9,8 @@ import os
 import pytest
 
 from diagnosis.client import DaemonClient
-from tests.collectors.sidecar.harness import AckedRank, Car, stored_keys, tmpfs
+from tests.collectors.sidecar.harness import AckedRank, Car, stored_keys
+from tests.support.mounts import tmpfs
 from tests.support.services import free_port, start_daemon, wait_for
 
 SENT = 200_000

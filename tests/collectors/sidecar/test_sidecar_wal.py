@@ -14,8 +14,8 @@ from c4.proto.codec import decode_ops
 from collectors.sidecar.errors import LogCorrupt, LogFull
 from collectors.sidecar.spill import Spill
 from collectors.sidecar.wal import Log
-from tests.collectors.sidecar.harness import tmpfs
 from tests.support.frames import op_batch, rank_info
+from tests.support.mounts import tmpfs
 
 
 def _flip(path, offset: int) -> None:

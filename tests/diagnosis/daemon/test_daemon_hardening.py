@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from c4.cli import build_app
 from c4.proto import c4_pb2_grpc
 from c4.security.channel import ClientSecurity, open_channel
-from c4.security.server import SecurityError
+from c4.security.errors import SecurityError
 from diagnosis.client import DaemonClient, DaemonError
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.server import Daemon

@@ -6,16 +6,12 @@ single connection, so that noise alone was filed as a slow cable in a healthy jo
 
 from __future__ import annotations
 
-from c4.topology import Topology
-from diagnosis.engine import Engine
 from diagnosis.sim.config import SimConfig
-from diagnosis.sim.run import simulate
-from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import simulate_and_diagnose
 
 
 def test_healthy_dual_port_job_has_no_slow_cable(tmp_path):
     cfg = SimConfig(gpus=512, iterations=30, microbatches=2, job="bench512", seed=3902146272,
                     fabric="dual_port")
-    res = simulate(cfg, tmp_path)
-    reports, _ = feed_trace(Engine(Topology.load(res.topology)), res.trace)
+    reports, _, _ = simulate_and_diagnose(tmp_path, cfg)
     assert reports == []

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import partial
 
 from diagnosis.engine import Engine, EngineConfig
-from tests.support.engine_builders import OpRow, op_columns, op_row
+from tests.support.engine_builders import OpRow, advance_quietly, op_columns, op_row
 
 MS = 1_000_000
 STRINGS = ["a", "p", "all_reduce", "send", "recv", ""]
@@ -23,12 +23,7 @@ def _row(rank: int, pg: int, seq: int, op: int, enter: int, end: int, peer: int 
 def _wait(eng: Engine, t: int, heartbeats: bool) -> list:
     """Advance 8 s past ``t``, every rank heard each second if ``heartbeats``; the hang
     reports filed meanwhile."""
-    out = []
-    for k in range(1, 80):
-        now = t + k * 100 * MS
-        if heartbeats and k % 10 == 0:
-            eng.heard(range(4), now)
-        out += eng.advance(now)
+    out = advance_quietly(eng, t, 79, heard=range(4) if heartbeats else ())
     return [r for r in out if r.kind in ("comm_hang", "noncomm_hang")]
 
 

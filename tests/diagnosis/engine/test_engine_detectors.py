@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.engine import Engine
-from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.synth import SynthJob
-from tests.support.engine_builders import top
+from tests.support.engine_builders import synth_and_diagnose, top
 
 
 def run(tmp_path, topology=True, **kw):
     job = SynthJob(**kw)
-    topo = job.topology()
-    path = tmp_path / "trace.jsonl"
-    job.write(path, topo)
-    engine = Engine(topo if topology else None)
-    reports, _ = feed_trace(engine, path, block_bytes=64 << 10)
-    return job, reports
+    return job, synth_and_diagnose(tmp_path / "trace.jsonl", job, topology=topology,
+                                   block_bytes=64 << 10)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -4,18 +4,14 @@ against, rises with the fault itself; a connection's own quieter past tells its 
 
 from __future__ import annotations
 
-from c4.topology import Topology
-from diagnosis.engine import Engine
 from diagnosis.sim.config import FaultSpec, SimConfig
-from diagnosis.sim.run import simulate
-from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import simulate_and_diagnose
 
 
 def analyze(tmp_path, faults, **reduced):
     cfg = SimConfig(gpus=128, iterations=40, microbatches=2, seed=11, fabric="single_switch",
                     faults=faults, **reduced)
-    res = simulate(cfg, tmp_path)
-    reports, _ = feed_trace(Engine(Topology.load(res.topology)), res.trace)
+    reports, _, _ = simulate_and_diagnose(tmp_path, cfg)
     return [(r.kind, r.suspects[0].id) for r in reports]
 
 

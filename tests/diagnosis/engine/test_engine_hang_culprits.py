@@ -8,7 +8,7 @@ from functools import partial
 
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.engine.hangs import scan_open
-from tests.support.engine_builders import OpRow, op_columns, op_row
+from tests.support.engine_builders import OpRow, advance_quietly, op_columns, op_row
 
 MS = 1_000_000
 ERROR = 2
@@ -252,12 +252,7 @@ def _frozen_pair(heartbeats: bool):
                       + [_row(2, C, 20, t + 5 * MS, -1), _row(3, C, 20, t + 5 * MS + 300, -1)]
                       + [_row(r, C, 20, t + 5 * MS, t + 6 * MS) for r in (4, 5)]
                       + [_row(r, A, 21, t + 8 * MS, -1) for r in (0, 1, 4, 5)]))
-    out = []
-    for k in range(1, 80):
-        now = t + k * 100 * MS
-        if heartbeats and k % 10 == 0:
-            eng.heard([0, 1, 2, 4, 5], now)
-        out += eng.advance(now)
+    out = advance_quietly(eng, t, 79, heard=[0, 1, 2, 4, 5] if heartbeats else ())
     return [r for r in out if r.kind == "noncomm_hang"]
 
 
@@ -346,12 +341,7 @@ def _frozen_inside_all_entered(heard: list[int]):
     each second."""
     eng, t = _steady_four()
     eng.add_ops(_cols([_row(r, A, 20, t + r * 100, -1) for r in range(4)]))
-    out = []
-    for k in range(1, 100):
-        now = t + k * 100 * MS
-        if heard and k % 10 == 0:
-            eng.heard(heard, now)
-        out += eng.advance(now)
+    out = advance_quietly(eng, t, 99, heard=heard)
     return [r for r in out if r.kind in ("noncomm_hang", "comm_hang")]
 
 
@@ -418,11 +408,7 @@ def test_a_frozen_rank_is_one_incident_not_a_hang_and_an_error():
     eng, t = _steady_four()
     eng.add_ops(_cols([_row(r, A, 20, t + r * 100, t + 4 * MS) for r in (0, 1, 3)]
                       + [_row(r, A, 21, t + 20 * MS, -1) for r in (0, 1, 3)]))
-    out = []
-    for k in range(1, 100):
-        now = t + k * 100 * MS
-        eng.heard([0, 1, 3], now)
-        out += eng.advance(now)
+    out = advance_quietly(eng, t, 99, heard=[0, 1, 3], every=1)
     latest = {r.id: r for r in out}
     open_ = [r for r in latest.values() if r.state == "open"]
     assert [(r.kind, r.evidence["culprits"]) for r in open_] == [("noncomm_hang", [2])], \

@@ -4,26 +4,16 @@ began, several faults at once, and a healthy job under heavy benign noise."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from c4.topology import Topology
-from diagnosis.engine import Engine
-from diagnosis.sim.config import FaultSpec, SimConfig
-from diagnosis.sim.run import simulate
-from diagnosis.trace.feed import feed_trace
-from tests.support.engine_builders import top
+from tests.support.engine_builders import sim_config, simulate_and_diagnose, top
 
 BASE = {"gpus": 128, "iterations": 30, "microbatches": 2, "seed": 5, "hosts_per_leaf": 4}
 
 
 def analyze(tmp_path, *faults: str, **kw):
-    cfg = SimConfig(**{**BASE, **kw}, faults=tuple(FaultSpec.parse(f) for f in faults))
-    res = simulate(cfg, tmp_path)
-    truth = json.loads(res.truth.read_text())["faults"]
-    reports, _ = feed_trace(Engine(Topology.load(res.topology)), res.trace)
-    return reports, truth
+    reports, truth, _ = simulate_and_diagnose(tmp_path, sim_config(BASE, faults, **kw))
+    return reports, truth["faults"]
 
 
 def test_a_nic_slow_one_iteration_in_three_is_named_with_how_often_and_how_much(tmp_path):

@@ -6,16 +6,11 @@ the fault's."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from bench.accuracy.analyze import analyze_stream
-from c4.topology import Topology
-from diagnosis.engine import Engine
 from diagnosis.sim.config import FaultSpec, SimConfig
-from diagnosis.sim.run import simulate
-from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import simulate_and_diagnose
 
 ONSET = 5
 
@@ -31,10 +26,7 @@ def _iteration(starts: list[int], t_ns: int) -> int:
 
 
 def test_offline_onset_is_where_the_slowdown_began(tmp_path):
-    res = simulate(_config(), tmp_path)
-    # (as `c4 analyze` reads it)
-    reports, _ = feed_trace(Engine(Topology.load(res.topology)), res.trace, workers=1)
-    truth = json.loads(res.truth.read_text())
+    reports, truth, _ = simulate_and_diagnose(tmp_path, _config(), workers=1)
     [fault] = truth["faults"]
     [r] = [r for r in reports if r.kind == "noncomm_slow"]
     assert r.suspects[0].rank == fault["ranks"][0]

@@ -4,27 +4,16 @@ trace reader; each fault found and named as on the full trace, healthy runs sile
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from c4.topology import Topology
-from diagnosis.engine import Engine
-from diagnosis.sim import SimConfig, simulate
-from diagnosis.sim.config import FaultSpec
-from diagnosis.trace.feed import feed_trace
+from tests.support.engine_builders import sim_config, simulate_and_diagnose
 
 # a small job at a realistic call rate: 64 GPUs, TP 8 x PP 4 x DP 2, 8 layers per stage
 BASE = dict(gpus=64, iterations=24, microbatches=2, layers=8, seed=5)
 
 
 def analyse(tmp_path, sample: int, *faults: str, **kw):
-    cfg = SimConfig(**{**BASE, **kw}, sample=sample,
-                    faults=tuple(FaultSpec.parse(f) for f in faults))
-    res = simulate(cfg, tmp_path)
-    reports, stats = feed_trace(Engine(Topology.load(res.topology)), res.trace)
-    truth = json.loads(res.truth.read_text())
-    return reports, truth, stats
+    return simulate_and_diagnose(tmp_path, sim_config(BASE, faults, sample=sample, **kw))
 
 
 def named(reports, fault) -> bool:

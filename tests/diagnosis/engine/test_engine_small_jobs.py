@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from diagnosis.engine import Engine
-from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.synth import SynthJob
+from tests.support.engine_builders import synth_and_diagnose
 
 
 def diagnose(tmp_path, **kw):
-    job = SynthJob(iterations=40, **kw)
-    topo = job.topology()
-    job.write(tmp_path / "t.jsonl", topo)
-    reports, _ = feed_trace(Engine(topo), tmp_path / "t.jsonl")
+    reports = synth_and_diagnose(tmp_path / "t.jsonl", SynthJob(iterations=40, **kw))
     return [(r.kind, r.suspects[0].type, r.suspects[0].id) for r in reports]
 
 

@@ -37,7 +37,8 @@ def test_unknown_hosts_and_backends_are_refused(tmp_path):
     out = _c4("pair", "10.1.2.3", "127.0.0.1", tmp=tmp_path)
     assert out.returncode == 2 and "--remote ssh" in out.stderr
     out = _c4("bisect", "127.0.0.1", "127.0.0.2", "--backend", "mpi", tmp=tmp_path)
-    assert out.returncode != 0 and "unknown backend" in out.stderr
+    assert out.returncode == 2 and "--backend (C4_PROBE_BACKEND) must be one of gloo, " \
+        "nccl-tests" in out.stderr
     out = _c4("confirm", "127.0.0.1", "127.0.0.2", "--backend", "nccl-tests",
               "--nccl-tests-dir", str(tmp_path), tmp=tmp_path)
     assert out.returncode == 2 and "sendrecv_perf is not in" in out.stderr
