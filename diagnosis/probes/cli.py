@@ -11,10 +11,12 @@ from typing import Any
 
 import typer
 
+from c4.output import FORMAT_HELP, Format, emit_object
+
 probe_app = typer.Typer(help="Probe hosts actively (gloo or nccl-tests): a pair, a bisection "
                         "over hosts, or a suspect against healthy peers.", no_args_is_help=True)
 
-_FORMAT = typer.Option("table", "--format", help="Output: 'table' or 'json'.")
+_FORMAT = typer.Option(Format.table, "--format", help=FORMAT_HELP)
 _BACKEND = typer.Option("gloo", "--backend", help="'gloo' (torch.distributed, CPU) or "
                         "'nccl-tests' (GPU clusters).")
 _BYTES = typer.Option(None, "--bytes", help="Message size in bytes (default 4 MiB for gloo, "
@@ -140,7 +142,7 @@ def pair(
     backend: str = _BACKEND, size: int | None = _BYTES, iters: int = _ITERS,
     timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
     remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
-    gpus: int = _GPUS, fmt: str = _FORMAT,
+    gpus: int = _GPUS, fmt: Format = _FORMAT,
 ) -> None:
     """Measure point-to-point bandwidth between two hosts (both directions at once)."""
     from c4.errors import C4Error
@@ -153,8 +155,8 @@ def pair(
     except (C4Error, ValueError) as exc:
         _fail(exc)
     expected = expected_busbw(topo, [a, b])
-    if fmt == "json":
-        typer.echo(json.dumps({"result": r.to_json(), "expected_GBps": expected}))
+    if fmt is not Format.table:
+        emit_object(fmt, {"result": r.to_json(), "expected_GBps": expected})
     else:
         _results_table(f"{prober.name} pair probe" + (
             f" (links allow {expected:.4g} GB/s)" if expected else ""), [r])
@@ -171,7 +173,7 @@ def bisect_cmd(
     timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
     remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
     gpus: int = _GPUS, ratio: float = _RATIO, reports: Path | None = _REPORTS,
-    fmt: str = _FORMAT,
+    fmt: Format = _FORMAT,
 ) -> None:
     """Bisect a set of hosts for the slow one(s): halves, then pairs with cleared hosts."""
     from c4.errors import C4Error
@@ -185,9 +187,9 @@ def bisect_cmd(
         adjusted = _adjusted(reports, list(out.verdicts))
     except (C4Error, ValueError) as exc:
         _fail(exc)
-    if fmt == "json":
-        typer.echo(json.dumps({**out.to_json(), **({"reports": adjusted} if adjusted is not None
-                                                   else {})}))
+    if fmt is not Format.table:
+        emit_object(fmt, {**out.to_json(), **({"reports": adjusted} if adjusted is not None
+                                              else {})})
     else:
         _results_table(f"{prober.name} bisection: {out.reason}", list(out.steps),
                        list(out.verdicts))
@@ -205,7 +207,7 @@ def confirm_cmd(
     timeout: float = _TIMEOUT, lab_dir: Path | None = _LAB, topology: Path | None = _TOPO,
     remote: str | None = _REMOTE, launcher: str = _LAUNCHER, nccl_dir: Path | None = _NCCL_DIR,
     gpus: int = _GPUS, ratio: float = _RATIO, reports: Path | None = _REPORTS,
-    fmt: str = _FORMAT,
+    fmt: Format = _FORMAT,
 ) -> None:
     """Confirm or clear a suspect with pair tests against peers (exit 1 when confirmed)."""
     from c4.errors import C4Error
@@ -219,9 +221,9 @@ def confirm_cmd(
         adjusted = _adjusted(reports, [v])
     except (C4Error, ValueError) as exc:
         _fail(exc)
-    if fmt == "json":
-        typer.echo(json.dumps({**v.to_json(), **({"reports": adjusted} if adjusted is not None
-                                                 else {})}))
+    if fmt is not Format.table:
+        emit_object(fmt, {**v.to_json(), **({"reports": adjusted} if adjusted is not None
+                                            else {})})
     else:
         _results_table(f"{prober.name} probe of {suspect}: {v.status}", list(v.results), [v])
         _print_adjusted(adjusted)
