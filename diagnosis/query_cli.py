@@ -54,11 +54,9 @@ def _when(ns: int) -> str:
 
 def _where(pg: str | None, seq: int | None) -> str:
     """Where in the job a report points: its process group and call, as far as known."""
-    if not pg:
-        return ""
-    from diagnosis.engine.wording import group_words
+    from diagnosis.engine.wording import call_words
 
-    return f", in {group_words(pg, 'process group')}" + ("" if seq is None else f" call #{seq}")
+    return f", in {call_words(pg, seq)}" if pg else ""
 
 
 def _print_process(p: dict) -> None:

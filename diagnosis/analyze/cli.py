@@ -223,13 +223,14 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
     from rich.table import Table
 
     from c4.output import make_console
+    from diagnosis.engine.wording import call_words
 
     table = Table(title=f"{len(reports)} fault report(s)" if reports else "no faults found")
     for col in ("kind", "state", "onset (UTC)", "end (UTC)", "suspects", "where", "summary"):
         table.add_column(col, overflow="fold")
     for r in reports:
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in r.suspects[:3])
-        where = f"{r.pg} #{r.seq}" if r.pg and r.seq is not None else (r.pg or "")
+        where = call_words(r.pg, r.seq)
         cleared = r.state != "open"
         summary = r.summary + "".join(f"\ncause: {c['target']}: {c['summary']}; "
                                       f"{c['action']}" for c in r.causes)
