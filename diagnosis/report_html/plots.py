@@ -157,7 +157,9 @@ def lateness_heatmap(ops: Columns, faults: list | tuple = (), rows: Rows | None 
         worst = np.bincount(row, weights=skew, minlength=nrows) / np.maximum(
             np.bincount(row, minlength=nrows), 1)
         top = int(np.argmax(worst))
-        latest = f"{rows.axis.split(' ')[0]} {rows.labels[top]}, {worst[top]:+.3f} ms"
+        noun, name = rows.axis.split(" ")[0], rows.labels[top]
+        # rails are labelled "rail 1" already: not "rail rail 1"
+        latest = f"{name if name.startswith(noun) else f'{noun} {name}'}, {worst[top]:+.3f} ms"
     caption = (f"{len(skew):,} arrivals at {len(np.unique(t_ns)):,} collective calls. Red is "
                f"late, blue early (linear up to {limit:.3g} ms, logarithmic beyond, to "
                f"{top_abs:.3g} ms; grey: no call)."
@@ -488,6 +490,12 @@ def timeline_figure(data: ReportData) -> tuple[str, str] | None:
         return None
     t0 = min(min((a for a, _ in spans), default=0) for _, spans, _, _ in rows if spans)
     t1 = max(max((b for _, b in spans), default=0) for _, spans, _, _ in rows if spans)
+    # on the heatmaps' clock (seconds since the first call, over the whole job), so that a
+    # fault's bar lines up with the lateness it shades there
+    calls = len(data.ops) > 0
+    if calls:
+        enter = data.ops["t_enter_ns"]
+        t0, t1 = int(enter.min()), max(t1, int(enter.max()))
     plt = _plt()
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.45 * len(rows)))
     width = max((t1 - t0) / 1e9, 1e-3)
@@ -501,8 +509,10 @@ def timeline_figure(data: ReportData) -> tuple[str, str] | None:
                         color="#1b5e20")
     ax.set_yticks(range(len(rows)), [r[0] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first event")
+    ax.set_xlabel("seconds since the first call" if calls else "seconds since the first event")
+    ax.set_xlim(0, max((t1 - t0) / 1e9, 1e-3))
     ax.grid(axis="x", color="#eeeeee")
+    ax.set_axisbelow(True)   # the grid behind the bars, not across them
     caption = (f"{len(data.faults)} fault report(s) from first seen to last seen"
                + (f" ({len(shown)} most certain drawn)" if len(shown) < len(data.faults)
                   else "")
