@@ -94,6 +94,12 @@ def test_killed_job_without_last_words_fails_and_its_faults_resolve():
                 kind="noncomm_slow", suspects=(Suspect("rank", "1", 0.9, rank=1),),
                 first_seen_ns=1, summary="rank 1 is slow", id="noncomm_slow:rank:1"))
             t0 = time.monotonic()
+            # the detectors go on revising it while the silence is not yet long enough
+            time.sleep(1.0)
+            d.hub.file("killed", FaultReport(
+                kind="noncomm_slow", suspects=(Suspect("rank", "1", 0.9, rank=1),),
+                first_seen_ns=1, last_seen_ns=time.time_ns(), summary="rank 1 is slow",
+                id="noncomm_slow:rank:1"))
             summary = wait_for(lambda: (j := _job(client, "killed")).state == "failed" and j,
                                15, what="the silent job failed")
             assert time.monotonic() - t0 >= 1.0       # not before the silence is long enough
@@ -103,6 +109,8 @@ def test_killed_job_without_last_words_fails_and_its_faults_resolve():
             assert resolved.state == "resolved"
             reason = resolved.evidence["resolution"]["reason"]
             assert reason.startswith("job killed failed") and "nothing heard" in reason
+            # it ran no longer than its job: its end is when the job was last heard
+            assert 1 <= resolved.last_seen_ns <= summary.ended_ns
             assert not client.faults("killed", open_only=True)
             # it speaks again (a partition healed, not a kill): it runs again
             client.send(_req(310, op_batch("killed", 0, range(20, 30))))

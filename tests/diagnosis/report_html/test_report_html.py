@@ -200,3 +200,18 @@ def test_a_long_stall_is_shaded_and_not_clipped():
     assert "Shaded: the spans of 1 fault report(s)" in caption
     assert re.search(r"to 2e\+04 ms", caption), caption
     assert "noncomm_hang" in svg
+    # four ranks: each named at the middle of its row, not 0.5-steps of a continuous axis
+    y_axis = svg[svg.index('id="matplotlib.axis_2"'):]
+    ticks = re.findall(r"<text[^>]*>\s*([0-9.]+)\s*</text>", y_axis[:y_axis.index("rank</text>")])
+    assert {"0", "1", "2", "3"} <= set(ticks) and "0.5" not in ticks and "2.5" not in ticks, ticks
+
+
+def test_the_timeline_names_each_faults_suspect_with_its_kind():
+    from c4.report import FaultReport, Suspect
+    from diagnosis.report_html.data import ReportData
+    from diagnosis.report_html.plots import timeline_figure
+
+    hang = FaultReport("noncomm_hang", (Suspect("rank", "1", 0.9, rank=1),), T0, "rank 1",
+                       id="h", last_seen_ns=T0 + 10**9)
+    svg, _ = timeline_figure(ReportData("j", "trace t", Columns({}, []), None, [hang]))
+    assert "noncomm_hang: rank 1" in svg and "seconds since the first event" in svg
