@@ -161,11 +161,15 @@ def faults_show(
     if resolution:
         _out().print(f"resolved at {_when(resolution.get('at_ns', 0))}: "
                      f"{resolution.get('reason')}", highlight=False, markup=False)
+    elif r.state != "open" and r.evidence.get("resolved"):
+        # the detectors' own reason (the waiting call finished, no longer slow, ...)
+        _out().print(f"resolved at {_when(r.last_seen_ns)}: {r.evidence['resolved']}",
+                     highlight=False, markup=False)
     processes = r.evidence.get("processes") or []
     for p in processes:
         _print_process(p)
     evidence = {k: v for k, v in r.to_json()["evidence"].items()
-                if k not in ("processes", "ack", "resolution")}
+                if k not in ("processes", "ack", "resolution", "resolved")}
     if evidence:
         _out().print_json(json.dumps(evidence))
 
