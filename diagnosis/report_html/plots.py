@@ -164,9 +164,10 @@ def lateness_heatmap(ops: Columns, faults: list | tuple = (), rows: Rows | None 
         noun, name = rows.axis.split(" ")[0], rows.labels[top]
         # rails are labelled "rail 1" already: not "rail rail 1"
         latest = f"{name if name.startswith(noun) else f'{noun} {name}'}, {worst[top]:+.3f} ms"
+    scale = (f"linear up to {limit:.3g} ms, logarithmic beyond, to {top_abs:.3g} ms"
+             if top_abs > limit * 1.01 else f"linear to {top_abs:.3g} ms")
     caption = (f"{len(skew):,} arrivals at {len(np.unique(t_ns)):,} collective calls. Red is "
-               f"late, blue early (linear up to {limit:.3g} ms, logarithmic beyond, to "
-               f"{top_abs:.3g} ms; grey: no call)."
+               f"late, blue early ({scale}; grey: no call)."
                + ("" if rows is None else f" Each {rows.axis.split(' ')[0]}'s row shows "
                   + ("its latest rank" if rows.latest else "the mean of its ranks")
                   + " in each time bin.")

@@ -215,3 +215,21 @@ def test_the_timeline_names_each_faults_suspect_with_its_kind():
                        id="h", last_seen_ns=T0 + 10**9)
     svg, _ = timeline_figure(ReportData("j", "trace t", Columns({}, []), None, [hang]))
     assert "noncomm_hang: rank 1" in svg and "seconds since the first event" in svg
+
+
+def test_a_scale_without_outliers_is_said_to_be_linear():
+    from diagnosis.report_html.plots import lateness_heatmap
+
+    calls, ranks = 50, 4
+    seq = np.repeat(np.arange(calls), ranks)
+    rank = np.tile(np.arange(ranks), calls)
+    enter = T0 + seq * 10_000_000 + rank * 1_000_000        # every skew -1.5 .. +1.5 ms
+    n = len(seq)
+    cols = Columns({
+        "rank": rank.astype(np.int32), "pg": np.zeros(n, np.uint32), "seq": seq,
+        "op": np.zeros(n, np.uint32), "nbytes": np.zeros(n, np.int64),
+        "dtype": np.zeros(n, np.uint32), "t_enter_ns": enter.astype(np.int64),
+        "t_start_ns": np.full(n, -1, np.int64), "t_end_ns": enter.astype(np.int64) + 1000,
+        "status": np.zeros(n, np.uint8), "peer": np.full(n, -1, np.int32)}, ["pg"])
+    _, caption = lateness_heatmap(cols)
+    assert "(linear to 1.5 ms; grey: no call)" in caption, caption
