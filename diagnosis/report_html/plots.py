@@ -15,7 +15,6 @@ from diagnosis.report_html.data import ReportData
 
 MAX_ROWS = 512        # heatmap / matrix rows before ranks are grouped into bands
 TIME_BINS = 240
-MAX_NAMED_ROWS = 32   # heatmap rows each named on the axis; more get the axis's own ticks
 NO_DATA = "#ececec"   # cells without calls: grey, apart from white (no skew)
 FAULT_COLOURS = {"noncomm_hang": "#b2182b", "comm_hang": "#d6604d", "noncomm_slow": "#f4a582",
                  "comm_slow": "#fdae61", "error": "#762a83"}
@@ -143,9 +142,13 @@ def lateness_heatmap(ops: Columns, faults: list | tuple = (), rows: Rows | None 
     ax.set_xlabel("seconds since the first call")
     if rows is None:
         ax.set_ylabel("rank" if band == 1 else f"rank (bands of {band})")
-        if band == 1 and nrows <= MAX_NAMED_ROWS:
-            # each rank's name at the middle of its row, not 0.5-steps of a continuous axis
-            ax.set_yticks(np.arange(nrows) + 0.5, [str(r) for r in range(nrows)])
+        if band == 1:
+            # ranks named at the middle of their rows (not 0.5-steps of a continuous axis),
+            # the suspects' in red
+            from c4.report import suspect_ranks
+
+            _row_ticks(ax, [str(r) for r in range(nrows)],
+                       {str(r) for f in faults for r in suspect_ranks(f)})
     else:
         ax.set_ylabel(rows.axis)
         _row_ticks(ax, rows.labels, rows.marked)

@@ -204,6 +204,8 @@ def test_a_long_stall_is_shaded_and_not_clipped():
     y_axis = svg[svg.index('id="matplotlib.axis_2"'):]
     ticks = re.findall(r"<text[^>]*>\s*([0-9.]+)\s*</text>", y_axis[:y_axis.index("rank</text>")])
     assert {"0", "1", "2", "3"} <= set(ticks) and "0.5" not in ticks and "2.5" not in ticks, ticks
+    red = re.findall(r'<text[^>]*fill: #d7191c[^>]*>\s*([^<\s]+)', y_axis)
+    assert red == ["0"], red                          # the hang's suspect, rank 0
 
 
 def test_the_timeline_names_each_faults_suspect_with_its_kind():
