@@ -1,14 +1,17 @@
 """Time and memory of ``c4 report --html --trace`` on simulated jobs of growing size.
 
     python -m bench.report_html_scale [--gpus 8 512 4096] [--iterations 6] [--no-conns]
+                                      [--pages DIR]
 
 Each size is simulated in one process (a job with a slow GPU and its connection samples, as
 ``c4 sim`` writes it) and its page built in a fresh one, whose peak RSS is the report's own:
 read the trace, run the detectors and render the page. Prints a table: GPUs, trace size,
 connection samples, fault reports, seconds (wall, and CPU of the process and its parsing
 workers) to build the page, peak RSS (the larger of the process and its largest worker), page
-size. The issue's target is 10 s and 500 MB at 4,096 GPUs; the machine this runs on may be
-shared (say so).
+size. ``--pages DIR`` keeps each page as DIR/report-<GPUs>.html, to look at (in headless
+Chromium: ``chromium --headless --screenshot=shot.png --window-size=1400,4000 PAGE``). The
+issue's target is 10 s and 500 MB at 4,096 GPUs; the machine this runs on may be shared (say
+so).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +45,7 @@ def _build(out: Path) -> dict:
     data = from_trace(trace, topology=out / "topology.json")
     page = render(data)
     wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+    (out / "report.html").write_text(page)
     # the trace's parsing processes (large traces, several CPUs) count too
     peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF,
                                                              resource.RUSAGE_CHILDREN))
@@ -67,6 +72,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--no-conns", action="store_true",
                     help="simulate without connection samples (calls only)")
+    ap.add_argument("--pages", type=Path, help="keep each page here as report-<GPUs>.html")
     ap.add_argument("--simulate", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--build", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -84,6 +90,9 @@ def main() -> None:
             _run("--simulate", str(gpus), tmp, "--iterations", str(args.iterations),
                  *(["--no-conns"] if args.no_conns else []))
             r = json.loads(_run("--build", tmp).strip().splitlines()[-1])
+            if args.pages:
+                args.pages.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path(tmp) / "report.html", args.pages / f"report-{gpus}.html")
         print(f"{gpus:>6} {r['trace_mb']:>9.1f} {r['conns']:>9,} {r['faults']:>6} "
               f"{r['wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['peak_mb']:>8.0f} "
               f"{r['page_kb']:>8.0f}", flush=True)

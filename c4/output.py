@@ -45,6 +45,15 @@ def emit(fmt: Format, key: str, items: Iterable[dict[str, Any]]) -> None:
     typer.echo(json.dumps({key: list(items)}, indent=2))
 
 
+def emit_object(fmt: Format, doc: dict[str, Any]) -> None:
+    """Print one JSON object: indented for ``json``, on one line for ``jsonl`` (so that a
+    command printing one thing reads the same way as one printing many)."""
+    if fmt is Format.jsonl:
+        typer.echo(json.dumps(doc, separators=(",", ":")))
+        return
+    typer.echo(json.dumps(doc, indent=2))
+
+
 def message_json(msg: Any) -> dict[str, Any]:
     """A protobuf message as JSON with numbers as numbers (64-bit ones too, which protobuf's
     own JSON writes as strings) and every field present, zeros and empty lists included."""

@@ -5,18 +5,20 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NoReturn
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.table import Table
 
-from c4.output import FORMAT_HELP, Format, emit, message_json
+from c4.output import FORMAT_HELP, Format, emit, emit_object, message_json
 from c4.output import make_console as _out
 from c4.security.cli import with_client_security as secured
 
 if TYPE_CHECKING:
     from c4.proto.codec import Columns
     from c4.report import FaultReport
+    from diagnosis.chrome_trace import ChromeTraceSummary
     from diagnosis.client import DaemonClient
 
 DaemonOpt = typer.Option(None, "--daemon", envvar="C4_DAEMON",
@@ -52,11 +54,9 @@ def _when(ns: int) -> str:
 
 def _where(pg: str | None, seq: int | None) -> str:
     """Where in the job a report points: its process group and call, as far as known."""
-    if not pg:
-        return ""
-    from diagnosis.engine.wording import group_words
+    from diagnosis.engine.wording import call_words
 
-    return f", in {group_words(pg, 'process group')}" + ("" if seq is None else f" call #{seq}")
+    return f", in {call_words(pg, seq)}" if pg else ""
 
 
 def _print_process(p: dict) -> None:
@@ -133,7 +133,7 @@ def faults_show(
     except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
-        typer.echo(json.dumps(r.to_json(), indent=2 if fmt is Format.json else None))
+        emit_object(fmt, r.to_json())
         return
     _out().print(f"[bold]{r.kind}[/bold] in job {r.job} ({_state(r)}, revision {r.revision})")
     _out().print(r.summary, highlight=False, markup=False)
@@ -161,11 +161,15 @@ def faults_show(
     if resolution:
         _out().print(f"resolved at {_when(resolution.get('at_ns', 0))}: "
                      f"{resolution.get('reason')}", highlight=False, markup=False)
+    elif r.state != "open" and r.evidence.get("resolved"):
+        # the detectors' own reason (the waiting call finished, no longer slow, ...)
+        _out().print(f"resolved at {_when(r.last_seen_ns)}: {r.evidence['resolved']}",
+                     highlight=False, markup=False)
     processes = r.evidence.get("processes") or []
     for p in processes:
         _print_process(p)
     evidence = {k: v for k, v in r.to_json()["evidence"].items()
-                if k not in ("processes", "ack", "resolution")}
+                if k not in ("processes", "ack", "resolution", "resolved")}
     if evidence:
         _out().print_json(json.dumps(evidence))
 
@@ -327,7 +331,7 @@ def status(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
     except C4Error as exc:
         _fail(exc)
     if fmt is not Format.table:
-        typer.echo(json.dumps(message_json(s), indent=2 if fmt is Format.json else None))
+        emit_object(fmt, message_json(s))
         return
     up = (time.time_ns() - s.started_ns) / 1e9
     faults = f"{s.open_faults} open fault(s)" if not s.store_error else "open faults unknown"
@@ -442,6 +446,10 @@ def export(
                                          "(default a million, what a viewer in a browser tab "
                                          "holds), those nearest the first fault's onset when "
                                          "there are more."),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (a sentence per file "
+                               "written), json (one object: {\"trace\": {...}, "
+                               "\"chrome_trace\": {...}}, what each file holds) or jsonl "
+                               "(that object on one line)."),
     daemon: str = DaemonOpt,
 ) -> None:
     """Write a job's stored telemetry as a trace file (c4's JSON Lines trace format), for
@@ -470,9 +478,20 @@ def export(
     if not len(cols) and not ranks:
         _fail(DiagnosisError(f"the daemon knows nothing of job {job!r}: `c4 jobs` lists the "
                              "jobs it has seen"))
+    written: dict[str, Any] = {"job": job}
     if output is not None:
         out = write_trace(output, job, ranks=ranks, groups=groups, ops=cols, reduced=reduced,
                           details=details, stopped_ns=stopped)
+        written["trace"] = {"path": output, **asdict(out)}
+    if chrome_trace is not None:
+        ct = _write_chrome(chrome_trace, job, cols, faults, {r.rank: r.host for r in ranks},
+                           {r.rank: r.gpu for r in ranks if r.gpu}, stopped, since, until,
+                           max_calls)
+        written["chrome_trace"] = {"path": chrome_trace, **asdict(ct)}
+    if fmt is not Format.table:
+        emit_object(fmt, written)
+        return
+    if output is not None:
         what = f"version {out.version}" + (f", sample {out.sample}" if out.sample > 1 else "")
         extra = f", {out.detail_ops:,} of them full records around reports" if full else ""
         _out().print(f"wrote {out.lines:,} records of job {job} to {output} ({what}{extra})")
@@ -480,14 +499,15 @@ def export(
             _out().print(f"left out {out.insane:,} records whose times or values c4 analyze "
                          "could not use (stored before the daemon checked them)")
     if chrome_trace is not None:
-        _write_chrome(chrome_trace, job, cols, faults, {r.rank: r.host for r in ranks},
-                      {r.rank: r.gpu for r in ranks if r.gpu}, stopped, since, until,
-                      max_calls)
+        _out().print(f"wrote {ct.calls:,} of {ct.calls_total:,} calls ({ct.ranks:,} ranks on "
+                     f"{ct.hosts:,} hosts, {ct.window_s[0]:.3f} s to {ct.window_s[1]:.3f} s) "
+                     f"and {ct.faults} fault(s) of job {job} to {chrome_trace} (Chrome trace: "
+                     "open it in Perfetto)", highlight=False)
 
 
 def _write_chrome(path: str, job: str, cols: Columns, faults: Iterable[FaultReport],
                   hosts: dict[int, str], gpus: dict[int, str], stopped: int, since: float | None,
-                  until: float | None, max_calls: int | None) -> None:
+                  until: float | None, max_calls: int | None) -> ChromeTraceSummary:
     from c4.errors import C4Error
     from diagnosis.chrome_trace import DEFAULT_MAX_CALLS, write_chrome_trace
 
@@ -499,10 +519,7 @@ def _write_chrome(path: str, job: str, cols: Columns, faults: Iterable[FaultRepo
         _fail(exc)
     for note in ct.notes:
         _out(stderr=True).print(f"[yellow]note:[/yellow] {note}", highlight=False)
-    _out().print(f"wrote {ct.calls:,} of {ct.calls_total:,} calls ({ct.ranks:,} ranks on "
-                 f"{ct.hosts:,} hosts, {ct.window_s[0]:.3f} s to {ct.window_s[1]:.3f} s) and "
-                 f"{ct.faults} fault(s) of job {job} to {path} (Chrome trace: open it in "
-                 "Perfetto)", highlight=False)
+    return ct
 
 
 def register(app: typer.Typer) -> None:

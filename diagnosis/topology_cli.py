@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from c4.output import Format
+from c4.output import FORMAT_HELP, Format, emit_object
 from c4.security.cli import with_client_security
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def show(
     job: str | None = typer.Option(None, "--job", help="Instead of a file: the topology the "
                                    "daemon assembled for this job from its hosts' discovery "
                                    "and its --topology fabric, with each rank's GPU and NIC."),
-    fmt: str = typer.Option("table", "--format", help="table (or text), json or jsonl."),
+    fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP),
     graph: bool = typer.Option(False, "--graph", help="With --job --format json: include the "
                                "node-link graph."),
     daemon: str | None = typer.Option(None, "--daemon", envvar="C4_DAEMON",
@@ -92,16 +92,13 @@ def show(
     from c4.output import emit, make_console
     from c4.topology import Topology
 
-    name = "table" if fmt == "text" else fmt
-    if name not in {f.value for f in Format}:
-        raise typer.BadParameter(f"--format {fmt!r}: table, json or jsonl")
     if (path is None) == (job is None):
         raise typer.BadParameter("give a topology FILE or --job JOB (one of them)")
     if job is not None:
-        _show_job(job, "text" if name == "table" else "json", graph, daemon)
+        _show_job(job, fmt, graph, daemon)
         return
     assert path is not None
-    form = Format(name)
+    form = fmt
     try:
         topo = Topology.load(path)
     except C4Error as exc:
@@ -146,8 +143,7 @@ def show(
     make_console().print(table)
 
 
-def _show_job(job: str, fmt: str, graph: bool, daemon: str | None) -> None:
-    import json
+def _show_job(job: str, fmt: Format, graph: bool, daemon: str | None) -> None:
 
     from c4.errors import C4Error
     from c4.topology.show import job_text
@@ -155,11 +151,14 @@ def _show_job(job: str, fmt: str, graph: bool, daemon: str | None) -> None:
 
     try:
         with DaemonClient(daemon) as client:
-            obj = client.job_topology(job, with_graph=graph and fmt == "json")
+            obj = client.job_topology(job, with_graph=graph and fmt is not Format.table)
     except C4Error as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    typer.echo(json.dumps(obj, indent=1) if fmt == "json" else job_text(obj))
+    if fmt is Format.table:
+        typer.echo(job_text(obj))
+    else:
+        emit_object(fmt, obj)
 
 
 _SOURCES_HELP = ("ibnetdiscover, slurm (topology.conf/.yaml, scontrol show topology), scontrol, "
@@ -181,15 +180,14 @@ def import_(
                                     "import (default: the cluster default)."),
     name_map: Path | None = typer.Option(None, "--name-map", help="ibnetdiscover: a "
                                          "--node-name-map file ('<guid> \"<name>\"' lines)."),
-    fmt: str = typer.Option("text", "--format", help="text or json (counts and issues)."),
+    fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP + " json: "
+                               "counts and issues."),
 ) -> None:
     """Import the cluster's own description of itself into a node-link topology."""
-    import json
 
     from c4.errors import C4Error
     from c4.topology.importers.sources import ImportOptions, run_import
 
-    _check_format(fmt)
     try:
         out = run_import(source, files, ImportOptions(host, name, name_map), existing)
     except C4Error as exc:
@@ -197,10 +195,10 @@ def import_(
         raise typer.Exit(2) from exc
     out.topology.save(output)
     issues = sorted(out.issues, key=lambda i: i.level != "warning")
-    if fmt == "json":
-        typer.echo(json.dumps({"output": str(output), "counts": out.counts,
-                               "warnings": sum(i.level == "warning" for i in issues),
-                               "issues": [i.to_json() for i in issues]}, indent=1))
+    if fmt is not Format.table:
+        emit_object(fmt, {"output": str(output), "counts": out.counts,
+                          "warnings": sum(i.level == "warning" for i in issues),
+                          "issues": [i.to_json() for i in issues]})
         return
     c = out.counts
     tiers = ", ".join(f"{n} {t}" for t, n in c["tiers"].items())
@@ -249,7 +247,7 @@ def discover(
 @topology_app.command("check")
 def check(
     path: Path = typer.Argument(..., help="Topology JSON file (node-link)."),
-    fmt: str = typer.Option("text", "--format", help="text or json."),
+    fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP),
     max_leaves: int = typer.Option(400, "--max-leaves", help="Compare the paths between every "
                                    "pair of leaves up to this many leaves (the exact test of "
                                    "which links no flow tells apart)."),
@@ -258,27 +256,20 @@ def check(
 
     Components no transfer crosses or tells apart, hosts without pairing, parts unjoined.
     """
-    import json
 
     from c4.errors import C4Error
     from c4.topology import Topology
     from c4.topology.check import check_topology
 
-    _check_format(fmt)
     try:
         result = check_topology(Topology.load(path), max_leaves=max_leaves)
     except C4Error as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    if fmt == "json":
-        typer.echo(json.dumps(result.to_json(), indent=1))
+    if fmt is not Format.table:
+        emit_object(fmt, result.to_json())
     else:
         typer.echo(result.to_text())
-
-
-def _check_format(fmt: str) -> None:
-    if fmt not in ("text", "json"):
-        raise typer.BadParameter(f"--format {fmt!r}: text or json")
 
 
 def _role(g: nx.Graph, node: str) -> str:

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-import json
 import signal
 import threading
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
-from c4.output import FORMAT_HELP, Format, emit
+from c4.output import FORMAT_HELP, Format, emit, emit_object
 from c4.output import make_console as _out
 
 if TYPE_CHECKING:
@@ -34,13 +32,9 @@ nodes_app = typer.Typer(help="Isolated nodes: list them, isolate one by hand, re
                         no_args_is_help=True)
 
 
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
-
-
 def _fail(exc: Exception) -> None:
-    _out().print(f"[red]error:[/red] {exc}", highlight=False)
+    # on stderr: piped JSON stays JSON
+    _out(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False)
     raise typer.Exit(2)
 
 
@@ -127,7 +121,7 @@ def recoveries(
     job: str = typer.Option("", "--job", help="Only this job."),
     decisions: int = typer.Option(20, "--decisions",
                                   help="Also show this many latest decisions (0: none)."),
-    fmt: Fmt = typer.Option(Fmt.table, "--format", help="table or json."),
+    fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP),
     journal: Path = JournalOpt,
 ) -> None:
     """Recoveries with their timelines, lost work and each job's ETTR, and the controller's
@@ -140,7 +134,7 @@ def recoveries(
     jobs = sorted({r.job for r in recs} | ({job} if job else set(jr.jobs())))
     effs = [e for e in (job_efficiency(jr, j) for j in jobs) if e is not None]
     decs = jr.decisions(job, limit=decisions) if decisions and not recovery_id else []
-    if fmt == Fmt.json:
+    if fmt is not Format.table:
         doc: dict[str, Any] = {
             "recoveries": [{"id": t.recovery.id, "job": t.recovery.job,
                             "fault_id": t.recovery.fault_id, "node": t.recovery.node,
@@ -156,7 +150,7 @@ def recoveries(
         if recovery_id:
             doc["transitions"] = [{"t_ns": t.t_ns, "from": t.src.value, "to": t.dst.value,
                                    "note": t.note} for t in jr.transitions(recovery_id)]
-        typer.echo(json.dumps(doc, indent=1))
+        emit_object(fmt, doc)
         return
     t = Table(title="recoveries (phases in seconds after the report)")
     for col in ("id", "job", "node", "state", "reported", "isolated", "stopped", "relaunched",

@@ -10,7 +10,9 @@ from typing import Any
 
 import typer
 
-flows_app = typer.Typer(help="Make flows files (shared specs section 4) for c4 plan.",
+from c4.output import FORMAT_HELP, Format, emit_object
+
+flows_app = typer.Typer(help="Make flows files (the NIC-to-NIC flows of a job) for c4 plan.",
                         no_args_is_help=True)
 
 
@@ -34,7 +36,7 @@ def plan(
                                           "scoring above this."),
     previous: Path | None = typer.Option(None, "--previous", help="A plan to re-plan from: "
                                          "flows keep their paths where still possible."),
-    fmt: str = typer.Option("table", "--format", help="json or table."),
+    fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the JSON plan "
                                        "here too."),
     transport: str = typer.Option("roce", "--transport", help="roce: pin a UDP source port per "
@@ -53,8 +55,6 @@ def plan(
     from traffic_planner.layout import observed_flows
     from traffic_planner.plan import load_plan_paths, plan_flows
 
-    if fmt not in ("json", "table"):
-        raise typer.BadParameter("use json or table", param_hint="--format")
     if transport not in ("roce", "ip"):
         raise typer.BadParameter("use roce or ip", param_hint="--transport")
     try:
@@ -74,8 +74,8 @@ def plan(
     obj = result.to_json()
     if output:
         output.write_text(json.dumps(obj, indent=1) + "\n")
-    if fmt == "json":
-        typer.echo(json.dumps(obj, indent=1))
+    if fmt is not Format.table:
+        emit_object(fmt, obj)
         return
     from traffic_planner.report import print_table
 

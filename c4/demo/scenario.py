@@ -75,7 +75,10 @@ class Demo:
                 + (f"   attempt {prog['attempt']}, step {prog.get('step')}, "
                    f"loss {prog.get('loss', float('nan')):.4f}" if prog else "   starting"))
         story = "\n".join(self.events[-6:])
-        faults = Table(title="what c4 found (live fault reports)", expand=True)
+        # a piped console is as wide as its longest line: filling it would write lines of
+        # 100,000 columns, so the view is only as wide as what it shows there
+        fill = self.console.is_terminal
+        faults = Table(title="what c4 found (live fault reports)", expand=fill)
         for col in ("kind", "top suspects", "summary"):
             faults.add_column(col, overflow="fold")
         try:
@@ -85,7 +88,7 @@ class Demo:
                                                      for s in r.suspects[:3]), r.summary)
         except Exception as exc:  # the view must not stop the demo
             faults.add_row("-", "-", f"daemon unreachable: {exc}")
-        recs = Table(title="recovery (journal)", expand=True)
+        recs = Table(title="recovery (journal)", expand=fill)
         for col in ("node", "state", "reason"):
             recs.add_column(col, overflow="fold")
         if self.journal_path.exists():
@@ -97,7 +100,7 @@ class Demo:
                     recs.add_row("-", f"decision: {d.action}", d.reason)
             finally:
                 jr.close()
-        return Group(Panel(head + ("\n" + story if story else "")), faults, recs)
+        return Group(Panel(head + ("\n" + story if story else ""), expand=fill), faults, recs)
 
     def say(self, text: str) -> None:
         stamp = time.monotonic() - self.start

@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from c4.output import FORMAT_HELP, Format, emit_object
+
 lab_app = typer.Typer(help="The fault lab: hosts as network namespaces on a leaf/spine fabric, "
                            "with the daemon, sidecars, real jobs and injected faults (root).",
                       no_args_is_help=True)
@@ -81,7 +83,8 @@ def down_cmd(lab_dir: Path = LAB_DIR) -> None:
 
 @lab_app.command("status")
 def status_cmd(
-    fmt: str = typer.Option("text", "--format", help="text or json (the whole lab state)."),
+    fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP + " json: the "
+                               "whole lab state."),
     lab_dir: Path = LAB_DIR,
 ) -> None:
     """The lab's hosts, services and faults (with their times: the ground truth)."""
@@ -91,8 +94,8 @@ def status_cmd(
     if st is None:
         typer.echo("no lab is up")
         raise typer.Exit(1)
-    if fmt == "json":
-        typer.echo(json.dumps(st, indent=1))
+    if fmt is not Format.table:
+        emit_object(fmt, st)
         return
     typer.echo(f"lab in {st['lab_dir']}: {len(st['hosts'])} hosts; daemon "
                f"{(st['daemon'] or {}).get('address', 'none')}")
@@ -243,7 +246,7 @@ def plan_bench_cmd(
     trials: int = typer.Option(4, "--trials", help="Fresh process groups (ECMP draws) per mode."),
     megabytes: int = typer.Option(16, "--mb", help="MiB sent per flow per iteration."),
     iters: int = typer.Option(3, "--iters", help="Iterations per trial (median taken)."),
-    fmt: str = typer.Option("text", "--format", help="text or json."),
+    fmt: Format = typer.Option(Format.table, "--format", help=FORMAT_HELP),
     lab_dir: Path = LAB_DIR,
 ) -> None:
     """Cross-leaf transfer bandwidth with ECMP, then with the traffic planner's pins."""
@@ -256,8 +259,8 @@ def plan_bench_cmd(
         res = plan_bench(_dir(lab_dir), trials=trials, megabytes=megabytes, iters=iters)
     except LabError as exc:
         _fail(exc)
-    if fmt == "json":
-        typer.echo(json.dumps(asdict(res), indent=1))
+    if fmt is not Format.table:
+        emit_object(fmt, asdict(res))
     else:
         typer.echo(res.table())
 

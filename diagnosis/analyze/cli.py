@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
+from c4.output import Format
+
 if TYPE_CHECKING:
     from diagnosis.trace.feed import FeedStats
     from diagnosis.trace.job import TraceJob
@@ -23,8 +25,8 @@ def analyze(
     topology: Path | None = typer.Option(None, "--topology", "-t", exists=True, dir_okay=False,
                                          help="Topology (node-link JSON). Without it suspects "
                                          "are ranks, or hosts from the trace's rank records."),
-    fmt: str = typer.Option("table", "--format", "-f", help="Output: 'table', 'json' "
-                            "({\"reports\": [...]}) or 'jsonl' (one report per line)."),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="table, json "
+                               "({\"reports\": [...]}) or jsonl (one report per line)."),
     flight_recorder: Path | None = typer.Option(None, "--flight-recorder", exists=True,
                                                 file_okay=False, help="Analyze a directory of "
                                                 "PyTorch Flight Recorder dumps instead of a "
@@ -83,8 +85,6 @@ def analyze(
     """
     from c4.errors import C4Error
 
-    if fmt not in ("json", "jsonl", "table"):
-        _fail(f"--format must be 'table', 'json' or 'jsonl', not {fmt!r}")
     nccl = bool(nccl_inspector or ncclras or logs or nccl_profiler)
     if (trace is not None) + (flight_recorder is not None) + nccl != 1:
         _fail("give a TRACE file, --flight-recorder DIR, or NCCL's telemetry "
@@ -223,13 +223,14 @@ def _emit(reports: list, fmt: str, output: Path | None) -> None:
     from rich.table import Table
 
     from c4.output import make_console
+    from diagnosis.engine.wording import call_words
 
     table = Table(title=f"{len(reports)} fault report(s)" if reports else "no faults found")
     for col in ("kind", "state", "onset (UTC)", "end (UTC)", "suspects", "where", "summary"):
         table.add_column(col, overflow="fold")
     for r in reports:
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in r.suspects[:3])
-        where = f"{r.pg} #{r.seq}" if r.pg and r.seq is not None else (r.pg or "")
+        where = call_words(r.pg, r.seq)
         cleared = r.state != "open"
         summary = r.summary + "".join(f"\ncause: {c['target']}: {c['summary']}; "
                                       f"{c['action']}" for c in r.causes)

@@ -81,8 +81,10 @@ class FaultHub:
         return stored
 
     def resolve(self, fault_id: str, reason: str, *, by: str = "c4",
-                now_ns: int | None = None) -> FaultReport | None:
-        """Resolve an open report with the reason (a person closing it, its job's end)."""
+                now_ns: int | None = None, until_ns: int | None = None) -> FaultReport | None:
+        """Resolve an open report with the reason (a person closing it, its job's end).
+        ``until_ns``: when the condition ended, where its last revision ran past it (a job
+        killed without last words is revised until its silence is long enough to tell)."""
         with self._lock:
             previous = self._store.get_fault(fault_id)
             if previous is None:
@@ -90,8 +92,11 @@ class FaultHub:
             if previous.state != "open":
                 return previous
             resolution = {"reason": reason, "by": by, "at_ns": now_ns or time.time_ns()}
+            last = previous.last_seen_ns
+            if until_ns is not None and last > until_ns:
+                last = max(until_ns, previous.first_seen_ns)
             stored = previous.with_updates(
-                state="resolved", revision=previous.revision + 1,
+                state="resolved", revision=previous.revision + 1, last_seen_ns=last,
                 evidence={**previous.evidence, "resolution": resolution})
             self._store.put_fault(stored)
         log.info("fault %s resolved by %s: %s", fault_id, by, reason)

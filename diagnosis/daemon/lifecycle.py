@@ -69,8 +69,9 @@ class JobLifecycle:
         with self._lock:
             self._ends[job] = end
         for r in open_reports:
+            # a report runs no longer than its job did
             self._hub.resolve(r.id, f"job {job} {end.state} (attempt {attempt}): {end.reason}",
-                              by="c4", now_ns=ended_ns)
+                              by="c4", now_ns=ended_ns, until_ns=ended_ns)
         log.info("job %s attempt %d %s: %s; %d open report(s) resolved", job, attempt,
                  end.state, end.reason, len(open_reports))
         return end

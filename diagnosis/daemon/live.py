@@ -569,9 +569,12 @@ class LiveView:
                 self._apply_heartbeats()
                 found = []
                 for st in self._jobs.values():
+                    if st.ended:
+                        # its reports were resolved with its end: a hang it left open would
+                        # otherwise be revised ("waited 539 s") for as long as the daemon runs
+                        continue
                     try:
-                        found.append((st.job, st.engine.advance(now_ns), _places(st),
-                                      st.ended))
+                        found.append((st.job, st.engine.advance(now_ns), _places(st)))
                     except Exception:
                         self._problem(st.job, "advance")
                 self._budgets(now_ns)
@@ -585,12 +588,12 @@ class LiveView:
                     st.ended = st.gone = True
                 pending, self._health_pending = self._health_pending, []
             filed = 0
-            for job, reports, places, over in found:
+            for job, reports, places in found:
                 # causes from the node's own health, joined at the report level; an open
                 # report gets them again when a finding came after it was filed
                 try:
                     explained = [self.health.explain(job, r, places) for r in reports]
-                    explained += [] if over else self.health.revisit(job, places)
+                    explained += self.health.revisit(job, places)
                 except Exception:
                     self._problem(job, "explain")
                     explained = list(reports)

@@ -23,7 +23,7 @@ from diagnosis.engine.localize import UNPLACED, Localizer
 from diagnosis.engine.reporter import Finding, Reporter
 from diagnosis.engine.state import JobState
 from diagnosis.engine.teardown import TeardownGate, stopped_together
-from diagnosis.engine.wording import ms
+from diagnosis.engine.wording import group_words, ms
 
 _ERRORS_KEPT = 4096     # failed instances remembered (their culprits may change as rows arrive)
 
@@ -394,7 +394,7 @@ class HangReports:
         if r >= c.size or c.last_pg[r] < 0:
             return "no call at all"
         return (f"{self.op_names[c.last_op[r]]} #{int(c.last_seq[r])} on "
-                f"{self.pg_names[c.last_pg[r]]}")
+                f"{group_words(self.pg_names[c.last_pg[r]])}")
 
     def _report_noncomm_hang(self, roots: dict[int, Stuck], cands: list[Stuck],
                              waiting: set[int], now: int, cycle: bool = False,

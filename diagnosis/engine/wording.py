@@ -14,3 +14,11 @@ def group_words(name: str, noun: str = "") -> str:
     if name.isdigit():
         return f"process group {name}"
     return f"{noun} {name}" if noun else name
+
+
+def call_words(pg: str | None, seq: int | None) -> str:
+    """Where in the job a report points, as far as it knows: its process group and call
+    ("process group 0 call #332"), or "" when it names no group."""
+    if not pg:
+        return ""
+    return group_words(pg, "process group") + ("" if seq is None else f" call #{seq}")

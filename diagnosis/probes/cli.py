@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from c4.output import FORMAT_HELP, Format, emit_object
 from c4.settings import build, derive_command
 from diagnosis.errors import ConfigError
 from diagnosis.probes.settings import PlanProbeSettings, ProbeSettings
@@ -33,8 +34,7 @@ def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
 
 # The commands' own arguments and options; the settings (backend, sizes, hosts' whereabouts,
 # the plans' judgement) are derived from diagnosis.probes.settings.
-_FORMAT = _param("fmt", typer.Option("table", "--format", help="Output: 'table' or 'json'."),
-                 str)
+_FORMAT = _param("fmt", typer.Option(Format.table, "--format", help=FORMAT_HELP), Format)
 _REPORTS = _param("reports", typer.Option(None, "--reports", help="Fault reports (c4 analyze "
                                           "--format json) to re-score with the verdicts: "
                                           "confirmed suspects gain, cleared ones go."),
@@ -121,7 +121,7 @@ def _g(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def run_pair(*, a: str, b: str, fmt: str, **options: Any) -> None:
+def run_pair(*, a: str, b: str, fmt: Format, **options: Any) -> None:
     """Measure point-to-point bandwidth between two hosts (both directions at once)."""
     from c4.errors import C4Error
     from diagnosis.probes.plans import expected_busbw
@@ -132,8 +132,8 @@ def run_pair(*, a: str, b: str, fmt: str, **options: Any) -> None:
     except C4Error as exc:
         _fail(exc)
     expected = expected_busbw(topo, [a, b])
-    if fmt == "json":
-        typer.echo(json.dumps({"result": r.to_json(), "expected_GBps": expected}))
+    if fmt is not Format.table:
+        emit_object(fmt, {"result": r.to_json(), "expected_GBps": expected})
     else:
         _results_table(f"{prober.name} pair probe" + (
             f" (links allow {expected:.4g} GB/s)" if expected else ""), [r])
@@ -160,17 +160,16 @@ def _run_plan(options: dict[str, Any], plan: Callable[..., Any], *hosts: Any
     return out, prober, adjusted
 
 
-def _emit(fmt: str, doc: dict[str, Any], adjusted: list[dict[str, Any]] | None,
+def _emit(fmt: Format, doc: dict[str, Any], adjusted: list[dict[str, Any]] | None,
           show: Callable[[], None]) -> None:
-    if fmt == "json":
-        typer.echo(json.dumps({**doc, **({"reports": adjusted} if adjusted is not None
-                                         else {})}))
+    if fmt is not Format.table:
+        emit_object(fmt, {**doc, **({"reports": adjusted} if adjusted is not None else {})})
     else:
         show()
         _print_adjusted(adjusted)
 
 
-def run_bisect(*, hosts: list[str], known_good: list[str], fmt: str, **options: Any) -> None:
+def run_bisect(*, hosts: list[str], known_good: list[str], fmt: Format, **options: Any) -> None:
     """Bisect a set of hosts for the slow one(s): halves, then pairs with cleared hosts."""
     from diagnosis.probes.plans import bisect
 
@@ -185,7 +184,7 @@ def run_bisect(*, hosts: list[str], known_good: list[str], fmt: str, **options: 
         raise typer.Exit(1)
 
 
-def run_confirm(*, suspect: str, peers: list[str], fmt: str, **options: Any) -> None:
+def run_confirm(*, suspect: str, peers: list[str], fmt: Format, **options: Any) -> None:
     """Confirm or clear a suspect with pair tests against peers (exit 1 when confirmed)."""
     from diagnosis.probes.plans import CONFIRMED, pairwise
 

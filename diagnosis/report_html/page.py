@@ -10,6 +10,7 @@ import logging
 import numpy as np
 
 from c4.report import suspect_ranks
+from diagnosis.engine.wording import call_words
 from diagnosis.report_html import plots
 from diagnosis.report_html.data import ReportData
 from diagnosis.report_html.placement import placement
@@ -61,7 +62,7 @@ def _fault_table(data: ReportData) -> str:
     rows = []
     for f in sorted(data.faults, key=lambda f: f.first_seen_ns):
         suspects = ", ".join(f"{s.type} {s.id} ({s.score:.2f})" for s in f.suspects[:3]) or "-"
-        where = f"{f.pg} #{f.seq}" if f.pg and f.seq is not None else (f.pg or "")
+        where = call_words(f.pg, f.seq)
         summary = html.escape(f.summary) + "".join(
             f"<br><b>cause</b> {html.escape(c['target'])}: {html.escape(c['summary'])} "
             f"<i>({html.escape(c['action'])})</i>" for c in f.causes)

@@ -142,6 +142,13 @@ def lateness_heatmap(ops: Columns, faults: list | tuple = (), rows: Rows | None 
     ax.set_xlabel("seconds since the first call")
     if rows is None:
         ax.set_ylabel("rank" if band == 1 else f"rank (bands of {band})")
+        if band == 1:
+            # ranks named at the middle of their rows (not 0.5-steps of a continuous axis),
+            # the suspects' in red
+            from c4.report import suspect_ranks
+
+            _row_ticks(ax, [str(r) for r in range(nrows)],
+                       {str(r) for f in faults for r in suspect_ranks(f)})
     else:
         ax.set_ylabel(rows.axis)
         _row_ticks(ax, rows.labels, rows.marked)
@@ -157,10 +164,13 @@ def lateness_heatmap(ops: Columns, faults: list | tuple = (), rows: Rows | None 
         worst = np.bincount(row, weights=skew, minlength=nrows) / np.maximum(
             np.bincount(row, minlength=nrows), 1)
         top = int(np.argmax(worst))
-        latest = f"{rows.axis.split(' ')[0]} {rows.labels[top]}, {worst[top]:+.3f} ms"
+        noun, name = rows.axis.split(" ")[0], rows.labels[top]
+        # rails are labelled "rail 1" already: not "rail rail 1"
+        latest = f"{name if name.startswith(noun) else f'{noun} {name}'}, {worst[top]:+.3f} ms"
+    scale = (f"linear up to {limit:.3g} ms, logarithmic beyond, to {top_abs:.3g} ms"
+             if top_abs > limit * 1.01 else f"linear to {top_abs:.3g} ms")
     caption = (f"{len(skew):,} arrivals at {len(np.unique(t_ns)):,} collective calls. Red is "
-               f"late, blue early (linear up to {limit:.3g} ms, logarithmic beyond, to "
-               f"{top_abs:.3g} ms; grey: no call)."
+               f"late, blue early ({scale}; grey: no call)."
                + ("" if rows is None else f" Each {rows.axis.split(' ')[0]}'s row shows "
                   + ("its latest rank" if rows.latest else "the mean of its ranks")
                   + " in each time bin.")
@@ -476,7 +486,7 @@ def timeline_figure(data: ReportData) -> tuple[str, str] | None:
     shown = shown[:TIMELINE_FAULTS]
     for f in sorted(shown, key=lambda f: f.first_seen_ns):
         end = max(f.last_seen_ns, f.first_seen_ns)
-        top = f.top.id if f.top else "?"
+        top = f"{f.top.type} {f.top.id}" if f.top else "?"    # "rank 1", not a bare "1"
         rows.append((f"{f.kind}: {top}", [(f.first_seen_ns, end)],
                      FAULT_COLOURS.get(f.kind, "#888888"), []))
     for r in data.recoveries:
@@ -488,6 +498,12 @@ def timeline_figure(data: ReportData) -> tuple[str, str] | None:
         return None
     t0 = min(min((a for a, _ in spans), default=0) for _, spans, _, _ in rows if spans)
     t1 = max(max((b for _, b in spans), default=0) for _, spans, _, _ in rows if spans)
+    # on the heatmaps' clock (seconds since the first call, over the whole job), so that a
+    # fault's bar lines up with the lateness it shades there
+    calls = len(data.ops) > 0
+    if calls:
+        enter = data.ops["t_enter_ns"]
+        t0, t1 = int(enter.min()), max(t1, int(enter.max()))
     plt = _plt()
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.45 * len(rows)))
     width = max((t1 - t0) / 1e9, 1e-3)
@@ -501,8 +517,10 @@ def timeline_figure(data: ReportData) -> tuple[str, str] | None:
                         color="#1b5e20")
     ax.set_yticks(range(len(rows)), [r[0] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first event")
+    ax.set_xlabel("seconds since the first call" if calls else "seconds since the first event")
+    ax.set_xlim(0, max((t1 - t0) / 1e9, 1e-3))
     ax.grid(axis="x", color="#eeeeee")
+    ax.set_axisbelow(True)   # the grid behind the bars, not across them
     caption = (f"{len(data.faults)} fault report(s) from first seen to last seen"
                + (f" ({len(shown)} most certain drawn)" if len(shown) < len(data.faults)
                   else "")

@@ -55,5 +55,15 @@ def test_export_of_a_hung_job_ends_when_recording_stopped(tmp_path):
         reports = json.loads(res.stdout)["reports"]
         hangs = [r for r in reports if r["kind"] == "noncomm_hang"]
         assert hangs and hangs[0]["suspects"][0].get("rank") == 1, reports
+        # --format json: what each file holds, as one object with typed numbers
+        res = CliRunner().invoke(build_app(), [
+            "export", "hung", "-o", str(tmp_path / "again.jsonl"), "--chrome-trace",
+            str(tmp_path / "hung.json"), "--format", "json", "--daemon", addr])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.stdout)
+        assert doc["job"] == "hung" and doc["trace"]["path"] == str(tmp_path / "again.jsonl")
+        assert doc["trace"]["lines"] == len(trace.read_text().splitlines())
+        assert doc["trace"]["ops"] == 401 and doc["trace"]["insane"] == 0
+        assert doc["chrome_trace"]["calls"] == 401 and doc["chrome_trace"]["ranks"] == 2
     finally:
         d.stop(grace=0.5)

@@ -64,6 +64,16 @@ def test_fault_without_a_call_says_where_in_words(daemon):
     assert "in process group 0" in out and "None" not in out and " at 0 " not in out
 
 
+def test_a_report_the_detectors_resolved_says_why_in_words(daemon):
+    r = daemon.hub.file("train-a", FaultReport(
+        kind="noncomm_hang", suspects=(Suspect("rank", "1", 0.9, rank=1),),
+        first_seen_ns=1_700_000_000_000_000_000, last_seen_ns=1_700_000_020_000_000_000,
+        summary="rank 1 stalled 20 s", state="resolved", id="noncomm_hang:1",
+        evidence={"culprits": [1], "resolved": "the waiting call finished", "cleared": True}))
+    out = c4(daemon, "faults", "show", r.id)
+    assert "resolved at 2023-11-14 22:13:40: the waiting call finished" in out, out
+
+
 def test_every_listing_has_one_json_shape_with_typed_numbers(daemon, hang):
     from diagnosis.client import DaemonClient
     from tests.support.frames import rank_info

@@ -58,6 +58,8 @@ def test_suspects_tied_across_nodes_are_not_a_node_to_isolate():
     (Policy(), _report(score=0.3), History(), "below"),
     (Policy(kinds=("error",)), _report(), History(), "not acted on"),
     (Policy(), _report(), History(fault_handled=True), "already"),
+    # a fault its job's end resolved: a recovery started later leaves it alone
+    (Policy(), _report().with_updates(state="resolved"), History(), "resolved, not open"),
     (Policy(), _report(), History(job_isolated_nodes=frozenset({"node2"})), "already isolated"),
     (Policy(cooldown_s=60), _report(), History(last_recovery_ns=NOW - 10**9), "cooling down"),
     (Policy(max_per_job=1, cooldown_s=0), _report(),

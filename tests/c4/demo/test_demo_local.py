@@ -24,6 +24,15 @@ def test_demo_local_runs_the_whole_loop():
     assert "recovery isolated node1" in text
     assert re.search(r"resumed: attempt 1 at step \d+", text)
     assert "ETTR" in text
+    # one frozen process: the recovery waits out its --hang-grace (10 s in the demo) from the
+    # hang, the `error` "stopped reporting" included, before it isolates the node
+    planted = float(re.search(r"\[ *(\d+) s\] fault 2 planted: hang", text).group(1))
+    isolated = float(re.search(r"\[ *(\d+) s\] recovery isolated", text).group(1))
+    assert isolated - planted >= 9, text[-4000:]
+    # piped: the recovery table's columns are whole words, and no line is padded to the
+    # 100,000 columns a pipe is given
+    assert re.search(r"reported +┃ isolated +┃ stopped +┃ relaunched", text), text[-4000:]
+    assert max(len(line) for line in text.splitlines()) < 2000
 
 
 def _python_env() -> dict[str, str]:

@@ -192,6 +192,8 @@ def test_a_stall_that_cleared_mid_run_is_listed_with_onset_and_end(tmp_path):
     assert hang["suspects"][0].get("rank") == 1
     table = c4(str(tmp_path / "stall.jsonl"), "--jobs", "0")
     assert "cleared" in table.stdout and "noncomm_hang" in table.stdout
+    # torch's group "0" in words, not "0 #50" (which reads as a count)
+    assert "process group 0 call #50" in table.stdout, table.stdout
 
 
 def test_analyze_jsonl_is_one_report_per_line(tmp_path):

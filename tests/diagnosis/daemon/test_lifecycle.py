@@ -13,7 +13,7 @@ from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.jobs import JobLimits
 from diagnosis.daemon.server import Daemon
-from tests.support.frames import op_batch, rank_info
+from tests.support.frames import group_info, op_batch, rank_info
 from tests.support.services import free_port, wait_for
 
 pytestmark = [pytest.mark.network]
@@ -94,6 +94,12 @@ def test_killed_job_without_last_words_fails_and_its_faults_resolve():
                 kind="noncomm_slow", suspects=(Suspect("rank", "1", 0.9, rank=1),),
                 first_seen_ns=1, summary="rank 1 is slow", id="noncomm_slow:rank:1"))
             t0 = time.monotonic()
+            # the detectors go on revising it while the silence is not yet long enough
+            time.sleep(1.0)
+            d.hub.file("killed", FaultReport(
+                kind="noncomm_slow", suspects=(Suspect("rank", "1", 0.9, rank=1),),
+                first_seen_ns=1, last_seen_ns=time.time_ns(), summary="rank 1 is slow",
+                id="noncomm_slow:rank:1"))
             summary = wait_for(lambda: (j := _job(client, "killed")).state == "failed" and j,
                                15, what="the silent job failed")
             assert time.monotonic() - t0 >= 1.0       # not before the silence is long enough
@@ -103,11 +109,45 @@ def test_killed_job_without_last_words_fails_and_its_faults_resolve():
             assert resolved.state == "resolved"
             reason = resolved.evidence["resolution"]["reason"]
             assert reason.startswith("job killed failed") and "nothing heard" in reason
+            # it ran no longer than its job: its end is when the job was last heard
+            assert 1 <= resolved.last_seen_ns <= summary.ended_ns
             assert not client.faults("killed", open_only=True)
             # it speaks again (a partition healed, not a kill): it runs again
             client.send(_req(310, op_batch("killed", 0, range(20, 30))))
             wait_for(lambda: _job(client, "killed").state == "running", 10,
                      what="the job running again")
+    finally:
+        d.stop(grace=0.5)
+
+
+def test_a_killed_jobs_hang_is_not_revised_after_its_end():
+    """Rank 1 stops, rank 0 waits in call 200, then every process is SIGKILLed: the hang the
+    detectors filed resolves with the job, ends when the job was last heard, and is left
+    alone afterwards (it was revised every pass, "waited 539 s", for as long as the daemon
+    ran)."""
+    d = Daemon(DaemonConfig(listen=f"127.0.0.1:{free_port()}", store="memory://",
+                            analyze_interval_s=0.2, jobs=JobLimits(gone_after_s=2.0)))
+    d.start()
+    try:
+        with DaemonClient(f"127.0.0.1:{d.port}") as client:
+            t0 = time.time_ns() - 5 * 10**9
+            for i, req in enumerate([
+                    rank_info("hung", 0, 2, "n0"), rank_info("hung", 1, 2, "n1"),
+                    group_info("hung", "0", [0, 1]),
+                    op_batch("hung", 0, range(200), t0=t0), op_batch("hung", 1, range(200), t0=t0),
+                    op_batch("hung", 0, range(200, 201), t0=t0, t_end=False)]):
+                client.send(_req(400 + i, req))
+            hang = wait_for(lambda: next((r for r in client.faults("hung")
+                                          if r.kind == "noncomm_hang"), None), 15,
+                            what="the hang reported")
+            summary = wait_for(lambda: (j := _job(client, "hung")).state == "failed" and j,
+                               15, what="the silent job failed")
+            ended = client.fault(hang.id)
+            assert ended.state == "resolved" and ended.last_seen_ns <= summary.ended_ns
+            time.sleep(1.0)                              # five more passes of the detectors
+            later = client.fault(hang.id)
+            assert (later.revision, later.last_seen_ns, later.summary) == \
+                (ended.revision, ended.last_seen_ns, ended.summary)
     finally:
         d.stop(grace=0.5)
 

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.network, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "deploy" / "grafana" / "c4.json"
+GUIDE = REPO / "deploy" / "grafana" / "README.md"
 SCRIPT = REPO / "tests" / "support" / "steady_job.py"
 SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
 RATE = 20.0     # steps per second of the job: each an all_reduce on the world and on a pair
@@ -40,6 +41,44 @@ def _expressions(node: object) -> list[str]:
     if isinstance(node, list):
         return [e for v in node for e in _expressions(v)]
     return []
+
+
+def _alert_rules() -> list[dict]:
+    """The alert rules the dashboard's README gives, from its YAML blocks."""
+    import yaml
+
+    blocks = re.findall(r"```yaml\n(.*?)```", GUIDE.read_text(), flags=re.S)
+    docs = [yaml.safe_load(b) for b in blocks if "alert:" in b]
+    return [r for d in docs for g in d["groups"] for r in g["rules"]]
+
+
+def test_alert_rules_cover_every_kind_and_name_commands_c4_has():
+    import typer.main
+
+    from c4.cli import build_app
+    from c4.report import KINDS
+
+    rules = _alert_rules()
+    assert {r["alert"] for r in rules} >= {"C4TrainingJobHang"}
+    covered: set[str] = set()
+    for rule in rules:
+        assert "c4_open_faults" in rule["expr"] and rule["labels"]["severity"], rule
+        kinds = set(re.search(r'kind=~"([^"]+)"', rule["expr"]).group(1).split("|"))
+        assert kinds <= set(KINDS), f"{rule['alert']}: kinds c4 does not file: {kinds}"
+        covered |= kinds
+        for label in re.findall(r"\$labels\.(\w+)", json.dumps(rule["annotations"])):
+            assert label in ("job", "kind", "host"), label
+    assert covered == set(KINDS), f"no rule for {set(KINDS) - covered}"
+    # the commands the pages point to exist, with the options they use
+    root = typer.main.get_command(build_app())
+    text = " ".join(r["annotations"]["description"] for r in rules)
+    for words in re.findall(r"`c4 ([^`]+)`", text):
+        cmd, args = root, words.split()
+        while args and getattr(cmd, "commands", None) and args[0] in cmd.commands:
+            cmd = cmd.commands[args.pop(0)]
+        assert not getattr(cmd, "commands", None), f"c4 {words}: not a command"
+        options = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        assert {a for a in args if a.startswith("-")} <= options, f"c4 {words}"
 
 
 def _scrape(port: int) -> tuple[set[str], dict[tuple[str, tuple], float]]:
@@ -74,6 +113,7 @@ def test_dashboard_is_well_formed():
 
 def test_dashboard_metrics_exist_after_a_real_job(tmp_path):
     exprs = _expressions(json.loads(DASHBOARD.read_text()))
+    exprs += [r["expr"] for r in _alert_rules()]
     referenced = {name for e in exprs for name in re.findall(r"\bc4_[a-z0-9_]+", e)}
     # the headline signals are on it
     for name in ("c4_daemon_ingest_records_total", "c4_daemon_ack_latency_seconds_bucket",

@@ -200,3 +200,38 @@ def test_a_long_stall_is_shaded_and_not_clipped():
     assert "Shaded: the spans of 1 fault report(s)" in caption
     assert re.search(r"to 2e\+04 ms", caption), caption
     assert "noncomm_hang" in svg
+    # four ranks: each named at the middle of its row, not 0.5-steps of a continuous axis
+    y_axis = svg[svg.index('id="matplotlib.axis_2"'):]
+    ticks = re.findall(r"<text[^>]*>\s*([0-9.]+)\s*</text>", y_axis[:y_axis.index("rank</text>")])
+    assert {"0", "1", "2", "3"} <= set(ticks) and "0.5" not in ticks and "2.5" not in ticks, ticks
+    red = re.findall(r'<text[^>]*fill: #d7191c[^>]*>\s*([^<\s]+)', y_axis)
+    assert red == ["0"], red                          # the hang's suspect, rank 0
+
+
+def test_the_timeline_names_each_faults_suspect_with_its_kind():
+    from c4.report import FaultReport, Suspect
+    from diagnosis.report_html.data import ReportData
+    from diagnosis.report_html.plots import timeline_figure
+
+    hang = FaultReport("noncomm_hang", (Suspect("rank", "1", 0.9, rank=1),), T0, "rank 1",
+                       id="h", last_seen_ns=T0 + 10**9)
+    svg, _ = timeline_figure(ReportData("j", "trace t", Columns({}, []), None, [hang]))
+    assert "noncomm_hang: rank 1" in svg and "seconds since the first event" in svg
+
+
+def test_a_scale_without_outliers_is_said_to_be_linear():
+    from diagnosis.report_html.plots import lateness_heatmap
+
+    calls, ranks = 50, 4
+    seq = np.repeat(np.arange(calls), ranks)
+    rank = np.tile(np.arange(ranks), calls)
+    enter = T0 + seq * 10_000_000 + rank * 1_000_000        # every skew -1.5 .. +1.5 ms
+    n = len(seq)
+    cols = Columns({
+        "rank": rank.astype(np.int32), "pg": np.zeros(n, np.uint32), "seq": seq,
+        "op": np.zeros(n, np.uint32), "nbytes": np.zeros(n, np.int64),
+        "dtype": np.zeros(n, np.uint32), "t_enter_ns": enter.astype(np.int64),
+        "t_start_ns": np.full(n, -1, np.int64), "t_end_ns": enter.astype(np.int64) + 1000,
+        "status": np.zeros(n, np.uint8), "peer": np.full(n, -1, np.int32)}, ["pg"])
+    _, caption = lateness_heatmap(cols)
+    assert "(linear to 1.5 ms; grey: no call)" in caption, caption

@@ -90,6 +90,16 @@ def test_a_large_job_is_summarised_per_host_and_rail(big):
     assert "node009" in red
 
 
+def test_the_timeline_runs_on_the_heatmaps_clock(big):
+    # a fault's bar starts where its shading does on the heatmaps (seconds since the first
+    # call), not at 0 of a clock of its own
+    _, _, page = big
+    timeline = _section(page, "Timeline of faults and recoveries")
+    assert "seconds since the first call" in timeline and "first event" not in timeline
+    rails = _section(page, "Lateness over time, per rail")
+    assert "Latest on average: rail 5," in rails, rails[-600:]
+
+
 def test_the_latest_ranks_and_slowest_connections_are_listed(big):
     _, _, page = big
     latest = page[page.index("latest ranks</h3>"):]
