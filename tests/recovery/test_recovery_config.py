@@ -80,7 +80,7 @@ def test_the_recover_command_refuses_a_bad_flag_with_a_clear_line(tmp_path):
                           "--journal", str(tmp_path / "journal.db")], capture_output=True,
                          text=True, timeout=120, cwd=REPO)
     assert run.returncode == 2, run.stdout + run.stderr
-    assert "--min-score (C4_RECOVER_MIN_SCORE) must be in [0, 1], got 2.0" in run.stdout
+    assert "--min-score (C4_RECOVER_MIN_SCORE) must be in [0, 1], got 2.0" in run.stderr
     assert "Traceback" not in run.stdout + run.stderr
 
 
