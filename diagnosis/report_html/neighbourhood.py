@@ -6,7 +6,12 @@ them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from c4.topology import Topology
 
 TIER_RANK = {"core": 0, "spine": 1, "leaf": 2}
 
@@ -18,11 +23,11 @@ class Neighbourhood:
     hidden_hosts: int
 
 
-def _tier(g: Any, n: str) -> int:
+def _tier(g: nx.Graph, n: str) -> int:
     return TIER_RANK.get(g.nodes[n].get("tier"), 2)
 
 
-def neighbourhood(topology: Any, seeds: set[str]) -> Neighbourhood:
+def neighbourhood(topology: Topology, seeds: set[str]) -> Neighbourhood:
     """The nodes around ``seeds`` (suspect nodes and the ends of suspect links), see above."""
     g = topology.graph
     seeds = {s for s in seeds if s in g}

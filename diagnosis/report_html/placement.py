@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from c4.topology.model import natural_key
+
+if TYPE_CHECKING:
+    from c4.topology import Topology
 
 UNKNOWN_HOST = "unknown host"
 
@@ -24,7 +27,7 @@ class Placement:
         return int(self.rail_of.max()) + 1 if len(self.rail_of) else 0
 
 
-def _rail(topology: Any, nic: str | None, gpu: str | None) -> int | None:
+def _rail(topology: Topology | None, nic: str | None, gpu: str | None) -> int | None:
     if topology is None:
         return None
     g = topology.graph
@@ -36,7 +39,7 @@ def _rail(topology: Any, nic: str | None, gpu: str | None) -> int | None:
 
 
 def placement(nranks: int, hosts: dict[int, str], gpus: dict[int, str], nics: dict[int, str],
-              topology: Any = None) -> Placement:
+              topology: Topology | None = None) -> Placement:
     """Rank -> host index and rail. The rail is the topology's (the rail of the rank's NIC, or
     of the NIC its GPU uses), else the rank's position among its host's ranks: the usual
     GPU i on rail i of rail-optimized fabrics."""
