@@ -14,6 +14,7 @@ from rich.table import Table
 from c4.output import FORMAT_HELP, Format, emit, emit_object, message_json
 from c4.output import make_console as _out
 from c4.security.cli import with_client_security as secured
+from diagnosis.chrome_trace_options import MAX_CALLS, SINCE, UNTIL
 
 if TYPE_CHECKING:
     from c4.proto.codec import Columns
@@ -435,17 +436,9 @@ def export(
                                             "write the job's calls and faults as a Chrome "
                                             "trace-event JSON file (.gz: compressed), for "
                                             "Perfetto (ui.perfetto.dev) or chrome://tracing."),
-    since: float | None = typer.Option(None, "--since", min=0.0, help="With --chrome-trace: "
-                                       "only calls running after this many seconds since "
-                                       "the job's first call."),
-    until: float | None = typer.Option(None, "--until", min=0.0, help="With --chrome-trace: "
-                                       "only calls entered before this many seconds since "
-                                       "the job's first call."),
-    max_calls: int | None = typer.Option(None, "--max-calls", min=1,
-                                         help="With --chrome-trace: at most this many calls "
-                                         "(default a million, what a viewer in a browser tab "
-                                         "holds), those nearest the first fault's onset when "
-                                         "there are more."),
+    since: float | None = SINCE,
+    until: float | None = UNTIL,
+    max_calls: int | None = MAX_CALLS,
     fmt: Format = typer.Option(Format.table, "--format", help="table (a sentence per file "
                                "written), json (one object: {\"trace\": {...}, "
                                "\"chrome_trace\": {...}}, what each file holds) or jsonl "

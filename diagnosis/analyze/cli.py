@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 import typer
 
 from c4.output import Format
+from diagnosis.chrome_trace_options import MAX_CALLS, SINCE, UNTIL
 
 if TYPE_CHECKING:
     from diagnosis.trace.feed import FeedStats
@@ -63,16 +64,9 @@ def analyze(
                                              help="Also write the TRACE's calls and the faults "
                                              "found as a Chrome trace-event JSON file (.gz: "
                                              "compressed) for Perfetto or chrome://tracing."),
-    since: float | None = typer.Option(None, "--since", min=0.0, help="With --chrome-trace: "
-                                       "only calls running after this many seconds since "
-                                       "the first call."),
-    until: float | None = typer.Option(None, "--until", min=0.0, help="With --chrome-trace: "
-                                       "only calls entered before this many seconds since "
-                                       "the first call."),
-    max_calls: int | None = typer.Option(None, "--max-calls", min=1, help="With "
-                                         "--chrome-trace: at most this many calls (default a "
-                                         "million), those nearest the first fault's onset "
-                                         "when there are more."),
+    since: float | None = SINCE,
+    until: float | None = UNTIL,
+    max_calls: int | None = MAX_CALLS,
 ) -> None:
     """Find faults in a recorded job: hangs, slow ranks or hosts, slow or stuck links, errors.
     Every incident is listed: those still open at the trace's end and those that cleared
