@@ -41,7 +41,7 @@ class SlowReports:
         self.reporter, self.pg_names, self.error_ranks = reporter, state.pg_names, blamed
         self._pending: set[str] = set()    # thin comm_slow findings seen in the last pass
         self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
-        self._thin: set[str] = set()        # thin noncomm_slow findings seen in the last pass
+        self._hosts: set[str] = set()       # noncomm_slow host findings of the last pass
         self._sample = 1     # the stream's sampling factor as of the last pass
 
     def noncomm(self, found: list[SlowRank], now: int, sample: int = 1,
@@ -64,34 +64,33 @@ class SlowReports:
             by_host.setdefault(self.placement.host(r), []).append(r)
         strong = np.log(self.cfg.slow_alpha)
         filed: set[str] = set()
-        thin: set[str] = set()
+        hosts: set[str] = set()
         for host, ranks in by_host.items():
             members = self.placement.ranks_of_host(host) if host else []
             pooled = sum(best[r].logp for r in ranks)
             if host and len(ranks) >= 2 and len(members) >= 2 and pooled < strong and \
                     len(ranks) >= self.cfg.host_fraction * len(members):
                 fid = f"noncomm_slow:host:{host}"
-                if _evidence(best[r] for r in ranks) >= strong and not self._seen_thin(fid):
-                    thin.add(fid)
-                    continue
-                thin.add(fid)
+                hosts.add(fid)
+                if _evidence(best[r] for r in ranks) >= strong and not self._confirmed(fid):
+                    continue        # thin: wait a pass (see _confirmed)
                 filed.add(self._slow_host(host, sorted(ranks), best, now))
             else:
                 for r in ranks:
                     if best[r].logp < strong:
                         filed.add(self._slow_rank(best[r], now))
         if confirm:
-            self._thin = thin
+            self._hosts = hosts
             self._withdraw_unconfirmed(filed, now)
 
-    def _seen_thin(self, fid: str) -> bool:
-        """Whether a thin host finding (see ``_evidence``) is confirmed: found at the last
-        pass too, or already reported. One test of a group's pace stands for all its members:
-        a chance split of its buckets (the mix of work that its few kept calls happen to span)
-        is as strong as a real slowdown for one pass, and gone at the next; a slow host is
-        found again, as thin comm_slow observations are (``comm``)."""
+    def _confirmed(self, fid: str) -> bool:
+        """Whether a host finding whose evidence is thin once counted right (``_evidence``) is
+        confirmed: found at the last pass too, or already reported. One test of a group's pace
+        stands for all its members: a chance split of its buckets (the mix of work that its few
+        kept calls happen to span) is as strong as a real slowdown for one pass and gone at the
+        next; a slow host is found again, as thin comm_slow observations are (``comm``)."""
         cur = self.reporter.get(fid)
-        return fid in self._thin or (cur is not None and cur.state == "open")
+        return fid in self._hosts or (cur is not None and cur.state == "open")
 
     def _withdraw_unconfirmed(self, filed: set[str], now: int) -> None:
         """A slow rank or host that later passes, judging more samples, no longer find: its

@@ -11,7 +11,10 @@ A slow rank is late in every communicator it is in; so are the ranks it holds ba
 communicators it is not in (its host's other GPUs at the data-parallel all-reduce, the next
 pipeline stages at theirs). But in the communicator they share with it they are the ones who
 wait: there it alone is late. A rank found late somewhere that waits, in another communicator,
-for a member found late there is a victim, and its findings are dropped.
+for a member found late there is a victim, and its findings are dropped. Likewise a pipeline
+stage slow all along holds back the stages it sends to and receives from: their waits, and their
+slower passes, fall at other moments than their peers', so their pace is behind in some buckets
+only; a group behind only now and then in the pipeline of a group slow all along is its victim.
 """
 
 from __future__ import annotations
