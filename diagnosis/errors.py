@@ -14,4 +14,5 @@ class StoreError(DiagnosisError):
 
 
 class ConfigError(DiagnosisError, ValueError):
-    """A daemon setting (flag or ``C4_*`` variable) has a bad value; the message names it."""
+    """A setting (a daemon flag or ``C4_*`` variable, an engine field) has a bad value; the
+    message names it."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from diagnosis.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -206,15 +208,15 @@ class EngineConfig:
         for name in positive_int:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"EngineConfig.{name} must be a positive integer, got {value!r}")
         if self.comm_skip < 0:
-            raise ValueError(f"EngineConfig.comm_skip must be >= 0, got {self.comm_skip!r}")
+            raise ConfigError(f"EngineConfig.comm_skip must be >= 0, got {self.comm_skip!r}")
         for name in ("slow_min_frac", "comm_min_frac", "comm_purity", "host_fraction", "comm_alpha",
                      "comm_peer_route_purity", "slow_rec_duty", "comm_rec_duty",
                      "slow_alpha", "slow_alpha_member", "slow_base_rate"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
-                raise ValueError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
+                raise ConfigError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
         for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_min_excess_unseen",
                      "slow_rec_min_excess", "slow_rec_noise_k", "slow_rec_base_rate",
                      "straggle_min_excess",
@@ -225,13 +227,13 @@ class EngineConfig:
                      "comm_rec_base_rate"):
             value = getattr(self, name)
             if not value > 0:
-                raise ValueError(f"EngineConfig.{name} must be positive, got {value!r}")
+                raise ConfigError(f"EngineConfig.{name} must be positive, got {value!r}")
         if self.lossy_factor < 1.0:
-            raise ValueError(f"EngineConfig.lossy_factor must be >= 1, got {self.lossy_factor!r}")
+            raise ConfigError(f"EngineConfig.lossy_factor must be >= 1, got {self.lossy_factor!r}")
         if self.hang_factor < 1.0:
-            raise ValueError(f"EngineConfig.hang_factor must be >= 1, got {self.hang_factor!r}")
+            raise ConfigError(f"EngineConfig.hang_factor must be >= 1, got {self.hang_factor!r}")
         if self.history < self.slow_min_samples + 2:
-            raise ValueError(f"EngineConfig.history ({self.history}) must exceed "
+            raise ConfigError(f"EngineConfig.history ({self.history}) must exceed "
                              f"slow_min_samples + 1 ({self.slow_min_samples + 1})")
 
     @classmethod

@@ -10,6 +10,7 @@ import pytest
 
 from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.engine import Engine, EngineConfig
+from diagnosis.errors import ConfigError
 from diagnosis.trace import TraceWriter
 from diagnosis.trace.feed import feed_trace
 from diagnosis.trace.synth import SynthJob
@@ -21,11 +22,11 @@ _cols = partial(op_columns, STRINGS)
 
 
 def test_config_rejects_bad_values_by_name():
-    with pytest.raises(ValueError, match="hang_factor"):
+    with pytest.raises(ConfigError, match="hang_factor"):
         EngineConfig(hang_factor=0.5)
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(ConfigError, match="window"):
         EngineConfig(window=0)
-    with pytest.raises(ValueError, match="slow_min_frac"):
+    with pytest.raises(ConfigError, match="slow_min_frac"):
         EngineConfig(slow_min_frac=1.5)
 
 
