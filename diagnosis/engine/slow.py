@@ -63,6 +63,9 @@ class SlowRank:
     duty: float | None = None
     episodes: int = 0
     every_ns: float = 0.0   # the usual time between its samples (0: unknown)
+    # found by its group's pace as a whole: one test, whose evidence every member carries (so
+    # its members' findings are one piece of evidence, not one each)
+    whole_group: bool = False
 
 
 class _SizeClass:

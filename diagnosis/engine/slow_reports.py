@@ -3,7 +3,7 @@ communicators whose transfers slowed, localized to network components (``comm_sl
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Iterable, Set
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,20 @@ from diagnosis.engine.state import JobState
 from diagnosis.engine.wording import group_words, ms
 
 
+def _evidence(found: Iterable[SlowRank]) -> float:
+    """The log p-value of findings pooled as independent evidence: each member's own test once,
+    and a test of a group's pace as a whole (``SlowRank.whole_group``) once for the group,
+    not once per member."""
+    own = 0.0
+    groups: dict[int, float] = {}
+    for s in found:
+        if s.whole_group:
+            groups[s.group] = min(groups.get(s.group, 0.0), s.logp)
+        else:
+            own += s.logp
+    return own + sum(groups.values())
+
+
 class SlowReports:
     """Turns the slow detectors' findings into ``noncomm_slow`` and ``comm_slow`` findings for
     the reporter, and says which of its open ones ended. ``blamed``: ranks that error reports
@@ -27,6 +41,7 @@ class SlowReports:
         self.reporter, self.pg_names, self.error_ranks = reporter, state.pg_names, blamed
         self._pending: set[str] = set()    # thin comm_slow findings seen in the last pass
         self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
+        self._hosts: set[str] = set()       # noncomm_slow host findings of the last pass
         self._sample = 1     # the stream's sampling factor as of the last pass
 
     def noncomm(self, found: list[SlowRank], now: int, sample: int = 1,
@@ -49,18 +64,33 @@ class SlowReports:
             by_host.setdefault(self.placement.host(r), []).append(r)
         strong = np.log(self.cfg.slow_alpha)
         filed: set[str] = set()
+        hosts: set[str] = set()
         for host, ranks in by_host.items():
             members = self.placement.ranks_of_host(host) if host else []
             pooled = sum(best[r].logp for r in ranks)
             if host and len(ranks) >= 2 and len(members) >= 2 and pooled < strong and \
                     len(ranks) >= self.cfg.host_fraction * len(members):
+                fid = f"noncomm_slow:host:{host}"
+                hosts.add(fid)
+                if _evidence(best[r] for r in ranks) >= strong and not self._confirmed(fid):
+                    continue        # thin: wait a pass (see _confirmed)
                 filed.add(self._slow_host(host, sorted(ranks), best, now))
             else:
                 for r in ranks:
                     if best[r].logp < strong:
                         filed.add(self._slow_rank(best[r], now))
         if confirm:
+            self._hosts = hosts
             self._withdraw_unconfirmed(filed, now)
+
+    def _confirmed(self, fid: str) -> bool:
+        """Whether a host finding whose evidence is thin once counted right (``_evidence``) is
+        confirmed: found at the last pass too, or already reported. One test of a group's pace
+        stands for all its members: a chance split of its buckets (the mix of work that its few
+        kept calls happen to span) is as strong as a real slowdown for one pass and gone at the
+        next; a slow host is found again, as thin comm_slow observations are (``comm``)."""
+        cur = self.reporter.get(fid)
+        return fid in self._hosts or (cur is not None and cur.state == "open")
 
     def _withdraw_unconfirmed(self, filed: set[str], now: int) -> None:
         """A slow rank or host that later passes, judging more samples, no longer find: its

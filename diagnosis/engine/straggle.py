@@ -11,7 +11,10 @@ A slow rank is late in every communicator it is in; so are the ranks it holds ba
 communicators it is not in (its host's other GPUs at the data-parallel all-reduce, the next
 pipeline stages at theirs). But in the communicator they share with it they are the ones who
 wait: there it alone is late. A rank found late somewhere that waits, in another communicator,
-for a member found late there is a victim, and its findings are dropped.
+for a member found late there is a victim, and its findings are dropped. Likewise a pipeline
+stage slow all along holds back the stages it sends to and receives from: their waits, and their
+slower passes, fall at other moments than their peers', so their pace is behind in some buckets
+only; a group behind only now and then in the pipeline of a group slow all along is its victim.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
-from diagnosis.engine.pace import GroupPace
+from diagnosis.engine.pace import GroupPace, SlowGroup
 from diagnosis.engine.slow import RecStats, SlowRank, judge_rings
 from diagnosis.engine.timing import GroupTiming
 
@@ -161,6 +164,8 @@ class SampledStragglers:
         self.rings: dict[int, _Rings] = {}
         self.sample = 1      # the stream's sampling factor (``Engine.set_sample``)
         self.pace = GroupPace(arena, config)
+        self._chain: dict[int, int] = {}     # (see _chains)
+        self._chain_known = -1
 
     def update(self, fin: Finished) -> None:
         """Take finished kept calls (collectives and send/recv channels alike)."""
@@ -206,6 +211,50 @@ class SampledStragglers:
             pace[missing] = self.timing.median_period(ug[missing])
         return np.nan_to_num(pace, nan=0.0)[inv.ravel()]
 
+    def _chains(self) -> dict[int, int]:
+        """Per rank, its chain of point-to-point transfers (the ranks linked to it through
+        send/recv channels, one hop or several: the stages of its pipeline), as the smallest
+        rank of the chain; kept while no communicator is added."""
+        known = len(self.arena.members)
+        if self._chain_known == known:
+            return self._chain
+        parent: dict[int, int] = {}
+
+        def root(r: int) -> int:
+            while parent.setdefault(r, r) != r:
+                parent[r] = parent[parent[r]]
+                r = parent[r]
+            return r
+        for g in np.flatnonzero(self.arena.p2p[:known]).tolist():
+            a, b = (root(int(r)) for r in self.arena.members[g].tolist())
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+        self._chain = {r: root(r) for r in list(parent)}
+        self._chain_known = known
+        return self._chain
+
+    def _held_back(self, paced: list[SlowGroup], found: list[SlowRank]) -> set[int]:
+        """Groups that a group slow all along holds back through point-to-point transfers:
+        a slow pipeline stage (behind from a change point on or from the first bucket, or with
+        a member late from a change point on) makes the stages it exchanges with wait for it,
+        one hop or several. Their pace then falls behind their peers' in some buckets and not
+        others (their waits, and their slower passes, fall at other times than their peers'),
+        which is no fault of their own: a group behind only again and again in such a chain is
+        that stage's victim. A group behind all along is judged on its own."""
+        lasting = {sg.group for sg in paced if sg.duty is None} \
+            | {f.group for f in found if f.duty is None and not self.arena.p2p[f.group]}
+        if not lasting or not any(sg.duty is not None for sg in paced):
+            return set()
+        chain = self._chains()
+        if not chain:
+            return set()
+
+        def chains_of(g: int) -> set[int]:
+            return {chain[r] for r in self.arena.members[g].tolist() if r in chain}
+        slow_chains = set().union(*(chains_of(g) for g in lasting))
+        return {sg.group for sg in paced if sg.duty is not None and sg.group not in lasting
+                and chains_of(sg.group) & slow_chains}
+
     def judge(self) -> list[SlowRank]:
         """The late members, and the members of groups whose pace fell behind with none of
         them late (a slow host), without those that are only victims of another."""
@@ -224,7 +273,11 @@ class SampledStragglers:
                 lasting[f.rank] = max(lasting.get(f.rank, 0.0), f.excess)
         unexplained: set[int] = set()
         behind: list[SlowRank] = []
-        for sg in self.pace.judge():
+        paced = self.pace.judge()
+        held = self._held_back(paced, found)
+        for sg in paced:
+            if sg.duty is not None and sg.group in held:
+                continue        # a victim of its pipeline's slow stage (see _held_back)
             members = self.arena.members[sg.group].tolist()
             # a member late inside it explains its pace (a slow GPU) unless far too little; a
             # pace behind from a change point on is held back all along, which a member late
@@ -238,7 +291,8 @@ class SampledStragglers:
             pace = float(self._pace(np.asarray([sg.group]))[0])
             behind += [SlowRank(r, sg.group, sg.onset_ns, sg.excess, sg.excess * pace,
                                 sg.samples, sg.frac, 0.0, sg.logp, duty=sg.duty,
-                                episodes=sg.episodes, every_ns=sg.every_ns) for r in members]
+                                episodes=sg.episodes, every_ns=sg.every_ns, whole_group=True)
+                       for r in members]
         # the members of a group behind as a whole are judged by its pace: what else they
         # were found late in (its pauses, the waits it imposed) would tell another onset
         covered = {f.rank for f in behind}
