@@ -3,14 +3,18 @@ calls of the communicators it is in, while its victims keep their pace between w
 
 With sampled calls, lateness inside a call shows a slow GPU among its peers (``straggle``), but
 a host whose every GPU is slow is late to nothing inside its own tensor-parallel group: its
-members come together, only slower. What changes is that group's pace: the time per call between
-two kept calls, over the calls between them. Its victims (the next pipeline stages, the other
-replicas) wait now and then but compute as fast as before, so a low quantile of their pace (the
-spans without a wait) does not move. Per time bucket, each group's low quantile is compared with
-that of the groups of its size (which cancels the whole job's changes of pace: a checkpoint, the
-iteration's jitter), and a group whose ratio rises from some bucket on is slow. A host slow
-only now and then (one iteration in three) is behind in some buckets only: that is judged as
-episodes of its fastest span per bucket, beside the replicas of its stage, in buckets where
+members come together, only slower. What changes is that group's pace: its time between two
+kept calls against what its replicas (the data-parallel replicas of its pipeline stage, which
+run the same calls in the same order) took over the same calls, ``replicas``. A span of a few
+dozen calls mixes work of different cost (a backward pass computes about twice as long per call
+as a forward one), so only the same calls compare like with like, whichever passes a group's
+kept calls happen to span. Its victims (the next pipeline stages, the other replicas) wait now
+and then but compute as fast as before, so a low quantile of their paces (the spans without a
+wait) does not move. Per time bucket, each group's low quantile is compared with that of the
+groups of its size (which cancels what moves the whole job), and a group whose ratio rises
+from some bucket on is slow. A group without replicas is judged by its time per call. A host
+slow only now and then (one iteration in three) is behind in some buckets only: that is judged
+as episodes of its fastest span per bucket, beside the replicas of its stage, in buckets where
 no more groups are behind than a fault or two explain (``GroupPace._recurring``).
 """
 
@@ -24,6 +28,7 @@ import numpy as np
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.medians import nanmedian
+from diagnosis.engine.replicas import KeptCalls, Replicas, replica_time
 from diagnosis.engine.series import (
     CHANGE_LEAST,
     binom_logsf,
@@ -54,6 +59,12 @@ _MAX_LAG = 16
 # groups of a size that faults of their own put behind in one bucket: beyond, a bucket is an
 # event of the whole job or of its network (see ``GroupPace._recurring``)
 _FAULTS_AT_ONCE = 2
+# the least time over the same calls, against its replicas', that a span of a group counts with:
+# no group computes the same work twice as fast as its replicas; where it seems to, they
+# waited for it (a slow host's replicas, at the data-parallel all-reduce of each iteration)
+_LEAST_RATIO = 0.5
+# buckets of kept calls kept before the oldest span still to write (see ``update``)
+_KEEP_BUCKETS = 16
 
 
 @dataclass
@@ -70,6 +81,10 @@ class SlowGroup:
     duty: float | None = None
     episodes: int = 0
     every_ns: float = 0.0
+
+
+def _no_spans(fields: int) -> list[np.ndarray]:
+    return [np.zeros(0, dtype=np.int64) for _ in range(fields)]
 
 
 class _Size:
@@ -117,20 +132,20 @@ class GroupPace:
         self.arena, self.cfg = arena, config
         self.bucket_ns = config.straggle_bucket_ns
         self.last_first: dict[int, tuple[int, int]] = {}   # group -> (seq, first entry)
-        # periods not yet in a bucket (group, time, period, span start), and those of buckets
-        # not yet written (bucket, group, period, span start)
-        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
-                      np.zeros(0, dtype=np.int64)]
-        self._open = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
-                      np.zeros(0, dtype=np.int64)]
+        # spans not yet in a bucket (group, end time, duration, start time, start seq, end
+        # seq), and those of buckets not yet written (bucket, then the same but the end time)
+        self._pend = _no_spans(6)
+        self._open = _no_spans(6)
         self._newest = -1
         self._closed = -1
-        # how many buckets behind the newest the periods of an update have reached: a trace
+        # how many buckets behind the newest the spans of an update have reached: a trace
         # read in chunks hands over the same span of time twice (the calls completed by each
-        # chunk), and a bucket written before the second came would lose half its periods
+        # chunk), and a bucket written before the second came would lose half its spans
         self._lag = 0
         self.span = 0             # bucket length, chosen from the first kept calls' spacing
         self._gaps: list[int] = []
+        self.replicas = Replicas(arena)
+        self.calls = KeptCalls()
         self.sizes: dict[int, _Size] = {}
 
     def update(self, fin: Finished) -> None:
@@ -153,12 +168,13 @@ class GroupPace:
         for gg, ss, tt in zip(g[last].tolist(), sq[last].tolist(), t[last].tolist(),
                               strict=True):
             self.last_first[gg] = (ss, tt)
+        self.calls.add(g, sq, t)
         # (a span of many calls includes the waits of the group's victims too: their pace
         # would seem to fall behind as much as the culprit's)
         ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t) & (sq - prev_s <= _MAX_SPAN)
-        per = (t[ok] - prev_t[ok]) / (sq[ok] - prev_s[ok])
-        self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g[ok], t[ok], per, prev_t[ok]),
-                                                   strict=True)]
+        self._pend = [np.r_[a, b] for a, b in zip(
+            self._pend, (g[ok], t[ok], t[ok] - prev_t[ok], prev_t[ok], prev_s[ok], sq[ok]),
+            strict=True)]
         if not self.span:
             self._gaps.extend((t[ok] - prev_t[ok]).tolist())
             if len(self._gaps) < _LEARN:
@@ -166,12 +182,10 @@ class GroupPace:
             # a bucket long enough for about eight kept calls of a typical group
             unit = self.bucket_ns
             self.span = int(min(max(np.ceil(8 * np.median(self._gaps) / unit), 1), 16)) * unit
-        pg, pt, pp, ps = self._pend
-        self._pend = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0),
-                      np.zeros(0, dtype=np.int64)]
-        pb = pt // self.span
+        pend, self._pend = self._pend, _no_spans(6)
+        pb = pend[1] // self.span
         fresh = pb > self._closed           # (else a bucket already written)
-        self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, (pb, pg, pp, ps),
+        self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, [pb, pend[0], *pend[2:]],
                                                           strict=True)]
         if self._newest >= 0 and len(pb):
             self._lag = min(max(self._lag, self._newest - int(pb.min())), _MAX_LAG)
@@ -180,26 +194,49 @@ class GroupPace:
         self._newest = max(self._newest, int(self._open[0].max()))
         # a bucket is written once calls two buckets (or the lag seen) later arrive (the
         # groups' rows of one moment may come a bucket apart)
-        ob, og, op, os_ = self._open
-        done = ob < self._newest - max(1, self._lag)
+        done = self._open[0] < self._newest - max(1, self._lag)
         if done.any():
-            self._close(ob[done], og[done], op[done], os_[done])
-            self._closed = int(ob[done].max())
-            self._open = [ob[~done], og[~done], op[~done], os_[~done]]
+            self._close(*(a[done] for a in self._open))
+            self._closed = int(self._open[0][done].max())
+            self._open = [a[~done] for a in self._open]
+            # a replica may reach the same calls a while later or earlier (a slow one, until
+            # the data-parallel all-reduce of the iteration brings them together)
+            oldest = int(self._open[3].min()) if len(self._open[0]) else self._closed * self.span
+            self.calls.forget_before(oldest - _KEEP_BUCKETS * self.span)
 
-    def _close(self, b: np.ndarray, g: np.ndarray, per: np.ndarray, start: np.ndarray) -> None:
+    def _pace(self, g: np.ndarray, dt: np.ndarray, s1: np.ndarray, s2: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """Per span, its pace and whether that is against its replicas: its time over theirs
+        over the same calls (the same work, see ``replicas``); a group without replicas, its
+        time per call. nan: its replicas' time there is not known."""
+        peer, count = replica_time(self.replicas, self.calls, g, s1, s2)
+        by_work = count > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = dt / peer
+            pace = np.where(by_work, np.where(ratio >= _LEAST_RATIO, ratio, np.nan),
+                            dt / (s2 - s1))
+        return pace, by_work
+
+    def _close(self, b: np.ndarray, g: np.ndarray, dt: np.ndarray, start: np.ndarray,
+               s1: np.ndarray, s2: np.ndarray) -> None:
         """Write finished buckets: each group's low-quantile pace over its size's median, and
-        its fastest period among the spans wholly inside the bucket (one that began in the
+        its fastest pace among the spans wholly inside the bucket (one that began in the
         bucket before took part of its time there: the first span of a slow host's slow
         bucket is as fast as the healthy bucket before it)."""
+        per, by_work = self._pace(g, dt, s1, s2)
+        known = np.isfinite(per)
+        b, g, per, start, by_work = b[known], g[known], per[known], start[known], by_work[known]
+        if not len(b):
+            return
         o = np.lexsort((per, g, b))
-        b, g, per, start = b[o], g[o], per[o], start[o]
+        b, g, per, start, by_work = b[o], g[o], per[o], start[o], by_work[o]
         head = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (g[1:] != g[:-1])])
         count = np.diff(np.r_[head, len(b)])
         # (the lower of the two values around the quantile: no interpolation needed here)
         value = per[head + np.floor(_Q * (count - 1)).astype(np.int64)]
         enough = count >= _MIN_PERIODS
         hb, hg, hv = b[head][enough], g[head][enough], value[enough]
+        hw = by_work[head][enough]
         # (periods are sorted within a bucket and group: the first inside is the fastest)
         inside = start // self.span == b
         pos = np.where(inside, np.arange(len(b)), len(b))
@@ -207,7 +244,9 @@ class GroupPace:
         fastest = np.where(first_in < np.r_[head[1:], len(b)],
                            per[np.minimum(first_in, len(b) - 1)], np.nan)
         hl = fastest[enough]
-        n_of = self.arena.n[hg]
+        # groups judged against their replicas and groups judged by time per call are
+        # compared apart (a ratio and a time)
+        n_of = self.arena.n[hg] * np.where(hw, 1, -1)
         for bucket in np.unique(hb).tolist():
             for n in np.unique(n_of[hb == bucket]).tolist():
                 sel = (hb == bucket) & (n_of == n)

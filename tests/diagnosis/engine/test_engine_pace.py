@@ -16,6 +16,8 @@ MS = 1_000_000
 PERIOD_MS = [20.0, 10.0, 10.0, 10.0, 16.0, 16.0]
 SECONDS = 40
 CHUNK_S = 8
+CALLS = 25           # calls of an iteration
+STAGE = [range(4)] * 4 + [range(4, 6)] * 2     # the replicas of each group's stage
 
 
 def job() -> tuple[Arena, list[int]]:
@@ -28,10 +30,17 @@ def job() -> tuple[Arena, list[int]]:
 
 
 def calls(g: int, k: int, lo_s: float, hi_s: float, rng: np.random.Generator) -> Finished:
+    """The calls of group ``g`` between two times: iterations of ``CALLS`` calls at its
+    period, each begun by every replica of its stage together, when the slowest is done."""
     period = PERIOD_MS[k] * MS
-    first = int(np.ceil(lo_s * 1e9 / period))
-    seq = np.arange(first, int(hi_s * 1e9 / period))
-    t = (seq * period + rng.normal(0, 0.01 * period, len(seq))).astype(np.int64)
+    iteration = CALLS * max(PERIOD_MS[i] for i in STAGE[k]) * MS + 5 * MS
+    first = int(lo_s * 1e9 // iteration)
+    it = np.arange(first, int(hi_s * 1e9 // iteration) + 1)
+    seq = (it[:, None] * CALLS + np.arange(CALLS)[None, :]).ravel()
+    t = (it[:, None] * iteration + np.arange(CALLS)[None, :] * period).ravel()
+    keep = (t >= lo_s * 1e9) & (t < hi_s * 1e9)
+    seq = seq[keep]
+    t = (t[keep] + rng.normal(0, 0.01 * period, len(seq))).astype(np.int64)
     enter = np.repeat(t[:, None], 4, axis=1)
     zero = np.zeros_like(enter)
     return Finished(seq, np.full(len(seq), g), seq, enter, enter + MS, zero - 1,
@@ -67,10 +76,10 @@ def test_a_group_slow_from_the_start_is_judged_against_the_replicas_of_its_stage
     pace = GroupPace(arena, EngineConfig())
     feed(pace, tp)
     found = pace.judge()
-    # stage B is as far behind the job's median as the slow host, but like its replicas
+    # stage B computes slower than stage A, but as fast as its replica
     assert [f.group for f in found] == [tp[0]]
-    # (the job's median pace is 13 ms: 20 ms is 0.77 of it above the replicas' 10)
-    assert 0.7 < found[0].excess < 0.85 and found[0].frac > 0.9
+    # (its replicas take 10 ms over the calls it takes 20 ms over)
+    assert 0.9 < found[0].excess < 1.1 and found[0].frac > 0.9
 
 
 # ---- episodes: eight replicas of one stage, each second at its own pace --------------------
@@ -175,3 +184,81 @@ def test_groups_behind_together_now_and_then_are_an_event_of_the_job():
     assert judge_paces(f) == []
     f[0, 9::3] *= 2.5
     assert [x.group for x in judge_paces(f)] == [0]
+
+
+# ---- sampled calls: spans of different work ---------------------------------------------------
+# the replicas of one stage run, iteration after iteration, FORWARD calls 10 ms apart then
+# BACKWARD calls 20 ms apart (a backward pass computes twice as long), in step: the data-
+# parallel all-reduce at the end of each iteration waits for the last of them
+
+FORWARD, BACKWARD = 40, 40
+ITERATIONS = 24
+
+
+def lockstep(kept: list[np.ndarray], slow: dict[int, np.ndarray],
+             rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per replica, its kept calls (seq, time): ``kept[k]`` marks the calls of an iteration it
+    keeps, ``slow[k]`` per iteration its compute factor (a slow host); every replica starts an
+    iteration when the slowest ended the one before."""
+    per_call = np.r_[np.full(FORWARD, 10.0), np.full(BACKWARD, 20.0)] * MS
+    calls = FORWARD + BACKWARD
+    out: list[tuple[list[int], list[int]]] = [([], []) for _ in kept]
+    start = 0.0
+    for it in range(ITERATIONS):
+        ends = []
+        for k, keep in enumerate(kept):
+            factor = slow[k][it] if k in slow else 1.0
+            step = per_call * factor * rng.normal(1.0, 0.01, calls)
+            t = start + np.r_[0.0, np.cumsum(step)[:-1]]
+            seq = it * calls + np.arange(calls)
+            out[k][0].extend(seq[keep].tolist())
+            out[k][1].extend(t[keep].astype(np.int64).tolist())
+            ends.append(start + step.sum())
+        start = max(ends) + 5 * MS
+    return [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in out]
+
+
+def judge_lockstep(kept: list[np.ndarray], slow: dict[int, np.ndarray] | None = None) -> list:
+    arena, tp = replicas()
+    pace = GroupPace(arena, EngineConfig())
+    series = lockstep(kept, slow or {}, np.random.default_rng(5))
+    end = max(int(t[-1]) for _, t in series)
+    for lo in range(0, end + CHUNK_S * 10**9, CHUNK_S * 10**9):
+        for g, (seq, t) in zip(tp, series, strict=True):
+            m = (t >= lo) & (t < lo + CHUNK_S * 10**9)
+            enter = np.repeat(t[m][:, None], 4, axis=1)
+            zero = np.zeros_like(enter)
+            pace.update(Finished(seq[m], np.full(int(m.sum()), g), seq[m], enter, enter + MS,
+                                 zero - 1, zero.astype(np.int8)))
+    return pace.judge()
+
+
+def every_fourth(offset: int, only_backward: bool = False) -> np.ndarray:
+    keep = (np.arange(FORWARD + BACKWARD) + offset) % 4 == 0
+    if only_backward:
+        keep[:FORWARD] = False
+    return keep
+
+
+def test_a_group_that_keeps_only_backward_calls_is_paced_like_its_replicas():
+    """One group keeps calls of backward passes only (the sampling rule hashes the group's
+    name with the sequence number: which calls a group keeps is its own), its replicas some of
+    every pass. Its time per call is twice theirs in every bucket, but over the same calls
+    they took as long as it did: no host is slow."""
+    kept = [every_fourth(0, only_backward=True)] + [every_fourth(k) for k in range(1, REPLICAS)]
+    assert judge_lockstep(kept) == []
+
+
+def test_a_slow_host_among_groups_keeping_other_calls_is_found():
+    """The same sampling with a host 2.5x slower from the first iteration (its replicas wait
+    for it at the all-reduce), and one slower again and again (2x, one iteration in four from
+    the seventh on)."""
+    kept = [every_fourth(k, only_backward=k == 3) for k in range(REPLICAS)]
+    found = judge_lockstep(kept, {1: np.full(ITERATIONS, 2.5)})
+    assert [f.group for f in found] == [1]
+    assert found[0].duty is None and found[0].excess > 0.8
+    factor = np.ones(ITERATIONS)
+    factor[6::4] = 2.0
+    found = judge_lockstep(kept, {2: factor})
+    assert [f.group for f in found] == [2]
+    assert found[0].duty is not None and found[0].episodes >= 3
