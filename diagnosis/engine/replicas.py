@@ -26,25 +26,47 @@ _MAX_GAP = 32
 _SEQ_BITS = 40
 
 
+def _expand(ptr: np.ndarray, idx: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a CSR table for each key: (the key's position, the value), key by key."""
+    cnt = ptr[keys + 1] - ptr[keys]
+    total = int(cnt.sum())
+    pos = np.repeat(ptr[keys] - (np.cumsum(cnt) - cnt), cnt) + np.arange(total)
+    return np.repeat(np.arange(len(keys)), cnt), idx[pos]
+
+
+def _csr(keys: np.ndarray, values: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    o = np.argsort(keys, kind="stable")
+    ptr = np.r_[0, np.cumsum(np.bincount(keys, minlength=size))].astype(np.int64)
+    return ptr, values[o]
+
+
 class Replicas:
     """Per communicator (collectives only), its replicas: the communicators of its size that
     share none of its ranks and whose members meet its members in a collective communicator
-    other than a pipeline's (one that carries send/recv: its stages do other work). Computed
-    again when a communicator or a pipeline is added."""
+    other than a pipeline's (one that carries send/recv: its stages do other work). Found for
+    the communicators asked about, again when a communicator or a pipeline is added."""
 
     def __init__(self, arena: Arena) -> None:
         self.arena = arena
-        self._known = (-1, -1)
         self._seen = 0                   # communicators looked at
         self._coll: list[int] = []       # the collective communicators among them
         self._pipelines: set[int] = set()    # pg ids that carry send/recv
-        self._pair_g = self._pair_h = self._pair_via = np.zeros(0, dtype=np.int64)
+        self._tables = -1                # collectives the membership tables were built for
+        self._dirty = False              # links or pipelines changed since the choice
+        self._done = np.zeros(0, dtype=bool)     # per communicator: its links are known
+        # (group, candidate replica, the communicator they meet in), one row per link
+        self._lg = self._lh = self._lc = np.zeros(0, dtype=np.int64)
         self.ptr = np.zeros(1, dtype=np.int64)
         self.idx = np.zeros(0, dtype=np.int64)
 
     def of(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per group, its replicas: (count, flat indices into ``self.idx`` of each's list)."""
         self._refresh()
+        need = np.unique(groups[~self._done[groups]])
+        if len(need):
+            self._links(need)
+        if self._dirty:
+            self._choose()
         cnt = self.ptr[groups + 1] - self.ptr[groups]
         first = np.repeat(self.ptr[groups], cnt)
         return cnt, first + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
@@ -54,78 +76,81 @@ class Replicas:
         total = len(a.members)
         if total == self._seen:
             return
+        pipes = len(self._pipelines)
         for c in range(self._seen, total):
             if a.p2p[c]:
                 self._pipelines.add(a.pg_of[c])
             else:
                 self._coll.append(c)
         self._seen = total
-        if len(self._coll) != self._known[0]:
-            self._links()
-        known = (len(self._coll), len(self._pipelines))
-        if known != self._known:
-            self._choose(total)
-            self._known = known
-        else:       # (only channels were added: they have no replicas)
-            self.ptr = np.r_[self.ptr, np.full(total + 1 - len(self.ptr), self.ptr[-1])]
+        self._done = np.r_[self._done, np.zeros(total - len(self._done), dtype=bool)]
+        self.ptr = np.r_[self.ptr, np.full(total + 1 - len(self.ptr), self.ptr[-1])]
+        if len(self._coll) != self._tables:
+            coll = np.asarray(self._coll, dtype=np.int64)
+            ranks = [a.members[c] for c in self._coll]
+            sizes = np.array([len(r) for r in ranks], dtype=np.int64)
+            mc = np.repeat(coll, sizes)
+            mr = np.concatenate(ranks).astype(np.int64) if ranks else np.zeros(0, np.int64)
+            self._cm = _csr(mc, mr, total)                                  # its members
+            self._rc = _csr(mr, mc, int(mr.max()) + 1 if len(mr) else 0)    # a rank's comms
+            self._tables = len(self._coll)
+            self._done[:] = False
+            self._lg = self._lh = self._lc = np.zeros(0, dtype=np.int64)
+            self._dirty = True
+        elif len(self._pipelines) != pipes:
+            self._dirty = True
 
-    def _links(self) -> None:
-        """Every pair of same-size, disjoint collective communicators whose members meet in a
-        third, and that third's pg id (one row per link)."""
-        a = self.arena
-        meets: dict[int, list[int]] = {}
-        for c in self._coll:
-            for r in a.members[c].tolist():
-                meets.setdefault(r, []).append(c)
-        by_size: dict[int, list[int]] = {}
-        for g in self._coll:
-            by_size.setdefault(int(a.n[g]), []).append(g)
-        gs: list[int] = []
-        hs: list[int] = []
-        via: list[int] = []
-        for groups in by_size.values():
-            of_rank: dict[int, list[int]] = {}
-            for g in groups:
-                for r in a.members[g].tolist():
-                    of_rank.setdefault(r, []).append(g)
-            for g in groups:
-                mine = set(a.members[g].tolist())
-                near: dict[tuple[int, int], None] = {}
-                for r in mine:
-                    for c in meets.get(r, ()):
-                        if c != g:
-                            for q in a.members[c].tolist():
-                                for h in of_rank.get(q, ()):
-                                    near[(h, a.pg_of[c])] = None
-                for h, pg in near:
-                    if h != g and not mine.intersection(a.members[h].tolist()):
-                        gs.append(g)
-                        hs.append(h)
-                        via.append(pg)
-        self._pair_g = np.asarray(gs, dtype=np.int64)
-        self._pair_h = np.asarray(hs, dtype=np.int64)
-        self._pair_via = np.asarray(via, dtype=np.int64)
+    def _links(self, groups: np.ndarray) -> None:
+        """The links of ``groups``: every same-size collective communicator sharing none of
+        their ranks whose members meet theirs in a third."""
+        n, total = self.arena.n, len(self._done)
+        cm_ptr, cm_idx = self._cm
+        rc_ptr, rc_idx = self._rc
+        row, r = _expand(cm_ptr, cm_idx, groups)
+        g = groups[row]
+        row, c = _expand(rc_ptr, rc_idx, r)
+        g = g[row]
+        # the communicators with a rank of the group: where it meets others, and none of them
+        # a replica (they share its ranks)
+        meet = np.unique(g * total + c)
+        g, c = meet // total, meet % total
+        row, q = _expand(cm_ptr, cm_idx, c)
+        g, c = g[row], c[row]
+        row, h = _expand(rc_ptr, rc_idx, q)
+        g, c = g[row], c[row]
+        keep = (n[h] == n[g]) & (h != g) & ~np.isin(g * total + h, meet)
+        key = np.unique((g[keep] * total + h[keep]) * total + c[keep])
+        self._lg = np.r_[self._lg, key // (total * total)]
+        self._lh = np.r_[self._lh, key // total % total]
+        self._lc = np.r_[self._lc, key % total]
+        self._done[groups] = True
+        self._dirty = True
 
-    def _choose(self, total: int) -> None:
+    def _choose(self) -> None:
         """Per group, the replicas linked through a communicator that is no pipeline, the
         nearest ``MAX_REPLICAS`` in index order (a deterministic choice, spread over the
         job)."""
+        total = len(self._done)
+        self._dirty = False
         pipe = np.fromiter(self._pipelines, np.int64, len(self._pipelines))
-        ok = ~np.isin(self._pair_via, pipe)
-        g, h = self._pair_g[ok], self._pair_h[ok]
+        pg_of = np.asarray(self.arena.pg_of[:total], dtype=np.int64)
+        ok = ~np.isin(pg_of[self._lc], pipe)
+        # (a communicator found to be a pipeline stays one)
+        self._lg, self._lh, self._lc = self._lg[ok], self._lh[ok], self._lc[ok]
+        g, h = self._lg, self._lh
         if not len(g):
             self.idx = np.zeros(0, dtype=np.int64)
             self.ptr = np.zeros(total + 1, dtype=np.int64)
             return
-        o = np.lexsort((h, np.abs(h - g), g))
+        pair = np.unique(g * total + h)
+        g, h = pair // total, pair % total
+        # (per group, nearest first: one sort of one key)
+        o = np.argsort((g * total + np.abs(h - g)) * total + h)
         g, h = g[o], h[o]
-        first = np.r_[True, (g[1:] != g[:-1]) | (h[1:] != h[:-1])]     # (one row per pair)
-        g, h = g[first], h[first]
-        head = np.r_[True, g[1:] != g[:-1]]
-        starts = np.flatnonzero(head)
+        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
         rank = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
         g, h = g[rank < MAX_REPLICAS], h[rank < MAX_REPLICAS]
-        o = np.lexsort((h, g))
+        o = np.argsort(g * total + h)
         self.idx = h[o]
         self.ptr = np.r_[0, np.cumsum(np.bincount(g[o], minlength=total))].astype(np.int64)
 
@@ -154,7 +179,7 @@ class KeptCalls:
 
     def _sort(self) -> None:
         if not self._sorted:
-            o = np.lexsort((self.s, self.g))
+            o = np.argsort((self.g << _SEQ_BITS) | self.s, kind="stable")
             self.g, self.s, self.t = self.g[o], self.s[o], self.t[o]
             self._sorted = True
 
