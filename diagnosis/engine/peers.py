@@ -61,6 +61,7 @@ class LoadModel:
         self._caps: list[float] = []
         self._key: dict[int, tuple[object, np.ndarray, bool]] = {}
         self._nic_cap: dict[str, float] = {}
+        self._link_cap: dict[str, float | None] = {}
         # the last hop table: the same keys while no path changed have the same hops
         self._table: tuple[tuple[int, int], np.ndarray,
                            tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
@@ -117,6 +118,19 @@ class LoadModel:
         self._table = (stamp, keys.copy(), (flat, counts, routed))
         return flat, counts, routed
 
+    def _link_capacity(self, a: str, b: str) -> float | None:
+        """The capacity of the link between nodes ``a`` and ``b`` (None: the topology lacks
+        it, or gives it none); cached, as thousands of paths cross each link."""
+        lk = f"{a}~{b}" if a <= b else f"{b}~{a}"
+        if lk in self._link_cap:
+            return self._link_cap[lk]
+        cap: float | None = None
+        if self.topo.has_link(lk):     # (not: a recorded hop the topology lacks)
+            c = self.topo.capacity(lk)
+            cap = c if np.isfinite(c) and c > 0 else None
+        self._link_cap[lk] = cap
+        return cap
+
     def hops(self, win: ConnWindow, k: int, nic_of: Callable[[int], str | None]
              ) -> tuple[np.ndarray, bool]:
         """(hop ids, routed) of connection key ``k``: routed when from its recorded path."""
@@ -128,11 +142,8 @@ class LoadModel:
         routed = bool(path)
         if path:
             for a, b in itertools.pairwise(path):
-                lk = f"{a}~{b}" if a <= b else f"{b}~{a}"
-                if not self.topo.has_link(lk):   # a recorded hop the topology lacks
-                    continue
-                cap = self.topo.capacity(lk)
-                if np.isfinite(cap) and cap > 0:
+                cap = self._link_capacity(a, b)
+                if cap is not None:
                     out.append(self._hop(a, b, cap))
         else:
             src, dst = nic_of(int(win.src[k])), nic_of(int(win.dst[k]))
