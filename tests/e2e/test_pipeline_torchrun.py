@@ -81,7 +81,10 @@ def _check_stored(client: DaemonClient, tmp: Path, job: str) -> None:
 def _run(tmp: Path, job: str, *, kill_daemon: bool) -> None:
     port = free_port()
     daemon = start_daemon(tmp, port)
-    cars = [start_sidecar(tmp, port, f"node{n}") for n in range(2)]
+    # (sockets sampled five times a second: the 40-step job lasts a few seconds, and a
+    # connection needs two samples for a linkstat window even when a loaded machine delays one)
+    cars = [start_sidecar(tmp, port, f"node{n}", extra=("--link-interval", "0.2"))
+            for n in range(2)]
     master = free_port()
     steps = 120 if kill_daemon else 40
     procs = [_launch(tmp, job, n, cars[n][1], master, steps) for n in range(2)]
