@@ -69,6 +69,9 @@ class Arena:
         self.s_coarse = np.zeros(scap, dtype=bool)
         self.s_entered = np.zeros(scap, dtype=np.int64)
         self.s_ended = np.zeros(scap, dtype=np.int64)
+        # some member entered and the instance has not finished (kept as the counts change:
+        # the hang scan reads it after every batch)
+        self.s_open = np.zeros(scap, dtype=bool)
         self.s_op = np.zeros(scap, dtype=np.int64)
         self.s_bytes = np.zeros(scap, dtype=np.int64)
         self.evicted_open = 0
@@ -158,7 +161,7 @@ class Arena:
             return
         new = max(need, 2 * cap)
         for name in ("s_seq", "s_closed", "s_coarse", "s_entered", "s_ended", "s_op",
-                     "s_bytes"):
+                     "s_bytes", "s_open"):
             old = getattr(self, name)
             arr = np.full(new, -1 if name == "s_seq" else 0, dtype=old.dtype)
             arr[:cap] = old
@@ -222,6 +225,7 @@ class Arena:
         touched, n = self._recount(slot)
         finished = touched[(self.s_ended[touched] == n) & ~self.s_closed[touched]]
         self.s_closed[finished] = True
+        self._reopen(touched)
         return finished
 
     def fill(self, g: np.ndarray, pos: np.ndarray, seq: np.ndarray, enter: np.ndarray,
@@ -251,6 +255,7 @@ class Arena:
         self.s_op[slot[known_op]] = op[known_op]
         touched, n = self._recount(slot)
         self.s_closed[touched[self.s_ended[touched] == n]] = True
+        self._reopen(touched)
 
     def _start_newer(self, g: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The slot of each row (communicator ``g``, call ``seq``), and the slots that rows of
@@ -266,12 +271,17 @@ class Arena:
             self.evicted_open += int(((self.s_seq[fs] >= 0) & ~self.s_closed[fs]).sum())
             self.s_seq[fs] = newest[fresh]
             self.s_closed[fs] = False
+            self._reopen(fs)
             idx, _ = self.slot_cells(fs)
             self.c_enter[idx] = _MISSING
             self.c_end[idx] = _MISSING
             self.c_own[idx] = _MISSING
             self.c_status[idx] = -1
         return slot, fs
+
+    def _reopen(self, slots: np.ndarray) -> None:
+        """Mark again whether each of ``slots`` is open (after its counts or state changed)."""
+        self.s_open[slots] = (self.s_entered[slots] > 0) & ~self.s_closed[slots]
 
     def _recount(self, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Recount the members that entered and ended each slot of ``slot``; the distinct
@@ -306,9 +316,7 @@ class Arena:
 
     def open_slots(self) -> np.ndarray:
         """Slots holding an instance that some member entered and that has not finished."""
-        used = len(self.names) * self.W
-        s = np.flatnonzero((self.s_entered[:used] > 0) & ~self.s_closed[:used])
-        return s
+        return np.flatnonzero(self.s_open[: len(self.names) * self.W])
 
     def entered(self, pg: np.ndarray, seq: np.ndarray, src: np.ndarray,
                 dst: np.ndarray) -> np.ndarray:

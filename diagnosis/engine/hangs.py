@@ -114,7 +114,7 @@ def scan_open(arena: Arena, bounds_of: Callable[[np.ndarray], np.ndarray], now: 
     if len(slots) == 0:
         return out
     if symmetric is not None:
-        out.moved_on = moved_on(arena, symmetric)
+        out.moved_on = moved_on(arena, symmetric, slots)
     idx, n = arena.slot_cells(slots)
     starts = np.cumsum(n) - n
     enter, end, status = arena.c_enter[idx], arena.c_end[idx], arena.c_status[idx]
@@ -224,15 +224,16 @@ def is_symmetric(name: str) -> bool:
     return op_key(name) in _SYMMETRIC_KEYS
 
 
-def moved_on(arena: Arena, symmetric: np.ndarray) -> set[int]:
+def moved_on(arena: Arena, symmetric: np.ndarray, slots: np.ndarray | None = None) -> set[int]:
     """Ranks that left a call they still seem to be in, and then stopped.
 
     A rank whose row for a call is open while every other member of the call got out, and that
     is absent from a later collective the other members all completed (which none of them can
     do without it: ``symmetric`` marks such ops by op id), took part in that collective: its rows
     since the open one were lost (a frozen rank's collector keeps its last rows). It waits in
-    neither call: it stopped after them."""
-    slots = arena.open_slots()
+    neither call: it stopped after them. ``slots``: ``arena.open_slots()``, when already
+    read."""
+    slots = arena.open_slots() if slots is None else slots
     if len(slots) == 0:
         return set()
     idx, n = arena.slot_cells(slots)

@@ -21,6 +21,7 @@ from diagnosis.engine.series import (
     SeriesBank,
     change_point,
     episode_length,
+    episode_marks,
     episode_rate,
     excess_sigma,
     on_slow_rows,
@@ -156,12 +157,11 @@ class Localizer:
         the base rate of such samples over every key."""
         cfg = self.cfg
         ring, rt = bank.ordered(keys)
+        valid = np.isfinite(ring)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            finite = ring[np.isfinite(ring)]
-            sigma = float(np.nan_to_num(excess_sigma(finite), nan=0.0))
+            sigma = float(np.nan_to_num(excess_sigma(ring[valid]), nan=0.0))
         thr = max(cfg.comm_min_excess / 2, cfg.comm_noise_k * sigma)
-        valid = np.isfinite(ring)
         high = ring > thr                                   # (NaN compares False)
         n_high = high.sum(axis=1)
         pooled = float(n_high.sum() / max(int(valid.sum()), 1))
@@ -210,8 +210,9 @@ class Localizer:
         if not len(ring):
             return res, lasting, duty, episodes, 0.0
         common = self._job_wide(ring, rt, thr)
-        p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common)
-        unit = episode_length(ring, thr, cfg.comm_rec_episodes)
+        marks = episode_marks(ring, thr)
+        p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common, marks=marks)
+        unit = episode_length(ring, thr, cfg.comm_rec_episodes, marks=marks)
         rec = on_slow_rows(recurrence, recurrence_least(cfg.comm_rec_episodes), ring, thr,
                            np.full(len(ring), p0), cfg.comm_rec_episodes, unit)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))

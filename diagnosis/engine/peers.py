@@ -61,6 +61,7 @@ class LoadModel:
         self._caps: list[float] = []
         self._key: dict[int, tuple[object, np.ndarray, bool]] = {}
         self._nic_cap: dict[str, float] = {}
+        self._link_cap: dict[str, float | None] = {}
         # the last hop table: the same keys while no path changed have the same hops
         self._table: tuple[tuple[int, int], np.ndarray,
                            tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
@@ -117,6 +118,19 @@ class LoadModel:
         self._table = (stamp, keys.copy(), (flat, counts, routed))
         return flat, counts, routed
 
+    def _link_capacity(self, a: str, b: str) -> float | None:
+        """The capacity of the link between nodes ``a`` and ``b`` (None: the topology lacks
+        it, or gives it none); cached, as thousands of paths cross each link."""
+        lk = f"{a}~{b}" if a <= b else f"{b}~{a}"
+        if lk in self._link_cap:
+            return self._link_cap[lk]
+        cap: float | None = None
+        if self.topo.has_link(lk):     # (not: a recorded hop the topology lacks)
+            c = self.topo.capacity(lk)
+            cap = c if np.isfinite(c) and c > 0 else None
+        self._link_cap[lk] = cap
+        return cap
+
     def hops(self, win: ConnWindow, k: int, nic_of: Callable[[int], str | None]
              ) -> tuple[np.ndarray, bool]:
         """(hop ids, routed) of connection key ``k``: routed when from its recorded path."""
@@ -128,11 +142,8 @@ class LoadModel:
         routed = bool(path)
         if path:
             for a, b in itertools.pairwise(path):
-                lk = f"{a}~{b}" if a <= b else f"{b}~{a}"
-                if not self.topo.has_link(lk):   # a recorded hop the topology lacks
-                    continue
-                cap = self.topo.capacity(lk)
-                if np.isfinite(cap) and cap > 0:
+                cap = self._link_capacity(a, b)
+                if cap is not None:
                     out.append(self._hop(a, b, cap))
         else:
             src, dst = nic_of(int(win.src[k])), nic_of(int(win.dst[k]))
@@ -238,13 +249,14 @@ def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel
         return share, narrow, routed
     owner = np.repeat(np.arange(len(keys)), counts)
     caps = load.caps()
-    series = win.bank.ordered(keys)         # read once for both ends
+    moving = _moving(win, keys)         # read once for both ends
     cell = size[owner].astype(np.int64) * len(caps) + hops
 
     def count(rank: np.ndarray) -> np.ndarray:
         """Per hop incidence: connections sharing the hop, counting those of one ``rank`` as
         many as overlap in time."""
-        conc = _concurrency(win, keys, size * (int(rank.max()) + 1) + rank[keys], series)
+        conc = _concurrency(win, keys, size * (int(rank.max()) + 1) + rank[keys],
+                            moving=moving)
         r = rank[keys[owner]].astype(np.int64)
         # per (cell, rank): the keys on it, capped by the rank's concurrency (one integer
         # per pair: numpy's unique over columns sorts structured rows, far slower)
@@ -267,21 +279,28 @@ def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel
     return share, narrow, routed
 
 
-def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray,
-                 series: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """Per key: how many connections of its ``group`` (itself included) are typically moving
-    while it is: the median, over its recent transfers (the samples of its series, each a
-    duration ending at its time), of the group's transfers under way at the transfer's
-    middle. A key whose samples are window statistics (a mean transfer per window, whose place
-    in the window is unknown) counts the others of its group by the share of time each is
-    busy, as if they came at random moments. ``series``: ``win.bank.ordered(keys)``, when
-    already read."""
+@dataclass
+class _Moving:
+    """What ``_concurrency`` reads of each key's series, whatever the grouping: its samples'
+    durations and end times, which of them are known, whether the key's samples are window
+    statistics, and the share of time such a key is busy."""
+
+    dur: np.ndarray
+    t_end: np.ndarray
+    ok: np.ndarray
+    windowed: np.ndarray
+    busy: np.ndarray | None
+
+
+def _moving(win: ConnWindow, keys: np.ndarray,
+            series: tuple[np.ndarray, np.ndarray] | None = None) -> _Moving:
     bank = win.bank
     ring, t_end = series if series is not None else bank.ordered(keys)
     nbytes = np.maximum(win.last_bytes[keys], 1).astype(np.float64)
     dur = (ring + 1.0) * bank.base[keys][:, None] * nbytes[:, None]
     ok = np.isfinite(dur) & (dur > 0)
     windowed = win.end_spread[keys] > 0
+    busy = None
     if windowed.any():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -289,14 +308,32 @@ def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray,
                                      np.nan), axis=1)
             busy = np.nan_to_num(np.clip(nanmedian(np.where(ok, dur, np.nan), axis=1)
                                          / gap, 0.0, 1.0), nan=0.0)
-        g = np.unique(group, return_inverse=True)[1].ravel()
-        total = np.bincount(g, weights=busy)
-        by_share = 1.0 + total[g] - busy
+    return _Moving(dur, t_end, ok, windowed, busy)
+
+
+def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray,
+                 series: tuple[np.ndarray, np.ndarray] | None = None,
+                 moving: _Moving | None = None) -> np.ndarray:
+    """Per key: how many connections of its ``group`` (itself included) are typically moving
+    while it is: the median, over its recent transfers (the samples of its series, each a
+    duration ending at its time), of the group's transfers under way at the transfer's
+    middle. A key whose samples are window statistics (a mean transfer per window, whose place
+    in the window is unknown) counts the others of its group by the share of time each is
+    busy, as if they came at random moments. ``series``: ``win.bank.ordered(keys)``, when
+    already read; ``moving``: ``_moving(win, keys, series)``, when already made (it does not
+    depend on the grouping)."""
+    m = moving if moving is not None else _moving(win, keys, series)
+    dur, t_end, ok, windowed, busy = m.dur, m.t_end, m.ok, m.windowed, m.busy
+    group = np.unique(group, return_inverse=True)[1].ravel()
+    if busy is not None:
+        total = np.bincount(group, weights=busy)
+        by_share = 1.0 + total[group] - busy
+        if windowed.all():
+            return by_share
         ok = ok & ~windowed[:, None]
     else:
         by_share = np.ones(len(keys))
     k_ix, col = np.nonzero(ok)
-    group = np.unique(group, return_inverse=True)[1].ravel()
     out = np.where(windowed, by_share, 1.0)
     if not len(k_ix):
         return out

@@ -122,9 +122,12 @@ class ProgressBoard:
         slots = groups * a.W + seqs % a.W
         keys = np.r_[self._open, slots]
         seq_of = np.r_[a.s_seq[self._open], seqs]
-        key, first = np.unique(np.stack([keys, seq_of]), axis=1, return_index=True)
-        del first
-        slots, seqs = key[0], key[1]
+        # distinct (slot, seq) pairs, sorted (a 2-D unique sorts structured rows, far slower)
+        o = np.lexsort((seq_of, keys))
+        keys, seq_of = keys[o], seq_of[o]
+        head = np.ones(len(keys), dtype=bool)
+        head[1:] = (keys[1:] != keys[:-1]) | (seq_of[1:] != seq_of[:-1])
+        slots, seqs = keys[head], seq_of[head]
         live = (seqs >= 0) & ((a.s_seq[slots] < seqs) | ~a.s_closed[slots])
         slots, seqs = slots[live], seqs[live]
         if not len(slots):

@@ -144,9 +144,12 @@ class SeriesBank:
 
     def ordered(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rings of ``keys`` oldest first (NaN where empty) and their times."""
+        # one gather from the flat rings (indexing the rows first, then taking along them,
+        # copies every row twice)
+        keys = np.asarray(keys, dtype=np.int64)
         idx = (self.pos[keys][:, None] + np.arange(self.K)[None, :]) % self.K
-        return (np.take_along_axis(self.ring[keys], idx, axis=1),
-                np.take_along_axis(self.ring_t[keys], idx, axis=1))
+        idx += (keys * self.K)[:, None]
+        return np.take(self.ring, idx), np.take(self.ring_t, idx)
 
 
 @dataclass
@@ -168,7 +171,7 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     starting on a late sample followed by another, and at least ``min_samples`` long."""
     rows, K = a.shape
     valid = ~np.isnan(a)
-    high = valid & (np.nan_to_num(a, nan=-np.inf) > thr[:, None])
+    high = a > thr[:, None]                   # (NaN compares False)
     above = np.cumsum(high[:, ::-1], axis=1)[:, ::-1]
     length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
     nxt = np.zeros_like(high)
@@ -225,18 +228,28 @@ class Recurrence:
     median: np.ndarray     # median of the slow samples from the start on (NaN when none)
 
 
-def episode_marks(a: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: (valid, slow, begins) per sample: see :func:`episode_marks`
+Marks = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def episode_marks(a: np.ndarray, thr: np.ndarray) -> Marks:
     """(valid, slow, begins): per sample, whether it is one, above ``thr``, and the first
     slow sample of a run of consecutive slow ones (NaN samples neither break nor extend a
     run)."""
     rows, K = a.shape
     valid = ~np.isnan(a)
-    high = valid & (np.nan_to_num(a, nan=-np.inf) > thr[:, None])
-    col = np.arange(K)[None, :]
-    last_valid = np.maximum.accumulate(np.where(valid, col, -1), axis=1)
-    prev = np.full((rows, K), -1, dtype=np.int64)
-    prev[:, 1:] = last_valid[:, :-1]
-    prev_high = (prev >= 0) & high[np.arange(rows)[:, None], np.maximum(prev, 0)]
+    high = a > thr[:, None]                   # (NaN compares False)
+    # the previous sample's mark: the one before it in the row, unless NaN samples lie between
+    # valid ones (a ring not yet full has its NaN first: nothing valid comes before them)
+    prev_high = np.zeros((rows, K), dtype=bool)
+    prev_high[:, 1:] = high[:, :-1]
+    gaps = np.flatnonzero((valid[:, :-1] & ~valid[:, 1:]).any(axis=1))
+    if len(gaps):
+        v = valid[gaps]
+        last_valid = np.maximum.accumulate(np.where(v, np.arange(K)[None, :], -1), axis=1)
+        prev = np.full((len(gaps), K), -1, dtype=np.int64)
+        prev[:, 1:] = last_valid[:, :-1]
+        prev_high[gaps] = (prev >= 0) & high[gaps[:, None], np.maximum(prev, 0)]
     return valid, high, high & ~prev_high
 
 
@@ -247,22 +260,29 @@ def strong_runs(a: np.ndarray, high: np.ndarray, begins: np.ndarray
     as slow as the row's median slow sample (an episode's edge, a sample whose span only grazes
     it, does not count)."""
     rows, K = a.shape
-    typical = row_quantile(np.where(high, a, np.nan), 0.5)
-    strong = high & (np.nan_to_num(a, nan=-np.inf) >= 0.5 * np.nan_to_num(typical)[:, None])
     ep = np.cumsum(begins, axis=1)
     n = np.zeros((rows, K + 1))
+    # only rows with a slow sample have strong ones (most rows, in a healthy job, have none)
+    some = np.flatnonzero(high.any(axis=1))
+    if not len(some):
+        return ep, n
+    ah, hh = a[some], high[some]
+    typical = row_quantile(np.where(hh, ah, np.nan), 0.5)
+    strong = hh & (ah >= 0.5 * np.nan_to_num(typical)[:, None])     # (NaN compares False)
     r, c = np.nonzero(strong)
+    r = some[r]
     np.add.at(n, (r, ep[r, c]), 1.0)
     return ep, n
 
 
 def episode_length(a: np.ndarray, thr: np.ndarray, min_episodes: int, default: float = 2.0,
-                   least: int = 20) -> float:
+                   least: int = 20, marks: Marks | None = None) -> float:
     """How long the episodes of rows that do not recur (fewer than ``min_episodes``) last: the
     90th percentile of their strong samples (see :func:`strong_runs`); ``default`` with fewer
     than ``least`` such episodes. A transient congestion of two iterations, or a pause and its
-    echo in the next sample, is one event of that length."""
-    _, high, begins = episode_marks(a, thr)
+    echo in the next sample, is one event of that length. ``marks``: ``episode_marks(a, thr)``
+    when already made."""
+    _, high, begins = episode_marks(a, thr) if marks is None else marks
     quiet = begins.sum(axis=1) < max(int(min_episodes), 1)
     if not quiet.any():
         return default
@@ -319,7 +339,7 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
         # episode but not a slow round of its own)
         after = (col >= start[h, None]) & high[h]
         typical = row_quantile(np.where(after, a[h], np.nan), 0.5)
-        strong = after & (np.nan_to_num(a[h], nan=-np.inf) >= 0.5 * typical[:, None])
+        strong = after & (a[h] >= 0.5 * typical[:, None])     # (NaN compares False)
         med[h] = row_quantile(np.where(strong, a[h], np.nan), 0.5)
         hits[h] = strong.sum(axis=1)
     return Recurrence(start, best, hits, np.where(has, length[rix, s0], 0),
@@ -327,14 +347,15 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
 
 
 def episode_rate(a: np.ndarray, thr: np.ndarray, floor: float, trim: float = 0.1,
-                 common: np.ndarray | None = None) -> float:
+                 common: np.ndarray | None = None, marks: Marks | None = None) -> float:
     """How often an episode of samples above ``thr`` (per row) starts, per sample, over the
     rows of ``a`` (NaN = none), leaving out the ``trim`` fraction of rows with the highest
     rates (the faulty ones, which would otherwise raise the rate they are judged against in a
     small job), floored at ``floor``. ``common`` marks samples taken while most rows were slow
     at once: episodes starting there are no independent noise (a fault of what every row
-    crosses, or an event of the whole job) and are not counted."""
-    valid, _, begins = episode_marks(a, thr)
+    crosses, or an event of the whole job) and are not counted. ``marks``:
+    ``episode_marks(a, thr)`` when already made."""
+    valid, _, begins = episode_marks(a, thr) if marks is None else marks
     if common is not None:
         begins = begins & ~common
     n = valid.sum(axis=1)
@@ -356,7 +377,7 @@ def on_slow_rows(fn: Callable[..., _Rows], least: int, a: np.ndarray, thr: np.nd
     (:data:`CHANGE_LEAST`, :func:`recurrence_least`); the other rows get what ``fn`` gives a
     row without any (at 4,096 GPUs most of ~100k connections are healthy)."""
     n = len(a)
-    keep = np.flatnonzero((np.nan_to_num(a, nan=-np.inf) > thr[:, None]).sum(axis=1) >= least)
+    keep = np.flatnonzero((a > thr[:, None]).sum(axis=1) >= least)     # (NaN compares False)
     if len(keep) == n:
         return fn(a, thr, p0, *args)
     none = fn(np.full((1, a.shape[1]), np.nan), thr[:1], p0[:1], *args)

@@ -220,3 +220,27 @@ def test_straggler_rings_fold_buckets_as_one_bucket_at_a_time_would():
         np.testing.assert_allclose(rings.scale, ref.scale, rtol=1e-12)
         np.testing.assert_array_equal(rings.t, ref.t)
     assert rings.pos.min() > K          # the rings went round
+
+
+def test_open_slots_follow_every_write_to_the_arena():
+    """The open instances the arena keeps as rows arrive (op rows, cells from progress, newer
+    calls taking a slot over) are always those some member entered and that have not
+    finished."""
+    rng = np.random.default_rng(5)
+    arena = Arena(4)
+    groups = [arena.add_group(p, f"g{p}", np.arange(p, p + 3)) for p in range(3)]
+    for _ in range(60):
+        n = int(rng.integers(1, 8))
+        g = np.asarray(groups)[rng.integers(0, 3, n)]
+        pos = rng.integers(0, 3, n)
+        seq = rng.integers(0, 10, n)
+        enter = rng.integers(0, 100, n) * S
+        end = np.where(rng.random(n) < 0.6, enter + S, -1)
+        if rng.random() < 0.5:
+            arena.ingest(g, pos, seq, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                         enter, end, np.zeros(n, dtype=np.int8), np.full(n, -1))
+        else:
+            arena.fill(g, pos, seq, enter, end, np.full(n, -1))
+        used = len(arena) * arena.W
+        expect = np.flatnonzero((arena.s_entered[:used] > 0) & ~arena.s_closed[:used])
+        assert arena.open_slots().tolist() == expect.tolist()

@@ -112,3 +112,28 @@ def test_judging_only_the_rows_with_enough_slow_samples_changes_nothing():
             for f in fields(want):
                 assert np.array_equal(getattr(want, f.name), getattr(got, f.name),
                                       equal_nan=True), (fn.__name__, f.name)
+
+
+def test_episode_marks_carry_a_run_over_missing_samples_wherever_they_lie():
+    """Runs of slow samples counted the long way (each sample against the last valid one before
+    it), on rows whose missing samples come first (a ring not yet full), between valid ones
+    and last, beside complete rows."""
+    from diagnosis.engine.series import episode_marks
+
+    rng = np.random.default_rng(3)
+    a = rng.random((200, 16))
+    a[rng.random(a.shape) < 0.25] = np.nan
+    a[:20] = rng.random((20, 16))                 # complete rows
+    a[20:40, :5] = np.nan                         # only the oldest missing
+    thr = rng.random(200) * 0.5 + 0.25
+    valid, high, begins = episode_marks(a, thr)
+    for r in range(len(a)):
+        prev = False
+        for c in range(a.shape[1]):
+            if np.isnan(a[r, c]):
+                assert not high[r, c] and not begins[r, c] and not valid[r, c]
+                continue
+            slow = bool(a[r, c] > thr[r])
+            assert valid[r, c] and high[r, c] == slow
+            assert begins[r, c] == (slow and not prev)
+            prev = slow
