@@ -186,13 +186,7 @@ def test_a_long_stall_is_shaded_and_not_clipped():
     t = T0 + seq * 10_000_000 + np.where(seq >= 100, 20 * 10**9, 0)
     enter = t + rank * 100_000
     enter[(seq == 100) & (rank == 3)] -= 20 * 10**9 - 1       # rank 3 waited 20 s in call 100
-    n = len(seq)
-    cols = Columns({
-        "rank": rank.astype(np.int32), "pg": np.zeros(n, np.uint32), "seq": seq,
-        "op": np.zeros(n, np.uint32), "nbytes": np.zeros(n, np.int64),
-        "dtype": np.zeros(n, np.uint32), "t_enter_ns": enter.astype(np.int64),
-        "t_start_ns": np.full(n, -1, np.int64), "t_end_ns": enter.astype(np.int64) + 1000,
-        "status": np.zeros(n, np.uint8), "peer": np.full(n, -1, np.int32)}, ["pg"])
+    cols = _one_group_calls(rank, seq, enter)
     hang = FaultReport("noncomm_hang", (Suspect("rank", "0", 0.9, rank=0),),
                        T0 + 100 * 10_000_000, "rank 0 stalled", id="h", state="resolved",
                        last_seen_ns=T0 + 100 * 10_000_000 + 20 * 10**9)
@@ -226,12 +220,17 @@ def test_a_scale_without_outliers_is_said_to_be_linear():
     seq = np.repeat(np.arange(calls), ranks)
     rank = np.tile(np.arange(ranks), calls)
     enter = T0 + seq * 10_000_000 + rank * 1_000_000        # every skew -1.5 .. +1.5 ms
+    cols = _one_group_calls(rank, seq, enter)
+    _, caption = lateness_heatmap(cols)
+    assert "(linear to 1.5 ms; grey: no call)" in caption, caption
+
+
+def _one_group_calls(rank: np.ndarray, seq: np.ndarray, enter: np.ndarray) -> Columns:
+    """Op columns of calls of one group, each 1 us long."""
     n = len(seq)
-    cols = Columns({
+    return Columns({
         "rank": rank.astype(np.int32), "pg": np.zeros(n, np.uint32), "seq": seq,
         "op": np.zeros(n, np.uint32), "nbytes": np.zeros(n, np.int64),
         "dtype": np.zeros(n, np.uint32), "t_enter_ns": enter.astype(np.int64),
         "t_start_ns": np.full(n, -1, np.int64), "t_end_ns": enter.astype(np.int64) + 1000,
         "status": np.zeros(n, np.uint8), "peer": np.full(n, -1, np.int32)}, ["pg"])
-    _, caption = lateness_heatmap(cols)
-    assert "(linear to 1.5 ms; grey: no call)" in caption, caption
