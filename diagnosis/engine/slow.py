@@ -362,13 +362,15 @@ class Rings(Protocol):
 
 
 def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
-                min_excess: float | None = None) -> list[SlowRank]:
+                min_excess: float | None = None, crowd: int | None = None) -> list[SlowRank]:
     """The slow members of every group of ``rings`` (objects holding, per size class, each
     group's ring of ``K`` samples per member: ``x`` the excess, ``a`` the excess that counts,
     ``scale`` (ns per unit), ``t`` sample times, ``pos`` write positions, ``groups``), at the
     member significance ``slow_alpha_member``; ``min_excess`` (default ``slow_min_excess``): the
     smallest excess worth a report, in the samples' unit (the same at every call for a ring:
-    each group's verdict is kept until its ring changes)."""
+    each group's verdict is kept until its ring changes). ``crowd``: a sample in which more
+    members than this are off the group's median (beyond the recurrence threshold, early or
+    late) counts for none of them (see ``_crowded``); None: every sample counts."""
     least = cfg.slow_min_excess if min_excess is None else min_excess
     unseen = cfg.slow_min_excess_unseen * least / cfg.slow_min_excess
     out: list[SlowRank] = []
@@ -384,15 +386,29 @@ def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
         for gi in rows.tolist():
             cls.found.pop(gi, None)
         if len(rows):
-            _judge_rows(cls, rows, arena, cfg, least, unseen)
+            _judge_rows(cls, rows, arena, cfg, least, unseen, crowd)
         for found in cls.found.values():
             out.extend(found)
     return out
 
 
+def _crowded(x: np.ndarray, thr: np.ndarray, crowd: int) -> np.ndarray:
+    """Per group and sample of ``x`` (groups, samples, members): whether more than ``crowd``
+    members are off the median beyond ``thr`` (per group), early or late. A slow GPU (or two
+    faults) makes one or two members late, the rest on time; when more are off at once, each
+    came late by what it did elsewhere (its own data-parallel transfer, on a rail of its own,
+    ending late; an uneven checkpoint), or the median is itself late and the members on time
+    seem early. Such a sample is an event of the job or of its network, no evidence against
+    any member."""
+    with np.errstate(invalid="ignore"):
+        off = np.abs(x) > thr[:, None, None]
+    return off.sum(axis=2) > crowd
+
+
 def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: float,
-                unseen: float) -> None:
-    """Judge the groups ``rows`` of ``cls``, keeping what each is found in ``cls.found``."""
+                unseen: float, crowd: int | None = None) -> None:
+    """Judge the groups ``rows`` of ``cls``, keeping what each is found in ``cls.found``
+    (``crowd``: see ``judge_rings``)."""
     G = len(rows)
     K, n = cls.K, cls.n
     # the rings oldest first, each gathered at once from the flat (group, slot) rows
@@ -412,6 +428,10 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
             step = np.diff(x, axis=1) / np.sqrt(2.0)
             sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
         thr = np.maximum(least / 2, cfg.slow_noise_k * sigma)
+        rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
+                             cfg.slow_rec_noise_k * sigma)
+        if crowd is not None and n > crowd + 1:
+            a = np.where(_crowded(x, rec_thr, crowd)[:, :, None], np.nan, a)
         high = a > thr[:, None, None]
         valid = ~np.isnan(a)
         # the communicator's own rate of late samples: median over members, so that
@@ -439,7 +459,7 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
             SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]), float(res.median[h]),
                      excess_ns, int(res.count[h]), float(res.frac[h]), float(sigma[gi]),
                      float(res.logp[h])))
-    _recurring(cls, rows, series, sigma, scale, t, ok, arena, cfg, least)
+    _recurring(cls, rows, series, sigma, rec_thr, scale, t, ok, arena, cfg, least)
 
 
 class RecStats:
@@ -481,19 +501,18 @@ class RecStats:
 
 
 def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
-               scale: np.ndarray, t: np.ndarray, found: np.ndarray, arena: Arena,
-               cfg: EngineConfig, least: float) -> None:
+               rec_thr: np.ndarray, scale: np.ndarray, t: np.ndarray, found: np.ndarray,
+               arena: Arena, cfg: EngineConfig, least: float) -> None:
     """Members of the groups ``rows`` slow again and again with normal iterations between (a
     GPU throttling now and then, a host's recurring stall): at least ``slow_rec_episodes``
     episodes of samples well above the noise, too many for the rate at which such episodes
     start over every member of the size class (one-off pauses strike random ranks; a
     checkpoint every rank). ``series``: per member (rows group-major), its samples oldest
-    first; ``found``: members already slow from a change point on, whose finding is replaced
+    first; ``rec_thr``: per group, the excess an episode's samples must exceed; ``found``:
+    members already slow from a change point on, whose finding is replaced
     by the recurring one when most of their samples since were normal (their late samples are
     episodes, not a new level). Kept in ``cls.found``."""
     n = cls.n
-    rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
-                         cfg.slow_rec_noise_k * sigma)
     thr = np.repeat(rec_thr, n)
     stats = cls.rec_stats
     if stats is None:

@@ -34,6 +34,10 @@ from diagnosis.engine.timing import GroupTiming
 # of sc+m, its group behind by (s-1)c over c+m: a ratio of (c+m)/(sc+m), at least 1/s (above
 # this up to 6x); a member a little late now and then beside a pace far behind is no slow GPU
 _EXPLAINS = 0.15
+# members that faults of their own make late at one kept call (a slow GPU, or two): a call at
+# which more are off the median is an event of the job or of its network (see
+# ``slow._crowded``), no member's evidence
+_FAULTS_AT_ONCE = 2
 
 
 class _Rings:
@@ -259,7 +263,7 @@ class SampledStragglers:
         """The late members, and the members of groups whose pace fell behind with none of
         them late (a slow host), without those that are only victims of another."""
         found = judge_rings(list(self.rings.values()), self.arena, self.cfg,
-                            self.cfg.straggle_min_excess)
+                            self.cfg.straggle_min_excess, crowd=_FAULTS_AT_ONCE)
         late_in: dict[int, set[int]] = {}
         for f in found:
             late_in.setdefault(f.group, set()).add(f.rank)
