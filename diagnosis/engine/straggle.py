@@ -15,6 +15,11 @@ for a member found late there is a victim, and its findings are dropped. Likewis
 stage slow all along holds back the stages it sends to and receives from: their waits, and their
 slower passes, fall at other moments than their peers', so their pace is behind in some buckets
 only; a group behind only now and then in the pipeline of a group slow all along is its victim.
+
+Kept calls tell one member's lateness only when the others came together: where more members
+are off the median than a fault or two explain, each came late by what it did elsewhere (the
+first call after the data-parallel all-reduce follows each GPU's own rail, and some rails'
+transfers end late), and that sample (a bucket of kept calls) is no member's evidence.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from diagnosis.engine.timing import GroupTiming
 # of sc+m, its group behind by (s-1)c over c+m: a ratio of (c+m)/(sc+m), at least 1/s (above
 # this up to 6x); a member a little late now and then beside a pace far behind is no slow GPU
 _EXPLAINS = 0.15
-# members that faults of their own make late at one kept call (a slow GPU, or two): a call at
+# members that faults of their own make late in one sample (a slow GPU, or two): a sample in
 # which more are off the median is an event of the job or of its network (see
 # ``slow._crowded``), no member's evidence
 _FAULTS_AT_ONCE = 2
