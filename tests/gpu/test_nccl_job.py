@@ -314,11 +314,12 @@ def test_a_slow_gpu_is_named_from_the_hook_and_from_the_inspector(services, caps
 
 def _ask_ras(verbose: bool = False, json_ok: bool = True, timeout_s: float = 5.0) -> str:
     """A status report from the node's real NCCL RAS, or why there is none."""
+    t0 = time.monotonic()
     try:
         return RasClient(address=ras_address(), timeout_s=timeout_s,
                          json_ok=json_ok).status(verbose)[0]
     except RasError as exc:
-        return f"no report: {exc}"
+        return f"no report after {time.monotonic() - t0:.1f} s: {exc}"
 
 
 def _p2p_by_rank(names: np.ndarray, ranks: np.ndarray, peers: np.ndarray,
