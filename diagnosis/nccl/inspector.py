@@ -54,6 +54,7 @@ KNOWN_MAJORS = ("v3", "v4")
 SUFFIXES = (".log", ".log.gz", ".jsonl", ".jsonl.gz")
 _PAYLOADS = ("coll_perf", "p2p_perf")
 _NONE = -1
+_NEWLINE = ord("\n")
 _NAN = 'a bandwidth written as the string "nan": read as not a number'
 
 
@@ -333,7 +334,7 @@ def _open(path: Path) -> IO[bytes]:
 
 
 def read_inspector_file(path: str | Path, *, problems: Problems | None = None,
-                        block_bytes: int = 4 << 20) -> Iterator[NcclOps]:
+                        block_bytes: int = 1 << 20) -> Iterator[NcclOps]:
     """Every record of one Inspector file, a block of lines at a time. A last line without its
     newline (the process died mid-write) is noted and skipped."""
     path = Path(path)
@@ -350,6 +351,10 @@ def read_inspector_file(path: str | Path, *, problems: Problems | None = None,
                 chunk = fh.read(block_bytes)
                 if not chunk:
                     break
+                if chunk[-1] != _NEWLINE:
+                    # the block ends where its last line does: the reader then takes it as
+                    # it is, where a partial line kept for the next block costs two copies
+                    chunk += fh.readline()
                 batch = reader.feed(chunk)
                 if len(batch) or batch.stats:
                     yield batch
