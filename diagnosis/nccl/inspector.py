@@ -55,6 +55,7 @@ SUFFIXES = (".log", ".log.gz", ".jsonl", ".jsonl.gz")
 _PAYLOADS = ("coll_perf", "p2p_perf")
 _NONE = -1
 _NEWLINE = ord("\n")
+_TAIL = 64 << 10              # where a block's last line is looked for first
 _NAN = 'a bandwidth written as the string "nan": read as not a number'
 
 
@@ -80,8 +81,8 @@ def parse_block(block: bytes, first_line: int, source: str,
     return _parse_block(block, first_line, source, problems, context)[0]
 
 
-def _parse_block(block: bytes, first_line: int, source: str, problems: Problems | None,
-                 context: _Context | None) -> tuple[NcclOps, int]:
+def _parse_block(block: bytes | memoryview, first_line: int, source: str,
+                 problems: Problems | None, context: _Context | None) -> tuple[NcclOps, int]:
     """:func:`parse_block`, and the number of lines in the block."""
     problems = problems if problems is not None else Problems()
     ctx = context if context is not None else _Context()
@@ -92,8 +93,9 @@ def _parse_block(block: bytes, first_line: int, source: str, problems: Problems 
         if typed.nan:
             problems.add(source, first_line + typed.nan_line, "nan", _NAN)
             problems.counts["nan"] += typed.nan - 1
-        ctx.last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1:-1]
+        ctx.last_line = _last_line(block)
         return typed.ops, typed.lines
+    block = bytes(block)                   # the careful paths read bytes (a copy of a view)
     try:
         ops, bad, versions = scan_block(block, first_line, source)
     except ValueError:
@@ -129,6 +131,16 @@ def _parse_block(block: bytes, first_line: int, source: str, problems: Problems 
     if lines:
         ctx.last_line = lines[-1]
     return ops, len(lines)
+
+
+def _last_line(block: bytes | memoryview) -> bytes:
+    """The last line of a block of whole lines, without its newline."""
+    tail = bytes(block[-_TAIL:])
+    at = tail.rfind(b"\n", 0, len(tail) - 1)
+    if at < 0 and len(tail) < len(block):          # a last line longer than the tail
+        tail = bytes(block)
+        at = tail.rfind(b"\n", 0, len(tail) - 1)
+    return tail[at + 1:-1]
 
 
 def _note_nan(block: bytes, bad: np.ndarray, first_line: int, source: str,
@@ -345,22 +357,33 @@ def read_inspector_file(path: str | Path, *, problems: Problems | None = None,
             yield pretty
         return
     reader = LineReader(str(path), problems)
+    # read into one buffer, kept for the whole file: a new buffer per block would cost a page
+    # fault per 4 KiB, more than reading the block
+    buf = bytearray(block_bytes)
+    view = memoryview(buf)
+    kept = 0                                 # a partial line at the buffer's start
     try:
         with _open(path) as fh:
             while True:
-                chunk = fh.read(block_bytes)
-                if not chunk:
+                got = fh.readinto(view[kept:])
+                if not got:
                     break
-                if chunk[-1] != _NEWLINE:
-                    # the block ends where its last line does: the reader then takes it as
-                    # it is, where a partial line kept for the next block costs two copies
-                    chunk += fh.readline()
-                batch = reader.feed(chunk)
+                end = kept + got
+                cut = buf.rfind(b"\n", 0, end) + 1
+                if not cut:                  # one line longer than the buffer: a bigger one
+                    view.release()
+                    buf += bytes(len(buf))
+                    view, kept = memoryview(buf), end
+                    continue
+                batch = reader.feed_lines(view[:cut])
                 if len(batch) or batch.stats:
                     yield batch
+                view[:end - cut] = buf[cut:end]
+                kept = end - cut
     except (OSError, EOFError) as exc:   # a gzip file cut short
         problems.add(str(path), reader.line, "truncated_file",
                      f"the file ends early ({exc}): read up to here")
+    reader.partial = bytes(view[:kept])
     reader.finish()
 
 
@@ -405,6 +428,15 @@ class LineReader:
         self.partial = data[cut + 1:]
         ops, n = _parse_block(data[:cut + 1], self.line, self.source, self.problems,
                               self.context)
+        self.line += n
+        return ops
+
+    def feed_lines(self, block: bytes | memoryview) -> NcclOps:
+        """Whole lines (``block`` ends with a newline), read without a copy where the typed
+        path takes them; what :meth:`feed` keeps of a partial line is read first."""
+        if self.partial:
+            return self.feed(bytes(block))
+        ops, n = _parse_block(block, self.line, self.source, self.problems, self.context)
         self.line += n
         return ops
 

@@ -130,16 +130,19 @@ class Decoded:
     nan_line: int = -1
 
 
-def decode_block(block: bytes, first_line: int, source: str) -> Decoded | None:
+def decode_block(block: bytes | memoryview, first_line: int, source: str) -> Decoded | None:
     """The rows of a block of whole lines (each ending in a newline); None where the block is
     not the plain case (the caller then reads it with the scanner and the JSON path)."""
-    if not block or b"\\" in block:
+    if not len(block):
         return None
     # the lines as the items of one JSON array: a line that is not exactly one JSON value (a
     # blank line, a record cut short or spread over two lines, two records on one line) does
     # not decode, which makes the item count the line count
+    array = _SCRATCH.as_array(block)
+    if array is None:
+        return None
     try:
-        lines = _DECODER.decode(_SCRATCH.as_array(block))
+        lines = _DECODER.decode(array)
     except (msgspec.DecodeError, ValueError, RecursionError):    # ValueError: bad UTF-8
         return None
     if not lines:
@@ -162,9 +165,9 @@ class _Scratch(threading.local):
         self.u8 = np.zeros(0, dtype=np.uint8)
         self.mask = np.zeros(0, dtype=bool)
 
-    def as_array(self, block: bytes) -> memoryview:
+    def as_array(self, block: bytes | memoryview) -> memoryview | None:
         """``[`` + the lines joined by commas + ``]``, in the scratch buffer (valid until the
-        next call)."""
+        next call); None where the block holds an escape (``\\``)."""
         size = len(block) + 1
         if len(self.buf) < size:
             del self.u8                    # its view of the old buffer
@@ -173,6 +176,8 @@ class _Scratch(threading.local):
             self.mask = np.empty(len(self.buf), dtype=bool)
         self.buf[0] = _OPEN
         self.buf[1:size] = block
+        if self.buf.find(_ESCAPE, 1, size) >= 0:
+            return None
         body, mask = self.u8[1:size], self.mask[:size - 1]
         np.equal(body, _NEWLINE, out=mask)
         np.copyto(body, _COMMA, where=mask)
@@ -181,7 +186,7 @@ class _Scratch(threading.local):
 
 
 _SCRATCH = _Scratch()
-_OPEN, _CLOSE, _COMMA, _NEWLINE = b"[],\n"
+_OPEN, _CLOSE, _COMMA, _NEWLINE, _ESCAPE = b"[],\n\\"
 
 
 def _ints(values: list[int]) -> np.ndarray:
