@@ -135,6 +135,8 @@ def _parse_block(block: bytes | memoryview, first_line: int, source: str,
 
 def _last_line(block: bytes | memoryview) -> bytes:
     """The last line of a block of whole lines, without its newline."""
+    if isinstance(block, bytes):
+        return block[block.rfind(b"\n", 0, len(block) - 1) + 1:-1]
     tail = bytes(block[-_TAIL:])
     at = tail.rfind(b"\n", 0, len(tail) - 1)
     if at < 0 and len(tail) < len(block):          # a last line longer than the tail
