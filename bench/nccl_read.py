@@ -12,7 +12,8 @@ a fifth of them point-to-point with ``"nan"`` bandwidths; ``verbose`` lines carr
 
 Offline: every file through ``read_inspector_file`` (typed msgspec structs; the numpy scanner
 and the JSON path for a block they refuse) in this process, CPU time (``time.process_time``);
-the files in one process per core as ``c4 analyze --jobs`` reads them, wall time; and a sample
+the files in one process per core as ``c4 analyze --jobs`` reads them, wall time (and the CPU
+time of all those processes, which says what the wall time would be on free cores); and a sample
 through orjson alone and the JSON path alone for comparison. On a machine shared
 with other work CPU time still grows (cores and caches are shared): compare the reader with
 the orjson row of the same run.
@@ -77,6 +78,13 @@ def write_dir(root: Path, ranks: int, per_rank: int, verbose: bool) -> int:
     return size
 
 
+def _children_cpu() -> float:
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def offline(records: int, ranks: int, work: Path) -> None:
     import orjson
 
@@ -102,11 +110,15 @@ def offline(records: int, ranks: int, work: Path) -> None:
         # what `c4 analyze --nccl-inspector DIR --jobs N` does: the files in N processes
         # (wall time: the CPU time is spread over the workers)
         workers = max(2, os.cpu_count() or 1)
-        w0 = time.perf_counter()
+        w0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
         got = read_sources([d], workers=workers).n_ops
         wall = time.perf_counter() - w0
+        # the CPU time of this process and of the workers (reaped when the pool closes): on a
+        # machine whose cores other work holds, the wall time says little
+        cpu = time.process_time() - c0 + _children_cpu() - k0
         print(f"{label:<9} {'':>7} {f'{workers} processes':<13} {got:10,} {wall:7.2f} "
-              f"{got / wall:11,.0f} {size / 1e6 / wall:7.1f}   (wall seconds)")
+              f"{got / wall:11,.0f} {size / 1e6 / wall:7.1f}   (wall seconds; "
+              f"{got / cpu:,.0f} per CPU second of all {workers + 1} processes)")
         sample = files[0].read_bytes().split(b"\n")[:100_000]
         c0 = time.process_time()
         for line in sample:
