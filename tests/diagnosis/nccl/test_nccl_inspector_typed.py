@@ -4,7 +4,9 @@ and name its bad line."""
 
 from __future__ import annotations
 
+import gzip
 import logging
+from pathlib import Path
 
 import orjson
 import pytest
@@ -158,3 +160,15 @@ def test_a_file_read_through_its_kept_buffer_gives_the_json_paths_rows(tmp_path,
     assert f"{path}:5: inspector_output_format_version 'v9.1'" in caplog.text
     assert f"{path}:2: a bandwidth written as the string" in caplog.text
     assert f"{path}:17: the last line has no newline" in caplog.text
+
+
+def test_every_recorded_gpu_file_is_read_by_the_typed_path_as_the_json_path_reads_it():
+    # what real NCCL jobs wrote (H200: collectives; H100: point-to-point calls too)
+    files = sorted((Path(__file__).parent / "fixtures").rglob("*.log.gz"))
+    assert len(files) >= 12
+    for f in files:
+        data = gzip.decompress(f.read_bytes())
+        assert decode_block(data, 1, str(f)) is not None, f      # no block refused
+        got = NcclOps.concat(list(read_inspector_file(f)), str(f))
+        _same(got, parse_lines(data.split(b"\n")[:-1], 1, str(f)))
+        assert len(got) == data.count(b"\n")
