@@ -26,11 +26,12 @@ upper bound, late by up to the dump interval).
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import orjson
@@ -340,10 +341,10 @@ def find_inspector_files(root: str | Path) -> list[Path]:
                   and not p.name.startswith("."))
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> io.BufferedIOBase:
     raw = open(path, "rb")  # noqa: SIM115 - handed to the caller, closed there
     if path.name.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=raw)
     return raw
 
 

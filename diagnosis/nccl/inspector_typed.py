@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from operator import ne
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -208,9 +208,10 @@ def _factorize(values: list[Any]) -> tuple[list[Any], np.ndarray]:
 def _columns(lines: list[_Line], first_line: int, source: str) -> Decoded:
     n = len(lines)
     # a line with both is read as its coll_perf, as the JSON path does
-    payload = [ln.coll_perf or ln.p2p_perf for ln in lines]
-    if None in payload:                    # neither coll_perf nor p2p_perf
+    found = [ln.coll_perf or ln.p2p_perf for ln in lines]
+    if None in found:                      # neither coll_perf nor p2p_perf
         raise _Refused
+    payload = cast("list[_Coll | _P2p]", found)
     meta = [ln.metadata for ln in lines]
     sn = _ints([p.sn for p in payload])
     msg = _ints([p.msg for p in payload])
@@ -218,7 +219,7 @@ def _columns(lines: list[_Line], first_line: int, source: str) -> Decoded:
     dump = _ints([m.dump_timestamp_us for m in meta])
     if (sn < 0).any() or (msg < 0).any() or (dump < 0).any():
         raise _Refused
-    execs = [p.exec_us for p in payload]
+    execs: list[Any] = [p.exec_us for p in payload]
     try:
         plain = type(sum(execs)) is int    # no float (sum fails on a missing time)
     except TypeError:
@@ -329,13 +330,15 @@ def _trace_times(traces: list[_CollTrace | _P2pTrace | None]
     if absent:
         rows = np.flatnonzero(np.fromiter([t is not None for t in traces], dtype=bool,
                                           count=n))
-        traces = [t for t in traces if t is not None]
-    start = _ints([t.start for t in traces])
-    events = [t.kernel_events for t in traces]
+        present = [t for t in traces if t is not None]
+    else:
+        present = cast("list[_CollTrace | _P2pTrace]", traces)
+    start = _ints([t.start for t in present])
+    events = [t.kernel_events for t in present]
     counts = np.fromiter(map(len, events), dtype=np.int64, count=len(events))
     ks = _ints([k.kernel_start_ts for ev in events for k in ev])
     ke = _ints([k.kernel_stop_ts for ev in events for k in ev])
-    if len(ks) == len(traces) and (counts == 1).all():     # one kernel channel each
+    if len(ks) == len(present) and (counts == 1).all():     # one kernel channel each
         kstart = np.where(ks > 0, ks, -1)
         kstop = np.where(ke > 0, ke, -1)
     else:
