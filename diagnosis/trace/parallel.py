@@ -34,6 +34,13 @@ from diagnosis.trace.reader import (
 _Parsed = tuple[str, int, Any]
 
 
+#: blocks parsed ahead of the engine, per worker: enough to carry the workers through a
+#: detection pass (tenths of a second at thousands of GPUs, a block's parse ~60 ms), which
+#: else leaves them idle with a full queue and the engine waiting for them afterwards. Only
+#: the parsed columns wait here (the workers read the file): a few MB per block.
+AHEAD = 8
+
+
 def default_workers() -> int:
     """Worker processes worth starting on this machine (one core is left to the engine)."""
     return max(0, min(4, (os.cpu_count() or 1) - 1))
@@ -133,7 +140,7 @@ class FileBlocks:
                 for start, end in block_spans(fh, self.block_bytes):
                     pending.append((end, pool.submit(_parse_span, self.path, start, end,
                                                      self.source)))
-                    while len(pending) > 2 * self.workers:
+                    while len(pending) > AHEAD * self.workers:
                         yield from drain()
                 while pending:
                     yield from drain()
