@@ -68,6 +68,9 @@ class RecordBuffer:
         self.rows: list[tuple] = []
         # token -> row of a call that has entered but not completed (t_end_ns = -1)
         self.pending: dict[int, tuple] = {}
+        # tokens of pending calls that the GPU has not reached yet: the CPU queued them on a
+        # stream that is still busy with earlier work, so the rank is not waiting in them
+        self.queued: set[int] = set()
         self.strings = StringTable()
         self.groups: list[c4_pb2.GroupInfo] = []
         self.errors: dict[tuple, str] = {}
@@ -117,14 +120,17 @@ class RecordBuffer:
     def clear(self) -> None:
         del self.rows[:]
         self.pending.clear()
+        self.queued.clear()
         self.errors.clear()
 
     def open_rows(self, older_than_ns: int, already: set[int]) -> tuple[list[tuple], list[int]]:
-        """Pending calls that entered before ``older_than_ns`` and were not reported yet."""
+        """Pending calls that entered before ``older_than_ns`` and were not reported yet (calls
+        still queued behind earlier GPU work have not entered)."""
         snap = self.pending.copy()  # one atomic C-level copy; hooks keep mutating the original
+        queued = self.queued.copy()
         already.intersection_update(snap.keys())
         tokens = [tok for tok, row in snap.items()
-                  if row[T_ENTER] < older_than_ns and tok not in already]
+                  if row[T_ENTER] < older_than_ns and tok not in already and tok not in queued]
         return [snap[tok] for tok in tokens], tokens
 
 

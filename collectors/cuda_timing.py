@@ -8,8 +8,14 @@ stream's start: the rank's arrival at the call (its CPU runs calls ahead of its 
 thread later asks ``event.query()``; once the end event has completed, start and end are
 converted to wall-clock nanoseconds through a reference event whose wall-clock time was taken
 when it completed (re-anchored every ``ANCHOR_EVERY_S`` so that GPU and host clocks cannot drift
-apart for long). Calls with ``async_op=True`` use the Work's future as on gloo: NCCL completes
-it when the GPU work is done.
+apart for long; recorded on a stream of its own, which no stuck collective holds up). Calls with
+``async_op=True`` use the Work's future as on gloo: NCCL completes it when the GPU work is done.
+
+Until its stream reaches a call's start event, the call is only queued (the buffer's
+``queued``): a rank whose stream is stuck in an earlier call, or busy computing, is not waiting
+in the calls its CPU queued after it, and they are not reported open. Seen on a real GPU: two
+ranks whose stream waited in a world all_reduce for a stopped peer had queued 36 more calls on
+their pair group, which looked like a hang of the pair group.
 """
 
 from __future__ import annotations
@@ -53,7 +59,10 @@ class CudaTimer:
 
         self._torch = torch_module
         self._anchors: dict[int, tuple[Any, int, float]] = {}  # device -> (event, wall ns, when)
-        self._inflight: list[tuple] = []  # (device, token, row, start event, end event)
+        self._streams: dict[int, Any] = {}  # device -> the stream anchors are recorded on
+        # [device, token, row, start event, end event]: row None once the call raised, end
+        # None while the CPU is still inside the call
+        self._inflight: list[list] = []
         self._lock = threading.Lock()
         self._buffer: Any = None
 
@@ -63,8 +72,12 @@ class CudaTimer:
         if entry is None or now - entry[2] > ANCHOR_EVERY_S:
             torch = self._torch
             with torch.cuda.device(device):
+                stream = self._streams.get(device)
+                if stream is None:
+                    stream = self._streams[device] = torch.cuda.Stream()
                 ev = torch.cuda.Event(enable_timing=True)
-                ev.record()
+                with torch.cuda.stream(stream):
+                    ev.record()
                 ev.synchronize()  # once per minute per device, on the shipper thread
                 entry = (ev, time.time_ns(), now)
             self._anchors[device] = entry
@@ -73,8 +86,9 @@ class CudaTimer:
     def make_invoke(self, rec: Any, wall_invoke: Callable[..., Any]) -> Callable[..., Any]:
         torch = self._torch
         self._buffer = rec.buf
-        pending, tls, complete = rec.buf.pending, rec._tls, rec.done.complete
-        inflight = self._inflight
+        pending, queued = rec.buf.pending, rec.buf.queued
+        tls, complete = rec._tls, rec.done.complete
+        inflight, lock = self._inflight, self._lock
         event, current_device = torch.cuda.Event, torch.cuda.current_device
 
         def invoke(orig: Callable[..., Any], args: tuple, kwargs: dict, row: tuple, token: int,
@@ -83,19 +97,25 @@ class CudaTimer:
                 return wall_invoke(orig, args, kwargs, row, token, is_async, st, p2p)
             start = event(enable_timing=True)
             start.record()
+            queued.add(token)
             pending[token] = row
+            item = [current_device(), token, row, start, None]
+            inflight.append(item)
             tls.busy = True
             try:
                 result = orig(*args, **kwargs)
             except BaseException as exc:
-                pending.pop(token, None)
+                with lock:  # poll() must not touch the row of a call that failed
+                    item[2] = None
+                    queued.discard(token)
+                    pending.pop(token, None)
                 complete(row, time.time_ns(), exc)
                 raise
             finally:
                 tls.busy = False
             end = event(enable_timing=True)
             end.record()
-            inflight.append((current_device(), token, row, start, end))
+            item[4] = end
             return result
 
         return invoke
@@ -105,6 +125,7 @@ class CudaTimer:
         inflight, buf = self._inflight, self._buffer
         if not inflight or buf is None:
             return
+        pending, queued = buf.pending, buf.queued
         with self._lock:
             n = len(inflight)
             items = inflight[:n]
@@ -112,13 +133,23 @@ class CudaTimer:
             keep = []
             for item in items:
                 device, token, row, start, end = item
-                if not end.query():
+                if row is None:
+                    continue
+                if end is None or not end.query():
                     keep.append(item)
+                    if token in queued and start.query():
+                        # the stream has reached the call: the rank waits in it from now on
+                        ref, ref_ns = self._anchor(device)
+                        arrived = ref_ns + int(ref.elapsed_time(start) * 1e6)
+                        pending[token] = (*row[:T_ENTER], max(row[T_ENTER], arrived),
+                                          *row[T_ENTER + 1:])
+                        queued.discard(token)
                     continue
                 ref, ref_ns = self._anchor(device)
                 t_start = ref_ns + int(ref.elapsed_time(start) * 1e6)
                 t_end = ref_ns + int(ref.elapsed_time(end) * 1e6)
-                buf.pending.pop(token, None)
+                queued.discard(token)
+                pending.pop(token, None)
                 # the rank arrived at the call when its stream did: the CPU enqueues calls
                 # ahead of the GPU, and its entry says nothing of who was late
                 buf.append((*row[:T_ENTER], max(row[T_ENTER], t_start), t_start, t_end,

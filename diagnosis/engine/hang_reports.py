@@ -273,8 +273,13 @@ class HangReports:
         # frozen inside the call holds everyone, as when some got out)
         frozen = [s for s in entered if not (s.end >= 0).any() and self._frozen_inside(s, now)]
         held = {id(s) for s in frozen}
+        # a call whose every member also waits in a call that lacks a member is queued behind
+        # that call, not stuck itself: NCCL's CPUs launch calls ahead of their streams, and a
+        # source that counts launches (RAS) puts a rank inside both
+        behind = {r for s in scan.stuck if len(s.absent) for r in s.waiting.tolist()}
         comm = [s for s in entered if id(s) not in held
-                and (not (s.end >= 0).any() or self._in_flight(s))]
+                and (not (s.end >= 0).any() or self._in_flight(s))
+                and not set(s.waiting.tolist()) <= behind]
         partial = frozen + [s for s in entered if (s.end >= 0).any() and not self._in_flight(s)]
         explained = self.explained()
         roots: dict[int, Stuck] = {}

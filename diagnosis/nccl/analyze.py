@@ -101,7 +101,10 @@ def analyze_nccl(sources: NcclSources, topology: TopologyLike | None = None,
     if last is not None:
         end = last + (stopped_after_ns or 0)
     stats.end_ns = end
-    reports = eng.finish(end)
+    eng.finish(end)
+    # every incident, as for a c4 trace: the open faults and those that cleared (a stall the
+    # job came out of is still what a post-mortem looks for)
+    reports = eng.incidents()
     extra = findings(sources, resolved, topology, eng)
     stats.problems = sources.problems.summary()
     return merge(reports, extra), stats

@@ -4,7 +4,10 @@ The same 64-bit communicator hash (``comm->commHash``) is printed differently by
 ``0x`` and unpadded hex (Inspector, RAS JSON, ``NCCL_DEBUG`` init lines), 16 zero-padded hex
 digits without ``0x`` (RAS text), ``0x`` and 16 digits (CoMMA), a decimal number (the example
 profiler's ``CommHash``). :func:`comm_hash` reads any of them; :func:`hash_text` writes the one
-spelling c4 uses. Operation names go the same way: NCCL's ``AllReduce``, CoMMA's
+spelling c4 uses. The Inspector (up to 2.30 at least) prints its hash into 17 bytes, so a hash of
+more than 14 hex digits loses its last ones (``0xb0f9bac4b2c2d091`` is written
+``0xb0f9bac4b2c2d0``, seen on a GPU): :func:`inspector_id` gives what it writes for a full hash,
+to match the two. Operation names go the same way: NCCL's ``AllReduce``, CoMMA's
 ``all_reduce``, OTel's ``ncclAllReduce`` and PyTorch's ``ALLREDUCE`` all become torch's
 ``all_reduce`` (the trace format's spelling).
 """
@@ -14,9 +17,11 @@ from __future__ import annotations
 import re
 
 __all__ = ["NCCL_COLLECTIVES", "RAS_COLLECTIVES", "bytes_from_msg", "comm_hash", "hash_text",
-           "is_p2p", "msg_from_bytes", "nccl_func", "op_name"]
+           "inspector_id", "is_p2p", "msg_from_bytes", "nccl_func", "op_name"]
 
 _HEX16 = re.compile(r"[0-9a-fA-F]{16}")
+#: hex digits of a communicator hash that the Inspector's id keeps
+INSPECTOR_HASH_DIGITS = 14
 _MAX = (1 << 64) - 1
 
 #: NCCL function names (``ncclFuncToString``) -> the trace format's op names (torch spelling)
@@ -75,6 +80,12 @@ def comm_hash(value: object) -> int:
     if not 0 <= h <= _MAX:
         raise ValueError(f"{value!r} does not fit in 64 bits: not a communicator hash")
     return h
+
+
+def inspector_id(h: int) -> int:
+    """The hash as the Inspector writes it: ``snprintf(buf, 17, "0x%lx")`` keeps 14 hex digits
+    (``NCCL_COMM_HASH_LENGTH`` is 17 in the plugin's source)."""
+    return int(f"{h:x}"[:INSPECTOR_HASH_DIGITS], 16)
 
 
 def hash_text(h: int) -> str:

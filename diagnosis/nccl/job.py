@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from diagnosis.nccl.ids import hash_text
+from diagnosis.nccl.ids import hash_text, inspector_id
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,7 @@ class JobModel:
         ``hints_only``: number only the processes whose rank a source gave (``rank_hint``:
         the live follower reads it from the process's environment), as a node that sees part
         of the job must, so that every node numbers alike."""
+        cut = self._merge_cut_ids()
         canonical = self._join()
         procs: dict[Proc, ProcInfo] = {}
         for key, info in self.procs.items():
@@ -189,8 +190,28 @@ class JobModel:
                         "records are left out; give every node's files", len(incomplete), pg,
                         have, want)
         by_rank = {rank_of[k]: v for k, v in procs.items() if k in rank_of}
+        # records read from the Inspector still carry its cut hash
+        pg_of.update({short: pg_of[full] for short, full in cut.items()})
         return Resolved(rank_of, pg_of, groups, by_rank, canonical, incomplete,
                         pg_of.get(world) if world is not None else None, dict(self.aliases))
+
+    def _merge_cut_ids(self) -> dict[int, int]:
+        """Each communicator the Inspector named by its hash's first 14 hex digits, merged into
+        the one another source (RAS, the logs) gives the whole hash of, with the same size;
+        returns cut hash -> whole hash."""
+        cut: dict[int, int] = {}
+        for full, info in list(self.comms.items()):
+            short = inspector_id(full)
+            other = self.comms.get(short)
+            if short == full or other is None or other.nranks != info.nranks:
+                continue
+            cut[short] = full
+            del self.comms[short]
+            info.nnodes = max(info.nnodes, other.nnodes)
+            info.names |= other.names
+            for key in [k for k in self._claims if k[0] == short]:
+                self._claims[(full, key[1])] |= self._claims.pop(key)
+        return cut
 
     def _join(self) -> dict[Proc, Proc]:
         """Union of the names of one process; the canonical one is a hostname when known."""

@@ -345,7 +345,7 @@ def parse_ras(text: str, source: str = "", t_ns: int | None = None,
     begins at each ``NCCL version`` line)."""
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        return _json_docs(text, source)
+        return _json_docs(text, source, problems)
     out = []
     starts = [i for i, ln in enumerate(text.split("\n")) if ln.startswith("NCCL version ")]
     lines = text.split("\n")
@@ -358,7 +358,7 @@ def parse_ras(text: str, source: str = "", t_ns: int | None = None,
     return out
 
 
-def _json_docs(text: str, source: str) -> list[RasSnapshot]:
+def _json_docs(text: str, source: str, problems: Problems | None = None) -> list[RasSnapshot]:
     dec = json.JSONDecoder()
     pos = 0
     out: list[RasSnapshot] = []
@@ -369,10 +369,21 @@ def _json_docs(text: str, source: str) -> list[RasSnapshot]:
             return out
         line = text.count("\n", 0, pos) + 1
         try:
-            obj, pos = dec.raw_decode(text, pos)
+            obj, end = dec.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            raise FormatError(f"not valid JSON ({exc.msg}); the report may be cut short",
-                              source=source, line=exc.lineno) from None
+            # NCCL 2.28's RAS writes no comma after a missing rank's "nvml_dev" (seen in a real
+            # report of a stopped process): a member that follows another with no comma
+            # between them is read as if the comma were there
+            if exc.msg != "Expecting ',' delimiter" or text[exc.pos:exc.pos + 1] != '"':
+                raise FormatError(f"not valid JSON ({exc.msg}); the report may be cut short",
+                                  source=source, line=exc.lineno) from None
+            (problems if problems is not None else Problems()).add(
+                source, exc.lineno, "ras_json_comma",
+                "a comma is missing before this member (NCCL 2.28's RAS leaves it out after "
+                "a missing rank's nvml_dev): read as if it were there")
+            text = text[:exc.pos] + "," + text[exc.pos:]
+            continue
+        pos = end
         out.append(parse_ras_json(obj, source, line))
 
 

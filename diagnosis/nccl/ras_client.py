@@ -32,6 +32,7 @@ __all__ = ["DEFAULT_PORT", "RasClient", "RasError", "RasPoller", "ras_address"]
 
 DEFAULT_PORT = 28028
 PROTOCOL = 2
+REPLY_SLACK_S = 5.0
 
 
 class RasError(DiagnosisError):
@@ -84,7 +85,9 @@ class RasClient:
 
     def _status(self, verbose: bool) -> tuple[str, str]:
         with self.connect(self.address, self.timeout_s) as sock:
-            sock.settimeout(self.timeout_s)
+            # RAS gathers for up to TIMEOUT twice (its network, then the communicators) before
+            # it answers: the report of a job with a stopped process comes only then
+            sock.settimeout(2 * self.timeout_s + REPLY_SLACK_S)
             rf = sock.makefile("rb")
             self._ask(sock, rf, f"CLIENT PROTOCOL {PROTOCOL}", "SERVER PROTOCOL")
             if self.timeout_s:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from diagnosis.nccl.ids import msg_from_bytes, nccl_func
+from diagnosis.nccl.ids import inspector_id, msg_from_bytes, nccl_func
 from diagnosis.sim.model import Simulation
 from diagnosis.sim.nccl_ids import comm_hash, pid_of
 
@@ -73,8 +73,8 @@ class InspectorWriter:
         index = {name: i for i, name in enumerate(sim.strings)}
         for name, ranks in lay.groups:
             g = index[name]
-            # the Inspector prints the hash as "0x%lx" (no padding)
-            self.pg_hash[g] = f"0x{comm_hash(sim.cfg.job, sim.cfg.seed, name):x}"
+            # the Inspector prints the hash as "0x%lx" into 17 bytes: its first 14 hex digits
+            self.pg_hash[g] = f"0x{inspector_id(comm_hash(sim.cfg.job, sim.cfg.seed, name)):x}"
             self.pg_size[g] = len(ranks)
             self.pg_nodes[g] = len({int(lay.host_of[r]) for r in ranks})
             for i, r in enumerate(ranks):

@@ -8,6 +8,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from collectors.buffer import T_END, T_ENTER, T_START, RecordBuffer
 from collectors.completion import OK, Completion
 from collectors.cuda_timing import CudaTimer
@@ -40,7 +42,8 @@ class FakeGpu:
                 return other.t - self.t
 
         cuda = SimpleNamespace(Event=Event, current_device=lambda: 0,
-                               device=lambda _d: contextlib.nullcontext())
+                               device=lambda _d: contextlib.nullcontext(),
+                               Stream=object, stream=lambda _s: contextlib.nullcontext())
         return SimpleNamespace(cuda=cuda)
 
 
@@ -92,3 +95,46 @@ def test_a_call_queued_on_the_stream_arrives_when_the_stream_reaches_it():
     timer.poll()
     (got,) = buf.take(10)
     assert got[T_ENTER] == got[T_START] > cpu_enter + 900_000_000
+
+
+def test_a_call_queued_behind_a_stuck_stream_is_not_reported_open():
+    # the stream is stuck in call 1 (a peer never came) and the CPU went on to queue call 2:
+    # the rank waits in call 1 only, so call 2 is not open until the stream reaches it
+    gpu, buf, timer, invoke = _timed()
+    cpu_enter = time.time_ns() - 1_000_000_000
+
+    def collective() -> None:
+        gpu.now_ms += 5.0
+
+    gpu.done_up_to_ms = gpu.now_ms  # the stream reaches call 1's start, no further
+    for token in (1, 2):
+        invoke(collective, (), {}, (0, 7, 1, 64, token, cpu_enter, -1, -1, OK, -1), token,
+               False, None, False)
+    timer.poll()
+    rows, tokens = buf.open_rows(1 << 62, set())
+    assert tokens == [1] and not buf.rows
+    # an open call's entry is the stream's arrival too, not the CPU's
+    (open1,) = rows
+    assert open1[T_ENTER] > cpu_enter + 900_000_000 and open1[T_END] == -1
+    gpu.done_up_to_ms = gpu.now_ms - 3.0  # call 1 ends; the stream is inside call 2
+    timer.poll()
+    (done1,) = buf.take(10)
+    assert done1[4] == 1 and done1[T_END] > 0
+    assert buf.open_rows(1 << 62, {1})[1] == [2]
+
+
+def test_a_call_that_raises_leaves_nothing_pending_or_queued():
+    gpu, buf, timer, invoke = _timed()
+    gpu.done_up_to_ms = 0.0
+
+    def failing() -> None:
+        raise RuntimeError("NCCL communicator was aborted")
+
+    with pytest.raises(RuntimeError, match="aborted"):
+        invoke(failing, (), {}, (0, 7, 1, 64, 2, time.time_ns(), -1, -1, OK, -1), 5, False,
+               None, False)
+    gpu.done_up_to_ms = float("inf")
+    timer.poll()
+    assert not buf.pending and not buf.queued
+    (row,) = buf.take(10)
+    assert row[8] != OK and row[T_END] > 0

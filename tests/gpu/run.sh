@@ -3,6 +3,7 @@
 # dependencies importable: builds NCCL's Inspector plugin from each source folder given, in
 # order, until one builds and matches the NCCL in torch, then runs the tests with it.
 #   tests/gpu/run.sh [INSPECTOR_SOURCE_DIR...]
+# C4_GPU_K: a pytest -k expression, to run some of the tests only.
 # Results and the recorded NCCL output go to $OUT (default: a folder under /tmp).
 set -u
 OUT=${OUT:-$(mktemp -d)}
@@ -26,7 +27,7 @@ for src in "$@"; do
     echo "build of $(basename "$src") failed:"; tail -5 "$OUT/build-$(basename "$src").log"
 done
 export C4_TEST_INSPECTOR_PLUGIN=$plugin C4_TEST_ARTIFACTS=$OUT/artifacts
-python3 -m pytest -p no:cacheprovider -rA -s tests/gpu 2>&1 | tee "$OUT/pytest.log"
+python3 -m pytest -p no:cacheprovider -rA -s ${C4_GPU_K:+-k "$C4_GPU_K"} tests/gpu 2>&1 | tee "$OUT/pytest.log"
 rc=${PIPESTATUS[0]}
 tar czf "$OUT/artifacts.tgz" -C "$OUT" artifacts && rm -rf "$OUT/artifacts"
 exit "$rc"

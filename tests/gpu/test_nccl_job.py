@@ -14,11 +14,14 @@ it asserts are loose on purpose (the clocks of two sources, not a benchmark)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,6 +31,8 @@ import pytest
 from c4.processes import c4_command, python_path_env
 from diagnosis.client import DaemonClient
 from diagnosis.nccl.inspector import find_inspector_files, read_inspector_file
+from diagnosis.nccl.ras import parse_ras
+from diagnosis.nccl.ras_client import RasClient, RasError, ras_address
 from tests.support.services import free_port, start_daemon, start_sidecar, wait_for
 
 torch = pytest.importorskip("torch")
@@ -55,17 +60,36 @@ def _nccl_env(tmp_path: Path, name: str) -> dict[str, str]:
             **python_path_env()}
 
 
-def _run_job(tmp_path: Path, name: str, run_args: list[str],
-             extra: dict[str, str] | None = None) -> dict[int, int]:
-    """Run the job to its end; its ranks' pids by rank."""
+def _start_job(tmp_path: Path, name: str, run_args: list[str],
+               extra: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [*c4_command("run", "--job", name, *run_args, "--"), sys.executable, "-m",
            "torch.distributed.run", "--standalone", "--nproc-per-node", str(RANKS), str(SCRIPT)]
     env = {**os.environ, **_nccl_env(tmp_path, name), **(extra or {})}
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, (out.stdout[-3000:], out.stderr[-5000:])
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _finish_job(job: subprocess.Popen, tmp_path: Path, name: str) -> dict[int, int]:
+    """Wait for the job's end; its ranks' pids by rank."""
+    try:
+        out, err = job.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, err = job.communicate()
+    assert job.returncode == 0, (out[-3000:], err[-5000:])
+    return _pids(tmp_path, name)
+
+
+def _pids(tmp_path: Path, name: str) -> dict[int, int]:
     pids = {int(p.stem[4:]): int(p.read_text()) for p in (tmp_path / f"{name}-pids").iterdir()}
     assert sorted(pids) == list(range(RANKS))
     return pids
+
+
+def _run_job(tmp_path: Path, name: str, run_args: list[str],
+             extra: dict[str, str] | None = None) -> dict[int, int]:
+    """Run the job to its end; its ranks' pids by rank."""
+    return _finish_job(_start_job(tmp_path, name, run_args, extra), tmp_path, name)
 
 
 def _keep(tmp_path: Path, names: list[str]) -> None:
@@ -127,10 +151,11 @@ def _inspector_calls(root: Path, pids: dict[int, int], nbytes: int) -> dict[int,
     return out
 
 
-def _analyze(dump: Path) -> list[dict]:
-    """``c4 analyze --nccl-inspector DUMP``'s reports."""
-    out = subprocess.run([*c4_command("analyze", "--nccl-inspector", str(dump), "--format",
-                                      "json")], capture_output=True, text=True, timeout=300,
+def _analyze(dump: Path, *more: str) -> list[dict]:
+    """``c4 analyze --nccl-inspector DUMP [MORE...]``'s reports."""
+    out = subprocess.run([*c4_command("analyze", "--nccl-inspector", str(dump), *more,
+                                      "--format", "json")],
+                         capture_output=True, text=True, timeout=300,
                          env={**os.environ, **python_path_env()})
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)["reports"]
@@ -285,3 +310,132 @@ def test_a_slow_gpu_is_named_from_the_hook_and_from_the_inspector(services, caps
                 and r["suspects"][0].get("rank") == 2], offline
     with capsys.disabled():
         print("\n" + "\n".join(lines))
+
+
+def _ask_ras(verbose: bool = False, json_ok: bool = True, timeout_s: float = 5.0) -> str:
+    """A status report from the node's real NCCL RAS, or why there is none."""
+    t0 = time.monotonic()
+    try:
+        return RasClient(address=ras_address(), timeout_s=timeout_s,
+                         json_ok=json_ok).status(verbose)[0]
+    except RasError as exc:
+        return f"no report after {time.monotonic() - t0:.1f} s: {exc}"
+
+
+def _p2p_by_rank(names: np.ndarray, ranks: np.ndarray, peers: np.ndarray,
+                 sends: tuple[str, ...]) -> dict[int, tuple[int, int, set[int]]]:
+    """Per rank: (sends, receives, the peers it sent to)."""
+    out = {}
+    for r in range(RANKS):
+        m = ranks == r
+        is_send = np.isin(names[m], sends)
+        out[r] = (int(is_send.sum()), int((~is_send).sum()), set(peers[m][is_send].tolist()))
+    return out
+
+
+def test_a_stopped_rank_seen_by_the_hook_the_inspector_and_real_ras(services, capsys):
+    # rank 3 sleeps 40 s in Python before round 100 (its GPU idle, its RAS thread alive) while
+    # ranks 0-2 wait for it inside that round's all_reduce; for a few seconds of it the whole
+    # process is SIGSTOPped (RAS's own thread too). Each round also passes a tensor around
+    # the ring (send/recv), which the 2.30 Inspector records as p2p_perf lines.
+    tmp_path, port, _ = services
+    dump, mark = tmp_path / "inspector-hang", tmp_path / "stopped"
+    job = _start_job(tmp_path, "gpu-hang", _hooked(services, dump),
+                     {"C4_TEST_P2P": "1", "C4_TEST_STOP_RANK": "3", "C4_TEST_STOP_AT": "100",
+                      "C4_TEST_STOP_S": "40", "C4_TEST_STOP_MARK": str(mark)})
+    ras: dict[str, str] = {}
+    seen: list[str] = []
+    hang = None
+    try:
+        wait_for(mark.exists, 120, what="rank 3 stopping before round 100")
+        pid3 = _pids(tmp_path, "gpu-hang")[3]
+
+        def hung():
+            with DaemonClient(f"127.0.0.1:{port}") as client:
+                faults = client.faults("gpu-hang")
+            seen[:] = [f"{f.kind} {[(s.id, s.rank) for s in f.suspects[:3]]}: "
+                       f"{f.summary[:160]}" for f in faults]
+            return [f for f in faults if f.kind.endswith("hang")]
+
+        with contextlib.suppress(AssertionError):   # (wait_for's timeout)
+            hang = wait_for(hung, 15, interval=0.5, what="a hang report")[0]
+        ras["idle.json"] = _ask_ras()
+        ras["idle.txt"] = _ask_ras(json_ok=False)
+        ras["idle-verbose.txt"] = _ask_ras(verbose=True, json_ok=False)
+        os.kill(pid3, signal.SIGSTOP)
+        try:
+            time.sleep(2.0)
+            ras["frozen.json"] = _ask_ras(timeout_s=10)
+            ras["frozen.txt"] = _ask_ras(json_ok=False, timeout_s=10)
+        finally:
+            os.kill(pid3, signal.SIGCONT)
+    finally:
+        pids = _finish_job(job, tmp_path, "gpu-hang")
+    for name, body in ras.items():
+        (tmp_path / f"ras-{name}").write_text(body)
+    _keep(tmp_path, ["ras-*", "gpu-hang-nccl.*.log", "inspector-hang"])
+
+    def say(line: str) -> None:
+        with capsys.disabled():
+            print(line, flush=True)
+
+    say(f"\ndaemon, while rank 3 slept: {seen}")
+    for name, text in ras.items():
+        say(f"RAS {name}: {text[:300]!r}")
+
+    failed: list[str] = []   # every check runs: one GPU run should tell all it can
+
+    # the hook named rank 3 while it slept
+    if hang is None or hang.suspects[0].rank != 3:
+        failed.append(f"no hang report naming rank 3 while it slept; reports: {seen}")
+
+    # send/recv: the hook's rows against the Inspector's p2p_perf lines (2.30 plugin only)
+    with DaemonClient(f"127.0.0.1:{port}") as client:
+        ops = client.ops("gpu-hang")
+    names = np.asarray(ops.strings, dtype=object)[ops["op"]]
+    p2p = np.isin(names, ("isend", "irecv"))
+    hook = _p2p_by_rank(names[p2p], ops["rank"][p2p], ops["peer"][p2p], ("isend",))
+    say(f"hook send/recv per rank (sends, recvs, sent to): {hook}")
+    by_pid = {pid: r for r, pid in pids.items()}
+    i_names, i_ranks, i_peers = [], [], []
+    for path in find_inspector_files(dump):
+        for b in read_inspector_file(path):
+            rank = np.asarray([by_pid.get(p[1], -1) for p in b.procs])[b.proc]
+            op = np.asarray(b.ops, dtype=object)[b.op]
+            m = np.isin(op, ("send", "recv"))
+            i_names.append(op[m])
+            i_ranks.append(rank[m])
+            i_peers.append(b.peer[m])
+    if sum(len(x) for x in i_names):
+        insp = _p2p_by_rank(np.concatenate(i_names), np.concatenate(i_ranks),
+                            np.concatenate(i_peers), ("send",))
+        say(f"Inspector p2p per rank (sends, recvs, sent to): {insp}")
+        failed += [f"rank {r}: Inspector p2p {insp[r]}, hook {hook[r]}" for r in range(RANKS)
+                   if insp[r] != hook[r]]
+    else:
+        say("Inspector p2p: none (this plugin writes no p2p_perf lines)")
+    if PLUGIN:
+        offline = _analyze(dump, "--ncclras", str(tmp_path / "ras-idle.json"))
+        say("c4 analyze --nccl-inspector --ncclras: " + "; ".join(
+            f"{r['kind']} {[(x['id'], x.get('rank')) for x in r['suspects'][:3]]}"
+            for r in offline))
+
+    # what real RAS said, through c4's parser
+    for name in ("idle.txt", "idle-verbose.txt", "frozen.json", "frozen.txt"):
+        snaps = parse_ras(ras[name], name)
+        say(f"RAS {name} parsed: {len(snaps)} report(s), "
+            f"{sum(len(x.entries) for x in snaps)} entries, "
+            f"{sum(len(x.dead) + len(x.incomplete) for x in snaps)} dead/incomplete")
+    idle = parse_ras(ras["idle.json"], "idle.json")
+    world = [c for c in idle[0].comms if c.size == RANKS] if idle else []
+    if not world:
+        failed.append(f"no communicator of {RANKS} ranks in RAS's JSON report: "
+                      f"{ras['idle.json'][:300]!r}")
+    else:
+        counts = {m.rank: m.counts.get("AllReduce") for m in world[0].ranks}
+        say(f"RAS AllReduce counts on the world communicator, rank 3 asleep: {counts}")
+        # ranks 0-2 launched round 100's all_reduce (and their CPUs went on launching), rank 3
+        # did not
+        if counts.get(3) is None or not all(counts[3] < (counts.get(r) or 0) for r in (0, 1, 2)):
+            failed.append(f"RAS counts do not single out rank 3: {counts}")
+    assert not failed, failed

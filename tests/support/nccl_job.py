@@ -1,11 +1,13 @@
 """A torchrun script for the GPU check (tests/gpu): each rank makes ``C4_TEST_CALLS`` rounds of
 an all_reduce on the world group (``C4_TEST_MB`` MiB) and one on a pair group (1/16 of it),
-after writing its pid to ``$C4_TEST_LOG/rank<R>.pid``; one rank's GPU may be made slow (see
-below). On a machine with CUDA it runs NCCL on the
-GPUs, several ranks to a GPU when there are fewer GPUs than ranks (each rank then gets an
-``NCCL_HOSTID`` of its own: NCCL refuses two ranks of one host on one GPU, and ranks of
-different "hosts" talk through its network transport); without CUDA, gloo on the CPU (the
-harness's dry run). Relies on `c4 run` for the collector (no import of it here)."""
+after writing its pid to ``$C4_TEST_LOG/rank<R>.pid``; with ``C4_TEST_P2P=1`` also a ring
+exchange (each rank sends the small tensor to the next rank and receives from the previous one).
+One rank's GPU may be made slow, or one rank may stop before a call (see below). On a machine
+with CUDA it runs NCCL on the GPUs, several ranks to a GPU when there are fewer GPUs than
+ranks (each rank then gets an ``NCCL_HOSTID`` of its own: NCCL refuses two ranks of one host
+on one GPU, and ranks of different "hosts" talk through its network transport); without CUDA,
+gloo on the CPU (the harness's dry run). Relies on `c4 run` for the collector (no import of
+it here)."""
 
 from __future__ import annotations
 
@@ -57,12 +59,29 @@ def main() -> None:
     slow_from = int(os.environ.get("C4_TEST_SLOW_FROM", "0"))
     spin = int(float(os.environ.get("C4_TEST_SLOW_MS", "20")) * _cycles_per_ms()) \
         if slow else 0
+    # a stopped rank: rank ``C4_TEST_STOP_RANK`` waits for its GPU to finish, touches
+    # ``C4_TEST_STOP_MARK`` and sleeps ``C4_TEST_STOP_S`` in Python before call
+    # ``C4_TEST_STOP_AT``, while its peers wait for it inside that call
+    stop_at = int(os.environ.get("C4_TEST_STOP_AT", "-1")) \
+        if rank == int(os.environ.get("C4_TEST_STOP_RANK", "-1")) else -1
+    p2p = os.environ.get("C4_TEST_P2P") == "1"
+    inbox = torch.empty_like(small)
     for i in range(calls):
+        if i == stop_at:
+            if cuda:
+                torch.cuda.synchronize()
+            Path(os.environ["C4_TEST_STOP_MARK"]).touch()
+            time.sleep(float(os.environ.get("C4_TEST_STOP_S", "30")))
         big.mul_(0.5)          # some work on the stream before each call
         if slow and i >= slow_from:
             torch.cuda._sleep(spin)
         dist.all_reduce(big)
         dist.all_reduce(small, group=pair)
+        if p2p:
+            ops = [dist.P2POp(dist.isend, small, (rank + 1) % world),
+                   dist.P2POp(dist.irecv, inbox, (rank - 1) % world)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
     if cuda:
         torch.cuda.synchronize()
     dist.barrier()

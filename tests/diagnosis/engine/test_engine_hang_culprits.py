@@ -415,3 +415,33 @@ def test_a_frozen_rank_is_one_incident_not_a_hang_and_an_error():
         [(r.kind, r.state, r.summary) for r in latest.values()]
     assert not [r for r in out if r.kind == "error"], [(r.id, r.state) for r in out]
 
+
+
+def test_a_call_queued_behind_a_hang_is_not_a_stuck_transfer():
+    # ranks 0-3 in "a", pairs {0,1} in "b" and {2,3} in "c"; each round is a #i then the pair
+    # call. Rank 3 stops before a #20; ranks 0-2 wait in a #20, and ranks 0 and 1 are also
+    # inside b #20 (their CPUs launched it behind a #20, as NCCL's do, and RAS counts
+    # launches): rank 3 is the culprit, and b #20 is no stuck transfer
+    eng = _engine(4, evidence_ns=100 * MS)
+    eng.add_group("a", [0, 1, 2, 3])
+    eng.add_group("b", [0, 1])
+    eng.add_group("c", [2, 3])
+    t = 0
+    out = []
+    for seq in range(20):
+        t += 10 * MS
+        eng.add_ops(_cols([_row(r, A, seq, t + r, t + 2 * MS) for r in range(4)]
+                          + [_row(r, B, seq, t + 3 * MS, t + 4 * MS) for r in (0, 1)]
+                          + [_row(r, C, seq, t + 3 * MS, t + 4 * MS) for r in (2, 3)]))
+        out += eng.advance(t)
+    t += 10 * MS
+    eng.add_ops(_cols([_row(r, A, 20, t, -1) for r in (0, 1, 2)]
+                      + [_row(r, B, 20, t + 1 * MS, -1) for r in (0, 1)]
+                      + [_row(2, C, 20, t + 1 * MS, -1)]))
+    for k in range(1, 200):
+        out += eng.advance(t + k * 10 * MS)
+    hangs = {r.id: r for r in out if r.kind.endswith("hang")}
+    assert [r.suspects[0].rank for r in hangs.values() if r.kind == "noncomm_hang"] == [3], \
+        [r.summary for r in hangs.values()]
+    assert not [r for r in hangs.values() if r.kind == "comm_hang"], \
+        [r.summary for r in hangs.values()]

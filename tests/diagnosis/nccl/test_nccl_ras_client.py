@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 
 import pytest
 
@@ -16,8 +17,9 @@ from tests.diagnosis.nccl.support import fixture
 class _RasServer:
     """Speaks RAS's client protocol on a loopback port; replays one recorded report."""
 
-    def __init__(self, report: str, json_ok: bool = True) -> None:
-        self.report, self.json_ok = report, json_ok
+    def __init__(self, report: str, json_ok: bool = True, gather_s: float = 0.0) -> None:
+        # gather_s: how long it takes to gather the report from the job's processes
+        self.report, self.json_ok, self.gather_s = report, json_ok, gather_s
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.seen: list[list[str]] = []
@@ -43,11 +45,25 @@ class _RasServer:
                         conn.sendall(b"OK\n" if self.json_ok else
                                      b"ERROR: Unknown command SET\n")
                     elif line.endswith("STATUS"):
+                        time.sleep(self.gather_s)
                         conn.sendall(self.report.encode())
                         break
 
     def close(self) -> None:
         self.sock.close()
+
+
+def test_a_report_gathered_for_the_whole_timeout_still_arrives():
+    # RAS gathers from every process for up to TIMEOUT seconds, twice (its network, then the
+    # communicators), before it answers: when a process is stopped, the report arrives only
+    # after the timeout, and it is the report that matters most
+    srv = _RasServer(fixture("ncclras_status.json").read_text(), gather_s=1.5)
+    try:
+        body, fmt = RasClient(("127.0.0.1", srv.port), timeout_s=1).status()
+        assert fmt == "json" and '"communicators"' in body
+        assert "TIMEOUT 1" in srv.seen[0]
+    finally:
+        srv.close()
 
 
 def test_address_spellings(monkeypatch):
