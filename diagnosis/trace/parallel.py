@@ -34,11 +34,14 @@ from diagnosis.trace.reader import (
 _Parsed = tuple[str, int, Any]
 
 
-#: blocks parsed ahead of the engine, per worker: enough to carry the workers through a
-#: detection pass (tenths of a second at thousands of GPUs, a block's parse ~60 ms), which
-#: else leaves them idle with a full queue and the engine waiting for them afterwards. Only
-#: the parsed columns wait here (the workers read the file): a few MB per block.
+#: blocks parsed ahead of the engine, per worker, besides ``LAG``: enough to carry the workers
+#: through a detection pass (tenths of a second at thousands of GPUs, a block's parse ~60 ms),
+#: which else leaves them idle with a full queue and the engine waiting for them afterwards.
+#: Only the parsed columns wait here (the workers read the file): a few MB per block.
 AHEAD = 8
+#: how many blocks per worker the reading position runs ahead of the items handed out, as
+#: with :func:`read_blocks_parallel` (see :class:`FileBlocks`)
+LAG = 2
 
 
 def default_workers() -> int:
@@ -91,7 +94,7 @@ def _blocks(fh: ByteStream, source: str, workers: int,
         try:
             for data, first, lines in read_blocks(fh, block_bytes, source):
                 pending.append(pool.submit(_parse, data, first, lines, source))
-                while len(pending) > 2 * workers:
+                while len(pending) > LAG * workers:
                     yield from _unpack(pending.popleft().result(), 1)[1]
             while pending:
                 yield from _unpack(pending.popleft().result(), 1)[1]
@@ -102,9 +105,16 @@ def _blocks(fh: ByteStream, source: str, workers: int,
 
 class FileBlocks:
     """The items of the trace file ``path``, parsed by ``workers`` processes that each read
-    their blocks from the file; iterate once. ``pos``: the end offset of the block the last
-    item came from, as ``tell()`` of the file read in one process would say (the feed lets
-    the detectors look at the data after each block).
+    their blocks from the file; iterate once. ``pos``: how far into the file reading has got
+    when the last item was handed out; the feed lets the detectors look at the data each time
+    it moves.
+
+    ``pos`` is where :func:`read_blocks_parallel` would have read to: ``LAG`` blocks per
+    worker past the block of the item (the file's end for the last blocks), whatever the
+    blocks parsed ahead. So the detectors pass over the data when they did before the workers
+    read the file themselves, and the reports stay those of that reader. (Passes after every
+    block, as in one process, lose a true report at the end of a trace: see the note in
+    this package's README.)
 
     The caller counts the lines of the blocks as they come back, in order, to number the
     lines that the workers name (bad records, unknown types)."""
@@ -121,29 +131,32 @@ class FileBlocks:
         return drop_unknown(self._items(), self.source)
 
     def _items(self) -> Iterator[Item | Skipped]:
-        pending: deque[tuple[int, Future]] = deque()
+        pending: deque[Future] = deque()
+        ends: deque[int] = deque()      # of the pending blocks, in file order
+        lag = LAG * self.workers
         first = 1
 
         def drain() -> list[Item | Skipped]:
             nonlocal first
-            end, fut = pending.popleft()
-            lines, items = _unpack(fut.result(), first)
+            lines, items = _unpack(pending.popleft().result(), first)
             if any(isinstance(i, Skipped) for i in items):
                 items = [Skipped(i.kind, i.line + first - 1) if isinstance(i, Skipped) else i
                          for i in items]
             first += lines
-            self.pos = end
+            self.pos = ends[min(lag, len(ends) - 1)]
+            ends.popleft()
             return items
 
         with ProcessPoolExecutor(self.workers) as pool, open(self.path, "rb") as fh:
             try:
                 for start, end in block_spans(fh, self.block_bytes):
-                    pending.append((end, pool.submit(_parse_span, self.path, start, end,
-                                                     self.source)))
-                    while len(pending) > AHEAD * self.workers:
+                    pending.append(pool.submit(_parse_span, self.path, start, end,
+                                               self.source))
+                    ends.append(end)
+                    while len(pending) > (AHEAD + LAG) * self.workers:
                         yield from drain()
                 while pending:
                     yield from drain()
             finally:
-                for _, fut in pending:
+                for fut in pending:
                     fut.cancel()

@@ -1,7 +1,7 @@
 """Parser processes that read their own blocks of a trace file (diagnosis.trace.parallel): the file
-is cut where the one-process reader cuts it, the items and the detectors' cadence are the same,
-and the lines that workers name (bad records, unknown types, a line too long) are numbered as
-in the file, whichever block they are in."""
+is cut where the one-process reader cuts it, the items and the detectors' cadence are those of
+the reader that sends the blocks to the workers, and the lines that workers name (bad records,
+unknown types, a line too long) are numbered as in the file, whichever block they are in."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from c4.errors import FormatError
 from c4.proto.codec import Columns
 from diagnosis.trace import read_trace
-from diagnosis.trace.parallel import FileBlocks
+from diagnosis.trace.parallel import FileBlocks, read_blocks_parallel
 from diagnosis.trace.reader import block_lines, block_spans, read_blocks
 from diagnosis.trace.synth import SynthJob
 from tests.support.v2trace import to_v2
@@ -98,11 +98,12 @@ def test_file_blocks_give_the_items_of_one_process_at_its_offsets(v2_trace, work
         items.append(item)
         where.append(blocks.pos)
     _assert_same_items(items, one)
-    # each item is said to come from its block: where one process has read to when it
-    # yields that item
+    # reading is said to have got where the reader that reads the file in this process and
+    # sends its blocks to the workers has got when it hands out that item (the detectors'
+    # cadence, and so the reports, stay that reader's)
     ref = []
     with open(v2_trace, "rb") as fh:
-        for _ in read_trace(fh, block_bytes=block_bytes):
+        for _ in read_blocks_parallel(fh, str(v2_trace), workers, block_bytes):
             ref.append(fh.tell())
     assert where == ref and where[-1] == v2_trace.stat().st_size
     assert len(set(where)) > 8
