@@ -92,7 +92,7 @@ class ConnSampleBatch(_message.Message):
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., local: _Optional[bytes] = ..., remote: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., bytes_acked: _Optional[bytes] = ..., bytes_received: _Optional[bytes] = ..., rtt_us: _Optional[bytes] = ..., delivery_rate: _Optional[bytes] = ..., retrans: _Optional[bytes] = ..., busy_us: _Optional[bytes] = ...) -> None: ...
 
 class ProgressBatch(_message.Message):
-    __slots__ = ("job", "attempt", "count", "strings", "rank", "pg", "op", "peer", "t_ns", "entered", "completed")
+    __slots__ = ("job", "attempt", "count", "strings", "rank", "pg", "op", "peer", "t_ns", "entered", "completed", "completed_only")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class ProgressBatch(_message.Message):
     T_NS_FIELD_NUMBER: _ClassVar[int]
     ENTERED_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_ONLY_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     count: int
@@ -115,7 +116,8 @@ class ProgressBatch(_message.Message):
     t_ns: bytes
     entered: bytes
     completed: bytes
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., pg: _Optional[bytes] = ..., op: _Optional[bytes] = ..., peer: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., entered: _Optional[bytes] = ..., completed: _Optional[bytes] = ...) -> None: ...
+    completed_only: bool
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., rank: _Optional[bytes] = ..., pg: _Optional[bytes] = ..., op: _Optional[bytes] = ..., peer: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., entered: _Optional[bytes] = ..., completed: _Optional[bytes] = ..., completed_only: _Optional[bool] = ...) -> None: ...
 
 class LinkStatBatch(_message.Message):
     __slots__ = ("job", "attempt", "count", "strings", "src", "dst", "local", "remote", "pg", "t_ns", "window_ns", "transfers", "nbytes", "busy_ns", "max_ns", "open", "open_since_ns", "retrans")

@@ -13,8 +13,9 @@ same job (the intake knows their pids) are skipped, so a job may run both withou
 Limits: a process is shipped once its global rank is known (``RANK`` in its environment, which
 torchrun and most launchers set); communicators whose members are all on this node are shipped
 as groups, the others as members only (a group spanning nodes needs every node's members,
-which no single sidecar has). RAS progress (which call a silent rank is inside) has no wire
-message yet and is not shipped; ``c4 analyze --ncclras`` uses it offline.
+which no single sidecar has). RAS progress (which call a silent rank is inside) goes out as
+progress records marked ``completed_only``, from which the daemon's engine takes the calls the
+ranks are inside, as ``c4 analyze --ncclras`` does offline.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["NcclSource", "NcclSourceConfig"]
 
-_BODY = {c4_pb2.RankInfo: "rank", c4_pb2.GroupInfo: "group", c4_pb2.OpBatch: "ops"}
+_BODY = {c4_pb2.RankInfo: "rank", c4_pb2.GroupInfo: "group", c4_pb2.OpBatch: "ops",
+         c4_pb2.ProgressBatch: "progress"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ class NcclSourceConfig:
 
 class NcclSource:
     """Runs :class:`~diagnosis.nccl.live.NcclNode` and puts what each step yields into the
-    sidecar's outbox (``put``: ``Outbox.put``, called with ``rank=``, ``group=`` or ``ops=``)."""
+    sidecar's outbox (``put``: ``Outbox.put``, called with ``rank=``, ``group=``, ``ops=`` or
+    ``progress=``)."""
 
     def __init__(self, config: NcclSourceConfig, host: str, put: Callable[..., None],
                  hooked_pids: Callable[[], set[int]] = set) -> None:

@@ -134,8 +134,9 @@ def _batch(req: c4_pb2.IngestRequest, kind: str, max_records: int, bounds: Bound
     cols = _columns(b, name, decode, rank_columns, max_records, bounds, now_ns)
     t = cols[time_column]
     lo, hi = (int(t.min()), int(t.max())) if len(t) else (0, 0)
-    return Write(req.sidecar, req.seq, BatchRows(b.job, b.attempt, stored, len(cols), lo, hi,
-                                                 b.SerializeToString(), cols))
+    return Write(req.sidecar, req.seq, BatchRows(
+        b.job, b.attempt, stored, len(cols), lo, hi, b.SerializeToString(), cols,
+        completed_only=kind == "progress" and b.completed_only))
 
 
 def _detail(req: c4_pb2.IngestRequest, max_records: int, bounds: Bounds, now_ns: int) -> Write:

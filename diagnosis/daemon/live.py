@@ -502,7 +502,7 @@ class LiveView:
             st.budget.observe_windows("progress", cols["t_ns"], st.budget.window_ns)
             st.budget.observe_seqs(top_seqs(cols["pg"], cols["entered"], cols.strings), now)
             if eng is not None and len(cols):
-                eng.add_progress(progress_records(cols))
+                eng.add_progress(progress_records(cols), fill_open=body.completed_only)
         elif body.kind == "linkstat":
             st.budget.observe_windows("linkstat", cols["t_ns"], cols["window_ns"])
             recs = st.linkstats.add(cols, now)

@@ -21,8 +21,9 @@ What a node cannot do alone, and this module leaves to whoever sees every node:
   (``NcclRecords.members``) and :class:`GroupAssembler`, fed with every node's, says when a
   group is complete (the daemon's part, not wired here); a group whose members are all on
   this node is shipped as a group record at once;
-* ``progress`` records have no wire message yet: ``messages`` leaves them out (counted), an
-  engine in the same process takes them directly (``Engine.add_progress(..., fill_open=True)``).
+* ``progress`` (the calls RAS says ranks are inside) goes out as a ``ProgressBatch`` marked
+  ``completed_only``: the Inspector writes finished calls only, so the daemon's engine takes
+  the calls a rank is inside from it (``Engine.add_progress(..., fill_open=True)``).
 
 A job can run c4's torch hook and the Inspector both: ``skip`` names the processes whose calls
 the hook already ships, and their Inspector rows are dropped (one source per process, no
@@ -118,11 +119,11 @@ class NcclRecords:
                 + (len(self.progress) if self.progress is not None else 0))
 
     def messages(self, job: str, attempt: int = 0) -> list[Any]:
-        """The records as ingest messages (``c4.proto.c4_pb2`` RankInfo, GroupInfo, OpBatch), in
-        the order the daemon needs them: ranks and groups before the rows that use them.
-        Progress has no message yet and is left out."""
+        """The records as ingest messages (``c4.proto.c4_pb2`` RankInfo, GroupInfo, OpBatch,
+        ProgressBatch), in the order the daemon needs them: ranks and groups before the rows
+        that use them."""
         from c4.proto import c4_pb2
-        from c4.proto.codec import encode_ops
+        from c4.proto.codec import PROGRESS_COLUMNS, encode_ops, encode_progress
 
         out: list[Any] = [c4_pb2.RankInfo(job=job, attempt=attempt, rank=r,
                                           world_size=max(self.world_size, r + 1), host=h,
@@ -132,6 +133,13 @@ class NcclRecords:
                 for pg, ranks in self.groups]
         if self.ops is not None and len(self.ops):
             out.append(encode_ops(job, self.ops, attempt))
+        p = self.progress
+        if p is not None and len(p):
+            cols = Columns({k: np.asarray(getattr(p, k)).astype(dt)
+                            for k, dt in PROGRESS_COLUMNS.items()}, list(p.strings))
+            msg = encode_progress(job, cols, attempt)
+            msg.completed_only = True
+            out.append(msg)
         return out
 
 

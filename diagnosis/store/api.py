@@ -97,6 +97,8 @@ class BatchRows:
     t_hi: int
     payload: bytes
     cols: Columns | None = None
+    #: progress whose ranks' op rows hold completed calls only (``ProgressBatch.completed_only``)
+    completed_only: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in BATCH_KINDS:

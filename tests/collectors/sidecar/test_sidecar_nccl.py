@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from diagnosis.client import DaemonClient
+from tests.support.ras_server import RasServer
 from tests.support.services import free_port, start_daemon, start_sidecar, wait_for
 
 pytestmark = [pytest.mark.network]
@@ -97,6 +98,75 @@ def test_inspector_directory_shipped_through_the_sidecar(tmp_path):
     finally:
         car.stop()
         daemon.stop()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _ras_report(pids: list[int], launched: list[int]) -> str:
+    """An ``ncclras`` JSON status (as NCCL 2.28 writes it) of one 3-rank communicator whose
+    ranks launched ``launched`` AllReduces; its hash is whole where the Inspector cuts it."""
+    ranks = [{"rank": r, "host": "127.0.0.1", "pid": pid, "cuda_dev": r, "nvml_dev": r,
+              "status": {"init_state": 0, "async_error": 0, "finalize_called": False,
+                         "destroy_flag": False, "abort_flag": False},
+              "collective_counts": {"Broadcast": 0, "Reduce": 0, "AllGather": 0,
+                                    "ReduceScatter": 0, "AllReduce": n}}
+             for r, (pid, n) in enumerate(zip(pids, launched, strict=True))]
+    return orjson.dumps({
+        "nccl_version": "2.28.9", "cuda_runtime_version": 13000, "cuda_driver_version": 13000,
+        "timestamp": time.strftime("%Y-%m-%d %H:%M:%S"), "communicators_count": 1,
+        "communicators": [{"hash": "0x7f8c496ae9f661ab", "secondary_hash": "0x1:0x2",
+                           "size": 3, "ranks_count": 3, "missing_ranks_count": 0,
+                           "ranks": ranks, "missing_ranks": []}],
+        "ras": {"collection_time_sec": 0.0, "timeouts_count": 0}}).decode()
+
+
+def test_a_rank_ras_shows_behind_is_named_by_the_daemon(tmp_path):
+    # three processes write Inspector lines for calls 0-9, then ranks 0 and 1 launch call 10
+    # (RAS counts 11 AllReduces) and rank 2 never does (10): the Inspector writes nothing more
+    # (it writes finished calls only), and only RAS's progress, shipped by the sidecar, shows
+    # who the others wait for
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    env = {**os.environ, "WORLD_SIZE": "3"}
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                              env={**env, "RANK": str(r)}) for r in range(3)]
+    pids = [p.pid for p in procs]
+    launched = [10, 10, 10]
+    ras = RasServer(lambda: _ras_report(pids, launched))
+    port = free_port()
+    daemon = start_daemon(tmp_path, port)
+    car, _ = start_sidecar(tmp_path, port, "node0", extra=[
+        "--nccl-job", "nj", "--nccl-inspector", str(dumps), "--nccl-interval", "0.1",
+        "--nccl-ras", f"127.0.0.1:{ras.port}", "--nccl-ras-interval", "0.5"])
+    try:
+        host = socket.gethostname()
+        now_us = int(time.time() * 1e6)
+        for r in range(3):
+            with open(dumps / f"{host}-pid{pids[r]}.log", "wb") as fh:
+                fh.write(b"".join(_line(pids[r], r, s, now_us - 20_000_000 + 10_000 * s)
+                                  for s in range(10)))
+        with DaemonClient(f"127.0.0.1:{port}") as client:
+            wait_for(lambda: len(_stored(client, "nj")) == 30, 30, what="calls 0-9")
+            launched[:] = [11, 11, 10]
+            seen: list[str] = []
+
+            def named():
+                faults = client.faults("nj")
+                seen[:] = [f"{f.kind}: {f.summary}" for f in faults]
+                return [f for f in faults if f.kind == "noncomm_hang"]
+
+            try:
+                (hang,) = wait_for(named, 60, interval=0.5, what="a hang report")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; reports: {seen}") from None
+            assert [s.rank for s in hang.suspects[:1]] == [2] and hang.seq == 10, seen
+            assert not [f for f in client.faults("nj") if f.kind == "comm_hang"], seen
+        assert "Traceback" not in car.output()
+    finally:
+        car.stop()
+        daemon.stop()
+        ras.close()
         for p in procs:
             p.kill()
             p.wait()

@@ -5,59 +5,19 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
-import time
 
 import pytest
 
 from diagnosis.nccl.ras_client import RasClient, RasError, RasPoller, ras_address
 from tests.diagnosis.nccl.support import fixture
-
-
-class _RasServer:
-    """Speaks RAS's client protocol on a loopback port; replays one recorded report."""
-
-    def __init__(self, report: str, json_ok: bool = True, gather_s: float = 0.0) -> None:
-        # gather_s: how long it takes to gather the report from the job's processes
-        self.report, self.json_ok, self.gather_s = report, json_ok, gather_s
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.seen: list[list[str]] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn, conn.makefile("rb") as rf:
-                said: list[str] = []
-                self.seen.append(said)
-                for raw in rf:
-                    line = raw.decode().strip()
-                    said.append(line)
-                    if line.startswith("CLIENT PROTOCOL"):
-                        conn.sendall(b"SERVER PROTOCOL 2\n")
-                    elif line.startswith("TIMEOUT"):
-                        conn.sendall(b"OK\n")
-                    elif line == "SET FORMAT json":
-                        conn.sendall(b"OK\n" if self.json_ok else
-                                     b"ERROR: Unknown command SET\n")
-                    elif line.endswith("STATUS"):
-                        time.sleep(self.gather_s)
-                        conn.sendall(self.report.encode())
-                        break
-
-    def close(self) -> None:
-        self.sock.close()
+from tests.support.ras_server import RasServer
 
 
 def test_a_report_gathered_for_the_whole_timeout_still_arrives():
     # RAS gathers from every process for up to TIMEOUT seconds, twice (its network, then the
     # communicators), before it answers: when a process is stopped, the report arrives only
     # after the timeout, and it is the report that matters most
-    srv = _RasServer(fixture("ncclras_status.json").read_text(), gather_s=1.5)
+    srv = RasServer(fixture("ncclras_status.json").read_text(), gather_s=1.5)
     try:
         body, fmt = RasClient(("127.0.0.1", srv.port), timeout_s=1).status()
         assert fmt == "json" and '"communicators"' in body
@@ -77,7 +37,7 @@ def test_address_spellings(monkeypatch):
 
 
 def test_json_report_polled_at_its_interval():
-    srv = _RasServer(fixture("ncclras_status.json").read_text())
+    srv = RasServer(fixture("ncclras_status.json").read_text())
     now = [1000.0]
     poller = RasPoller(RasClient(("127.0.0.1", srv.port), timeout_s=5), interval_s=10,
                        clock=lambda: now[0])
@@ -96,7 +56,7 @@ def test_json_report_polled_at_its_interval():
 
 
 def test_a_server_without_json_gives_the_text_report():
-    srv = _RasServer(fixture("ncclras_text_errors_incomplete.txt").read_text(), json_ok=False)
+    srv = RasServer(fixture("ncclras_text_errors_incomplete.txt").read_text(), json_ok=False)
     client = RasClient(("127.0.0.1", srv.port), timeout_s=5)
     try:
         body, fmt = client.status()
