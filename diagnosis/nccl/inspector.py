@@ -26,11 +26,12 @@ upper bound, late by up to the dump interval).
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import orjson
@@ -54,6 +55,8 @@ KNOWN_MAJORS = ("v3", "v4")
 SUFFIXES = (".log", ".log.gz", ".jsonl", ".jsonl.gz")
 _PAYLOADS = ("coll_perf", "p2p_perf")
 _NONE = -1
+_NEWLINE = ord("\n")
+_TAIL = 64 << 10              # where a block's last line is looked for first
 _NAN = 'a bandwidth written as the string "nan": read as not a number'
 
 
@@ -79,8 +82,8 @@ def parse_block(block: bytes, first_line: int, source: str,
     return _parse_block(block, first_line, source, problems, context)[0]
 
 
-def _parse_block(block: bytes, first_line: int, source: str, problems: Problems | None,
-                 context: _Context | None) -> tuple[NcclOps, int]:
+def _parse_block(block: bytes | memoryview, first_line: int, source: str,
+                 problems: Problems | None, context: _Context | None) -> tuple[NcclOps, int]:
     """:func:`parse_block`, and the number of lines in the block."""
     problems = problems if problems is not None else Problems()
     ctx = context if context is not None else _Context()
@@ -91,8 +94,9 @@ def _parse_block(block: bytes, first_line: int, source: str, problems: Problems 
         if typed.nan:
             problems.add(source, first_line + typed.nan_line, "nan", _NAN)
             problems.counts["nan"] += typed.nan - 1
-        ctx.last_line = block[block.rfind(b"\n", 0, len(block) - 1) + 1:-1]
+        ctx.last_line = _last_line(block)
         return typed.ops, typed.lines
+    block = bytes(block)                   # the careful paths read bytes (a copy of a view)
     try:
         ops, bad, versions = scan_block(block, first_line, source)
     except ValueError:
@@ -128,6 +132,18 @@ def _parse_block(block: bytes, first_line: int, source: str, problems: Problems 
     if lines:
         ctx.last_line = lines[-1]
     return ops, len(lines)
+
+
+def _last_line(block: bytes | memoryview) -> bytes:
+    """The last line of a block of whole lines, without its newline."""
+    if isinstance(block, bytes):
+        return block[block.rfind(b"\n", 0, len(block) - 1) + 1:-1]
+    tail = bytes(block[-_TAIL:])
+    at = tail.rfind(b"\n", 0, len(tail) - 1)
+    if at < 0 and len(tail) < len(block):          # a last line longer than the tail
+        tail = bytes(block)
+        at = tail.rfind(b"\n", 0, len(tail) - 1)
+    return tail[at + 1:-1]
 
 
 def _note_nan(block: bytes, bad: np.ndarray, first_line: int, source: str,
@@ -325,15 +341,15 @@ def find_inspector_files(root: str | Path) -> list[Path]:
                   and not p.name.startswith("."))
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> io.BufferedIOBase:
     raw = open(path, "rb")  # noqa: SIM115 - handed to the caller, closed there
     if path.name.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=raw)
     return raw
 
 
 def read_inspector_file(path: str | Path, *, problems: Problems | None = None,
-                        block_bytes: int = 4 << 20) -> Iterator[NcclOps]:
+                        block_bytes: int = 1 << 20) -> Iterator[NcclOps]:
     """Every record of one Inspector file, a block of lines at a time. A last line without its
     newline (the process died mid-write) is noted and skipped."""
     path = Path(path)
@@ -344,18 +360,33 @@ def read_inspector_file(path: str | Path, *, problems: Problems | None = None,
             yield pretty
         return
     reader = LineReader(str(path), problems)
+    # read into one buffer, kept for the whole file: a new buffer per block would cost a page
+    # fault per 4 KiB, more than reading the block
+    buf = bytearray(block_bytes)
+    view = memoryview(buf)
+    kept = 0                                 # a partial line at the buffer's start
     try:
         with _open(path) as fh:
             while True:
-                chunk = fh.read(block_bytes)
-                if not chunk:
+                got = fh.readinto(view[kept:])
+                if not got:
                     break
-                batch = reader.feed(chunk)
+                end = kept + got
+                cut = buf.rfind(b"\n", 0, end) + 1
+                if not cut:                  # one line longer than the buffer: a bigger one
+                    view.release()
+                    buf += bytes(len(buf))
+                    view, kept = memoryview(buf), end
+                    continue
+                batch = reader.feed_lines(view[:cut])
                 if len(batch) or batch.stats:
                     yield batch
+                view[:end - cut] = buf[cut:end]
+                kept = end - cut
     except (OSError, EOFError) as exc:   # a gzip file cut short
         problems.add(str(path), reader.line, "truncated_file",
                      f"the file ends early ({exc}): read up to here")
+    reader.partial = bytes(view[:kept])
     reader.finish()
 
 
@@ -400,6 +431,15 @@ class LineReader:
         self.partial = data[cut + 1:]
         ops, n = _parse_block(data[:cut + 1], self.line, self.source, self.problems,
                               self.context)
+        self.line += n
+        return ops
+
+    def feed_lines(self, block: bytes | memoryview) -> NcclOps:
+        """Whole lines (``block`` ends with a newline), read without a copy where the typed
+        path takes them; what :meth:`feed` keeps of a partial line is read first."""
+        if self.partial:
+            return self.feed(bytes(block))
+        ops, n = _parse_block(block, self.line, self.source, self.problems, self.context)
         self.line += n
         return ops
 

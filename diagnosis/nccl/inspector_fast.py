@@ -39,6 +39,8 @@ _KEYS = {
     "coll_busbw": '"coll_busbw_gbs"', "p2p_busbw": '"p2p_busbw_gbs"',
     "coll_start": '"coll_start_ts"', "p2p_start": '"p2p_start_ts"',
     "kstart": '"kernel_start_ts"', "kstop": '"kernel_stop_ts"',
+    # a v4.1+ drop marker: the JSON path keeps its counts (a line with it is no call)
+    "dump_stats": '"dump_stats"',
 }
 _MULTI = ("kstart", "kstop")          # once per kernel channel
 
@@ -185,6 +187,7 @@ def scan_block(block: bytes, first_line: int, source: str
     buf, pos = sc.buf, sc.pos
     is_p2p = pos["p2p"] >= 0
     sc.bad |= (pos["coll"] >= 0) == is_p2p        # exactly one payload
+    sc.bad |= pos["dump_stats"] >= 0
     for k in ("id", "rank", "n_ranks", "nnodes", "version", "dump", "hostname", "pid"):
         sc.bad |= pos[k] < 0
     for k in ("sn", "msg", "exec", "busbw", "start"):

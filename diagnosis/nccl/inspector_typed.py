@@ -1,26 +1,31 @@
 """The Inspector reader's fast path: a block of lines decoded by ``msgspec`` into typed structs
 in one call, then turned into columns (:class:`NcclOps`) a field at a time.
 
+The block is decoded as one JSON array whose items are its lines, so a line that is not
+exactly one JSON value fails the decode; the fields are gathered with list comprehensions
+(Python reads a struct's slot faster in one than through ``operator.attrgetter``), and a
+value that repeats (a communicator's header over a run of its calls, the process's
+metadata) is looked at once.
+
 Each struct holds only the fields c4 reads, typed as NCCL writes them; msgspec skips the rest
 (timing source, algorithm, ``event_trace_sn``) without building them, and refuses a line with a
 required field missing or of another type. The block is refused as a whole, and read again by
 the numpy scanner and the JSON path (:func:`diagnosis.nccl.inspector.parse_block`), which name
-the bad line and field, when anything is not the plain case: a line that does not decode, a
-blank line, a line without ``header``/``metadata`` (v4.3+ lines inherit them), ``dump_stats``
-markers, a line with neither payload, an escape (``\\``), a negative number, a rank outside its
-communicator, a communicator with two sizes, an id that is not a hash. So a block read here
-gives exactly the rows the slower paths would. Bandwidths are read only to count the
-``"nan"`` strings among them (c4 has no use for them; ``busbw`` is NaN, as the scanner leaves
-it).
+the bad line and field, when anything is not the plain case: a line that does not decode (a
+blank line, a record cut short or spread over two lines), a line without
+``header``/``metadata`` (v4.3+ lines inherit them), ``dump_stats`` markers, a line with neither
+payload, an escape (``\\``), a negative number, a rank outside its communicator, a
+communicator with two sizes, an id that is not a hash. So a block read here gives exactly the
+rows the slower paths would. Bandwidths are read only to count the ``"nan"`` strings among
+them (c4 has no use for them; ``busbw`` is NaN, as the scanner leaves it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
 from dataclasses import dataclass
-from itertools import chain
-from operator import attrgetter
-from typing import Any
+from operator import ne
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -84,6 +89,15 @@ class _P2p(msgspec.Struct, gc=False):
     busbw: float | str | None = msgspec.field(default=None, name="p2p_busbw_gbs")
 
 
+class _Marker:
+    """No JSON value decodes to this type (:func:`_refuse`): a line with a field of it makes
+    the block not plain, at no cost per line for the blocks without one."""
+
+
+def _refuse(kind: type, value: Any) -> Any:
+    raise ValueError(f"a {kind.__name__} field: read the block the careful way")
+
+
 class _Line(msgspec.Struct, gc=False):
     # kept as its bytes: a block repeats a few headers on every line, so each distinct one is
     # decoded once (:func:`_communicators`)
@@ -91,20 +105,12 @@ class _Line(msgspec.Struct, gc=False):
     metadata: _Metadata
     coll_perf: _Coll | None = None
     p2p_perf: _P2p | None = None
-    dump_stats: msgspec.Raw | None = None
+    # v4.1+ markers of drops: the JSON path keeps their counts
+    dump_stats: _Marker = None  # type: ignore[assignment]  # absent: None
 
 
-_DECODER = msgspec.json.Decoder(_Line)
+_DECODER = msgspec.json.Decoder(list[_Line], dec_hook=_refuse)
 _HEADER_DECODER = msgspec.json.Decoder(_Header)
-_NL, _SPACE = 10, 32
-_COLL, _P2P, _STATS, _META, _HEADER = map(attrgetter, (
-    "coll_perf", "p2p_perf", "dump_stats", "metadata", "header"))
-_SN, _MSG, _PEER, _EXEC, _FUNC = map(attrgetter, ("sn", "msg", "peer", "exec_us", "func"))
-_DUMP, _PID, _HOST, _VERSION = map(attrgetter, (
-    "dump_timestamp_us", "pid", "hostname", "inspector_output_format_version"))
-_ALGOBW, _BUSBW, _ID = map(attrgetter, ("algobw", "busbw", "id"))
-_TRACE, _START, _EVENTS = map(attrgetter, ("trace", "start", "kernel_events"))
-_KSTART, _KSTOP = map(attrgetter, ("kernel_start_ts", "kernel_stop_ts"))
 
 
 class _Refused(Exception):
@@ -124,22 +130,22 @@ class Decoded:
     nan_line: int = -1
 
 
-def decode_block(block: bytes, first_line: int, source: str) -> Decoded | None:
+def decode_block(block: bytes | memoryview, first_line: int, source: str) -> Decoded | None:
     """The rows of a block of whole lines (each ending in a newline); None where the block is
     not the plain case (the caller then reads it with the scanner and the JSON path)."""
-    if not block or b"\\" in block:
+    if not len(block):
         return None
-    raw = np.frombuffer(block, dtype=np.uint8)
-    ends = np.flatnonzero(raw == _NL)
-    # a line that starts with white space may be blank, which decode_lines skips: the line
-    # count would no longer say that every line held exactly one record
-    if raw[0] <= _SPACE or (raw[ends[:-1] + 1] <= _SPACE).any():
+    # the lines as the items of one JSON array: a line that is not exactly one JSON value (a
+    # blank line, a record cut short or spread over two lines, two records on one line) does
+    # not decode, which makes the item count the line count
+    array = _SCRATCH.as_array(block)
+    if array is None:
         return None
     try:
-        lines = _DECODER.decode_lines(block)
+        lines = _DECODER.decode(array)
     except (msgspec.DecodeError, ValueError, RecursionError):    # ValueError: bad UTF-8
         return None
-    if len(lines) != len(ends):            # a line held two records
+    if not lines:
         return None
     try:
         out = _columns(lines, first_line, source)
@@ -149,8 +155,42 @@ def decode_block(block: bytes, first_line: int, source: str) -> Decoded | None:
     return out
 
 
-def _ints(values: Iterable[int], n: int) -> np.ndarray:
-    return np.fromiter(values, dtype=np.int64, count=n)
+class _Scratch(threading.local):
+    """Where a block is rewritten as a JSON array, kept from block to block (one per thread):
+    new buffers of a block's size cost a page fault per 4 KiB each time (the allocator gives
+    freed ones back to the system), more than rewriting the block itself."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.u8 = np.zeros(0, dtype=np.uint8)
+        self.mask = np.zeros(0, dtype=bool)
+
+    def as_array(self, block: bytes | memoryview) -> memoryview | None:
+        """``[`` + the lines joined by commas + ``]``, in the scratch buffer (valid until the
+        next call); None where the block holds an escape (``\\``)."""
+        size = len(block) + 1
+        if len(self.buf) < size:
+            del self.u8                    # its view of the old buffer
+            self.buf = bytearray(max(size, 2 * len(self.buf)))
+            self.u8 = np.frombuffer(self.buf, dtype=np.uint8)
+            self.mask = np.empty(len(self.buf), dtype=bool)
+        self.buf[0] = _OPEN
+        self.buf[1:size] = block
+        if self.buf.find(_ESCAPE, 1, size) >= 0:
+            return None
+        body, mask = self.u8[1:size], self.mask[:size - 1]
+        np.equal(body, _NEWLINE, out=mask)
+        np.copyto(body, _COMMA, where=mask)
+        self.buf[size - 1] = _CLOSE        # the last line's newline
+        return memoryview(self.buf)[:size]
+
+
+_SCRATCH = _Scratch()
+_OPEN, _CLOSE, _COMMA, _NEWLINE, _ESCAPE = b"[],\n\\"
+
+
+def _ints(values: list[int]) -> np.ndarray:
+    return np.fromiter(values, dtype=np.int64, count=len(values))
 
 
 def _factorize(values: list[Any]) -> tuple[list[Any], np.ndarray]:
@@ -167,66 +207,93 @@ def _factorize(values: list[Any]) -> tuple[list[Any], np.ndarray]:
 
 def _columns(lines: list[_Line], first_line: int, source: str) -> Decoded:
     n = len(lines)
-    payload = [c or p for c, p in zip(map(_COLL, lines), map(_P2P, lines))]
-    if None in payload or list(map(_STATS, lines)).count(None) != n:
-        raise _Refused                     # neither coll_perf nor p2p_perf, or a marker
-    meta = list(map(_META, lines))
-    sn = _ints(map(_SN, payload), n)
-    msg = _ints(map(_MSG, payload), n)
-    peer = _ints(map(_PEER, payload), n)
-    dump = _ints(map(_DUMP, meta), n)
-    pids = list(map(_PID, meta))
-    pid = _ints(pids, n)
-    if (sn < 0).any() or (msg < 0).any() or (pid < 0).any() or (dump < 0).any():
+    # a line with both is read as its coll_perf, as the JSON path does
+    found = [ln.coll_perf or ln.p2p_perf for ln in lines]
+    if None in found:                      # neither coll_perf nor p2p_perf
         raise _Refused
-    execs = list(map(_EXEC, payload))
+    payload = cast("list[_Coll | _P2p]", found)
+    meta = [ln.metadata for ln in lines]
+    sn = _ints([p.sn for p in payload])
+    msg = _ints([p.msg for p in payload])
+    peer = _ints([p.peer for p in payload])
+    dump = _ints([m.dump_timestamp_us for m in meta])
+    if (sn < 0).any() or (msg < 0).any() or (dump < 0).any():
+        raise _Refused
+    execs: list[Any] = [p.exec_us for p in payload]
     try:
         plain = type(sum(execs)) is int    # no float (sum fails on a missing time)
     except TypeError:
         plain = False
     if plain:
-        exec_us = _ints(execs, n)
+        exec_us = _ints(execs)
     else:                                  # floats rounded, missing times -1
         f = np.array([np.nan if x is None else x for x in execs], dtype=np.float64)
         exec_us = np.where(np.isnan(f), -1, np.rint(f)).astype(np.int64)
 
-    hosts = list(map(_HOST, meta))
-    if hosts.count(hosts[0]) == n and pids.count(pids[0]) == n:    # one process (the rule)
-        procs, proc = [(hosts[0], pids[0])], np.zeros(n, dtype=np.int32)
-    else:
-        procs, proc = _factorize(list(zip(hosts, pids)))
-    comms, comm = _communicators(list(map(_HEADER, lines)))
-    func_table, op = _factorize(list(map(_FUNC, payload)))
+    procs, proc, versions = _processes(meta)
+    comms, comm = _communicators([ln.header for ln in lines])
+    func_table, op = _factorize([p.func for p in payload])
     ops_named = [op_name(f) for f in func_table]
     # two spellings of one operation (AllReduce, allreduce) are one op
     ops, remap = _factorize(ops_named)
     op = remap[op] if len(ops) < len(ops_named) else op
 
-    start, kstart, kstop = _trace_times(payload, n)
+    start, kstart, kstop = _trace_times([p.trace for p in payload])
     ops_out = NcclOps(source, procs, comms, ops, proc, comm, op, sn, peer, msg, exec_us, dump,
                       start, kstart, kstop,
                       np.arange(first_line, first_line + n, dtype=np.int64),
                       np.full(n, np.nan))
-    versions, vidx = _factorize(list(map(_VERSION, meta)))
-    first = [int(np.argmax(vidx == j)) for j in range(len(versions))] if len(versions) > 1 \
-        else [0]
-    out = Decoded(ops_out, list(zip(versions, first)))
-    for bw in (_ALGOBW, _BUSBW):
-        kinds = list(map(type, map(bw, payload)))
-        k = kinds.count(str)
-        if k:
+    out = Decoded(ops_out, versions)
+    for kinds in ([type(p.algobw) for p in payload], [type(p.busbw) for p in payload]):
+        if str in kinds:
             at = kinds.index(str)
-            out.nan += k
+            out.nan += kinds.count(str)
             out.nan_line = at if out.nan_line < 0 else min(out.nan_line, at)
     return out
 
 
+def _processes(meta: list[_Metadata]
+               ) -> tuple[list[tuple[str, int]], np.ndarray, list[tuple[str, int]]]:
+    """The processes (hostname, pid) of the lines' metadata and each line's, and the format
+    versions with the first line of each. A file is one process writing one version, which
+    one comparison per line and field confirms; otherwise each distinct (host, pid,
+    version) is looked at once."""
+    n = len(meta)
+    hosts = [m.hostname for m in meta]
+    pids = [m.pid for m in meta]
+    versions = [m.inspector_output_format_version for m in meta]
+    if hosts.count(hosts[0]) == n and pids.count(pids[0]) == n and \
+            versions.count(versions[0]) == n:
+        if pids[0] < 0:
+            raise _Refused
+        return [(hosts[0], pids[0])], np.zeros(n, dtype=np.int32), [(versions[0], 0)]
+    table, idx = _factorize(list(zip(hosts, pids, versions)))
+    if any(pid < 0 for _, pid, _ in table):
+        raise _Refused
+    procs, proc_of = _factorize([(host, pid) for host, pid, _ in table])
+    names, version_of = _factorize([version for _, _, version in table])
+    _, first = np.unique(idx, return_index=True)        # each distinct triple's first line
+    first_of_version = [int(first[version_of == v].min()) for v in range(len(names))]
+    return procs, proc_of[idx], list(zip(names, first_of_version))
+
+
 def _communicators(headers: list[msgspec.Raw]) -> tuple[list[CommKey], np.ndarray]:
-    """The communicators of the lines' headers, and each line's: lines grouped by the bytes of
-    their header, each distinct header decoded once; headers that spell one communicator two
-    ways (``0x1`` and ``1``, keys in another order) are one, and one communicator with two
-    sizes is refused (the slower paths read it)."""
-    whole, idx = _factorize(list(map(bytes, headers)))
+    """The communicators of the lines' headers, and each line's. NCCL writes a communicator's
+    calls one after the other, so lines are taken in runs of one header (its bytes), and each
+    distinct header is decoded once; headers that spell one communicator two ways (``0x1``
+    and ``1``, keys in another order) are one, and one communicator with two sizes is refused
+    (the slower paths read it)."""
+    n = len(headers)
+    starts = np.flatnonzero(np.fromiter(map(ne, headers, [None, *headers]), dtype=bool,
+                                        count=n))
+    if len(starts) * 2 > n:                # runs too short to pay: every line's header
+        whole, idx = _factorize([bytes(h) for h in headers])
+    else:
+        whole, run = _factorize([bytes(headers[i]) for i in starts.tolist()])
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:]
+        ends[-1] = n
+        idx = np.repeat(run, ends - starts)
     try:
         table = [_HEADER_DECODER.decode(h) for h in whole]
     except (msgspec.DecodeError, ValueError, RecursionError):
@@ -250,39 +317,44 @@ def _comm(h: _Header) -> CommKey:
                    name if name and name != "unknown" else None)
 
 
-def _trace_times(payload: list[_Coll | _P2p], n: int
+def _trace_times(traces: list[_CollTrace | _P2pTrace | None]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per line the call's start, its first kernel start and last kernel stop (verbose
     output); -1 where the line has none. Times that are not positive count as absent."""
+    n = len(traces)
     none = np.full(n, -1, dtype=np.int64)
-    traces = list(map(_TRACE, payload))
-    if traces.count(None) == n:
+    absent = traces.count(None)
+    if absent == n:
         return none, none.copy(), none.copy()
-    if None in traces:
-        rows = np.flatnonzero(np.fromiter(map(_is_none, traces), dtype=bool, count=n) ^ True)
-        traces = [t for t in traces if t is not None]
+    rows = None
+    if absent:
+        rows = np.flatnonzero(np.fromiter([t is not None for t in traces], dtype=bool,
+                                          count=n))
+        present = [t for t in traces if t is not None]
     else:
-        rows = np.arange(n)
-    m = len(traces)
-    start = none.copy()
-    start[rows] = _ints(map(_START, traces), m)
-    events = list(map(_EVENTS, traces))
-    counts = np.fromiter(map(len, events), dtype=np.int64, count=m)
-    flat = list(chain.from_iterable(events))
-    ks = _ints(map(_KSTART, flat), len(flat))
-    ke = _ints(map(_KSTOP, flat), len(flat))
-    big = np.iinfo(np.int64).max
-    kstart, kstop = none.copy(), none.copy()
-    nonempty = counts > 0
-    if nonempty.any():
-        at = (np.cumsum(counts) - counts)[nonempty]
-        lo = np.minimum.reduceat(np.where(ks > 0, ks, big), at)
-        hi = np.maximum.reduceat(np.where(ke > 0, ke, -1), at)
-        kstart[rows[nonempty]] = np.where(lo != big, lo, -1)
-        kstop[rows[nonempty]] = hi
+        present = cast("list[_CollTrace | _P2pTrace]", traces)
+    start = _ints([t.start for t in present])
+    events = [t.kernel_events for t in present]
+    counts = np.fromiter(map(len, events), dtype=np.int64, count=len(events))
+    ks = _ints([k.kernel_start_ts for ev in events for k in ev])
+    ke = _ints([k.kernel_stop_ts for ev in events for k in ev])
+    if len(ks) == len(present) and (counts == 1).all():     # one kernel channel each
+        kstart = np.where(ks > 0, ks, -1)
+        kstop = np.where(ke > 0, ke, -1)
+    else:
+        big = np.iinfo(np.int64).max
+        kstart, kstop = np.full_like(start, -1), np.full_like(start, -1)
+        nonempty = counts > 0
+        if nonempty.any():
+            at = (np.cumsum(counts) - counts)[nonempty]
+            lo = np.minimum.reduceat(np.where(ks > 0, ks, big), at)
+            hi = np.maximum.reduceat(np.where(ke > 0, ke, -1), at)
+            kstart[nonempty] = np.where(lo != big, lo, -1)
+            kstop[nonempty] = hi
     start[start <= 0] = -1
-    return start, kstart, kstop
-
-
-def _is_none(x: object) -> bool:
-    return x is None
+    if rows is None:
+        return start, kstart, kstop
+    out = none.copy(), none.copy(), none
+    for col, vals in zip(out, (start, kstart, kstop)):
+        col[rows] = vals
+    return out

@@ -178,3 +178,18 @@ def test_scanner_throughput_shape_many_lines():
     b = parse_block(b"\n".join(lines) + b"\n", 1, "f")
     assert len(b) == 1000 and len(b.procs) == 7 and len(b.comms) == 1
     assert np.array_equal(b.sn, np.arange(1000))
+
+
+def test_a_gzip_file_cut_short_is_read_up_to_the_cut(tmp_path, caplog):
+    lines = [LINE.replace(b'"coll_sn":1407', b'"coll_sn":%d' % i) for i in range(3000)]
+    data = gzip.compress(b"\n".join(lines) + b"\n")
+    path = tmp_path / "h-pid1.log.gz"
+    path.write_bytes(data[:len(data) // 2])
+    problems = Problems()
+    with caplog.at_level(logging.WARNING):
+        got = [b for b in read_inspector_file(path, problems=problems, block_bytes=4096)]
+    sn = np.concatenate([b.sn for b in got])
+    # every whole line before the cut, in order; the cut one warned about with its line
+    assert len(sn) > 0 and sn.tolist() == list(range(len(sn)))
+    assert problems.counts["truncated_file"] == 1
+    assert f"{path}:{len(sn) + 1}: the file ends early" in caplog.text

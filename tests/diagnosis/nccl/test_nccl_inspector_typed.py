@@ -4,15 +4,17 @@ and name its bad line."""
 
 from __future__ import annotations
 
+import gzip
 import logging
+from pathlib import Path
 
 import orjson
 import pytest
 
-from diagnosis.nccl.inspector import parse_block, parse_lines
+from diagnosis.nccl.inspector import parse_block, parse_lines, read_inspector_file
 from diagnosis.nccl.inspector_typed import decode_block
 from diagnosis.nccl.problems import Problems
-from diagnosis.nccl.records import CommKey
+from diagnosis.nccl.records import CommKey, NcclOps
 from tests.diagnosis.nccl.support import fixture
 from tests.diagnosis.nccl.test_nccl_inspector import LINE, P2P, _same
 
@@ -94,6 +96,12 @@ def test_one_header_spelt_two_ways_is_one_communicator():
     ("an id that is no hash", [LINE.replace(b'"0x7f8c496ae9f661"', b'"comm-a"')]),
     ("a boolean for a number", [LINE.replace(b'"pid":77', b'"pid":true')]),
     ("one communicator, two sizes", [LINE, LINE.replace(b'"n_ranks":8', b'"n_ranks":16')]),
+    # as many records as lines, but not one on each: the JSON path reads neither of the first
+    # two lines
+    ("a record on two lines, two on one", [
+        LINE.split(b'"coll_perf":')[0] + b'"coll_perf":',
+        b"{" + LINE.split(b'"coll_perf":{')[1] + LINE, LINE]),
+    ("a null dump_stats", [LINE, LINE[:-1] + b',"dump_stats":null}']),
 ])
 def test_blocks_that_are_not_plain_are_refused_and_read_by_the_slower_paths(why, lines):
     block = _block(lines)
@@ -112,3 +120,55 @@ def test_versions_and_nan_are_noted_with_file_and_line_on_the_typed_path(caplog)
     assert "x.log:22: inspector_output_format_version 'v9.1'" in caplog.text
     assert 'x.log:23: a bandwidth written as the string "nan"' in caplog.text
     assert problems.counts["nan"] == 2 and problems.counts["unknown_version"] == 1
+
+
+# a verbose point-to-point line: "nan" bandwidths, two kernel channels
+P2P_VERBOSE = P2P[:-2] + (b',"event_trace_sn":{"p2p_start_sn":1,"p2p_stop_sn":2},'
+                          b'"event_trace_ts":{"p2p_start_ts":1748030377748100,'
+                          b'"p2p_stop_ts":1748030377748190,"kernel_events":['
+                          b'{"channel_id":0,"kernel_start_ts":1748030377748120,'
+                          b'"kernel_stop_ts":1748030377748180,"kernel_record_ts":1},'
+                          b'{"channel_id":1,"kernel_start_ts":1748030377748110,'
+                          b'"kernel_stop_ts":1748030377748185,"kernel_record_ts":2}]}}}')
+
+
+@pytest.mark.parametrize("block_bytes", [64, 1500, 1 << 20])
+def test_a_file_read_through_its_kept_buffer_gives_the_json_paths_rows(tmp_path, caplog,
+                                                                      block_bytes):
+    # 64 bytes: every line is longer than the buffer, which grows; 1,500: blocks of a line or
+    # two; 1 MiB: one block
+    padded = LINE.replace(b'"0x7f8c496ae9f661"', b'"007f8c496ae9f661"')   # RAS's spelling
+    unknown = LINE.replace(b'"v4.0"', b'"v9.1"')
+    lines = [_compact("inspector_readme_coll_perf_verbose.json"), P2P_VERBOSE, LINE, padded,
+             unknown] * 3 + [LINE]
+    path = tmp_path / "node1-pid77.log"
+    path.write_bytes(b"\n".join(lines) + b"\n" + LINE[:150])        # died mid-line
+    problems = Problems()
+    with caplog.at_level(logging.WARNING):
+        got = NcclOps.concat(list(read_inspector_file(path, problems=problems,
+                                                      block_bytes=block_bytes)), str(path))
+    reference = Problems()
+    want = parse_lines(lines, 1, str(path), reference)
+    _same(got, want)
+    assert len(got) == 16                                       # nothing else lost
+    assert got.kstop_us.tolist()[1] == 1748030377748185         # the later channel's stop
+    # both spellings of the hash are one communicator
+    assert got.comms[int(got.comm[2])] == got.comms[int(got.comm[3])] == CommKey(
+        0x7F8C496AE9F661, 2, 8, 1, "DP Group 0")
+    assert problems.counts["nan"] == reference.counts["nan"] == 6
+    assert problems.counts["unknown_version"] == 1 and problems.counts["truncated_line"] == 1
+    assert f"{path}:5: inspector_output_format_version 'v9.1'" in caplog.text
+    assert f"{path}:2: a bandwidth written as the string" in caplog.text
+    assert f"{path}:17: the last line has no newline" in caplog.text
+
+
+def test_every_recorded_gpu_file_is_read_by_the_typed_path_as_the_json_path_reads_it():
+    # what real NCCL jobs wrote (H200: collectives; H100: point-to-point calls too)
+    files = sorted((Path(__file__).parent / "fixtures").rglob("*.log.gz"))
+    assert len(files) >= 12
+    for f in files:
+        data = gzip.decompress(f.read_bytes())
+        assert decode_block(data, 1, str(f)) is not None, f      # no block refused
+        got = NcclOps.concat(list(read_inspector_file(f)), str(f))
+        _same(got, parse_lines(data.split(b"\n")[:-1], 1, str(f)))
+        assert len(got) == data.count(b"\n")
