@@ -1,6 +1,7 @@
 """How fast ``c4 analyze`` reads and diagnoses a trace: the reader per record kind (records/s and
 MB/s, each kind's lines read alone), the reader on the whole trace, the engine alone (on batches
-already read), and the whole ``c4 analyze`` pipeline, in one process and with parser processes.
+already read), the whole ``c4 analyze`` pipeline, in one process and with parser processes, and
+the ``c4 analyze`` command itself (a subprocess: start-up, imports and topology included).
 
     python -m bench.analyze_speed [--gpus 512] [--iterations 20] [--layers 1] [--sample K]
     python -m bench.analyze_speed --trace DIR      # a directory written by ``c4 sim``
@@ -15,6 +16,8 @@ import argparse
 import re
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -60,6 +63,14 @@ def _timed_split(fn: Callable[[], object], repeat: int) -> tuple[float, float, f
         cpus.append(_cpu() - c)
         mains.append(_cpu_of(resource.RUSAGE_SELF) - m)
     return (statistics.median(walls), statistics.median(cpus), statistics.median(mains), out)
+
+
+def _command(trace: Path, topology: Path | None) -> None:
+    """``c4 analyze`` as a user runs it, reports written to nowhere."""
+    args = [sys.executable, "-m", "c4", "analyze", str(trace), "-f", "json", "-o", "/dev/null"]
+    if topology is not None:
+        args += ["--topology", str(topology)]
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _split_by_kind(trace: Path, out: Path) -> dict[str, Path]:
@@ -155,18 +166,23 @@ def main() -> None:
             lambda: feed_trace(Engine(topo), trace, workers=0), args.repeat)
         p_wall, p_cpu, p_main, _ = _timed_split(
             lambda: feed_trace(Engine(topo), trace, workers=workers), args.repeat)
+        c_wall, c_cpu, _, _ = _timed_split(
+            lambda: _command(trace, topo_path if topo_path.exists() else None), args.repeat)
 
     print(f"\n{'analyze':<40}{'wall s':>8}{'cpu s':>8}{'main cpu s':>12}"
           f"{'parsers cpu s':>15}{'records/s (wall)':>18}")
     for name, wall, cpu, main_cpu in (
             ("engine alone (batches already read)", e_wall, e_cpu, e_cpu),
             ("read + engine, 1 process (--jobs 0)", a_wall, a_cpu, a_main),
-            (f"read + engine, {workers} parser process(es)", p_wall, p_cpu, p_main)):
-        print(f"{name:<40}{wall:>8.2f}{cpu:>8.2f}{main_cpu:>12.2f}{max(cpu - main_cpu, 0.0):>15.2f}"
-              f"{records / wall:>18,.0f}")
+            (f"read + engine, {workers} parser process(es)", p_wall, p_cpu, p_main),
+            ("c4 analyze command (default --jobs)", c_wall, c_cpu, None)):
+        split = "" if main_cpu is None else \
+            f"{main_cpu:>12.2f}{max(cpu - main_cpu, 0.0):>15.2f}"
+        print(f"{name:<40}{wall:>8.2f}{cpu:>8.2f}{split:>27}{records / wall:>18,.0f}")
     print(f"{n_reports} report(s); cpu s counts every process; with parser processes the "
           "engine's process (main) and the parsers run side by side, so on an idle machine "
-          "with a core for each the wall time is about the larger of the two")
+          "with a core for each the wall time is about the larger of the two; the command's "
+          "CPU is not split by process")
 
 
 if __name__ == "__main__":

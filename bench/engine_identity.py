@@ -1,11 +1,15 @@
 """Whether a change to the engine leaves its reports unchanged: runs ``c4 analyze``'s feed
-(one process) over traces written by ``c4 sim`` and keeps every report the engine returns on
-the way (each revision, as the daemon would store it) and its incidents at the end, as JSON.
+(one process, or with ``--jobs N`` N parser processes) over traces written by ``c4 sim`` and
+keeps every report the engine returns on the way (each revision, as the daemon would store it)
+and its incidents at the end, as JSON.
 ``record`` writes them to a file; ``compare`` runs again and says where the reports differ.
 Engine CPU seconds (reading included) are printed per trace.
 
     python -m bench.engine_identity record before.json DIR [DIR ...]
     python -m bench.engine_identity compare before.json DIR [DIR ...]
+    python -m bench.engine_identity compare --jobs 1 before.json DIR [DIR ...]
+
+With ``--jobs`` CPU seconds are this process's (the engine's and the feed's), not the parsers'.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _run(trace_dir: Path) -> tuple[dict[str, Any], float]:
+def _run(trace_dir: Path, jobs: int = 0) -> tuple[dict[str, Any], float]:
     """Every report returned by ``advance`` (in order) and the incidents at the end."""
     from c4.topology import Topology
     from diagnosis.engine import Engine
@@ -36,7 +40,7 @@ def _run(trace_dir: Path) -> tuple[dict[str, Any], float]:
 
     engine.advance = recording  # type: ignore[method-assign]
     t = time.process_time()
-    final, _ = feed_trace(engine, trace_dir / "trace.jsonl", workers=0)
+    final, _ = feed_trace(engine, trace_dir / "trace.jsonl", workers=jobs)
     cpu = time.process_time() - t
     return {"changes": changes,
             "final": [r.to_json() for r in final],
@@ -72,13 +76,15 @@ def main() -> int:
     ap.add_argument("mode", choices=("record", "compare"))
     ap.add_argument("file", type=Path, help="the reports recorded before the change")
     ap.add_argument("traces", type=Path, nargs="+", help="directories written by c4 sim")
+    ap.add_argument("--jobs", type=int, default=0, help="parser processes, as c4 analyze "
+                    "--jobs (traces over 64 MB only; default 0: read in this process)")
     args = ap.parse_args()
     got: dict[str, Any] = {}
     print(f"{'trace':<40}{'cpu s':>8}{'changes':>9}{'final':>7}  same")
     before = json.loads(args.file.read_text()) if args.mode == "compare" else {}
     bad = 0
     for d in args.traces:
-        out, cpu = _run(d)
+        out, cpu = _run(d, args.jobs)
         got[str(d)] = out
         same = "-"
         if args.mode == "compare":

@@ -29,4 +29,7 @@ class FormatError(C4Error):
     def __init__(self, message: str, *, source: str = "", line: int | None = None,
                  field: str | None = None) -> None:
         super().__init__(locate(message, source, line, field))
+        #: the message without the place, to raise it again at another (a parser process
+        #: numbers the lines of its block from 1)
+        self.message = message
         self.source, self.line, self.field = source, line, field

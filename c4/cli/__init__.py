@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,23 +18,27 @@ import typer
 if TYPE_CHECKING:
     from recovery.launchers import Launcher
 
-# Modules with a ``register(app: typer.Typer) -> None`` function, in help order.
-COMMAND_MODULES: list[str] = [
-    "c4.demo.cli",
-    "c4.lab.cli",
-    "diagnosis.analyze.cli",
-    "collectors.sidecar.cli",
-    "collectors.cli",
-    "collectors.health.cli",
-    "diagnosis.daemon.cli",
-    "diagnosis.probes.cli",
-    "diagnosis.query_cli",
-    "c4.cli.report",
-    "diagnosis.sim.cli",
-    "diagnosis.topology_cli",
-    "recovery.cli",
-    "traffic_planner.cli",
-]
+# Modules with a ``register(app: typer.Typer) -> None`` function, in help order, and the commands
+# each registers: ``c4 NAME ...`` imports NAME's module alone, so a command does not start up
+# slower for every other command's imports (tests/c4/test_cli_commands.py checks the names)
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "c4.demo.cli": ("demo",),
+    "c4.lab.cli": ("lab",),
+    "diagnosis.analyze.cli": ("analyze",),
+    "collectors.sidecar.cli": ("sidecar",),
+    "collectors.cli": ("run",),
+    "collectors.health.cli": ("health",),
+    "diagnosis.daemon.cli": ("daemon",),
+    "diagnosis.probes.cli": ("probe",),
+    "diagnosis.query_cli": ("status", "ops", "export", "faults", "jobs"),
+    "c4.cli.report": ("report",),
+    "diagnosis.sim.cli": ("sim",),
+    "diagnosis.topology_cli": ("topology",),
+    "recovery.cli": ("recover", "recoveries", "launch", "nodes"),
+    "traffic_planner.cli": ("plan", "flows"),
+}
+COMMAND_MODULES: list[str] = list(COMMANDS)
+_MODULE_OF = {name: module for module, names in COMMANDS.items() for name in names}
 
 app = typer.Typer(
     name="c4",
@@ -63,7 +68,7 @@ def _root(
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-_registered = False
+_registered: set[str] = set()
 
 
 def _lab_launcher(lab_dir: Path) -> Launcher:
@@ -73,18 +78,26 @@ def _lab_launcher(lab_dir: Path) -> Launcher:
     return LabLauncher(lab_dir)
 
 
-def build_app() -> typer.Typer:
-    """The root app with every part's commands (registered once per process)."""
-    global _registered
-    if not _registered:
-        for name in COMMAND_MODULES:
+def build_app(command: str | None = None) -> typer.Typer:
+    """The root app with every part's commands, or with ``command``'s alone where it is one
+    (each module registered once per process)."""
+    module = _MODULE_OF.get(command) if command is not None else None
+    for name in [module] if module else COMMAND_MODULES:
+        if name not in _registered:
             importlib.import_module(name).register(app)
+            _registered.add(name)
+    if "recovery.cli" in _registered:
         from recovery.launchers import register_launcher
 
         register_launcher("lab", _lab_launcher)
-        _registered = True
     return app
 
 
+def _command(args: list[str]) -> str | None:
+    """The command of a command line: its first word that is not an option (c4's own options
+    take no value); None where there is none (``c4 --help``, shell completion)."""
+    return next((a for a in args if not a.startswith("-")), None)
+
+
 def main() -> None:
-    build_app()(prog_name="c4")
+    build_app(_command(sys.argv[1:]))(prog_name="c4")

@@ -3,6 +3,7 @@ through the detectors and print the fault reports (shared specs section 3)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -178,6 +179,9 @@ def _trace(trace: Path, topology_path: Path | None, jobs: int | None,
 
         topology = Topology.load(topology_path)
     engine = Engine(topology)
+    # what start-up built (modules, the topology's graph) lives to the end: the collector need
+    # not walk it at each full collection, here or in the parser processes forked from here
+    gc.freeze()
     if not sys.stderr.isatty():
         _, stats = feed_trace(engine, trace, workers=workers, stopped_after_ns=stopped_after_ns,
                               keep=keep)

@@ -16,7 +16,7 @@ from c4.report import FaultReport
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
 from diagnosis.trace.order import OrderWatch, time_ordered, visible_ns
-from diagnosis.trace.parallel import read_blocks_parallel
+from diagnosis.trace.parallel import FileBlocks, read_blocks_parallel
 from diagnosis.trace.reader import (
     Batch,
     ByteStream,
@@ -129,10 +129,19 @@ def _end_of(engine: Engine, stats: FeedStats, path: str | Path,
     return None
 
 
-def _items(fh: ByteStream, path: str | Path, block_bytes: int, workers: int) -> Iterator[Item]:
+def _items(raw: BinaryIO, path: str | Path, block_bytes: int,
+           workers: int) -> tuple[Iterable[Item], Callable[[], int]]:
+    """The trace's items, and how far into the file (``raw``) the items read so far reach."""
+    gz = str(path).endswith(".gz")
+    if workers > 0 and not gz:
+        # the workers read the file themselves: this process, the engine's, only cuts it
+        blocks = FileBlocks(path, workers, block_bytes)
+        return blocks, lambda: blocks.pos
+    # a gzip trace decompresses on the fly; progress follows the compressed bytes
+    fh: ByteStream = gzip.GzipFile(fileobj=raw) if gz else raw
     if workers > 0:
-        return read_blocks_parallel(fh, str(path), workers, block_bytes)
-    return read_trace(fh, block_bytes=block_bytes, name=str(path))
+        return read_blocks_parallel(fh, str(path), workers, block_bytes), raw.tell
+    return read_trace(fh, block_bytes=block_bytes, name=str(path)), raw.tell
 
 
 def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | None,
@@ -143,18 +152,16 @@ def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | No
     watches: dict[type, OrderWatch] | None = None if ordered else {}
     last_pos = 0
     with open(path, "rb") as raw:
-        # a gzip trace decompresses on the fly; progress follows the compressed bytes
-        fh = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
-        items: Iterable[Item] = _items(fh, path, block_bytes, workers)
+        items, tell = _items(raw, path, block_bytes, workers)
         if ordered:
-            items = time_ordered(_counted(items, raw, progress))
+            items = time_ordered(_counted(items, tell, progress))
         for item in items:
             if watches is not None and isinstance(item, _BATCHES):
                 watch = watches.setdefault(type(item), OrderWatch())
                 in_order = watch.check_ops(item) if isinstance(item, Columns) \
                     else watch.check(visible_ns(item))
                 if not in_order:
-                    raise _OutOfOrder(watch, raw.tell())
+                    raise _OutOfOrder(watch, tell())
             _add(engine, item, stats, path)
             if keep is not None:
                 keep.add(item)
@@ -163,7 +170,7 @@ def _feed(engine: Engine, path: str | Path, progress: Callable[[int], None] | No
                 if isinstance(item, _BATCHES):
                     engine.advance(engine.now_ns)
                 continue
-            pos = raw.tell()
+            pos = tell()
             if pos != last_pos:
                 # a new block: let the detectors look at the data so far
                 engine.advance(engine.now_ns)
@@ -226,13 +233,13 @@ def _meta(engine: Engine, meta: Meta, stats: FeedStats, path: str | Path) -> Non
     engine.set_sample(sample)
 
 
-def _counted(items: Iterable[Item], raw: BinaryIO,
+def _counted(items: Iterable[Item], tell: Callable[[], int],
              progress: Callable[[int], None] | None) -> Iterator[Item]:
     """``items``, reporting the bytes read as they are consumed."""
     last = 0
     for item in items:
         yield item
-        pos = raw.tell()
+        pos = tell()
         if progress is not None and pos != last:
             progress(pos - last)
         last = pos

@@ -164,11 +164,42 @@ def read_blocks(fh: ByteStream, block_bytes: int, source: str = "",
             return
         if not data.endswith(b"\n"):
             data += fh.readline(max_line_bytes + 1)
-        _check_lines(data, first, source, max_line_bytes)
-        # the file's last line may lack its newline
-        lines = data.count(b"\n") + (not data.endswith(b"\n"))
+        lines = block_lines(data, first, source, max_line_bytes)
         yield data, first, lines
         first += lines
+
+
+def block_spans(fh: ByteStream, block_bytes: int,
+                max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, int]]:
+    """Where :func:`read_blocks` cuts the seekable file ``fh``: each block's start and end
+    offsets, found by reading only the line across each cut (the blocks themselves are read
+    where they are parsed). A block ending in a line longer than ``max_line_bytes`` is the
+    last: :func:`block_lines` names that line when the block is read."""
+    start = 0
+    while True:
+        # the block's last byte and the rest of its line: a block that ends at a newline
+        # reads just that newline, as read_blocks does
+        fh.seek(start + block_bytes - 1)
+        tail = fh.readline(max_line_bytes + 2)
+        if not tail:
+            size = fh.seek(0, io.SEEK_END)
+            if size > start:
+                yield start, size
+            return
+        end = start + block_bytes - 1 + len(tail)
+        yield start, end
+        if len(tail) > max_line_bytes and not tail.endswith(b"\n"):
+            return
+        start = end
+
+
+def block_lines(data: bytes, first: int, source: str = "",
+                max_line_bytes: int = MAX_LINE_BYTES) -> int:
+    """How many lines the block ``data`` holds (the file's last line may lack its newline);
+    FormatError at a line longer than ``max_line_bytes``, ``first`` the number of the block's
+    first line."""
+    _check_lines(data, first, source, max_line_bytes)
+    return data.count(b"\n") + (not data.endswith(b"\n"))
 
 
 def _check_lines(data: bytes, first: int, source: str, max_line_bytes: int) -> None:
