@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import orjson
@@ -169,7 +169,7 @@ def read_blocks(fh: ByteStream, block_bytes: int, source: str = "",
         first += lines
 
 
-def block_spans(fh: ByteStream, block_bytes: int,
+def block_spans(fh: BinaryIO, block_bytes: int,
                 max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, int]]:
     """Where :func:`read_blocks` cuts the seekable file ``fh``: each block's start and end
     offsets, found by reading only the line across each cut (the blocks themselves are read
