@@ -1,5 +1,5 @@
-"""CUDA-event timing for NCCL groups. Run on a GPU by tests/gpu (one H200, NCCL 2.28.9, four
-ranks on the GPU): its times match NCCL Inspector's kernel times for the same calls.
+"""CUDA-event timing for NCCL groups. Run on a GPU by tests/gpu (one H200, then one H100; NCCL
+2.28.9, four ranks on the GPU): its times match NCCL Inspector's kernel times for the same calls.
 
 For a synchronous call on a group whose backend runs on the GPU, the hooks record a CUDA event on
 the current stream before and after the call, without synchronizing. The row's ``t_start_ns`` and
