@@ -209,8 +209,12 @@ class JobModel:
             del self.comms[short]
             info.nnodes = max(info.nnodes, other.nnodes)
             info.names |= other.names
-            for key in [k for k in self._claims if k[0] == short]:
-                self._claims[(full, key[1])] |= self._claims.pop(key)
+            # (looked up by rank: a scan of every claim per communicator is quadratic in a
+            # job of thousands of communicators)
+            for rank in range(other.nranks):
+                claimed = self._claims.pop((short, rank), None)
+                if claimed:
+                    self._claims[(full, rank)] |= claimed
         return cut
 
     def _join(self) -> dict[Proc, Proc]:
