@@ -205,7 +205,9 @@ class GroupPace:
             if int(self._seen[1].max() - self._seen[3].min()) >= _LEARN_NS:
                 self._learn()
         pb, pk = self._buckets(pend[0], pend[1], pend[4])
-        closed = np.array([self._closed.get(k, -1) for k in pk.tolist()], dtype=np.int64)
+        closed = np.full(len(pb), -1, dtype=np.int64)
+        for key, last in self._closed.items():
+            closed[pk == key] = last
         fresh = pb > closed                 # (else a bucket already written)
         self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, [pb, pend[0], *pend[2:]],
                                                           strict=True)]
@@ -263,8 +265,7 @@ class GroupPace:
     def _key(self, g: np.ndarray) -> np.ndarray:
         """Per group, its kind of bucket: its size where that has iterations, else 0."""
         n = self.arena.n[g]
-        cut = np.array([int(k) in self.cycles for k in n.tolist()], dtype=bool)
-        return np.where(cut, n, 0)
+        return np.where(np.isin(n, list(self.cycles)), n, 0)
 
     def _buckets(self, g: np.ndarray, end: np.ndarray, s1: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
