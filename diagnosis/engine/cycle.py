@@ -20,11 +20,14 @@ import numpy as np
 
 # a span holds a wait when its time per call is this many times the group's median
 _WAIT = 4.0
-# iterations the learning data must hold at least, for a period to be believed
-_LEAST_ITERATIONS = 3
+# iterations the learning data must hold at least, for a period to be believed: more than
+# 1 / _PEAK, so that one wait every group has at once (a checkpoint, a pause of the whole
+# job) is no point where waits recur
+_LEAST_ITERATIONS = 5
 # the share of the iterations seen, over the groups, whose waits must fall on a point for it to
-# be a point where they recur (at a wrong period, a tenth or so fall on any one point)
-_PEAK = 0.4
+# be a point where they recur (at a wrong period, a few hundredths fall on any one point; a
+# span longer than the spans kept hides many waits)
+_PEAK = 0.25
 # the share of the spans holding a wait that the period must explain (a span longer than the
 # spans kept hides a wait in some iterations; some waits do not recur)
 _LEAST_SCORE = 0.5
@@ -96,9 +99,10 @@ def learn_cycle(group: np.ndarray, s1: np.ndarray, s2: np.ndarray, dt: np.ndarra
     for i, p in enumerate(periods.tolist()):
         cov = _coverage(w1, w2, p)
         best[i] = cov.max()
-        # the points where the waits of most iterations of a group in several fall: a wait
-        # recurring at them is explained by the period (at a wrong one, few fall together)
-        peak = np.r_[0, np.cumsum(np.tile(cov >= _PEAK * seen / p, 2))]
+        # the points where the waits of a good share of the iterations seen fall (of a few at
+        # least): a wait recurring at them is explained by the period (at a wrong one, few
+        # fall together)
+        peak = np.r_[0, np.cumsum(np.tile(cov >= max(_PEAK * seen / p, _LEAST_ITERATIONS), 2))]
         a = (w1 + 1) % p
         explained[i] = float(np.mean(peak[a + (w2 - w1)] > peak[a]))
     if explained.max() < _LEAST_SCORE:

@@ -53,10 +53,10 @@ _MIN_FRAC = 0.6
 # loss, or the embedding, keeps another pace), so only a change against its own past counts
 _MIN_BEFORE = 3
 _LEARN = 64           # spacings of kept calls seen before the bucket length is chosen
-# and the time the spans seen must cover before the iterations are learnt (``cycle``): three
+# and the time the spans seen must cover before the iterations are learnt (``cycle``): five
 # iterations at least of the jobs whose iterations are to be found (until then, and in the
 # others, spans are cut by time)
-_LEARN_NS = 8_000_000_000
+_LEARN_NS = 10_000_000_000
 _MAX_SPAN = 32        # the most calls between two kept calls whose period counts
 # the most buckets a bucket waits for late periods (see ``GroupPace._lag``): a rank whose
 # records come very late must not hold every bucket open
