@@ -10,12 +10,15 @@ dozen calls mixes work of different cost (a backward pass computes about twice a
 as a forward one), so only the same calls compare like with like, whichever passes a group's
 kept calls happen to span. Its victims (the next pipeline stages, the other replicas) wait now
 and then but compute as fast as before, so a low quantile of their paces (the spans without a
-wait) does not move. Per time bucket, each group's low quantile is compared with that of the
+wait) does not move. Per bucket, each group's low quantile is compared with that of the
 groups of its size (which cancels what moves the whole job), and a group whose ratio rises
-from some bucket on is slow. A group without replicas is judged by its time per call. A host
-slow only now and then (one iteration in three) is behind in some buckets only: that is judged
-as episodes of its fastest span per bucket, beside the replicas of its stage, in buckets where
-no more groups are behind than a fault or two explain (``GroupPace._recurring``).
+from some bucket on is slow. A bucket is one or a few of the job's iterations where their
+calls show them (``cycle``: a slow pass must not share its bucket with a normal pass of the
+iteration before or after), else a stretch of time. A group without replicas is judged by
+its time per call. A host slow only now and then (one iteration in three) is behind in some
+buckets only: that is judged as episodes of its fastest span per bucket, beside the replicas
+of its stage, in buckets where no more groups are behind than a fault or two explain
+(``GroupPace._recurring``).
 """
 
 from __future__ import annotations
