@@ -9,6 +9,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.distinct import distinct_inverse
 from diagnosis.engine.records import ConnRecords
 from diagnosis.engine.series import SeriesBank
 
@@ -51,7 +52,7 @@ class ConnWindow:
     def keys_of(self, src: np.ndarray, dst: np.ndarray, pg: np.ndarray) -> np.ndarray:
         key = ((pg.astype(np.int64) + 1) << (2 * _BITS)) | (src.astype(np.int64) << _BITS) \
             | dst.astype(np.int64)
-        uniq, inv = np.unique(key, return_inverse=True)
+        uniq, inv = distinct_inverse(key)
         keys = uniq.tolist()
         # every key looked up at once; only the new ones take a Python step
         ids = np.fromiter(map(self._keys.get, keys, repeat(-1)), np.int64, len(keys))
