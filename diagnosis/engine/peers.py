@@ -36,7 +36,7 @@ from c4.topology.protocol import TopologyLike
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.distinct import distinct_inverse
-from diagnosis.engine.medians import nanmedian
+from diagnosis.engine.medians import median_of_valid
 from diagnosis.engine.series import robust_sigma, row_quantile
 from diagnosis.engine.tomography import Component, Explanation, explain
 
@@ -305,10 +305,10 @@ def _moving(win: ConnWindow, keys: np.ndarray,
     if windowed.any():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            gap = nanmedian(np.where(ok[:, 1:] & ok[:, :-1], np.diff(t_end, axis=1),
-                                     np.nan), axis=1)
-            busy = np.nan_to_num(np.clip(nanmedian(np.where(ok, dur, np.nan), axis=1)
-                                         / gap, 0.0, 1.0), nan=0.0)
+            # (the medians over the samples marked, without writing NaN into the others)
+            gap = median_of_valid(np.diff(t_end, axis=1), ok[:, 1:] & ok[:, :-1])[:, 0]
+            busy = np.nan_to_num(np.clip(median_of_valid(dur, ok)[:, 0] / gap, 0.0, 1.0),
+                                 nan=0.0)
     return _Moving(dur, t_end, ok, windowed, busy)
 
 
