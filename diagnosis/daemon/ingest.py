@@ -91,6 +91,9 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._tokens_checked = tokens_checked
         self._max_sidecars = max_sidecars
         self.slots = Slots(max_streams or 1 << 30)
+        # set when the daemon stops: a stream ends once what it took is acknowledged, rather
+        # than holding the daemon's shutdown for the server's whole grace period
+        self._closing = threading.Event()
         self._on_stats = on_stats
         self._on_host = on_host   # a host's discovered internals: kept at once, not batched
         # answers to the inspections the daemon asked sidecars for (daemon.inspection)
@@ -254,6 +257,11 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         finally:
             self.slots.give()
 
+    def close(self) -> None:
+        """The daemon is stopping: each stream ends once every request it took is answered
+        (its sidecar resends the rest to the daemon it reaches next)."""
+        self._closing.set()
+
     @property
     def streams(self) -> int:
         """Open ingest streams."""
@@ -329,11 +337,11 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             try:
                 ack = acks.get(timeout=0.5)
             except queue.Empty:
-                continue
+                ack = None
             if ack is not None:
                 yield ack
             with lock:
-                finished = state.done and state.outstanding == 0
+                finished = (state.done or self._closing.is_set()) and state.outstanding == 0
             if finished and acks.empty():
                 if state.bad:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, state.bad)

@@ -230,6 +230,7 @@ class Daemon:
         self.detail.close()
         self.inspector.close()
         done = self._server.stop(grace)
+        self.ingest.close()
         self.writer.stop()
         done.wait(grace)
         self.hub.close()
