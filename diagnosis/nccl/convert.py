@@ -157,11 +157,14 @@ class History:
         i = _upto(rows, t_ns)
         return rows[i - 1][0] if i else None
 
-    def next_p2p(self, rank: int, t_ns: int, longest: int = 8) -> tuple[str, str, int, int] | None:
-        """The send or receive (pg, op, peer, seq) the rank is in at ``t_ns`` by its pattern:
-        the call that followed its last few calls every time before (the shortest such
-        context, seen at least twice, up to ``longest`` calls); None when that is not a send
-        or receive, or the pattern says nothing."""
+    def next_call(self, rank: int, t_ns: int, longest: int = 8
+                  ) -> tuple[str, str, int, int] | None:
+        """The call (pg, op, peer, seq) that comes after the rank's last completed one by
+        ``t_ns``, by its pattern: the call that followed its last few calls every time before
+        (the shortest such context, seen at least twice, up to ``longest`` calls); None when
+        the pattern says nothing. ``seq`` is the next one of that call's stream: one past the
+        last seq of that (pg, op, peer) the rank completed (for a collective, of its
+        communicator)."""
         rows = self._sorted(rank)
         n = _upto(rows, t_ns)
         sig = [row[1:4] for row in rows[:n]]
@@ -172,10 +175,18 @@ class History:
                 return None
             if all(a == after[0] for a in after):
                 pg, op, peer = after[0]
-                if op not in ("send", "recv"):
-                    return None
-                return pg, op, peer, sum(1 for x in sig if x == after[0])
+                # a send or receive counts per pair and direction, a collective per
+                # communicator
+                seq = max((x[4] for x in rows[:n]
+                           if (x[1:4] == after[0] if peer >= 0 else x[1] == pg and x[3] < 0)),
+                          default=-1) + 1
+                return pg, op, peer, seq
         return None
+
+    def next_p2p(self, rank: int, t_ns: int, longest: int = 8) -> tuple[str, str, int, int] | None:
+        """:meth:`next_call` when that is a send or a receive, else None."""
+        nxt = self.next_call(rank, t_ns, longest)
+        return nxt if nxt is not None and nxt[1] in ("send", "recv") else None
 
 
 def _upto(rows: list[tuple[int, str, str, int, int]], t_ns: int) -> int:

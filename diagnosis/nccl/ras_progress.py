@@ -59,12 +59,12 @@ class _Missing:
 class RasFeed:
     """Turns reports into rows, one report at a time, in time order.
 
-    RAS counts collectives only: a rank blocked in a send or a receive looks as idle as one
-    stuck computing. With ``history`` (the calls each rank completed), a rank that launched
-    nothing its peers wait for, has been silent ``silence_ns`` and whose own pattern says a
-    send or receive comes next is taken to be inside it: an open row for that call (what c4's
-    hook would have shipped), so that a hang is followed through the pipeline to the rank
-    that waits on no one."""
+    RAS counts collectives it launched, and a GPU rank's CPU launches ahead of its stream.
+    With ``history`` (the calls each rank completed), a rank silent ``silence_ns`` is placed
+    in the one call its stream is in (:meth:`_stream_positions`): its launches on other
+    communicators are queued, not entered, and a send or receive it got past on the CPU is an
+    open row (what c4's hook would have shipped: a call is open once its stream reached it),
+    so that a hang is followed through the pipeline to the rank that waits on no one."""
 
     resolved: Resolved
     frontiers: Frontiers
@@ -84,7 +84,9 @@ class RasFeed:
         r = self.resolved
         prog: dict[str, list] = {k: [] for k in ("rank", "pg", "entered", "completed")}
         err: list[tuple[int, str, int, str, str]] = []
-        inside: dict[int, bool] = {}
+        # per rank, its progress rows past whose completions (the Inspector's) it launched
+        ahead: dict[int, list[int]] = {}
+        ranks: set[int] = set()
         for c in snap.comms:
             pg = r.pg_of.get(c.hash)
             if pg is None or pg not in r.groups:
@@ -115,9 +117,11 @@ class RasFeed:
             for g, entered, completed in entries:
                 if entered < 0:
                     continue
+                ranks.add(g)
                 if completed is None:
                     completed = entered - 1 if entered == top else entered
-                inside[g] = inside.get(g, False) or entered > completed
+                elif entered > completed:
+                    ahead.setdefault(g, []).append(len(prog["rank"]))
                 prog["rank"].append(g)
                 prog["pg"].append(pg)
                 prog["entered"].append(entered)
@@ -126,7 +130,7 @@ class RasFeed:
             if top >= 0:     # a communicator of point-to-point calls only has no call to fail
                 err += [(*e[:3], op, e[3]) for e in self._missing_rows(c.missing, pg, t, top)]
         out = RasRows(t)
-        out.open_p2p = self._p2p_waits(inside, t)
+        out.open_p2p = self._stream_positions(ranks, ahead, prog, t)
         if prog["rank"]:
             n = len(prog["rank"])
             out.progress = ProgressRecords.build(prog["rank"], prog["pg"], [t] * n,
@@ -158,22 +162,60 @@ class RasFeed:
         return out
 
 
-    def _p2p_waits(self, inside: dict[int, bool], t: int) -> Columns | None:
-        """Open send/recv rows for the silent ranks the report shows inside no collective."""
+    def _stream_positions(self, ranks: set[int], ahead: dict[int, list[int]],
+                          prog: dict[str, list], t: int) -> Columns | None:
+        """Where each silent rank's GPU is, of all the calls its CPU launched.
+
+        RAS counts launches: a rank whose stream waits in one call has launched the calls
+        after it too, up to whatever makes its CPU wait for the GPU, on every communicator.
+        Its stream is in the call its own pattern says follows its last completed one
+        (``history``); its launches on the other communicators are queued behind it, not
+        entered (``prog`` is changed so). A send or receive (which RAS does not count) that
+        the rank's CPU got past, launching collectives it has not completed, is an open row.
+
+        A rank that launched nothing past its completions shows no call at all: stuck outside
+        NCCL, or in a send or receive its CPU launched last (a host synchronisation right
+        after it). It is taken to be inside the send or receive its pattern says comes next,
+        unless the rank at the other end is known to be in that call (its CPU got past it:
+        this one, which did not, stopped before it) or is taken to be in it the same way and
+        went silent later (of two ranks that wait for each other only by their patterns, the
+        one silent first stopped before the call; the other came to it and waits). Returns
+        the open send/recv rows."""
         if self.history is None:
             return None
-        rows = []
-        for g, busy in inside.items():
-            if busy:
-                continue
+        rows: list[tuple[int, str, str, int, int]] = []
+        guessed: dict[tuple[int, str, str, int, int], int] = {}   # call -> silent since
+        for g in sorted(ranks):
             last = self.history.last_end(g, t)
             if last is None or t - last < self.silence_ns:
                 continue
-            nxt = self.history.next_p2p(g, t)
-            if nxt is None or (g, *nxt) in self._open_p2p:
+            nxt = self.history.next_call(g, t)
+            if nxt is None:
                 continue
-            self._open_p2p.add((g, *nxt))
-            rows.append((g, *nxt))
+            pg, op, peer, seq = nxt
+            p2p = peer >= 0 and op in ("send", "recv")
+            mine = ahead.get(g, [])
+            if not mine:
+                if p2p:
+                    guessed[(g, pg, op, peer, seq)] = last
+                continue
+            here = [i for i in mine if prog["pg"][i] == pg]
+            if not p2p and not here:
+                continue        # its pattern and its launches disagree: leave them as RAS says
+            for i in mine:
+                if i not in here:
+                    done = prog["completed"][i]
+                    prog["entered"][i] = done if done is not None else -1
+            if p2p:
+                rows.append((g, pg, op, peer, seq))
+        sure = set(rows)
+        for (g, pg, op, peer, seq), last in guessed.items():
+            match = (peer, pg, "recv" if op == "send" else "send", g, seq)
+            other = guessed.get(match)
+            if match not in sure and (other is None or other <= last):
+                rows.append((g, pg, op, peer, seq))
+        rows = [x for x in rows if x not in self._open_p2p]
+        self._open_p2p.update(rows)
         if not rows:
             return None
         return open_rows(rows, t)
