@@ -173,31 +173,33 @@ class RasFeed:
         entered (``prog`` is changed so). A send or receive (which RAS does not count) that
         the rank's CPU got past, launching collectives it has not completed, is an open row.
 
-        A rank that launched nothing past its completions shows no call at all: stuck outside
-        NCCL, or in a send or receive its CPU launched last (a host synchronisation right
-        after it). It is taken to be inside the send or receive its pattern says comes next,
-        unless the rank at the other end is known to be in that call (its CPU got past it:
-        this one, which did not, stopped before it) or is taken to be in it the same way and
-        went silent later (of two ranks that wait for each other only by their patterns, the
-        one silent first stopped before the call; the other came to it and waits). Returns
-        the open send/recv rows."""
+        A rank that launched nothing past its completions shows no call. Where other silent
+        ranks of the report did run ahead, this job's CPUs launch past a waiting call, so
+        this one's CPU stopped outside NCCL (a hung process): it is in no call. Where none
+        did (a job that waits for its GPU after every call, or a source that counts calls
+        when the GPU reaches them), nothing tells a rank blocked in a send or receive from
+        one stopped before it, and the rank is taken to be inside the send or receive its
+        pattern says comes next, as c4's hook would show it. Returns the open send/recv
+        rows."""
         if self.history is None:
             return None
-        rows: list[tuple[int, str, str, int, int]] = []
-        guessed: dict[tuple[int, str, str, int, int], int] = {}   # call -> silent since
+        silent: list[tuple[int, tuple[str, str, int, int]]] = []
         for g in sorted(ranks):
             last = self.history.last_end(g, t)
             if last is None or t - last < self.silence_ns:
                 continue
             nxt = self.history.next_call(g, t)
-            if nxt is None:
-                continue
-            pg, op, peer, seq = nxt
+            if nxt is not None:
+                silent.append((g, nxt))
+        runs_ahead = any(self._launched_past(ahead.get(g, []), prog, nxt)
+                         for g, nxt in silent)
+        rows = []
+        for g, (pg, op, peer, seq) in silent:
             p2p = peer >= 0 and op in ("send", "recv")
             mine = ahead.get(g, [])
             if not mine:
-                if p2p:
-                    guessed[(g, pg, op, peer, seq)] = last
+                if p2p and not runs_ahead:
+                    rows.append((g, pg, op, peer, seq))
                 continue
             here = [i for i in mine if prog["pg"][i] == pg]
             if not p2p and not here:
@@ -208,17 +210,22 @@ class RasFeed:
                     prog["entered"][i] = done if done is not None else -1
             if p2p:
                 rows.append((g, pg, op, peer, seq))
-        sure = set(rows)
-        for (g, pg, op, peer, seq), last in guessed.items():
-            match = (peer, pg, "recv" if op == "send" else "send", g, seq)
-            other = guessed.get(match)
-            if match not in sure and (other is None or other <= last):
-                rows.append((g, pg, op, peer, seq))
         rows = [x for x in rows if x not in self._open_p2p]
         self._open_p2p.update(rows)
         if not rows:
             return None
         return open_rows(rows, t)
+
+
+    @staticmethod
+    def _launched_past(mine: list[int], prog: dict[str, list],
+                       nxt: tuple[str, str, int, int]) -> bool:
+        """Whether a rank launched calls past the one its stream is in (``nxt``): any
+        collective launched and not completed when that call is a send or receive, more than
+        that one call when it is a collective."""
+        n = sum(prog["entered"][i] - (prog["completed"][i] if prog["completed"][i] is not None
+                                      else -1) for i in mine)
+        return n > (0 if nxt[2] >= 0 else 1)
 
 
 def open_rows(rows: list[tuple[int, str, str, int, int]], t_ns: int) -> Columns:

@@ -1,0 +1,47 @@
+"""RAS counts the calls a rank's CPU launched, not the ones its GPU reached (recorded on an
+H100: ranks waiting in their 100th AllReduce showed 200), so a rank stuck in one call looks
+inside every call it launched after it, on every communicator, and a hung process looks idle.
+The reader places each silent rank in the one call its stream is in: a job simulated with
+CPUs that run ahead to the end of the iteration (as ``c4 sim --as ncclras`` writes RAS now),
+read back from the Inspector's files and the RAS reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.accuracy.nccl import analyze_nccl_run
+from bench.accuracy.score import score_scenario
+from tests.diagnosis.nccl.support import simulated
+
+# seed 11: rank 8 (pipeline stage 1) hangs in the optimizer step, before the receive that
+# opens its next iteration; its sender, rank 0, waits in the send
+HANG = "rank_hang:auto@6"
+
+
+def _analyzed(out: Path) -> tuple[dict, list[dict]]:
+    truth = json.loads((out / "truth.json").read_text())
+    return truth, analyze_nccl_run(out, out / "topology.json", with_ras=True)
+
+
+@pytest.mark.parametrize("run_ahead", [None, 2])
+def test_a_hung_process_before_a_receive_is_the_one_hang(tmp_path, run_ahead):
+    truth, reports = _analyzed(simulated(str(tmp_path), HANG, seed=11,
+                                         ras_run_ahead=run_ahead))
+    assert truth["faults"][0]["ranks"] == [8]
+    # its peers' CPUs launched the whole iteration: not a stuck transfer in the queued
+    # calls, nor in the send to the hung rank (which never launched its receive)
+    assert [(r["kind"], r["suspects"][0]["id"]) for r in reports] == \
+        [("noncomm_hang", "node001/gpu0")], [r["summary"] for r in reports]
+    assert "never entered" in reports[0]["summary"]
+
+
+def test_a_dead_nic_under_a_send_stays_a_stuck_transfer(tmp_path):
+    # both ends of the stuck send/recv launched past it: both are inside it
+    truth, reports = _analyzed(simulated(str(tmp_path), "dead_nic:auto@6", seed=1))
+    score = score_scenario(truth, reports)
+    assert [r["kind"] for r in reports] == ["comm_hang"], [r["summary"] for r in reports]
+    assert score.faults[0].detected and score.false_reports == 0
+    assert "send/recv" in reports[0]["summary"]
