@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 
@@ -115,6 +116,10 @@ class History:
         # batches not yet split into per-rank rows: that is done when a rank is asked about
         # (RAS reports a rank idle), for the last ``keep`` rows of each rank only
         self._pending: list[_Batch] = []
+        # ranks given rows since their list was last put in order; each rank's (pg, op, peer)
+        # per row, kept beside the rows (what a pattern is matched on)
+        self._dirty: set[int] = set()
+        self._sig: dict[int, list[tuple[str, str, int]]] = {}
 
     def add(self, rank: np.ndarray, pg: np.ndarray, op: np.ndarray, names: list[str],
             peer: np.ndarray, seq: np.ndarray, end_ns: np.ndarray) -> None:
@@ -141,14 +146,18 @@ class History:
                                          peer[sel].tolist(), seq[sel].tolist(),
                                          end[sel].tolist()):
                 self._rows[r_].append((e, names[g], names[o], p, s))
+            self._dirty.update(rk[sel].tolist())
 
     def _sorted(self, rank: int) -> list[tuple[int, str, str, int, int]]:
         self._flush()
         rows = self._rows.get(rank, [])
-        if len(rows) > 1 and any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
-            rows.sort()
-        if len(rows) > self.keep:
-            del rows[: len(rows) - self.keep]
+        if rank in self._dirty:
+            self._dirty.discard(rank)
+            if any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
+                rows.sort()
+            if len(rows) > self.keep:
+                del rows[: len(rows) - self.keep]
+            self._sig[rank] = [row[1:4] for row in rows]
         return rows
 
     def last_end(self, rank: int, t_ns: int) -> int | None:
@@ -167,20 +176,22 @@ class History:
         communicator)."""
         rows = self._sorted(rank)
         n = _upto(rows, t_ns)
-        sig = [row[1:4] for row in rows[:n]]
+        sig = self._sig.get(rank, [])
         for k in range(1, min(longest, n // 2) + 1):
             ctx = sig[n - k:n]
-            after = [sig[i] for i in range(n - 1, k - 1, -1) if sig[i - k:i] == ctx][:3]
+            # the latest three times the context came before (scanning back, lazily)
+            after = list(islice((sig[i] for i in range(n - 1, k - 1, -1)
+                                 if sig[i - k:i] == ctx), 3))
             if len(after) < 2:
                 return None
             if all(a == after[0] for a in after):
                 pg, op, peer = after[0]
                 # a send or receive counts per pair and direction, a collective per
-                # communicator
-                seq = max((x[4] for x in rows[:n]
-                           if (x[1:4] == after[0] if peer >= 0 else x[1] == pg and x[3] < 0)),
-                          default=-1) + 1
-                return pg, op, peer, seq
+                # communicator: one past the latest of its stream
+                same = (rows[i][4] for i in range(n - 1, -1, -1)
+                        if (sig[i] == after[0] if peer >= 0 else sig[i][0] == pg
+                            and sig[i][2] < 0))
+                return pg, op, peer, next(same, -1) + 1
         return None
 
     def next_p2p(self, rank: int, t_ns: int, longest: int = 8) -> tuple[str, str, int, int] | None:

@@ -71,6 +71,10 @@ class RasFeed:
     problems: Problems = field(default_factory=Problems)
     history: History | None = None
     silence_ns: int = 5_000_000_000
+    #: a rank whose CPU launched past the send or receive its stream is in, silent this long,
+    #: is in it (sooner than ``silence_ns``: a peer waiting for it must not meet its hang bound,
+    #: 1 s at the least, with the rank seemingly absent)
+    ahead_silence_ns: int = 1_000_000_000
     _open_p2p: set[tuple] = field(default_factory=set)
     _missing: dict[tuple[int, str], _Missing] = field(default_factory=dict)
     _failed: set[tuple[int, str]] = field(default_factory=set)
@@ -170,8 +174,9 @@ class RasFeed:
         after it too, up to whatever makes its CPU wait for the GPU, on every communicator.
         Its stream is in the call its own pattern says follows its last completed one
         (``history``); its launches on the other communicators are queued behind it, not
-        entered (``prog`` is changed so). A send or receive (which RAS does not count) that
-        the rank's CPU got past, launching collectives it has not completed, is an open row.
+        entered (``prog`` is changed so, for every rank). A send or receive (which RAS does
+        not count) that the CPU of a rank silent ``ahead_silence_ns`` got past, launching
+        collectives it has not completed, is an open row.
 
         A rank that launched nothing past its completions shows no call. Where other silent
         ranks of the report did run ahead, this job's CPUs launch past a waiting call, so
@@ -183,22 +188,28 @@ class RasFeed:
         rows."""
         if self.history is None:
             return None
-        silent: list[tuple[int, tuple[str, str, int, int]]] = []
+        # (a running rank too: a count only grows on the board, so a queued call written as
+        # entered while the rank still ran would stay entered once it stopped)
+        placed: list[tuple[int, tuple[str, str, int, int], bool]] = []
         for g in sorted(ranks):
             last = self.history.last_end(g, t)
-            if last is None or t - last < self.silence_ns:
+            if last is None:
+                continue
+            quiet = t - last
+            if quiet < self.silence_ns and not ahead.get(g):
                 continue
             nxt = self.history.next_call(g, t)
             if nxt is not None:
-                silent.append((g, nxt))
-        runs_ahead = any(self._launched_past(ahead.get(g, []), prog, nxt)
-                         for g, nxt in silent)
+                placed.append((g, nxt, quiet))
+        runs_ahead = any(quiet >= self.ahead_silence_ns
+                         and self._launched_past(ahead.get(g, []), prog, nxt)
+                         for g, nxt, quiet in placed)
         rows = []
-        for g, (pg, op, peer, seq) in silent:
+        for g, (pg, op, peer, seq), quiet in placed:
             p2p = peer >= 0 and op in ("send", "recv")
             mine = ahead.get(g, [])
             if not mine:
-                if p2p and not runs_ahead:
+                if p2p and not runs_ahead and quiet >= self.silence_ns:
                     rows.append((g, pg, op, peer, seq))
                 continue
             here = [i for i in mine if prog["pg"][i] == pg]
@@ -208,7 +219,7 @@ class RasFeed:
                 if i not in here:
                     done = prog["completed"][i]
                     prog["entered"][i] = done if done is not None else -1
-            if p2p:
+            if p2p and quiet >= self.ahead_silence_ns:
                 rows.append((g, pg, op, peer, seq))
         rows = [x for x in rows if x not in self._open_p2p]
         self._open_p2p.update(rows)

@@ -38,9 +38,13 @@ def test_a_hung_process_before_a_receive_is_the_one_hang(tmp_path, run_ahead):
     assert "never entered" in reports[0]["summary"]
 
 
-def test_a_dead_nic_under_a_send_stays_a_stuck_transfer(tmp_path):
-    # both ends of the stuck send/recv launched past it: both are inside it
-    truth, reports = _analyzed(simulated(str(tmp_path), "dead_nic:auto@6", seed=1))
+@pytest.mark.parametrize(("seed", "every_s"), [(1, 10.0), (4, 1.0)])
+def test_a_dead_nic_under_a_send_stays_a_stuck_transfer(tmp_path, seed, every_s):
+    # both ends of the stuck send/recv launched past it: both are inside it. With a report
+    # every second, the sender's queued collective is not taken for one it never entered
+    # (its peers would meet their hang bound there) while it is silent for less than 5 s
+    truth, reports = _analyzed(simulated(str(tmp_path), "dead_nic:auto@6", seed=seed,
+                                         ras_every_s=every_s))
     score = score_scenario(truth, reports)
     assert [r["kind"] for r in reports] == ["comm_hang"], [r["summary"] for r in reports]
     assert score.faults[0].detected and score.false_reports == 0
