@@ -12,7 +12,12 @@ Once the factor is in force, over ``--seconds``:
 - records and bytes leaving the node per second (the sidecar's ``records_out``,
   ``bytes_out``), and the calls the ranks made (their collectors' counters).
 
-Target (issue 15): the node's extra CPU at most 5% of one core. On a machine with fewer cores
+With ``--backend nccl`` the ranks run NCCL on the GPUs (the hook's CUDA timing path); with
+``--inspector PLUGIN`` a last row runs the same job without the hook, NCCL's Inspector writing
+every call, and the sidecar following its directory (its calls/s are the Inspector's lines).
+
+Target (issue 15): the node's extra CPU at most 5% of one core; following the Inspector
+(issue 18): at most 2% of one core. On a machine with fewer cores
 than ranks the ranks compete for CPU with each other and with the daemon; the calls per second
 achieved are printed beside the target rate.
 """
@@ -22,10 +27,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,20 +60,25 @@ def _pids(log: Path, ranks: int, timeout: float = 120.0) -> list[int]:
 
 
 def _job(workdir: Path, name: str, ranks: int, rate: float, seconds: float,
-         sock: Path | None):
+         c4_args: Sequence[str] | None, backend: str):
+    """The job under ``c4 run --job NAME C4_ARGS`` (None: without c4)."""
     from c4.processes import Service, c4_command
 
     log = workdir / name
     env = {"C4_TEST_LOG": str(log), "C4_TEST_RATE": str(rate / 2),
            "C4_TEST_SECONDS": str(seconds), "OMP_NUM_THREADS": "1",
+           "C4_TEST_BACKEND": backend,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                        os.environ.get("PYTHONPATH")]))}
+    if backend == "nccl":
+        # one machine: NCCL's socket transport over loopback between the ranks' "hosts"
+        env.update(NCCL_SOCKET_IFNAME="lo", NCCL_IB_DISABLE="1")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", str(ranks), str(SCRIPT)]
-    if sock is None:
+    if c4_args is None:
         cmd = torchrun
     else:
-        cmd = [*c4_command("run", "--job", name, "--sidecar-socket", str(sock), "--"), *torchrun]
+        cmd = [*c4_command("run", "--job", name, *c4_args, "--"), *torchrun]
     return Service(cmd, workdir / f"{name}.log", env=env).start(), log
 
 
@@ -85,9 +97,10 @@ def _window(pids: list[int], seconds: float) -> float:
     return sum(cpu_s(p) for p in pids) - before
 
 
-def baseline(workdir: Path, ranks: int, rate: float, seconds: float, warmup: float) -> float:
+def baseline(workdir: Path, ranks: int, rate: float, seconds: float, warmup: float,
+             backend: str, name: str = "plain") -> float:
     """The ranks' CPU (cores) without c4."""
-    svc, log = _job(workdir, "plain", ranks, rate, warmup + seconds + 30, None)
+    svc, log = _job(workdir, name, ranks, rate, warmup + seconds + 30, None, backend)
     pids: list[int] = []
     try:
         pids = _pids(log, ranks)
@@ -99,7 +112,7 @@ def baseline(workdir: Path, ranks: int, rate: float, seconds: float, warmup: flo
 
 
 def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
-            warmup: float) -> dict[str, float]:
+            warmup: float, backend: str) -> dict[str, float]:
     from c4.demo.services import start_daemon, start_sidecar
     from c4.processes import free_port, wait_for
     from diagnosis.client import DaemonClient
@@ -111,7 +124,7 @@ def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
     daemon = start_daemon(workdir, port, name=f"daemon-k{k}", extra=extra)
     car, sock = start_sidecar(workdir, port, "node0", name=f"sidecar-k{k}")
     job = f"edge-k{k}"
-    svc, log = _job(workdir, job, ranks, rate, 300, sock)
+    svc, log = _job(workdir, job, ranks, rate, 300, ["--sidecar-socket", str(sock)], backend)
     pids: list[int] = []
     try:
         pids = _pids(log, ranks)
@@ -142,6 +155,62 @@ def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
         return {"k": k, "calls": (c1[2] - c0[2]) / dt / ranks, "ranks_cpu": ranks_cpu,
                 "sidecar_cpu": car_cpu, "daemon_cpu": daemon_cpu,
                 "records": (c1[0] - c0[0]) / dt, "bytes": (c1[1] - c0[1]) / dt}
+    finally:
+        svc.kill()
+        _kill(pids)
+        car.stop()
+        daemon.stop()
+
+
+def _lines(d: Path) -> int:
+    return sum(f.read_bytes().count(b"\n") for f in d.rglob("*") if f.is_file())
+
+
+def measure_inspector(workdir: Path, plugin: str, ranks: int, rate: float, seconds: float,
+                      warmup: float) -> dict[str, float]:
+    """NCCL's Inspector instead of the hook (``c4 run --no-collect --nccl-inspector``, every
+    call written): the sidecar following its dump directory, and the plugin's cost in the
+    ranks."""
+    from c4.demo.services import start_daemon, start_sidecar
+    from c4.processes import free_port, wait_for
+    from diagnosis.client import DaemonClient
+
+    port = free_port()
+    daemon = start_daemon(workdir, port, name="daemon-insp",
+                          extra=["--analyze-interval", "1", "--no-detail",
+                                 "--job-records-per-s", "0"])
+    job = "edge-insp"
+    dump = workdir / "inspector"
+    dump.mkdir()
+    car, _ = start_sidecar(workdir, port, "node0", name="sidecar-insp",
+                           extra=["--nccl-job", job, "--nccl-inspector", str(dump)])
+    svc, log = _job(workdir, job, ranks, rate, 300,
+                    ["--no-collect", f"--nccl-inspector={dump}",
+                     "--nccl-profiler-plugin", plugin], "nccl")
+    pids: list[int] = []
+    try:
+        pids = _pids(log, ranks)
+        wait_for(lambda: _lines(dump) > 0, 120, what=f"the Inspector's lines in {dump}")
+        with DaemonClient(f"127.0.0.1:{port}") as client:
+            wait_for(lambda: client.status().sidecars
+                     and client.status().sidecars[0].stats.records_out > 0, 120,
+                     what="records from the followed Inspector directory")
+            time.sleep(warmup)
+
+            def counters() -> tuple[int, int]:
+                st = client.status().sidecars[0].stats
+                return st.records_out, st.bytes_out
+
+            c0, lines0 = counters(), _lines(dump)
+            ranks_cpu0, car_cpu0 = sum(cpu_s(p) for p in pids), cpu_s(car.proc.pid)
+            t0 = time.monotonic()
+            time.sleep(seconds)
+            dt = time.monotonic() - t0
+            c1, lines1 = counters(), _lines(dump)
+            return {"k": 1, "calls": (lines1 - lines0) / dt / ranks,
+                    "ranks_cpu": (sum(cpu_s(p) for p in pids) - ranks_cpu0) / dt,
+                    "sidecar_cpu": (cpu_s(car.proc.pid) - car_cpu0) / dt, "daemon_cpu": 0.0,
+                    "records": (c1[0] - c0[0]) / dt, "bytes": (c1[1] - c0[1]) / dt}
     finally:
         svc.kill()
         _kill(pids)
@@ -198,31 +267,63 @@ def main() -> None:
     ap.add_argument("--driver", choices=("torch", "paced"), default="torch",
                     help="torch: real gloo ranks through the hook; paced: wire drivers at the "
                          "full rate into the real sidecar (its cost alone)")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                    help="torch driver: gloo on the CPU, or NCCL on the GPUs with the hook's "
+                         "CUDA timing path")
+    ap.add_argument("--inspector", metavar="PLUGIN", default="",
+                    help="also a row for NCCL's Inspector (this plugin library) written for "
+                         "every call and followed by the sidecar, without the hook (nccl)")
+    ap.add_argument("--logs", metavar="DIR", default="",
+                    help="copy the run's logs (daemon, sidecar, job) here at the end")
     args = ap.parse_args()
     ks = [int(k) for k in args.samples.split(",")]
-    with tempfile.TemporaryDirectory(prefix="c4-edge-") as tmp:
-        work = Path(tmp)
-        if args.driver == "paced":
-            plain = 0.0
-            rows = [measure_paced(work, k, args.ranks, args.rate, args.seconds, args.warmup)
-                    for k in ks]
-        else:
-            plain = baseline(work, args.ranks, args.rate, args.seconds, args.warmup)
-            rows = [measure(work, k, args.ranks, args.rate, args.seconds, args.warmup)
-                    for k in ks]
-    what = "gloo, real hook and sidecar" if args.driver == "torch" else \
+    what = f"{args.backend}, real hook and sidecar" if args.driver == "torch" else \
         "paced wire drivers into the real sidecar: its cost alone"
     print(f"\nedge cost: {args.ranks} ranks x {args.rate:g} calls/s ({what}), {args.seconds:g} s "
-          f"windows; ranks without c4: {100 * plain:.1f}% of a core\n")
-    head = ("K", "calls/s/rank", "collectors extra %", "sidecar %", "node extra %",
+          "windows", flush=True)
+    with tempfile.TemporaryDirectory(prefix="c4-edge-") as tmp:
+        work = Path(tmp)
+        try:
+            _table(work, args, ks)
+        finally:
+            if args.logs:
+                shutil.copytree(work, args.logs, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("*.sock", "*.db*"))
+
+
+def _table(work: Path, args: argparse.Namespace, ks: list[int]) -> None:
+    """Measures and prints one row at a time (a long run that fails keeps what it measured)."""
+    plain = 0.0
+    if args.driver == "torch":
+        plain = baseline(work, args.ranks, args.rate, args.seconds, args.warmup, args.backend)
+        print(f"ranks without c4: {100 * plain:.1f}% of a core", flush=True)
+    head = ("K", "calls/s/rank", "ranks %", "collectors extra %", "sidecar %", "node extra %",
             "records/s out", "bytes/s out", "daemon %")
-    print(" | ".join(head))
-    print(" | ".join("---" for _ in head))
-    for r in rows:
-        extra = r["ranks_cpu"] - plain
-        print(f"{r['k']} | {r['calls']:,.0f} | {100 * extra:.1f} | "
+    print("\n" + " | ".join(head))
+    print(" | ".join("---" for _ in head), flush=True)
+
+    def row(label: object, r: dict[str, float]) -> None:
+        extra = r["ranks_cpu"] - plain if args.driver == "torch" else 0.0
+        print(f"{label} | {r['calls']:,.0f} | {100 * r['ranks_cpu']:.1f} | {100 * extra:.1f} | "
               f"{100 * r['sidecar_cpu']:.1f} | {100 * (extra + r['sidecar_cpu']):.1f} | "
-              f"{r['records']:,.0f} | {r['bytes']:,.0f} | {100 * r['daemon_cpu']:.1f}")
+              f"{r['records']:,.0f} | {r['bytes']:,.0f} | {100 * r['daemon_cpu']:.1f}",
+              flush=True)
+
+    for k in ks:
+        if args.driver == "paced":
+            row(k, measure_paced(work, k, args.ranks, args.rate, args.seconds, args.warmup))
+        else:
+            row(k, measure(work, k, args.ranks, args.rate, args.seconds, args.warmup,
+                           args.backend))
+    if args.inspector and args.driver == "torch":
+        row("Inspector", measure_inspector(work, args.inspector, args.ranks, args.rate,
+                                           args.seconds, args.warmup))
+    if args.driver == "torch":
+        again = baseline(work, args.ranks, args.rate, args.seconds, args.warmup, args.backend,
+                         "plain-again")
+        print(f"\nranks without c4, measured again at the end: {100 * again:.1f}% of a core "
+              f"(first: {100 * plain:.1f}%; the difference is the noise of the extra columns)",
+              flush=True)
 
 
 if __name__ == "__main__":

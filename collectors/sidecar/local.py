@@ -176,6 +176,7 @@ class LocalListener:
         self._listen.listen(socket.SOMAXCONN)
         self._listen.setblocking(False)
         self._selector = selectors.DefaultSelector()
+        self._scratch = memoryview(bytearray(_RECV_BYTES))   # the serving thread's
         self._selector.register(self._listen, selectors.EVENT_READ, None)
         # a self-pipe wakes the loop (stop, acknowledgements due) without a polling timeout
         self._wake_r, self._wake_w = socket.socketpair()
@@ -225,9 +226,10 @@ class LocalListener:
         """Take what the ranks had already written when the sidecar was told to stop: it left
         them as sent, and only this process can still read it."""
         deadline = time.monotonic() + budget_s
+        scratch = memoryview(bytearray(_RECV_BYTES))   # the serving thread may not have ended
         for conn in list(self._conns):
             while conn in self._conns and time.monotonic() < deadline:
-                if not self._read(conn):
+                if not self._read(conn, scratch):
                     break
 
     # -- the loop ----------------------------------------------------------------------------
@@ -275,17 +277,22 @@ class LocalListener:
             self.accepted += 1
             self._selector.register(sock, selectors.EVENT_READ, conn)
 
-    def _read(self, conn: _Conn) -> bool:
-        """Read once from ``conn`` and take its complete frames; False if nothing was read."""
+    def _read(self, conn: _Conn, scratch: memoryview | None = None) -> bool:
+        """Read once from ``conn`` and take its complete frames; False if nothing was read.
+        ``scratch``: where to read (default: the serving thread's buffer)."""
+        # into a buffer kept from read to read: a fresh recv(1 MiB) allocates and shrinks a
+        # 1 MiB object per read, which costs more than the few KiB a read brings
+        scratch = self._scratch if scratch is None else scratch
         try:
-            chunk = conn.sock.recv(_RECV_BYTES)
+            n = conn.sock.recv_into(scratch)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
-            chunk = b""
-        if not chunk:
+            n = 0
+        if not n:
             self._close(conn)
             return False
+        chunk = scratch[:n]
         conn.buf += chunk
         held = len(conn.buf)
         try:

@@ -82,7 +82,7 @@ class Sidecar:
         if config.nccl is not None:
             from collectors.sidecar.nccl_source import NcclSource
 
-            self.nccl = NcclSource(config.nccl, config.host, self.outbox.put, self._hooked_pids)
+            self.nccl = NcclSource(config.nccl, config.host, self.edge.emit, self._hooked_pids)
             self._threads.append(threading.Thread(target=self.nccl.run, args=(self._stop,),
                                                   name="c4-nccl", daemon=True))
         self.health = None

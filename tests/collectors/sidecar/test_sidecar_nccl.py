@@ -93,6 +93,9 @@ def test_inspector_directory_shipped_through_the_sidecar(tmp_path):
                           [(2, s) for s in range(5)])
             wait_for(lambda: _stored(client, "nj") == want, 30,
                      what="calls 5-9 of ranks 0 and 1, once each")
+            # what it ships from NCCL counts in what leaves the node, like the hook's records
+            wait_for(lambda: client.status().sidecars[0].stats.records_out >= 5 + 2 * 10, 30,
+                     what="the Inspector's rows counted in the sidecar's records_out")
         assert "Traceback" not in car.output()
         assert "rejected" not in daemon.output() and "ignored" not in daemon.output()
     finally:
