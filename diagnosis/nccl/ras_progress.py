@@ -165,10 +165,9 @@ class RasFeed:
                         f"{m.host}) is {state}: missing from every report since then"))
         return out
 
-
     def _stream_positions(self, ranks: set[int], ahead: dict[int, list[int]],
                           prog: dict[str, list], t: int) -> Columns | None:
-        """Where each silent rank's GPU is, of all the calls its CPU launched.
+        """Where each rank's stream is, of all the calls its CPU launched.
 
         RAS counts launches: a rank whose stream waits in one call has launched the calls
         after it too, up to whatever makes its CPU wait for the GPU, on every communicator.
@@ -190,7 +189,7 @@ class RasFeed:
             return None
         # (a running rank too: a count only grows on the board, so a queued call written as
         # entered while the rank still ran would stay entered once it stopped)
-        placed: list[tuple[int, tuple[str, str, int, int], bool]] = []
+        placed: list[tuple[int, tuple[str, str, int, int], int]] = []     # rank, call, quiet
         for g in sorted(ranks):
             last = self.history.last_end(g, t)
             if last is None:
@@ -226,7 +225,6 @@ class RasFeed:
         if not rows:
             return None
         return open_rows(rows, t)
-
 
     @staticmethod
     def _launched_past(mine: list[int], prog: dict[str, list],
