@@ -120,6 +120,8 @@ class History:
         # per row, kept beside the rows (what a pattern is matched on)
         self._dirty: set[int] = set()
         self._sig: dict[int, list[tuple[str, str, int]]] = {}
+        self._codes: dict[int, np.ndarray] = {}       # the same, each as a number
+        self._sig_ids: dict[tuple[str, str, int], int] = {}
 
     def add(self, rank: np.ndarray, pg: np.ndarray, op: np.ndarray, names: list[str],
             peer: np.ndarray, seq: np.ndarray, end_ns: np.ndarray) -> None:
@@ -157,7 +159,10 @@ class History:
                 rows.sort()
             if len(rows) > self.keep:
                 del rows[: len(rows) - self.keep]
-            self._sig[rank] = [row[1:4] for row in rows]
+            sig = self._sig[rank] = [row[1:4] for row in rows]
+            ids = self._sig_ids
+            self._codes[rank] = np.fromiter((ids.setdefault(x, len(ids)) for x in sig),
+                                            dtype=np.int64, count=len(sig))
         return rows
 
     def last_end(self, rank: int, t_ns: int) -> int | None:
@@ -169,14 +174,48 @@ class History:
     def next_call(self, rank: int, t_ns: int, longest: int = 8
                   ) -> tuple[str, str, int, int] | None:
         """The call (pg, op, peer, seq) that comes after the rank's last completed one by
-        ``t_ns``, by its pattern: the call that followed its last few calls every time before
-        (the shortest such context, seen at least twice, up to ``longest`` calls); None when
-        the pattern says nothing. ``seq`` is the next one of that call's stream: one past the
-        last seq of that (pg, op, peer) the rank completed (for a collective, of its
-        communicator)."""
+        ``t_ns``, by its pattern: the call one period back, where its calls repeat with a
+        period (:meth:`_period`); else the call that followed its last few calls every time
+        before (the shortest such context, seen at least twice, up to ``longest`` calls);
+        None when the pattern says nothing. ``seq`` is the next one of that call's stream:
+        one past the last seq of that (pg, op, peer) the rank completed (for a collective,
+        of its communicator)."""
         rows = self._sorted(rank)
         n = _upto(rows, t_ns)
         sig = self._sig.get(rank, [])
+        period = self._period(rank, n)
+        nxt = sig[n - period] if period is not None else self._after_context(sig, n, longest)
+        if nxt is None:
+            return None
+        pg, op, peer = nxt
+        # a send or receive counts per pair and direction, a collective per communicator:
+        # one past the latest of its stream
+        same = (rows[i][4] for i in range(n - 1, -1, -1)
+                if (sig[i] == nxt if peer >= 0 else sig[i][0] == pg and sig[i][2] < 0))
+        return pg, op, peer, next(same, -1) + 1
+
+    def _period(self, rank: int, n: int, span: int = 512) -> int | None:
+        """The shortest period P of the rank's first ``n`` calls: each of the last
+        max(4 P, ``span``) calls (all, in a shorter history) is the call P before it. A
+        training step repeats its calls; a run of alternating calls inside it (a layer's
+        all-gather and reduce-scatter) has a shorter period only locally, which the span
+        rules out. Candidates are the distances back to the calls like the last one."""
+        codes = self._codes.get(rank)
+        if codes is None or n < 2:
+            return None
+        codes = codes[:n]
+        for i in np.flatnonzero(codes[: n - 1] == codes[n - 1])[::-1].tolist():
+            p = n - 1 - i
+            if 2 * p > n:
+                break
+            w = min(n, max(4 * p, span))
+            if np.array_equal(codes[n - w + p:n], codes[n - w:n - p]):
+                return p
+        return None
+
+    @staticmethod
+    def _after_context(sig: list[tuple[str, str, int]], n: int, longest: int
+                       ) -> tuple[str, str, int] | None:
         for k in range(1, min(longest, n // 2) + 1):
             ctx = sig[n - k:n]
             # the latest three times the context came before (scanning back, lazily)
@@ -185,13 +224,7 @@ class History:
             if len(after) < 2:
                 return None
             if all(a == after[0] for a in after):
-                pg, op, peer = after[0]
-                # a send or receive counts per pair and direction, a collective per
-                # communicator: one past the latest of its stream
-                same = (rows[i][4] for i in range(n - 1, -1, -1)
-                        if (sig[i] == after[0] if peer >= 0 else sig[i][0] == pg
-                            and sig[i][2] < 0))
-                return pg, op, peer, next(same, -1) + 1
+                return after[0]
         return None
 
     def next_p2p(self, rank: int, t_ns: int, longest: int = 8) -> tuple[str, str, int, int] | None:

@@ -26,10 +26,12 @@ def _analyzed(out: Path) -> tuple[dict, list[dict]]:
     return truth, analyze_nccl_run(out, out / "topology.json", with_ras=True)
 
 
-@pytest.mark.parametrize("run_ahead", [None, 2])
-def test_a_hung_process_before_a_receive_is_the_one_hang(tmp_path, run_ahead):
+@pytest.mark.parametrize(("run_ahead", "layers"), [(None, 1), (2, 1), (None, 16)])
+def test_a_hung_process_before_a_receive_is_the_one_hang(tmp_path, run_ahead, layers):
+    # (16 layers: runs of alternating all-gathers and reduce-scatters on one communicator,
+    # where only the step's whole period tells which call comes next)
     truth, reports = _analyzed(simulated(str(tmp_path), HANG, seed=11,
-                                         ras_run_ahead=run_ahead))
+                                         ras_run_ahead=run_ahead, layers=layers))
     assert truth["faults"][0]["ranks"] == [8]
     # its peers' CPUs launched the whole iteration: not a stuck transfer in the queued
     # calls, nor in the send to the hung rank (which never launched its receive)
