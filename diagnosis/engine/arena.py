@@ -15,6 +15,8 @@ from itertools import repeat
 
 import numpy as np
 
+from diagnosis.engine.distinct import distinct, distinct_inverse
+
 log = logging.getLogger(__name__)
 
 _RANK_BITS = 24   # ranks below 16M
@@ -95,7 +97,7 @@ class Arena:
         """The channel index of each (pg, src -> dst), created on first sight."""
         key = (pg.astype(np.int64) << (2 * _RANK_BITS)) | (src.astype(np.int64) << _RANK_BITS) \
             | dst.astype(np.int64)
-        uniq, inv = np.unique(key, return_inverse=True)
+        uniq, inv = distinct_inverse(key)
         out = np.fromiter(map(self._channels.get, uniq.tolist(), repeat(-1)), np.int64,
                           len(uniq))
         missing = np.flatnonzero(out < 0)
@@ -262,7 +264,7 @@ class Arena:
         a newer call than theirs reached: those start that call afresh, their cells empty (an
         open call they held is counted as evicted)."""
         slot = g * self.W + seq % self.W
-        uslots, inv = np.unique(slot, return_inverse=True)
+        uslots, inv = distinct_inverse(slot)
         newest = np.full(len(uslots), -1, dtype=np.int64)
         np.maximum.at(newest, inv, seq)
         fresh = newest > self.s_seq[uslots]
@@ -286,7 +288,7 @@ class Arena:
     def _recount(self, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Recount the members that entered and ended each slot of ``slot``; the distinct
         slots and their member counts."""
-        touched = np.unique(slot)
+        touched = distinct(slot)
         idx, n = self.slot_cells(touched)
         starts = np.cumsum(n) - n
         self.s_entered[touched] = np.add.reduceat((self.c_enter[idx] >= 0).astype(np.int64),
@@ -328,9 +330,9 @@ class Arena:
             return out
         key = (pg.astype(np.int64) << (2 * _RANK_BITS)) | (src.astype(np.int64) << _RANK_BITS) \
             | dst.astype(np.int64)
-        uniq, inv = np.unique(key, return_inverse=True)
+        uniq, inv = distinct_inverse(key)
         chan = np.array([self._channels.get(k, -1) for k in uniq.tolist()], dtype=np.int64)[inv]
-        up, pinv = np.unique(pg, return_inverse=True)
+        up, pinv = distinct_inverse(pg)
         coll = np.array([self._by_pg.get(p, -1) for p in up.tolist()], dtype=np.int64)[pinv]
         g = np.where(chan >= 0, chan, coll)
         ok = g >= 0

@@ -3,12 +3,15 @@ series against its own learnt baseline."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
+from operator import ne
 
 import numpy as np
 
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.distinct import distinct_inverse
 from diagnosis.engine.records import ConnRecords
 from diagnosis.engine.series import SeriesBank
 
@@ -51,7 +54,7 @@ class ConnWindow:
     def keys_of(self, src: np.ndarray, dst: np.ndarray, pg: np.ndarray) -> np.ndarray:
         key = ((pg.astype(np.int64) + 1) << (2 * _BITS)) | (src.astype(np.int64) << _BITS) \
             | dst.astype(np.int64)
-        uniq, inv = np.unique(key, return_inverse=True)
+        uniq, inv = distinct_inverse(key)
         keys = uniq.tolist()
         # every key looked up at once; only the new ones take a Python step
         ids = np.fromiter(map(self._keys.get, keys, repeat(-1)), np.int64, len(keys))
@@ -93,11 +96,7 @@ class ConnWindow:
         if not sampled:
             self.transfers[key] = True
         if recs.paths is not None:
-            for k, p in zip(key.tolist(), recs.paths):
-                if p and self.path[k] != (tp := tuple(p)):
-                    self.path[k] = tp
-                    self.changed.append(k)
-                    self.path_version += 1
+            self.set_paths(key, recs.paths)
         start = self._effective_start(recs, pg_ids)
         done = recs.t_end_ns >= 0
         if (~done).any():
@@ -124,6 +123,20 @@ class ConnWindow:
         # much as it could: only those of a known call measure the network
         timed = done & (recs.seq >= 0) if sampled else done
         self._finished(key[done], recs.take(np.flatnonzero(done)), start[done], timed[done])
+
+    def set_paths(self, key: np.ndarray, paths: Sequence[Sequence[str] | None]) -> None:
+        """The recorded path of each row (None or empty: not recorded), row by row: a key whose
+        path changes is marked changed (once per change)."""
+        keys = key.tolist()
+        # the common batch changes nothing: every recorded path is its key's already, which
+        # one comparison per row in C tells (then no row can change a path, whatever repeats)
+        if not any(map(ne, map(self.path.__getitem__, keys), paths)):
+            return
+        for k, p in zip(keys, paths):
+            if p and self.path[k] != (tp := tuple(p)):
+                self.path[k] = tp
+                self.changed.append(k)
+                self.path_version += 1
 
     def add_samples(self, recs: ConnRecords, key: np.ndarray, ended_by: np.ndarray) -> None:
         """Finished transfers of known keys that time the network as they are (a window's

@@ -25,6 +25,7 @@ from c4.topology.protocol import TopologyLike
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
+from diagnosis.engine.distinct import distinct, distinct_inverse
 from diagnosis.engine.hang_reports import HangReports
 from diagnosis.engine.hangs import awaited, op_key
 from diagnosis.engine.linkstats import LinkStatFeed
@@ -274,7 +275,7 @@ class Engine:
         """Ids of the strings a column uses (-1 for the rest of the batch's table: a table of
         a million names that no row uses costs nothing)."""
         out = np.full(len(strings), -1, dtype=np.int64)
-        used = np.unique(column)
+        used = distinct(column)
         used = used[(used >= 0) & (used < len(strings))]
         # the names seen before looked up at once in ``known`` (``intern``'s table): only new
         # ones take a Python call
@@ -287,7 +288,7 @@ class Engine:
         """The other end of send/recv rows that carry no ``peer``: the other member of a
         two-rank communicator, else -1 (``seq`` counts per pair, so in a larger one the calls of
         different pairs cannot be told apart)."""
-        ug, inv = np.unique(g, return_inverse=True)
+        ug, inv = distinct_inverse(g)
         pairs = np.full((len(ug), 2), -1, dtype=np.int64)
         for i, x in enumerate(ug.tolist()):
             if x >= 0 and self.arena.n[x] == 2:
@@ -395,7 +396,7 @@ class Engine:
         if not self._sample_at and len(seq) and int(seq.min()) >= 0:
             # one crc32 prefix per communicator, the digits of every seq at once in numpy: a
             # Python step per call cost ~1 s of a 4,096-GPU trace's analysis
-            uniq, inv = np.unique(g, return_inverse=True)
+            uniq, inv = distinct_inverse(g)
             states = np.fromiter((self._prefix(x) for x in uniq.tolist()), np.uint32, len(uniq))
             return sampled_after(states[inv], seq, self._default_sample)
         names = [self.pg_names[self.arena.pg_of[x]] for x in g.tolist()]

@@ -35,10 +35,7 @@ class LinkStatFeed:
         key = win.keys_of(recs.src, recs.dst, pg_ids)
         self._grow(len(win))
         if recs.paths is not None:
-            for k, p in zip(key.tolist(), recs.paths):
-                if p and win.path[k] != (tp := tuple(p)):
-                    win.path[k] = tp
-                    win.changed.append(k)
+            win.set_paths(key, recs.paths)
         newer = recs.t_ns >= self.last_t[key]
         np.maximum.at(self.last_t, key, recs.t_ns)
         self.window[key[newer]] = recs.window_ns[newer]

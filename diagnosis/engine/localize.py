@@ -14,6 +14,7 @@ from diagnosis.engine import peers
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
+from diagnosis.engine.distinct import distinct
 from diagnosis.engine.placement import Placement
 from diagnosis.engine.series import (
     CHANGE_LEAST,
@@ -261,8 +262,8 @@ class Localizer:
         # (round, key) pairs as one integer: a 1-D unique instead of a far slower axis=1 one
         pair = b * n_keys + np.arange(n_keys)[:, None]
         high = valid & (ring > np.asarray(thr)[:, None])
-        seen = _distinct(pair[valid]) // n_keys
-        hot = _distinct(pair[high]) // n_keys
+        seen = distinct(pair[valid]) // n_keys
+        hot = distinct(pair[high]) // n_keys
         bins, n_seen = np.unique(seen, return_counts=True)
         n_hot = np.zeros(len(bins))
         if len(hot):
@@ -675,18 +676,4 @@ def _suspects(found: list[Explanation]) -> list[Suspect]:
             else:
                 out.append(Suspect(c.type, c.id, score))
     return out
-
-
-def _distinct(values: np.ndarray, dense: int = 1 << 26) -> np.ndarray:
-    """The distinct values of non-negative integers, sorted: by a table of flags where their
-    range is small (a hash-based unique of millions of values is ten times slower), else
-    ``np.unique``."""
-    if not len(values):
-        return values
-    top = int(values.max())
-    if top >= dense:
-        return np.unique(values)
-    flags = np.zeros(top + 1, dtype=bool)
-    flags[values] = True
-    return np.flatnonzero(flags)
 

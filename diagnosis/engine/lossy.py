@@ -18,6 +18,7 @@ import numpy as np
 
 from c4.report import Suspect
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.distinct import distinct_inverse
 from diagnosis.engine.localize import Localizer
 from diagnosis.engine.placement import Placement
 from diagnosis.engine.records import ConnRecords
@@ -62,7 +63,7 @@ class LossyLinks:
             return
         src, dst = conns.src[done].astype(np.int64), conns.dst[done].astype(np.int64)
         code = (src << 32) | dst
-        uniq, inv = np.unique(code, return_inverse=True)
+        uniq, inv = distinct_inverse(code)
         ids = np.array([self._key_id(int(c)) for c in uniq.tolist()], dtype=np.int64)
         end = conns.t_end_ns[done]
         self._key = np.r_[self._key, ids[inv]]

@@ -10,23 +10,27 @@ dozen calls mixes work of different cost (a backward pass computes about twice a
 as a forward one), so only the same calls compare like with like, whichever passes a group's
 kept calls happen to span. Its victims (the next pipeline stages, the other replicas) wait now
 and then but compute as fast as before, so a low quantile of their paces (the spans without a
-wait) does not move. Per time bucket, each group's low quantile is compared with that of the
+wait) does not move. Per bucket, each group's low quantile is compared with that of the
 groups of its size (which cancels what moves the whole job), and a group whose ratio rises
-from some bucket on is slow. A group without replicas is judged by its time per call. A host
-slow only now and then (one iteration in three) is behind in some buckets only: that is judged
-as episodes of its fastest span per bucket, beside the replicas of its stage, in buckets where
-no more groups are behind than a fault or two explain (``GroupPace._recurring``).
+from some bucket on is slow. A bucket is one or a few of the job's iterations where their
+calls show them (``cycle``: a slow pass must not share its bucket with a normal pass of the
+iteration before or after), else a stretch of time. A group without replicas is judged by
+its time per call. A host slow only now and then (one iteration in three) is behind in some
+buckets only: that is judged as episodes of its fastest span per bucket, beside the replicas
+of its stage, in buckets where no more groups are behind than a fault or two explain
+(``GroupPace._recurring``).
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.cycle import Cycle, learn_cycle
 from diagnosis.engine.medians import nanmedian
 from diagnosis.engine.replicas import KeptCalls, Replicas, replica_time
 from diagnosis.engine.series import (
@@ -52,6 +56,10 @@ _MIN_FRAC = 0.6
 # loss, or the embedding, keeps another pace), so only a change against its own past counts
 _MIN_BEFORE = 3
 _LEARN = 64           # spacings of kept calls seen before the bucket length is chosen
+# and the time the spans seen must cover before the iterations are learnt (``cycle``): five
+# iterations at least of the jobs whose iterations are to be found (until then, and in the
+# others, spans are cut by time)
+_LEARN_NS = 10_000_000_000
 _MAX_SPAN = 32        # the most calls between two kept calls whose period counts
 # the most buckets a bucket waits for late periods (see ``GroupPace._lag``): a rank whose
 # records come very late must not hold every bucket open
@@ -65,6 +73,10 @@ _FAULTS_AT_ONCE = 2
 _LEAST_RATIO = 0.5
 # buckets of kept calls kept before the oldest span still to write (see ``update``)
 _KEEP_BUCKETS = 16
+# a span whose replicas took this many times their usual time per call there (in the group's
+# bucket) holds a wait of theirs (a bubble of the pipeline, the data-parallel all-reduce): no
+# measure of how fast the group computes (see ``GroupPace._close``)
+_WAITED = 3.0
 
 
 @dataclass
@@ -136,14 +148,22 @@ class GroupPace:
         # seq), and those of buckets not yet written (bucket, then the same but the end time)
         self._pend = _no_spans(6)
         self._open = _no_spans(6)
-        self._newest = -1
-        self._closed = -1
-        # how many buckets behind the newest the spans of an update have reached: a trace
-        # read in chunks hands over the same span of time twice (the calls completed by each
-        # chunk), and a bucket written before the second came would lose half its spans
-        self._lag = 0
+        # per kind of bucket (the size of the groups cut by their iterations, 0 for time
+        # buckets): the newest bucket seen, the newest written, and how many buckets behind
+        # the newest the spans of an update have reached: a trace read in chunks hands over
+        # the same span of time twice (the calls completed by each chunk), and a bucket
+        # written before the second came would lose half its spans
+        self._newest: dict[int, int] = {}
+        self._closed: dict[int, int] = {}
+        self._lag: dict[int, int] = {}
+        self._written_ns = 0      # the end of the newest span written
         self.span = 0             # bucket length, chosen from the first kept calls' spacing
         self._gaps: list[int] = []
+        # per size of group, its iterations (learnt with the bucket length): its groups'
+        # spans are cut by iteration rather than by time where it has them
+        self.cycles: dict[int, Cycle] = {}
+        self._learnt = False
+        self._seen = _no_spans(6)    # the spans seen before, to learn them from
         self.replicas = Replicas(arena)
         self.calls = KeptCalls()
         self.sizes: dict[int, _Size] = {}
@@ -183,53 +203,116 @@ class GroupPace:
             unit = self.bucket_ns
             self.span = int(min(max(np.ceil(8 * np.median(self._gaps) / unit), 1), 16)) * unit
         pend, self._pend = self._pend, _no_spans(6)
-        pb = pend[1] // self.span
-        fresh = pb > self._closed           # (else a bucket already written)
+        if not self._learnt:
+            self._seen = [np.r_[a, b] for a, b in zip(self._seen, pend, strict=True)]
+            if int(self._seen[1].max() - self._seen[3].min()) >= _LEARN_NS:
+                self._learn()
+        pb, pk = self._buckets(pend[0], pend[1], pend[4])
+        closed = np.full(len(pb), -1, dtype=np.int64)
+        for key, last in self._closed.items():
+            closed[pk == key] = last
+        fresh = pb > closed                 # (else a bucket already written)
         self._open = [np.r_[a, b[fresh]] for a, b in zip(self._open, [pb, pend[0], *pend[2:]],
                                                           strict=True)]
-        if self._newest >= 0 and len(pb):
-            self._lag = min(max(self._lag, self._newest - int(pb.min())), _MAX_LAG)
         if not len(self._open[0]):
             return
-        self._newest = max(self._newest, int(self._open[0].max()))
-        # a bucket is written once calls two buckets (or the lag seen) later arrive (the
-        # groups' rows of one moment may come a bucket apart)
-        done = self._open[0] < self._newest - max(1, self._lag)
+        ob, ok_ = self._open[0], self._key(self._open[1])
+        for key in np.unique(pk).tolist():
+            if key in self._newest:
+                behind = self._newest[key] - int(pb[pk == key].min())
+                self._lag[key] = min(max(self._lag.get(key, 0), behind), _MAX_LAG)
+        done = np.zeros(len(ob), dtype=bool)
+        for key in np.unique(ok_).tolist():
+            sel = ok_ == key
+            newest = self._newest[key] = max(self._newest.get(key, -1), int(ob[sel].max()))
+            # a bucket is written once calls two buckets (or the lag seen) later arrive (the
+            # groups' rows of one moment may come a bucket apart)
+            now = sel & (ob < newest - max(1, self._lag.get(key, 0)))
+            if now.any():
+                self._close(key, *(a[now] for a in self._open))
+                self._closed[key] = int(ob[now].max())
+                self._written_ns = max(self._written_ns,
+                                       int((self._open[3] + self._open[2])[now].max()))
+                done |= now
         if done.any():
-            self._close(*(a[done] for a in self._open))
-            self._closed = int(self._open[0][done].max())
             self._open = [a[~done] for a in self._open]
             # a replica may reach the same calls a while later or earlier (a slow one, until
             # the data-parallel all-reduce of the iteration brings them together)
-            oldest = int(self._open[3].min()) if len(self._open[0]) else self._closed * self.span
+            oldest = int(self._open[3].min()) if len(self._open[0]) else self._written_ns
             self.calls.forget_before(oldest - _KEEP_BUCKETS * self.span)
 
+    def _learn(self) -> None:
+        """Learn each size's iterations from the spans seen so far (see ``cycle``), and cut
+        the spans of a size that has them, from the buckets not yet written on, by iteration:
+        a bucket already written stays (its time is not counted twice)."""
+        g, _, dt, _, s1, s2 = self._seen
+        self._learnt, self._seen = True, _no_spans(6)
+        n = self.arena.n[g]
+        for size in np.unique(n).tolist():
+            sel = n == size
+            cycle = learn_cycle(g[sel], s1[sel], s2[sel], dt[sel])
+            if cycle is None:
+                continue
+            # whole iterations enough for about eight kept calls of a typical group
+            spans = float(np.median(s2[sel] - s1[sel]))
+            cycle = replace(cycle, per_bucket=max(int(np.ceil(8 * spans / cycle.period)), 1))
+            self.cycles[size] = cycle
+            # the time buckets' lag, in buckets of iterations
+            bucket_ns = cycle.period * cycle.per_bucket * float(np.sum(dt[sel]) /
+                                                                np.sum(s2[sel] - s1[sel]))
+            self._lag[size] = min(int(np.ceil(self._lag.get(0, 0) * self.span / bucket_ns)),
+                                  _MAX_LAG)
+            mine = self.arena.n[self._open[1]] == size
+            self._open[0][mine] = cycle.bucket(self._open[4][mine])
+
+    def _key(self, g: np.ndarray) -> np.ndarray:
+        """Per group, its kind of bucket: its size where that has iterations, else 0."""
+        n = self.arena.n[g]
+        return np.where(np.isin(n, list(self.cycles)), n, 0)
+
+    def _buckets(self, g: np.ndarray, end: np.ndarray, s1: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Per span, its bucket and kind of bucket: the iteration its first call is in, where
+        its group's size has iterations (a bucket of time would hold the end of one iteration
+        and the start of the next, and a host slow in one iteration in a few would share each
+        of its buckets with a normal one), else the time bucket it ends in."""
+        key = self._key(g)
+        b = end // self.span
+        for k in np.unique(key[key > 0]).tolist():
+            sel = key == k
+            b[sel] = self.cycles[k].bucket(s1[sel])
+        return b, key
+
     def _pace(self, g: np.ndarray, dt: np.ndarray, s1: np.ndarray, s2: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per span, its pace and whether that is against its replicas: its time over theirs
         over the same calls (the same work, see ``replicas``); a group without replicas, its
-        time per call. nan: its replicas' time there is not known."""
+        time per call. nan: its replicas' time there is not known. And its replicas' time."""
         peer, count = replica_time(self.replicas, self.calls, g, s1, s2)
         by_work = count > 0
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = dt / peer
             pace = np.where(by_work, np.where(ratio >= _LEAST_RATIO, ratio, np.nan),
                             dt / (s2 - s1))
-        return pace, by_work
+        return pace, by_work, peer
 
-    def _close(self, b: np.ndarray, g: np.ndarray, dt: np.ndarray, start: np.ndarray,
+    def _close(self, key: int, b: np.ndarray, g: np.ndarray, dt: np.ndarray, start: np.ndarray,
                s1: np.ndarray, s2: np.ndarray) -> None:
-        """Write finished buckets: each group's low-quantile pace over its size's median, and
-        its fastest pace among the spans wholly inside the bucket (one that began in the
-        bucket before took part of its time there: the first span of a slow host's slow
-        bucket is as fast as the healthy bucket before it)."""
-        per, by_work = self._pace(g, dt, s1, s2)
+        """Write finished buckets (of kind ``key``): each group's low-quantile pace over its
+        size's median, and its fastest pace among the spans wholly inside the bucket (one
+        that began in the bucket before took part of its time there: the first span of a slow
+        host's slow bucket is as fast as the healthy bucket before it) in which its replicas
+        did not wait (a slow host waits less than they do, there)."""
+        per, by_work, peer = self._pace(g, dt, s1, s2)
         known = np.isfinite(per)
         b, g, per, start, by_work = b[known], g[known], per[known], start[known], by_work[known]
+        s2, calls = s2[known], (s2 - s1)[known]
+        peer = np.where(by_work, peer[known], np.nan)
         if not len(b):
             return
         o = np.lexsort((per, g, b))
-        b, g, per, start, by_work = b[o], g[o], per[o], start[o], by_work[o]
+        b, g, per, start, by_work, s2, calls, peer = (
+            a[o] for a in (b, g, per, start, by_work, s2, calls, peer))
         head = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (g[1:] != g[:-1])])
         count = np.diff(np.r_[head, len(b)])
         # (the lower of the two values around the quantile: no interpolation needed here)
@@ -237,24 +320,39 @@ class GroupPace:
         enough = count >= _MIN_PERIODS
         hb, hg, hv = b[head][enough], g[head][enough], value[enough]
         hw = by_work[head][enough]
+        # the spans in which the replicas waited: their time per call far above their usual
+        # one in the group's bucket
+        per_call = peer / calls
+        # (each bucket's and group's spans in order of time per call, unknown ones last: the
+        # lower median of the known ones)
+        seg = np.repeat(np.arange(len(head)), count)
+        by_call = np.where(np.isfinite(per_call), per_call, np.inf)
+        by_call = by_call[np.lexsort((by_call, seg))]
+        valid = np.add.reduceat(np.isfinite(per_call).astype(np.int64), head)
+        usual = np.where(valid > 0, by_call[head + np.maximum(valid - 1, 0) // 2], np.inf)
+        with np.errstate(invalid="ignore"):
+            waited = per_call > _WAITED * usual[seg]
+        inside = self.cycles[key].bucket(s2) == b if key else start // self.span == b
         # (periods are sorted within a bucket and group: the first inside is the fastest)
-        inside = start // self.span == b
-        pos = np.where(inside, np.arange(len(b)), len(b))
+        pos = np.where(inside & ~waited, np.arange(len(b)), len(b))
         first_in = np.minimum.reduceat(pos, head)
         fastest = np.where(first_in < np.r_[head[1:], len(b)],
                            per[np.minimum(first_in, len(b) - 1)], np.nan)
         hl = fastest[enough]
+        # a bucket's time: its first span's start (an iteration's), or its own
+        first_t = np.minimum.reduceat(start, head)[enough]
         # groups judged against their replicas and groups judged by time per call are
         # compared apart (a ratio and a time)
         n_of = self.arena.n[hg] * np.where(hw, 1, -1)
         for bucket in np.unique(hb).tolist():
+            t = int(first_t[hb == bucket].min()) if key else bucket * self.span
             for n in np.unique(n_of[hb == bucket]).tolist():
                 sel = (hb == bucket) & (n_of == n)
                 if sel.sum() < 3:
                     continue        # nothing to compare with
-                self._write(int(n), bucket, hg[sel], hv[sel], hl[sel])
+                self._write(int(n), t, hg[sel], hv[sel], hl[sel])
 
-    def _write(self, n: int, bucket: int, groups: np.ndarray, values: np.ndarray,
+    def _write(self, n: int, t: int, groups: np.ndarray, values: np.ndarray,
                fastest: np.ndarray) -> None:
         med = float(np.median(values))
         if med <= 0:
@@ -271,7 +369,7 @@ class GroupPace:
         size.low[row, :] = np.nan
         if low > 0:
             size.low[row, cols] = fastest / low - 1.0
-        size.t[row] = bucket * self.span
+        size.t[row] = t
         size.pos += 1
 
     def judge(self) -> list[SlowGroup]:

@@ -35,7 +35,8 @@ import numpy as np
 from c4.topology.protocol import TopologyLike
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
-from diagnosis.engine.medians import nanmedian
+from diagnosis.engine.distinct import distinct_inverse
+from diagnosis.engine.medians import median_of_valid
 from diagnosis.engine.series import robust_sigma, row_quantile
 from diagnosis.engine.tomography import Component, Explanation, explain
 
@@ -261,13 +262,13 @@ def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel
         # per (cell, rank): the keys on it, capped by the rank's concurrency (one integer
         # per pair: numpy's unique over columns sorts structured rows, far slower)
         width = int(r.max()) + 1
-        pair, inv = np.unique(cell * width + r, return_inverse=True)
+        pair, inv = distinct_inverse(cell * width + r)
         inv = inv.ravel()
         n_keys = np.bincount(inv)
         top = np.zeros(len(n_keys))
         np.maximum.at(top, inv, conc[owner])
         per_pair = np.minimum(n_keys, np.maximum(np.round(top), 1))
-        cells, at = np.unique(pair // width, return_inverse=True)
+        cells, at = distinct_inverse(pair // width)
         total = np.bincount(at.ravel(), weights=per_pair)
         return total[np.searchsorted(cells, cell)]
     n_on = np.minimum(count(win.src), count(win.dst))
@@ -304,10 +305,10 @@ def _moving(win: ConnWindow, keys: np.ndarray,
     if windowed.any():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            gap = nanmedian(np.where(ok[:, 1:] & ok[:, :-1], np.diff(t_end, axis=1),
-                                     np.nan), axis=1)
-            busy = np.nan_to_num(np.clip(nanmedian(np.where(ok, dur, np.nan), axis=1)
-                                         / gap, 0.0, 1.0), nan=0.0)
+            # (the medians over the samples marked, without writing NaN into the others)
+            gap = median_of_valid(np.diff(t_end, axis=1), ok[:, 1:] & ok[:, :-1])[:, 0]
+            busy = np.nan_to_num(np.clip(median_of_valid(dur, ok)[:, 0] / gap, 0.0, 1.0),
+                                 nan=0.0)
     return _Moving(dur, t_end, ok, windowed, busy)
 
 
@@ -324,7 +325,7 @@ def _concurrency(win: ConnWindow, keys: np.ndarray, group: np.ndarray,
     depend on the grouping)."""
     m = moving if moving is not None else _moving(win, keys, series)
     dur, t_end, ok, windowed, busy = m.dur, m.t_end, m.ok, m.windowed, m.busy
-    group = np.unique(group, return_inverse=True)[1].ravel()
+    group = distinct_inverse(group)[1]
     if busy is not None:
         total = np.bincount(group, weights=busy)
         by_share = 1.0 + total[group] - busy

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from diagnosis.engine.arena import Arena
+from diagnosis.engine.distinct import distinct
 
 # the most replicas a span is compared with: a median of this many is steady, and the cost per
 # span stays bounded in a job of thousands of replicas
@@ -112,14 +113,14 @@ class Replicas:
         g = g[row]
         # the communicators with a rank of the group: where it meets others, and none of them
         # a replica (they share its ranks)
-        meet = np.unique(g * total + c)
+        meet = distinct(g * total + c)
         g, c = meet // total, meet % total
         row, q = _expand(cm_ptr, cm_idx, c)
         g, c = g[row], c[row]
         row, h = _expand(rc_ptr, rc_idx, q)
         g, c = g[row], c[row]
         keep = (n[h] == n[g]) & (h != g) & ~np.isin(g * total + h, meet)
-        key = np.unique((g[keep] * total + h[keep]) * total + c[keep])
+        key = distinct((g[keep] * total + h[keep]) * total + c[keep])
         self._lg = np.r_[self._lg, key // (total * total)]
         self._lh = np.r_[self._lh, key // total % total]
         self._lc = np.r_[self._lc, key % total]
@@ -142,7 +143,7 @@ class Replicas:
             self.idx = np.zeros(0, dtype=np.int64)
             self.ptr = np.zeros(total + 1, dtype=np.int64)
             return
-        pair = np.unique(g * total + h)
+        pair = distinct(g * total + h)
         g, h = pair // total, pair % total
         # (per group, nearest first: one sort of one key)
         o = np.argsort((g * total + np.abs(h - g)) * total + h)

@@ -97,6 +97,10 @@ class SeriesBank:
         # detector across passes: a ring holds a fixed number of samples, and a fault's onset
         # may have left it)
         self.slow_since = np.zeros(0, dtype=np.int64)
+        # the rings of keys 0..n-1 oldest first, as of ``_version`` (bumped by every change of
+        # the rings): the detectors of one pass read them several times, for several key sets
+        self._version = 0
+        self._in_order: tuple[int, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.count)
@@ -107,6 +111,7 @@ class SeriesBank:
             return
         new = max(size, 2 * cap, 64)
         grow = new - cap
+        self._version += 1
         self.count = np.r_[self.count, np.zeros(grow, dtype=np.int64)]
         self.base = np.r_[self.base, np.full(grow, np.nan)]
         self.learn_buf = np.vstack([self.learn_buf, np.full((grow, self.learn), np.nan)])
@@ -118,6 +123,7 @@ class SeriesBank:
     def add(self, key: np.ndarray, value: np.ndarray, t: np.ndarray) -> None:
         if len(key) == 0:
             return
+        self._version += 1
         self.ensure(int(key.max()) + 1)
         o = np.lexsort((t, key))
         key, value, t = key[o], value[o], t[o]
@@ -143,13 +149,24 @@ class SeriesBank:
             np.maximum.at(self.pos, k, j + 1)
 
     def ordered(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rings of ``keys`` oldest first (NaN where empty) and their times."""
+        """The rings of ``keys`` oldest first (NaN where empty) and their times (arrays of the
+        caller's own)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        hit = self._in_order
+        if hit is not None and hit[0] == self._version and len(keys) \
+                and int(keys.min()) >= 0 and int(keys.max()) < len(hit[1]):
+            return hit[1][keys], hit[2][keys]
         # one gather from the flat rings (indexing the rows first, then taking along them,
         # copies every row twice)
-        keys = np.asarray(keys, dtype=np.int64)
         idx = (self.pos[keys][:, None] + np.arange(self.K)[None, :]) % self.K
         idx += (keys * self.K)[:, None]
-        return np.take(self.ring, idx), np.take(self.ring_t, idx)
+        ring, ring_t = np.take(self.ring, idx), np.take(self.ring_t, idx)
+        if len(keys) and int(keys[0]) == 0 and int(keys[-1]) == len(keys) - 1 \
+                and bool((np.diff(keys) == 1).all()):
+            # every key from the first: kept for the other reads of this pass
+            self._in_order = (self._version, ring, ring_t)
+            return ring.copy(), ring_t.copy()
+        return ring, ring_t
 
 
 @dataclass

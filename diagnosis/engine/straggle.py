@@ -269,6 +269,13 @@ class SampledStragglers:
         them late (a slow host), without those that are only victims of another."""
         found = judge_rings(list(self.rings.values()), self.arena, self.cfg,
                             self.cfg.straggle_min_excess, crowd=_FAULTS_AT_ONCE)
+        # a send/recv channel's kept transfers fall at different points of the pipeline's
+        # schedule (filling it, its steady state, draining it), where either side may wait for
+        # the other: which side enters later, and by how much, changes from one kept transfer
+        # to the next with no fault, so one side late again and again there is no evidence (a
+        # GPU slow now and then is late in its collectives, which show it); a level that
+        # changes from some moment on still is
+        found = [f for f in found if f.duty is None or not self.arena.p2p[f.group]]
         late_in: dict[int, set[int]] = {}
         for f in found:
             late_in.setdefault(f.group, set()).add(f.rank)

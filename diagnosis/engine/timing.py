@@ -12,6 +12,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.distinct import distinct_inverse
 from diagnosis.engine.medians import nanmedian
 from diagnosis.engine.series import SeriesBank
 
@@ -130,9 +131,9 @@ class GroupTiming:
             self._mark_done(g[ok], op[ok])
             # one integer per (communicator, op, size): sizes below 2**40, ops below 2**23
             sig = (op[ok].astype(np.int64) << 40) | nbytes[ok].astype(np.int64)
-            usig, sinv = np.unique(sig, return_inverse=True)
+            usig, sinv = distinct_inverse(sig)
             key = (g[ok].astype(np.int64) << 24) | sinv.astype(np.int64)
-            uniq, inv = np.unique(key, return_inverse=True)
+            uniq, inv = distinct_inverse(key)
             ids = np.empty(len(uniq), dtype=np.int64)
             for i, k in enumerate(uniq.tolist()):
                 t = (k >> 24, int(usig[k & 0xFFFFFF]))

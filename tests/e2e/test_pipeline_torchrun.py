@@ -1,7 +1,7 @@
 """The whole telemetry pipeline with real parts: torchrun with 4 gloo ranks as two nodes of
 two ranks, a sidecar per node, a daemon process, SQLite. Every call of every rank must be stored
 exactly once, with sequence numbers that match across ranks, also when the daemon is killed in
-the middle of the run and started again."""
+the middle of the run and started again. The two jobs share the daemon and the sidecars."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -78,27 +80,51 @@ def _check_stored(client: DaemonClient, tmp: Path, job: str) -> None:
     assert sends and sends == recvs
 
 
-def _run(tmp: Path, job: str, *, kill_daemon: bool) -> None:
+@dataclass
+class Pipeline:
+    """A daemon and a sidecar per node, shared by this module's jobs (each job its own name)."""
+
+    tmp: Path
+    port: int
+    daemon: Service
+    cars: list[tuple[Service, Path]]
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Iterator[Pipeline]:
+    tmp = tmp_path_factory.mktemp("pipeline")
     port = free_port()
     daemon = start_daemon(tmp, port)
-    # (sockets sampled five times a second: the 40-step job lasts a few seconds, and a
-    # connection needs two samples for a linkstat window even when a loaded machine delays one)
-    cars = [start_sidecar(tmp, port, f"node{n}", extra=("--link-interval", "0.2"))
-            for n in range(2)]
+    p = Pipeline(tmp, port, daemon, [])
+    try:
+        # (sockets sampled five times a second: the 40-step job lasts a few seconds, and a
+        # connection needs two samples for a linkstat window even when a loaded machine delays
+        # one)
+        p.cars = [start_sidecar(tmp, port, f"node{n}", extra=("--link-interval", "0.2"))
+                  for n in range(2)]
+        yield p
+    finally:
+        for car, _ in p.cars:
+            car.stop()
+        p.daemon.stop()
+
+
+def _run(p: Pipeline, job: str, *, kill_daemon: bool) -> None:
+    tmp, port = p.tmp, p.port
     master = free_port()
     steps = 120 if kill_daemon else 40
-    procs = [_launch(tmp, job, n, cars[n][1], master, steps) for n in range(2)]
+    procs = [_launch(tmp, job, n, p.cars[n][1], master, steps) for n in range(2)]
     try:
         with DaemonClient(f"127.0.0.1:{port}") as client:
             if kill_daemon:
-                wait_for(lambda: any(j.ops > 200 for j in client.jobs()), 120,
+                wait_for(lambda: any(j.job == job and j.ops > 200 for j in client.jobs()), 120,
                          what="the job's first records")
-                daemon.kill()
+                p.daemon.kill()
                 time.sleep(2.0)
-                assert all(p.running() for p in procs), "the job should still be running"
-                daemon = start_daemon(tmp, port, name="daemon-restarted")
-            for p in procs:
-                assert p.proc.wait(300) == 0, p.output()[-3000:]
+                assert all(pr.running() for pr in procs), "the job should still be running"
+                p.daemon = start_daemon(tmp, port, name=f"daemon-restarted-{job}")
+            for pr in procs:
+                assert pr.proc.wait(300) == 0, pr.output()[-3000:]
             total = sum(sum(json.loads((tmp / job / f"rank{r}.json").read_text()).values())
                         for r in range(4))
             wait_for(lambda: sum(j.ops for j in client.jobs() if j.job == job) >= total, 60,
@@ -128,16 +154,13 @@ def _run(tmp: Path, job: str, *, kill_daemon: bool) -> None:
         assert kinds == {"meta": 1, "rank": 4, "group": 3, "op": total, "end": 1,
                          "linkstat": len(links)}
     finally:
-        for p in procs:
-            p.kill()
-        for car, _ in cars:
-            car.stop()
-        daemon.stop()
+        for pr in procs:
+            pr.kill()
 
 
-def test_every_call_stored_once(tmp_path):
-    _run(tmp_path, "mixed", kill_daemon=False)
+def test_every_call_stored_once(pipeline):
+    _run(pipeline, "mixed", kill_daemon=False)
 
 
-def test_daemon_killed_mid_run(tmp_path):
-    _run(tmp_path, "mixed-kill", kill_daemon=True)
+def test_daemon_killed_mid_run(pipeline):
+    _run(pipeline, "mixed-kill", kill_daemon=True)

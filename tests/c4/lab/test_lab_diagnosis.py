@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labsupport import lab_fixture
 
 from c4.lab.faults import clear, inject
 from c4.lab.lab import EXAMPLE, start_job, stop_job
@@ -35,8 +34,10 @@ LOSSY_TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    yield from lab_fixture(tmp_path_factory.mktemp("lab"), SPEC, services=True)
+def lab(shared_lab):
+    """The lab this module shares with the other one of the same spec (conftest.py)."""
+    assert LabSpec(**shared_lab["spec"]) == SPEC, "conftest.SHARED_SPEC is not this module's"
+    return shared_lab
 
 
 class Job:

@@ -1,6 +1,6 @@
-"""The lab's fabric and faults, for real: a 4 x 2 lab (daemon and sidecars included) built once
-for the module; traffic between its host namespaces; each fault measurably taking effect and
-`clear` undoing it."""
+"""The lab's fabric and faults, for real: a 4 x 2 lab (daemon and sidecars included), the one
+test_lab_diagnosis.py uses too (conftest.py); traffic between its host namespaces; each fault
+measurably taking effect and `clear` undoing it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from labsupport import cpu_rate, fake_rank, lab_fixture
+from labsupport import cpu_rate, fake_rank
 
 from c4.lab import measure
 from c4.lab.faults import clear, inject, loss_counter
@@ -29,8 +29,10 @@ HOST_LINK = "leaf00~node000/nic0"
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    yield from lab_fixture(tmp_path_factory.mktemp("lab"), SPEC, services=True)
+def lab(shared_lab):
+    """The lab this module shares with the other one of the same spec (conftest.py)."""
+    assert LabSpec(**shared_lab["spec"]) == SPEC, "conftest.SHARED_SPEC is not this module's"
+    return shared_lab
 
 
 @pytest.fixture

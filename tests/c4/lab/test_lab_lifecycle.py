@@ -18,7 +18,7 @@ from c4.lab.layout import LabSpec
 from c4.lab.procs import CGROUP_ROOT, alive, lab_processes
 from c4.lab.system import LabError
 
-pytestmark = [pytest.mark.root, pytest.mark.network]
+pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.usefixtures("no_shared_lab")]
 
 SMALL = LabSpec(hosts=2, gpus_per_host=1, hosts_per_leaf=1, spines=2)
 

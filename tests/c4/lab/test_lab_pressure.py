@@ -20,7 +20,7 @@ from c4.lab.procs import CGROUP_ROOT, alive, host_psi_group
 from c4.processes import wait_for
 from collectors.health.host import parse_psi
 
-pytestmark = [pytest.mark.root, pytest.mark.network]
+pytestmark = [pytest.mark.root, pytest.mark.network, pytest.mark.usefixtures("no_shared_lab")]
 
 SMALL = LabSpec(hosts=2, gpus_per_host=1, hosts_per_leaf=1, spines=2)
 

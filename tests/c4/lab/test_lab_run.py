@@ -31,7 +31,7 @@ with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as fh:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, no_shared_lab):
     yield from lab_fixture(tmp_path_factory.mktemp("lab"), LabSpec(hosts=2, gpus_per_host=2),
                            services=False)
 

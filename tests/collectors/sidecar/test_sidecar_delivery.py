@@ -67,7 +67,10 @@ def test_daemon_killed_mid_run_loses_and_duplicates_nothing(tmp_path):
         daemon.kill()  # SIGKILL: no chance to flush anything
         for i in range(3000, 6000, 100):  # the sidecar must hold these until a daemon returns
             rank.send(op_batch("j2", 0, range(i, i + 100)))
-        time.sleep(3)  # long enough for the sidecar to spill to disk
+        # the sidecar saw the daemon go; it holds the records for as long as the new daemon
+        # takes to start (seconds), and it must not lose them meanwhile
+        wait_for(lambda: "daemon stream broke" in car.output(), 10,
+                 what="the sidecar to notice the daemon is gone")
         daemon = start_daemon(tmp_path, port, name="daemon2")
         with DaemonClient(f"127.0.0.1:{port}") as client:
             wait_for(lambda: client.jobs() and client.jobs()[0].ops >= 6000, 60,

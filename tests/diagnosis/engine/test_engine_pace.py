@@ -31,9 +31,10 @@ def job() -> tuple[Arena, list[int]]:
 
 def calls(g: int, k: int, lo_s: float, hi_s: float, rng: np.random.Generator) -> Finished:
     """The calls of group ``g`` between two times: iterations of ``CALLS`` calls at its
-    period, each begun by every replica of its stage together, when the slowest is done."""
+    period, each begun by every group of the job together, when the slowest is done (the
+    data-parallel all-reduce ends each iteration, and the pipeline ties the stages)."""
     period = PERIOD_MS[k] * MS
-    iteration = CALLS * max(PERIOD_MS[i] for i in STAGE[k]) * MS + 5 * MS
+    iteration = CALLS * max(PERIOD_MS) * MS + 5 * MS
     first = int(lo_s * 1e9 // iteration)
     it = np.arange(first, int(hi_s * 1e9 // iteration) + 1)
     seq = (it[:, None] * CALLS + np.arange(CALLS)[None, :]).ravel()

@@ -51,7 +51,7 @@ def _wait_for_dumps(out: Path, ranks: list[int], deadline_s: float = 90.0) -> No
 
 
 def _worker(rank: int, world: int, port: int, out: str, scenario: str, culprit: int,
-            stacks: bool) -> None:
+            stacks_of: list[bool]) -> None:
     import torch
     import torch.distributed as dist
 
@@ -63,6 +63,7 @@ def _worker(rank: int, world: int, port: int, out: str, scenario: str, culprit: 
     dist.all_reduce(t)
     dist.broadcast(t, 0)
     outdir = Path(out)
+    stacks = stacks_of[rank]
     if scenario == "hang":
         pair = dist.new_group([2, 3], timeout=datetime.timedelta(seconds=TIMEOUT_S))
         if rank == culprit:
@@ -87,6 +88,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--culprit", type=int, default=None)
     ap.add_argument("--no-stacks", action="store_true", help="leave Python stacks out of dumps")
+    ap.add_argument("--stacks-only-rank", type=int, default=None, metavar="RANK",
+                    help="only this rank's pickle carries stacks (a process's first dump with "
+                         "stacks symbolizes for seconds)")
     args = ap.parse_args()
     import torch.multiprocessing as mp
 
@@ -96,8 +100,9 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     args.out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, port, str(args.out), args.scenario, culprit,
-                            not args.no_stacks), nprocs=world)
+    stacks = [not args.no_stacks and args.stacks_only_rank in (None, r) for r in range(world)]
+    mp.spawn(_worker, args=(world, port, str(args.out), args.scenario, culprit, stacks),
+             nprocs=world)
 
 
 if __name__ == "__main__":
