@@ -55,8 +55,9 @@ class RasWriter:
             self.exit_ns.setdefault(int(r), int(t))
 
     def launched(self, rows: dict[str, np.ndarray]) -> None:
-        """Calls launched that the GPU never entered, in each rank's program order: the
-        first ``run_ahead`` of each rank's count (its GPU waits in the call before them)."""
+        """Calls launched that the GPU never entered, in each rank's program order (its GPU
+        waits in the call before the first of them): with ``run_ahead``, only that many of
+        each rank's count, sends and receives included (RAS counts only the collectives)."""
         if not rows or not len(rows["rank"]):
             return
         keep = rows["peer"] < 0
