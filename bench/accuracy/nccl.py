@@ -56,9 +56,10 @@ CAN_SHOW: dict[str, dict[str, tuple[str, str]]] = {
                     "the hang is reported naming no component")},
     "rank_hang": {
         "nccl-inspector": ("no", "the hung rank and its peers all stop writing"),
-        "ncclras": ("partly", "the rank that never launched the call its collective peers "
-                    "launched; ranks blocked in send/recv look idle (RAS counts collectives "
-                    "only) and are named too")},
+        "ncclras": ("yes", "launch counts: the hung process launched nothing past what it "
+                    "completed, while its peers' CPUs ran ahead of their stuck streams (past "
+                    "a send or receive too, which RAS does not count); a hung GPU kernel, "
+                    "whose CPU runs on, is not told from a stuck transfer")},
     "error": {
         "nccl-inspector": ("no", "a failed call is never written; the process exits"),
         "ncclras": ("yes", "the process is missing from RAS (unresponsive, then dead)")},

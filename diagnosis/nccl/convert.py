@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 
@@ -115,6 +116,12 @@ class History:
         # batches not yet split into per-rank rows: that is done when a rank is asked about
         # (RAS reports a rank idle), for the last ``keep`` rows of each rank only
         self._pending: list[_Batch] = []
+        # ranks given rows since their list was last put in order; each rank's (pg, op, peer)
+        # per row, kept beside the rows (what a pattern is matched on)
+        self._dirty: set[int] = set()
+        self._sig: dict[int, list[tuple[str, str, int]]] = {}
+        self._codes: dict[int, np.ndarray] = {}       # the same, each as a number
+        self._sig_ids: dict[tuple[str, str, int], int] = {}
 
     def add(self, rank: np.ndarray, pg: np.ndarray, op: np.ndarray, names: list[str],
             peer: np.ndarray, seq: np.ndarray, end_ns: np.ndarray) -> None:
@@ -141,14 +148,21 @@ class History:
                                          peer[sel].tolist(), seq[sel].tolist(),
                                          end[sel].tolist()):
                 self._rows[r_].append((e, names[g], names[o], p, s))
+            self._dirty.update(rk[sel].tolist())
 
     def _sorted(self, rank: int) -> list[tuple[int, str, str, int, int]]:
         self._flush()
         rows = self._rows.get(rank, [])
-        if len(rows) > 1 and any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
-            rows.sort()
-        if len(rows) > self.keep:
-            del rows[: len(rows) - self.keep]
+        if rank in self._dirty:
+            self._dirty.discard(rank)
+            if any(rows[i][0] > rows[i + 1][0] for i in range(len(rows) - 1)):
+                rows.sort()
+            if len(rows) > self.keep:
+                del rows[: len(rows) - self.keep]
+            sig = self._sig[rank] = [row[1:4] for row in rows]
+            ids = self._sig_ids
+            self._codes[rank] = np.fromiter((ids.setdefault(x, len(ids)) for x in sig),
+                                            dtype=np.int64, count=len(sig))
         return rows
 
     def last_end(self, rank: int, t_ns: int) -> int | None:
@@ -157,25 +171,66 @@ class History:
         i = _upto(rows, t_ns)
         return rows[i - 1][0] if i else None
 
-    def next_p2p(self, rank: int, t_ns: int, longest: int = 8) -> tuple[str, str, int, int] | None:
-        """The send or receive (pg, op, peer, seq) the rank is in at ``t_ns`` by its pattern:
-        the call that followed its last few calls every time before (the shortest such
-        context, seen at least twice, up to ``longest`` calls); None when that is not a send
-        or receive, or the pattern says nothing."""
+    def next_call(self, rank: int, t_ns: int, longest: int = 8
+                  ) -> tuple[str, str, int, int] | None:
+        """The call (pg, op, peer, seq) that comes after the rank's last completed one by
+        ``t_ns``, by its pattern: the call one period back, where its calls repeat with a
+        period (:meth:`_period`); else the call that followed its last few calls every time
+        before (the shortest such context, seen at least twice, up to ``longest`` calls);
+        None when the pattern says nothing. ``seq`` is the next one of that call's stream:
+        one past the last seq of that (pg, op, peer) the rank completed (for a collective,
+        of its communicator)."""
         rows = self._sorted(rank)
         n = _upto(rows, t_ns)
-        sig = [row[1:4] for row in rows[:n]]
+        sig = self._sig.get(rank, [])
+        period = self._period(rank, n)
+        nxt = sig[n - period] if period is not None else self._after_context(sig, n, longest)
+        if nxt is None:
+            return None
+        pg, op, peer = nxt
+        # a send or receive counts per pair and direction, a collective per communicator:
+        # one past the latest of its stream
+        same = (rows[i][4] for i in range(n - 1, -1, -1)
+                if (sig[i] == nxt if peer >= 0 else sig[i][0] == pg and sig[i][2] < 0))
+        return pg, op, peer, next(same, -1) + 1
+
+    def _period(self, rank: int, n: int, span: int = 512) -> int | None:
+        """The shortest period P of the rank's first ``n`` calls: each of the last
+        max(4 P, ``span``) calls (all, in a shorter history) is the call P before it. A
+        training step repeats its calls; a run of alternating calls inside it (a layer's
+        all-gather and reduce-scatter) has a shorter period only locally, which the span
+        rules out. Candidates are the distances back to the calls like the last one."""
+        codes = self._codes.get(rank)
+        if codes is None or n < 2:
+            return None
+        codes = codes[:n]
+        for i in np.flatnonzero(codes[: n - 1] == codes[n - 1])[::-1].tolist():
+            p = n - 1 - i
+            if 2 * p > n:
+                break
+            w = min(n, max(4 * p, span))
+            if np.array_equal(codes[n - w + p:n], codes[n - w:n - p]):
+                return p
+        return None
+
+    @staticmethod
+    def _after_context(sig: list[tuple[str, str, int]], n: int, longest: int
+                       ) -> tuple[str, str, int] | None:
         for k in range(1, min(longest, n // 2) + 1):
             ctx = sig[n - k:n]
-            after = [sig[i] for i in range(n - 1, k - 1, -1) if sig[i - k:i] == ctx][:3]
+            # the latest three times the context came before (scanning back, lazily)
+            after = list(islice((sig[i] for i in range(n - 1, k - 1, -1)
+                                 if sig[i - k:i] == ctx), 3))
             if len(after) < 2:
                 return None
             if all(a == after[0] for a in after):
-                pg, op, peer = after[0]
-                if op not in ("send", "recv"):
-                    return None
-                return pg, op, peer, sum(1 for x in sig if x == after[0])
+                return after[0]
         return None
+
+    def next_p2p(self, rank: int, t_ns: int, longest: int = 8) -> tuple[str, str, int, int] | None:
+        """:meth:`next_call` when that is a send or a receive, else None."""
+        nxt = self.next_call(rank, t_ns, longest)
+        return nxt if nxt is not None and nxt[1] in ("send", "recv") else None
 
 
 def _upto(rows: list[tuple[int, str, str, int, int]], t_ns: int) -> int:

@@ -59,18 +59,22 @@ class _Missing:
 class RasFeed:
     """Turns reports into rows, one report at a time, in time order.
 
-    RAS counts collectives only: a rank blocked in a send or a receive looks as idle as one
-    stuck computing. With ``history`` (the calls each rank completed), a rank that launched
-    nothing its peers wait for, has been silent ``silence_ns`` and whose own pattern says a
-    send or receive comes next is taken to be inside it: an open row for that call (what c4's
-    hook would have shipped), so that a hang is followed through the pipeline to the rank
-    that waits on no one."""
+    RAS counts collectives it launched, and a GPU rank's CPU launches ahead of its stream.
+    With ``history`` (the calls each rank completed), a rank silent ``silence_ns`` is placed
+    in the one call its stream is in (:meth:`_stream_positions`): its launches on other
+    communicators are queued, not entered, and a send or receive it got past on the CPU is an
+    open row (what c4's hook would have shipped: a call is open once its stream reached it),
+    so that a hang is followed through the pipeline to the rank that waits on no one."""
 
     resolved: Resolved
     frontiers: Frontiers
     problems: Problems = field(default_factory=Problems)
     history: History | None = None
     silence_ns: int = 5_000_000_000
+    #: a rank whose CPU launched past the send or receive its stream is in, silent this long,
+    #: is in it (sooner than ``silence_ns``: a peer waiting for it must not meet its hang bound,
+    #: 1 s at the least, with the rank seemingly absent)
+    ahead_silence_ns: int = 1_000_000_000
     _open_p2p: set[tuple] = field(default_factory=set)
     _missing: dict[tuple[int, str], _Missing] = field(default_factory=dict)
     _failed: set[tuple[int, str]] = field(default_factory=set)
@@ -84,7 +88,9 @@ class RasFeed:
         r = self.resolved
         prog: dict[str, list] = {k: [] for k in ("rank", "pg", "entered", "completed")}
         err: list[tuple[int, str, int, str, str]] = []
-        inside: dict[int, bool] = {}
+        # per rank, its progress rows past whose completions (the Inspector's) it launched
+        ahead: dict[int, list[int]] = {}
+        ranks: set[int] = set()
         for c in snap.comms:
             pg = r.pg_of.get(c.hash)
             if pg is None or pg not in r.groups:
@@ -115,9 +121,11 @@ class RasFeed:
             for g, entered, completed in entries:
                 if entered < 0:
                     continue
+                ranks.add(g)
                 if completed is None:
                     completed = entered - 1 if entered == top else entered
-                inside[g] = inside.get(g, False) or entered > completed
+                elif entered > completed:
+                    ahead.setdefault(g, []).append(len(prog["rank"]))
                 prog["rank"].append(g)
                 prog["pg"].append(pg)
                 prog["entered"].append(entered)
@@ -126,7 +134,7 @@ class RasFeed:
             if top >= 0:     # a communicator of point-to-point calls only has no call to fail
                 err += [(*e[:3], op, e[3]) for e in self._missing_rows(c.missing, pg, t, top)]
         out = RasRows(t)
-        out.open_p2p = self._p2p_waits(inside, t)
+        out.open_p2p = self._stream_positions(ranks, ahead, prog, t)
         if prog["rank"]:
             n = len(prog["rank"])
             out.progress = ProgressRecords.build(prog["rank"], prog["pg"], [t] * n,
@@ -157,26 +165,76 @@ class RasFeed:
                         f"{m.host}) is {state}: missing from every report since then"))
         return out
 
+    def _stream_positions(self, ranks: set[int], ahead: dict[int, list[int]],
+                          prog: dict[str, list], t: int) -> Columns | None:
+        """Where each rank's stream is, of all the calls its CPU launched.
 
-    def _p2p_waits(self, inside: dict[int, bool], t: int) -> Columns | None:
-        """Open send/recv rows for the silent ranks the report shows inside no collective."""
+        RAS counts launches: a rank whose stream waits in one call has launched the calls
+        after it too, up to whatever makes its CPU wait for the GPU, on every communicator.
+        Its stream is in the call its own pattern says follows its last completed one
+        (``history``); its launches on the other communicators are queued behind it, not
+        entered (``prog`` is changed so, for every rank). A send or receive (which RAS does
+        not count) that the CPU of a rank silent ``ahead_silence_ns`` got past, launching
+        collectives it has not completed, is an open row.
+
+        A rank that launched nothing past its completions shows no call. Where other silent
+        ranks of the report did run ahead, this job's CPUs launch past a waiting call, so
+        this one's CPU stopped outside NCCL (a hung process): it is in no call. Where none
+        did (a job that waits for its GPU after every call, or a source that counts calls
+        when the GPU reaches them), nothing tells a rank blocked in a send or receive from
+        one stopped before it, and the rank is taken to be inside the send or receive its
+        pattern says comes next, as c4's hook would show it. Returns the open send/recv
+        rows."""
         if self.history is None:
             return None
-        rows = []
-        for g, busy in inside.items():
-            if busy:
-                continue
+        # (a running rank too: a count only grows on the board, so a queued call written as
+        # entered while the rank still ran would stay entered once it stopped)
+        placed: list[tuple[int, tuple[str, str, int, int], int]] = []     # rank, call, quiet
+        for g in sorted(ranks):
             last = self.history.last_end(g, t)
-            if last is None or t - last < self.silence_ns:
+            if last is None:
                 continue
-            nxt = self.history.next_p2p(g, t)
-            if nxt is None or (g, *nxt) in self._open_p2p:
+            quiet = t - last
+            if quiet < self.silence_ns and not ahead.get(g):
                 continue
-            self._open_p2p.add((g, *nxt))
-            rows.append((g, *nxt))
+            nxt = self.history.next_call(g, t)
+            if nxt is not None:
+                placed.append((g, nxt, quiet))
+        runs_ahead = any(quiet >= self.ahead_silence_ns
+                         and self._launched_past(ahead.get(g, []), prog, nxt)
+                         for g, nxt, quiet in placed)
+        rows = []
+        for g, (pg, op, peer, seq), quiet in placed:
+            p2p = peer >= 0 and op in ("send", "recv")
+            mine = ahead.get(g, [])
+            if not mine:
+                if p2p and not runs_ahead and quiet >= self.silence_ns:
+                    rows.append((g, pg, op, peer, seq))
+                continue
+            here = [i for i in mine if prog["pg"][i] == pg]
+            if not p2p and not here:
+                continue        # its pattern and its launches disagree: leave them as RAS says
+            for i in mine:
+                if i not in here:
+                    done = prog["completed"][i]
+                    prog["entered"][i] = done if done is not None else -1
+            if p2p and quiet >= self.ahead_silence_ns:
+                rows.append((g, pg, op, peer, seq))
+        rows = [x for x in rows if x not in self._open_p2p]
+        self._open_p2p.update(rows)
         if not rows:
             return None
         return open_rows(rows, t)
+
+    @staticmethod
+    def _launched_past(mine: list[int], prog: dict[str, list],
+                       nxt: tuple[str, str, int, int]) -> bool:
+        """Whether a rank launched calls past the one its stream is in (``nxt``): any
+        collective launched and not completed when that call is a send or receive, more than
+        that one call when it is a collective."""
+        n = sum(prog["entered"][i] - (prog["completed"][i] if prog["completed"][i] is not None
+                                      else -1) for i in mine)
+        return n > (0 if nxt[2] >= 0 else 1)
 
 
 def open_rows(rows: list[tuple[int, str, str, int, int]], t_ns: int) -> Columns:

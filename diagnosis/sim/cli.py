@@ -38,6 +38,11 @@ OUTPUT = [
                                             help="The Inspector's dump interval."), float),
     _param("ras_every", typer.Option(10.0, "--ras-every",
                                      help="Seconds between the ncclras reports."), float),
+    _param("ras_run_ahead", typer.Option(
+        -1, "--ras-run-ahead", help="In the ncclras reports, how many calls past the one its "
+        "GPU waits in a stuck rank's CPU has launched at most (RAS counts launches); -1: every "
+        "call up to the end of the iteration (the host synchronisation of the optimizer "
+        "step)."), int),
     _param("health", typer.Option(False, "--health", help="Append node health series (GPU, "
                                   "NIC port, host PSI samples every --health-interval) as "
                                   "health records; see diagnosis/sim/health.py."), bool),
@@ -54,8 +59,8 @@ OUTPUT = [
 
 
 def run_sim(*, out: Path, gzip: bool, order: str, as_: list[str], inspector_verbose: bool,
-            dump_interval_ms: float, ras_every: float, health: bool, health_cause: str,
-            health_decoys: int, health_interval: float, **job: Any) -> None:
+            dump_interval_ms: float, ras_every: float, ras_run_ahead: int, health: bool,
+            health_cause: str, health_decoys: int, health_interval: float, **job: Any) -> None:
     """Simulate a 3D-parallel training job (with injected faults) and write trace.jsonl (or
     NCCL's own telemetry: --as), topology.json and truth.json into --out."""
     from c4.output import make_console
@@ -66,7 +71,8 @@ def run_sim(*, out: Path, gzip: bool, order: str, as_: list[str], inspector_verb
     formats = [f.strip() for item in as_ for f in item.split(",") if f.strip()]
     try:
         sinks = sinks_for(formats, verbose=inspector_verbose,
-                          dump_interval_us=int(dump_interval_ms * 1000), ras_every_s=ras_every)
+                          dump_interval_us=int(dump_interval_ms * 1000), ras_every_s=ras_every,
+                          ras_run_ahead=None if ras_run_ahead == -1 else ras_run_ahead)
         cfg = build(SimConfig, job, SimError)
         if sinks and cfg.sample:
             raise SimError("--as nccl-inspector/ncclras writes every call: leave out --sample")

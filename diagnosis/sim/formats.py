@@ -32,6 +32,9 @@ class _InspectorSink:
     def rows(self, ops: dict[str, np.ndarray], upto_ns: int) -> None:
         self.writer.rows(ops, upto_ns)
 
+    def launched(self, rows: dict[str, np.ndarray]) -> None:
+        pass        # the Inspector writes completed operations only
+
     def end(self, end_ns: int) -> None:
         self.writer.end(end_ns)
 
@@ -47,6 +50,9 @@ class _RasSink:
     def rows(self, ops: dict[str, np.ndarray], upto_ns: int) -> None:
         self.writer.rows(ops)
 
+    def launched(self, rows: dict[str, np.ndarray]) -> None:
+        self.writer.launched(rows)
+
     def end(self, end_ns: int) -> None:
         self.writer.end(end_ns)
 
@@ -60,16 +66,21 @@ def _inspector(sim: Simulation, out: Path, verbose: bool, interval_us: int) -> _
                                           verbose=verbose), path)
 
 
-def _ras(sim: Simulation, out: Path, every_s: float) -> _RasSink:
+def _ras(sim: Simulation, out: Path, every_s: float, run_ahead: int | None) -> _RasSink:
     path = out / RAS_FILE
-    return _RasSink(RasWriter(sim, path, every_s), path)
+    return _RasSink(RasWriter(sim, path, every_s, run_ahead), path)
 
 
 def sinks_for(formats: list[str] | tuple[str, ...], *, verbose: bool = True,
-              dump_interval_us: int = 100_000, ras_every_s: float = 10.0
-              ) -> list[Callable[..., Any]]:
+              dump_interval_us: int = 100_000, ras_every_s: float = 10.0,
+              ras_run_ahead: int | None = None) -> list[Callable[..., Any]]:
     """Writers (as ``diagnosis.sim.run.simulate`` takes them) for the formats other than
-    ``trace``; raises SimError naming an unknown one."""
+    ``trace``; raises SimError naming an unknown one. ``ras_run_ahead``: how many calls past
+    the one its GPU waits in a rank's CPU launches at most (None: up to the end of the
+    iteration, see :class:`~diagnosis.sim.ras.RasWriter`)."""
+    if ras_run_ahead is not None and ras_run_ahead < 0:
+        raise SimError(f"--ras-run-ahead {ras_run_ahead}: give a number of calls >= 0 (or "
+                       "leave it out: up to the end of the iteration)")
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise SimError(f"--as {', '.join(unknown)}: choose from {', '.join(FORMATS)}")
@@ -77,5 +88,5 @@ def sinks_for(formats: list[str] | tuple[str, ...], *, verbose: bool = True,
     if "nccl-inspector" in formats:
         out.append(partial(_inspector, verbose=verbose, interval_us=dump_interval_us))
     if "ncclras" in formats:
-        out.append(partial(_ras, every_s=ras_every_s))
+        out.append(partial(_ras, every_s=ras_every_s, run_ahead=ras_run_ahead))
     return out

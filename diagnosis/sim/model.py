@@ -7,13 +7,19 @@ optimizer steps. Causality: a collective's transfer starts when its last member 
 send/recv pair starts when both sides have entered; a rank enters its next call when its previous
 call ended plus its compute. A time of +inf means "never": a hung rank never enters its next
 call, so it has no op line, and peers that entered wait for ever (no ``t_end_ns``).
+
+A rank's CPU launches its calls ahead of its GPU: every call of an iteration once it is past
+the host synchronisation that ends the previous one (the optimizer step reads the loss and the
+gradient norm on the host). The calls it launched that its GPU never reached are kept apart
+(``Batch.launched``): NCCL RAS counts them. A hung rank is a hung process (a deadlock, a
+stuck data loader, a debugger): its CPU launches nothing past the hang.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +48,10 @@ class Batch:
     iteration: int
     ops: dict[str, np.ndarray]
     conns: dict[str, np.ndarray]
+    #: calls the ranks' CPUs launched that their GPUs never entered (stuck behind an earlier
+    #: call), in each rank's program order: rank, pg, op, peer, and ``t_launch_ns`` (when the
+    #: CPU began the iteration)
+    launched: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def build_topology(cfg: SimConfig) -> Topology:
@@ -186,6 +196,9 @@ class Simulation:
         self.gc_step3, self.hang3 = gc_step.reshape(self.shape), hang_step.reshape(self.shape)
         self.bw = self._bandwidth(active, i)
         ops, cons = _Acc(_OP_FIELDS), _Acc(_CONN_FIELDS)
+        # past the previous iteration's host synchronisation, a CPU launches this whole
+        # iteration; a rank that hangs in it stops launching there
+        launch = np.where(np.isfinite(self.free) & (hang_step < 0), self.free, np.inf)
         free = self.free.reshape(self.shape).copy()
 
         for m in range(M):                                  # forward
@@ -231,7 +244,7 @@ class Simulation:
                                            max(float(c["t_start_ns"][stuck].min()), died))
         if not cfg.conns:
             c = {k: v[:0] for k, v in c.items()}
-        return self._finish(i, ops.columns(), c)
+        return self._finish(i, ops.columns(), c, launch)
 
     def _deaths(self, i: int, onset_now: list[faultmod.Fault]) -> None:
         """Pick the moment each dead fault starting now strikes: uniformly within this
@@ -435,8 +448,10 @@ class Simulation:
             nbytes[(f - 1) % D] = 0
 
     # ----- output -----------------------------------------------------------------------------
-    def _finish(self, i: int, o: dict[str, np.ndarray], c: dict[str, np.ndarray]) -> Batch:
+    def _finish(self, i: int, o: dict[str, np.ndarray], c: dict[str, np.ndarray],
+                launch: np.ndarray) -> Batch:
         entered = np.isfinite(o["t_enter_ns"])
+        launched = self._launched(o, ~entered, launch)
         o = {k: v[entered] for k, v in o.items()}
         skew = self.skew[o["rank"].astype(np.int64)]
         ops: dict[str, np.ndarray] = {
@@ -465,7 +480,20 @@ class Simulation:
         }
         order = np.argsort(conns["t_start_ns"], kind="stable")
         conns = {k: v[order] for k, v in conns.items()}
-        return Batch(i, ops, conns)
+        return Batch(i, ops, conns, launched)
+
+    def _launched(self, o: dict[str, np.ndarray], waiting: np.ndarray, launch: np.ndarray
+                  ) -> dict[str, np.ndarray]:
+        """The rows of calls never entered whose rank's CPU launched them (``launch``: when
+        each rank's CPU began the iteration, +inf where it did not), in program order (the
+        order the iteration added them: per rank, the order it makes its calls)."""
+        rank = o["rank"].astype(np.int64)
+        sel = waiting & np.isfinite(launch[rank])
+        r = rank[sel]
+        return {"rank": r.astype("<i4"), "pg": o["pg"][sel].astype("<u4"),
+                "op": o["op"][sel].astype("<u4"), "peer": o["peer"][sel].astype("<i4"),
+                "t_launch_ns": self.cfg.t0_ns + np.round(launch[r]).astype(np.int64)
+                + self.skew[r]}
 
     def _abs(self, t: np.ndarray, skew: np.ndarray) -> np.ndarray:
         t = t.astype(np.float64)

@@ -4,6 +4,13 @@ stopped): per communicator every rank's process, node address, GPU and per-type 
 (``collective_counts``: calls launched, whether or not they finished), and the ranks whose
 process is gone (``missing_ranks``: unresponsive, considered dead after RAS's 60 s).
 
+RAS counts what the CPU launched, not what the GPU reached (recorded on an H100 with NCCL
+2.28.9: three ranks showed 200 AllReduces while their GPUs waited in the 100th). A stuck
+rank's CPU goes on launching until something makes it wait for its GPU: the simulation's CPUs
+run to the end of the iteration (``Batch.launched``); ``run_ahead`` caps that at a number of
+calls past the one the GPU waits in (a job that synchronises more often, or a launch queue
+that fills).
+
 The reports go one after the other into one file, as ``while sleep 10; do ncclras -f json;
 done`` would leave them; ``timestamp`` is local time to the second, as ncclras prints it.
 """
@@ -29,10 +36,12 @@ DEAD_AFTER_NS = 60_000_000_000      # RAS declares an unreachable peer dead afte
 class RasWriter:
     """Feed it every op row (:meth:`rows`, any order); :meth:`end` writes the reports."""
 
-    def __init__(self, sim: Simulation, path: str | Path, every_s: float = 10.0) -> None:
+    def __init__(self, sim: Simulation, path: str | Path, every_s: float = 10.0,
+                 run_ahead: int | None = None) -> None:
         self.sim = sim
         self.path = Path(path)
         self.every_ns = int(every_s * 1e9)
+        self.run_ahead = run_ahead
         self.counts: Counter = Counter()
         self.exit_ns: dict[int, int] = {}
         self.n_reports = 0
@@ -40,15 +49,36 @@ class RasWriter:
     def rows(self, ops: dict[str, np.ndarray]) -> None:
         if not ops or not len(ops["rank"]):
             return
-        coll = ops["peer"] < 0
-        keys = np.stack([ops["rank"][coll].astype(np.int64), ops["pg"][coll].astype(np.int64),
-                         ops["op"][coll].astype(np.int64)], axis=1)
-        uniq, counts = np.unique(keys, axis=0, return_counts=True)
-        for (r, g, k), c in zip(uniq.tolist(), counts.tolist()):
-            self.counts[(r, g, k)] += c
+        self._count(ops, ops["peer"] < 0)
         failed = (ops["status"] > 0) & (ops["t_end_ns"] >= 0)
         for r, t in zip(ops["rank"][failed].tolist(), ops["t_end_ns"][failed].tolist()):
             self.exit_ns.setdefault(int(r), int(t))
+
+    def launched(self, rows: dict[str, np.ndarray]) -> None:
+        """Calls launched that the GPU never entered, in each rank's program order (its GPU
+        waits in the call before the first of them): with ``run_ahead``, only that many of
+        each rank's count, sends and receives included (RAS counts only the collectives)."""
+        if not rows or not len(rows["rank"]):
+            return
+        keep = rows["peer"] < 0
+        if self.run_ahead is not None:
+            rank = rows["rank"].astype(np.int64)
+            order = np.argsort(rank, kind="stable")
+            r = rank[order]
+            head = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+            nth = np.empty(len(r), dtype=np.int64)
+            nth[order] = np.arange(len(r)) - np.repeat(head, np.diff(np.r_[head, len(r)]))
+            keep &= nth < self.run_ahead
+        self._count(rows, keep)
+
+    def _count(self, ops: dict[str, np.ndarray], sel: np.ndarray) -> None:
+        if not sel.any():
+            return
+        keys = np.stack([ops["rank"][sel].astype(np.int64), ops["pg"][sel].astype(np.int64),
+                         ops["op"][sel].astype(np.int64)], axis=1)
+        uniq, counts = np.unique(keys, axis=0, return_counts=True)
+        for (r, g, k), c in zip(uniq.tolist(), counts.tolist()):
+            self.counts[(r, g, k)] += c
 
     def times(self, end_ns: int) -> list[int]:
         """When the reports were taken: every ``every_s`` from the job's last event while it

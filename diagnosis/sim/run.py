@@ -114,6 +114,9 @@ class Sink(Protocol):
 
     def rows(self, ops: dict[str, np.ndarray], upto_ns: int) -> None: ...
 
+    def launched(self, rows: dict[str, np.ndarray]) -> None:
+        """Calls the ranks' CPUs launched that their GPUs never entered (``Batch.launched``)."""
+
     def end(self, end_ns: int) -> None: ...
 
     def records(self) -> dict[str, int]: ...
@@ -154,6 +157,7 @@ def _write(sim: Simulation, writer: TraceWriter, reduced: ReducedWriter | None, 
         _rows(writer, reduced, rows, upto)
         for sink in sinks:
             sink.rows(rows[0], upto)
+            sink.launched(batch.launched)
         n += 1
     if order == "complete":
         rows = reorder.flush()

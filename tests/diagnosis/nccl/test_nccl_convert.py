@@ -37,6 +37,26 @@ def test_history_tells_the_send_that_follows_a_ranks_pattern_across_batches():
     assert h.last_end(2, 2000) is None
 
 
+def test_history_tells_the_call_after_a_run_of_alternating_calls_by_the_steps_period():
+    # each step: all-gather, reduce-scatter five times on tp, then a send; the last step
+    # stopped after its fifth reduce-scatter: the send comes next, though every context of
+    # up to 8 calls (..., all-gather, reduce-scatter) was followed by an all-gather too
+    names = ["tp", "pp", "all_gather", "reduce_scatter", "send"]
+    step = [(0, 2, -1), (0, 3, -1)] * 5 + [(1, 4, 1)]
+    calls = step * 40 + step[:-1]
+    # seqs: per communicator for collectives, per pair and direction for sends
+    count: dict[int, int] = {}
+    seq = []
+    for pg, _, _ in calls:
+        count[pg] = count.get(pg, -1) + 1
+        seq.append(count[pg])
+    h = History()
+    h.add(np.zeros(len(calls), dtype=np.int64), np.asarray([c[0] for c in calls]),
+          np.asarray([c[1] for c in calls]), names, np.asarray([c[2] for c in calls]),
+          np.asarray(seq), np.arange(len(calls)) * 10)
+    assert h.next_call(0, 10 ** 6) == ("pp", "send", 1, 40)
+
+
 def test_history_keeps_each_ranks_latest_calls_only():
     h = History(keep=4)
     for b in range(3):

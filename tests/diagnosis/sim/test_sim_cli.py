@@ -64,3 +64,11 @@ def test_the_command_s_options_are_sim_config_s_fields():
 def test_a_bad_job_names_its_flag():
     with pytest.raises(SimError, match="--tp 3 must divide --gpus-per-host 8"):
         _sim_config(["--out", "x", "--tp", "3"])
+
+
+def test_a_negative_ras_run_ahead_is_a_usage_error(tmp_path):
+    res = CliRunner().invoke(build_app(), ["sim", "--out", str(tmp_path), "--gpus", "16",
+                                           "--pp", "2", "--as", "ncclras",
+                                           "--ras-run-ahead", "-2"])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and "--ras-run-ahead -2" in res.output
