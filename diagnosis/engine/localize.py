@@ -39,11 +39,14 @@ from diagnosis.engine.tomography import (
 )
 
 _EMPTY: frozenset[Component] = frozenset()
-#: how a communication hang was "localized" when nothing places it: every member's NIC and
-#: path explain it equally (and the stuck transfer may as well sit in a member's transport);
-#: naming the first of such a tie would single out a component at random
-UNPLACED = ("every member's NIC and path explain it equally and nothing through them moved: "
-            "without per-connection records the stuck transfer cannot be placed")
+#: how a communication hang was "localized" when nothing places it: the components that
+#: explain it equally lie on different paths between its members (every member's NIC, in
+#: which case the stuck transfer may as well sit in a member's transport; the uplinks and
+#: spines of every ECMP route between its leaves); naming the first of such a tie would single
+#: out a component at random
+UNPLACED = ("the components that explain it equally lie on different paths between its "
+            "members and nothing through them moved: without per-connection records the stuck "
+            "transfer cannot be placed")
 
 
 @dataclass
@@ -100,13 +103,16 @@ class Localizer:
             return _EMPTY, _EMPTY
         return self.paths.between(a, b)
 
-    def group_sets(self, g: int) -> tuple[frozenset[Component], frozenset[Component]]:
+    def _ring_pairs(self, g: int) -> list[tuple[int, int]]:
+        """The (sender, receiver) ranks whose traffic stands for communicator ``g``'s."""
         m = self.arena.members[g].tolist()
-        pairs = [(m[0], m[1])] if self.arena.p2p[g] else \
+        return [(m[0], m[1])] if self.arena.p2p[g] else \
             [(m[i], m[(i + 1) % len(m)]) for i in range(len(m))] if len(m) > 1 else []
+
+    def group_sets(self, g: int) -> tuple[frozenset[Component], frozenset[Component]]:
         may: set[Component] = set()
         must: set[Component] = set()
-        for s, d in pairs:
+        for s, d in self._ring_pairs(g):
             a, b = self.pair(s, d)
             may |= a
             must |= b
@@ -560,20 +566,31 @@ class Localizer:
                 out = _suspects(found)
                 out.sort(key=lambda x: (-x.score, Component(x.type, x.id) not in sure,
                                         alive.get(Component(x.type, x.id), -1)))
-                if self._spans_members(found[0], groups):
+                if not self._on_one_path(found[0], groups):
                     return out, UNPLACED
                 return out, "no other communicator through these components moved"
         m = sorted({r for g in groups for r in self.arena.members[g].tolist()})
         return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),
                 "no connection records to localize the transfer")
 
-    def _spans_members(self, e: Explanation, groups: list[int]) -> bool:
-        """The explanation's tied components reach the NICs of more than two members of the
-        stuck communicators: a tie across several connections' endpoints, not one path."""
-        tied = set(e.components)
-        members = {r for g in groups for r in self.arena.members[g].tolist()}
-        nics = {nic for r in members if (nic := self.placement.nic(r)) is not None}
-        return sum(Component("nic", n) in tied for n in nics) > 2
+    def _on_one_path(self, e: Explanation, groups: list[int]) -> bool:
+        """Whether the explanation's tied components lie on one candidate path between two
+        members of the stuck communicators (a NIC and its cable; a leaf, an uplink and a spine
+        of one route): the hang is placed on that path. Tied across different paths (the NICs
+        of several members, the spines of every ECMP route between two leaves), nothing says
+        which of them carries the stuck transfer. Without a topology the components are ranks,
+        and the tie stands as it is."""
+        tied = frozenset(e.components)
+        if self.paths is None or len(tied) <= 1:
+            return True
+        for g in groups:
+            for s, d in self._ring_pairs(g):
+                if not tied <= self.pair(s, d)[0]:
+                    continue
+                a, b = self.placement.nic(s), self.placement.nic(d)
+                if a is not None and b is not None and self.paths.on_one_path(a, b, tied):
+                    return True
+        return False
 
     @staticmethod
     def _stalled_by(win: ConnWindow, sel: np.ndarray) -> int:

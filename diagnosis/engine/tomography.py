@@ -88,6 +88,19 @@ class PathCache:
         return found
 
 
+    def on_one_path(self, src_nic: str, dst_nic: str, comps: frozenset[Component]) -> bool:
+        """Whether one candidate path from one NIC to another crosses every one of ``comps``
+        (their ``may`` set holds components of different ECMP routes too)."""
+        if src_nic == dst_nic:
+            return False
+        try:
+            paths = self.topo.paths(src_nic, dst_nic)
+        except TopologyError as exc:
+            log.debug("no paths %s -> %s: %s", src_nic, dst_nic, exc)
+            return False
+        return any(comps <= self.recorded(tuple(p)) for p in paths)
+
+
 def explain(slow: Sequence[frozenset[Component]], healthy: Sequence[frozenset[Component]],
             purity: float, max_sets: int = 8,
             clearing: Callable[[Component], int] | None = None, exclusive: bool = False
