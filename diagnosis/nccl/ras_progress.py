@@ -131,8 +131,10 @@ class RasFeed:
                 prog["entered"].append(entered)
                 prog["completed"].append(completed if completed >= 0 else None)
             op = next(iter(pending)) if len(pending) == 1 else "unknown"
+            done = max((d for _, _, d in entries if d is not None), default=-1)
             if top >= 0:     # a communicator of point-to-point calls only has no call to fail
-                err += [(*e[:3], op, e[3]) for e in self._missing_rows(c.missing, pg, t, top)]
+                err += [(*e[:3], op, e[3])
+                        for e in self._missing_rows(c.missing, pg, t, top, done)]
         out = RasRows(t)
         out.open_p2p = self._stream_positions(ranks, ahead, prog, t)
         if prog["rank"]:
@@ -143,8 +145,12 @@ class RasFeed:
             out.errors = failed_rows(err, t)
         return out
 
-    def _missing_rows(self, missing: Iterable, pg: str, t: int, top: int
+    def _missing_rows(self, missing: Iterable, pg: str, t: int, top: int, done: int
                       ) -> list[tuple[int, str, int, str]]:
+        """Failed rows of the ranks RAS has lost, in the call after the last one they
+        completed: their own last Inspector record, or the last call a present member
+        completed (``done``) when that is later. A process that dies loses the records it had
+        not dumped yet, and a collective its peers completed, it took part in."""
         out = []
         for m in missing:
             g = self.resolved.rank(m.host, m.pid)
@@ -159,7 +165,7 @@ class RasFeed:
                 continue
             st.reported = True
             front = self.frontiers.at(g, pg, t)
-            seq = front[0] + 1 if front is not None else max(top, 0)
+            seq = max(front[0], done) + 1 if front is not None else max(top, 0)
             state = "considered dead" if m.considered_dead else "unresponsive"
             out.append((g, pg, seq, f"RAS: rank {m.rank} of {pg} (process {m.pid} on "
                         f"{m.host}) is {state}: missing from every report since then"))

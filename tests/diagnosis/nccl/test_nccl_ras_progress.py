@@ -51,3 +51,18 @@ def test_a_dead_nic_under_a_send_stays_a_stuck_transfer(tmp_path, seed, every_s)
     assert [r["kind"] for r in reports] == ["comm_hang"], [r["summary"] for r in reports]
     assert score.faults[0].detected and score.false_reports == 0
     assert "send/recv" in reports[0]["summary"]
+
+
+@pytest.mark.parametrize("seed", [3, 6])
+def test_a_process_that_died_is_an_error_in_the_call_after_its_peers_last_one(tmp_path, seed):
+    # A process that exits loses the Inspector records it had not dumped: its last record is
+    # a call or more behind its peers'. RAS loses it; its failed row belongs in the call after
+    # the last one a peer completed (which it took part in), where its peers wait. Placed after
+    # its own last record, the row fell on a call every peer had finished: nobody waited on
+    # the failure, and the job's silence read as a teardown (no report).
+    truth, reports = _analyzed(simulated(str(tmp_path), "error:auto@6", seed=seed))
+    rank = truth["faults"][0]["ranks"][0]
+    assert [r["kind"] for r in reports] == ["error"], [r["summary"] for r in reports]
+    assert [s.get("rank") for s in reports[0]["suspects"]] == [rank]
+    score = score_scenario(truth, reports)
+    assert score.faults[0].top1 and score.false_reports == 0
