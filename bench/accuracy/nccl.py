@@ -46,9 +46,15 @@ CAN_SHOW: dict[str, dict[str, tuple[str, str]]] = {
         "ncclras": ("partly", "every member launched the stuck call: a comm_hang, localized "
                     "only by structure (no connection data)")},
     "dead_link": {
-        "nccl-inspector": ("no", "as dead_nic"), "ncclras": ("partly", "as dead_nic")},
+        "nccl-inspector": ("no", "as dead_nic"),
+        "ncclras": ("partly", "a cable as dead_nic (its one path is named); an uplink, one of "
+                    "several ECMP routes between two leaves, cannot be told from the others' "
+                    "links and spines: the hang is reported naming no component")},
     "dead_switch": {
-        "nccl-inspector": ("no", "as dead_nic"), "ncclras": ("partly", "as dead_nic")},
+        "nccl-inspector": ("no", "as dead_nic"),
+        "ncclras": ("partly", "a leaf as dead_nic (on the stuck pair's one path); a spine, "
+                    "like an uplink, lies on one of several ECMP routes: the hang is reported "
+                    "naming no component")},
     "comm_hang": {
         "nccl-inspector": ("no", "as dead_nic"),
         "ncclras": ("partly", "every member launched the stuck call, and without connection "
