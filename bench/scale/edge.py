@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "support" / "steady_job.py"
@@ -88,6 +89,14 @@ def _kill(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _stop(job: Any, pids: list[int], *services: Any) -> None:
+    """The job (torchrun, its ranks by pid), then the sidecar and daemon."""
+    job.kill()
+    _kill(pids)
+    for svc in services:
+        svc.stop()
 
 
 def _window(pids: list[int], seconds: float) -> float:
@@ -156,10 +165,7 @@ def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
                 "sidecar_cpu": car_cpu, "daemon_cpu": daemon_cpu,
                 "records": (c1[0] - c0[0]) / dt, "bytes": (c1[1] - c0[1]) / dt}
     finally:
-        svc.kill()
-        _kill(pids)
-        car.stop()
-        daemon.stop()
+        _stop(svc, pids, car, daemon)
 
 
 def _lines(d: Path) -> int:
@@ -212,10 +218,7 @@ def measure_inspector(workdir: Path, plugin: str, ranks: int, rate: float, secon
                     "sidecar_cpu": (cpu_s(car.proc.pid) - car_cpu0) / dt, "daemon_cpu": 0.0,
                     "records": (c1[0] - c0[0]) / dt, "bytes": (c1[1] - c0[1]) / dt}
     finally:
-        svc.kill()
-        _kill(pids)
-        car.stop()
-        daemon.stop()
+        _stop(svc, pids, car, daemon)
 
 
 def measure_paced(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
