@@ -566,21 +566,25 @@ class Localizer:
                 out = _suspects(found)
                 out.sort(key=lambda x: (-x.score, Component(x.type, x.id) not in sure,
                                         alive.get(Component(x.type, x.id), -1)))
-                if not self._on_one_path(found[0], groups):
+                if not self._on_one_path(found[0], groups, sure):
                     return out, UNPLACED
                 return out, "no other communicator through these components moved"
         m = sorted({r for g in groups for r in self.arena.members[g].tolist()})
         return (self.placement.suspects(m, [1.0 / len(m)] * len(m)),
                 "no connection records to localize the transfer")
 
-    def _on_one_path(self, e: Explanation, groups: list[int]) -> bool:
+    def _on_one_path(self, e: Explanation, groups: list[int],
+                     sure: frozenset[Component]) -> bool:
         """Whether the explanation's tied components lie on one candidate path between two
         members of the stuck communicators (a NIC and its cable; a leaf, an uplink and a spine
         of one route): the hang is placed on that path. Tied across different paths (the NICs
         of several members, the spines of every ECMP route between two leaves), nothing says
-        which of them carries the stuck transfer. Without a topology the components are ranks,
-        and the tie stands as it is."""
+        which of them carries the stuck transfer. Those of the tie on every candidate path of
+        the stuck communicators (``sure``: the cables of a pair's two ends, say, beside the
+        spines of its routes) are the ones judged when there are any: the report names them
+        first. Without a topology the components are ranks, and the tie stands as it is."""
         tied = frozenset(e.components)
+        tied = (tied & sure) or tied
         if self.paths is None or len(tied) <= 1:
             return True
         for g in groups:
