@@ -452,6 +452,9 @@ class Engine:
             return
         g, pos = g[ok], pos[ok]
         self.progress.update(g, pos, recs.entered[ok], recs.completed[ok], recs.t_ns[ok])
+        if self.sample > 1:
+            self.stragglers.waits.update(g, pos, recs.entered[ok], recs.completed[ok],
+                                         recs.t_ns[ok])
         if fill_open:
             self.progress.write(*self.progress.pending(g, pos))
         elif self.sample > 1:

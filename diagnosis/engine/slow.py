@@ -66,6 +66,9 @@ class SlowRank:
     # found by its group's pace as a whole: one test, whose evidence every member carries (so
     # its members' findings are one piece of evidence, not one each)
     whole_group: bool = False
+    # found by who its peers wait for at progress snapshots (``waits``): the informative
+    # snapshots since onset in which it was waited for, those snapshots, and all snapshots
+    waits: tuple[int, int, int] | None = None
 
 
 class _SizeClass:

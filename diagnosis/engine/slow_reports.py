@@ -31,6 +31,15 @@ def _evidence(found: Iterable[SlowRank]) -> float:
     return own + sum(groups.values())
 
 
+def _waited(s: SlowRank) -> str:
+    """What the progress snapshots of a rank its peers wait for showed (``waits``)."""
+    assert s.waits is not None
+    hits, count, snaps = s.waits
+    return (f"of the {snaps} progress snapshots since it began, its peers were inside a call "
+            f"in {count}, and in {hits} of those it had not entered it and waited in no other "
+            f"call: about {100 * hits / max(snaps, 1):.0f}% of the time they waited for it")
+
+
 class SlowReports:
     """Turns the slow detectors' findings into ``noncomm_slow`` and ``comm_slow`` findings for
     the reporter, and says which of its open ones ended. ``blamed``: ranks that error reports
@@ -115,7 +124,11 @@ class SlowReports:
         if host and self.reporter.get(hid) is not None:
             return hid
         name = self.arena.names[s.group]
-        if s.duty is not None:
+        if s.waits is not None:
+            summary = (f"{self.placement.describe(s.rank)} keeps its peers in "
+                       f"{group_words(name, 'group')} waiting: {_waited(s)}: check that GPU "
+                       "(clocks, thermals, ECC) or its host's load")
+        elif s.duty is not None:
             every = f", one every {s.every_ns / 1e9:.1f} s" if s.every_ns > 0 else ""
             summary = (f"{self.placement.describe(s.rank)} is slow again and again: in "
                        f"{s.episodes} episodes, {100 * s.duty:.0f}% of its {s.samples} samples "
@@ -146,7 +159,13 @@ class SlowReports:
         frac = float(np.median([s.frac for s in rows]))
         onset = min(s.onset_ns for s in rows)
         duty = [s.duty for s in rows if s.duty is not None]
-        if len(duty) * 2 > len(rows):
+        waited = [s for s in rows if s.waits is not None]
+        if len(waited) * 2 > len(rows):
+            summary = (f"every GPU of host {host} ({len(ranks)} ranks) keeps its peers "
+                       f"waiting: {_waited(waited[0])} (rank {waited[0].rank}; "
+                       f"{len(waited)} of its ranks alike): check the host (CPU, memory, PCIe, "
+                       "power)")
+        elif len(duty) * 2 > len(rows):
             summary = (f"every GPU of host {host} ({len(ranks)} ranks) is slow again and "
                        f"again: in {100 * float(np.median(duty)):.0f}% of their samples since "
                        f"the first episode they take {ms(excess_ns)} ({1 + excess:.1f}x) "
@@ -173,6 +192,9 @@ class SlowReports:
                "late_fraction": round(s.frac, 3), "noise_sigma": round(s.sigma, 4)}
         if s.duty is not None:
             out.update(recurring=True, slow_fraction=round(s.duty, 3), episodes=s.episodes)
+        if s.waits is not None:
+            out.update(waited_snapshots=s.waits[0], waiting_snapshots=s.waits[1],
+                       snapshots=s.waits[2])
         return out
 
     def _slow_ranks(self) -> set[int]:

@@ -33,6 +33,7 @@ from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.pace import GroupPace, SlowGroup
 from diagnosis.engine.slow import RecStats, SlowRank, judge_rings
 from diagnosis.engine.timing import GroupTiming
+from diagnosis.engine.waits import WaitBoard, Waited
 
 # the share of a group's pace excess that a member's lateness inside it must reach to explain
 # it: a GPU s times slower, computing c between calls that take m, is late by (s-1)c in a pace
@@ -173,6 +174,7 @@ class SampledStragglers:
         self.rings: dict[int, _Rings] = {}
         self.sample = 1      # the stream's sampling factor (``Engine.set_sample``)
         self.pace = GroupPace(arena, config)
+        self.waits = WaitBoard(arena, config)
         self._chain: dict[int, int] = {}     # (see _chains)
         self._chain_known = -1
 
@@ -264,6 +266,31 @@ class SampledStragglers:
         return {sg.group for sg in paced if sg.duty is not None and sg.group not in lasting
                 and chains_of(sg.group) & slow_chains}
 
+    def _waited(self, waited: list[Waited]) -> list[SlowRank]:
+        """Members their peers wait for at progress snapshots (``waits``), as late members
+        of those communicators: the share of the time their peers wait for them, over what
+        remains, is their excess."""
+        if not waited:
+            return []
+        # a pipeline stage after a slow one in its backward pass starts its last backward
+        # late: its replicas then wait for it at the data-parallel all-reduce, while it
+        # computes, not in any call. In each pipeline chain the first one waited for, the
+        # strongest first among those, is the cause; the later ones are its victims
+        chain = self._chains()
+        first: dict[int, Waited] = {}
+        for w in sorted(waited, key=lambda w: (w.onset_ns, w.logp)):
+            first.setdefault(chain.get(w.rank, -1 - w.rank), w)
+        waited = [w for w in waited if first[chain.get(w.rank, -1 - w.rank)] is w
+                  or first[chain.get(w.rank, -1 - w.rank)].onset_ns == w.onset_ns]
+        pace = self._pace(np.asarray([w.group for w in waited], dtype=np.int64))
+        out = []
+        for w, p in zip(waited, pace.tolist(), strict=True):
+            excess = w.share / max(1.0 - w.share, 0.05)
+            out.append(SlowRank(w.rank, w.group, w.onset_ns, excess, excess * p, w.count,
+                                w.hits / max(w.count, 1), 0.0, w.logp,
+                                waits=(w.hits, w.count, w.snapshots)))
+        return out
+
     def judge(self) -> list[SlowRank]:
         """The late members, and the members of groups whose pace fell behind with none of
         them late (a slow host), without those that are only victims of another."""
@@ -276,6 +303,7 @@ class SampledStragglers:
         # GPU slow now and then is late in its collectives, which show it); a level that
         # changes from some moment on still is
         found = [f for f in found if f.duty is None or not self.arena.p2p[f.group]]
+        found += self._waited(self.waits.judge())
         late_in: dict[int, set[int]] = {}
         for f in found:
             late_in.setdefault(f.group, set()).add(f.rank)

@@ -1,0 +1,81 @@
+"""Who the others wait for, from progress snapshots (``diagnosis.engine.waits``), whatever the
+sampling factor: the member outside a collective while its peers are inside, waiting in no
+other call, from some moment on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.engine.arena import Arena
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.waits import WaitBoard
+from tests.diagnosis.engine.test_engine_reduced import analyse, named
+
+W = 1_000_000_000
+
+
+def _board(members: int = 8) -> tuple[Arena, WaitBoard, int, int]:
+    arena = Arena(16)
+    g = arena.add_group(0, "dp.0", np.arange(members))
+    # a pipeline channel from rank 7 to rank 0
+    ch = int(arena.channels(np.array([1]), np.array([7]), np.array([0]), ["dp.0", "pp.0"])[0])
+    return arena, WaitBoard(arena, EngineConfig()), g, ch
+
+
+def _window(board: WaitBoard, g: int, t: int, inside: list[bool], seq: int) -> None:
+    n = len(inside)
+    entered = np.full(n, seq + 1)
+    completed = np.where(inside, seq, seq + 1)
+    board.update(np.full(n, g), np.arange(n), entered, completed, np.full(n, t))
+
+
+def test_the_member_its_peers_wait_for_from_some_moment_on_is_found():
+    _, board, g, _ = _board()
+    rng = np.random.default_rng(1)
+    for w in range(60):
+        inside = [True] * 8
+        if w < 30:
+            inside[int(rng.integers(8))] = False    # anyone comes last now and then
+        else:
+            inside[3] = False                        # from window 30 on, rank 3
+        _window(board, g, (w + 1) * W, inside, w)
+    found = board.judge()
+    assert [f.rank for f in found] == [3]
+    assert found[0].onset_ns == 31 * W
+    assert found[0].hits == found[0].count
+
+
+def test_anyone_last_now_and_then_is_nobody():
+    _, board, g, _ = _board()
+    rng = np.random.default_rng(2)
+    for w in range(60):
+        inside = [True] * 8
+        inside[int(rng.integers(8))] = False
+        _window(board, g, (w + 1) * W, inside, w)
+    assert board.judge() == []
+
+
+def test_a_member_that_waits_in_another_call_is_no_cause():
+    """Rank 0 is outside the all-reduce but inside a receive from rank 7: it waits too (a
+    pipeline stage after a slow one), so its peers do not wait for it."""
+    _, board, g, ch = _board()
+    rng = np.random.default_rng(3)
+    for w in range(60):
+        t = (w + 1) * W
+        inside = [True] * 8
+        inside[0 if w >= 30 else int(rng.integers(8))] = False
+        if w >= 30:    # rank 0 (the channel's receiving end) is inside a receive
+            board.update(np.array([ch]), np.array([1]), np.array([w + 1]), np.array([w]),
+                         np.array([t]))
+        _window(board, g, t, inside, w)
+    assert board.judge() == []
+
+
+def test_a_slow_host_is_named_at_one_call_in_64(tmp_path):
+    """At K = 64 a tensor-parallel group keeps about one call in 64 and its data-parallel
+    all-reduce hardly ever: its pace between kept calls cannot be compared with its replicas'
+    (the spans hold their waits for it). Its replicas' progress shows them waiting for it."""
+    reports, truth, _ = analyse(tmp_path, 64, "slow_host:auto@12,slow=1.5", gpus=256,
+                                iterations=40, layers=16)
+    assert named(reports, truth["faults"][0]), [(r.kind, r.summary) for r in reports]
+    assert len(reports) == 1, [(r.kind, r.summary) for r in reports]
