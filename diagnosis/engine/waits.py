@@ -170,7 +170,8 @@ class WaitBoard:
     def judge(self) -> list[Waited]:
         """The members waited for from some moment on, per size of communicator."""
         self._ensure()
-        cfg, out = self.cfg, []
+        cfg = self.cfg
+        out: list[Waited] = []
         coll = np.flatnonzero(~self.arena.p2p[: len(self.cols)] & (self.cols > 0))
         if not len(coll):
             return out
