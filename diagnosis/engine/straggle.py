@@ -275,13 +275,12 @@ class SampledStragglers:
         # a pipeline stage after a slow one in its backward pass starts its last backward
         # late: its replicas then wait for it at the data-parallel all-reduce, while it
         # computes, not in any call. In each pipeline chain the first one waited for, the
-        # strongest first among those, is the cause; the later ones are its victims
+        # strongest first among those, is the cause; the others are its victims
         chain = self._chains()
         first: dict[int, Waited] = {}
         for w in sorted(waited, key=lambda w: (w.onset_ns, w.logp)):
             first.setdefault(chain.get(w.rank, -1 - w.rank), w)
-        waited = [w for w in waited if first[chain.get(w.rank, -1 - w.rank)] is w
-                  or first[chain.get(w.rank, -1 - w.rank)].onset_ns == w.onset_ns]
+        waited = [w for w in waited if first[chain.get(w.rank, -1 - w.rank)] is w]
         pace = self._pace(np.asarray([w.group for w in waited], dtype=np.int64))
         out = []
         for w, p in zip(waited, pace.tolist(), strict=True):

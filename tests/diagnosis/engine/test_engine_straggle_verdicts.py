@@ -59,3 +59,22 @@ def test_a_gpu_late_now_and_then_explains_its_group_behind_now_and_then(monkeypa
     st = stragglers(monkeypatch, [rank_late(1, 0, 0.6, 0.3)],
                         [SlowGroup(TP0, T0, 0.9, 20, 0.3, -30.0, duty=0.3, episodes=5)])
     assert [f.rank for f in st.judge()] == [1]
+
+
+def test_of_the_stages_of_one_pipeline_waited_for_the_first_and_strongest_is_the_cause(
+        monkeypatch):
+    """Progress snapshots show the replicas of two stages of one pipeline waiting for them
+    (``waits``): the slow one, and the stage that drains its backward pass after it, which
+    starts its last backward late. Seen from the same snapshot on, the stronger evidence is
+    the cause; the other is its victim. A stage of another pipeline stays a finding of its
+    own."""
+    from diagnosis.engine.waits import Waited
+    st = stragglers(monkeypatch, [], [])
+    # a pipeline: rank 1 (host 0) sends to rank 5 (host 1); ranks 2 and 6 in no pipeline
+    st.arena.channels(np.array([7]), np.array([1]), np.array([5]), [f"pg{i}" for i in range(8)])
+    dp1, dp2 = 3, 4     # the groups dp1 (ranks 1, 5) and dp2 (ranks 2, 6)
+    found = [Waited(5, dp1, T0, 7, 7, 0.0, 23, 0.3, -24.5),
+             Waited(1, dp1, T0, 4, 6, 0.0, 22, 0.18, -11.4),
+             Waited(6, dp2, T0 + 3, 3, 6, 0.0, 20, 0.15, -9.0)]
+    monkeypatch.setattr(st.waits, "judge", lambda: list(found))
+    assert sorted(f.rank for f in st.judge()) == [5, 6]
