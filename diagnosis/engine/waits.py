@@ -63,8 +63,9 @@ class WaitBoard:
         self.off = np.zeros(0, dtype=np.int64)      # each group's first member row
         self.size = 0
         self.inside = np.zeros(0, dtype=np.int64)   # -1: not known yet
+        self.rank_of = np.zeros(0, dtype=np.int64)  # each member row's global rank
         self.busy = np.zeros(0, dtype=np.int64)     # per rank, the calls it is inside
-        self.y = np.zeros((0, self.H))              # 1: outside while waited for, 0: not, nan
+        self.y = np.zeros((0, self.H), dtype=np.float32)  # 1: waited for, 0: not, nan
         self.t = np.zeros((0, self.H), dtype=np.int64)      # per group, per column
         self.snaps = np.zeros((0, self.H), dtype=np.int64)  # snapshots a column stands for
         self.cols = np.zeros(0, dtype=np.int64)     # per group, columns written
@@ -82,7 +83,9 @@ class WaitBoard:
         self.size += int(sizes.sum())
         grow = self.size - len(self.inside)
         self.inside = np.r_[self.inside, np.full(grow, -1, dtype=np.int64)]
-        self.y = np.vstack([self.y, np.full((grow, self.H), np.nan)])
+        self.rank_of = np.concatenate([self.rank_of, *(
+            self.arena.members[g].astype(np.int64) for g in range(G - len(sizes), G))])
+        self.y = np.vstack([self.y, np.full((grow, self.H), np.nan, dtype=np.float32)])
         add = G - len(self.cols)
         self.t = np.vstack([self.t, np.zeros((add, self.H), dtype=np.int64)])
         self.snaps = np.vstack([self.snaps, np.zeros((add, self.H), dtype=np.int64)])
@@ -119,8 +122,7 @@ class WaitBoard:
         row = self.off[g] + pos
         last = np.r_[row[1:] != row[:-1], True]      # (a member's last row of the window)
         row, g, pos, inside = row[last], g[last], pos[last], inside[last]
-        rank = np.fromiter((self.arena.members[x][p] for x, p in
-                            zip(g.tolist(), pos.tolist(), strict=True)), np.int64, len(g))
+        rank = self.rank_of[row]
         self._grow_busy(rank)
         np.add.at(self.busy, rank, inside - np.maximum(self.inside[row], 0))
         self.inside[row] = inside
@@ -144,7 +146,7 @@ class WaitBoard:
         informative = known & (peers >= 1) & (share >= _PEERS_INSIDE)
         # waited for: outside, and inside no other call (a rank that waits elsewhere, for a
         # pipeline stage before it, is that stage's victim)
-        members = np.concatenate([self.arena.members[x] for x in groups.tolist()])
+        members = self.rank_of[rows]
         self._grow_busy(members)
         free = (own == 0) & (self.busy[members] == 0)
         self.since[groups] += 1
