@@ -10,11 +10,12 @@ some moment on, is the one they wait for: a slow GPU in its tensor-parallel grou
 of a slow host in its data-parallel group, where its replicas' kept calls would compare only
 the waits it imposes on them.
 
-Each window's snapshot counts once a later window's records have come (rows of one window may
-arrive in pieces); a member without a row in a window did not move, so its state is that of its
-last row. Only snapshots in which the member's peers mostly wait are informative; each member's
-last ``history`` of those are judged by the change-point test of own time (``series``), against
-the rate at which members of communicators of its size are the one waited for.
+Each window's snapshot counts once two later windows' records have come (rows of one window
+arrive in pieces, from every node's sidecar); a member without a row in a window did not move,
+so its state is that of its last row. Only snapshots in which the member's peers mostly wait
+are informative; each member's last ``history`` of those are judged by the change-point test
+of own time (``series``), against the rate at which members of communicators of its size are
+the one waited for.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.distinct import distinct
 from diagnosis.engine.series import CHANGE_LEAST, change_point, on_slow_rows
 
 # snapshots a member needs before a change: one slow from the first on is judged by the other
@@ -71,7 +73,8 @@ class WaitBoard:
         self.cols = np.zeros(0, dtype=np.int64)     # per group, columns written
         self.since = np.zeros(0, dtype=np.int64)    # per group, snapshots since the last column
         self._pend: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in range(4)]
-        self.newest = -1
+        self._ends = np.zeros(0, dtype=np.int64)    # the newest window ends seen
+        self._taken = -1                            # the newest window snapshotted
 
     def _ensure(self) -> None:
         G = len(self.arena)
@@ -95,14 +98,18 @@ class WaitBoard:
     def update(self, g: np.ndarray, pos: np.ndarray, entered: np.ndarray,
                completed: np.ndarray, t: np.ndarray) -> None:
         """Take progress rows (member ``pos`` of communicator or channel ``g`` at the end of a
-        window ``t``); the windows before the newest one seen are taken as complete."""
+        window ``t``). A window is taken as complete once rows of two later windows have
+        come (the sidecars of a job deliver a window's rows a little apart); a row of a window
+        already taken only sets its member's state."""
         if not len(g):
             return
         inside = ((entered >= 0) & (entered > completed)).astype(np.int64)
         self._pend = [np.r_[a, b] for a, b in zip(self._pend, (g, pos, t, inside),
                                                   strict=True)]
-        self.newest = max(self.newest, int(t.max()))
-        ready = self._pend[2] < self.newest
+        self._ends = np.union1d(self._ends, distinct(t))[-3:]
+        if len(self._ends) < 3:
+            return
+        ready = self._pend[2] < self._ends[-2]
         if not ready.any():
             return
         rows = [a[ready] for a in self._pend]
@@ -113,9 +120,12 @@ class WaitBoard:
         gg, pp, tt, ii = gg[o], pp[o], tt[o], ii[o]
         cuts = np.flatnonzero(np.r_[True, tt[1:] != tt[:-1], True])
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-            self._snapshot(gg[a:b], pp[a:b], ii[a:b], int(tt[a]))
+            late = int(tt[a]) <= self._taken
+            self._snapshot(gg[a:b], pp[a:b], ii[a:b], int(tt[a]), state_only=late)
+            self._taken = max(self._taken, int(tt[a]))
 
-    def _snapshot(self, g: np.ndarray, pos: np.ndarray, inside: np.ndarray, t: int) -> None:
+    def _snapshot(self, g: np.ndarray, pos: np.ndarray, inside: np.ndarray, t: int,
+                  state_only: bool = False) -> None:
         """One window's rows (sorted by group and member): set the members' states, then
         snapshot each collective that had a row (one with none did not move: the same
         snapshot again)."""
@@ -127,7 +137,7 @@ class WaitBoard:
         np.add.at(self.busy, rank, inside - np.maximum(self.inside[row], 0))
         self.inside[row] = inside
         coll = ~self.arena.p2p[g]
-        if not coll.any():
+        if state_only or not coll.any():
             return
         g = g[coll]
         groups = g[np.r_[True, g[1:] != g[:-1]]]

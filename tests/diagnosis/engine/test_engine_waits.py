@@ -55,6 +55,28 @@ def test_anyone_last_now_and_then_is_nobody():
     assert board.judge() == []
 
 
+def test_a_node_whose_rows_come_late_is_not_waited_for():
+    """From window 30 on, rank 3's sidecar delivers each window's rows with the others' rows of
+    the window after next (it fell behind). Every member is inside the barrier at odd windows
+    and outside at even ones; were a window taken as soon as a later one began, rank 3 would
+    still look outside at odd ones while the others wait."""
+    _, board, g, _ = _board()
+    others = np.array([0, 1, 2, 4, 5, 6, 7])
+
+    def rows(members: np.ndarray, w: int) -> tuple[np.ndarray, ...]:
+        n = len(members)
+        inside = w % 2 == 1
+        return (np.full(n, g), members, np.full(n, w + 1), np.full(n, w if inside else w + 1),
+                np.full(n, (w + 1) * W))
+    for w in range(60):
+        late = [rows(others, w), rows(np.array([3]), w - 2)]
+        parts = [rows(np.arange(8), w)] if w < 30 else late
+        board.update(*(np.concatenate(c) for c in zip(*parts, strict=True)))
+    assert board.judge() == []
+    # (no snapshot counted it as the one waited for)
+    assert np.nansum(board.y[board.off[g] + 3]) == 0
+
+
 def test_a_member_that_waits_in_another_call_is_no_cause():
     """Rank 0 is outside the all-reduce but inside a receive from rank 7: it waits too (a
     pipeline stage after a slow one), so its peers do not wait for it."""
