@@ -33,6 +33,7 @@ from bench.accuracy.scenarios import JobShape, Scenario, scenarios
 from bench.accuracy.score import latency_deltas, score_scenario, summarize
 from bench.accuracy.table import TARGETS, print_comparison, print_table
 from c4.topology.fabrics import FABRICS
+from diagnosis.sim.config import FAULT_KINDS
 from diagnosis.sim.run import simulate
 
 __all__ = ["TARGETS", "main", "print_table", "run_one", "with_samples"]
@@ -209,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [512] if args.quick else [int(x) for x in args.gpus.split(",") if x]
     seeds = 1 if args.quick else args.seeds
     kinds = [k for k in args.kinds.split(",") if k] or None
+    unknown = sorted(set(kinds or ()) - set(FAULT_KINDS))
+    if unknown:
+        ap.error(f"--kinds {','.join(unknown)}: choose from {', '.join(FAULT_KINDS)} (healthy "
+                 "and multi runs are always included)")
     todo = scenarios(sizes, seeds, args.quick, conns=not args.no_conns, kinds=kinds,
                      fabric=args.fabric, nics_per_host=args.nics_per_host,
                      paths=not args.no_paths, shape=_shape(args.shape), layers=args.layers,

@@ -113,3 +113,13 @@ def test_bench_prints_a_row_group_per_factor_and_the_call_rate(tmp_path, capsys)
     assert 5 < res["calls_per_s_per_rank"] < 30
     deltas = res["latency_delta_s_by_sample"]["8"]
     assert all(np.isfinite(x) for cell in deltas for x in cell["deltas"])
+
+
+def test_an_unknown_kind_is_refused_with_the_kinds_there_are(capsys):
+    """``healthy`` is no fault kind: the runs without a fault are always made."""
+    import pytest
+    with pytest.raises(SystemExit) as e:
+        main(["--kinds", "slow_gpu,healthy", "--gpus", "64"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--kinds healthy: choose from slow_gpu" in err and "always included" in err
