@@ -277,10 +277,13 @@ class SampledStragglers:
         # computes, not in any call. In each pipeline chain the first one waited for, the
         # strongest first among those, is the cause; the others are its victims
         chain = self._chains()
+
+        def chain_of(w: Waited) -> int:
+            return chain.get(w.rank, -1 - w.rank)     # (a rank in no pipeline: its own)
         first: dict[int, Waited] = {}
         for w in sorted(waited, key=lambda w: (w.onset_ns, w.logp)):
-            first.setdefault(chain.get(w.rank, -1 - w.rank), w)
-        waited = [w for w in waited if first[chain.get(w.rank, -1 - w.rank)] is w]
+            first.setdefault(chain_of(w), w)
+        waited = [w for w in waited if first[chain_of(w)] is w]
         pace = self._pace(np.asarray([w.group for w in waited], dtype=np.int64))
         out = []
         for w, p in zip(waited, pace.tolist(), strict=True):
