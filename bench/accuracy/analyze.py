@@ -180,10 +180,12 @@ class EdgeFeed(SimEdge):
 
 
 # ----- stream mode -------------------------------------------------------------------------------
-def new_engine(sim: Simulation):
-    from diagnosis.engine import Engine
+def new_engine(sim: Simulation, step_s: float | None = None):
+    """An engine placed as the simulated job; ``step_s``: advanced that often, as the daemon's
+    live view advances its engines every analysis interval."""
+    from diagnosis.engine import Engine, EngineConfig
 
-    eng = Engine(topology=sim.topo)
+    eng = Engine(sim.topo, None if step_s is None else EngineConfig.analysed_every(step_s))
     lay = sim.lay
     for r in range(lay.world):
         eng.add_rank(r, lay.hosts[lay.host_of[r]], gpu=lay.gpu[r], nic=lay.nic[r])
@@ -248,7 +250,7 @@ def analyze_stream(cfg: SimConfig, step_s: float = 1.0
 
     sim = Simulation(cfg)
     rate = CallRate()
-    eng = new_engine(sim)
+    eng = new_engine(sim, step_s)
     edge = None if cfg.sample is None else EdgeFeed(sim, eng, cfg.sample, cfg.window_ns)
     seen: dict[str, int] = {}
     n_ops = n_conns = 0

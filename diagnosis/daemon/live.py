@@ -45,7 +45,7 @@ from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
 from diagnosis.daemon.scheduling import Governor, Schedules
 from diagnosis.daemon.writer import LATENCY_BUCKETS
-from diagnosis.engine import Engine
+from diagnosis.engine import Engine, EngineConfig
 from diagnosis.health.live import LiveHealth
 from diagnosis.store import (
     BatchRows,
@@ -145,8 +145,9 @@ class LiveView:
                  gone_after_s: float = 300.0,
                  budget: BudgetConfig | None = None, control: ControlHub | None = None,
                  max_job_names: int = MAX_JOB_NAMES, hosts: HostBook | None = None,
-                 topology_source: str = "") -> None:
+                 topology_source: str = "", interval_s: float = 1.0) -> None:
         self._hub = hub
+        self._engine_config = EngineConfig.analysed_every(interval_s)
         self.max_job_names = max_job_names
         self._hosts = hosts     # the hosts' discovered internals: each job's topology
         self._topology_source = topology_source
@@ -351,7 +352,8 @@ class LiveView:
                 log.info("job %s attempt %d replaces attempt %d in the live view", job,
                          attempt, old[1])
                 del self._jobs[old]
-            state = self._jobs[key] = JobState(job, attempt, Engine(topology=self._topology),
+            state = self._jobs[key] = JobState(job, attempt,
+                                               Engine(self._topology, self._engine_config),
                                                budget=JobBudget(self._budget))
             if self.on_job_start is not None:
                 self.on_job_start(job, attempt)

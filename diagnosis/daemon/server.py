@@ -78,7 +78,8 @@ class Daemon:
                              max_backlog_records=config.live_backlog_records,
                              idle_s=config.jobs.idle_s,
                              gone_after_s=config.jobs.gone_after_s,
-                             budget=config.budget, control=self.control)
+                             budget=config.budget, control=self.control,
+                             interval_s=config.analyze_interval_s)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
         self.inspector = ProcessInspector(self.hub, self.store.ranks, config.inspect,

@@ -192,7 +192,8 @@ class EngineConfig:
 
     # ---- cadence ------------------------------------------------------------------------------
     #: Slow detectors run at most once per this much data time (ns); hang checks run on every
-    #: ``advance``.
+    #: ``advance``. Offline, where a report's time is its evidence's, this only bounds the
+    #: detectors' cost; live, see :meth:`analysed_every`.
     detect_every_ns: int = 2_000_000_000
 
     def __post_init__(self) -> None:
@@ -239,3 +240,11 @@ class EngineConfig:
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+    @classmethod
+    def analysed_every(cls, interval_s: float) -> EngineConfig:
+        """The configuration of an engine advanced every ``interval_s`` (the daemon's analysis
+        interval): its slow detectors run at every advance, so that the interval is what a
+        slow fault waits for, not the default cadence. Advances come at least an interval
+        apart; the margin keeps a clock's slew from skipping one."""
+        return cls(detect_every_ns=max(1, int(0.9 * interval_s * 1e9)))

@@ -59,3 +59,15 @@ def test_collector_heartbeats_reach_the_engine_of_their_attempt_only():
         c4_pb2.CollectorStats(job="job", attempt=0, rank=0, t_ns=t + 1, leaving=True)]))
     live.analyze(now_ns=t + 1)
     assert engine.leaving == {0} and engine.clock.seen[0] == t + 1
+
+
+def test_a_jobs_slow_detectors_run_at_every_pass_of_the_views_interval():
+    from diagnosis.engine import EngineConfig
+
+    for interval_s in (1.0, 2.0):
+        live = LiveView(FaultHub(open_store("memory://")), interval_s=interval_s)
+        live.apply([_rank(0, 0)])
+        live.drain()
+        cfg = live._jobs[("job", 0)].engine.cfg
+        assert cfg == EngineConfig.analysed_every(interval_s)
+        assert 0.5 * interval_s * 1e9 < cfg.detect_every_ns < interval_s * 1e9

@@ -200,3 +200,51 @@ def test_a_batch_of_many_unknown_group_names_is_dropped_with_one_line(caplog):
     assert len([r for r in caplog.records if "group record" in r.message]) == 1
     # names no row uses are not interned at all
     assert "unused" not in eng.pg_names and "unused" not in eng.op_names
+
+
+def _seconds_of_calls(seconds: int, slow_from_s: int) -> list[list]:
+    """Per second, the calls of 8 ranks in one communicator, ten a second with noise; rank 3
+    computes 30 ms longer before each call from ``slow_from_s`` on."""
+    rng = np.random.default_rng(5)
+    out = []
+    for s in range(seconds):
+        rows = []
+        for i in range(10):
+            seq = s * 10 + i
+            enter = (seq * 100 + 40) * MS + rng.integers(0, 2 * MS, 8)
+            if s >= slow_from_s:
+                enter[3] += 30 * MS
+            end = int(enter.max()) + 5 * MS
+            rows += [op_row(r, seq, int(enter[r]), end) for r in range(8)]
+        out.append(rows)
+    return out
+
+
+def test_an_engine_analysed_every_second_reports_at_the_first_second_that_shows_the_fault():
+    """``EngineConfig.analysed_every``, as the daemon's live view sets it: a slow rank is
+    reported at the first advance whose data shows it (a whole pass over those data finds
+    it), not at the default cadence of the slow detectors, every 2 s of data."""
+    chunks = _seconds_of_calls(30, slow_from_s=13)
+
+    def first_report(config: EngineConfig | None, fresh_each_second: bool) -> int:
+        eng = Engine(config=config)
+        for s, rows in enumerate(chunks):
+            if fresh_each_second:
+                eng = Engine(config=config)
+                eng.add_group("g", list(range(8)))
+                eng.add_ops(_cols([r for c in chunks[:s + 1] for r in c]))
+                found = eng.finish(int(max(r[8] for r in rows)))
+            else:
+                if s == 0:
+                    eng.add_group("g", list(range(8)))
+                eng.add_ops(_cols(rows))
+                found = eng.advance(int(max(r[8] for r in rows)))
+            if any(r.kind == "noncomm_slow" for r in found):
+                return s
+        raise AssertionError("the slow rank was never reported")
+
+    shows = first_report(None, fresh_each_second=True)
+    assert first_report(EngineConfig.analysed_every(1.0), fresh_each_second=False) == shows
+    # the default cadence runs the slow detectors at even seconds of these data: a second later
+    assert shows % 2 == 1
+    assert first_report(None, fresh_each_second=False) == shows + 1
