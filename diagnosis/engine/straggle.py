@@ -266,7 +266,7 @@ class SampledStragglers:
         return {sg.group for sg in paced if sg.duty is not None and sg.group not in lasting
                 and chains_of(sg.group) & slow_chains}
 
-    def _waited(self, waited: list[Waited]) -> list[SlowRank]:
+    def _waited(self, waited: list[Waited], seen: list[tuple[int, int]]) -> list[SlowRank]:
         """Members their peers wait for at progress snapshots (``waits``), as late members
         of those communicators: the share of the time their peers wait for them, over what
         remains, is their excess."""
@@ -274,16 +274,28 @@ class SampledStragglers:
             return []
         # a pipeline stage after a slow one in its backward pass starts its last backward
         # late: its replicas then wait for it at the data-parallel all-reduce, while it
-        # computes, not in any call. In each pipeline chain the first one waited for, the
-        # strongest first among those, is the cause; the others are its victims
+        # computes, not in any call. In each pipeline chain one is the cause and the others
+        # its victims: the one its pipeline neighbours wait for (beyond its replicas), then
+        # the first one waited for, the strongest first among those (a stage far down the
+        # pipeline gathers every delay before it: it may come first)
         chain = self._chains()
 
         def chain_of(w: Waited) -> int:
             return chain.get(w.rank, -1 - w.rank)     # (a rank in no pipeline: its own)
         first: dict[int, Waited] = {}
-        for w in sorted(waited, key=lambda w: (w.onset_ns, w.logp)):
+        for w in sorted(waited, key=lambda w: (-self.waits.held(w.rank, w.group), w.onset_ns,
+                                               w.logp)):
             first.setdefault(chain_of(w), w)
-        waited = [w for w in waited if first[chain_of(w)] is w]
+        # a stage the other detectors found slow (from the first sample, say: no change point
+        # in waits) comes before the stages it holds back
+        before: dict[int, tuple[int, int]] = {}
+        for rank, onset in seen:
+            c = chain.get(rank)
+            if c is not None and onset < before.get(c, (1 << 62, -1))[0]:
+                before[c] = (onset, rank)
+        waited = [w for w in waited if first[chain_of(w)] is w
+                  and not (chain_of(w) in before and before[chain_of(w)][1] != w.rank
+                           and before[chain_of(w)][0] <= w.onset_ns)]
         pace = self._pace(np.asarray([w.group for w in waited], dtype=np.int64))
         out = []
         for w, p in zip(waited, pace.tolist(), strict=True):
@@ -305,10 +317,18 @@ class SampledStragglers:
         # GPU slow now and then is late in its collectives, which show it); a level that
         # changes from some moment on still is
         found = [f for f in found if f.duty is None or not self.arena.p2p[f.group]]
-        found += self._waited(self.waits.judge())
+        paced = self.pace.judge()
+        seen = [(f.rank, f.onset_ns) for f in found] + [
+            (r, sg.onset_ns) for sg in paced for r in self.arena.members[sg.group].tolist()]
+        found += self._waited(self.waits.judge(), seen)
+        # per group, its late members and the most time one of them kept it waiting (its
+        # lateness, times the share of its samples it was late in when only now and then)
         late_in: dict[int, set[int]] = {}
+        held_for: dict[int, float] = {}
         for f in found:
             late_in.setdefault(f.group, set()).add(f.rank)
+            kept = f.excess * (1.0 if f.duty is None else f.duty)
+            held_for[f.group] = max(held_for.get(f.group, 0.0), kept)
         # per member: how late it came, found late from a change point on (a level), and
         # found late again and again (episodes)
         lasting: dict[int, float] = {}
@@ -319,7 +339,6 @@ class SampledStragglers:
                 lasting[f.rank] = max(lasting.get(f.rank, 0.0), f.excess)
         unexplained: set[int] = set()
         behind: list[SlowRank] = []
-        paced = self.pace.judge()
         held = self._held_back(paced, found)
         for sg in paced:
             if sg.duty is not None and sg.group in held:
@@ -344,10 +363,13 @@ class SampledStragglers:
         covered = {f.rank for f in behind}
         found = [f for f in found if f.rank not in covered] + behind
         # the members of a group waited for its late members, unless those do not explain
-        # why the group as a whole fell behind
+        # why the group as a whole fell behind, or why a member is late elsewhere: a GPU
+        # late a little now and then in its tensor-parallel group does not make its host's
+        # other GPUs the ones their replicas wait for most of the time (a slow host)
         victims: set[int] = set()
         for g, late_members in late_in.items():
             if g not in unexplained:
                 victims.update(r for r in self.arena.members[g].tolist()
-                               if r not in late_members)
+                               if r not in late_members
+                               and held_for[g] >= _EXPLAINS * late_by.get(r, 0.0))
         return [f for f in found if f.rank not in victims]

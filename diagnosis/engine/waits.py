@@ -16,6 +16,11 @@ so its state is that of its last row. Only snapshots in which the member's peers
 are informative; each member's last ``history`` of those are judged by the change-point test
 of own time (``series``), against the rate at which members of communicators of its size are
 the one waited for.
+
+Send/recv channels are snapshotted too: a side inside its transfer while the other is inside
+no call waits for that other. Per rank, how often its pipeline neighbours waited for it,
+beyond its replicas (``held``), tells the slow stage of a pipeline from the stages it holds
+back, whose replicas may wait for them as well.
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ class WaitBoard:
         self.inside = np.zeros(0, dtype=np.int64)   # -1: not known yet
         self.rank_of = np.zeros(0, dtype=np.int64)  # each member row's global rank
         self.busy = np.zeros(0, dtype=np.int64)     # per rank, the calls it is inside
+        # per rank, the snapshots at which the other side of one of its send/recv channels was
+        # inside their transfer while it was inside no call (see ``held``)
+        self.held_p2p = np.zeros(0, dtype=np.int64)
         self.y = np.zeros((0, self.H), dtype=np.float32)  # 1: waited for, 0: not, nan
         self.t = np.zeros((0, self.H), dtype=np.int64)      # per group, per column
         self.snaps = np.zeros((0, self.H), dtype=np.int64)  # snapshots a column stands for
@@ -140,7 +148,11 @@ class WaitBoard:
         np.add.at(self.busy, rank, inside - np.maximum(self.inside[row], 0))
         self.inside[row] = inside
         coll = ~self.arena.p2p[g]
-        if state_only or not coll.any():
+        if state_only:
+            return
+        if not coll.all():
+            self._channels(g[~coll])
+        if not coll.any():
             return
         g = g[coll]
         groups = g[np.r_[True, g[1:] != g[:-1]]]
@@ -177,10 +189,38 @@ class WaitBoard:
         val = np.where(informative, free.astype(np.float64), np.nan)[mine]
         self.y[rows[mine], np.repeat(c, n[hit])] = val
 
+    def _channels(self, g: np.ndarray) -> None:
+        """Snapshot send/recv channels that had a row: a side inside its transfer while the
+        other is inside no call waits for that other (a receiver for data not computed yet,
+        a sender for a receiver that has not come)."""
+        g = distinct(g)
+        a, b = self.off[g], self.off[g] + 1
+        ra, rb = self.rank_of[a], self.rank_of[b]
+        self._grow_busy(np.r_[ra, rb])
+        sa, sb = self.inside[a], self.inside[b]
+        free_a = (sa == 0) & (self.busy[ra] == 0)
+        free_b = (sb == 0) & (self.busy[rb] == 0)
+        np.add.at(self.held_p2p, ra[free_a & (sb == 1)], 1)
+        np.add.at(self.held_p2p, rb[free_b & (sa == 1)], 1)
+
+    def held(self, rank: int, group: int) -> float:
+        """How many more snapshots than the members of ``group`` (its replicas, in the same
+        role) the other sides of ``rank``'s send/recv channels waited for it: a pipeline stage
+        that computes slowly keeps the stages before and after it waiting; a stage held back
+        by it waits itself, inside its transfers."""
+        n = len(self.held_p2p)
+        if rank >= n:
+            return 0.0
+        peers = self.arena.members[group].astype(np.int64)
+        seen = self.held_p2p[np.minimum(peers, n - 1)] * (peers < n)
+        return float(self.held_p2p[rank] - np.median(seen))
+
     def _grow_busy(self, ranks: np.ndarray) -> None:
         top = int(ranks.max()) + 1 if len(ranks) else 0
         if top > len(self.busy):
-            self.busy = np.r_[self.busy, np.zeros(top - len(self.busy), dtype=np.int64)]
+            grow = np.zeros(top - len(self.busy), dtype=np.int64)
+            self.busy = np.r_[self.busy, grow]
+            self.held_p2p = np.r_[self.held_p2p, grow]
 
     def judge(self) -> list[Waited]:
         """The members waited for from some moment on, per size of communicator."""

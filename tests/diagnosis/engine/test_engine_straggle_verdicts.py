@@ -78,3 +78,52 @@ def test_of_the_stages_of_one_pipeline_waited_for_the_first_and_strongest_is_the
              Waited(6, dp2, T0 + 3, 3, 6, 0.0, 20, 0.15, -9.0)]
     monkeypatch.setattr(st.waits, "judge", lambda: list(found))
     assert sorted(f.rank for f in st.judge()) == [5, 6]
+
+
+def test_of_the_stages_of_one_pipeline_waited_for_the_one_its_neighbours_wait_for_is_the_cause(
+        monkeypatch):
+    """The stage at the far end of a slow stage's backward pass gathers every delay before
+    it: its replicas wait for it from earlier on, and more, than for the slow stage. What
+    tells them apart is the pipeline itself: the slow stage's neighbours wait for it inside
+    their transfers (``WaitBoard.held``), the far stage's do not."""
+    from diagnosis.engine.waits import Waited
+    st = stragglers(monkeypatch, [], [])
+    st.arena.channels(np.array([7]), np.array([1]), np.array([5]), [f"pg{i}" for i in range(8)])
+    dp1 = 3
+    found = [Waited(1, dp1, T0, 7, 9, 0.0, 30, 0.3, -21.0),          # the far stage
+             Waited(5, dp1, T0 + 5, 6, 7, 0.0, 24, 0.25, -19.1)]     # the slow one
+    monkeypatch.setattr(st.waits, "judge", lambda: list(found))
+    assert [f.rank for f in st.judge()] == [1]      # nothing else known: the first
+    st.waits._grow_busy(np.array([7]))
+    st.waits.held_p2p[5] = 10                       # its neighbour waited for it 10 times more
+    assert [f.rank for f in st.judge()] == [5]
+
+
+def test_a_gpu_late_a_little_now_and_then_does_not_make_its_host_mates_victims(monkeypatch):
+    """Every GPU of host 1 is waited for by its data-parallel replica most of the time (a slow
+    host); one of them is also late in its tensor-parallel group now and then, by little. That
+    does not explain why the replicas wait for the others: they are no victims of it. A GPU
+    late in every call of its group would."""
+    from diagnosis.engine.waits import Waited
+    waits = [Waited(4 + i, 2 + i, T0, 6, 7, 0.0, 24, 0.25, -19.1) for i in range(4)]
+    st = stragglers(monkeypatch, [rank_late(7, 1, 0.07, 0.07)], [])
+    monkeypatch.setattr(st.waits, "judge", lambda: list(waits))
+    assert sorted({f.rank for f in st.judge()}) == [4, 5, 6, 7]
+    st = stragglers(monkeypatch, [rank_late(7, 1, 0.6, None)], [])
+    monkeypatch.setattr(st.waits, "judge", lambda: list(waits))
+    assert sorted({f.rank for f in st.judge()}) == [7]
+
+
+def test_a_stage_waited_for_after_its_pipeline_had_a_slow_stage_is_its_victim(monkeypatch):
+    """Rank 1 is late in its tensor-parallel group from the start (a slow stage, found by the
+    kept calls); rank 6, the stage its backward pass drains into, is waited for by its replica
+    from later on: its victim. The same stage in another pipeline is judged on its own."""
+    from diagnosis.engine.waits import Waited
+    late = SlowRank(1, TP0, T0, 0.8, 0.8e6, 20, 0.7, 0.01, -15.0, duty=0.7, episodes=5)
+    waited = [Waited(6, 4, T0 + 5, 6, 7, 0.0, 24, 0.25, -19.1)]     # in dp2 (ranks 2, 6)
+    for sender, expect in ((1, [1]), (3, [1, 6])):
+        st = stragglers(monkeypatch, [late], [])
+        st.arena.channels(np.array([7]), np.array([sender]), np.array([6]),
+                          [f"pg{i}" for i in range(8)])
+        monkeypatch.setattr(st.waits, "judge", lambda: list(waited))
+        assert sorted({f.rank for f in st.judge()}) == expect

@@ -93,6 +93,22 @@ def test_a_member_that_waits_in_another_call_is_no_cause():
     assert board.judge() == []
 
 
+def test_a_channel_side_waited_for_by_the_other_is_held_beyond_its_replicas():
+    """Rank 0 waits inside its receive from rank 7 at 10 windows: at 6 of them rank 7 is inside
+    no call (rank 0 waits for it: it computes), at 4 inside the all-reduce (rank 7 waits too)."""
+    _, board, g, ch = _board()
+    for w in range(10):
+        t = (w + 1) * W
+        free = w < 6
+        _window(board, g, t, [True] * 7 + [not free], w)
+        board.update(np.array([ch, ch]), np.array([0, 1]), np.array([w, w + 1]),
+                     np.array([w, w]), np.array([t, t]))
+    _window(board, g, 11 * W, [True] * 8, 10)
+    _window(board, g, 12 * W, [True] * 8, 11)
+    assert board.held(7, g) == 6
+    assert board.held(0, g) == 0 and board.held(3, g) == 0
+
+
 def test_a_slow_host_is_named_at_one_call_in_64(tmp_path):
     """At K = 64 a tensor-parallel group keeps about one call in 64 and its data-parallel
     all-reduce hardly ever: its pace between kept calls cannot be compared with its replicas'
