@@ -29,6 +29,7 @@ from itertools import repeat
 import numpy as np
 
 from diagnosis.engine.arena import Arena, Finished
+from diagnosis.engine.colate import CoLateness
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.pace import GroupPace, SlowGroup
 from diagnosis.engine.slow import RecStats, SlowRank, judge_rings
@@ -175,6 +176,7 @@ class SampledStragglers:
         self.sample = 1      # the stream's sampling factor (``Engine.set_sample``)
         self.pace = GroupPace(arena, config)
         self.waits = WaitBoard(arena, config)
+        self.colate = CoLateness(arena)
         self._chain: dict[int, int] = {}     # (see _chains)
         self._chain_known = -1
 
@@ -191,6 +193,8 @@ class SampledStragglers:
         scale = np.maximum(self._pace(fin.group), float(self.cfg.min_compute_ns))
         t = fin.enter.min(axis=1)
         ring.add(li, late / scale[:, None], scale, t, self._bucket(scale))
+        coll = ~self.arena.p2p[fin.group]
+        self.colate.add(fin.group[coll], fin.seq[coll], late[coll] / scale[coll, None])
         self.pace.update(fin)
 
     def _late_by(self, g: int, since: int) -> float:
@@ -317,6 +321,10 @@ class SampledStragglers:
         # GPU slow now and then is late in its collectives, which show it); a level that
         # changes from some moment on still is
         found = [f for f in found if f.duty is None or not self.arena.p2p[f.group]]
+        # late at calls where its data-parallel ring (or another communicator of its) ended
+        # late for every member: the ring's doing (see ``colate``), no evidence on the GPU
+        found = [f for f in found if self.arena.p2p[f.group]
+                 or not self.colate.shared(f.rank, f.group, f.excess / 2)]
         paced = self.pace.judge()
         seen = [(f.rank, f.onset_ns) for f in found] + [
             (r, sg.onset_ns) for sg in paced for r in self.arena.members[sg.group].tolist()]
