@@ -19,7 +19,9 @@ only; a group behind only now and then in the pipeline of a group slow all along
 Kept calls tell one member's lateness only when the others came together: where more members
 are off the median than a fault or two explain, each came late by what it did elsewhere (the
 first call after the data-parallel all-reduce follows each GPU's own rail, and some rails'
-transfers end late), and that sample (a bucket of kept calls) is no member's evidence.
+transfers end late), and that sample (a bucket of kept calls) is no member's evidence. Nor is
+a member's lateness at calls where the members of another of its communicators, in their own
+groups, were late as well (``colate``: its data-parallel ring ended late for all of them).
 """
 
 from __future__ import annotations
