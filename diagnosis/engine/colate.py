@@ -40,6 +40,7 @@ class CoLateness:
         self._rows: dict[int, int] = {}
         self._of: dict[int, list[int]] = {}     # rank -> its collective communicators
         self._cat: dict[int, tuple[np.ndarray, ...]] = {}   # per size, its rows in one piece
+        self._tables: dict[int, np.ndarray] = {}    # per size, see ``_table``
         self._known = 0
 
     def add(self, group: np.ndarray, seq: np.ndarray, late: np.ndarray) -> None:
@@ -48,7 +49,7 @@ class CoLateness:
         if not len(group):
             return
         n = late.shape[1]
-        ranks = np.concatenate([self.arena.members[g] for g in group.tolist()])
+        ranks = self._table(n)[group].ravel()
         part = (np.repeat(seq.astype(np.int64), n), ranks.astype(np.int64),
                 late.astype(np.float32).ravel())
         parts = self._parts.setdefault(n, deque())
@@ -57,6 +58,19 @@ class CoLateness:
         self._rows[n] = self._rows.get(n, 0) + len(ranks)
         while self._rows[n] > self.max_rows and len(parts) > 1:
             self._rows[n] -= len(parts.popleft()[0])
+
+    def _table(self, n: int) -> np.ndarray:
+        """The members of every communicator of size ``n``, a row per communicator (-1 rows
+        for the others), extended as communicators are added."""
+        tab = self._tables.get(n, np.zeros((0, n), dtype=np.int64))
+        known = len(self.arena.members)
+        if len(tab) < known:
+            more = np.full((known - len(tab), n), -1, dtype=np.int64)
+            for i, g in enumerate(range(len(tab), known)):
+                if self.arena.n[g] == n:
+                    more[i] = self.arena.members[g]
+            tab = self._tables[n] = np.vstack([tab, more])
+        return tab
 
     def _communicators(self, rank: int) -> list[int]:
         known = len(self.arena.members)
