@@ -74,13 +74,11 @@ class CoLateness:
 
     def _communicators(self, rank: int) -> list[int]:
         known = len(self.arena.members)
-        if self._known != known:
-            self._of = {}
-            for g in range(known):
-                if not self.arena.p2p[g]:
-                    for r in self.arena.members[g].tolist():
-                        self._of.setdefault(r, []).append(g)
-            self._known = known
+        for g in range(self._known, known):
+            if not self.arena.p2p[g]:
+                for r in self.arena.members[g].tolist():
+                    self._of.setdefault(r, []).append(g)
+        self._known = known
         return self._of.get(rank, [])
 
     def shared(self, rank: int, group: int, least: float) -> bool:

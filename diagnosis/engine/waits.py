@@ -194,6 +194,7 @@ class WaitBoard:
         other is inside no call waits for that other (a receiver for data not computed yet,
         a sender for a receiver that has not come)."""
         g = distinct(g)
+        g = g[self.arena.n[g] == 2]
         a, b = self.off[g], self.off[g] + 1
         ra, rb = self.rank_of[a], self.rank_of[b]
         self._grow_busy(np.r_[ra, rb])
