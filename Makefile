@@ -21,7 +21,7 @@ test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(VENV)/bin/ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
+	bash scripts/pytest-phases.sh $(PY) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
