@@ -160,7 +160,7 @@ class TestOneJob:
         # network's (a comm_slow on the spine links, no noncomm_slow within 90 s, 1 run in 5).
         # node001's two ranks are half of their data-parallel group: the group's noise is how
         # much each member's samples move from one to the next, not the spread between its
-        # members, which here is the fault (a comm_slow on the spine links, 2 runs in 2, when
+        # members, which here is the fault (a comm_slow on the spine links in 2 of 3 runs, when
         # it was)
         fault, before = _inject(lab, job, "cpu-contention", "node001", cpu_pct=100, burners=3)
         assert fault["expected_report"] == "noncomm_slow"
