@@ -157,9 +157,8 @@ class TestOneJob:
         "of four, so the group's median falls between the hosts and the noise, pooled over "
         "members, puts the threshold above the fault; in 2 of 3 suite runs no noncomm_slow "
         "named node001 (a connection of another host, slowed by the same shared cores, was "
-        "named instead). Estimating the noise from each member's successive samples names "
-        "node001 but filed a false noncomm_slow in a healthy 4-rank job on a loaded machine "
-        "(tests/e2e/test_reduced_torchrun.py): backed out"))
+        "named instead). Estimating the noise from each member's successive samples named "
+        "node001 (lab and CI); not on main yet (bench/accuracy/README.md)"))
     def test_cpu_contention_is_a_slow_host_with_cpu_pressure_as_cause(self, lab, job):
         # busy loops share one core with node001's ranks: its steps slow down, and its
         # sidecar reads the CPU pressure of the host's cgroup v2 group (PSI: the ranks and the
