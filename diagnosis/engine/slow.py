@@ -35,7 +35,6 @@ from diagnosis.engine.series import (
     recurrence,
     recurrence_least,
     robust_sigma,
-    row_quantile,
     strong_runs,
 )
 
@@ -422,14 +421,12 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
     t = np.take(cls.t, idx)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        if n > 2:
-            sigma = np.nan_to_num(robust_sigma(x, axis=(1, 2)), nan=0.0)      # (G,)
-        else:
-            # two members mirror each other (each is measured against their mean), so
-            # their spread is the fault itself: the noise is how much a member's
-            # samples move from one to the next, which a change of level leaves alone
-            step = np.diff(x, axis=1) / np.sqrt(2.0)
-            sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)
+        # the noise is how much a member's samples move from one to the next, which a
+        # change of level leaves alone: the spread between members is the fault itself when
+        # half of them are slow (two members mirror each other, each measured against their
+        # mean; of four, two on one slow host put the median between the hosts)
+        step = np.diff(x, axis=1) / np.sqrt(2.0)
+        sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)      # (G,)
         thr = np.maximum(least / 2, cfg.slow_noise_k * sigma)
         rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
                              cfg.slow_rec_noise_k * sigma)
@@ -437,10 +434,11 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
             a = np.where(_crowded(x, rec_thr, crowd)[:, :, None], np.nan, a)
         high = a > thr[:, None, None]
         valid = ~np.isnan(a)
-        # the communicator's own rate of late samples: median over members, so that
-        # the faulty member does not raise it (of two, the lower)
+        # the communicator's own rate of late samples: the lower median over members, so
+        # that the faulty ones do not raise it (of two, the lower; of four, half of which may
+        # be one slow host's, the second lowest)
         per_member = high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-        rate = row_quantile(per_member, 0.5) if n > 2 else per_member.min(axis=1)
+        rate = np.sort(per_member, axis=1)[:, (n - 1) // 2]
     p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
     series = a.transpose(0, 2, 1).reshape(G * n, K)
     res = on_slow_rows(change_point, CHANGE_LEAST, series, np.repeat(thr, n), np.repeat(p0, n),
