@@ -16,6 +16,10 @@ from diagnosis.engine.slow import SlowRank
 from diagnosis.engine.state import JobState
 from diagnosis.engine.wording import group_words, ms
 
+#: host-mates found slow beside a GPU with over this many times their excess are its
+#: side effect (see ``SlowReports.noncomm``)
+_ALIKE = 0.25
+
 
 def _evidence(found: Iterable[SlowRank]) -> float:
     """The log p-value of findings pooled as independent evidence: each member's own test once,
@@ -71,6 +75,12 @@ class SlowReports:
         by_host: dict[str | None, list[int]] = {}
         for r in best:
             by_host.setdefault(self.placement.host(r), []).append(r)
+        for host, ranks in by_host.items():
+            # a slow host slows its GPUs alike; a GPU many times slower than its host-mates
+            # found beside it is the fault, and their small excess its side effect (it takes
+            # their CPU, or their share of the host's links)
+            top = max(best[r].excess for r in ranks)
+            by_host[host] = [r for r in ranks if best[r].excess >= _ALIKE * top]
         strong = np.log(self.cfg.slow_alpha)
         filed: set[str] = set()
         hosts: set[str] = set()

@@ -152,13 +152,6 @@ class TestOneJob:
         report = _localized(lab, job.name, fault, ("noncomm_slow",), before, SLOW_TIMEOUT)
         assert report.suspects[0].id == "node001/gpu1"
 
-    @pytest.mark.xfail(strict=False, reason=(
-        "known defect, not fixed: node001's two ranks are half of their data-parallel group "
-        "of four, so the group's median falls between the hosts and the noise, pooled over "
-        "members, puts the threshold above the fault; in 2 of 3 suite runs no noncomm_slow "
-        "named node001 (a connection of another host, slowed by the same shared cores, was "
-        "named instead). Estimating the noise from each member's successive samples named "
-        "node001 (lab and CI); not on main yet (bench/accuracy/README.md)"))
     def test_cpu_contention_is_a_slow_host_with_cpu_pressure_as_cause(self, lab, job):
         # busy loops share one core with node001's ranks: its steps slow down, and its
         # sidecar reads the CPU pressure of the host's cgroup v2 group (PSI: the ranks and the

@@ -72,3 +72,23 @@ def test_local_teardown_files_no_error():
     changes = replay_live(engine, FIXTURES / "local_teardown.jsonl.gz", tail_s=20.0)
     assert not [r for r in changes if r.kind == "error"]
     assert engine.teardown.dropped
+
+
+
+def test_cpu_contention_on_a_host_holding_half_of_a_group_names_the_host():
+    # 4 hosts x 2 ranks, pipeline of 2 stages with a data-parallel group of 4 per stage: the
+    # two ranks of node001 are half of stage 0's group. From the onset, CPU burners in node001's
+    # cgroup make its ranks compute ~3x longer. The group's median falls between the hosts and
+    # its pooled spread is the fault itself; the host must still be named first. (The burners
+    # also slow the lab's other hosts, which share the machine's cores: later reports may
+    # name what they slowed.)
+    path = FIXTURES / "lab_cpu_contention.jsonl.gz"
+    topology = Topology.load(FIXTURES / "lab2d_topology.json")
+    onset = 1795746170720000000            # when the burners started (lab state)
+    changes = replay_live(Engine(topology), path, tail_s=5.0)
+    assert changes, "nothing was reported"
+    first = changes[0]
+    assert (first.kind, first.suspects[0].id) == ("noncomm_slow", "node001")
+    assert first.last_seen_ns - onset < 5_000_000_000, "named more than 5 s after the onset"
+    reports, _ = feed_trace(Engine(topology), path)
+    assert ("noncomm_slow", "node001") in [(r.kind, r.suspects[0].id) for r in reports]
