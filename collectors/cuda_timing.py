@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,38 @@ from collectors.buffer import T_END, T_ENTER
 log = logging.getLogger(__name__)
 
 ANCHOR_EVERY_S = 60.0
+#: events kept for reuse per device (two per call in flight)
+FREE_EVENTS = 4096
+#: streams whose Stream object is kept, per timer (a job uses a handful)
+KNOWN_STREAMS = 64
+
+
+def _event_recorder(torch: Any) -> tuple[Callable[[Any, int], None], Callable[[], int]]:
+    """``record(event, device)``, which records an event on the device's current stream, and
+    ``current_device()``. torch's ``Event.record()`` asks ``current_stream()``, which builds a
+    new Stream object under a device guard on every call: on an H100 host the two records per
+    call were most of the hook's CPU cost. Here a stream's Stream object is built once and
+    found again by the stream's raw handle. A stand-in torch without those internals (the
+    arithmetic tests) records through ``Event.record()``."""
+    C = getattr(torch, "_C", None)
+    raw_stream = getattr(C, "_cuda_getCurrentRawStream", None)
+    get_device = getattr(C, "_cuda_getDevice", None)
+    event_base = getattr(C, "_CudaEventBase", None)
+    if raw_stream is None or get_device is None or event_base is None:
+        return (lambda event, _device: event.record()), torch.cuda.current_device
+    base_record, current_stream = event_base.record, torch.cuda.current_stream
+    streams: dict[tuple[int, int], Any] = {}
+
+    def record(event: Any, device: int) -> None:
+        key = (device, raw_stream(device))
+        stream = streams.get(key)
+        if stream is None:
+            if len(streams) >= KNOWN_STREAMS:
+                streams.clear()
+            stream = streams[key] = current_stream(device)
+        base_record(event, stream)
+
+    return record, get_device
 
 
 def make_cuda_timer() -> CudaTimer | None:
@@ -65,6 +98,21 @@ class CudaTimer:
         self._inflight: list[list] = []
         self._lock = threading.Lock()
         self._buffer: Any = None
+        # events whose times were read, for reuse, per device (an event belongs to the device
+        # it was first recorded on)
+        self._free: dict[int, deque] = {}
+        self._record, self._current_device = _event_recorder(torch_module)
+
+    def _take_event(self, device: int) -> Any:
+        """An event to record on ``device``: one whose times were read (creating and destroying
+        a CUDA event per call costs more than reusing one), else a new one."""
+        free = self._free.get(device)
+        if free is None:
+            free = self._free[device] = deque()
+        try:
+            return free.pop()
+        except IndexError:
+            return self._torch.cuda.Event(enable_timing=True)
 
     def _anchor(self, device: int) -> tuple[Any, int]:
         entry = self._anchors.get(device)
@@ -84,22 +132,22 @@ class CudaTimer:
         return entry[0], entry[1]
 
     def make_invoke(self, rec: Any, wall_invoke: Callable[..., Any]) -> Callable[..., Any]:
-        torch = self._torch
         self._buffer = rec.buf
         pending, queued = rec.buf.pending, rec.buf.queued
         tls, complete = rec._tls, rec.done.complete
         inflight, lock = self._inflight, self._lock
-        event, current_device = torch.cuda.Event, torch.cuda.current_device
+        take, record, current_device = self._take_event, self._record, self._current_device
 
         def invoke(orig: Callable[..., Any], args: tuple, kwargs: dict, row: tuple, token: int,
                    is_async: bool, st: Any, p2p: bool) -> Any:
             if is_async:
                 return wall_invoke(orig, args, kwargs, row, token, is_async, st, p2p)
-            start = event(enable_timing=True)
-            start.record()
+            device = current_device()
+            start = take(device)
+            record(start, device)
             queued.add(token)
             pending[token] = row
-            item = [current_device(), token, row, start, None]
+            item = [device, token, row, start, None]
             inflight.append(item)
             tls.busy = True
             try:
@@ -113,8 +161,8 @@ class CudaTimer:
                 raise
             finally:
                 tls.busy = False
-            end = event(enable_timing=True)
-            end.record()
+            end = take(device)
+            record(end, device)
             item[4] = end
             return result
 
@@ -154,4 +202,8 @@ class CudaTimer:
                 # ahead of the GPU, and its entry says nothing of who was late
                 buf.append((*row[:T_ENTER], max(row[T_ENTER], t_start), t_start, t_end,
                             *row[T_END + 1:]))
+                free = self._free.get(device)
+                if free is not None and len(free) < FREE_EVENTS:
+                    free.append(start)
+                    free.append(end)
             inflight[:0] = keep
