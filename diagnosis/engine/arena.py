@@ -41,6 +41,27 @@ class Finished:
                         self.end[rows], self.own[rows], self.status[rows])
 
 
+def slot_cuts(key: np.ndarray, seq: np.ndarray, window: int) -> list[int]:
+    """Where to cut a batch of rows (in arrival order; ``key`` a communicator, or a channel's
+    side, per row) so that no piece holds two instances of one communicator that share a slot
+    (``seq % window``): the arena keeps the newer one, and the older one's rows, all of them
+    complete, would be dropped. A batch holding more than ``window`` calls of a communicator
+    (a short job's whole trace in one read block, minutes spilled while the daemon was away)
+    is fed in pieces of at most that many, in the order they came."""
+    cuts: list[int] = []
+    lo, n = 0, len(seq)
+    while n - lo > 1:
+        k, s = key[lo:], seq[lo:]
+        slot = k * window + s % window
+        _, first, inv = np.unique(slot, return_index=True, return_inverse=True)
+        clash = np.flatnonzero(s != s[first[inv.ravel()]])
+        if not len(clash):
+            break
+        lo += int(clash[0])
+        cuts.append(lo)
+    return cuts
+
+
 class Arena:
     def __init__(self, window: int) -> None:
         self.W = window
@@ -77,6 +98,9 @@ class Arena:
         self.s_op = np.zeros(scap, dtype=np.int64)
         self.s_bytes = np.zeros(scap, dtype=np.int64)
         self.evicted_open = 0
+        # rows of a call older than the one its slot holds (come more than ``W`` calls late),
+        # which cannot be placed
+        self.stale_rows = 0
 
     # ----- communicators --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -205,6 +229,7 @@ class Arena:
         slot, _ = self._start_newer(g, seq)
         keep = seq == self.s_seq[slot]
         if not keep.all():
+            self.stale_rows += int((~keep).sum())
             g, pos, seq, op, nbytes, enter, end, status, own, slot = (
                 a[keep] for a in (g, pos, seq, op, nbytes, enter, end, status, own, slot))
         cell = self.base[g] + (seq % W) * self.n[g] + pos

@@ -20,9 +20,10 @@ import numpy as np
 
 from c4.proto.codec import Columns
 from c4.proto.sampling import is_sampled, prefix_state, sampled_after
+from c4.reduce.sampling import take
 from c4.report import FaultReport
 from c4.topology.protocol import TopologyLike
-from diagnosis.engine.arena import Arena, Finished
+from diagnosis.engine.arena import Arena, Finished, slot_cuts
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.distinct import distinct, distinct_inverse
@@ -167,6 +168,29 @@ class Engine:
         n = len(cols)
         if n == 0:
             return
+        cuts = self._slot_cuts(cols)
+        if cuts:
+            for lo, hi in zip([0, *cuts], [*cuts, n], strict=True):
+                part = np.zeros(n, dtype=bool)
+                part[lo:hi] = True
+                self._add_ops(take(cols, part))
+            return
+        self._add_ops(cols)
+
+    def _slot_cuts(self, cols: Columns) -> list[int]:
+        """See ``arena.slot_cuts``: a collective's rows keyed by its communicator, a send's or
+        a receive's by its communicator and both ends (its seq counts that channel's calls)."""
+        seq = cols["seq"].astype(np.int64)
+        if int(seq.max(initial=0)) - int(seq.min(initial=0)) < self.arena.W:
+            return []
+        pg = cols["pg"].astype(np.int64)
+        peer = cols["peer"].astype(np.int64)
+        rank = np.where(peer >= 0, cols["rank"].astype(np.int64), -1)
+        span = int(max(rank.max(initial=0), peer.max(initial=0))) + 2
+        return slot_cuts((pg * span + rank + 1) * span + peer + 1, seq, self.arena.W)
+
+    def _add_ops(self, cols: Columns) -> None:
+        n = len(cols)
         self.records += n
         strings = cols.strings
         if not strings:

@@ -385,7 +385,12 @@ class GroupPace:
             t = size.t[order]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                sigma = float(np.nan_to_num(robust_sigma(x), nan=0.0))
+                # the noise: the groups' spread at one moment, as it usually is over the ring
+                # (pooled over the ring, calm stretches such as the first iterations, whose
+                # buckets are cut by time, hide how far apart the groups are later)
+                pooled = float(np.nan_to_num(robust_sigma(x), nan=0.0))
+                spread = float(np.nan_to_num(nanmedian(robust_sigma(x.T, axis=1)), nan=0.0))
+                sigma = max(pooled, spread)
             thr = max(cfg.straggle_min_excess, cfg.slow_noise_k * sigma)
             high = x > thr
             valid = ~np.isnan(x)

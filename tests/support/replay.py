@@ -9,7 +9,7 @@ from c4.proto.codec import Columns
 from c4.report import FaultReport
 from diagnosis.engine import ConnRecords, Engine
 from diagnosis.engine.records import LinkStatRecords, PortRecords, ProgressRecords
-from diagnosis.trace.reader import GroupInfo, RankInfo, read_trace
+from diagnosis.trace.reader import GroupInfo, Meta, RankInfo, read_trace
 
 STEP_NS = 250_000_000   # the daemon's clock runs on while the data falls silent
 
@@ -83,8 +83,11 @@ def _first_ns(item: Columns | ConnRecords | LinkStatRecords) -> int:
 
 
 def _register(engine: Engine, item: object) -> bool:
-    """Hand a rank or group record to the engine; False for anything else."""
-    if isinstance(item, RankInfo):
+    """Hand a rank or group record, or the trace's sampling factor, to the engine; False for
+    anything else."""
+    if isinstance(item, Meta):
+        engine.set_sample(item.sample)
+    elif isinstance(item, RankInfo):
         engine.add_rank(item.rank, item.host, item.gpu, item.nic)
     elif isinstance(item, GroupInfo):
         engine.add_group(item.pg, item.ranks)
