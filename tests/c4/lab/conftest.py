@@ -71,6 +71,9 @@ def no_shared_lab(lab_slot: LabSlot) -> None:
     lab_slot.release()
 
 
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    # after the item's fixtures are torn down: a class's job still clears its faults in the lab
+    yield
     if _slot is not None and (nextitem is None or HERE not in Path(nextitem.path).parents):
         _slot.release()
