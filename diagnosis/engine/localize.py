@@ -3,6 +3,7 @@ components (NIC, link, switch; ranks when no topology is known) explain them."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -39,6 +40,8 @@ from diagnosis.engine.tomography import (
 )
 
 _EMPTY: frozenset[Component] = frozenset()
+#: odds against a component that count as evidence (Jeffreys: strong)
+_DECISIVE = 20.0
 #: how a communication hang was "localized" when nothing places it: the components that
 #: explain it equally lie on different paths between its members (every member's NIC, in
 #: which case the stuck transfer may as well sit in a member's transport; the uplinks and
@@ -624,6 +627,36 @@ class Localizer:
             by = min(by, int(win.last_end[starved].min()))
         return by
 
+    def _window_odds(self, win: ConnWindow, stuck_keys: list[int], stalled: int
+                     ) -> dict[Component, float]:
+        """Per component surely crossed by a stuck transfer, how well its death fits the
+        connections across it whose last transfer ended in a window straddling the stop (known
+        to a window only: ``end_spread``) and that are not stuck. Had it died, each of them
+        finished before the stop: at most the part of its window before ``stalled``, for a time
+        uniform over the window. Relative to the best fitting component, and only where decisive
+        (``1 / _DECISIVE`` or less; else 1): a switch whose other connections kept finishing
+        in that window comes after the cable all of whose connections stuck, while two cables
+        of one path stay tied on a few connections' difference. With per-transfer times no such
+        connection is left undecided, and every value is 1."""
+        unsure = np.flatnonzero((win.last_end < stalled)
+                                & (win.last_end + win.end_spread >= stalled))
+        stuck = set(stuck_keys)
+        loglik: dict[Component, float] = {c: 0.0 for k in stuck
+                                           for c in self.key_sets(win, k)[1]}
+        for k in unsure.tolist():
+            if k in stuck:
+                continue
+            before = (stalled - int(win.last_end[k])) / max(int(win.end_spread[k]), 1)
+            ll = math.log(min(max(before, 1e-6), 1.0))
+            for c in self.key_sets(win, k)[1]:
+                if c in loglik:
+                    loglik[c] += ll
+        if not loglik:
+            return {}
+        best = max(loglik.values())
+        return {c: (math.exp(v - best) if v - best <= -math.log(_DECISIVE) else 1.0)
+                for c, v in loglik.items()}
+
     def _hang_conns(self, win: ConnWindow, stuck_keys: list[int]) -> tuple[list[Suspect], str]:
         """Stuck transfers onto their paths: the components that explain the most of them and
         that no transfer finishing after they stopped moving (:meth:`_stalled_by`) crossed.
@@ -650,11 +683,13 @@ class Localizer:
         # sender that stalled by itself (GPU or software) is weighed as a component dying
         # within half of a stuck transfer's normal run
         odds: dict[Component, float] = {}
+        fit = self._window_odds(win, stuck_keys, stalled)
         for e in found:
             score = float(min(max(e.score, 0.05), 1.0))
             for c in e.components:
                 odds[c] = max(odds.get(c, 0.0),
-                              score * max(stalled - alive.get(c, win.first_ns), 1))
+                              score * max(stalled - alive.get(c, win.first_ns), 1)
+                              * fit.get(c, 1.0))
         sender = 0.5 * max(int(win.last_dur[win.open_key[sel]].max()),
                            stalled - int(win.open_start[sel].min()), 1)
         if len({self.placement.host(r) or r for r in srcs}) > 1:
@@ -681,7 +716,10 @@ class Localizer:
                    "carried traffic shortly before: the sender more likely stalled")
         elif len(found) == 1 and len(found[0].components) > 1:
             how = (f"{n} transfer(s) stopped moving; {len(found[0].components)} components "
-                   "lie on exactly the stuck paths, the one silent longest named first")
+                   "lie on exactly the stuck paths, the one silent longest named first"
+                   + ("" if all(fit.get(c, 1.0) == 1.0 for c in found[0].components)
+                      else " (one whose other connections went on finishing around the stop "
+                           "after one whose every connection stuck)"))
         else:
             how = f"{n} transfer(s) stopped moving"
         return out, how

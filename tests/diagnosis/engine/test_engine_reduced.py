@@ -44,6 +44,23 @@ def test_each_fault_is_named_from_the_reduced_stream(tmp_path, fault):
     assert not others, [(r.kind, r.summary) for r in others]
 
 
+def test_a_dead_uplink_is_named_before_the_switches_at_its_ends(tmp_path):
+    """The stuck transfers' paths share the uplink and both its switches, and one-second
+    windows cannot say which of them went silent first (with per-transfer records the uplink's
+    last transfer ended before the switches' last ones did). Many of the switches' other
+    connections finished in the window of the stop with nothing left in flight, each less
+    likely had a switch died; every connection across the uplink in that window stuck."""
+    reports, truth, _ = analyse(tmp_path, 16, "dead_link:uplink@12", gpus=128, seed=4,
+                                hosts_per_leaf=4)
+    f = truth["faults"][0]
+    hang = [r for r in reports if r.kind == "comm_hang"]
+    assert hang, [(r.kind, r.summary) for r in reports]
+    top = hang[0].suspects[0]
+    assert (top.type, top.id) == (f["component"]["type"], f["component"]["id"]), \
+        [(s.type, s.id, s.score) for s in hang[0].suspects[:4]]
+    assert hang[0].suspects[1].score < top.score
+
+
 def test_a_slow_host_is_named_by_its_groups_pace(tmp_path):
     """Every GPU of the host slower: none of them is late inside its tensor-parallel group, but
     that group's pace between kept calls falls behind the other groups'. (It takes a job with
