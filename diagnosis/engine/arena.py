@@ -48,17 +48,33 @@ def slot_cuts(key: np.ndarray, seq: np.ndarray, window: int) -> list[int]:
     complete, would be dropped. A batch holding more than ``window`` calls of a communicator
     (a short job's whole trace in one read block, minutes spilled while the daemon was away)
     is fed in pieces of at most that many, in the order they came."""
+    n = len(seq)
+    if n < 2:
+        return []
+    # the clash of each row: the latest earlier row of its slot with another sequence number
+    # (-1: none). Rows sorted by slot, in arrival order within one, fall in runs of one
+    # sequence number; a row's clash is the last row of the run before its own in its slot
+    slot = key.astype(np.int64) * window + seq % window
+    order = np.lexsort((np.arange(n), slot))
+    s_slot, s_seq = slot[order], seq[order]
+    new_slot = np.ones(n, dtype=bool)
+    new_slot[1:] = s_slot[1:] != s_slot[:-1]
+    new_run = new_slot.copy()
+    new_run[1:] |= s_seq[1:] != s_seq[:-1]
+    at = np.arange(n)
+    run_start = np.maximum.accumulate(np.where(new_run, at, 0))
+    slot_start = np.maximum.accumulate(np.where(new_slot, at, 0))
+    before = run_start - 1
+    clash = np.full(n, -1, dtype=np.int64)
+    clash[order] = np.where(before >= slot_start, order[np.maximum(before, 0)], -1)
+    # a piece runs from its first row to the first row that clashes with a row inside it
     cuts: list[int] = []
-    lo, n = 0, len(seq)
-    while n - lo > 1:
-        k, s = key[lo:], seq[lo:]
-        slot = k * window + s % window
-        _, first, inv = np.unique(slot, return_index=True, return_inverse=True)
-        clash = np.flatnonzero(s != s[first[inv.ravel()]])
-        if not len(clash):
-            break
-        lo += int(clash[0])
-        cuts.append(lo)
+    lo = 0
+    rows = np.flatnonzero(clash >= 0)
+    for i, j in zip(rows.tolist(), clash[rows].tolist()):
+        if j >= lo:
+            lo = i
+            cuts.append(i)
     return cuts
 
 

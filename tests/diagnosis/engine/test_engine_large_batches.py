@@ -5,6 +5,8 @@ per slot, so the batch is fed in pieces whose calls do not share a slot, and non
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diagnosis.engine import Engine
 from diagnosis.engine.arena import slot_cuts
@@ -33,3 +35,29 @@ def test_a_small_jobs_trace_read_in_one_block_keeps_every_call(tmp_path):
     assert stats.ops > 64 * 4 * 2                 # (over 64 calls of each communicator)
     assert engine.arena.stale_rows == 0
 
+
+
+def _cuts_one_row_at_a_time(key: np.ndarray, seq: np.ndarray, window: int) -> list[int]:
+    """The rule as written: a piece ends before the first row whose slot already holds
+    another call in it."""
+    cuts: list[int] = []
+    held: dict[tuple[int, int], int] = {}
+    for i, (k, s) in enumerate(zip(key.tolist(), seq.tolist())):
+        slot = (k, s % window)
+        if held.get(slot, s) != s:
+            cuts.append(i)
+            held = {}
+        held[slot] = s
+    return cuts
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 4, 64]), st.booleans())
+def test_cuts_follow_the_rule_on_any_batch(seed, window, in_order):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 300))
+    key = rng.integers(0, int(rng.integers(1, 6)), n)
+    seq = rng.integers(0, int(rng.integers(1, 400)), n)
+    if in_order:                     # calls arrive in order, a call's rows together or not
+        seq = np.sort(seq)
+    assert slot_cuts(key, seq, window) == _cuts_one_row_at_a_time(key, seq, window)
