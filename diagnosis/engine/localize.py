@@ -222,7 +222,7 @@ class Localizer:
         common = self._job_wide(ring, rt, thr)
         marks = episode_marks(ring, thr)
         p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common, marks=marks)
-        unit = episode_length(ring, thr, cfg.comm_rec_episodes, marks=marks)
+        unit = episode_length(ring, thr, marks=marks)
         rec = on_slow_rows(recurrence, recurrence_least(cfg.comm_rec_episodes), ring, thr,
                            np.full(len(ring), p0), cfg.comm_rec_episodes, unit)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))

@@ -444,7 +444,7 @@ class GroupPace:
             behind = (x > thr[:, None]).sum(axis=0)
         x = np.where((behind > _FAULTS_AT_ONCE)[None, :], np.nan, x)
         p0 = episode_rate(x, thr, cfg.slow_rec_base_rate)
-        unit = episode_length(x, thr, cfg.slow_rec_episodes)
+        unit = episode_length(x, thr)
         rec = on_slow_rows(recurrence, recurrence_least(cfg.slow_rec_episodes), x, thr,
                            np.full(len(x), p0), cfg.slow_rec_episodes, unit)
         ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \

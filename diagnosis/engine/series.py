@@ -292,15 +292,17 @@ def strong_runs(a: np.ndarray, high: np.ndarray, begins: np.ndarray
     return ep, n
 
 
-def episode_length(a: np.ndarray, thr: np.ndarray, min_episodes: int, default: float = 2.0,
+def episode_length(a: np.ndarray, thr: np.ndarray, default: float = 2.0,
                    least: int = 20, marks: Marks | None = None) -> float:
-    """How long the episodes of rows that do not recur (fewer than ``min_episodes``) last: the
-    90th percentile of their strong samples (see :func:`strong_runs`); ``default`` with fewer
-    than ``least`` such episodes. A transient congestion of two iterations, or a pause and its
-    echo in the next sample, is one event of that length. ``marks``: ``episode_marks(a, thr)``
-    when already made."""
+    """How long the episodes of rows slow once only last: the 90th percentile of their strong
+    samples (see :func:`strong_runs`); ``default`` with fewer than ``least`` such episodes. A
+    transient congestion of two iterations, or a pause and its echo in the next sample, is
+    one event of that length. A row that came back, however few times, is left out: a
+    fault's first episode (four slow iterations of a switch, over every connection through
+    it) would otherwise set the length its next episodes are weighed by, once they begin.
+    ``marks``: ``episode_marks(a, thr)`` when already made."""
     _, high, begins = episode_marks(a, thr) if marks is None else marks
-    quiet = begins.sum(axis=1) < max(int(min_episodes), 1)
+    quiet = begins.sum(axis=1) == 1
     if not quiet.any():
         return default
     _, n = strong_runs(a[quiet], high[quiet], begins[quiet])

@@ -137,3 +137,21 @@ def test_episode_marks_carry_a_run_over_missing_samples_wherever_they_lie():
             assert valid[r, c] and high[r, c] == slow
             assert begins[r, c] == (slow and not prev)
             prev = slow
+
+
+def test_a_faults_first_episode_does_not_set_the_length_of_a_benign_one():
+    """Forty rows of a switch slow for eight samples in a row, then again: their next episode
+    is weighed against the benign episodes (rows slow once, two samples each), not against
+    their own first one, which would make the eight samples count as one episode."""
+    from diagnosis.engine.series import episode_length
+
+    rows = np.full((100, 64), 0.01)
+    rows[:40, 40:48] = 1.0                 # the switch's connections: one long episode...
+    rows[:40, 52] = 1.0                    # ...and the start of the next
+    for i in range(40, 70):                # healthy rows, each slow once for two samples
+        rows[i, i - 30:i - 28] = 1.0
+    thr = np.full(100, 0.15)
+    assert episode_length(rows, thr) == 2.0
+    # before the switch's rows came back, their one episode was a benign one as far as
+    # anything could tell
+    assert episode_length(rows[:, :50], thr) == 8.0
