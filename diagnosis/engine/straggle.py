@@ -382,4 +382,35 @@ class SampledStragglers:
                 victims.update(r for r in self.arena.members[g].tolist()
                                if r not in late_members
                                and held_for[g] >= _EXPLAINS * late_by.get(r, 0.0))
-        return [f for f in found if f.rank not in victims]
+        found = [f for f in found if f.rank not in victims]
+        return self._downstream(found, paced)
+
+    def _downstream(self, found: list[SlowRank], paced: list[SlowGroup]) -> list[SlowRank]:
+        """Without the findings of ranks a slow group holds back through their pipeline. A
+        group behind its replicas (a slow host, or a slow GPU whose tensor-parallel peers wait
+        for it at every call) delays every stage its ranks' pipelines feed: each rank of those
+        stages comes late against its replicas in their data-parallel calls, as it would if it
+        were slow itself. Such a finding is dropped when the rank's pipeline holds a member of a
+        group behind, the rank is in none, and most of the others in the call it is late in
+        have no such member in their pipelines (it is late against ranks nobody holds back). A
+        GPU slow of its own in a held-back stage is still late against its tensor-parallel
+        peers, whose pipelines are held back as much: that finding stays. Every group behind
+        counts, also one taken for a victim (``_held_back``): once a slow host's ring holds no
+        sample from before its onset, its pace is judged behind again and again rather than
+        from a change point on, and the ranks it holds back are found late from then on."""
+        cause = {r for sg in paced for r in self.arena.members[sg.group].tolist()}
+        if not cause or not found:
+            return found
+        chain = self._chains()
+        held_chains = {chain[r] for r in cause if r in chain}
+        out = []
+        for f in found:
+            c = chain.get(f.rank)
+            if f.rank in cause or c not in held_chains or self.arena.p2p[f.group]:
+                out.append(f)
+                continue
+            others = [r for r in self.arena.members[f.group].tolist() if r != f.rank]
+            free = sum(chain.get(r) not in held_chains for r in others)
+            if 2 * free <= len(others):
+                out.append(f)
+        return out
