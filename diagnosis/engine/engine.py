@@ -66,7 +66,7 @@ class Engine:
         self.clock = OwnClock()
         self.timing = GroupTiming(self.arena, self.cfg)
         self.slow = NoncommSlow(self.arena, self.cfg)
-        self.stragglers = SampledStragglers(self.arena, self.timing, self.cfg)
+        self.stragglers = SampledStragglers(self.arena, self.timing, self.cfg, self.placement)
         self.conns = ConnWindow(self.arena, self.cfg)
         paths = PathCache(topology) if topology is not None else None
         self.ports = PortBoard(topology)

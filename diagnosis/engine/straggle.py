@@ -34,6 +34,7 @@ from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.colate import CoLateness
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.pace import GroupPace, SlowGroup
+from diagnosis.engine.placement import Placement
 from diagnosis.engine.slow import RecStats, SlowRank, judge_rings
 from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.waits import WaitBoard, Waited
@@ -172,8 +173,10 @@ class _Rings:
 
 
 class SampledStragglers:
-    def __init__(self, arena: Arena, timing: GroupTiming, config: EngineConfig) -> None:
+    def __init__(self, arena: Arena, timing: GroupTiming, config: EngineConfig,
+                 placement: Placement | None = None) -> None:
         self.arena, self.timing, self.cfg = arena, timing, config
+        self.placement = placement      # hosts of ranks, where known (see _downstream)
         self.rings: dict[int, _Rings] = {}
         self.sample = 1      # the stream's sampling factor (``Engine.set_sample``)
         self.pace = GroupPace(arena, config)
@@ -271,6 +274,13 @@ class SampledStragglers:
         slow_chains = set().union(*(chains_of(g) for g in lasting))
         return {sg.group for sg in paced if sg.duty is not None and sg.group not in lasting
                 and chains_of(sg.group) & slow_chains}
+
+    def _on_one_host(self, g: int) -> bool:
+        """Whether every member of group ``g`` is on one known host."""
+        if self.placement is None:
+            return False
+        hosts = {self.placement.host(r) for r in self.arena.members[g].tolist()}
+        return len(hosts) == 1 and None not in hosts
 
     def _waited(self, waited: list[Waited], seen: list[tuple[int, int]]) -> list[SlowRank]:
         """Members their peers wait for at progress snapshots (``waits``), as late members
@@ -387,18 +397,22 @@ class SampledStragglers:
 
     def _downstream(self, found: list[SlowRank], paced: list[SlowGroup]) -> list[SlowRank]:
         """Without the findings of ranks a slow group holds back through their pipeline. A
-        group behind its replicas (a slow host, or a slow GPU whose tensor-parallel peers wait
-        for it at every call) delays every stage its ranks' pipelines feed: each rank of those
-        stages comes late against its replicas in their data-parallel calls, as it would if it
-        were slow itself. Such a finding is dropped when the rank's pipeline holds a member of a
-        group behind, the rank is in none, and most of the others in the call it is late in
-        have no such member in their pipelines (it is late against ranks nobody holds back). A
-        GPU slow of its own in a held-back stage is still late against its tensor-parallel
-        peers, whose pipelines are held back as much: that finding stays. Every group behind
-        counts, also one taken for a victim (``_held_back``): once a slow host's ring holds no
-        sample from before its onset, its pace is judged behind again and again rather than
-        from a change point on, and the ranks it holds back are found late from then on."""
+        group behind its replicas (a slow host), or a host's group with a member late inside
+        it (a slow GPU, which its host-mates wait for at every call), delays every stage its
+        pipelines feed: each rank of those stages comes late against its replicas in their
+        data-parallel calls, as it would if it were slow itself. Such a finding is dropped when
+        the rank's pipeline holds a member of such a group, the rank is in none, and most of
+        the others in the call it is late in have no such member in their pipelines (it is
+        late against ranks nobody holds back). A GPU slow of its own in a held-back stage is
+        still late against its tensor-parallel peers, whose pipelines are held back as much:
+        that finding stays. Every group behind counts, also one taken for a victim
+        (``_held_back``): once a slow host's ring holds no sample from before its onset, its
+        pace is judged behind again and again rather than from a change point on, and the
+        ranks it holds back are found late from then on."""
         cause = {r for sg in paced for r in self.arena.members[sg.group].tolist()}
+        for f in found:
+            if not self.arena.p2p[f.group] and self._on_one_host(f.group):
+                cause.update(self.arena.members[f.group].tolist())
         if not cause or not found:
             return found
         chain = self._chains()
