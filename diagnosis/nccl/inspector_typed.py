@@ -151,10 +151,10 @@ def decode_block(block: bytes | memoryview, first_line: int, source: str) -> Dec
     out.lines = len(lines)
     # the bandwidths written as strings, found in the bytes: a scan of the block costs less
     # than reading two fields of every line that c4 has no use for
-    found = _BW_STRING.findall(block)
-    if found:
-        out.nan = len(found)
-        at = _BW_STRING.search(block).start()       # type: ignore[union-attr]
+    first = _BW_STRING.search(block)
+    if first is not None:
+        at = first.start()
+        out.nan = len(_BW_STRING.findall(block, at))
         out.nan_line = int(np.count_nonzero(np.frombuffer(block, dtype=np.uint8, count=at)
                                             == _NEWLINE))
     return out
