@@ -104,6 +104,9 @@ class EngineConfig:
     #: (the mean time between its calls: wall time, so a GPU 10% slower at a compute share of
     #: half of it shows about 5%; calls issued right after another show none).
     straggle_min_excess: float = 0.03
+    #: ... except for a lasting change of level against the member's own past, which every
+    #: later sample confirms (a GPU 12% slower, computing a quarter of the pace, shows 3%).
+    straggle_min_shift: float = 0.02
 
     # ---- communication slow -------------------------------------------------------------------
     #: Samples of a connection (or communicator operation) skipped before its baseline is
@@ -220,7 +223,7 @@ class EngineConfig:
                 raise ConfigError(f"EngineConfig.{name} must be in (0, 1], got {value!r}")
         for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_min_excess_unseen",
                      "slow_rec_min_excess", "slow_rec_noise_k", "slow_rec_base_rate",
-                     "straggle_min_excess",
+                     "straggle_min_excess", "straggle_min_shift",
                      "comm_min_excess", "comm_noise_k", "comm_peer_excess",
                      "comm_peer_purity", "comm_peer_single", "comm_rec_min_excess",
                      "comm_rec_min_excess_calls",

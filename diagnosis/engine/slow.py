@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -364,7 +364,8 @@ class Rings(Protocol):
 
 
 def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
-                min_excess: float | None = None, crowd: int | None = None) -> list[SlowRank]:
+                min_excess: float | None = None, crowd: int | None = None,
+                min_shift: float | None = None) -> list[SlowRank]:
     """The slow members of every group of ``rings`` (objects holding, per size class, each
     group's ring of ``K`` samples per member: ``x`` the excess, ``a`` the excess that counts,
     ``scale`` (ns per unit), ``t`` sample times, ``pos`` write positions, ``groups``), at the
@@ -372,9 +373,13 @@ def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
     smallest excess worth a report, in the samples' unit (the same at every call for a ring:
     each group's verdict is kept until its ring changes). ``crowd``: a sample in which more
     members than this are off the group's median (beyond the recurrence threshold, early or
-    late) counts for none of them (see ``_crowded``); None: every sample counts."""
+    late) counts for none of them (see ``_crowded``); None: every sample counts.
+    ``min_shift`` (default ``min_excess``): the smallest excess worth a report when it comes as a
+    lasting change of level against the member's own past, which every later sample confirms
+    (episodes, and members without enough past, need ``min_excess``)."""
     least = cfg.slow_min_excess if min_excess is None else min_excess
     unseen = cfg.slow_min_excess_unseen * least / cfg.slow_min_excess
+    shift = least if min_shift is None else min_shift
     out: list[SlowRank] = []
     for cls in rings:
         G = len(cls.groups)
@@ -385,10 +390,9 @@ def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
             cls.judged = np.r_[cls.judged, np.full(G - len(cls.judged), -1, dtype=np.int64)]
         rows = np.flatnonzero(cls.pos[:G] != cls.judged[:G])
         cls.judged[rows] = cls.pos[rows]
-        for gi in rows.tolist():
-            cls.found.pop(gi, None)
+        before = {gi: cls.found.pop(gi) for gi in rows.tolist() if gi in cls.found}
         if len(rows):
-            _judge_rows(cls, rows, arena, cfg, least, unseen, crowd)
+            _judge_rows(cls, rows, arena, cfg, least, unseen, crowd, shift, before)
         for found in cls.found.values():
             out.extend(found)
     return out
@@ -408,9 +412,12 @@ def _crowded(x: np.ndarray, thr: np.ndarray, crowd: int) -> np.ndarray:
 
 
 def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: float,
-                unseen: float, crowd: int | None = None) -> None:
+                unseen: float, crowd: int | None = None, shift: float | None = None,
+                before: dict[int, list[SlowRank]] | None = None) -> None:
     """Judge the groups ``rows`` of ``cls``, keeping what each is found in ``cls.found``
-    (``crowd``: see ``judge_rings``)."""
+    (``crowd``, ``shift``: see ``judge_rings``; ``before``: per row of ``cls``, what it was
+    found in when last judged)."""
+    shift = least if shift is None else shift
     G = len(rows)
     K, n = cls.K, cls.n
     # the rings oldest first, each gathered at once from the flat (group, slot) rows
@@ -427,7 +434,7 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
         # mean; of four, two on one slow host put the median between the hosts)
         step = np.diff(x, axis=1) / np.sqrt(2.0)
         sigma = np.nan_to_num(robust_sigma(step, axis=(1, 2)), nan=0.0)      # (G,)
-        thr = np.maximum(least / 2, cfg.slow_noise_k * sigma)
+        thr = np.maximum(shift / 2, cfg.slow_noise_k * sigma)
         rec_thr = np.maximum(cfg.slow_rec_min_excess * least / cfg.slow_min_excess,
                              cfg.slow_rec_noise_k * sigma)
         if crowd is not None and n > crowd + 1:
@@ -445,10 +452,10 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
                            cfg.slow_min_samples)
     # a change, not a persistent trait: late more often and by more than before the
     # split; without enough samples before it, the excess must be beyond natural spread
-    need = np.where(res.pre_count >= cfg.slow_min_samples, least, unseen)
+    need = np.where(res.pre_count >= cfg.slow_min_samples, shift, unseen)
     ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
         & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
-        & (res.median >= least) & (res.effect >= need)
+        & (res.median >= shift) & (res.effect >= need)
     for h in np.flatnonzero(ok).tolist():
         gi, pos = divmod(h, n)
         s = int(res.start[h])
@@ -460,7 +467,45 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
             SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]), float(res.median[h]),
                      excess_ns, int(res.count[h]), float(res.frac[h]), float(sigma[gi]),
                      float(res.logp[h])))
-    _recurring(cls, rows, series, sigma, rec_thr, scale, t, ok, arena, cfg, least)
+    _still_slow(cls, rows, before or {}, series, thr, t, ok, arena, cfg, shift)
+    _recurring(cls, rows, series, sigma, rec_thr, scale, t, ok, arena, cfg, least, thr)
+
+
+def _still_slow(cls: Rings, rows: np.ndarray, before: dict[int, list[SlowRank]],
+                series: np.ndarray, thr: np.ndarray, t: np.ndarray, ok: np.ndarray,
+                arena: Arena, cfg: EngineConfig, shift: float) -> None:
+    """Keep the members found slow from a change point on that are still slow since it, though
+    the test no longer finds it: once the ring holds little from before the onset (a fault
+    that lasts longer than the ring), the split the test prefers moves among samples that are
+    all slow, and a small excess is as strong as noise there. Tested at the onset it was
+    found at: since then late in most samples (more often than before it, by the rise the
+    test asks), by at least ``shift`` in the median. ``ok`` (per member row): found now,
+    updated."""
+    n = cls.n
+    at = {int(gi): i for i, gi in enumerate(rows.tolist())}
+    for gi, found in before.items():
+        i = at[gi]
+        g = cls.groups[gi]
+        for f in found:
+            if f.duty is not None or f.whole_group:
+                continue
+            pos = int(np.flatnonzero(arena.members[g] == f.rank)[0])
+            h = i * n + pos
+            if ok[h]:
+                continue
+            y = series[h]
+            valid = ~np.isnan(y)
+            since = valid & (t[i] >= f.onset_ns)
+            pre = valid & (t[i] < f.onset_ns)
+            if since.sum() < cfg.slow_min_samples:
+                continue
+            frac = float(np.mean(y[since] > thr[i]))
+            pre_frac = float(np.mean(y[pre] > thr[i])) if pre.any() else 0.0
+            median = float(np.median(y[since]))
+            if frac >= 0.5 and frac - pre_frac >= cfg.slow_min_frac and median >= shift:
+                ok[h] = True
+                cls.found.setdefault(gi, []).append(replace(
+                    f, excess=median, samples=int(since.sum()), frac=frac))
 
 
 class RecStats:
@@ -503,7 +548,8 @@ class RecStats:
 
 def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
                rec_thr: np.ndarray, scale: np.ndarray, t: np.ndarray, found: np.ndarray,
-               arena: Arena, cfg: EngineConfig, least: float) -> None:
+               arena: Arena, cfg: EngineConfig, least: float,
+               level_thr: np.ndarray | None = None) -> None:
     """Members of the groups ``rows`` slow again and again with normal iterations between (a
     GPU throttling now and then, a host's recurring stall): at least ``slow_rec_episodes``
     episodes of samples well above the noise, too many for the rate at which such episodes
@@ -512,7 +558,9 @@ def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarr
     first; ``rec_thr``: per group, the excess an episode's samples must exceed; ``found``:
     members already slow from a change point on, whose finding is replaced
     by the recurring one when most of their samples since were normal (their late samples are
-    episodes, not a new level). Kept in ``cls.found``."""
+    episodes, not a new level), unless the excess is small and lasting (late in most samples
+    beyond ``level_thr``, per group what the change-point test counts as late, the median
+    under ``rec_thr``). Kept in ``cls.found``."""
     n = cls.n
     thr = np.repeat(rec_thr, n)
     stats = cls.rec_stats
@@ -539,6 +587,17 @@ def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarr
     ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
         & (rec.median >= least)
     recurs = rec.hits < cfg.slow_rec_duty * np.maximum(rec.count, 1)
+    if level_thr is not None:
+        # a small lasting excess: late in most samples since, at what the change-point test
+        # counts as late, its typical sample under what an episode needs (a GPU 12% slower,
+        # a few of whose samples cross the episodes' threshold) is a level
+        since = valid & (np.arange(series.shape[1])[None, :] >= rec.start[:, None])
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            late = (series > np.repeat(level_thr, n)[:, None]) & since
+            typical = np.nanmedian(np.where(since, series, np.nan), axis=1)
+        lasting = late.sum(axis=1) >= cfg.slow_rec_duty * np.maximum(since.sum(axis=1), 1)
+        recurs &= ~(lasting & (typical < thr))
     for h in np.flatnonzero(ok & (~found | recurs)).tolist():
         gi, pos = divmod(h, n)
         s = int(rec.start[h])

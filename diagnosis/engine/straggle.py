@@ -325,7 +325,8 @@ class SampledStragglers:
         """The late members, and the members of groups whose pace fell behind with none of
         them late (a slow host), without those that are only victims of another."""
         found = judge_rings(list(self.rings.values()), self.arena, self.cfg,
-                            self.cfg.straggle_min_excess, crowd=_FAULTS_AT_ONCE)
+                            self.cfg.straggle_min_excess, crowd=_FAULTS_AT_ONCE,
+                            min_shift=self.cfg.straggle_min_shift)
         # a send/recv channel's kept transfers fall at different points of the pipeline's
         # schedule (filling it, its steady state, draining it), where either side may wait for
         # the other: which side enters later, and by how much, changes from one kept transfer

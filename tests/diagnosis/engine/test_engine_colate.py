@@ -65,3 +65,23 @@ def test_memory_is_bounded():
     board = CoLateness(arena, max_rows=200)
     _calls(board, tp, lambda h, seq: np.zeros(GPUS))
     assert sum(len(p[0]) for p in board._parts[GPUS]) <= 200 + HOSTS * GPUS
+
+
+def test_a_few_calls_its_ring_shares_by_chance_do_not_explain_a_slow_gpu():
+    """GPU 2 of host 3 late at every call; its ring's other members kept the same calls only
+    six times, late at three of them and early at the others (``slow_gpu`` at 128 GPUs, K = 16,
+    120 iterations: rings of four, their rows at coinciding kept calls from the warm-up)."""
+    arena, tp, _ = _job()
+    board = CoLateness(arena)
+    rng = np.random.default_rng(7)
+    ring_at = {5: 0.2, 11: 0.2, 17: 0.2, 23: -0.1, 29: -0.2, 35: -0.3}
+    for seq in range(80):
+        late = np.zeros(GPUS) + rng.normal(0, 0.01, GPUS)
+        late[2] += 0.3
+        board.add(np.array([tp[3]]), np.array([seq]), late[None, :])
+        if seq in ring_at:
+            others = [h for h in range(HOSTS) if h != 3][:3]
+            rows = np.zeros((3, GPUS))
+            rows[:, 2] = ring_at[seq]
+            board.add(np.array([tp[h] for h in others]), np.full(3, seq), rows)
+    assert not board.shared(3 * GPUS + 2, tp[3], 0.15)
