@@ -412,12 +412,11 @@ def _crowded(x: np.ndarray, thr: np.ndarray, crowd: int) -> np.ndarray:
 
 
 def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: float,
-                unseen: float, crowd: int | None = None, shift: float | None = None,
-                before: dict[int, list[SlowRank]] | None = None) -> None:
+                unseen: float, crowd: int | None, shift: float,
+                before: dict[int, list[SlowRank]]) -> None:
     """Judge the groups ``rows`` of ``cls``, keeping what each is found in ``cls.found``
     (``crowd``, ``shift``: see ``judge_rings``; ``before``: per row of ``cls``, what it was
     found in when last judged)."""
-    shift = least if shift is None else shift
     G = len(rows)
     K, n = cls.K, cls.n
     # the rings oldest first, each gathered at once from the flat (group, slot) rows
@@ -467,7 +466,7 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
             SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]), float(res.median[h]),
                      excess_ns, int(res.count[h]), float(res.frac[h]), float(sigma[gi]),
                      float(res.logp[h])))
-    _still_slow(cls, rows, before or {}, series, thr, t, ok, arena, cfg, shift)
+    _still_slow(cls, rows, before, series, thr, t, ok, arena, cfg, shift)
     _recurring(cls, rows, series, sigma, rec_thr, scale, t, ok, arena, cfg, least, thr)
 
 
@@ -548,8 +547,7 @@ class RecStats:
 
 def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
                rec_thr: np.ndarray, scale: np.ndarray, t: np.ndarray, found: np.ndarray,
-               arena: Arena, cfg: EngineConfig, least: float,
-               level_thr: np.ndarray | None = None) -> None:
+               arena: Arena, cfg: EngineConfig, least: float, level_thr: np.ndarray) -> None:
     """Members of the groups ``rows`` slow again and again with normal iterations between (a
     GPU throttling now and then, a host's recurring stall): at least ``slow_rec_episodes``
     episodes of samples well above the noise, too many for the rate at which such episodes
@@ -587,17 +585,16 @@ def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarr
     ok = (rec.start >= 0) & (rec.logp < np.log(cfg.slow_alpha_member)) \
         & (rec.median >= least)
     recurs = rec.hits < cfg.slow_rec_duty * np.maximum(rec.count, 1)
-    if level_thr is not None:
-        # a small lasting excess: late in most samples since, at what the change-point test
-        # counts as late, its typical sample under what an episode needs (a GPU 12% slower,
-        # a few of whose samples cross the episodes' threshold) is a level
-        since = valid & (np.arange(series.shape[1])[None, :] >= rec.start[:, None])
-        with np.errstate(invalid="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            late = (series > np.repeat(level_thr, n)[:, None]) & since
-            typical = np.nanmedian(np.where(since, series, np.nan), axis=1)
-        lasting = late.sum(axis=1) >= cfg.slow_rec_duty * np.maximum(since.sum(axis=1), 1)
-        recurs &= ~(lasting & (typical < thr))
+    # a small lasting excess: late in most samples since, at what the change-point test counts
+    # as late, its typical sample under what an episode needs (a GPU 12% slower, a few of
+    # whose samples cross the episodes' threshold) is a level
+    since = valid & (np.arange(series.shape[1])[None, :] >= rec.start[:, None])
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        late = (series > np.repeat(level_thr, n)[:, None]) & since
+        typical = np.nanmedian(np.where(since, series, np.nan), axis=1)
+    lasting = late.sum(axis=1) >= cfg.slow_rec_duty * np.maximum(since.sum(axis=1), 1)
+    recurs &= ~(lasting & (typical < thr))
     for h in np.flatnonzero(ok & (~found | recurs)).tolist():
         gi, pos = divmod(h, n)
         s = int(rec.start[h])
