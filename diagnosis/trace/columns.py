@@ -107,7 +107,8 @@ def int_column(values: list[Any], typed: bool = False) -> np.ndarray:
     if typed:
         return np.fromiter(values, np.int64, len(values))
     arr = np.array(values)
-    if arr.dtype.kind not in "iu" or bool in set(map(type, values)):
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or bool in set(map(type, values)):
+        # (a list in one row of a batch of one, [0], makes a column of another shape)
         # numpy takes true and false among integers for 1 and 0: the format does not
         raise Bad
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:

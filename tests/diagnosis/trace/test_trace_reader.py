@@ -107,6 +107,19 @@ def test_malformed_line_names_file_line_and_field(tmp_path, line, field, words):
     assert words in str(err.value)
 
 
+@pytest.mark.parametrize("block", [1, 64, 4 << 20])
+def test_a_list_for_an_integer_is_an_error_in_a_block_of_any_size(tmp_path, block):
+    """A block of one record made its column two-dimensional, which passed as integers (found
+    by tests/fuzz/test_fuzz_trace.py)."""
+    path = tmp_path / "bad.jsonl"
+    good = '{"type":"op","rank":0,"pg":"g","seq":0,"op":"x","bytes":1,"t_enter_ns":1}'
+    bad = '{"type":"op","rank":0,"pg":"g","seq":1,"op":"x","bytes":[0],"t_enter_ns":1}'
+    path.write_text("\n".join([good, bad, good]) + "\n")
+    with pytest.raises(FormatError) as err:
+        list(read_trace(path, block_bytes=block))
+    assert (err.value.line, err.value.field) == (2, "bytes")
+
+
 def test_invalid_json_names_the_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"type":"end","t_ns":1}\n\n{"type": "end", t_ns: 2}\n')
