@@ -466,20 +466,23 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
             SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]), float(res.median[h]),
                      excess_ns, int(res.count[h]), float(res.frac[h]), float(sigma[gi]),
                      float(res.logp[h])))
-    _still_slow(cls, rows, before, series, thr, t, ok, arena, cfg, shift)
-    _recurring(cls, rows, series, sigma, rec_thr, scale, t, ok, arena, cfg, least, thr)
+    level_start = np.where(ok, res.start, -1)
+    _still_slow(cls, rows, before, series, thr, t, ok, level_start, arena, cfg, shift)
+    _recurring(cls, rows, series, sigma, rec_thr, scale, t, level_start, arena, cfg, least,
+               thr)
 
 
 def _still_slow(cls: Rings, rows: np.ndarray, before: dict[int, list[SlowRank]],
                 series: np.ndarray, thr: np.ndarray, t: np.ndarray, ok: np.ndarray,
-                arena: Arena, cfg: EngineConfig, shift: float) -> None:
+                level_start: np.ndarray, arena: Arena, cfg: EngineConfig,
+                shift: float) -> None:
     """Keep the members found slow from a change point on that are still slow since it, though
     the test no longer finds it: once the ring holds little from before the onset (a fault
     that lasts longer than the ring), the split the test prefers moves among samples that are
     all slow, and a small excess is as strong as noise there. Tested at the onset it was
     found at: since then late in most samples (more often than before it, by the rise the
-    test asks), by at least ``shift`` in the median. ``ok`` (per member row): found now,
-    updated."""
+    test asks), by at least ``shift`` in the median. ``ok`` (per member row): found now, and
+    ``level_start`` its first sample since the onset, updated."""
     n = cls.n
     at = {int(gi): i for i, gi in enumerate(rows.tolist())}
     for gi, found in before.items():
@@ -503,6 +506,7 @@ def _still_slow(cls: Rings, rows: np.ndarray, before: dict[int, list[SlowRank]],
             median = float(np.median(y[since]))
             if frac >= 0.5 and frac - pre_frac >= cfg.slow_min_frac and median >= shift:
                 ok[h] = True
+                level_start[h] = int(np.argmax(t[i] >= f.onset_ns))
                 cls.found.setdefault(gi, []).append(replace(
                     f, excess=median, samples=int(since.sum()), frac=frac))
 
@@ -546,19 +550,21 @@ class RecStats:
 
 
 def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarray,
-               rec_thr: np.ndarray, scale: np.ndarray, t: np.ndarray, found: np.ndarray,
+               rec_thr: np.ndarray, scale: np.ndarray, t: np.ndarray, level_start: np.ndarray,
                arena: Arena, cfg: EngineConfig, least: float, level_thr: np.ndarray) -> None:
     """Members of the groups ``rows`` slow again and again with normal iterations between (a
     GPU throttling now and then, a host's recurring stall): at least ``slow_rec_episodes``
     episodes of samples well above the noise, too many for the rate at which such episodes
     start over every member of the size class (one-off pauses strike random ranks; a
     checkpoint every rank). ``series``: per member (rows group-major), its samples oldest
-    first; ``rec_thr``: per group, the excess an episode's samples must exceed; ``found``:
-    members already slow from a change point on, whose finding is replaced
-    by the recurring one when most of their samples since were normal (their late samples are
-    episodes, not a new level), unless the excess is small and lasting (late in most samples
-    beyond ``level_thr``, per group what the change-point test counts as late, the median
-    under ``rec_thr``). Kept in ``cls.found``."""
+    first; ``rec_thr``: per group, the excess an episode's samples must exceed;
+    ``level_start``: per member, the first sample of the level it was found slow at from a
+    change point on (-1: none), a finding replaced by the recurring one when most of their
+    samples since were normal (their late samples are episodes, not a new level), unless the
+    excess since its level began is small and lasting (late in most samples beyond
+    ``level_thr``, per group what the change-point test counts as late, the median under
+    ``rec_thr``): an early episode of noise does not move a level's onset. Kept in
+    ``cls.found``."""
     n = cls.n
     thr = np.repeat(rec_thr, n)
     stats = cls.rec_stats
@@ -588,12 +594,13 @@ def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarr
     # a small lasting excess: late in most samples since, at what the change-point test counts
     # as late, its typical sample under what an episode needs (a GPU 12% slower, a few of
     # whose samples cross the episodes' threshold) is a level
-    since = valid & (np.arange(series.shape[1])[None, :] >= rec.start[:, None])
+    found = level_start >= 0
+    since = valid & (np.arange(series.shape[1])[None, :] >= level_start[:, None]) & found[:, None]
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         late = (series > np.repeat(level_thr, n)[:, None]) & since
         typical = np.nanmedian(np.where(since, series, np.nan), axis=1)
-    lasting = late.sum(axis=1) >= cfg.slow_rec_duty * np.maximum(since.sum(axis=1), 1)
+    lasting = late.sum(axis=1) >= 0.5 * np.maximum(since.sum(axis=1), 1)
     recurs &= ~(lasting & (typical < thr))
     for h in np.flatnonzero(ok & (~found | recurs)).tolist():
         gi, pos = divmod(h, n)
