@@ -18,6 +18,10 @@ kind, the ingest lag (request sent -> acknowledged once stored) p50/p99, the det
 acknowledged, and the job's op rows stored against those sent), requests rejected, and the
 time from the planted stop to the report that names the rank.
 
+Each stream holds at most ``OUTBOX`` requests: when the daemon pushes back, the generator
+waits and falls behind its pace (printed), as sidecars would spill to their logs. The run stops,
+and says so, once the daemon's RSS passes ``--max-daemon-rss-gib``.
+
 One machine plays the whole cluster: the generator's CPU competes with the daemon's (both are
 printed). Ranks register once each (RankInfo), groups once each (real sidecars forward every
 rank's groups); the daemon runs with no per-sender request limit (every stream comes from this
@@ -43,11 +47,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import numpy as np
 
 from bench.scale.jobgen import NS, JobGen, JobShape, encode
 from c4.proto import c4_pb2, c4_pb2_grpc
 
 INFLIGHT = 64
+# requests a stream holds before the generator waits: a sidecar's outbox keeps a bounded number
+# in memory (a real one spills the rest to its write-ahead log); here the generator falls
+# behind its pace instead, which the table reports
+OUTBOX = 4 * INFLIGHT
+# rows per request (a sidecar's batches are far smaller: one node's records)
+BATCH_ROWS = 20_000
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -88,7 +99,7 @@ class Stream:
         self.name = name
         self._counts, self._lock = counts, lock
         self._on_control = on_control
-        self._queue: queue.Queue[c4_pb2.IngestRequest | None] = queue.Queue()
+        self._queue: queue.Queue[c4_pb2.IngestRequest | None] = queue.Queue(OUTBOX)
         self._inflight: dict[int, tuple[float, str, int]] = {}
         self._room = threading.Semaphore(INFLIGHT)
         self._seq = 0
@@ -146,10 +157,32 @@ class Stream:
                 self._counts.errors.append(f"{self.name}: {exc.code()} {exc.details()}")
 
     def close(self) -> None:
-        self._queue.put(None)
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=5)
         self._room.release()          # a request waiting for room goes, then the end
         self._thread.join(5)
         self._channel.close()         # whatever is still unacknowledged is counted lost
+
+
+def _slices(cols, rows: int):
+    """``cols`` in batches of at most ``rows`` rows, each with only the names it uses: a real
+    sidecar ships one node's records, whose table is small; one stream here stands for
+    hundreds of nodes, whose names together pass the daemon's per-batch limit."""
+    from c4.proto.codec import OPTIONAL_STRING_COLUMNS, STRING_COLUMNS, Columns
+
+    table = np.asarray(cols.strings, dtype=object)
+    for a in range(0, len(cols), rows):
+        part = {k: v[a:a + rows] for k, v in cols.columns.items()}
+        named = [k for k in part if k in STRING_COLUMNS and len(table)]
+        used = np.unique(np.concatenate([part[k][part[k] >= 0] for k in named])) \
+            if named else np.zeros(0, np.int64)
+        remap = np.full(len(table), -1, np.int64)
+        remap[used] = np.arange(len(used))
+        for k in named:
+            col = part[k]
+            part[k] = np.where(col >= 0, remap[np.maximum(col, 0)], -1).astype(col.dtype) \
+                if k in OPTIONAL_STRING_COLUMNS else remap[col].astype(col.dtype)
+        yield Columns(part, table[used].tolist())
 
 
 def _metric(url: str, name: str) -> float | None:
@@ -227,7 +260,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     window_next = None
     port_next = t_start
     behind = 0.0
-    while time.monotonic() < end:
+    stopped = ""
+    while time.monotonic() < end and not stopped:
         target = t_start + sec + 1
         now = time.monotonic()
         if now < target:
@@ -242,9 +276,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             parts = gen.ops(lo, hi)
         for st, cols in zip(streams, parts, strict=True):
             if cols is not None:
-                for a in range(0, len(cols), 50_000):
-                    chunk = type(cols)({k: v[a:a + 50_000] for k, v in cols.columns.items()},
-                                       cols.strings)
+                for chunk in _slices(cols, BATCH_ROWS):
                     st.put(len(chunk), ops=encode("ops", shape.job, chunk))
         # windows end on the shared clock; shipped once the sidecars' watermark passes
         w = gen.sampling.window_ns or NS
@@ -255,11 +287,11 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         while window_next + int(shape.lag_s * NS) <= hi:
             for i, st in enumerate(streams):
                 p = gen.progress(i, window_next)
-                if p is not None:
-                    st.put(len(p), progress=encode("progress", shape.job, p))
+                for chunk in _slices(p, BATCH_ROWS) if p is not None else ():
+                    st.put(len(chunk), progress=encode("progress", shape.job, chunk))
                 ls = gen.linkstat(i, window_next, w)
-                if ls is not None and len(ls):
-                    st.put(len(ls), linkstats=encode("linkstats", shape.job, ls))
+                for chunk in _slices(ls, BATCH_ROWS) if ls is not None else ():
+                    st.put(len(chunk), linkstats=encode("linkstats", shape.job, chunk))
             window_next += w
         if time.monotonic() >= port_next:
             for i, st in enumerate(streams):
@@ -276,6 +308,10 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                             "lag": _metric(f"http://127.0.0.1:{mport}/metrics",
                                            "c4_daemon_live_lag_seconds"),
                             "dcpu": _cpu(daemon.proc.pid), "gcpu": time.process_time()})
+            if samples[-1]["rss"] > args.max_daemon_rss_gib * 1024:
+                stopped = (f"stopped after {samples[-1]['t']:.0f} s: the daemon's RSS reached "
+                           f"{samples[-1]['rss']:,.0f} MiB (--max-daemon-rss-gib "
+                           f"{args.max_daemon_rss_gib:g})")
     sending = time.monotonic() - t_start
     d1, g1 = _cpu(daemon.proc.pid), time.process_time()
     drain = time.monotonic()
@@ -297,7 +333,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             "stored_ops": stored_ops, "schedules": schedules, "t_start": t_start,
             "fault": fault, "fault_latency": (found[0][0] - fault_mono) if found else None,
             "report": found[0][1] if found else None, "faults": faults,
-            "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending}
+            "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending,
+            "stopped": stopped}
 
 
 def _print(args: argparse.Namespace, res: dict) -> None:
@@ -313,6 +350,8 @@ def _print(args: argparse.Namespace, res: dict) -> None:
         print(f"  schedule at {t - res['t_start']:+.0f} s: default K={s.default_sample or 1}, "
               f"steps K={sorted(steps) or '-'} on {len({st.pg for st in s.steps})} groups, "
               f"window {s.window_ns / 1e9 if s.window_ns else 1:g} s")
+    if res["stopped"]:
+        print(f"RUN {res['stopped'].upper()}")
     lat = counts.lat
     t0 = res["t_start"]
     print("\nminute | ops/s | progress/s | linkstat/s | ingest lag p50/p99 s | detector lag p99 s"
@@ -394,6 +433,8 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--budget", type=float, default=200_000.0)
     ap.add_argument("--fault-at-s", type=float, default=None)
+    ap.add_argument("--max-daemon-rss-gib", type=float, default=12.0,
+                    help="stop the run (and say so) once the daemon holds this much")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from bench.stores import store_url

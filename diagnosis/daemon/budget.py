@@ -19,8 +19,11 @@ forwards each second) or, without them, the ingested op rows times K. Then:
   use less than a quarter of the budget at the shorter window. The cost: a hang is seen up to
   one window later, and a link's statistics are coarser.
 * A job starts at the factor its size calls for (``world_size`` x ``calls_per_rank`` into the
-  op rows' share of the budget), as the default of every communicator, announced when its
-  first rank registers: a 16,384-rank job must not ship every call of its first seconds.
+  op rows' share of the budget), as the default of every communicator, and at the window its
+  size calls for (``world_size`` x ``windowed_per_rank`` into the rest of the budget), announced
+  when its first rank registers: a 16,384-rank job must not ship every call of its first
+  seconds, nor a 131,072-rank job 1.3M progress and linkstat records a second before the
+  daemon has measured them.
   ``fixed_sample`` makes that default the factor of every job, whatever its size and rate.
 * A change of K is announced per communicator as "from seq S on": S is the highest seq seen
   on it plus ``margin_s`` seconds of its calls (its measured pace), so that every member's
@@ -77,6 +80,10 @@ class BudgetConfig:
     max_window_s: float = setting(16.0, flag="--max-window", env="C4_MAX_WINDOW",
                                   check=positive,
                                   help="The longest window the budget may set (seconds).")
+    #: progress keys and connections a rank is taken to report per window until its job is
+    #: measured (a Megatron-style rank: its communicators and pipeline peers, and the sockets
+    #: under them): a job whose windowed records would then not fit starts with longer windows
+    windowed_per_rank: float = setting(10.0, check=non_negative)
     #: share of the budget kept for op rows when windows are chosen
     ops_floor: float = setting(0.5, check=between(0, 1))
     #: K comes down when the full rate at K/2 would use at most this share of the budget
@@ -226,7 +233,9 @@ class JobBudget:
             ends = [end for end, (_, w) in seen.items() if w == self.window_ns]
             if ends and max(ends) - min(ends) >= self.cfg.measure_s * NS:
                 return True
-        return not self._windows
+        # none seen yet: a window chosen from the job's size waits for them (else it would
+        # come back down on the first pass, measuring nothing)
+        return not self._windows and self.window_ns == int(self.cfg.window_s * NS)
 
     def observe_seqs(self, tops: dict[str, int], now: float) -> None:
         """The highest seq seen per communicator in a batch (op rows or progress)."""
@@ -320,8 +329,10 @@ class JobBudget:
         return self._announce(sample, window_ns, now, now_ns, why_k or why_w)
 
     def _start(self, now: float) -> Decision | None:
-        """The factor a job starts with, from its size alone (once, before any measure)."""
+        """The factor and window a job starts with, from its size alone (once, before any
+        measure)."""
         cfg = self.cfg
+        k0 = 1
         if cfg.fixed_sample:
             k0 = cfg.fixed_sample
         elif cfg.calls_per_rank > 0 and self.world:
@@ -329,16 +340,28 @@ class JobBudget:
             for_ops = cfg.ops_floor * cfg.records_per_s
             k0 = 1 if expected <= for_ops else \
                 min(1 << math.ceil(math.log2(expected / for_ops)), cfg.max_sample)
-        else:
+        window_ns = self.window_ns
+        windowed = self.world * cfg.windowed_per_rank
+        if cfg.records_per_s > 0 and windowed:
+            share = (1 - cfg.ops_floor) * cfg.records_per_s
+            while 2 * window_ns <= cfg.max_window_s * NS and windowed * NS / window_ns > share:
+                window_ns *= 2
+        if k0 <= 1 and window_ns == self.window_ns:
             return None
-        if k0 <= 1:
-            return None
+        why = [f"K={k0}"] if k0 > 1 else []
+        if window_ns != self.window_ns:
+            why.append(f"windows of {window_ns / NS:g} s")
+        window_from = 0
+        if window_ns != self.window_ns:
+            # on a boundary of both windows, ahead of the sidecars already counting
+            window_from = -(-(self._now_ns + int(cfg.margin_s * NS)) // window_ns) * window_ns
         self.default = self.sample = k0
+        self.window_ns = window_ns
         self._bump()
         self._last_change = now
-        return Decision(self.version, k0, self._window_field(), 0, {}, {},
-                        f"{self.world} ranks at {cfg.calls_per_rank:g} calls/s each: K={k0} "
-                        "from the start", default=k0)
+        return Decision(self.version, k0, self._window_field(), window_from, {}, {},
+                        f"{self.world} ranks at {cfg.calls_per_rank:g} calls/s each: "
+                        f"{' and '.join(why)} from the start", default=k0)
 
     def _window(self, budget: float, other: float, full: float) -> tuple[int, str]:
         cfg = self.cfg

@@ -40,7 +40,7 @@ class CoLateness:
         self._rows: dict[int, int] = {}
         self._of: dict[int, list[int]] = {}     # rank -> its collective communicators
         self._cat: dict[int, tuple[np.ndarray, ...]] = {}   # per size, its rows in one piece
-        self._tables: dict[int, np.ndarray] = {}    # per size, see ``_table``
+        self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see ``_table``
         self._known = 0
 
     def add(self, group: np.ndarray, seq: np.ndarray, late: np.ndarray) -> None:
@@ -49,7 +49,7 @@ class CoLateness:
         if not len(group):
             return
         n = late.shape[1]
-        ranks = self._table(n)[group].ravel()
+        ranks = self._members(n, group).ravel()
         part = (np.repeat(seq.astype(np.int64), n), ranks.astype(np.int64),
                 late.astype(np.float32).ravel())
         parts = self._parts.setdefault(n, deque())
@@ -59,18 +59,24 @@ class CoLateness:
         while self._rows[n] > self.max_rows and len(parts) > 1:
             self._rows[n] -= len(parts.popleft()[0])
 
-    def _table(self, n: int) -> np.ndarray:
-        """The members of every communicator of size ``n``, a row per communicator (-1 rows
-        for the others), extended as communicators are added."""
-        tab = self._tables.get(n, np.zeros((0, n), dtype=np.int64))
+    def _members(self, n: int, group: np.ndarray) -> np.ndarray:
+        """The members of communicators ``group``, all of size ``n``, a row each. Kept per
+        size: a row per communicator of that size, and per communicator id its row (-1: another
+        size), extended as communicators are added. (A row for every id, send/recv channels
+        included, times the size of the largest group took gigabytes at 131,072 ranks.)"""
+        row_of, tab = self._tables.get(n, (np.zeros(0, dtype=np.int64),
+                                           np.zeros((0, n), dtype=np.int64)))
         known = len(self.arena.members)
-        if len(tab) < known:
-            more = np.full((known - len(tab), n), -1, dtype=np.int64)
-            for i, g in enumerate(range(len(tab), known)):
-                if self.arena.n[g] == n:
-                    more[i] = self.arena.members[g]
-            tab = self._tables[n] = np.vstack([tab, more])
-        return tab
+        if len(row_of) < known:
+            fresh = np.arange(len(row_of), known)
+            fresh = fresh[self.arena.n[fresh] == n]
+            more = np.full(known - len(row_of), -1, dtype=np.int64)
+            more[fresh - len(row_of)] = len(tab) + np.arange(len(fresh))
+            row_of = np.r_[row_of, more]
+            if len(fresh):
+                tab = np.vstack([tab, np.stack([self.arena.members[g] for g in fresh.tolist()])])
+            self._tables[n] = (row_of, tab)
+        return tab[row_of[group]]
 
     def _communicators(self, rank: int) -> list[int]:
         known = len(self.arena.members)

@@ -76,3 +76,21 @@ def test_a_planted_stop():
     assert sorted(p["rank"][waiting].tolist()) == [8, 9, 10, 11, 12, 14, 15]
     stats = g.stats(1, None, T0 + 3 * NS)
     assert 13 not in [c.rank for c in stats.collectors]
+
+
+def test_a_stream_s_batches_carry_only_the_names_they_use():
+    """One stream stands for hundreds of nodes: its linkstat batches are cut so that each
+    carries only its own names (the daemon refuses a batch of more than 65,536), and joined
+    again they are the rows sent."""
+    from bench.scale.job import _slices
+
+    g = _gen()
+    ls = g.linkstat(0, T0 + NS, NS)
+    parts = list(_slices(ls, 7))
+    assert sum(len(p) for p in parts) == len(ls) and all(len(p) <= 7 for p in parts)
+    for p in parts:
+        used = np.unique(np.r_[p["local"], p["remote"]])
+        assert (used == np.arange(len(p.strings))).all(), "every name used, none more"
+    joined = concat(parts)
+    for col in ("local", "remote"):
+        assert joined.names(col).tolist() == ls.names(col).tolist()

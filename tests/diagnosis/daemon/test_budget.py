@@ -116,6 +116,10 @@ def test_a_large_job_starts_sampled_from_its_size_then_follows_its_rate():
     b.world = 16_384
     first = b.decide(0.5, NS // 2)
     assert first is not None and first.default == 128 and first.steps == {}
+    # ~10 progress keys and sockets per rank: 164k windowed records/s at 1 s, over the half
+    # of the budget they may take; at 2 s they fit
+    assert first.window_ns == 2 * NS and first.window_from_ns % (2 * NS) == 0
+    assert first.window_from_ns >= NS // 2 + 5 * NS, "ahead of the sidecars, by the margin"
     # it turns out to make 50 calls/s per rank (819k/s): K comes down, per communicator
     later = _run(b, 40, calls=16_384 * 50, ranks=16_384 // 512, t0=1)
     assert later and all(d.default == 128 for _, d in later)
@@ -123,6 +127,27 @@ def test_a_large_job_starts_sampled_from_its_size_then_follows_its_rate():
     small = JobBudget(BudgetConfig(records_per_s=200_000))
     small.world = 64
     assert small.decide(0.5, NS // 2) is None, "a job that fits starts with every call"
+
+
+def test_the_largest_jobs_start_at_the_longest_window_their_size_calls_for():
+    b = JobBudget(BudgetConfig(records_per_s=200_000, calls_per_rank=400))
+    b.world = 131_072
+    first = b.decide(0.5, NS // 2)
+    # 52M calls/s: K at its cap; 1.3M windowed records a window: 16 s windows bring them to
+    # 82k/s, under the 100k/s they may take
+    assert first is not None and (first.default, first.window_ns) == (1024, 16 * NS)
+    assert "windows of 16 s" in first.why
+    # its calls are measured before its first 16 s window closes: the window stays
+    later = _run(b, 30, calls=131_072 * 400, ranks=64, t0=1)
+    assert all(d.window_ns == 16 * NS for _, d in later), [d.why for _, d in later]
+    capped = JobBudget(BudgetConfig(records_per_s=200_000, max_window_s=4))
+    capped.world = 131_072
+    assert capped.decide(0.5, NS // 2).window_ns == 4 * NS, "never past --max-window"
+    mid = JobBudget(BudgetConfig(records_per_s=200_000, calls_per_rank=0))
+    mid.world = 40_000
+    d = mid.decide(0.5, NS // 2)
+    assert d is not None and (d.default, d.window_ns) == (1, 4 * NS), \
+        "the window alone, when the calls are not assumed"
 
 
 def test_windowed_records_count_by_window_not_by_arrival():

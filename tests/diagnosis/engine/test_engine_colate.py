@@ -85,3 +85,21 @@ def test_a_few_calls_its_ring_shares_by_chance_do_not_explain_a_slow_gpu():
             rows[:, 2] = ring_at[seq]
             board.add(np.array([tp[h] for h in others]), np.full(3, seq), rows)
     assert not board.shared(3 * GPUS + 2, tp[3], 0.15)
+
+
+def test_members_are_kept_only_for_communicators_of_the_size():
+    """Send/recv channels and groups of other sizes added between calls take no room in a
+    size's table (a row each, times the size, took gigabytes at 131,072 ranks)."""
+    arena, tp, _ = _job()
+    board = CoLateness(arena)
+    board.add(np.array([tp[0]]), np.array([0]), np.zeros((1, GPUS)))
+    # 500 channels of two, then one more group of four
+    arena.channels(np.zeros(500, dtype=np.int64), np.arange(500) % 64,
+                   (np.arange(500) + 1) % 64 + 64 * (np.arange(500) // 64), ["pp"])
+    extra = arena.add_group(99, "tp.extra", np.arange(4) + 70)
+    board.add(np.array([extra, tp[1]]), np.array([1, 1]), np.ones((2, GPUS)))
+    rows_of, table = board._tables[GPUS]
+    assert len(table) == HOSTS + 1, "a row per group of four (the rings have 16), no more"
+    assert (table[rows_of[extra]] == np.arange(4) + 70).all()
+    late_at_1 = board._parts[GPUS][-1]
+    assert sorted(late_at_1[1].tolist()) == sorted([*range(70, 74), *range(4, 8)])
