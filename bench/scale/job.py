@@ -19,8 +19,8 @@ acknowledged, and the job's op rows stored against those sent), requests rejecte
 time from the planted stop to the report that names the rank.
 
 Each stream holds at most ``OUTBOX`` requests: when the daemon pushes back, the generator
-waits and falls behind its pace (printed), as sidecars would spill to their logs. The run stops,
-and says so, once the daemon's RSS passes ``--max-daemon-rss-gib``.
+waits and falls behind its pace (printed), as sidecars would spill to their logs. The bench stops
+the daemon and exits, saying so, once the daemon's RSS passes ``--max-daemon-rss-gib``.
 
 One machine plays the whole cluster: the generator's CPU competes with the daemon's (both are
 printed). Ranks register once each (RankInfo), groups once each (real sidecars forward every
@@ -196,6 +196,25 @@ def _metric(url: str, name: str) -> float | None:
     return None
 
 
+def _guard(daemon, limit_gib: float) -> None:
+    """Stop the daemon and the bench once the daemon holds ``limit_gib``: the generator may
+    be blocked on a stream the daemon no longer drains, so this watches from its own thread."""
+    t0 = time.monotonic()
+
+    def watch() -> None:
+        while daemon.proc.poll() is None:
+            rss = _rss_mib(daemon.proc.pid)
+            if rss > limit_gib * 1024:
+                print(f"RUN STOPPED after {time.monotonic() - t0:.0f} s (registration "
+                      f"included): the daemon's RSS reached {rss:,.0f} MiB "
+                      f"(--max-daemon-rss-gib {limit_gib:g})", flush=True)
+                daemon.stop()
+                os._exit(3)
+            time.sleep(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def run(args: argparse.Namespace, work: Path) -> dict:
     from c4.demo.services import start_daemon
     from c4.processes import free_port
@@ -210,6 +229,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     # stopped however the bench ends (main turns SIGTERM into an exit): a daemon left behind
     # holds gigabytes at this size
     atexit.register(daemon.stop)
+    _guard(daemon, args.max_daemon_rss_gib)
     address = f"127.0.0.1:{port}"
     counts, lock = Counts(), threading.Lock()
     gen = JobGen(shape, time.time_ns() + int(60 * NS))   # t0 set when the calls start
@@ -260,8 +280,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     window_next = None
     port_next = t_start
     behind = 0.0
-    stopped = ""
-    while time.monotonic() < end and not stopped:
+    while time.monotonic() < end:
         target = t_start + sec + 1
         now = time.monotonic()
         if now < target:
@@ -308,10 +327,6 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                             "lag": _metric(f"http://127.0.0.1:{mport}/metrics",
                                            "c4_daemon_live_lag_seconds"),
                             "dcpu": _cpu(daemon.proc.pid), "gcpu": time.process_time()})
-            if samples[-1]["rss"] > args.max_daemon_rss_gib * 1024:
-                stopped = (f"stopped after {samples[-1]['t']:.0f} s: the daemon's RSS reached "
-                           f"{samples[-1]['rss']:,.0f} MiB (--max-daemon-rss-gib "
-                           f"{args.max_daemon_rss_gib:g})")
     sending = time.monotonic() - t_start
     d1, g1 = _cpu(daemon.proc.pid), time.process_time()
     drain = time.monotonic()
@@ -333,8 +348,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             "stored_ops": stored_ops, "schedules": schedules, "t_start": t_start,
             "fault": fault, "fault_latency": (found[0][0] - fault_mono) if found else None,
             "report": found[0][1] if found else None, "faults": faults,
-            "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending,
-            "stopped": stopped}
+            "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending}
 
 
 def _print(args: argparse.Namespace, res: dict) -> None:
@@ -350,8 +364,6 @@ def _print(args: argparse.Namespace, res: dict) -> None:
         print(f"  schedule at {t - res['t_start']:+.0f} s: default K={s.default_sample or 1}, "
               f"steps K={sorted(steps) or '-'} on {len({st.pg for st in s.steps})} groups, "
               f"window {s.window_ns / 1e9 if s.window_ns else 1:g} s")
-    if res["stopped"]:
-        print(f"RUN {res['stopped'].upper()}")
     lat = counts.lat
     t0 = res["t_start"]
     print("\nminute | ops/s | progress/s | linkstat/s | ingest lag p50/p99 s | detector lag p99 s"

@@ -25,6 +25,13 @@ MAX_REPLICAS = 16
 # wider one holds too much other work for its share to be read off
 _MAX_GAP = 32
 _SEQ_BITS = 40
+# members of a meeting communicator taken around the group's own rank in it: the others stand
+# for replicas far in index order, which the choice (the nearest MAX_REPLICAS) drops anyway.
+# Unbounded, a data-parallel group of 16,384 linked every tensor-parallel group with every
+# other: hundreds of millions of rows, gigabytes, at 131,072 ranks
+_NEAR = 4 * MAX_REPLICAS
+# groups linked at once (bounds the temporaries)
+_CHUNK = 1024
 
 
 def _expand(ptr: np.ndarray, idx: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,6 +101,12 @@ class Replicas:
             mr = np.concatenate(ranks).astype(np.int64) if ranks else np.zeros(0, np.int64)
             self._cm = _csr(mc, mr, total)                                  # its members
             self._rc = _csr(mr, mc, int(mr.max()) + 1 if len(mr) else 0)    # a rank's comms
+            # each (communicator, member) entry of ``_cm`` by key, to find a rank's place
+            self._width = int(mr.max()) + 1 if len(mr) else 1
+            owner = np.repeat(np.arange(total, dtype=np.int64), np.diff(self._cm[0]))
+            key = owner * self._width + self._cm[1]
+            o = np.argsort(key, kind="stable")
+            self._cm_key = (key[o], o)
             self._tables = len(self._coll)
             self._done[:] = False
             self._lg = self._lh = self._lc = np.zeros(0, dtype=np.int64)
@@ -103,19 +116,25 @@ class Replicas:
 
     def _links(self, groups: np.ndarray) -> None:
         """The links of ``groups``: every same-size collective communicator sharing none of
-        their ranks whose members meet theirs in a third."""
+        their ranks whose members meet theirs in a third (near the group's rank in it)."""
+        for a in range(0, len(groups), _CHUNK):
+            self._links_of(groups[a:a + _CHUNK])
+        self._done[groups] = True
+        self._dirty = True
+
+    def _links_of(self, groups: np.ndarray) -> None:
         n, total = self.arena.n, len(self._done)
         cm_ptr, cm_idx = self._cm
         rc_ptr, rc_idx = self._rc
         row, r = _expand(cm_ptr, cm_idx, groups)
         g = groups[row]
         row, c = _expand(rc_ptr, rc_idx, r)
-        g = g[row]
+        g, r = g[row], r[row]
         # the communicators with a rank of the group: where it meets others, and none of them
         # a replica (they share its ranks)
-        meet = distinct(g * total + c)
-        g, c = meet // total, meet % total
-        row, q = _expand(cm_ptr, cm_idx, c)
+        meet, first = np.unique(g * total + c, return_index=True)
+        g, c, r = meet // total, meet % total, r[first]
+        row, q = self._near(c, r)
         g, c = g[row], c[row]
         row, h = _expand(rc_ptr, rc_idx, q)
         g, c = g[row], c[row]
@@ -124,8 +143,20 @@ class Replicas:
         self._lg = np.r_[self._lg, key // (total * total)]
         self._lh = np.r_[self._lh, key // total % total]
         self._lc = np.r_[self._lc, key % total]
-        self._done[groups] = True
-        self._dirty = True
+
+    def _near(self, c: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per communicator ``c[i]`` (of which ``r[i]`` is a member): up to ``_NEAR`` of its
+        members around ``r[i]`` in its order, as (i, member) rows."""
+        ptr, idx = self._cm
+        keys, entry = self._cm_key
+        size = ptr[c + 1] - ptr[c]
+        at = entry[np.searchsorted(keys, c * self._width + r)] - ptr[c]
+        width = np.minimum(size, _NEAR)
+        lo = np.clip(at - _NEAR // 2, 0, size - width)
+        rows = np.repeat(np.arange(len(c)), width)
+        pos = np.repeat(ptr[c] + lo - (np.cumsum(width) - width), width) + \
+            np.arange(int(width.sum()))
+        return rows, idx[pos]
 
     def _choose(self) -> None:
         """Per group, the replicas linked through a communicator that is no pipeline, the
