@@ -349,10 +349,9 @@ class JobBudget:
         if k0 <= 1 and window_ns == self.window_ns:
             return None
         why = [f"K={k0}"] if k0 > 1 else []
-        if window_ns != self.window_ns:
-            why.append(f"windows of {window_ns / NS:g} s")
         window_from = 0
         if window_ns != self.window_ns:
+            why.append(f"windows of {window_ns / NS:g} s")
             # on a boundary of both windows, ahead of the sidecars already counting
             window_from = -(-(self._now_ns + int(cfg.margin_s * NS)) // window_ns) * window_ns
         self.default = self.sample = k0

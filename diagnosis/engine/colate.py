@@ -40,7 +40,7 @@ class CoLateness:
         self._rows: dict[int, int] = {}
         self._of: dict[int, list[int]] = {}     # rank -> its collective communicators
         self._cat: dict[int, tuple[np.ndarray, ...]] = {}   # per size, its rows in one piece
-        self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see ``_table``
+        self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see ``_members``
         self._known = 0
 
     def add(self, group: np.ndarray, seq: np.ndarray, late: np.ndarray) -> None:
