@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -245,34 +246,36 @@ class JobBudget:
                 pace = self._paces[pg] = _Pace()
             pace.see(seq, now, self.cfg.measure_s)
 
-    def recorded(self, rank: int, count: int, t_ns: int) -> None:
-        """A collector's cumulative count of calls recorded, as of ``t_ns`` on its clock. Each
-        rank's rate is its count's growth over its own timestamps (exact, whatever the delays
-        on the way), between an anchor and its latest report; the anchor moves up once it is
-        two measuring spans old."""
-        i = self._rank_row.get(rank)
-        if i is None:
-            i = self._rank_row[rank] = len(self._rank_row)
-            if i >= len(self._counts):
-                grown = np.zeros((max(64, 2 * len(self._counts)), 4), np.int64)
-                grown[: len(self._counts)] = self._counts
-                self._counts = grown
-            self._counts[i] = (t_ns, count, t_ns, count)
+    def recorded(self, ranks: Sequence[int], counts: Sequence[int], t_ns: Sequence[int]
+                 ) -> None:
+        """Collectors' cumulative counts of calls recorded (distinct ranks), each as of its
+        ``t_ns`` on its own clock. Each rank's rate is its count's growth over its own
+        timestamps (exact, whatever the delays on the way), between an anchor and its latest
+        report; the anchor moves up once it is two measuring spans old."""
+        counts = np.asarray(counts, np.int64)
+        t = np.asarray(t_ns, np.int64)
+        rows = np.array([self._rank_row.setdefault(r, len(self._rank_row))
+                         for r in np.asarray(ranks, np.int64).tolist()], np.int64)
+        if not len(rows):
             return
-        row = self._counts[i]
-        if t_ns <= row[2] or count < row[3]:
-            if count < row[3]:           # a restarted collector: start over
-                row[:] = (t_ns, count, t_ns, count)
-            return
-        row[2], row[3] = t_ns, count
-        if t_ns - row[0] > 2 * self.cfg.measure_s * NS:
-            row[0], row[1] = row[2] - int(self.cfg.measure_s * NS), \
-                row[3] - self._rate_of(row) * self.cfg.measure_s
-
-    @staticmethod
-    def _rate_of(row: np.ndarray) -> int:
-        span = row[2] - row[0]
-        return int((row[3] - row[1]) * NS / span) if span > 0 else 0
+        if len(self._rank_row) > len(self._counts):
+            grown = np.full((max(64, 2 * len(self._rank_row)), 4), -1, np.int64)
+            grown[: len(self._counts)] = self._counts
+            self._counts = grown
+        c = self._counts
+        # a new rank, or a restarted collector (a later count that went down): start over;
+        # a report older than the latest is stale
+        fresh = (c[rows, 0] < 0) | ((t > c[rows, 2]) & (counts < c[rows, 3]))
+        c[rows[fresh]] = np.stack([t, counts, t, counts], axis=1)[fresh]
+        on = ~fresh & (t > c[rows, 2])
+        r, tt, cc = rows[on], t[on], counts[on]
+        c[r, 2], c[r, 3] = tt, cc
+        old = tt - c[r, 0] > 2 * self.cfg.measure_s * NS
+        if old.any():
+            r = r[old]
+            rate = ((c[r, 3] - c[r, 1]) * NS // (c[r, 2] - c[r, 0]))
+            c[r, 0] = c[r, 2] - int(self.cfg.measure_s * NS)
+            c[r, 1] = c[r, 3] - (rate * self.cfg.measure_s).astype(np.int64)
 
     def full_rate(self, now: float) -> float:
         """Calls per second the job makes (every call, sampled or not): the sum of its
@@ -289,6 +292,7 @@ class JobBudget:
         return self.meter.rate("ops", now) * self.sample
 
     def rates(self, now: float) -> dict[str, float]:
+        """Records/s per kind the job sends at its schedule, and ``full``: its calls/s."""
         out = {k: self.meter.rate(k, now) for k in KINDS}
         for kind in ("progress", "linkstat"):
             demand = self._window_rate(kind)
@@ -296,6 +300,11 @@ class JobBudget:
                 out[kind] = demand
         out["full"] = self.full_rate(now)
         return out
+
+    def sending(self, now: float) -> float:
+        """Records/s the job sends at its schedule, every kind together."""
+        r = self.rates(now)
+        return sum(r[k] for k in KINDS)
 
     # -- decisions ------------------------------------------------------------------------
     def decide(self, now: float, now_ns: int) -> Decision | None:
@@ -368,10 +377,18 @@ class JobBudget:
         longest = int(cfg.max_window_s * NS)
         share = (1 - cfg.ops_floor) * budget
         ops_at_cap = full / cfg.max_sample
-        if w < longest and (other > share or (self.sample >= cfg.max_sample and
-                                              other + ops_at_cap > budget)):
-            return min(2 * w, longest), (f"progress and linkstat at {other:,.0f}/s: windows "
-                                         f"to {min(2 * w, longest) / NS:g} s")
+
+        def over(at: int) -> bool:
+            o = other * w / at
+            return o > share or (self.sample >= cfg.max_sample and o + ops_at_cap > budget)
+
+        if w < longest and over(w):
+            # at once to the window that holds them, as K goes at once to the factor it needs
+            # (a step a decision kept a job over its budget for a minute)
+            at = min(2 * w, longest)
+            while at < longest and over(at):
+                at = min(2 * at, longest)
+            return at, f"progress and linkstat at {other:,.0f}/s: windows to {at / NS:g} s"
         shortest = int(cfg.window_s * NS)
         if w > shortest and 2 * other < 0.25 * budget and not (
                 self.sample >= cfg.max_sample and 2 * other + ops_at_cap > budget):

@@ -98,6 +98,10 @@ class DetailPuller(ReportFollower):
         self._ranks_of = ranks_of
         self._reduced = reduced
         self._asked: dict[str, set[str]] = {}           # fault id -> hosts asked
+        # fault id -> the suspects it last had when every host they name was asked: a
+        # report is revised every pass while it lasts, and finding its hosts reads the whole
+        # job's ranks (16,384 rows at 16k GPUs)
+        self._settled: dict[str, tuple] = {}
         self._per_job: dict[str, int] = {}
         self._ids = itertools.count(int(time.time() * 1000) << 16)
         self.requests = 0
@@ -107,6 +111,9 @@ class DetailPuller(ReportFollower):
         asked yet); returns the hosts asked."""
         cfg = self.cfg
         if report.state != "open" or not self._reduced(report.job):
+            return set()
+        suspects = tuple((s.type, s.id, s.rank) for s in report.suspects)
+        if self._settled.get(report.id) == suspects:
             return set()
         asked = self._asked.get(report.id)
         if asked is None:
@@ -120,6 +127,7 @@ class DetailPuller(ReportFollower):
         hosts, _named = hosts_of_report(report, ranks, cfg.max_hosts)
         fresh = [h for h in hosts if h not in asked][: cfg.max_hosts - len(asked)]
         if not fresh:
+            self._settled[report.id] = suspects
             return set()
         now_ns = now_ns or time.time_ns()
         onset = int(report.first_seen_ns)
@@ -129,6 +137,8 @@ class DetailPuller(ReportFollower):
             to_ns=min(onset + int(cfg.after_s * NS), now_ns), max_records=cfg.max_records)
         sent = self._control.request_detail(req, fresh)
         asked.update(sent)
+        if asked.issuperset(fresh):
+            self._settled[report.id] = suspects
         self.requests += 1 if sent else 0
         if sent:
             log.info("fault %s: asked %s for their records of %.1f s around its onset",

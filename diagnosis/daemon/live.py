@@ -43,7 +43,7 @@ from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
-from diagnosis.daemon.scheduling import Governor, Schedules
+from diagnosis.daemon.scheduling import Governor, Load, Schedules
 from diagnosis.daemon.writer import LATENCY_BUCKETS
 from diagnosis.engine import Engine, EngineConfig
 from diagnosis.health.live import LiveHealth
@@ -154,6 +154,8 @@ class LiveView:
         self._budget = budget or BudgetConfig(records_per_s=0)
         self._control = control
         self.governor = Governor()
+        #: records received and not yet stored (the writer's queue), for the governor
+        self.upstream: Callable[[], int] | None = None
         self.schedules = Schedules(store, control)
         self._topology = topology
         self._store = store
@@ -259,20 +261,22 @@ class LiveView:
         # per job, the ranks heard at about the same time go to the engine together (a 100 ms
         # bucket, its latest time): one call per bucket, not one per rank, at 100k+ ranks
         groups: dict[tuple[str, int, int, bool], tuple[list[int], int]] = {}
+        counters: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
         for (job, attempt, rank), (t_ns, leaving, recorded) in beats.items():
             st = self._jobs.get((job, attempt))
             # only registered ranks: a stray rank id must not size the engine's arrays
             if st is not None and rank in st.ranks:
-                try:
-                    st.budget.recorded(rank, recorded, t_ns)
-                except Exception:
-                    self._problem(job, "heard")
-                    continue
+                counters.setdefault((job, attempt), []).append((rank, recorded, t_ns))
                 ranks, t = groups.setdefault((job, attempt, t_ns // HEARD_BUCKET_NS, leaving),
                                              ([], 0))
                 ranks.append(rank)
                 if t_ns > t:
                     groups[(job, attempt, t_ns // HEARD_BUCKET_NS, leaving)] = (ranks, t_ns)
+        for (job, attempt), rows in counters.items():
+            try:
+                self._jobs[(job, attempt)].budget.recorded(*zip(*rows, strict=True))
+            except Exception:
+                self._problem(job, "heard")
         for (job, attempt, _, leaving), (ranks, t_ns) in groups.items():
             st = self._jobs[(job, attempt)]
             if t_ns > st.beat_ns:
@@ -518,8 +522,15 @@ class LiveView:
         """Each job's sampling factor and windows from what it sends (``budget``), within the
         share of its budget the daemon can follow now (``scheduling.Governor``)."""
         now = time.monotonic()
-        scale = self.governor.govern(now, self.lag(),
-                                     self.backlog() / max(self._max_backlog, 1))
+        demand = 0.0
+        for st in self._jobs.values():
+            if not st.ended:
+                try:
+                    demand += st.budget.sending(now)
+                except Exception:
+                    self._problem(st.job, "budget")
+        queued = self.backlog() + (self.upstream() if self.upstream is not None else 0)
+        scale = self.governor.govern(now, Load(self.records_applied, queued, demand))
         for st in self._jobs.values():
             st.budget.scale = scale
             try:

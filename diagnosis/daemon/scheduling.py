@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from c4.proto import c4_pb2
@@ -18,49 +20,85 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LAG_TARGET_S = 5.0       # the detectors' lag the governor holds budgets to
-GOVERN_EVERY_S = 30.0
-MIN_SCALE = 1 / 16
+LAG_TARGET_S = 5.0       # the delay the governor holds the daemon's queues to
+MEASURE_S = 10.0         # the span over which the daemon's throughput is measured
+SATURATED_S = 3.0        # its capacity: its throughput over at least this long saturated
+CUT_EVERY_S = 15.0       # a job's budget takes a decision at most this often (``hold_s``)
+RAISE_EVERY_S = 60.0
+HEADROOM = 0.7           # of the measured capacity, what the jobs may fill
+DRAIN_S = 20.0           # a queue that built up is worked off within about this long
+MIN_SCALE = 1 / 64
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the daemon faces, read once per pass of the detectors."""
+    applied: int      # records applied to the detectors so far (a counter)
+    queued: int       # records received and not yet applied (the writer's and the detectors')
+    demand: float     # records/s the live jobs send at their current schedules
 
 
 class Governor:
-    """The share of every job's budget the daemon can follow: halved while it falls behind
-    (stored records pile up for the detectors: the backlog past half its bound, or the
-    detectors more than ``2 * LAG_TARGET_S`` behind), at most once per ``GOVERN_EVERY_S``
-    since a lower factor reaches them only after the backlog; doubled back once the backlog is
-    small and the lag under ``LAG_TARGET_S``. The lag alone is no signal: a large job's
-    analysis pass takes seconds whatever it is sent. The budget flag is what a job may send at
-    most; a daemon on a busy or small machine takes less."""
+    """The share of every job's budget the daemon can follow. The budget flag is what a job
+    may send at most; a daemon on a busy or small machine follows less.
+
+    The daemon's capacity is the rate at which it applies records while its queues are not
+    empty (it could do no more). When it is saturated and falls behind (its queues hold more
+    than half of ``LAG_TARGET_S`` of its work, or the jobs send more than it can do), every
+    budget is cut at once to what fills ``HEADROOM`` of that capacity, less what works the
+    queue off within ``DRAIN_S``: halving every 30 s instead took minutes to get there, then
+    doubled back past it, and the queues swung between empty and 50 s (a 16,384-rank job on
+    two cores). It is raised again, by at most half, only while the jobs use less than
+    ``HEADROOM`` of the capacity and nothing waits."""
 
     def __init__(self) -> None:
         self.scale = 1.0
-        self._at = -GOVERN_EVERY_S
+        self.capacity: float | None = None     # records/s, measured while saturated
+        self._seen: deque[tuple[float, int]] = deque()
+        self._cut_at = self._raised_at = -RAISE_EVERY_S
+        self._saturated_at: tuple[float, int] | None = None
 
-    def govern(self, now: float, lag_s: float, backlog: float) -> float:
-        """``backlog``: the share of the detectors' backlog bound in use."""
-        if now - self._at < GOVERN_EVERY_S:
+    def govern(self, now: float, load: Load) -> float:
+        seen = self._seen
+        seen.append((now, load.applied))
+        while len(seen) > 2 and now - seen[1][0] >= MEASURE_S:
+            seen.popleft()
+        t0, a0 = seen[0]
+        if now - t0 < MEASURE_S / 2:
+            return self.scale                   # not measured yet
+        done = (load.applied - a0) / (now - t0)
+        saturated = load.queued > done          # more than a second of work waits
+        if not saturated:
+            self._saturated_at = None
+            if self.capacity is not None:
+                self.capacity = max(self.capacity, done)
+        else:
+            if self._saturated_at is None:
+                self._saturated_at = seen[-2] if len(seen) > 1 else seen[-1]
+            # the rate since it has been saturated only: it could do no more then
+            ts, sa = self._saturated_at
+            if now - ts >= SATURATED_S:
+                self.capacity = (load.applied - sa) / (now - ts)
+        if not self.capacity:
             return self.scale
-        behind = backlog > 0.5 or lag_s > 2 * LAG_TARGET_S
-        if behind and self.scale > MIN_SCALE:
-            self.scale = max(MIN_SCALE, self.scale / 2)
-            self._at = now
-            log.warning("the detectors are %.1f s behind (backlog %.0f%%): every job's budget "
-                        "down to %.0f%% (give the daemon more CPU or lower "
-                        "--job-records-per-s)", lag_s, 100 * backlog, 100 * self.scale)
-        elif not behind and backlog < 0.1 and lag_s < LAG_TARGET_S and self.scale < 1.0:
-            self.scale = min(1.0, self.scale * 2)
-            self._at = now
-            log.info("the detectors keep up again: budgets at %.0f%%", 100 * self.scale)
+        cap = self.capacity
+        demand = load.demand if load.demand > 0 else done
+        delay = load.queued / cap
+        if saturated and (delay > LAG_TARGET_S / 2 or demand > cap) \
+                and now - self._cut_at >= CUT_EVERY_S and self.scale > MIN_SCALE:
+            want = max(HEADROOM * cap - load.queued / DRAIN_S, 0.1 * cap)
+            self.scale = max(MIN_SCALE, self.scale * min(want / demand, 0.8))
+            self._cut_at = now
+            log.warning("the daemon follows %.0f records/s and is %.1f s behind with %.0f/s "
+                        "sent: every job's budget down to %.1f%% (give the daemon more CPU "
+                        "or lower --job-records-per-s)", cap, delay, demand, 100 * self.scale)
+        elif not saturated and delay < 1.0 and demand < 0.6 * cap and self.scale < 1.0 \
+                and now - max(self._cut_at, self._raised_at) >= RAISE_EVERY_S:
+            self.scale = min(1.0, self.scale * min(1.5, HEADROOM * cap / max(demand, 1.0)))
+            self._raised_at = now
+            log.info("the daemon keeps up (%.0f of %.0f records/s): budgets at %.1f%%",
+                     demand, cap, 100 * self.scale)
         return self.scale
-
-
-def engine_schedule(engine: Engine, default: int, steps: dict[str, list[tuple[int, int]]]
-                    ) -> None:
-    """Tell the engine a job's schedule: its default factor, then every step."""
-    engine.set_sample(default)          # (clears the engine's per-communicator steps)
-    for pg, v in steps.items():
-        for from_seq, k in v:
-            engine.set_sample(k, pg, from_seq)
 
 
 class Schedules:
@@ -81,7 +119,7 @@ class Schedules:
             window_from_ns=d.window_from_ns, default_sample=d.default,
             steps=[c4_pb2.SampleStep(pg=pg, from_seq=s, sample=k)
                    for pg, steps in sorted(d.steps.items()) for s, k in steps])
-        engine_schedule(engine, d.default, d.steps)
+        engine.set_schedule(d.default, d.steps)
         if self._store is not None:
             self._writes += 1
             try:
@@ -116,7 +154,7 @@ class Schedules:
         default = max(1, int(msg.default_sample))
         sample = max([default, *(k for v in steps.values() for _, k in v)])
         budget.restore(msg.version, sample, msg.window_ns, steps, default)
-        engine_schedule(engine, default, steps)
+        engine.set_schedule(default, steps)
         if self._control is not None:
             self._control.publish(msg)
         return sample > 1

@@ -92,6 +92,7 @@ class Daemon:
                              commit_interval_s=config.commit_interval_s,
                              max_pending=config.max_pending_requests,
                              max_pending_records=config.max_pending_records)
+        self.live.upstream = self.writer.pending_records
         # the jobs stored before, with when each was last written to: the live ones count
         # against --max-jobs at once
         self.jobs = JobBook(config.jobs)

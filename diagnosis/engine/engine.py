@@ -393,14 +393,31 @@ class Engine:
         (trace ``meta.sample``; 1: every call): of every communicator, or with ``pg`` of that
         one from its call ``from_seq`` on (a live job's factor changes at a call announced
         ahead, the same on every member)."""
+        if pg is None:
+            self.set_schedule(k, {})
+        else:
+            self._put_step(pg, from_seq, k)
+            self._in_force()
+
+    def set_schedule(self, default: int, steps: dict[str, list[tuple[int, int]]]) -> None:
+        """A live job's whole schedule at once: its default factor, then each communicator's
+        ``(from_seq, k)`` steps (thousands of communicators at 16k ranks)."""
+        if int(default) < 1:
+            raise ValueError(f"sampling factor must be at least 1, got {default!r}")
+        self._sample_at.clear()
+        self._default_sample = int(default)
+        for pg, v in steps.items():
+            for from_seq, k in v:
+                self._put_step(pg, from_seq, k)
+        self._in_force()
+
+    def _put_step(self, pg: str, from_seq: int, k: int) -> None:
         if int(k) < 1:
             raise ValueError(f"sampling factor must be at least 1, got {k!r}")
-        if pg is None:
-            self._sample_at.clear()
-            self._default_sample = int(k)
-        else:
-            steps = [s for s in self._sample_at.get(pg, []) if s[0] < int(from_seq)]
-            self._sample_at[pg] = [*steps, (int(from_seq), int(k))]
+        steps = [s for s in self._sample_at.get(pg, []) if s[0] < int(from_seq)]
+        self._sample_at[pg] = [*steps, (int(from_seq), int(k))]
+
+    def _in_force(self) -> None:
         # the largest factor now in force (a communicator whose factor fell back to 1 no
         # longer counts; one that sampled before keeps the sampled detectors on)
         self.sample = max([self._default_sample]

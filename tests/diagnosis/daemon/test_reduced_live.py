@@ -4,6 +4,7 @@ detail requests to the hosts a report involves, and control messages down the ri
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from c4.proto import c4_pb2
 from c4.proto.codec import LINKSTAT_COLUMNS, Columns
@@ -94,27 +95,59 @@ def test_detail_puller_asks_once_per_host_and_only_for_reduced_jobs():
         sid = control.open(lambda ack: asked.append(ack.control.detail))
         control.seen(sid, c4_pb2.IngestRequest(rank=c4_pb2.RankInfo(job="j", host=host)))
     reduced = {"j": True}
-    puller = DetailPuller(faults, control, lambda job: RANKS, lambda job: reduced[job],
+    reads: list[str] = []
+
+    def ranks_of(job: str) -> list[RankRecord]:
+        reads.append(job)
+        return RANKS
+
+    puller = DetailPuller(faults, control, ranks_of, lambda job: reduced[job],
                           DetailConfig(before_s=10, after_s=5))
     rep = _report(Suspect("gpu", "node1/gpu0", 0.9))
     assert puller.consider(rep, now_ns=200 * S) == {"node1"}
     (req,) = asked
     assert (req.from_ns, req.to_ns, req.fault_id) == (90 * S, 105 * S, "f1")
     assert puller.consider(rep, now_ns=200 * S) == set(), "asked once"
+    assert len(reads) == 1, "a revision with the same suspects does not read the job's ranks"
     wider = _report(Suspect("gpu", "node1/gpu0", 0.9), Suspect("gpu", "node0/gpu0", 0.5))
     assert puller.consider(wider, now_ns=200 * S) == {"node0"}, "an update asks new hosts"
+    # a host with no stream yet is asked once it has one, whatever the report's revisions
+    far = _report(Suspect("host", "node3", 1), fid="f3")
+    assert puller.consider(far, now_ns=200 * S) == set()
+    sid = control.open(lambda ack: asked.append(ack.control.detail))
+    control.seen(sid, c4_pb2.IngestRequest(rank=c4_pb2.RankInfo(job="j", host="node3")))
+    assert puller.consider(far, now_ns=200 * S) == {"node3"}
     reduced["j"] = False
     assert puller.consider(_report(Suspect("host", "node2", 1), fid="f2")) == set()
 
 
-def test_the_governor_lowers_budgets_while_the_detectors_fall_behind():
-    from diagnosis.daemon.scheduling import GOVERN_EVERY_S as every
-    from diagnosis.daemon.scheduling import Governor
+def test_the_governor_cuts_budgets_to_what_the_daemon_can_follow_at_once():
+    from diagnosis.daemon.scheduling import CUT_EVERY_S, HEADROOM, RAISE_EVERY_S, Governor, Load
 
     gov = Governor()
-    assert gov.govern(0.0, 0.0, 0.0) == 1.0
-    assert gov.govern(every, 3.0, 0.0) == 1.0, "a long analysis pass alone: not behind"
-    assert gov.govern(2 * every, 3.0, 0.8) == 0.5, "stored records pile up: halve"
-    assert gov.govern(2 * every + 1, 3.0, 0.8) == 0.5, "at most once per period"
-    assert gov.govern(3 * every, 12.0, 0.0) == 0.25, "or the detectors fall far behind"
-    assert gov.govern(4 * every, 0.5, 0.0) == 0.5 and gov.govern(5 * every, 0.5, 0.0) == 1.0
+    applied = 0
+    for t in range(10):                       # 30k records/s sent and applied: nothing waits
+        applied += 30_000
+        assert gov.govern(float(t), Load(applied, 5_000, 30_000.0)) == 1.0
+    # a large job: 85k/s sent, 40k/s applied, the rest piles up
+    queued = 0
+    for t in range(10, 30):
+        applied += 40_000
+        queued += 45_000
+        scale = gov.govern(float(t), Load(applied, queued, 85_000.0))
+        if scale < 1.0:
+            break
+    assert gov.capacity == pytest.approx(40_000, rel=0.05)
+    want = (HEADROOM * 40_000 - queued / 20) / 85_000      # and work the queue off in 20 s
+    assert scale == pytest.approx(want, rel=0.1) and scale < 0.5, "one cut, not halvings"
+    assert t <= 13, "within seconds of falling behind"
+    assert gov.govern(t + CUT_EVERY_S / 2, Load(applied, queued, 85_000.0)) == scale, \
+        "a cut reaches the jobs only at their next decisions: not again before"
+    # the jobs now send 15k/s and the queue is gone: raised, by at most half, after a while
+    later = t + RAISE_EVERY_S
+    for u in range(int(t) + 1, int(later) + 1):
+        applied += 15_000
+        got = gov.govern(float(u), Load(applied, 0, 15_000.0))
+    assert scale < got <= 1.5 * scale
+
+
