@@ -317,45 +317,54 @@ class JobBudget:
             first = self._start(now)
             if first is not None:
                 return first
-        if self._last_change is not None and now - self._last_change < cfg.hold_s:
-            return None
+        # within ``hold_s`` of a change only a cut: sending less costs no burst, and a job
+        # over its budget (or the daemon's share of it) must not wait for its next turn
+        held = self._last_change is not None and now - self._last_change < cfg.hold_s
         if self.meter._since is None or now - self.meter._since < min(cfg.measure_s, 3.0):
-            return None   # not measured yet
+            # not measured yet: a daemon behind its stream (a large job's registration alone
+            # takes it seconds) may have cut the job's share since it started
+            return self._start(now) if not self._paces else None
         budget = cfg.records_per_s
         if budget <= 0:         # a fixed factor, set as the default: nothing more to decide
             return None
         budget *= self.scale
         r = self.rates(now)
         other = r["progress"] + r["linkstat"] + r["port"] + r["conns"]
-        window_ns, why_w = self._window(budget, other, r["full"]) if self._settled() else \
-            (self.window_ns, "")
+        if self._settled():
+            window_ns, why_w = self._window(budget, other, r["full"])
+        else:
+            # not measured at this window yet (a daemon behind its stream applies them late,
+            # and what arrived meanwhile was sent at the window before): only longer, on what
+            # the job's size makes likely, as its start did
+            window_ns = self._window_for_size(budget)
+            why_w = f"{self.world} ranks: windows to {window_ns / NS:g} s"
         # the other kinds at the new window
         other_at = other * self.window_ns / window_ns
         for_ops = max(budget - other_at, cfg.ops_floor * budget)
         sample, why_k = self._factor(r["full"], for_ops)
         if sample == self.sample and window_ns == self.window_ns:
-            return self._cover_new(now) or self._prune()
+            return None if held else self._cover_new(now) or self._prune()
+        if held and (sample < self.sample or window_ns < self.window_ns):
+            return None
         return self._announce(sample, window_ns, now, now_ns, why_k or why_w)
 
     def _start(self, now: float) -> Decision | None:
-        """The factor and window a job starts with, from its size alone (once, before any
-        measure)."""
+        """The factor and window a job starts with, from its size alone (before any
+        measure), within the share of its budget the daemon follows now; again, only ever
+        higher, while none of its communicators has been seen and that share falls."""
         cfg = self.cfg
+        budget = cfg.records_per_s * self.scale
         k0 = 1
         if cfg.fixed_sample:
             k0 = cfg.fixed_sample
         elif cfg.calls_per_rank > 0 and self.world:
             expected = self.world * cfg.calls_per_rank
-            for_ops = cfg.ops_floor * cfg.records_per_s
+            for_ops = cfg.ops_floor * budget
             k0 = 1 if expected <= for_ops else \
                 min(1 << math.ceil(math.log2(expected / for_ops)), cfg.max_sample)
-        window_ns = self.window_ns
-        windowed = self.world * cfg.windowed_per_rank
-        if cfg.records_per_s > 0 and windowed:
-            share = (1 - cfg.ops_floor) * cfg.records_per_s
-            while 2 * window_ns <= cfg.max_window_s * NS and windowed * NS / window_ns > share:
-                window_ns *= 2
-        if k0 <= 1 and window_ns == self.window_ns:
+        window_ns = self._window_for_size(budget)
+        k0 = max(k0, self.default)
+        if k0 == self.default and window_ns == self.window_ns:
             return None
         why = [f"K={k0}"] if k0 > 1 else []
         window_from = 0
@@ -370,6 +379,19 @@ class JobBudget:
         return Decision(self.version, k0, self._window_field(), window_from, {}, {},
                         f"{self.world} ranks at {cfg.calls_per_rank:g} calls/s each: "
                         f"{' and '.join(why)} from the start", default=k0)
+
+    def _window_for_size(self, budget: float) -> int:
+        """The current window, or a longer one if the progress keys and sockets the job's
+        size makes likely (``windowed_per_rank`` per rank) would take more than their share
+        of ``budget``."""
+        cfg = self.cfg
+        window_ns = self.window_ns
+        windowed = self.world * cfg.windowed_per_rank
+        if budget > 0 and windowed:
+            share = (1 - cfg.ops_floor) * budget
+            while 2 * window_ns <= cfg.max_window_s * NS and windowed * NS / window_ns > share:
+                window_ns *= 2
+        return window_ns
 
     def _window(self, budget: float, other: float, full: float) -> tuple[int, str]:
         cfg = self.cfg

@@ -181,6 +181,10 @@ class LiveView:
         self._rate: deque[tuple[float, int]] = deque(maxlen=4096)
         self.records_total = 0
         self.records_applied = 0
+        # seconds the detectors' thread spent applying records and in passes (the governor
+        # measures the daemon's capacity from them)
+        self.apply_s = 0.0
+        self.analysis_s = 0.0
         # (job, attempt, rank) -> (newest collector heartbeat, its last words, calls recorded),
         # for the next pass
         self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
@@ -316,8 +320,10 @@ class LiveView:
                 if not self._backlog:
                     break
                 stored_at, writes, n = self._backlog[0]
+            t0 = time.perf_counter()
             with self._lock:
                 self._apply_now(writes)
+            self.apply_s += time.perf_counter() - t0
             with self._cond:
                 self._backlog.popleft()
                 self._backlog_records -= n
@@ -522,15 +528,17 @@ class LiveView:
         """Each job's sampling factor and windows from what it sends (``budget``), within the
         share of its budget the daemon can follow now (``scheduling.Governor``)."""
         now = time.monotonic()
-        demand = 0.0
+        demand = budgets = 0.0
         for st in self._jobs.values():
             if not st.ended:
+                budgets += st.budget.cfg.records_per_s
                 try:
                     demand += st.budget.sending(now)
                 except Exception:
                     self._problem(st.job, "budget")
         queued = self.backlog() + (self.upstream() if self.upstream is not None else 0)
-        scale = self.governor.govern(now, Load(self.records_applied, queued, demand))
+        scale = self.governor.govern(now, Load(self.records_applied, self.apply_s,
+                                               self.analysis_s, queued, demand, budgets))
         for st in self._jobs.values():
             st.budget.scale = scale
             try:
@@ -631,6 +639,7 @@ class LiveView:
         finally:
             self.last_analysis_s = time.perf_counter() - t0
             self.analysis_seconds.observe(self.last_analysis_s)
+            self.analysis_s += self.last_analysis_s
             with self._cond:
                 self._judging_since = None
         return filed

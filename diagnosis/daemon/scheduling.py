@@ -22,10 +22,10 @@ log = logging.getLogger(__name__)
 
 LAG_TARGET_S = 5.0       # the delay the governor holds the daemon's queues to
 MEASURE_S = 10.0         # the span over which the daemon's throughput is measured
-SATURATED_S = 3.0        # its capacity: its throughput over at least this long saturated
 CUT_EVERY_S = 15.0       # a job's budget takes a decision at most this often (``hold_s``)
 RAISE_EVERY_S = 60.0
 HEADROOM = 0.7           # of the measured capacity, what the jobs may fill
+OVER = 0.9               # the jobs sending more than this of it: cut
 DRAIN_S = 20.0           # a queue that built up is worked off within about this long
 MIN_SCALE = 1 / 64
 
@@ -34,71 +34,77 @@ MIN_SCALE = 1 / 64
 class Load:
     """What the daemon faces, read once per pass of the detectors."""
     applied: int      # records applied to the detectors so far (a counter)
+    apply_s: float    # seconds spent applying them so far
+    analysis_s: float  # seconds spent in the detectors' passes so far
     queued: int       # records received and not yet applied (the writer's and the detectors')
     demand: float     # records/s the live jobs send at their current schedules
+    budgets: float    # records/s the live jobs may send at most (their budgets together)
 
 
 class Governor:
-    """The share of every job's budget the daemon can follow. The budget flag is what a job
+    """How much of every job's budget the daemon can follow. The budget flag is what a job
     may send at most; a daemon on a busy or small machine follows less.
 
-    The daemon's capacity is the rate at which it applies records while its queues are not
-    empty (it could do no more). When it is saturated and falls behind (its queues hold more
-    than half of ``LAG_TARGET_S`` of its work, or the jobs send more than it can do), every
-    budget is cut at once to what fills ``HEADROOM`` of that capacity, less what works the
-    queue off within ``DRAIN_S``: halving every 30 s instead took minutes to get there, then
-    doubled back past it, and the queues swung between empty and 50 s (a 16,384-rank job on
-    two cores). It is raised again, by at most half, only while the jobs use less than
-    ``HEADROOM`` of the capacity and nothing waits."""
+    The daemon's capacity is the records it applies per second of applying, times the share
+    of its detectors' thread the passes leave (measured over ``MEASURE_S``: a large job's
+    passes take much of it). When the jobs send more than ``OVER`` of it, or more than
+    ``2 * LAG_TARGET_S`` of its work waits, they are allowed at once only what fills
+    ``HEADROOM`` of it, less what works the queue off within ``DRAIN_S``; every budget gets
+    the same share. Halving every budget every 30 s instead took minutes to get there, then
+    doubled back past it: the queues swung between empty and 50 s (a 16,384-rank job on two
+    cores). After ``RAISE_EVERY_S`` in which the jobs sent under ``HEADROOM`` of it and less
+    than ``LAG_TARGET_S / 2`` of work waited, the allowance goes back up to ``HEADROOM`` of
+    the capacity, or by half if that is more (the capacity may have grown: a job left).
+    Windowed records come in bursts (every node closes a window on the same boundary): the
+    rules look at rates and at long queues, not at the moment's queue."""
 
     def __init__(self) -> None:
-        self.scale = 1.0
-        self.capacity: float | None = None     # records/s, measured while saturated
-        self._seen: deque[tuple[float, int]] = deque()
-        self._cut_at = self._raised_at = -RAISE_EVERY_S
-        self._saturated_at: tuple[float, int] | None = None
+        self.capacity: float | None = None     # records/s
+        self.allowed: float | None = None      # records/s for every job together; None: all
+        self._seen: deque[tuple[float, Load]] = deque()
+        self._changed_at = -RAISE_EVERY_S
+        self._calm_since: float | None = None
 
     def govern(self, now: float, load: Load) -> float:
+        """The share of its budget every job may send now."""
+        self._measure(now, load)
+        if self.allowed is None or load.budgets <= 0:
+            return 1.0
+        return min(1.0, max(MIN_SCALE, self.allowed / load.budgets))
+
+    def _measure(self, now: float, load: Load) -> None:
         seen = self._seen
-        seen.append((now, load.applied))
+        seen.append((now, load))
         while len(seen) > 2 and now - seen[1][0] >= MEASURE_S:
             seen.popleft()
-        t0, a0 = seen[0]
-        if now - t0 < MEASURE_S / 2:
-            return self.scale                   # not measured yet
-        done = (load.applied - a0) / (now - t0)
-        saturated = load.queued > done          # more than a second of work waits
-        if not saturated:
-            self._saturated_at = None
-            if self.capacity is not None:
-                self.capacity = max(self.capacity, done)
-        else:
-            if self._saturated_at is None:
-                self._saturated_at = seen[-2] if len(seen) > 1 else seen[-1]
-            # the rate since it has been saturated only: it could do no more then
-            ts, sa = self._saturated_at
-            if now - ts >= SATURATED_S:
-                self.capacity = (load.applied - sa) / (now - ts)
-        if not self.capacity:
-            return self.scale
-        cap = self.capacity
-        demand = load.demand if load.demand > 0 else done
+        t0, old = seen[0]
+        applying = load.apply_s - old.apply_s
+        if now - t0 < MEASURE_S / 2 or applying <= 0 or load.applied - old.applied < 1000:
+            return                              # not measured yet, or nothing to measure by
+        free = max(0.1, 1.0 - (load.analysis_s - old.analysis_s) / (now - t0))
+        cap = self.capacity = (load.applied - old.applied) / applying * free
+        demand = load.demand
         delay = load.queued / cap
-        if saturated and (delay > LAG_TARGET_S / 2 or demand > cap) \
-                and now - self._cut_at >= CUT_EVERY_S and self.scale > MIN_SCALE:
-            want = max(HEADROOM * cap - load.queued / DRAIN_S, 0.1 * cap)
-            self.scale = max(MIN_SCALE, self.scale * min(want / demand, 0.8))
-            self._cut_at = now
-            log.warning("the daemon follows %.0f records/s and is %.1f s behind with %.0f/s "
-                        "sent: every job's budget down to %.1f%% (give the daemon more CPU "
-                        "or lower --job-records-per-s)", cap, delay, demand, 100 * self.scale)
-        elif not saturated and delay < 1.0 and demand < 0.6 * cap and self.scale < 1.0 \
-                and now - max(self._cut_at, self._raised_at) >= RAISE_EVERY_S:
-            self.scale = min(1.0, self.scale * min(1.5, HEADROOM * cap / max(demand, 1.0)))
-            self._raised_at = now
-            log.info("the daemon keeps up (%.0f of %.0f records/s): budgets at %.1f%%",
-                     demand, cap, 100 * self.scale)
-        return self.scale
+        calm = demand < HEADROOM * cap and delay < LAG_TARGET_S / 2
+        self._calm_since = (self._calm_since or now) if calm else None
+        if (demand > OVER * cap or delay > 2 * LAG_TARGET_S) \
+                and now - self._changed_at >= CUT_EVERY_S:
+            allowed = max(HEADROOM * cap - load.queued / DRAIN_S, 0.1 * cap)
+            if self.allowed is not None and allowed >= self.allowed:
+                return                          # already cut: wait for it to reach the jobs
+            self.allowed, self._changed_at = allowed, now
+            log.warning("the daemon follows %.0f records/s and %.1f s of its work waits, with "
+                        "%.0f/s sent: the jobs may send %.0f/s together (give the daemon more "
+                        "CPU or lower --job-records-per-s)", cap, delay, demand, allowed)
+        elif self.allowed is not None and self._calm_since is not None \
+                and now - max(self._calm_since, self._changed_at) >= RAISE_EVERY_S:
+            self.allowed = max(HEADROOM * cap, 1.5 * self.allowed)
+            self._changed_at = now
+            if self.allowed >= load.budgets:
+                self.allowed = None
+            log.info("the daemon keeps up (%.0f of %.0f records/s): the jobs may send %s",
+                     demand, cap, "their whole budgets" if self.allowed is None
+                     else f"{self.allowed:,.0f}/s together")
 
 
 class Schedules:

@@ -153,6 +153,46 @@ def test_the_largest_jobs_start_at_the_longest_window_their_size_calls_for():
         "the window alone, when the calls are not assumed"
 
 
+def test_a_job_starts_within_the_share_the_daemon_follows_now():
+    full = JobBudget(BudgetConfig(records_per_s=200_000, calls_per_rank=400))
+    full.world = 16_384
+    d = full.decide(0.5, NS // 2)
+    assert (d.default, d.window_ns) == (128, 2 * NS)
+    cut = JobBudget(BudgetConfig(records_per_s=200_000, calls_per_rank=400))
+    cut.world, cut.scale = 16_384, 0.1             # the governor allows 20k/s
+    d = cut.decide(0.5, NS // 2)
+    assert (d.default, d.window_ns) == (1024, 16 * NS)
+    # cut after the start, before any of its records reached the detectors: started again
+    assert full.decide(1.0, NS) is None
+    full.scale = 0.1
+    d = full.decide(2.0, 2 * NS)
+    assert d is not None and (d.default, d.window_ns) == (1024, 16 * NS), d
+    assert d.version > 1 and d.window_from_ns % (16 * NS) == 0
+    full.scale = 1.0
+    assert full.decide(3.0, 3 * NS) is None, "never back down before it is measured"
+
+
+def test_a_job_cut_before_its_windows_are_measured_lengthens_them_from_its_size():
+    """A 16k-rank job starts at 2 s windows; the governor cuts the budget to a third before
+    the daemon, behind its stream, has applied any of its windowed records: the windows
+    lengthen with its factor, on what its size makes likely."""
+    b = JobBudget(BudgetConfig(records_per_s=200_000, calls_per_rank=400))
+    b.world = 16_384
+    first = b.decide(-20.0, -20 * NS)           # when its ranks registered
+    assert first is not None and first.window_ns == 2 * NS
+    b.scale = 1 / 3
+    d = None
+    for s in range(1, 8):
+        b.recorded(range(4), [1_638_400 * s] * 4, s * NS + np.arange(4))   # 6.5M calls/s
+        b.observe_seqs({"0": 1000 * s}, float(s))
+        b.observe("ops", 50_000, float(s))
+        d = b.decide(float(s), s * NS)
+        if d is not None:
+            break
+    # 163,840 progress keys and sockets a window into a third of the 100k/s they may take
+    assert d is not None and d.window_ns == 8 * NS and s <= 4, (s, d)
+
+
 def test_windowed_records_count_by_window_not_by_arrival():
     """A daemon behind its stream still sees the job's demand: records per window."""
 
