@@ -342,10 +342,13 @@ class JobBudget:
         other_at = other * self.window_ns / window_ns
         for_ops = max(budget - other_at, cfg.ops_floor * budget)
         sample, why_k = self._factor(r["full"], for_ops)
+        if held:                        # what sends less only
+            if sample < self.sample:
+                sample, why_k = self.sample, ""
+            if window_ns < self.window_ns:
+                window_ns, why_w = self.window_ns, ""
         if sample == self.sample and window_ns == self.window_ns:
             return None if held else self._cover_new(now) or self._prune()
-        if held and (sample < self.sample or window_ns < self.window_ns):
-            return None
         return self._announce(sample, window_ns, now, now_ns, why_k or why_w)
 
     def _start(self, now: float) -> Decision | None:

@@ -193,6 +193,23 @@ def test_a_job_cut_before_its_windows_are_measured_lengthens_them_from_its_size(
     assert d is not None and d.window_ns == 8 * NS and s <= 4, (s, d)
 
 
+def test_within_its_hold_a_job_still_takes_what_sends_less():
+    """Ports measured, no call yet (a large job still registering): K would come down, which
+    the hold forbids; the windows a cut share calls for still lengthen."""
+    b = JobBudget(BudgetConfig(records_per_s=200_000, calls_per_rank=400))
+    b.world = 16_384
+    assert b.decide(0.0, 0).window_ns == 2 * NS
+    b.scale = 0.1
+    b.observe_seqs({"0": 0}, 0.5)               # a communicator seen: no fresh start
+    for s in range(1, 6):
+        b.observe("port", 2_048, float(s))
+        b.recorded(range(4), [0] * 4, s * NS + np.arange(4))
+        d = b.decide(float(s), s * NS)
+        if d is not None:
+            break
+    assert d is not None and d.window_ns == 16 * NS and d.sample == 128, d
+
+
 def test_windowed_records_count_by_window_not_by_arrival():
     """A daemon behind its stream still sees the job's demand: records per window."""
 
