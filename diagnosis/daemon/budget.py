@@ -252,7 +252,7 @@ class JobBudget:
         ``t_ns`` on its own clock. Each rank's rate is its count's growth over its own
         timestamps (exact, whatever the delays on the way), between an anchor and its latest
         report; the anchor moves up once it is two measuring spans old."""
-        counts = np.asarray(counts, np.int64)
+        n = np.asarray(counts, np.int64)
         t = np.asarray(t_ns, np.int64)
         rows = np.array([self._rank_row.setdefault(r, len(self._rank_row))
                          for r in np.asarray(ranks, np.int64).tolist()], np.int64)
@@ -265,10 +265,10 @@ class JobBudget:
         c = self._counts
         # a new rank, or a restarted collector (a later count that went down): start over;
         # a report older than the latest is stale
-        fresh = (c[rows, 0] < 0) | ((t > c[rows, 2]) & (counts < c[rows, 3]))
-        c[rows[fresh]] = np.stack([t, counts, t, counts], axis=1)[fresh]
+        fresh = (c[rows, 0] < 0) | ((t > c[rows, 2]) & (n < c[rows, 3]))
+        c[rows[fresh]] = np.stack([t, n, t, n], axis=1)[fresh]
         on = ~fresh & (t > c[rows, 2])
-        r, tt, cc = rows[on], t[on], counts[on]
+        r, tt, cc = rows[on], t[on], n[on]
         c[r, 2], c[r, 3] = tt, cc
         old = tt - c[r, 0] > 2 * self.cfg.measure_s * NS
         if old.any():
