@@ -56,6 +56,10 @@ class HangReports:
         self._hang_group: dict[str, int] = {}   # open noncomm_hang id -> its stuck group
         self._sym = np.zeros(0, dtype=bool)
         self._stopped = False           # the whole job went silent at once (see teardown)
+        # per rank: its last time heard as of the previous scan, and the scan time at which
+        # that last moved (the engine's clock: when its signs of life last arrived)
+        self._seen_was = np.zeros(0, dtype=np.int64)
+        self._moved_at = np.zeros(0, dtype=np.int64)
 
     def as_stuck(self, fin: Finished, i: int) -> Stuck:
         g = int(fin.group[i])
@@ -250,6 +254,7 @@ class HangReports:
         unmatched = c.inside_unmatched()
         scan.waiting |= unmatched
         seen = c.seen[: c.size]
+        self._note_arrivals(seen, now)
         # (a transfer that began and stopped moving is a stuck transfer, whatever the silence)
         self._stopped = (len(self.conns.open_key) == 0
                          and stopped_together(seen, scan.waiting)
@@ -557,14 +562,50 @@ class HangReports:
                 del self._missing[fid]
                 self._withdraw(fid, now, "the rank(s) report again")
 
-    def _report_missing(self, s: Stuck, now: int) -> None:
+    def _note_arrivals(self, seen: np.ndarray, now: int) -> None:
+        n = len(seen)
+        if len(self._seen_was) < n:
+            grow = n - len(self._seen_was)
+            self._seen_was = np.concatenate([self._seen_was, np.full(grow, -1, np.int64)])
+            self._moved_at = np.concatenate([self._moved_at, np.full(grow, now, np.int64)])
+        moved = seen > self._seen_was[:n]
+        self._moved_at[:n][moved] = now
+        self._seen_was[:n] = seen
+
+    def _unheard_since(self, ranks: list[int], done: int, now: int, wait: int) -> list[int]:
+        """Those of ``ranks`` not heard from since ``done`` that stopped reporting rather than
+        being late: a host-mate (whose records travel through the same sidecar) was heard from
+        after ``done``, or nothing new from the rank itself has arrived for ``wait``. A sidecar
+        whose stream lags its peers' (its outbox draining after a push-back) delivers its
+        ranks' records late but steadily: their peers' calls finish without them meanwhile,
+        and that is no silence."""
         c = self.clock
+        host_heard: dict[str | None, int] = {}
+        out = []
+        for r in ranks:
+            if r >= c.size:
+                out.append(r)          # never heard at all
+                continue
+            if int(c.seen[r]) > done:
+                continue
+            host = self.placement.host(r)
+            if host not in host_heard:
+                mates = [m for m in self.placement.ranks_of_host(host) if m < c.size] \
+                    if host is not None else []
+                host_heard[host] = int(c.seen[mates].max()) if mates else -1
+            if host_heard[host] > done or now - int(self._moved_at[r]) > wait:
+                out.append(r)
+        return out
+
+    def _report_missing(self, s: Stuck, now: int) -> None:
         done = int(s.end.max())
+        wait = max(s.bound, self.cfg.evidence_delay_ns)
         # (a rank heard from after its peers finished the call has not stopped reporting)
         # (nor is a rank an open hang blames: its silence is that hang's)
         hung = {r for _, f in self.reporter.open_findings("noncomm_hang") for r in f.culprits}
-        absent = [r for r in s.absent.tolist() if r not in self.error_ranks and r not in hung
-                  and not (r < c.size and int(c.seen[r]) > done)]
+        absent = self._unheard_since([r for r in s.absent.tolist()
+                                      if r not in self.error_ranks and r not in hung],
+                                     done, now, wait)
         if not absent:
             return
         name = self.label(s.group)

@@ -124,6 +124,46 @@ def test_rank_that_stops_reporting_while_its_peers_go_on_is_an_error():
     assert "stopped reporting" in found[0].summary
 
 
+def test_ranks_whose_records_arrive_late_but_steadily_have_not_stopped_reporting():
+    # host h1's sidecar lags the others by 4 s (its outbox draining after a push-back): the
+    # calls finish on h0's records long before h1's arrive, yet h1's keep coming. No error,
+    # before or after they catch up.
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+    for r, h in ((0, "h0"), (1, "h0"), (2, "h1"), (3, "h1")):
+        eng.add_rank(r, h)
+    eng.add_group("g", [0, 1, 2, 3])
+    lag, step, out = 40, 100 * MS, []
+    for n in range(200 + lag):
+        rows = [op_row(r, n, n * step + r, n * step + MS) for r in (0, 1) if n < 200]
+        late = n - lag
+        if late >= 0:
+            rows += [op_row(r, late, late * step + r, late * step + MS) for r in (2, 3)]
+        eng.add_ops(_cols(rows))
+        out += eng.advance(n * step + MS)
+    out += eng.finish()
+    assert not [r for r in out if r.kind == "error"]
+
+
+def test_a_rank_silent_while_its_host_mate_is_heard_is_reported_without_waiting():
+    # rank 3's collector stops at seq 20; rank 2, on the same host and sidecar, goes on: its
+    # records prove the host's telemetry arrives, so rank 3's silence is filed once the
+    # teardown grace has passed, without first waiting for signs of life that may be late
+    eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+    for r, h in ((0, "h0"), (1, "h0"), (2, "h1"), (3, "h1")):
+        eng.add_rank(r, h)
+    eng.add_group("g", [0, 1, 2, 3])
+    step, filed_at = 100 * MS, None
+    for n in range(60):
+        eng.add_ops(_cols([op_row(r, n, n * step + r, n * step + MS)
+                           for r in range(4) if n < 20 or r != 3]))
+        if any(r.kind == "error" for r in eng.advance(n * step + MS)) and filed_at is None:
+            filed_at = n
+    assert filed_at is not None
+    assert (filed_at - 20) * step < EngineConfig().evidence_delay_ns
+    errors = [r for r in eng.reports() if r.kind == "error"]
+    assert [s.rank for s in errors[0].suspects] == [3]
+
+
 def test_batch_without_string_table_is_ignored():
     eng = Engine()
     eng.add_group("g", [0, 1])
@@ -135,15 +175,15 @@ def test_batch_without_string_table_is_ignored():
 
 def test_rank_that_reports_again_is_no_longer_an_error():
     # rank 2's telemetry stops at seq 20 while its peers go on (its collector frozen); from
-    # seq 40 it speaks again: the "stopped reporting" error is withdrawn
+    # seq 80 it speaks again: the "stopped reporting" error is withdrawn
     eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
     for r, h in ((0, "h0"), (1, "h0"), (2, "h1")):
         eng.add_rank(r, h)
     eng.add_group("g", [0, 1, 2])
     t, out = 0, []
-    for seq in range(60):
+    for seq in range(100):
         t += 100 * MS
-        ranks = range(2) if 20 <= seq < 40 else range(3)
+        ranks = range(2) if 20 <= seq < 80 else range(3)
         eng.add_ops(_cols([op_row(r, seq, t + r, t + MS) for r in ranks]))
         out += eng.advance(t)
     errors = [r for r in out if r.kind == "error"]
