@@ -293,18 +293,22 @@ class RankInfo(_message.Message):
     def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., local_rank: _Optional[int] = ..., pid: _Optional[int] = ..., gpu: _Optional[str] = ..., nic: _Optional[str] = ..., backend: _Optional[str] = ..., t_ns: _Optional[int] = ..., cuda_device: _Optional[str] = ...) -> None: ...
 
 class GroupInfo(_message.Message):
-    __slots__ = ("job", "attempt", "pg", "ranks", "desc")
+    __slots__ = ("job", "attempt", "pg", "ranks", "desc", "size", "positions")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     PG_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     DESC_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     pg: str
     ranks: _containers.RepeatedScalarFieldContainer[int]
     desc: str
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., pg: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., desc: _Optional[str] = ...) -> None: ...
+    size: int
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., pg: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., desc: _Optional[str] = ..., size: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CollectorStats(_message.Message):
     __slots__ = ("job", "rank", "recorded", "dropped", "shipped", "t_ns", "attempt", "leaving")

@@ -12,8 +12,9 @@ same job (the intake knows their pids) are skipped, so a job may run both withou
 
 Limits: a process is shipped once its global rank is known (``RANK`` in its environment, which
 torchrun and most launchers set); communicators whose members are all on this node are shipped
-as groups, the others as members only (a group spanning nodes needs every node's members,
-which no single sidecar has). RAS progress (which call a silent rank is inside) goes out as
+as groups, the others as parts (this node's members; the daemon joins every node's parts into
+the group), repeated every ``parts_every_s`` for a daemon that restarted before the group was
+whole. RAS progress (which call a silent rank is inside) goes out as
 progress records marked ``completed_only``, from which the daemon's engine takes the calls the
 ranks are inside, as ``c4 analyze --ncclras`` does offline.
 """
@@ -63,6 +64,12 @@ class NcclSourceConfig:
                                     env="C4_NCCL_RAS_INTERVAL", check=positive,
                                     help="Seconds between RAS polls.")
 
+    parts_every_s: float = setting(60.0, flag="--nccl-parts-every", env="C4_NCCL_PARTS_EVERY",
+                                   check=positive,
+                                   help="Seconds between repeats of this node's part of each "
+                                        "communicator spanning nodes (a daemon that restarted "
+                                        "before every node's part was in learns it again).")
+
     def __post_init__(self) -> None:
         validate(self, SidecarConfigError)
         if not self.job:
@@ -93,6 +100,7 @@ class NcclSource:
         self.node = NcclNode(inspector_dir=config.inspector_dir, ras=ras,
                              skip=lambda _host, pid: pid in self._hooked_now)
         self._hooked_now: set[int] = set()
+        self._parts_at = time.monotonic()
         self.records = 0         # op rows shipped
         self.cpu_s = 0.0         # this thread's CPU time in steps (the cost of reading)
 
@@ -101,8 +109,12 @@ class NcclSource:
         t0 = time.thread_time()
         self._hooked_now = self._hooked()
         recs = self.node.step()
+        msgs = recs.messages(self.config.job, self.config.attempt)
+        if time.monotonic() - self._parts_at >= self.config.parts_every_s:
+            self._parts_at = time.monotonic()
+            msgs = self.node.parts().messages(self.config.job, self.config.attempt) + msgs
         rows = 0
-        for msg in recs.messages(self.config.job, self.config.attempt):
+        for msg in msgs:
             if isinstance(msg, c4_pb2.RankInfo):
                 msg.host = self.host      # the topology's name for this node, as hooks use
             if isinstance(msg, c4_pb2.OpBatch):

@@ -32,6 +32,7 @@ from diagnosis.daemon.bounds import Bounds
 from diagnosis.daemon.control import ControlHub, request_job
 from diagnosis.daemon.decode import Rejected, to_write
 from diagnosis.daemon.decoding import Undecodable
+from diagnosis.daemon.group_parts import GroupParts
 from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.slots import Slots
@@ -81,6 +82,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         self._seed = seed
         self._bounds = bounds or Bounds()
         self._max_records = max_records
+        # communicators that sidecars know only in parts (NCCL's telemetry), joined here
+        self._parts = GroupParts(self._bounds.max_ranks)
         self._limiter = limiter or RateLimiter(0)
         self._rated = RateLimitedLog(log)
         #: from receiving a request to acknowledging it (``component_metrics``)
@@ -158,7 +161,23 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                 raise Rejected(grpc.StatusCode.FAILED_PRECONDITION,
                                f"detail for request {req.detail.request} from host "
                                f"{req.detail.host!r} was not asked for (or long ago): dropped")
-            write = to_write(req, max_records=self._max_records, bounds=self._bounds)
+            if kind == "group" and GroupParts.is_part(req.group):
+                whole = self._parts.add(req.group)
+                if whole is None:
+                    # kept in memory until the group is whole (sidecars repeat their parts)
+                    reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
+                    return
+                # the part that completes a group is acknowledged once the group is stored
+                req = c4_pb2.IngestRequest(sidecar=req.sidecar, seq=req.seq, group=whole)
+                try:
+                    write = to_write(req, max_records=self._max_records, bounds=self._bounds)
+                except Rejected:
+                    self._parts.forget(whole)
+                    raise
+            else:
+                write = to_write(req, max_records=self._max_records, bounds=self._bounds)
+                if kind == "group":
+                    self._parts.whole(req.group)
             self._seed_job(write.body.job)
             self.jobs.admit(write.body)
             with self._lock:

@@ -17,10 +17,11 @@ What a node cannot do alone, and this module leaves to whoever sees every node:
 * global ranks come from each process's environment (``RANK``, set by torchrun and most
   launchers; :func:`environ_rank` reads ``/proc/<pid>/environ``); a process without one is
   held back (counted in ``NcclRecords.unranked``);
-* a communicator spans nodes, so a node knows only its own members: it ships them
-  (``NcclRecords.members``) and :class:`GroupAssembler`, fed with every node's, says when a
-  group is complete (the daemon's part, not wired here); a group whose members are all on
-  this node is shipped as a group record at once;
+* a communicator spans nodes, so a node knows only its own members: it ships them as parts
+  of the group (``GroupInfo`` with ``size`` and ``positions``), which the daemon joins once
+  every node's are in (``diagnosis.daemon.group_parts``), and repeats them now and then
+  (:meth:`NcclNode.parts`); a group whose members are all on this node is shipped as a group
+  record at once;
 * ``progress`` (the calls RAS says ranks are inside) goes out as a ``ProgressBatch`` marked
   ``completed_only``: the Inspector writes finished calls only, so the daemon's engine takes
   the calls a rank is inside from it (``Engine.add_progress(..., fill_open=True)``).
@@ -131,6 +132,16 @@ class NcclRecords:
                           for r, h, p, g, n in self.ranks]
         out += [c4_pb2.GroupInfo(job=job, attempt=attempt, pg=pg, ranks=list(ranks))
                 for pg, ranks in self.groups]
+        # members of communicators this node cannot complete alone: parts the daemon joins
+        whole = {pg for pg, _ in self.groups}
+        parts: dict[str, tuple[int, list[int], list[int]]] = {}
+        for pg, size, pos, g in self.members:
+            if pg not in whole:
+                part = parts.setdefault(pg, (size, [], []))
+                part[1].append(pos)
+                part[2].append(g)
+        out += [c4_pb2.GroupInfo(job=job, attempt=attempt, pg=pg, size=size, positions=pos,
+                                 ranks=ranks) for pg, (size, pos, ranks) in parts.items()]
         if self.ops is not None and len(self.ops):
             out.append(encode_ops(job, self.ops, attempt))
         p = self.progress
@@ -264,6 +275,14 @@ class NcclNode:
         out.ops = concat(parts) if parts else None
         out.progress = _join_progress(progress)
         return out
+
+    def parts(self) -> NcclRecords:
+        """Every member this node knows of the communicators it cannot complete alone, to
+        ship again (a daemon that restarted before their groups were whole lost them)."""
+        a = self.assembler
+        return NcclRecords(members=[(pg, a.sizes[pg], pos, g)
+                                    for pg, m in a.members.items() if pg not in a.done
+                                    for pos, g in sorted(m.items())])
 
     def _skip(self, b: NcclOps) -> NcclOps:
         """The rows of processes the torch hook does not already report."""

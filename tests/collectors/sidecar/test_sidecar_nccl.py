@@ -20,10 +20,11 @@ from tests.support.services import free_port, start_daemon, start_sidecar, wait_
 pytestmark = [pytest.mark.network]
 
 
-def _line(pid: int, rank: int, sn: int, t_us: int) -> bytes:
+def _line(pid: int, rank: int, sn: int, t_us: int, n_ranks: int = 3, nnodes: int = 1
+          ) -> bytes:
     return orjson.dumps({
         "header": {"id": "0x7f8c496ae9f661", "comm_name": "DP Group 0", "rank": rank,
-                   "n_ranks": 3, "nnodes": 1},
+                   "n_ranks": n_ranks, "nnodes": nnodes},
         "metadata": {"inspector_output_format_version": "v4.0", "git_rev": "",
                      "rec_mechanism": "nccl_profiler_interface", "dump_timestamp_us": t_us,
                      "hostname": socket.gethostname(), "pid": pid},
@@ -100,6 +101,56 @@ def test_inspector_directory_shipped_through_the_sidecar(tmp_path):
         assert "rejected" not in daemon.output() and "ignored" not in daemon.output()
     finally:
         car.stop()
+        daemon.stop()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_a_communicator_spanning_two_nodes_is_joined_from_both_sidecars(tmp_path):
+    # one 4-rank communicator, ranks 0-1 on node0 and 2-3 on node1, each node's sidecar
+    # following its own Inspector directory: neither sees the whole group, each ships its
+    # part, and the daemon stores the group once both parts are in. The daemon restarts
+    # between the two parts (it keeps parts in memory only): node0 repeats its part.
+    port = free_port()
+    daemon = start_daemon(tmp_path, port)
+    env = {**os.environ, "WORLD_SIZE": "4"}
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                              env={**env, "RANK": str(r)}) for r in range(4)]
+    cars = []
+    host = socket.gethostname()
+    try:
+        for node in range(2):
+            dumps = tmp_path / f"dumps{node}"
+            dumps.mkdir()
+            for r in (2 * node, 2 * node + 1):
+                with open(dumps / f"{host}-pid{procs[r].pid}.log", "wb") as fh:
+                    fh.write(b"".join(_line(procs[r].pid, r, sn, _T0_US + 1000 * sn, 4, 2)
+                                      for sn in range(5)))
+            car, _ = start_sidecar(tmp_path, port, f"node{node}", extra=[
+                "--nccl-job", "nj", "--nccl-inspector", str(dumps), "--nccl-interval", "0.1",
+                "--nccl-parts-every", "1"])
+            cars.append(car)
+            if node == 0:
+                with DaemonClient(f"127.0.0.1:{port}") as client:
+                    wait_for(lambda: len(_stored(client, "nj")) == 10, 30,
+                             what="node0's calls")
+                    # half a communicator is no group
+                    assert client.groups("nj") == []
+                daemon.stop()
+                daemon = start_daemon(tmp_path, port)
+        with DaemonClient(f"127.0.0.1:{port}") as client:
+            wait_for(lambda: len(_stored(client, "nj")) == 20, 30, what="node1's calls")
+            groups = wait_for(lambda: client.groups("nj"), 30, what="the joined group")
+            assert [list(g.ranks) for g in groups] == [[0, 1, 2, 3]]
+            ranks = {r.rank: r.host for r in client.ranks("nj")}
+            assert ranks == {0: "node0", 1: "node0", 2: "node1", 3: "node1"}
+        for car in cars:
+            assert "Traceback" not in car.output()
+        assert "rejected" not in daemon.output()
+    finally:
+        for car in cars:
+            car.stop()
         daemon.stop()
         for p in procs:
             p.kill()
