@@ -473,14 +473,16 @@ class InspectResult(_message.Message):
     def __init__(self, request: _Optional[int] = ..., fault_id: _Optional[str] = ..., host: _Optional[str] = ..., rank: _Optional[int] = ..., facts_json: _Optional[str] = ...) -> None: ...
 
 class Control(_message.Message):
-    __slots__ = ("schedule", "detail", "inspect")
+    __slots__ = ("schedule", "detail", "inspect", "group")
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     INSPECT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     schedule: SampleSchedule
     detail: DetailRequest
     inspect: InspectRequest
-    def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ..., inspect: _Optional[_Union[InspectRequest, _Mapping]] = ...) -> None: ...
+    group: GroupInfo
+    def __init__(self, schedule: _Optional[_Union[SampleSchedule, _Mapping]] = ..., detail: _Optional[_Union[DetailRequest, _Mapping]] = ..., inspect: _Optional[_Union[InspectRequest, _Mapping]] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ...) -> None: ...
 
 class IngestAck(_message.Message):
     __slots__ = ("seq", "code", "error", "duplicate", "sidecar", "control", "parked_job")

@@ -101,12 +101,27 @@ class NcclSource:
                              skip=lambda _host, pid: pid in self._hooked_now)
         self._hooked_now: set[int] = set()
         self._parts_at = time.monotonic()
+        self._learnt: list[c4_pb2.GroupInfo] = []     # from the daemon, for the next step
+        self._learnt_lock = threading.Lock()
         self.records = 0         # op rows shipped
         self.cpu_s = 0.0         # this thread's CPU time in steps (the cost of reading)
+
+    def learn(self, group: c4_pb2.GroupInfo) -> None:
+        """A communicator the daemon joined from every node's parts (called on the outbox's
+        stream thread; taken in at the next step)."""
+        if group.job == self.config.job and group.attempt == self.config.attempt:
+            with self._learnt_lock:
+                self._learnt.append(group)
 
     def step(self) -> int:
         """Read what is new and queue it; returns the op rows queued."""
         t0 = time.thread_time()
+        with self._learnt_lock:
+            learnt, self._learnt = self._learnt, []
+        for g in learnt:
+            self.node.learn_group(g.pg, tuple(g.ranks))
+            log.info("job %s: communicator %s has %d ranks across nodes (joined by the daemon)",
+                     g.job, g.pg, len(g.ranks))
         self._hooked_now = self._hooked()
         recs = self.node.step()
         msgs = recs.messages(self.config.job, self.config.attempt)

@@ -111,6 +111,9 @@ class Sidecar:
         if msg.WhichOneof("body") == "inspect":
             threading.Thread(target=self._inspect, args=(msg.inspect,), name="c4-inspect",
                              daemon=True).start()
+        elif msg.WhichOneof("body") == "group":
+            if self.nccl is not None:
+                self.nccl.learn(msg.group)
         else:
             self.edge.on_control(msg)
 

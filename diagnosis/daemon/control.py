@@ -99,17 +99,29 @@ class ControlHub:
         except Exception as exc:  # a stream closing as we speak
             log.debug("could not queue a control message: %s", exc)
 
+    def to_stream(self, sid: int, control: c4_pb2.Control) -> bool:
+        """Send ``control`` down stream ``sid``; False if it has closed."""
+        with self._lock:
+            st = self._streams.get(sid)
+        if st is not None:
+            self._send(st.push, control)
+        return st is not None
+
+    def to_job(self, job: str, attempt: int, control: c4_pb2.Control) -> int:
+        """Send ``control`` down every stream carrying the job; returns how many."""
+        with self._lock:
+            pushes = [st.push for st in self._streams.values() if (job, attempt) in st.jobs]
+        for push in pushes:
+            self._send(push, control)
+        return len(pushes)
+
     # -- schedules ------------------------------------------------------------------------
     def publish(self, schedule: c4_pb2.SampleSchedule) -> int:
         """Make ``schedule`` the job's and send it down every stream carrying the job; returns
         how many streams got it."""
-        job = (schedule.job, schedule.attempt)
         with self._lock:
-            self._schedules[job] = schedule
-            pushes = [st.push for st in self._streams.values() if job in st.jobs]
-        for push in pushes:
-            self._send(push, c4_pb2.Control(schedule=schedule))
-        return len(pushes)
+            self._schedules[(schedule.job, schedule.attempt)] = schedule
+        return self.to_job(schedule.job, schedule.attempt, c4_pb2.Control(schedule=schedule))
 
     def schedule(self, job: str, attempt: int) -> c4_pb2.SampleSchedule | None:
         with self._lock:

@@ -5,10 +5,11 @@ A sidecar reading NCCL's own telemetry (the Inspector's files, RAS) sees only it
 of a communicator that spans nodes. It ships them as a ``GroupInfo`` with ``size`` and
 ``positions`` set (a part); :class:`GroupParts` keeps the parts of each (job, attempt,
 communicator) until all ``size`` positions are known, then hands back the whole group, which is
-stored and registered like any group record. Parts are kept in memory only: sidecars repeat
-theirs now and then, so a daemon that restarts before a group is whole learns them again. A
-group already joined is not joined again until the daemon restarts (its parts are then
-acknowledged and dropped).
+stored and registered like any group record, and sent back down the job's streams: a node
+that knows only its part learns every member (the peer of a send on another node). A part of a
+group already joined is answered with the group on its own stream (a sidecar that restarted).
+Parts are kept in memory only: sidecars repeat theirs now and then, so a daemon that restarts
+before a group is whole learns them again.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ __all__ = ["GroupParts"]
 #: positions held across every unfinished group: a bound on what parts that never complete
 #: (a node that never reports, a mistyped size) can hold in memory
 MAX_POSITIONS = 4_000_000
-#: communicators remembered as joined (the oldest forgotten first: a part of one forgotten
-#: joins it again, a repeated group record, which registering takes as it is)
-MAX_JOINED = 1_000_000
+#: members of joined communicators remembered (the oldest forgotten first: the parts of one
+#: forgotten, repeated by every node, join it again: a repeated group record, which
+#: registering takes as it is)
+MAX_JOINED_RANKS = 4_000_000
 
 
 @dataclass
@@ -46,7 +48,8 @@ class GroupParts:
         self._max_ranks = max_ranks
         self._max_positions = max_positions
         self._pending: dict[tuple[str, int, str], _Pending] = {}
-        self._joined: OrderedDict[tuple[str, int, str], None] = OrderedDict()
+        self._joined: OrderedDict[tuple[str, int, str], c4_pb2.GroupInfo] = OrderedDict()
+        self._joined_ranks = 0
         self._held = 0
         self._lock = threading.Lock()
 
@@ -54,14 +57,16 @@ class GroupParts:
     def is_part(g: c4_pb2.GroupInfo) -> bool:
         return g.size > 0 or len(g.positions) > 0
 
-    def add(self, g: c4_pb2.GroupInfo) -> c4_pb2.GroupInfo | None:
-        """Take one part; return the whole group if this part completes it, else None. Raises
-        ``Rejected`` for a part that contradicts itself or what other nodes said."""
+    def add(self, g: c4_pb2.GroupInfo) -> tuple[c4_pb2.GroupInfo, bool] | None:
+        """Take one part: None while its group is not whole, else the group and whether
+        this part completed it (False: joined before). Raises ``Rejected`` for a part that
+        contradicts itself or what other nodes said."""
         self._check(g)
         key = (g.job, g.attempt, g.pg)
         with self._lock:
-            if key in self._joined:
-                return None
+            known = self._joined.get(key)
+            if known is not None:
+                return known, False
             p = self._pending.get(key) or _Pending(g.size, g.desc)
             if p.size != g.size:
                 raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
@@ -91,11 +96,20 @@ class GroupParts:
                 return None
             del self._pending[key]
             self._held -= len(p.at)
-            self._joined[key] = None
-            if len(self._joined) > MAX_JOINED:
-                self._joined.popitem(last=False)
-        return c4_pb2.GroupInfo(job=g.job, attempt=g.attempt, pg=g.pg,
-                                ranks=[p.at[i] for i in range(p.size)], desc=p.desc)
+            whole = c4_pb2.GroupInfo(job=g.job, attempt=g.attempt, pg=g.pg,
+                                     ranks=[p.at[i] for i in range(p.size)], desc=p.desc)
+            self._remember(key, whole)
+        return whole, True
+
+    def _remember(self, key: tuple[str, int, str], g: c4_pb2.GroupInfo) -> None:
+        old = self._joined.pop(key, None)
+        if old is not None:
+            self._joined_ranks -= len(old.ranks)
+        self._joined[key] = g
+        self._joined_ranks += len(g.ranks)
+        while self._joined_ranks > MAX_JOINED_RANKS and len(self._joined) > 1:
+            _, gone = self._joined.popitem(last=False)
+            self._joined_ranks -= len(gone.ranks)
 
     def whole(self, g: c4_pb2.GroupInfo) -> None:
         """A group record that came whole (a node that saw every member once the others
@@ -105,13 +119,16 @@ class GroupParts:
             p = self._pending.pop(key, None)
             if p is not None:
                 self._held -= len(p.at)
-                self._joined[key] = None
+            if p is not None or key in self._joined:
+                self._remember(key, g)
 
     def forget(self, g: c4_pb2.GroupInfo) -> None:
         """A joined group the daemon refused (it repeats a rank): join it again from new
         parts."""
         with self._lock:
-            self._joined.pop((g.job, g.attempt, g.pg), None)
+            old = self._joined.pop((g.job, g.attempt, g.pg), None)
+            if old is not None:
+                self._joined_ranks -= len(old.ranks)
 
     def pending(self) -> int:
         """Communicators with some parts and not yet whole."""

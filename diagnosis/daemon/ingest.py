@@ -162,11 +162,19 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                                f"detail for request {req.detail.request} from host "
                                f"{req.detail.host!r} was not asked for (or long ago): dropped")
             if kind == "group" and GroupParts.is_part(req.group):
-                whole = self._parts.add(req.group)
-                if whole is None:
-                    # kept in memory until the group is whole (sidecars repeat their parts)
+                joined = self._parts.add(req.group)
+                if stream:
+                    self.control.seen(stream, req)    # the stream carries the job
+                if joined is None or not joined[1]:
+                    # kept in memory until the group is whole (sidecars repeat their parts);
+                    # a part of a group joined before: the whole group back to its sender
+                    if joined is not None and stream:
+                        self.control.to_stream(stream, c4_pb2.Control(group=joined[0]))
                     reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
                     return
+                whole = joined[0]
+                # every node of the job learns the members it did not see
+                self.control.to_job(whole.job, whole.attempt, c4_pb2.Control(group=whole))
                 # the part that completes a group is acknowledged once the group is stored
                 req = c4_pb2.IngestRequest(sidecar=req.sidecar, seq=req.seq, group=whole)
                 try:

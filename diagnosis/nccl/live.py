@@ -276,6 +276,14 @@ class NcclNode:
         out.progress = _join_progress(progress)
         return out
 
+    def learn_group(self, pg: str, ranks: tuple[int, ...]) -> None:
+        """A communicator's whole membership, from the daemon that joined every node's parts:
+        sends and receives to members on other nodes get their peer's global rank from now
+        on, and this node's part is no longer repeated."""
+        self.assembler.add([(pg, len(ranks), i, g) for i, g in enumerate(ranks)])
+        if self._converter is not None:
+            self._converter.members.update(self.assembler.partial())
+
     def parts(self) -> NcclRecords:
         """Every member this node knows of the communicators it cannot complete alone, to
         ship again (a daemon that restarted before their groups were whole lost them)."""

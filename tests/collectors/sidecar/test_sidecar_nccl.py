@@ -33,6 +33,19 @@ def _line(pid: int, rank: int, sn: int, t_us: int, n_ranks: int = 3, nnodes: int
                       "coll_algobw_gbs": 7.0, "coll_busbw_gbs": 9.3}}) + b"\n"
 
 
+def _send_line(pid: int, rank: int, op: str, peer: int, sn: int, t_us: int) -> bytes:
+    """A point-to-point call of the 4-rank communicator ``_line(..., 4, 2)`` writes."""
+    return orjson.dumps({
+        "header": {"id": "0x7f8c496ae9f661", "comm_name": "DP Group 0", "rank": rank,
+                   "n_ranks": 4, "nnodes": 2},
+        "metadata": {"inspector_output_format_version": "v4.0", "git_rev": "",
+                     "rec_mechanism": "nccl_profiler_interface", "dump_timestamp_us": t_us,
+                     "hostname": socket.gethostname(), "pid": pid},
+        "p2p_perf": {"p2p": op, "p2p_sn": sn, "p2p_peer": peer, "p2p_msg_size_bytes": 1 << 20,
+                     "p2p_exec_time_us": 90, "p2p_timing_source": "kernel_gpu",
+                     "p2p_algobw_gbs": "nan", "p2p_busbw_gbs": "nan"}}) + b"\n"
+
+
 # recent: the daemon refuses records far behind its clock
 _T0_US = int(time.time() * 1e6) - 60_000_000
 
@@ -107,7 +120,8 @@ def test_inspector_directory_shipped_through_the_sidecar(tmp_path):
             p.wait()
 
 
-def test_a_communicator_spanning_two_nodes_is_joined_from_both_sidecars(tmp_path):
+def test_a_communicator_spanning_two_nodes_is_joined_from_both_sidecars(tmp_path,
+                                                                       monkeypatch):
     # one 4-rank communicator, ranks 0-1 on node0 and 2-3 on node1, each node's sidecar
     # following its own Inspector directory: neither sees the whole group, each ships its
     # part, and the daemon stores the group once both parts are in. The daemon restarts
@@ -127,9 +141,11 @@ def test_a_communicator_spanning_two_nodes_is_joined_from_both_sidecars(tmp_path
                 with open(dumps / f"{host}-pid{procs[r].pid}.log", "wb") as fh:
                     fh.write(b"".join(_line(procs[r].pid, r, sn, _T0_US + 1000 * sn, 4, 2)
                                       for sn in range(5)))
-            car, _ = start_sidecar(tmp_path, port, f"node{node}", extra=[
-                "--nccl-job", "nj", "--nccl-inspector", str(dumps), "--nccl-interval", "0.1",
-                "--nccl-parts-every", "1"])
+            with monkeypatch.context() as env:
+                env.setenv("C4_LOG_LEVEL", "INFO")    # to see the joined group arrive
+                car, _ = start_sidecar(tmp_path, port, f"node{node}", extra=[
+                    "--nccl-job", "nj", "--nccl-inspector", str(dumps), "--nccl-interval",
+                    "0.1", "--nccl-parts-every", "1"])
             cars.append(car)
             if node == 0:
                 with DaemonClient(f"127.0.0.1:{port}") as client:
@@ -145,6 +161,26 @@ def test_a_communicator_spanning_two_nodes_is_joined_from_both_sidecars(tmp_path
             assert [list(g.ranks) for g in groups] == [[0, 1, 2, 3]]
             ranks = {r.rank: r.host for r in client.ranks("nj")}
             assert ranks == {0: "node0", 1: "node0", 2: "node1", 3: "node1"}
+            # the daemon sends the joined group to both nodes: a send from rank 1 (node0) to
+            # the communicator's rank 2 (node1) now names its peer's global rank
+            for car in cars:
+                wait_for(lambda car=car: "across nodes (joined by the daemon)" in car.output(),
+                         30, what="the joined group at each sidecar")
+            t_us = _T0_US + 10_000
+            with open(tmp_path / "dumps0" / f"{host}-pid{procs[1].pid}.log", "ab") as fh:
+                fh.write(_send_line(procs[1].pid, 1, "Send", 2, 1, t_us))
+            with open(tmp_path / "dumps1" / f"{host}-pid{procs[2].pid}.log", "ab") as fh:
+                fh.write(_send_line(procs[2].pid, 2, "Recv", 1, 1, t_us))
+
+            def p2p():
+                cols = client.ops("nj")
+                if len(cols) < 22:
+                    return None
+                return sorted((r, p) for r, p in zip(cols["rank"].tolist(),
+                                                     cols["peer"].tolist(), strict=True)
+                              if p != -1)
+
+            assert wait_for(p2p, 30, what="the send and the receive") == [(1, 2), (2, 1)]
         for car in cars:
             assert "Traceback" not in car.output()
         assert "rejected" not in daemon.output()

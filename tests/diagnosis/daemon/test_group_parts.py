@@ -20,11 +20,12 @@ def test_parts_from_every_node_make_the_group_once():
     assert parts.pending() == 1
     # a part repeated (a sidecar announcing again) changes nothing
     assert parts.add(_part([2, 3], [10, 11])) is None
-    whole = parts.add(_part([0, 1], [4, 5]))
-    assert (whole.job, whole.pg, list(whole.ranks)) == ("j", "dp", [4, 5, 10, 11])
+    whole, new = parts.add(_part([0, 1], [4, 5]))
+    assert (whole.job, whole.pg, list(whole.ranks), new) == ("j", "dp", [4, 5, 10, 11], True)
     assert parts.pending() == 0
-    # once joined, later parts are taken and dropped
-    assert parts.add(_part([0, 1], [4, 5])) is None
+    # once joined, a later part (a sidecar that restarted) is answered with the group
+    again, new = parts.add(_part([0, 1], [4, 5]))
+    assert (list(again.ranks), new) == ([4, 5, 10, 11], False)
     # the same name in another job or attempt is another communicator
     assert parts.add(_part([0, 1], [4, 5], job="k")) is None
     assert parts.pending() == 1
@@ -35,7 +36,7 @@ def test_a_group_that_came_whole_is_no_longer_waited_for():
     parts.add(_part([0, 1], [4, 5]))
     parts.whole(c4_pb2.GroupInfo(job="j", pg="dp", ranks=[4, 5, 10, 11]))
     assert parts.pending() == 0
-    assert parts.add(_part([2, 3], [10, 11])) is None
+    assert parts.add(_part([2, 3], [10, 11]))[1] is False
 
 
 @pytest.mark.parametrize("bad, words", [
@@ -60,7 +61,7 @@ def test_parts_that_disagree_are_refused_and_the_group_is_still_joined():
         parts.add(_part([1, 2], [6, 10]))
     with pytest.raises(Rejected, match="another node's part said 4"):
         parts.add(_part([2, 3, 4, 5], [10, 11, 12, 13], size=8))
-    assert list(parts.add(_part([2, 3], [10, 11])).ranks) == [4, 5, 10, 11]
+    assert list(parts.add(_part([2, 3], [10, 11]))[0].ranks) == [4, 5, 10, 11]
 
 
 def test_positions_held_for_unfinished_groups_are_bounded():

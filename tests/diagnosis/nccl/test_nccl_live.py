@@ -48,3 +48,7 @@ def test_a_communicator_spanning_nodes_is_shipped_as_this_nodes_part(tmp_path):
     assert again == []
     repeat = [m for m in node.parts().messages("j") if isinstance(m, c4_pb2.GroupInfo)]
     assert [(list(g.positions), list(g.ranks), g.size) for g in repeat] == parts
+    # the daemon's joined group: this node's part is no longer repeated
+    pg = repeat[0].pg
+    node.learn_group(pg, (0, 1, 2, 3))
+    assert node.parts().members == []
