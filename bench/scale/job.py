@@ -348,7 +348,19 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             "stored_ops": stored_ops, "schedules": schedules, "t_start": t_start,
             "fault": fault, "fault_latency": (found[0][0] - fault_mono) if found else None,
             "report": found[0][1] if found else None, "faults": faults,
+            "others": _others(reports, fault),
             "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending}
+
+
+def _others(reports: list[tuple[float, object]], fault) -> dict[str, tuple[str, str]]:
+    """Every report the watcher saw that does not name the planted rank (false alarms, also
+    those later withdrawn): id -> (kind, summary) of its last version."""
+    out: dict[str, tuple[str, str]] = {}
+    for _, r in reports:
+        if fault is None or not any(s.rank == fault.rank or s.id == str(fault.rank)
+                                    for s in r.suspects):
+            out[r.id] = (r.kind, r.summary)
+    return out
 
 
 def _print(args: argparse.Namespace, res: dict) -> None:
@@ -428,6 +440,10 @@ def _print(args: argparse.Namespace, res: dict) -> None:
         r = res["report"]
         print(f"planted: rank {f.rank} stops; reported after {res['fault_latency']:.1f} s as "
               f"{r.kind}: {r.summary}")
+    others = res["others"]
+    kinds = collections.Counter(k for k, _ in others.values())
+    print(f"other reports (not naming the planted rank, withdrawn ones included): {len(others)}"
+          + (f" {dict(kinds)}; e.g. {next(iter(others.values()))[1][:160]}" if others else ""))
 
 
 def _rate(counts: Counts, kind: str, lo: float, hi: float) -> float:
