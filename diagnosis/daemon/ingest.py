@@ -37,7 +37,7 @@ from diagnosis.daemon.jobs import JobBook
 from diagnosis.daemon.limits import RateLimiter
 from diagnosis.daemon.slots import Slots
 from diagnosis.daemon.writer import LATENCY_BUCKETS, Writer
-from diagnosis.store import GroupRecord, RankRecord
+from diagnosis.store import GroupRecord, RankRecord, Write
 
 log = logging.getLogger(__name__)
 
@@ -162,26 +162,11 @@ class IngestService(c4_pb2_grpc.IngestServicer):
                                f"detail for request {req.detail.request} from host "
                                f"{req.detail.host!r} was not asked for (or long ago): dropped")
             if kind == "group" and GroupParts.is_part(req.group):
-                joined = self._parts.add(req.group)
-                if stream:
-                    self.control.seen(stream, req)    # the stream carries the job
-                if joined is None or not joined[1]:
-                    # kept in memory until the group is whole (sidecars repeat their parts);
-                    # a part of a group joined before: the whole group back to its sender
-                    if joined is not None and stream:
-                        self.control.to_stream(stream, c4_pb2.Control(group=joined[0]))
+                joined = self._join(req, stream)
+                if joined is None:
                     reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))
                     return
-                whole = joined[0]
-                # every node of the job learns the members it did not see
-                self.control.to_job(whole.job, whole.attempt, c4_pb2.Control(group=whole))
-                # the part that completes a group is acknowledged once the group is stored
-                req = c4_pb2.IngestRequest(sidecar=req.sidecar, seq=req.seq, group=whole)
-                try:
-                    write = to_write(req, max_records=self._max_records, bounds=self._bounds)
-                except Rejected:
-                    self._parts.forget(whole)
-                    raise
+                write = joined
             else:
                 write = to_write(req, max_records=self._max_records, bounds=self._bounds)
                 if kind == "group":
@@ -207,6 +192,31 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             reply(c4_pb2.IngestAck(seq=seq, sidecar=sidecar, duplicate=dup))
 
         self._writer.submit(write, done)
+
+    def _join(self, req: c4_pb2.IngestRequest, stream: int) -> Write | None:
+        """A part of a communicator (``GroupInfo.size``): the group's write once this part
+        completes it (acknowledged once stored), else None (acknowledge now: parts are kept
+        in memory, and sidecars repeat them)."""
+        joined = self._parts.add(req.group)
+        if stream:
+            self.control.seen(stream, req)    # the stream carries the job
+        if joined is None:
+            return None
+        whole, new = joined
+        if not new:
+            # a part of a group joined before (a sidecar that restarted): the group back to it
+            if stream:
+                self.control.to_stream(stream, c4_pb2.Control(group=whole))
+            return None
+        try:
+            write = to_write(c4_pb2.IngestRequest(sidecar=req.sidecar, seq=req.seq, group=whole),
+                             max_records=self._max_records, bounds=self._bounds)
+        except Rejected:
+            self._parts.forget(whole)
+            raise
+        # every node of the job learns the members it did not see
+        self.control.to_job(whole.job, whole.attempt, c4_pb2.Control(group=whole))
+        return write
 
     def _refused(self, code: str, sender: str, what: str) -> None:
         """Count a refusal; log it, at most one line per interval per status code."""
