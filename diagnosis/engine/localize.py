@@ -67,6 +67,9 @@ class CommFinding:
     # samples that were slow since their first episode, and the episodes (median over them)
     duty: float | None = None
     episodes: int = 0
+    # its equally explaining components lie on one candidate path between two members of what
+    # it explains; else nothing says which of them it is, and naming one would be a guess
+    placed: bool = True
 
 
 class Localizer:
@@ -494,8 +497,17 @@ class Localizer:
         names = [self.arena.names[g] for g in slow_g]
         members = [frozenset(self.arena.members[g].tolist()) for g in slow_g]
         must = [self.group_sets(g)[1] for g in slow_g]
-        return [self._finding(e, idx, names, g_onset, g_med, len(clear), "communicators",
-                              members, must, (g_duty, g_eps)) for e in found]
+        out = []
+        for e in found:
+            f = self._finding(e, idx, names, g_onset, g_med, len(clear), "communicators",
+                              members, must, (g_duty, g_eps))
+            # as for a hang (``_on_one_path``): components that explain the slowdown equally
+            # on different routes (the spines of every ECMP route between two leaves) do not
+            # place it
+            f.placed = self._on_one_path(e, [slow_g[i] for i in e.explained],
+                                         frozenset().union(*[must[i] for i in e.explained]))
+            out.append(f)
+        return out
 
     def _finding(self, e: Explanation, idx: np.ndarray, names: list[str], onset: np.ndarray,
                  median: np.ndarray, healthy: int, via: str, ends: list[frozenset[int]],

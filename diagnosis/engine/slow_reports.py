@@ -305,20 +305,37 @@ class SlowReports:
             top = suspects[0]
             fid = f"comm_slow:{top.type}:{top.id}"
             names = " and ".join(f"{s.type} {s.id}" for s in suspects[:3])
+            through, check = f" through {names}", f"check {names}"
+            tied = []
+            if not f.placed:
+                # a tie across routes: say where it lies, name none (no one is sent to a
+                # component picked at random)
+                kinds = " or ".join(sorted({f"{s.type}es" if s.type == "switch"
+                                            else f"{s.type}s" for s in suspects}))
+                more = ", ..." if len(suspects) > 4 else ""
+                through = ""
+                check = (f"the slowdown lies on one of {len(suspects)} {kinds} on different "
+                         f"routes between their members ({', '.join(s.id for s in suspects[:4])}"
+                         f"{more}), which explain it equally: per-connection times (c4's hook "
+                         "or link statistics) or the switches' port counters would place it")
+                tied = [f"{s.type} {s.id}" for s in suspects[:64]]
+                suspects = []
             if f.duty is not None:
-                summary = (f"{len(f.observations)} {f.via} through {names} are slow again and "
+                summary = (f"{len(f.observations)} {f.via}{through} are slow again and "
                            f"again: in {100 * f.duty:.0f}% of their transfers since the first "
                            f"of {f.episodes} episodes, {f.slowdown:.1f}x slower than "
                            f"{f.against} when slow, normal between, while {f.healthy} others "
-                           f"are normal: check {names} (a flapping port, pause frames, a "
+                           f"are normal: {check} (a flapping port, pause frames, a "
                            "marginal cable)")
             else:
-                summary = (f"{len(f.observations)} {f.via} through {names} transfer "
+                summary = (f"{len(f.observations)} {f.via}{through} transfer "
                            f"{f.slowdown:.1f}x slower than {f.against} while "
-                           f"{f.healthy} others are normal: check {names}")
+                           f"{f.healthy} others are normal: {check}")
             evidence = {"slow": f.observations[:32], "slow_count": len(f.observations),
                         "slowdown": round(f.slowdown, 3), "healthy": f.healthy,
                         "cleared_by": f.explanation.cleared_by, "via": f.via}
+            if tied:
+                evidence["explained_equally_by"] = tied
             if f.duty is not None:
                 evidence.update(recurring=True, slow_fraction=round(f.duty, 3),
                                 episodes=f.episodes)
