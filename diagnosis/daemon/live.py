@@ -346,8 +346,9 @@ class LiveView:
             return self._backlog_records
 
     def jobs(self) -> int:
-        with self._lock:
-            return len(self._jobs)
+        # without the lock: the detectors hold it for whole passes, and a metrics scrape must
+        # not wait on them (a dict's length is read atomically)
+        return len(self._jobs)
 
     # -- job states --------------------------------------------------------------------------
     def _job(self, job: str, attempt: int, first: Write) -> JobState | None:
@@ -578,6 +579,10 @@ class LiveView:
         now_ns = now_ns or time.time_ns()
         with self._cond:
             self._judging_since, self._unjudged_since = self._unjudged_since, None
+            # records stored but not yet given to the detectors: a rank among them is not
+            # silent
+            unapplied_ns = int((time.monotonic() - self._backlog[0][0]) * 1e9) \
+                if self._backlog else 0
         t0 = time.perf_counter()
         try:
             with self._lock:
@@ -595,7 +600,7 @@ class LiveView:
                         # otherwise be revised ("waited 539 s") for as long as the daemon runs
                         continue
                     try:
-                        found.append((st.job, st.engine.advance(now_ns), _places(st)))
+                        found.append((st.job, st.engine.advance(now_ns, unapplied_ns), _places(st)))
                     except Exception:
                         self._problem(st.job, "advance")
                 self._budgets(now_ns)

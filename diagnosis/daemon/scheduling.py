@@ -126,6 +126,7 @@ class Schedules:
             steps=[c4_pb2.SampleStep(pg=pg, from_seq=s, sample=k)
                    for pg, steps in sorted(d.steps.items()) for s, k in steps])
         engine.set_schedule(d.default, d.steps)
+        engine.set_window(d.window_ns)
         if self._store is not None:
             self._writes += 1
             try:
@@ -161,6 +162,7 @@ class Schedules:
         sample = max([default, *(k for v in steps.values() for _, k in v)])
         budget.restore(msg.version, sample, msg.window_ns, steps, default)
         engine.set_schedule(default, steps)
+        engine.set_window(msg.window_ns)
         if self._control is not None:
             self._control.publish(msg)
         return sample > 1

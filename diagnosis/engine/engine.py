@@ -86,6 +86,7 @@ class Engine:
         self._now = 0
         self.op_now = 0     # the latest time seen in op rows
         self._last_detect: int | None = None
+        self._detect_every = self.cfg.detect_every_ns
         self.teardown = TeardownGate(self.cfg.evidence_delay_ns)
         self.leaving: set[int] = set()   # ranks whose collectors said their process is exiting
         self._unknown: set[str] = set()
@@ -411,6 +412,13 @@ class Engine:
                 self._put_step(pg, from_seq, k)
         self._in_force()
 
+    def set_window(self, window_ns: int) -> None:
+        """The live job's progress and linkstat window (0: the default). A connection's
+        statistics come once per window, so the slow detectors judge at most twice per
+        window: at 100k+ ranks one judgement of every series takes seconds that applying
+        the job's records needs (a lengthened window is the daemon falling behind)."""
+        self._detect_every = max(self.cfg.detect_every_ns, int(window_ns) // 2)
+
     def _put_step(self, pg: str, from_seq: int, k: int) -> None:
         if int(k) < 1:
             raise ValueError(f"sampling factor must be at least 1, got {k!r}")
@@ -523,10 +531,14 @@ class Engine:
         self.ports.add(recs)
 
     # ----- detection --------------------------------------------------------------------------
-    def advance(self, now_ns: int) -> list[FaultReport]:
+    def advance(self, now_ns: int, unapplied_ns: int = 0) -> list[FaultReport]:
+        """Judge what was added up to ``now_ns``. ``unapplied_ns``: how long records the caller
+        holds have waited to be added (a daemon behind its stream): a rank's silence is judged
+        up to when they arrived, since its records may be among them."""
         now = int(now_ns)
+        self.hangs.unapplied_ns = int(unapplied_ns)
         self._hangs(now)
-        if (self._last_detect is None or now - self._last_detect >= self.cfg.detect_every_ns) \
+        if (self._last_detect is None or now - self._last_detect >= self._detect_every) \
                 and self.records != self._detected_records:
             self._last_detect = now
             self._detected_records = self.records

@@ -60,6 +60,7 @@ class HangReports:
         # that last moved (the engine's clock: when its signs of life last arrived)
         self._seen_was = np.zeros(0, dtype=np.int64)
         self._moved_at = np.zeros(0, dtype=np.int64)
+        self.unapplied_ns = 0     # age of records the caller holds but has not added yet
 
     def as_stuck(self, fin: Finished, i: int) -> Stuck:
         g = int(fin.group[i])
@@ -593,7 +594,9 @@ class HangReports:
                 mates = [m for m in self.placement.ranks_of_host(host) if m < c.size] \
                     if host is not None else []
                 host_heard[host] = int(c.seen[mates].max()) if mates else -1
-            if host_heard[host] > done or now - int(self._moved_at[r]) > wait:
+            # (records waiting in the caller's queue may be the rank's: its silence counts
+            # up to when they arrived)
+            if host_heard[host] > done or now - self.unapplied_ns - int(self._moved_at[r]) > wait:
                 out.append(r)
         return out
 

@@ -13,6 +13,7 @@ by the components on any of their (ECMP) paths, clean ones clear the components 
 from __future__ import annotations
 
 from collections import Counter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,6 +34,23 @@ FLEET_QUANTILE = 25
 BASELINE_WEIGHT = 0.2
 
 
+class _Samples(NamedTuple):
+    """Retransmission samples: connection id, start, end, retransmitted segments."""
+    key: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    retrans: np.ndarray
+
+    def where(self, keep: np.ndarray) -> _Samples:
+        return _Samples(*(a[keep] for a in self))
+
+    @staticmethod
+    def join(parts: list[_Samples]) -> _Samples:
+        if not parts:
+            return _Samples(*(np.zeros(0, dtype=np.int64) for _ in range(4)))
+        return _Samples(*(np.concatenate(c) for c in zip(*parts)))
+
+
 class LossyLinks:
     """Per connection (src, dst ranks): the retransmission samples of the last window; files,
     updates and withdraws ``comm_slow`` reports of lossy components."""
@@ -45,13 +63,13 @@ class LossyLinks:
         self.src = np.zeros(0, dtype=np.int64)
         self.dst = np.zeros(0, dtype=np.int64)
         self.own = np.zeros(0, dtype=np.float64)     # learnt retransmissions per window
-        # the window's samples: key, start, end, retransmitted segments
-        self._key = np.zeros(0, dtype=np.int64)
-        self._start = np.zeros(0, dtype=np.int64)
-        self._end = np.zeros(0, dtype=np.int64)
-        self._retrans = np.zeros(0, dtype=np.int64)
+        # the window's samples as the batches brought them: appending a batch must not copy
+        # the window, which at 100k+ ranks holds millions of samples
+        self._chunks: list[_Samples] = []
+        self._joined: _Samples | None = None
         self._sets: list[tuple[frozenset[Component], frozenset[Component]] | None] = []
         self._latest = -1
+        self._span = 0       # the longest sample seen: windowed statistics span whole windows
         self._open: dict[str, str] = {}      # component -> id of its open report
         self._episodes: Counter[str] = Counter()
 
@@ -62,30 +80,47 @@ class LossyLinks:
         if not done.any():
             return
         src, dst = conns.src[done].astype(np.int64), conns.dst[done].astype(np.int64)
-        code = (src << 32) | dst
-        uniq, inv = distinct_inverse(code)
-        ids = np.array([self._key_id(int(c)) for c in uniq.tolist()], dtype=np.int64)
-        end = conns.t_end_ns[done]
-        self._key = np.r_[self._key, ids[inv]]
-        self._start = np.r_[self._start, conns.t_start_ns[done]]
-        self._end = np.r_[self._end, end]
+        uniq, inv = distinct_inverse((src << 32) | dst)
+        start, end = conns.t_start_ns[done], conns.t_end_ns[done]
         # a socket replaced between two samples may count backwards: nothing retransmitted
-        self._retrans = np.r_[self._retrans, np.maximum(conns.retrans[done], 0)]
+        retrans = np.maximum(conns.retrans[done], 0)
+        self._chunks.append(_Samples(self._key_ids(uniq)[inv], start, end, retrans))
+        self._joined = None
         self._latest = max(self._latest, int(end.max()))
-        keep = self._end > self._latest - self.cfg.lossy_window_ns
-        if not keep.all():
-            self._key, self._start, self._end, self._retrans = (
-                a[keep] for a in (self._key, self._start, self._end, self._retrans))
+        self._span = max(self._span, int((end - start).max()))
+        cutoff = self._latest - self.window_ns
+        if int(self._chunks[0].end.min()) <= cutoff:
+            kept = [c if (keep := c.end > cutoff).all() else c.where(keep) for c in self._chunks]
+            self._chunks = [c for c in kept if len(c.key)]
 
-    def _key_id(self, code: int) -> int:
-        kid = self._keys.get(code)
-        if kid is None:
-            kid = self._keys[code] = len(self._keys)
-            self.src = np.r_[self.src, code >> 32]
-            self.dst = np.r_[self.dst, code & 0xFFFFFFFF]
-            self.own = np.r_[self.own, 0.0]
-            self._sets.append(None)
-        return kid
+    @property
+    def window_ns(self) -> int:
+        """The sliding window: the configured one, or long enough for the samples a verdict
+        needs when each sample spans a long statistics window (a job whose windows were
+        lengthened to hold its records budget)."""
+        return max(self.cfg.lossy_window_ns, (self.cfg.lossy_min_samples + 1) * self._span)
+
+    def _window(self) -> _Samples:
+        if self._joined is None:
+            self._joined = _Samples.join(self._chunks)
+            self._chunks = [self._joined] if len(self._joined.key) else []
+        return self._joined
+
+    def _key_ids(self, codes: np.ndarray) -> np.ndarray:
+        """Ids of the connections (src << 32 | dst), new ones numbered in bulk."""
+        get = self._keys.get
+        ids = np.fromiter((get(c, -1) for c in codes.tolist()), dtype=np.int64, count=len(codes))
+        new = ids < 0
+        if new.any():
+            fresh = codes[new]
+            first = len(self._keys)
+            ids[new] = np.arange(first, first + len(fresh))
+            self._keys.update(zip(fresh.tolist(), range(first, first + len(fresh))))
+            self.src = np.concatenate([self.src, fresh >> 32])
+            self.dst = np.concatenate([self.dst, fresh & 0xFFFFFFFF])
+            self.own = np.concatenate([self.own, np.zeros(len(fresh))])
+            self._sets.extend([None] * len(fresh))
+        return ids
 
     def _paths(self, k: int) -> tuple[frozenset[Component], frozenset[Component]]:
         """(may, must) components of connection ``k``, cached once both ends are placed."""
@@ -102,9 +137,10 @@ class LossyLinks:
         connections' baselines."""
         cfg = self.cfg
         K = len(self._keys)
-        count = np.bincount(self._key, weights=self._retrans, minlength=K)
-        samples = np.bincount(self._key, minlength=K)
-        hit = np.bincount(self._key, weights=self._retrans > 0, minlength=K)
+        key, retrans = self._window().key, self._window().retrans
+        count = np.bincount(key, weights=retrans, minlength=K)
+        samples = np.bincount(key, minlength=K)
+        hit = np.bincount(key, weights=retrans > 0, minlength=K)
         active = samples >= cfg.lossy_min_samples
         if not active.any():
             return np.zeros(K, bool), np.zeros(K, bool), count
@@ -146,14 +182,15 @@ class LossyLinks:
         the window with a quarter of its mean retransmissions or more (background retransmits
         are a few segments), the time most of them agree on."""
         K = len(self._keys)
-        rows = np.flatnonzero(np.isin(self._key, keys) & (self._retrans > 0))
+        key, start, _, retrans = self._window()
+        rows = np.flatnonzero(np.isin(key, keys) & (retrans > 0))
         if len(rows) == 0:
             return now
-        k, r = self._key[rows], self._retrans[rows]
+        k, r = key[rows], retrans[rows]
         mean = np.bincount(k, weights=r, minlength=K) / np.maximum(np.bincount(k, minlength=K), 1)
         big = r >= 0.25 * mean[k]
         first = np.full(K, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, k[big], self._start[rows][big])
+        np.minimum.at(first, k[big], start[rows][big])
         firsts = first[np.unique(k[big])]
         return int(np.percentile(firsts, 50, method="higher"))
 
@@ -182,7 +219,7 @@ class LossyLinks:
                    f"the rest of the job (packet loss) while {clean} others stay clean: check "
                    f"{what} (cable, optics, NIC)")
         onset = self._onset(keys, now)
-        window_s = self.cfg.lossy_window_ns / 1e9
+        window_s = self.window_ns / 1e9
         evidence = {"via": "retransmissions", "lossy": names[:32], "lossy_count": len(keys),
                     "retrans": {n: int(count[k]) for n, k in zip(names[:32], keys[:32])},
                     "retrans_total": int(count[keys].sum()), "clean": clean,

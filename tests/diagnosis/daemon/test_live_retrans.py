@@ -49,7 +49,7 @@ def test_retransmissions_reach_the_engine_and_name_the_lossy_rank():
         live.drain()
         live.analyze(T0 + t * S)
     engine = live._jobs[("job", 0)].engine
-    assert engine.lossy._retrans.sum() > 0
+    assert engine.lossy._window().retrans.sum() > 0
     reports = []
     while not q.empty():
         reports.append(q.get_nowait())

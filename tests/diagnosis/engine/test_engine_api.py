@@ -144,6 +144,32 @@ def test_ranks_whose_records_arrive_late_but_steadily_have_not_stopped_reporting
     assert not [r for r in out if r.kind == "error"]
 
 
+def test_ranks_whose_records_wait_in_the_daemons_queue_have_not_stopped_reporting():
+    # the daemon falls 20 s behind with h1's records (its detectors busy): h0's were added,
+    # h1's wait unapplied, then arrive at once. Their silence meanwhile is the daemon's.
+    def run(tell: bool) -> list:
+        eng = Engine(config=EngineConfig(hang_min_ns=100 * MS))
+        for r, h in ((0, "h0"), (1, "h0"), (2, "h1"), (3, "h1")):
+            eng.add_rank(r, h)
+        eng.add_group("g", [0, 1, 2, 3])
+        step, held, out = 100 * MS, [], []
+        for n in range(400):
+            eng.add_ops(_cols([op_row(r, n, n * step + r, n * step + MS) for r in (0, 1)]))
+            late = [op_row(r, n, n * step + r, n * step + MS) for r in (2, 3)]
+            if 100 <= n < 300:
+                held += late
+            else:
+                eng.add_ops(_cols(held + late))
+                held = []
+            waited = (n - 100) * step if 100 <= n < 300 else 0
+            out += eng.advance(n * step + MS, unapplied_ns=waited if tell else 0)
+        return out
+
+    assert not [r for r in run(tell=True) if r.kind == "error"]
+    # told nothing, the engine takes them for ranks that stopped reporting
+    assert [r for r in run(tell=False) if r.kind == "error"]
+
+
 def test_a_rank_silent_while_its_host_mate_is_heard_is_reported_without_waiting():
     # rank 3's collector stops at seq 20; rank 2, on the same host and sidecar, goes on: its
     # records prove the host's telemetry arrives, so rank 3's silence is filed once the

@@ -16,10 +16,11 @@ CABLE = {("nic", "node003/nic0"), ("link", "leaf01r0~node003/nic0")}
 
 
 def run(lossy_rank: int | None, seconds: int = 40, lossy: tuple[tuple[int, int], ...] = ((10, 40),),
-        seed: int = 0) -> Engine:
+        seed: int = 0, window_s: int = 1) -> Engine:
     """Samples with background retransmissions (a few, in bursts); during the ``lossy``
     intervals (seconds) every connection to or from ``lossy_rank`` retransmits ~5 % of its
-    ~600 segments a second."""
+    ~600 segments a second. ``window_s`` > 1: one sample per connection and window, as the
+    ``linkstat`` of a job whose windows were lengthened."""
     rng = np.random.default_rng(seed)
     eng = Engine(rail_optimized(6, 1, hosts_per_leaf=2, spines=2))
     for r in range(6):
@@ -27,17 +28,18 @@ def run(lossy_rank: int | None, seconds: int = 40, lossy: tuple[tuple[int, int],
     pairs = [(s, d) for s in range(6) for d in range(6) if s != d]
     src = np.array([p[0] for p in pairs])
     dst = np.array([p[1] for p in pairs])
-    for t in range(seconds):
+    for t in range(0, seconds, window_s):
         end = T0 + t * S
-        retrans = rng.poisson(0.2, len(pairs))
+        retrans = rng.poisson(0.2 * window_s, len(pairs))
         retrans[rng.random(len(pairs)) < 0.01] += 20      # an occasional burst of tail drops
         if lossy_rank is not None and any(a <= t < b for a, b in lossy):
             on = (src == lossy_rank) | (dst == lossy_rank)
-            retrans[on] += rng.poisson(30, int(on.sum()))
+            retrans[on] += rng.poisson(30 * window_s, int(on.sum()))
+        span = 300_000_000 if window_s == 1 else window_s * S
         eng.add_conns(ConnRecords.build(src, dst, np.full(len(pairs), 40 << 20),
-                                        np.full(len(pairs), end - 300_000_000),
+                                        np.full(len(pairs), end - span),
                                         np.full(len(pairs), end), retrans=retrans))
-        if t % 2 == 0:
+        if t % 2 == 0 or window_s > 1:
             eng.advance(end)
     return eng
 
@@ -69,6 +71,19 @@ def test_healthy_run_with_background_retransmissions_files_nothing():
     for seed in range(3):
         assert not [r for r in run(lossy_rank=None, seed=seed).reports()
                     if r.id.startswith("comm_slow:lossy:")]
+        assert not [r for r in run(lossy_rank=None, seed=seed, seconds=320,
+                                   window_s=16).reports()
+                    if r.id.startswith("comm_slow:lossy:")]
+
+
+def test_lossy_cable_is_named_from_long_statistics_windows():
+    # 16 s windows (a large job's linkstat): the verdict's samples need a window longer than
+    # the configured 20 s, which holds at most two of them
+    eng = run(lossy_rank=3, seconds=320, lossy=((32, 320),), window_s=16)
+    [report] = lossy_reports(eng)
+    assert {(s.type, s.id) for s in report.suspects[:2]} == CABLE
+    assert report.evidence["window_s"] == 64
+    assert report.first_seen_ns <= T0 + (32 + 4 * 16) * S
 
 
 def test_report_withdrawn_when_the_loss_stops_and_a_new_episode_is_a_new_report():

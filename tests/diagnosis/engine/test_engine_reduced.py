@@ -4,10 +4,14 @@ trace reader; each fault found and named as on the full trace, healthy runs sile
 
 from __future__ import annotations
 
+import itertools
+import json
+
 import pytest
 
 from c4.topology import Topology
 from diagnosis.engine import Engine
+from diagnosis.engine.config import EngineConfig
 from diagnosis.sim import simulate
 from tests.support.engine_builders import sim_config, simulate_and_diagnose
 from tests.support.replay import replay_live
@@ -125,3 +129,34 @@ def test_ports_name_a_dead_nic_that_timing_leaves_tied(tmp_path):
     assert "port down" in hang.summary
     assert hang.suspects[0].score > max(s.score for s in hang.suspects
                                         if s.type == "nic" and s.id != hang.suspects[0].id)
+
+
+def test_lengthened_windows_space_the_slow_detectors_and_the_fault_is_still_named(tmp_path):
+    """A job whose windows the daemon lengthened to 4 s: its slow detectors judge at most
+    every 2 s (half a window) however often the engine is advanced, and the slow GPU is
+    named no more than that later than when they judge at every advance."""
+    res = simulate(sim_config(BASE, ("slow_gpu:auto@10,slow=2",), sample=16), tmp_path)
+    truth = json.loads(res.truth.read_text())["faults"][0]
+
+    def first_named(window_ns: int) -> tuple[int, list[int]]:
+        # (as the daemon's engines, advanced every 0.25 s: judged at every advance)
+        eng = Engine(Topology.load(res.topology), config=EngineConfig.analysed_every(0.25))
+        eng.set_window(window_ns)
+        judged: list[int] = []
+        slow = eng._slow
+
+        def spy(now: int) -> None:
+            judged.append(now)
+            slow(now)
+        eng._slow = spy  # type: ignore[method-assign]
+        reports = replay_live(eng, res.trace, tail_s=5.0)
+        # (a report's first emission is the one seen last earliest)
+        return min(r.last_seen_ns for r in reports if named([r], truth)), judged
+
+    at_every, judged_every = first_named(0)
+    at_long, judged_long = first_named(4_000_000_000)
+    def gap(times: list[int]) -> int:
+        return min(b - a for a, b in itertools.pairwise(times))
+
+    assert gap(judged_long) >= 2_000_000_000 > gap(judged_every)
+    assert at_long - at_every <= 2_000_000_000
