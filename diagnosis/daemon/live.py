@@ -38,6 +38,7 @@ from c4.ratelog import RateLimitedLog
 from c4.report import FaultReport
 from diagnosis.daemon.batches import port_records, progress_records
 from diagnosis.daemon.budget import BudgetConfig, JobBudget
+from diagnosis.daemon.channels import Channels
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.hosts import HostBook
@@ -99,6 +100,7 @@ class JobState:
     #: any before (a hung job writes nothing, but its collectors still beat)
     alive: float = field(default_factory=time.monotonic)
     beat_ns: int = 0            # the newest collector stats frame time seen
+    channels: Channels = field(default_factory=Channels)   # which sidecar carries each rank
 
 
 def _all_left(st: JobState) -> bool:
@@ -107,6 +109,15 @@ def _all_left(st: JobState) -> bool:
         return False
     world = max(r.world_size for r in st.ranks.values())
     return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
+
+
+def _newest(body: object) -> int:
+    """The newest record time a write holds (-1: none, a registration)."""
+    if isinstance(body, OpRows) and len(body.cols):
+        return int(np.max(body.cols["t_enter_ns"]))
+    if isinstance(body, BatchRows) and body.count:
+        return int(body.t_hi)
+    return -1
 
 
 def _places(st: JobState) -> dict[int, tuple[str, ...]]:
@@ -468,7 +479,9 @@ class LiveView:
         st = self._job(body.job, body.attempt, w)
         if st is None:
             return
+        cid = st.channels.carried(w.sidecar, _newest(body))
         if isinstance(body, RankRecord):
+            st.channels.register(body.rank, cid)
             self._add_rank(st, body)
         elif isinstance(body, GroupRecord):
             self._add_group(st, body)
@@ -600,7 +613,8 @@ class LiveView:
                         # otherwise be revised ("waited 539 s") for as long as the daemon runs
                         continue
                     try:
-                        found.append((st.job, st.engine.advance(now_ns, unapplied_ns), _places(st)))
+                        found.append((st.job, st.engine.advance(
+                            now_ns, unapplied_ns, st.channels.delivery(now_ns)), _places(st)))
                     except Exception:
                         self._problem(st.job, "advance")
                 self._budgets(now_ns)

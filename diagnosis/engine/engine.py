@@ -27,7 +27,7 @@ from diagnosis.engine.arena import Arena, Finished, slot_cuts
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.distinct import distinct, distinct_inverse
-from diagnosis.engine.hang_reports import HangReports
+from diagnosis.engine.hang_reports import Delivery, HangReports
 from diagnosis.engine.hangs import awaited, op_key
 from diagnosis.engine.linkstats import LinkStatFeed
 from diagnosis.engine.localize import Localizer
@@ -531,12 +531,15 @@ class Engine:
         self.ports.add(recs)
 
     # ----- detection --------------------------------------------------------------------------
-    def advance(self, now_ns: int, unapplied_ns: int = 0) -> list[FaultReport]:
+    def advance(self, now_ns: int, unapplied_ns: int = 0,
+                delivery: Delivery | None = None) -> list[FaultReport]:
         """Judge what was added up to ``now_ns``. ``unapplied_ns``: how long records the caller
         holds have waited to be added (a daemon behind its stream): a rank's silence is judged
-        up to when they arrived, since its records may be among them."""
+        up to when they arrived, since its records may be among them. ``delivery``: which
+        sidecar carries each rank and how far its deliveries came (see ``hang_reports``)."""
         now = int(now_ns)
         self.hangs.unapplied_ns = int(unapplied_ns)
+        self.hangs.delivery = delivery
         self._hangs(now)
         if (self._last_detect is None or now - self._last_detect >= self._detect_every) \
                 and self.records != self._detected_records:

@@ -5,6 +5,7 @@ localizing stuck transfers (see ``hangs`` for the rules)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,6 +27,19 @@ from diagnosis.engine.teardown import TeardownGate, stopped_together
 from diagnosis.engine.wording import group_words, ms
 
 _ERRORS_KEPT = 4096     # failed instances remembered (their culprits may change as rows arrive)
+# A sidecar that delivered nothing at all for this long (while still connected) is taken to be
+# gone: its ranks' silence is judged on their own. Sidecars send every second.
+CHANNEL_GONE_NS = 30_000_000_000
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Per rank (index), what the daemon knows of the sidecar that carries its records: the
+    newest record time it delivered, and how long ago its last delivery came (ns; -1 for a
+    rank whose sidecar is not known)."""
+
+    until_ns: np.ndarray
+    quiet_ns: np.ndarray
 
 
 class HangReports:
@@ -61,6 +75,7 @@ class HangReports:
         self._seen_was = np.zeros(0, dtype=np.int64)
         self._moved_at = np.zeros(0, dtype=np.int64)
         self.unapplied_ns = 0     # age of records the caller holds but has not added yet
+        self.delivery: Delivery | None = None
 
     def as_stuck(self, fin: Finished, i: int) -> Stuck:
         g = int(fin.group[i])
@@ -576,7 +591,9 @@ class HangReports:
     def _unheard_since(self, ranks: list[int], done: int, now: int, wait: int) -> list[int]:
         """Those of ``ranks`` not heard from since ``done`` that stopped reporting rather than
         being late: a host-mate (whose records travel through the same sidecar) was heard from
-        after ``done``, or nothing new from the rank itself has arrived for ``wait``. A sidecar
+        after ``done``; where the caller says which sidecar carries the rank (``delivery``), that
+        sidecar delivered records from after ``done`` or nothing at all for long; else nothing
+        new from the rank itself has arrived for ``wait``. A sidecar
         whose stream lags its peers' (its outbox draining after a push-back) delivers its
         ranks' records late but steadily: their peers' calls finish without them meanwhile,
         and that is no silence."""
@@ -594,9 +611,17 @@ class HangReports:
                 mates = [m for m in self.placement.ranks_of_host(host) if m < c.size] \
                     if host is not None else []
                 host_heard[host] = int(c.seen[mates].max()) if mates else -1
+            if host_heard[host] > done:
+                out.append(r)
+            elif (d := self.delivery) is not None and r < len(d.until_ns) and d.until_ns[r] >= 0:
+                # its sidecar delivered records from well after the call (the rank's would
+                # have come with them), or has stopped delivering at all
+                if int(d.until_ns[r]) > done + self.cfg.evidence_delay_ns \
+                        or int(d.quiet_ns[r]) - self.unapplied_ns > max(wait, CHANNEL_GONE_NS):
+                    out.append(r)
             # (records waiting in the caller's queue may be the rank's: its silence counts
             # up to when they arrived)
-            if host_heard[host] > done or now - self.unapplied_ns - int(self._moved_at[r]) > wait:
+            elif now - self.unapplied_ns - int(self._moved_at[r]) > wait:
                 out.append(r)
         return out
 
