@@ -89,7 +89,8 @@ class LossyLinks:
         self._latest = max(self._latest, int(end.max()))
         self._span = max(self._span, int((end - start).max()))
         cutoff = self._latest - self.window_ns
-        if int(self._chunks[0].end.min()) <= cutoff:
+        # (batches come in about time order, not exactly: every one is looked at)
+        if min(int(c.end.min()) for c in self._chunks) <= cutoff:
             kept = [c if (keep := c.end > cutoff).all() else c.where(keep) for c in self._chunks]
             self._chunks = [c for c in kept if len(c.key)]
 
@@ -137,7 +138,8 @@ class LossyLinks:
         connections' baselines."""
         cfg = self.cfg
         K = len(self._keys)
-        key, retrans = self._window().key, self._window().retrans
+        win = self._window()
+        key, retrans = win.key, win.retrans
         count = np.bincount(key, weights=retrans, minlength=K)
         samples = np.bincount(key, minlength=K)
         hit = np.bincount(key, weights=retrans > 0, minlength=K)
