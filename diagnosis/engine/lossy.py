@@ -45,6 +45,12 @@ class _Samples(NamedTuple):
         return _Samples(*(a[keep] for a in self))
 
     @staticmethod
+    def spanned(samples: _Samples) -> tuple[_Samples, int]:
+        """The samples and their longest one (0 when none)."""
+        span = int((samples.end - samples.start).max()) if len(samples.key) else 0
+        return samples, span
+
+    @staticmethod
     def join(parts: list[_Samples]) -> _Samples:
         if not parts:
             return _Samples(*(np.zeros(0, dtype=np.int64) for _ in range(4)))
@@ -69,7 +75,9 @@ class LossyLinks:
         self._joined: _Samples | None = None
         self._sets: list[tuple[frozenset[Component], frozenset[Component]] | None] = []
         self._latest = -1
-        self._span = 0       # the longest sample seen: windowed statistics span whole windows
+        # per batch, its longest sample (windowed statistics span whole windows): the window
+        # follows the samples it holds, so it shortens again when a job's windows do
+        self._spans: list[int] = []
         self._open: dict[str, str] = {}      # component -> id of its open report
         self._episodes: Counter[str] = Counter()
 
@@ -84,26 +92,31 @@ class LossyLinks:
         start, end = conns.t_start_ns[done], conns.t_end_ns[done]
         # a socket replaced between two samples may count backwards: nothing retransmitted
         retrans = np.maximum(conns.retrans[done], 0)
-        self._chunks.append(_Samples(self._key_ids(uniq)[inv], start, end, retrans))
+        batch, span = _Samples.spanned(_Samples(self._key_ids(uniq)[inv], start, end, retrans))
+        self._chunks.append(batch)
+        self._spans.append(span)
         self._joined = None
         self._latest = max(self._latest, int(end.max()))
-        self._span = max(self._span, int((end - start).max()))
         cutoff = self._latest - self.window_ns
         # (batches come in about time order, not exactly: every one is looked at)
         if min(int(c.end.min()) for c in self._chunks) <= cutoff:
-            kept = [c if (keep := c.end > cutoff).all() else c.where(keep) for c in self._chunks]
-            self._chunks = [c for c in kept if len(c.key)]
+            kept = [(c, span) if (keep := c.end > cutoff).all() else _Samples.spanned(c.where(keep))
+                    for c, span in zip(self._chunks, self._spans, strict=True)]
+            kept = [(c, span) for c, span in kept if len(c.key)]
+            self._chunks, self._spans = [c for c, _ in kept], [span for _, span in kept]
 
     @property
     def window_ns(self) -> int:
         """The sliding window: the configured one, or long enough for the samples a verdict
         needs when each sample spans a long statistics window (a job whose windows were
         lengthened to hold its records budget)."""
-        return max(self.cfg.lossy_window_ns, (self.cfg.lossy_min_samples + 1) * self._span)
+        span = max(self._spans, default=0)
+        return max(self.cfg.lossy_window_ns, (self.cfg.lossy_min_samples + 1) * span)
 
     def _window(self) -> _Samples:
         if self._joined is None:
             self._joined = _Samples.join(self._chunks)
+            self._spans = [max(self._spans)] if len(self._joined.key) else []
             self._chunks = [self._joined] if len(self._joined.key) else []
         return self._joined
 

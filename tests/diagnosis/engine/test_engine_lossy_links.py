@@ -16,11 +16,12 @@ CABLE = {("nic", "node003/nic0"), ("link", "leaf01r0~node003/nic0")}
 
 
 def run(lossy_rank: int | None, seconds: int = 40, lossy: tuple[tuple[int, int], ...] = ((10, 40),),
-        seed: int = 0, window_s: int = 1) -> Engine:
+        seed: int = 0, window_s: int = 1, short_from: int | None = None) -> Engine:
     """Samples with background retransmissions (a few, in bursts); during the ``lossy``
     intervals (seconds) every connection to or from ``lossy_rank`` retransmits ~5 % of its
     ~600 segments a second. ``window_s`` > 1: one sample per connection and window, as the
-    ``linkstat`` of a job whose windows were lengthened."""
+    ``linkstat`` of a job whose windows were lengthened; from ``short_from`` (seconds) on,
+    1 s windows again."""
     rng = np.random.default_rng(seed)
     eng = Engine(rail_optimized(6, 1, hosts_per_leaf=2, spines=2))
     for r in range(6):
@@ -28,7 +29,10 @@ def run(lossy_rank: int | None, seconds: int = 40, lossy: tuple[tuple[int, int],
     pairs = [(s, d) for s in range(6) for d in range(6) if s != d]
     src = np.array([p[0] for p in pairs])
     dst = np.array([p[1] for p in pairs])
-    for t in range(0, seconds, window_s):
+    t, full = 0, window_s
+    while t < seconds:
+        window_s = 1 if short_from is not None and t >= short_from else full
+        t += window_s
         end = T0 + t * S
         retrans = rng.poisson(0.2 * window_s, len(pairs))
         retrans[rng.random(len(pairs)) < 0.01] += 20      # an occasional burst of tail drops
@@ -41,6 +45,7 @@ def run(lossy_rank: int | None, seconds: int = 40, lossy: tuple[tuple[int, int],
                                         np.full(len(pairs), end), retrans=retrans))
         if t % 2 == 0 or window_s > 1:
             eng.advance(end)
+    eng.advance(T0 + t * S)
     return eng
 
 
@@ -84,6 +89,15 @@ def test_lossy_cable_is_named_from_long_statistics_windows():
     assert {(s.type, s.id) for s in report.suspects[:2]} == CABLE
     assert report.evidence["window_s"] == 64
     assert report.first_seen_ns <= T0 + (32 + 4 * 16) * S
+
+
+def test_the_window_shortens_again_with_the_statistics_windows():
+    # 16 s windows, then 1 s ones for good: once the long samples have left it, the window
+    # is the configured 20 s again, not four of the longest samples ever seen
+    eng = run(lossy_rank=3, seconds=320, lossy=((260, 320),), window_s=16, short_from=160)
+    [report] = lossy_reports(eng)
+    assert report.evidence["window_s"] == 20
+    assert {(s.type, s.id) for s in report.suspects[:2]} == CABLE
 
 
 def test_report_withdrawn_when_the_loss_stops_and_a_new_episode_is_a_new_report():
