@@ -72,21 +72,6 @@ MAX_EVICTED = 4096
 MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
 HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
 
-#: a collector's heartbeat as a sidecar relayed it: (job, attempt, rank), when it last spoke,
-#: whether it is leaving, calls it recorded
-Beat = tuple[tuple[str, int, int], int, bool, int]
-
-
-def _merge_beats(parts: list[list[Beat]]) -> dict[tuple[str, int, int], tuple[int, bool, int]]:
-    """One entry per rank: its latest time, leaving if ever said, its highest count."""
-    beats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
-    for part in parts:
-        for key, t_ns, leaving, recorded in part:
-            old = beats.get(key)
-            beats[key] = (t_ns, leaving, recorded) if old is None else (
-                max(old[0], t_ns), old[1] or leaving, max(old[2], recorded))
-    return beats
-
 
 @dataclass
 class JobState:
@@ -213,9 +198,7 @@ class LiveView:
         self.analysis_s = 0.0
         # (job, attempt, rank) -> (newest collector heartbeat, its last words, calls recorded),
         # for the next pass
-        # heartbeats as the sidecars' messages brought them, merged by the detectors' thread
-        self._heartbeats: list[list[Beat]] = []
-        self._heartbeat_count = 0
+        self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
         # failures kept inside one job's analysis, by stage (apply, heard, budget, advance, file)
@@ -278,28 +261,18 @@ class LiveView:
         """A sidecar's copy of its collectors' counters: each carries when its collector last
         spoke. A rank frozen inside a call stops speaking while a rank blocked by it in the
         same call goes on, which op records alone cannot tell apart. Not stored; kept until the
-        next pass. Read outside the lock: a sidecar of thousands of ranks held it for
-        milliseconds, every second, while the other streams and the writer queued behind it."""
-        beats = [((c.job, c.attempt, c.rank), c.t_ns, c.leaving, c.recorded)
-                 for c in stats.collectors if c.t_ns > 0]
-        if not beats:
-            return
+        next pass (at most one entry per rank)."""
         with self._cond:
-            self._heartbeats.append(beats)
-            self._heartbeat_count += len(beats)
-            if self._heartbeat_count <= MAX_HEARTBEATS:
-                return
-            # a long pass: many messages of the same ranks wait; one entry per rank will do
-            parts, self._heartbeats, self._heartbeat_count = self._heartbeats, [], 0
-        merged = [(k, *v) for k, v in _merge_beats(parts).items()][:MAX_HEARTBEATS]
-        with self._cond:
-            self._heartbeats.insert(0, merged)
-            self._heartbeat_count += len(merged)
+            for c in stats.collectors:
+                if c.t_ns > 0 and len(self._heartbeats) < MAX_HEARTBEATS:
+                    key = (c.job, c.attempt, c.rank)
+                    t, leaving, rec = self._heartbeats.get(key, (0, False, 0))
+                    self._heartbeats[key] = (max(t, c.t_ns), leaving or c.leaving,
+                                             max(rec, c.recorded))
 
     def _apply_heartbeats(self) -> None:
         with self._cond:
-            parts, self._heartbeats, self._heartbeat_count = self._heartbeats, [], 0
-        beats = _merge_beats(parts)
+            beats, self._heartbeats = self._heartbeats, {}
         # per job, the ranks heard at about the same time go to the engine together (a 100 ms
         # bucket, its latest time): one call per bucket, not one per rank, at 100k+ ranks
         groups: dict[tuple[str, int, int, bool], tuple[list[int], int]] = {}

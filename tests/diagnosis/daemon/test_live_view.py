@@ -71,25 +71,3 @@ def test_a_jobs_slow_detectors_run_at_every_pass_of_the_views_interval():
         cfg = live._jobs[("job", 0)].engine.cfg
         assert cfg == EngineConfig.analysed_every(interval_s)
         assert 0.5 * interval_s * 1e9 < cfg.detect_every_ns < interval_s * 1e9
-
-
-def test_heartbeats_of_a_long_pass_are_kept_one_per_rank(monkeypatch):
-    # sidecars go on relaying every second while one pass takes long: what waits is bounded,
-    # and each rank keeps its latest time
-    from c4.proto import c4_pb2
-    from diagnosis.daemon import live as live_mod
-
-    monkeypatch.setattr(live_mod, "MAX_HEARTBEATS", 5)
-    live = LiveView(FaultHub(open_store("memory://")))
-    live.apply([_rank(0, 0), _rank(0, 1)])
-    live.drain()
-    engine = live._jobs[("job", 0)].engine
-    t = 1_800_000_000_000_000_000
-    for i in range(10):
-        live.heard(c4_pb2.SidecarStats(host="n1", collectors=[
-            c4_pb2.CollectorStats(job="job", attempt=0, rank=r, t_ns=t + i, recorded=i)
-            for r in (0, 1)]))
-        assert live._heartbeat_count <= 5 + 2
-    live.analyze(now_ns=t + 10)
-    assert engine.clock.seen[0] == engine.clock.seen[1] == t + 9
-    assert not live._heartbeats and live._heartbeat_count == 0
