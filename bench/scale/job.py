@@ -13,7 +13,8 @@ requests in flight). One rank stops at ``--fault-at-s`` (default: two minutes be
 the daemon must report it.
 
 Printed: the schedule the daemon chose; per minute the records acknowledged per second by
-kind, the ingest lag (request sent -> acknowledged once stored) p50/p99, the detectors' lag
+kind, the ingest lag (request made -> acknowledged once stored: the time it waited in the
+stream's outbox counts, as it would in a sidecar's) p50/p99, the detectors' lag
 (``c4_daemon_live_lag_seconds``) p99, the daemon's RSS and CPU; then records lost (sent minus
 acknowledged, and the job's op rows stored against those sent), requests rejected, and the
 time from the planted stop to the report that names the rank.
@@ -87,6 +88,9 @@ class Counts:
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
     lat: list[tuple[float, float]] = field(default_factory=list)   # (ack time, latency)
+    # (ack time, latency from the request's send): the part of ``lat`` on the wire and in
+    # the daemon, without the wait in the outbox
+    wire: list[tuple[float, float]] = field(default_factory=list)
     # records acknowledged per kind and second (monotonic, whole seconds)
     per_s: collections.Counter = field(default_factory=collections.Counter)
 
@@ -99,8 +103,10 @@ class Stream:
         self.name = name
         self._counts, self._lock = counts, lock
         self._on_control = on_control
-        self._queue: queue.Queue[c4_pb2.IngestRequest | None] = queue.Queue(OUTBOX)
-        self._inflight: dict[int, tuple[float, str, int]] = {}
+        # (when made, the request)
+        self._queue: queue.Queue[tuple[float, c4_pb2.IngestRequest] | None] = queue.Queue(OUTBOX)
+        # seq -> (when made, when sent, kind, records)
+        self._inflight: dict[int, tuple[float, float, str, int]] = {}
         self._room = threading.Semaphore(INFLIGHT)
         self._seq = 0
         self._channel = grpc.insecure_channel(address, options=[
@@ -112,7 +118,8 @@ class Stream:
 
     def put(self, records: int, **body: object) -> None:
         self._seq += 1
-        self._queue.put(c4_pb2.IngestRequest(sidecar=self.name, seq=self._seq, **body))
+        self._queue.put((time.monotonic(),
+                         c4_pb2.IngestRequest(sidecar=self.name, seq=self._seq, **body)))
         with self._lock:
             self._counts.sent[next(iter(body))] += records
 
@@ -121,15 +128,16 @@ class Stream:
 
     def _requests(self):
         while True:
-            req = self._queue.get()
-            if req is None:
+            item = self._queue.get()
+            if item is None:
                 return
+            made, req = item
             self._room.acquire()
             kind = req.WhichOneof("body")
             body = getattr(req, kind)
             n = body.count if hasattr(body, "count") else len(getattr(body, "collectors", ())) \
                 if kind == "stats" else 1
-            self._inflight[req.seq] = (time.monotonic(), kind, n)
+            self._inflight[req.seq] = (made, time.monotonic(), kind, n)
             yield req
 
     def _run(self) -> None:
@@ -149,9 +157,10 @@ class Stream:
                         if len(self._counts.errors) < 5:
                             self._counts.errors.append(ack.error)
                     else:
-                        self._counts.acked[sent[1]] += sent[2]
-                        self._counts.per_s[(sent[1], int(now))] += sent[2]
+                        self._counts.acked[sent[2]] += sent[3]
+                        self._counts.per_s[(sent[2], int(now))] += sent[3]
                         self._counts.lat.append((now, now - sent[0]))
+                        self._counts.wire.append((now, now - sent[1]))
         except grpc.RpcError as exc:
             with self._lock:
                 self._counts.errors.append(f"{self.name}: {exc.code()} {exc.details()}")
@@ -419,8 +428,11 @@ def _print(args: argparse.Namespace, res: dict) -> None:
     lost = {k: sent[k] - acked[k] for k in sent if k != "stats"}
     print(f"\nsustained: {sum(acked[k] for k in acked if k != 'stats') / res['sending']:,.0f} "
           f"records/s acknowledged ({', '.join(f'{k} {acked[k]:,}' for k in sorted(acked))})")
+    wire = sorted(x for _, x in counts.wire) or [0.0]
     print(f"ingest lag p99 {all_lat[int(0.99 * (len(all_lat) - 1))]:.2f} s, max "
-          f"{all_lat[-1]:.2f} s; detector lag p99 {lags[int(0.99 * (len(lags) - 1))]:.2f} s, "
+          f"{all_lat[-1]:.2f} s (from the send, outbox wait left out: p99 "
+          f"{wire[int(0.99 * (len(wire) - 1))]:.2f} s); detector lag p99 "
+          f"{lags[int(0.99 * (len(lags) - 1))]:.2f} s, "
           f"max {lags[-1]:.2f} s; drained {res['drained_s']:.1f} s after sending stopped")
     print(f"daemon RSS: first minute {rss[min(11, len(rss) - 1)] if rss else 0:,.0f} MiB, peak "
           f"{max(rss) if rss else 0:,.0f}, last {rss[-1] if rss else 0:,.0f}; slope over the "
@@ -440,6 +452,12 @@ def _print(args: argparse.Namespace, res: dict) -> None:
         r = res["report"]
         print(f"planted: rank {f.rank} stops; reported after {res['fault_latency']:.1f} s as "
               f"{r.kind}: {r.summary}")
+        # where the time went: in the job's own time (how long its data had to show the
+        # hang), the rest on the way (generator, ingest and detector lags)
+        ev = r.evidence or {}
+        print(f"  its evidence: first seen {(r.first_seen_ns - f.t_ns) / NS:+.1f} s of job time "
+              f"after the stop, hang bound {ev.get('bound_ms', '?')} ms, stuck calls "
+              f"{ev.get('stuck_calls', [])[:2]}")
     others = res["others"]
     kinds = collections.Counter(k for k, _ in others.values())
     print(f"other reports (not naming the planted rank, withdrawn ones included): {len(others)}"
