@@ -13,6 +13,7 @@ from rich.table import Table
 
 from c4.output import FORMAT_HELP, Format, emit, emit_object, message_json
 from c4.output import make_console as _out
+from c4.proto.codec import BatchError, collector_counts
 from c4.security.cli import with_client_security as secured
 from diagnosis.chrome_trace_options import MAX_CALLS, SINCE, UNTIL
 
@@ -356,7 +357,10 @@ def status(daemon: str = DaemonOpt, fmt: Format = FormatOpt) -> None:
     for sc in s.sidecars:
         st = sc.stats
         ago = (time.time_ns() - sc.last_seen_ns) / 1e9
-        drops = sum(c.dropped for c in st.collectors)
+        try:
+            drops = sum(int(cols["dropped"].sum()) for _, _, cols in collector_counts(st))
+        except BatchError:   # refused by the daemon when it came
+            drops = 0
         # sidecars send statistics every few seconds: one quiet for longer is gone or cut off
         state = "silent" if ago > SIDECAR_SILENT_S else "dropping" if drops or st.dropped \
             else "ok"

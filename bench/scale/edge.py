@@ -124,6 +124,7 @@ def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
             warmup: float, backend: str) -> dict[str, float]:
     from c4.demo.services import start_daemon, start_sidecar
     from c4.processes import free_port, wait_for
+    from c4.proto.codec import collector_counts
     from diagnosis.client import DaemonClient
 
     port = free_port()
@@ -149,7 +150,8 @@ def measure(workdir: Path, k: int, ranks: int, rate: float, seconds: float,
 
             def counters() -> tuple[int, int, int]:
                 st = client.status().sidecars[0].stats
-                return st.records_out, st.bytes_out, sum(c.recorded for c in st.collectors)
+                recorded = sum(int(c["recorded"].sum()) for _, _, c in collector_counts(st))
+                return st.records_out, st.bytes_out, recorded
 
             c0 = counters()
             ranks_cpu0, car_cpu0 = sum(cpu_s(p) for p in pids), cpu_s(car.proc.pid)

@@ -135,8 +135,8 @@ class Stream:
             self._room.acquire()
             kind = req.WhichOneof("body")
             body = getattr(req, kind)
-            n = body.count if hasattr(body, "count") else len(getattr(body, "collectors", ())) \
-                if kind == "stats" else 1
+            n = body.count if hasattr(body, "count") else sum(
+                c.count for c in body.collector_columns) if kind == "stats" else 1
             self._inflight[req.seq] = (made, time.monotonic(), kind, n)
             yield req
 
@@ -283,7 +283,6 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     fault = None
     samples: list[dict] = []
     next_sample = t_start
-    stats_msgs: dict[int, c4_pb2.SidecarStats] = {}
     d0, g0 = _cpu(daemon.proc.pid), time.process_time()
     sec = 0
     window_next = None
@@ -327,8 +326,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 st.put(len(pc), ports=encode("ports", shape.job, pc))
             port_next += 30
         for i, st in enumerate(streams):
-            stats_msgs[i] = gen.stats(i, stats_msgs.get(i), hi)
-            st.put(0, stats=stats_msgs[i])
+            st.put(0, stats=gen.stats(i, hi))
         sec += 1
         if time.monotonic() >= next_sample:
             next_sample += 5

@@ -12,7 +12,7 @@ second the stream holds what a sidecar ships in reduced mode:
   communicator (per direction and peer for send/recv) and ``linkstat`` per socket: both ends of
   each ring connection (tp intra-node with the peer named, dp and pp across nodes keyed by
   endpoints for the daemon to pair);
-- the collectors' counters (``CollectorStats``: calls recorded, a heartbeat) every second;
+- the collectors' counters (``CollectorColumns``: calls recorded, a heartbeat) every second;
 - a port record per node at the start and every 30 s.
 
 The generator follows the daemon's schedule (the default factor, per-communicator steps from
@@ -35,6 +35,7 @@ from c4.proto.codec import (
     PORT_COLUMNS,
     PROGRESS_COLUMNS,
     Columns,
+    encode_collectors,
     encode_linkstats,
     encode_ops,
     encode_ports,
@@ -384,25 +385,20 @@ class JobGen:
         return Columns({k: np.asarray(c[k], dtype=PORT_COLUMNS[k]) for k in PORT_COLUMNS},
                        strings)
 
-    def stats(self, stream: int, msg: c4_pb2.SidecarStats | None, t_ns: int
-              ) -> c4_pb2.SidecarStats:
-        """Every collector's counters (calls recorded so far, and a heartbeat); a stopped rank
-        has gone silent."""
+    def stats(self, stream: int, t_ns: int) -> c4_pb2.SidecarStats:
+        """Every collector's counters (calls recorded so far, and a heartbeat), as the sidecars
+        send them (columns per job); a stopped rank has gone silent."""
         s = self.shape
-        if msg is None:
-            msg = c4_pb2.SidecarStats(host=f"gen{stream}", collectors=[
-                c4_pb2.CollectorStats(job=s.job, rank=int(r)) for r in self.ranks_of(stream)])
-        recorded = int((self._frozen(t_ns) - self.t0) * s.calls_per_rank / NS)
-        for c in msg.collectors:
-            if self.fault is not None and c.rank == self.fault.rank:
-                continue
-            c.recorded, c.t_ns = recorded, t_ns
+        ranks = self.ranks_of(stream)
         if self.fault is not None:
-            keep = [c for c in msg.collectors if c.rank != self.fault.rank]
-            if len(keep) != len(msg.collectors):
-                del msg.collectors[:]
-                msg.collectors.extend(keep)
-        return msg
+            ranks = ranks[ranks != self.fault.rank]
+        m = len(ranks)
+        recorded = int((self._frozen(t_ns) - self.t0) * s.calls_per_rank / NS)
+        zeros = np.zeros(m, np.int64)
+        cols = Columns({"rank": ranks, "recorded": np.full(m, recorded), "dropped": zeros,
+                        "shipped": zeros, "t_ns": np.full(m, t_ns), "leaving": zeros})
+        return c4_pb2.SidecarStats(host=f"gen{stream}",
+                                   collector_columns=[encode_collectors(s.job, cols)])
 
     # -- the fault ---------------------------------------------------------------------------
     def plant(self, rank: int, t_ns: int) -> Fault:

@@ -330,8 +330,30 @@ class CollectorStats(_message.Message):
     leaving: bool
     def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., recorded: _Optional[int] = ..., dropped: _Optional[int] = ..., shipped: _Optional[int] = ..., t_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
+class CollectorColumns(_message.Message):
+    __slots__ = ("job", "attempt", "count", "rank", "recorded", "dropped", "shipped", "t_ns", "leaving")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    SHIPPED_FIELD_NUMBER: _ClassVar[int]
+    T_NS_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    attempt: int
+    count: int
+    rank: bytes
+    recorded: bytes
+    dropped: bytes
+    shipped: bytes
+    t_ns: bytes
+    leaving: bytes
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., count: _Optional[int] = ..., rank: _Optional[bytes] = ..., recorded: _Optional[bytes] = ..., dropped: _Optional[bytes] = ..., shipped: _Optional[bytes] = ..., t_ns: _Optional[bytes] = ..., leaving: _Optional[bytes] = ...) -> None: ...
+
 class SidecarStats(_message.Message):
-    __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors", "records_out", "bytes_out", "late_steps", "detail_refused", "detail_records")
+    __slots__ = ("host", "received", "shipped", "spilled", "dropped", "rejected", "spill_bytes", "collectors", "records_out", "bytes_out", "late_steps", "detail_refused", "detail_records", "collector_columns")
     HOST_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
     SHIPPED_FIELD_NUMBER: _ClassVar[int]
@@ -345,6 +367,7 @@ class SidecarStats(_message.Message):
     LATE_STEPS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_REFUSED_FIELD_NUMBER: _ClassVar[int]
     DETAIL_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTOR_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     host: str
     received: int
     shipped: int
@@ -358,7 +381,8 @@ class SidecarStats(_message.Message):
     late_steps: int
     detail_refused: int
     detail_records: int
-    def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ..., detail_records: _Optional[int] = ...) -> None: ...
+    collector_columns: _containers.RepeatedCompositeFieldContainer[CollectorColumns]
+    def __init__(self, host: _Optional[str] = ..., received: _Optional[int] = ..., shipped: _Optional[int] = ..., spilled: _Optional[int] = ..., dropped: _Optional[int] = ..., rejected: _Optional[int] = ..., spill_bytes: _Optional[int] = ..., collectors: _Optional[_Iterable[_Union[CollectorStats, _Mapping]]] = ..., records_out: _Optional[int] = ..., bytes_out: _Optional[int] = ..., late_steps: _Optional[int] = ..., detail_refused: _Optional[int] = ..., detail_records: _Optional[int] = ..., collector_columns: _Optional[_Iterable[_Union[CollectorColumns, _Mapping]]] = ...) -> None: ...
 
 class IngestRequest(_message.Message):
     __slots__ = ("sidecar", "seq", "rank", "group", "ops", "conns", "stats", "progress", "linkstats", "ports", "detail", "inspection", "health", "host_topology")

@@ -1,8 +1,8 @@
 """Columnar batches <-> numpy, without a Python loop per record.
 
 Every ``bytes`` column of an ``OpBatch`` / ``ConnSampleBatch`` / ``ProgressBatch`` /
-``LinkStatBatch`` / ``PortBatch`` is a raw little-endian array; a decoded batch is a dict of
-numpy arrays of equal length plus the batch's string table.
+``LinkStatBatch`` / ``PortBatch`` / ``CollectorColumns`` is a raw little-endian array; a decoded
+batch is a dict of numpy arrays of equal length plus the batch's string table.
 """
 
 from __future__ import annotations
@@ -80,6 +80,16 @@ PORT_COLUMNS: dict[str, np.dtype] = {
     **{name: np.dtype("<i8") for name in PORT_COUNTER_COLUMNS},
 }
 
+#: the collectors' counters of one job on one sidecar (``CollectorColumns``)
+COLLECTOR_COLUMNS: dict[str, np.dtype] = {
+    "rank": np.dtype("<i4"),
+    "recorded": np.dtype("<u8"),
+    "dropped": np.dtype("<u8"),
+    "shipped": np.dtype("<u8"),
+    "t_ns": np.dtype("<i8"),
+    "leaving": np.dtype("u1"),
+}
+
 # column name -> proto field name, where they differ (``bytes`` would shadow the builtin)
 _FIELD = {"bytes": "nbytes"}
 
@@ -114,7 +124,8 @@ class Columns:
 def _encode(msg: Any, spec: dict[str, np.dtype], cols: Columns) -> None:
     n = len(cols)
     msg.count = n
-    msg.strings.extend(cols.strings)
+    if cols.strings:
+        msg.strings.extend(cols.strings)
     for name, dtype in spec.items():
         if name not in cols.columns:
             raise BatchError(f"column {name!r} is missing")
@@ -135,7 +146,7 @@ def _decode(msg: Any, spec: dict[str, np.dtype], kind: str) -> Columns:
                 f"{dtype.itemsize}-byte {dtype.name} need {n * dtype.itemsize}"
             )
         out[name] = np.frombuffer(raw, dtype=dtype)
-    return Columns(out, list(msg.strings))
+    return Columns(out, list(getattr(msg, "strings", ())))
 
 
 def encode_ops(job: str, cols: Columns, attempt: int = 0) -> c4_pb2.OpBatch:
@@ -256,6 +267,48 @@ def decode_ports(msg: c4_pb2.PortBatch) -> Columns:
     if len(cols) and int(cols.columns["up"].max()) > 1:
         raise BatchError("PortBatch column 'up' holds a value other than 0 (down) or 1 (up)")
     return cols
+
+
+def encode_collectors(job: str, cols: Columns, attempt: int = 0) -> c4_pb2.CollectorColumns:
+    msg = c4_pb2.CollectorColumns(job=job, attempt=attempt)
+    _encode(msg, COLLECTOR_COLUMNS, cols)
+    return msg
+
+
+def decode_collectors(msg: c4_pb2.CollectorColumns) -> Columns:
+    """Decode and validate a CollectorColumns; raises BatchError naming what is wrong."""
+    cols = _decode(msg, COLLECTOR_COLUMNS, "CollectorColumns")
+    _check_ranks(cols, "CollectorColumns", ("rank",))
+    return cols
+
+
+def collector_columns(entries: list[c4_pb2.CollectorStats]) -> list[c4_pb2.CollectorColumns]:
+    """Per-rank counters as columns, one message per job attempt."""
+    per_job: dict[tuple[str, int], list[c4_pb2.CollectorStats]] = {}
+    for c in entries:
+        per_job.setdefault((c.job, c.attempt), []).append(c)
+    return [encode_collectors(job, _per_rank_columns(part), attempt)
+            for (job, attempt), part in per_job.items()]
+
+
+def _per_rank_columns(entries: list[c4_pb2.CollectorStats]) -> Columns:
+    return Columns({name: np.array([getattr(c, name) for c in entries], dtype=dt)
+                    for name, dt in COLLECTOR_COLUMNS.items()})
+
+
+def collector_counts(stats: c4_pb2.SidecarStats) -> list[tuple[str, int, Columns]]:
+    """Every job's collector counters in a sidecar's statistics, ``(job, attempt, columns)``,
+    whichever form the sidecar sent them in (one ``CollectorStats`` per rank, or columns per
+    job); raises BatchError naming what is wrong."""
+    out = [(c.job, c.attempt, decode_collectors(c)) for c in stats.collector_columns]
+    per_rank: dict[tuple[str, int], list[c4_pb2.CollectorStats]] = {}
+    for c in stats.collectors:
+        per_rank.setdefault((c.job, c.attempt), []).append(c)
+    for (job, attempt), entries in per_rank.items():
+        cols = _per_rank_columns(entries)
+        _check_ranks(cols, "CollectorStats", ("rank",))
+        out.append((job, attempt, cols))
+    return out
 
 
 def empty_columns(spec: dict[str, np.dtype]) -> Columns:

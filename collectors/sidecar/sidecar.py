@@ -12,6 +12,7 @@ from typing import Any
 
 from c4.errors import C4Error
 from c4.proto import c4_pb2
+from c4.proto.codec import collector_columns
 from c4.security.channel import ClientSecurity
 from collectors.sidecar.batcher import Batcher
 from collectors.sidecar.config import SidecarConfig
@@ -197,7 +198,8 @@ class Sidecar:
             host=self.config.host, received=self.intake.received, shipped=s.shipped,
             spilled=s.spilled, dropped=self.drops.records_total(),
             rejected=s.rejected + self.drops.frames_total(), spill_bytes=self.spill.bytes,
-            collectors=self.intake.collectors.values(), records_out=e.records_out,
+            collector_columns=collector_columns(self.intake.collectors.values()),
+            records_out=e.records_out,
             bytes_out=e.bytes_out, late_steps=e.late_steps, detail_refused=e.detail_refused,
             detail_records=e.detail_rows)
 

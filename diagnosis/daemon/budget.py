@@ -182,8 +182,10 @@ class JobBudget:
         self.version = 0
         self._paces: dict[str, _Pace] = {}
         self._last_change: float | None = None
+        # rank -> its row of ``_counts`` (-1: none yet), and how many rows are taken
+        self._row_of = np.full(0, -1, np.int64)
+        self._rows = 0
         # per rank: (anchor t_ns, anchor count, latest t_ns, latest count) of its collector
-        self._rank_row: dict[int, int] = {}
         self._counts = np.zeros((0, 4), np.int64)
         # kind -> {window end: (records, window length)}
         self._windows: dict[str, dict[int, tuple[int, int]]] = {}
@@ -246,20 +248,19 @@ class JobBudget:
                 pace = self._paces[pg] = _Pace()
             pace.see(seq, now, self.cfg.measure_s)
 
-    def recorded(self, ranks: Sequence[int], counts: Sequence[int], t_ns: Sequence[int]
-                 ) -> None:
+    def recorded(self, ranks: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray,
+                 t_ns: Sequence[int] | np.ndarray) -> None:
         """Collectors' cumulative counts of calls recorded (distinct ranks), each as of its
         ``t_ns`` on its own clock. Each rank's rate is its count's growth over its own
         timestamps (exact, whatever the delays on the way), between an anchor and its latest
         report; the anchor moves up once it is two measuring spans old."""
         n = np.asarray(counts, np.int64)
         t = np.asarray(t_ns, np.int64)
-        rows = np.array([self._rank_row.setdefault(r, len(self._rank_row))
-                         for r in np.asarray(ranks, np.int64).tolist()], np.int64)
+        rows = self._rows_of(np.asarray(ranks, np.int64))
         if not len(rows):
             return
-        if len(self._rank_row) > len(self._counts):
-            grown = np.full((max(64, 2 * len(self._rank_row)), 4), -1, np.int64)
+        if self._rows > len(self._counts):
+            grown = np.full((max(64, 2 * self._rows), 4), -1, np.int64)
             grown[: len(self._counts)] = self._counts
             self._counts = grown
         c = self._counts
@@ -277,10 +278,25 @@ class JobBudget:
             c[r, 0] = c[r, 2] - int(self.cfg.measure_s * NS)
             c[r, 1] = c[r, 3] - (rate * self.cfg.measure_s).astype(np.int64)
 
+    def _rows_of(self, ranks: np.ndarray) -> np.ndarray:
+        """Each rank's row, new ranks given the next ones (in one step: a 100k-rank job's
+        counters arrive every second)."""
+        if not len(ranks):
+            return ranks
+        top = int(ranks.max())
+        if top >= len(self._row_of):
+            grown = np.full(max(64, 2 * len(self._row_of), top + 1), -1, np.int64)
+            grown[: len(self._row_of)] = self._row_of
+            self._row_of = grown
+        new = np.unique(ranks[self._row_of[ranks] < 0])
+        self._row_of[new] = np.arange(self._rows, self._rows + len(new))
+        self._rows += len(new)
+        return self._row_of[ranks]
+
     def full_rate(self, now: float) -> float:
         """Calls per second the job makes (every call, sampled or not): the sum of its
         collectors' rates, or without their counters the op rows ingested times K."""
-        n = len(self._rank_row)
+        n = self._rows
         if n:
             c = self._counts[:n]
             span = c[:, 2] - c[:, 0]

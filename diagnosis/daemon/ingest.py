@@ -26,6 +26,7 @@ import grpc
 from prometheus_client import Histogram
 
 from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.proto.codec import BatchError
 from c4.ratelog import RateLimitedLog
 from c4.security.identity import sender_identity
 from diagnosis.daemon.bounds import Bounds
@@ -132,7 +133,11 @@ class IngestService(c4_pb2_grpc.IngestServicer):
             self._seen(req)
             if kind == "stats":
                 if self._on_stats is not None:
-                    self._on_stats(req.stats)
+                    try:
+                        self._on_stats(req.stats)
+                    except BatchError as exc:
+                        raise Rejected(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"SidecarStats: {exc}") from exc
                 if stream:
                     self.control.seen(stream, req)
                 reply(c4_pb2.IngestAck(seq=req.seq, sidecar=req.sidecar))

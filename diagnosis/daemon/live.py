@@ -41,6 +41,7 @@ from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.channels import Channels
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.heartbeats import Heartbeats
 from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
 from diagnosis.daemon.linkstats import LinkStatResolver
@@ -69,8 +70,6 @@ log = logging.getLogger(__name__)
 APPLY_CHUNK = 200_000
 # Evicted jobs remembered, so that a job speaking again is rebuilt from the store.
 MAX_EVICTED = 4096
-MAX_HEARTBEATS = 1 << 20  # ranks whose heartbeat waits for the next pass
-HEARD_BUCKET_NS = 100_000_000  # heartbeats this close together reach the engine as one
 
 
 @dataclass
@@ -101,11 +100,14 @@ class JobState:
     alive: float = field(default_factory=time.monotonic)
     beat_ns: int = 0            # the newest collector stats frame time seen
     channels: Channels = field(default_factory=Channels)   # which sidecar carries each rank
+    #: (ranks_version, the registered ranks sorted, where each runs), taken again after a
+    #: registration: every pass needs them, and a 100k-rank job's dicts take a while to walk
+    roster: tuple[int, np.ndarray, dict[int, tuple[str, ...]]] = (-1, np.empty(0, np.int64), {})
 
 
 def _all_left(st: JobState) -> bool:
     """Every rank of the attempt registered and said it is exiting."""
-    if not st.ranks:
+    if not st.ranks or len(st.engine.leaving) < len(st.ranks):
         return False
     world = max(r.world_size for r in st.ranks.values())
     return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
@@ -120,9 +122,26 @@ def _newest(body: object) -> int:
     return -1
 
 
+def _roster(st: JobState) -> tuple[int, np.ndarray, dict[int, tuple[str, ...]]]:
+    if st.roster[0] != st.ranks_version:
+        st.roster = (st.ranks_version, np.array(sorted(st.ranks), np.int64),
+                     {r: tuple(p for p in (rec.host, rec.gpu, rec.nic) if p)
+                      for r, rec in st.ranks.items()})
+    return st.roster
+
+
 def _places(st: JobState) -> dict[int, tuple[str, ...]]:
     """Where each rank of a job runs: (host, gpu, nic) topology ids, as registered."""
-    return {r: tuple(p for p in (rec.host, rec.gpu, rec.nic) if p) for r, rec in st.ranks.items()}
+    return _roster(st)[2]
+
+
+def _registered(st: JobState, ranks: np.ndarray) -> np.ndarray:
+    """Which of ``ranks`` (int64) have registered."""
+    known = _roster(st)[1]
+    if not len(known):
+        return np.zeros(len(ranks), bool)
+    at = np.minimum(np.searchsorted(known, ranks), len(known) - 1)
+    return known[at] == ranks
 
 
 def records_of(w: Write) -> int:
@@ -196,9 +215,8 @@ class LiveView:
         # measures the daemon's capacity from them)
         self.apply_s = 0.0
         self.analysis_s = 0.0
-        # (job, attempt, rank) -> (newest collector heartbeat, its last words, calls recorded),
-        # for the next pass
-        self._heartbeats: dict[tuple[str, int, int], tuple[int, bool, int]] = {}
+        # the collectors' signs of life, for the next pass
+        self._heartbeats = Heartbeats()
         self.backpressure_s = 0.0  # time the writer waited for the detectors
         self.last_analysis_s = 0.0
         # failures kept inside one job's analysis, by stage (apply, heard, budget, advance, file)
@@ -259,46 +277,32 @@ class LiveView:
 
     def heard(self, stats: c4_pb2.SidecarStats) -> None:
         """A sidecar's copy of its collectors' counters: each carries when its collector last
-        spoke. A rank frozen inside a call stops speaking while a rank blocked by it in the
-        same call goes on, which op records alone cannot tell apart. Not stored; kept until the
-        next pass (at most one entry per rank)."""
-        with self._cond:
-            for c in stats.collectors:
-                if c.t_ns > 0 and len(self._heartbeats) < MAX_HEARTBEATS:
-                    key = (c.job, c.attempt, c.rank)
-                    t, leaving, rec = self._heartbeats.get(key, (0, False, 0))
-                    self._heartbeats[key] = (max(t, c.t_ns), leaving or c.leaving,
-                                             max(rec, c.recorded))
+        spoke. Not stored; kept until the next pass (``Heartbeats``). Raises ``BatchError``
+        for counters that do not decode."""
+        self._heartbeats.add(stats)
 
     def _apply_heartbeats(self) -> None:
-        with self._cond:
-            beats, self._heartbeats = self._heartbeats, {}
-        # per job, the ranks heard at about the same time go to the engine together (a 100 ms
-        # bucket, its latest time): one call per bucket, not one per rank, at 100k+ ranks
-        groups: dict[tuple[str, int, int, bool], tuple[list[int], int]] = {}
-        counters: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-        for (job, attempt, rank), (t_ns, leaving, recorded) in beats.items():
+        for (job, attempt), beats in self._heartbeats.take().items():
             st = self._jobs.get((job, attempt))
+            if st is None:
+                continue
             # only registered ranks: a stray rank id must not size the engine's arrays
-            if st is not None and rank in st.ranks:
-                counters.setdefault((job, attempt), []).append((rank, recorded, t_ns))
-                ranks, t = groups.setdefault((job, attempt, t_ns // HEARD_BUCKET_NS, leaving),
-                                             ([], 0))
-                ranks.append(rank)
-                if t_ns > t:
-                    groups[(job, attempt, t_ns // HEARD_BUCKET_NS, leaving)] = (ranks, t_ns)
-        for (job, attempt), rows in counters.items():
+            beats = beats.where(_registered(st, beats.rank))
+            if not len(beats):
+                continue
             try:
-                self._jobs[(job, attempt)].budget.recorded(*zip(*rows, strict=True))
+                st.budget.recorded(beats.rank, beats.recorded, beats.t_ns)
             except Exception:
                 self._problem(job, "heard")
-        for (job, attempt, _, leaving), (ranks, t_ns) in groups.items():
-            st = self._jobs[(job, attempt)]
-            if t_ns > st.beat_ns:
-                st.beat_ns, st.alive = t_ns, time.monotonic()
+            newest = int(beats.t_ns.max())
+            if newest > st.beat_ns:
+                st.beat_ns, st.alive = newest, time.monotonic()
                 self._revive(st)
             try:
-                st.engine.heard(ranks, t_ns, leaving=leaving)
+                st.engine.heard(beats.rank, beats.t_ns)
+                if beats.leaving.any():
+                    gone = beats.where(beats.leaving)
+                    st.engine.heard(gone.rank, gone.t_ns, leaving=True)
             except Exception:
                 self._problem(job, "heard")
 

@@ -159,3 +159,22 @@ def test_vectorised_sampling_is_the_crc32_rule():
     states = np.array([prefix_state(p) for p in pgs], dtype=np.uint32)[which]
     want = np.array([is_sampled(pgs[w], int(s), 8) for w, s in zip(which, seqs)])
     np.testing.assert_array_equal(sampled_after(states, seqs, 8), want)
+
+
+def test_collector_counters_read_the_same_per_rank_or_as_columns():
+    from c4.proto.codec import collector_columns, collector_counts
+
+    entries = [c4_pb2.CollectorStats(job="a", attempt=1, rank=r, recorded=10 * r, dropped=r,
+                                     shipped=2 * r, t_ns=1000 + r, leaving=r == 2)
+               for r in range(4)] + [c4_pb2.CollectorStats(job="b", rank=7, t_ns=5)]
+    per_rank = collector_counts(c4_pb2.SidecarStats(collectors=entries))
+    columns = collector_counts(c4_pb2.SidecarStats.FromString(c4_pb2.SidecarStats(
+        collector_columns=collector_columns(entries)).SerializeToString()))
+    assert [(j, a) for j, a, _ in columns] == [("a", 1), ("b", 0)]
+    for (_, _, x), (_, _, y) in zip(per_rank, columns, strict=True):
+        assert x.columns.keys() == y.columns.keys()
+        for name in x.columns:
+            assert x[name].tolist() == y[name].tolist(), name
+    assert columns[0][2]["leaving"].tolist() == [0, 0, 1, 0]
+    with pytest.raises(BatchError, match="CollectorStats column 'rank' holds rank -3"):
+        collector_counts(c4_pb2.SidecarStats(collectors=[c4_pb2.CollectorStats(rank=-3)]))

@@ -99,3 +99,15 @@ def test_absurd_rank_ids_are_refused(daemon):
     ops = _req(19, op_batch("good", 1_500_000_000, range(3)))
     code, msg = _status_of(daemon, ops)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "rank" in msg
+
+
+def test_collector_counters_that_do_not_decode_are_refused(daemon):
+    cols = c4_pb2.CollectorColumns(job="good", count=2, rank=b"\0" * 8, recorded=b"\0" * 16,
+                                   dropped=b"\0" * 16, shipped=b"\0" * 16, t_ns=b"\0" * 12,
+                                   leaving=b"\0" * 2)
+    req = _req(20, c4_pb2.IngestRequest(stats=c4_pb2.SidecarStats(collector_columns=[cols])))
+    code, msg = _status_of(daemon, req)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "SidecarStats" in msg and "'t_ns'" in msg
+    cols.t_ns = b"\0" * 16
+    ok = _req(21, c4_pb2.IngestRequest(stats=c4_pb2.SidecarStats(collector_columns=[cols])))
+    assert not daemon.send(ok).code

@@ -3,6 +3,8 @@ stopped on purpose, and their silence must not be diagnosed."""
 
 from __future__ import annotations
 
+import pytest
+
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.live import LiveView
 from diagnosis.store import RankRecord, Write, open_store
@@ -35,28 +37,35 @@ def test_jobs_are_independent():
     assert set(live._jobs) == {("job", 0), ("other", 3)}
 
 
-def test_collector_heartbeats_reach_the_engine_of_their_attempt_only():
+@pytest.mark.parametrize("form", ["per rank", "columns"])
+def test_collector_heartbeats_reach_the_engine_of_their_attempt_only(form):
     from c4.proto import c4_pb2
+    from c4.proto.codec import collector_columns
+
+    def stats(*entries):
+        if form == "per rank":
+            return c4_pb2.SidecarStats(host="n1", collectors=entries)
+        return c4_pb2.SidecarStats(host="n1", collector_columns=collector_columns(entries))
 
     live = LiveView(FaultHub(open_store("memory://")))
     live.apply([_rank(0, 0), _rank(0, 1)])
     live.drain()
     engine = live._jobs[("job", 0)].engine
     t = 1_800_000_000_000_000_000
-    live.heard(c4_pb2.SidecarStats(host="n1", collectors=[
+    live.heard(stats(
         c4_pb2.CollectorStats(job="job", attempt=0, rank=1, t_ns=t),
         c4_pb2.CollectorStats(job="job", attempt=0, rank=1, t_ns=t - 5),   # older copy
         c4_pb2.CollectorStats(job="job", attempt=0, rank=500_000, t_ns=t),  # never registered
         c4_pb2.CollectorStats(job="job", attempt=3, rank=0, t_ns=t),        # no such attempt
-        c4_pb2.CollectorStats(job="job", attempt=0, rank=0)]))             # old collector: no time
+        c4_pb2.CollectorStats(job="job", attempt=0, rank=0)))              # old collector: no time
     live.analyze(now_ns=t)
     assert engine.clock.seen[1] == t
     assert len(engine.clock.seen) < 1000   # a stray rank id did not size the arrays
     assert engine.clock.seen[0] < t
-    assert not live._heartbeats            # applied once, not kept
+    assert not live._heartbeats.take()     # applied once, not kept
     assert not engine.leaving
-    live.heard(c4_pb2.SidecarStats(collectors=[
-        c4_pb2.CollectorStats(job="job", attempt=0, rank=0, t_ns=t + 1, leaving=True)]))
+    live.heard(stats(
+        c4_pb2.CollectorStats(job="job", attempt=0, rank=0, t_ns=t + 1, leaving=True)))
     live.analyze(now_ns=t + 1)
     assert engine.leaving == {0} and engine.clock.seen[0] == t + 1
 
