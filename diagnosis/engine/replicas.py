@@ -61,9 +61,12 @@ class Replicas:
         self._pipelines: set[int] = set()    # pg ids that carry send/recv
         self._tables = -1                # collectives the membership tables were built for
         self._dirty = False              # links or pipelines changed since the choice
+        self._full = False               # every group's choice must be made again
+        self._fresh = 0                  # the parts of links from here on not chosen from
         self._done = np.zeros(0, dtype=bool)     # per communicator: its links are known
-        # (group, candidate replica, the communicator they meet in), one row per link
-        self._lg = self._lh = self._lc = np.zeros(0, dtype=np.int64)
+        # (group, candidate replica, the communicator they meet in), one row per link, in
+        # parts as found (joined only for a choice made again for every group)
+        self._links_found: list[np.ndarray] = []
         self.ptr = np.zeros(1, dtype=np.int64)
         self.idx = np.zeros(0, dtype=np.int64)
 
@@ -109,10 +112,10 @@ class Replicas:
             self._cm_key = (key[o], o)
             self._tables = len(self._coll)
             self._done[:] = False
-            self._lg = self._lh = self._lc = np.zeros(0, dtype=np.int64)
-            self._dirty = True
+            self._links_found = []
+            self._dirty = self._full = True
         elif len(self._pipelines) != pipes:
-            self._dirty = True
+            self._dirty = self._full = True
 
     def _links(self, groups: np.ndarray) -> None:
         """The links of ``groups``: every same-size collective communicator sharing none of
@@ -140,9 +143,8 @@ class Replicas:
         g, c = g[row], c[row]
         keep = (n[h] == n[g]) & (h != g) & ~np.isin(g * total + h, meet)
         key = distinct((g[keep] * total + h[keep]) * total + c[keep])
-        self._lg = np.r_[self._lg, key // (total * total)]
-        self._lh = np.r_[self._lh, key // total % total]
-        self._lc = np.r_[self._lc, key % total]
+        self._links_found.append(np.stack([key // (total * total), key // total % total,
+                                           key % total]))
 
     def _near(self, c: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per communicator ``c[i]`` (of which ``r[i]`` is a member): up to ``_NEAR`` of its
@@ -161,29 +163,37 @@ class Replicas:
     def _choose(self) -> None:
         """Per group, the replicas linked through a communicator that is no pipeline, the
         nearest ``MAX_REPLICAS`` in index order (a deterministic choice, spread over the
-        job)."""
+        job). A group's choice depends on its own links alone: only the groups whose links
+        came since the last choice are chosen for, unless a pipeline or the tables changed
+        (a 100k-rank job's groups first show up a few hundred at a time)."""
         total = len(self._done)
         self._dirty = False
+        full, self._full = self._full, False
+        start = 0 if full else self._fresh
         pipe = np.fromiter(self._pipelines, np.int64, len(self._pipelines))
         pg_of = np.asarray(self.arena.pg_of[:total], dtype=np.int64)
-        ok = ~np.isin(pg_of[self._lc], pipe)
+        parts = self._links_found[start:]
+        links = np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), np.int64)
         # (a communicator found to be a pipeline stays one)
-        self._lg, self._lh, self._lc = self._lg[ok], self._lh[ok], self._lc[ok]
-        g, h = self._lg, self._lh
-        if not len(g):
-            self.idx = np.zeros(0, dtype=np.int64)
-            self.ptr = np.zeros(total + 1, dtype=np.int64)
-            return
-        pair = distinct(g * total + h)
-        g, h = pair // total, pair % total
-        # (per group, nearest first: one sort of one key)
-        o = np.argsort((g * total + np.abs(h - g)) * total + h)
-        g, h = g[o], h[o]
-        starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-        rank = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
-        g, h = g[rank < MAX_REPLICAS], h[rank < MAX_REPLICAS]
+        links = links[:, ~np.isin(pg_of[links[2]], pipe)]
+        self._links_found[start:] = [links]
+        self._fresh = len(self._links_found)
+        g, h = links[0], links[1]
+        if len(g):
+            pair = distinct(g * total + h)
+            g, h = pair // total, pair % total
+            # (per group, nearest first: one sort of one key)
+            o = np.argsort((g * total + np.abs(h - g)) * total + h)
+            g, h = g[o], h[o]
+            starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+            rank = np.arange(len(g)) - np.repeat(starts, np.diff(np.r_[starts, len(g)]))
+            g, h = g[rank < MAX_REPLICAS], h[rank < MAX_REPLICAS]
+        if not full:   # the groups chosen for before keep their replicas
+            kept = np.diff(self.ptr[: total + 1])
+            g = np.r_[np.repeat(np.arange(total, dtype=np.int64), kept), g]
+            h = np.r_[self.idx, h]
         o = np.argsort(g * total + h)
-        self.idx = h[o]
+        self.idx = h[o].astype(np.int64)
         self.ptr = np.r_[0, np.cumsum(np.bincount(g[o], minlength=total))].astype(np.int64)
 
 

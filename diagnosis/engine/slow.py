@@ -595,13 +595,15 @@ def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarr
     # as late, its typical sample under what an episode needs (a GPU 12% slower, a few of
     # whose samples cross the episodes' threshold) is a level
     found = level_start >= 0
-    since = valid & (np.arange(series.shape[1])[None, :] >= level_start[:, None]) & found[:, None]
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        late = (series > np.repeat(level_thr, n)[:, None]) & since
-        typical = np.nanmedian(np.where(since, series, np.nan), axis=1)
-    lasting = late.sum(axis=1) >= 0.5 * np.maximum(since.sum(axis=1), 1)
-    recurs &= ~(lasting & (typical < thr))
+    if found.any():    # (only those: a 100k-member pass finds a level for a handful)
+        f = np.flatnonzero(found)
+        since = valid[f] & (np.arange(series.shape[1])[None, :] >= level_start[f, None])
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            late = (series[f] > np.repeat(level_thr, n)[f, None]) & since
+            typical = np.nanmedian(np.where(since, series[f], np.nan), axis=1)
+        lasting = late.sum(axis=1) >= 0.5 * np.maximum(since.sum(axis=1), 1)
+        recurs[f] &= ~(lasting & (typical < thr[f]))
     for h in np.flatnonzero(ok & (~found | recurs)).tolist():
         gi, pos = divmod(h, n)
         s = int(rec.start[h])
