@@ -81,6 +81,8 @@ class Localizer:
         self._index: dict[Component, set[int]] = {}
         self._index_arrays: dict[Component, np.ndarray] = {}
         self.load: peers.LoadModel | None = None
+        # what the connections were last found in, and the state of what it was found from
+        self._conns_judged: tuple[tuple[int, ...], list[CommFinding]] | None = None
 
     def set_paths(self, paths: PathCache | None, win: ConnWindow) -> None:
         """Name components on another topology from now on: every connection's components
@@ -325,7 +327,17 @@ class Localizer:
                   key_group: list[int], min_span: int) -> list[CommFinding]:
         """Slow components; a slowdown counts once it has lasted ``min_span`` (ns)."""
         if win is not None and len(win) and len(win.bank):
-            return self._comm_slow_conns(win, min_span) + self._comm_slow_peers(win)
+            # the verdict depends on the connections' samples and paths and on where ranks
+            # run: unchanged, it stands (a job's linkstat come once per window, which may be
+            # 16 s, and the slow detectors run twice per window; at 1M connections one
+            # judgement takes seconds). ``min_span`` follows the job's iteration time, a
+            # moving median: a change of it alone waits for the next samples.
+            state = (win.total, win.path_version, len(win), len(win.bank), id(self.paths),
+                     self.placement.version)
+            if self._conns_judged is None or self._conns_judged[0] != state:
+                self._conns_judged = (state, self._comm_slow_conns(win, min_span)
+                                      + self._comm_slow_peers(win))
+            return list(self._conns_judged[1])
         return self._comm_slow_groups(timing_bank, key_group, min_span)
 
     def _comm_slow_peers(self, win: ConnWindow) -> list[CommFinding]:

@@ -27,11 +27,13 @@ class Placement:
         self._default: dict[int, tuple[str, str | None, str | None]] | None = None
         self.unknown_gpus = 0   # ranks placed on a gpu the topology does not have
         self.unknown_hosts = 0  # ranks on a host the topology does not have
+        self.version = 0        # bumped whenever a rank or the topology changes
 
     def set_topology(self, topology: TopologyLike | None) -> None:
         """Place ranks on another topology from now on (ranks already added keep their place
         until added again)."""
         self.topology = topology
+        self.version += 1
         self._default = None
         self.unknown_gpus = 0
         self.unknown_hosts = 0
@@ -40,6 +42,7 @@ class Placement:
             local_rank: int | None = None) -> None:
         """``local_rank``: the rank's index on its host (torchrun's LOCAL_RANK); without a
         ``gpu`` it names the host's GPU of that index, as torch's ``cuda:LOCAL_RANK`` does."""
+        self.version += 1
         topo = self.topology
         if topo is not None:
             if host is not None and not self._known(host):
