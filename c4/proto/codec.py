@@ -7,6 +7,7 @@ batch is a dict of numpy arrays of equal length plus the batch's string table.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,18 +283,20 @@ def decode_collectors(msg: c4_pb2.CollectorColumns) -> Columns:
     return cols
 
 
-def collector_columns(entries: list[c4_pb2.CollectorStats]) -> list[c4_pb2.CollectorColumns]:
+def collector_columns(entries: Iterable[c4_pb2.CollectorStats]
+                      ) -> list[c4_pb2.CollectorColumns]:
     """Per-rank counters as columns, one message per job attempt."""
+    return [encode_collectors(job, cols, attempt) for job, attempt, cols in _per_job(entries)]
+
+
+def _per_job(entries: Iterable[c4_pb2.CollectorStats]) -> list[tuple[str, int, Columns]]:
+    """Per-rank counters gathered into columns per job attempt."""
     per_job: dict[tuple[str, int], list[c4_pb2.CollectorStats]] = {}
     for c in entries:
         per_job.setdefault((c.job, c.attempt), []).append(c)
-    return [encode_collectors(job, _per_rank_columns(part), attempt)
+    return [(job, attempt, Columns({name: np.array([getattr(c, name) for c in part], dtype=dt)
+                                    for name, dt in COLLECTOR_COLUMNS.items()}))
             for (job, attempt), part in per_job.items()]
-
-
-def _per_rank_columns(entries: list[c4_pb2.CollectorStats]) -> Columns:
-    return Columns({name: np.array([getattr(c, name) for c in entries], dtype=dt)
-                    for name, dt in COLLECTOR_COLUMNS.items()})
 
 
 def collector_counts(stats: c4_pb2.SidecarStats) -> list[tuple[str, int, Columns]]:
@@ -301,11 +304,7 @@ def collector_counts(stats: c4_pb2.SidecarStats) -> list[tuple[str, int, Columns
     whichever form the sidecar sent them in (one ``CollectorStats`` per rank, or columns per
     job); raises BatchError naming what is wrong."""
     out = [(c.job, c.attempt, decode_collectors(c)) for c in stats.collector_columns]
-    per_rank: dict[tuple[str, int], list[c4_pb2.CollectorStats]] = {}
-    for c in stats.collectors:
-        per_rank.setdefault((c.job, c.attempt), []).append(c)
-    for (job, attempt), entries in per_rank.items():
-        cols = _per_rank_columns(entries)
+    for job, attempt, cols in _per_job(stats.collectors):
         _check_ranks(cols, "CollectorStats", ("rank",))
         out.append((job, attempt, cols))
     return out
