@@ -152,6 +152,13 @@ class EngineConfig:
     comm_peer_purity: float = 1.0
     comm_peer_route_purity: float = 0.8
     comm_peer_single: float = 0.4
+    #: When even the best connections of a transfer size fall short of the capacity of their
+    #: path (its narrowest link's rate over the connections sharing it) by this fraction, a
+    #: component that all of them cross is named: there are no peers to compare (one switch
+    #: for the whole job, slow since the recording began). Only transfers that take at least
+    #: ``comm_cap_min_ns`` at that capacity are judged so (shorter ones are timed by latency).
+    comm_cap_excess: float = 0.4
+    comm_cap_min_ns: int = 200_000
     #: A connection is slow when its slow samples after the change point have at most this
     #: probability under the base rate.
     comm_alpha: float = 1e-6
@@ -206,7 +213,7 @@ class EngineConfig:
                         "min_compute_ns", "straggle_bucket_ns", "comm_learn",
                         "comm_min_samples", "comm_min_span_ns",
                         "comm_min_before", "comm_min_rounds", "comm_min_span_low_ns",
-                        "comm_peer_min", "comm_rec_episodes",
+                        "comm_peer_min", "comm_rec_episodes", "comm_cap_min_ns",
                         "detect_every_ns",
                         "lossy_window_ns", "lossy_min_retrans", "lossy_min_samples")
         for name in positive_int:
@@ -224,7 +231,7 @@ class EngineConfig:
         for name in ("hang_factor", "slow_min_excess", "slow_noise_k", "slow_min_excess_unseen",
                      "slow_rec_min_excess", "slow_rec_noise_k", "slow_rec_base_rate",
                      "straggle_min_excess", "straggle_min_shift",
-                     "comm_min_excess", "comm_noise_k", "comm_peer_excess",
+                     "comm_min_excess", "comm_noise_k", "comm_peer_excess", "comm_cap_excess",
                      "comm_peer_purity", "comm_peer_single", "comm_rec_min_excess",
                      "comm_rec_min_excess_calls",
                      "comm_rec_noise_k",

@@ -350,8 +350,9 @@ class Localizer:
         if self.load is None and self.paths is not None:
             self.load = peers.LoadModel(self.paths.topo)
         verdict = peers.judge(win, self.cfg, self.load, self.placement.nic)
+        short = self._short_of_capacity(win, verdict)
         if not verdict.slow.any():
-            return []
+            return short
         healthy = np.zeros(len(win), dtype=bool)
         healthy[verdict.keys[~verdict.slow]] = True
         found, keys = peers.explain_peers(win, verdict, self.key_sets, self.placement.nic,
@@ -363,7 +364,7 @@ class Localizer:
         found = [e for e in found if len(e.explained) >= 2
                  or ratio[int(keys[e.explained[0]])] >= single]
         if not found:
-            return []
+            return short
         names = [f"{win.src[k]}>{win.dst[k]}" for k in keys]
         ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in keys]
         out = []
@@ -374,7 +375,40 @@ class Localizer:
                                    "connections", [ends[i] for i in e.explained],
                                    against="their peers carrying the same load (slow since the "
                                    "recording began)"))
-        return out
+        return out + short
+
+    def _short_of_capacity(self, win: ConnWindow, verdict: peers.PeerVerdict
+                           ) -> list[CommFinding]:
+        """The component that every connection short of its path's capacity surely crosses,
+        where even the best connections of their size are (:func:`peers.judge`): with no
+        peers to compare, only the rate the links are built for tells the slow switch of a
+        job that has one switch. Named when at least ``comm_peer_route_purity`` of the judged
+        connections through it are short, ``comm_peer_min`` at least; those slow against
+        peers are left to them."""
+        pick = verdict.short & ~verdict.slow
+        if int(pick.sum()) < self.cfg.comm_peer_min:
+            return []
+        keys = verdict.keys[pick]
+        common = frozenset.intersection(*(self.key_sets(win, int(k))[1]
+                                          for k in keys.tolist()))
+        if not common:
+            return []
+        healthy = np.zeros(len(win), dtype=bool)
+        healthy[verdict.keys[np.isfinite(verdict.cap_ratio) & ~verdict.short]] = True
+        clearing = self.clearing(win, healthy)
+        cleared = max(clearing(c) for c in common)
+        if len(keys) < self.cfg.comm_peer_route_purity * (len(keys) + cleared):
+            return []
+        order = sorted(common, key=lambda c: (KIND_ORDER.get(c.type, 9), c.id))
+        e = Explanation(order, list(range(len(keys))), cleared, float(len(keys)))
+        return [CommFinding(e, win.first_ns, float(np.median(verdict.cap_ratio[pick])),
+                            [f"{win.src[k]}>{win.dst[k]}" for k in keys],
+                            int(healthy.sum()), "connections",
+                            [frozenset((int(win.src[k]), int(win.dst[k]))) for k in keys],
+                            against="the capacity of the links they cross allows (all "
+                            "connections of their size are as slow, so no peer can be "
+                            "compared: the component they all cross, or link capacities in the "
+                            "topology above what the fabric delivers)")]
 
     def _split(self, ring: np.ndarray, rt: np.ndarray, thr: float, res: ChangePoint,
                slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

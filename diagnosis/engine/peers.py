@@ -49,6 +49,13 @@ class PeerVerdict:
     slow: np.ndarray          # per judged key: its baseline stands out above its peers'
     ratio: np.ndarray         # per judged key: its (load-weighed) baseline over its peers'
     routed: np.ndarray        # per judged key: weighed by the load on its recorded path
+    # per judged key: of a transfer size whose best connections fall short of the capacity of
+    # their path (no peer to compare: every connection of the size is as slow), and itself
+    # short of its fair share of that capacity by ``comm_cap_excess``
+    short: np.ndarray
+    # per judged key: its time per byte at its fair share over a link's at its capacity (NaN:
+    # not judged so, its transfers being too short or its path's capacity unknown)
+    cap_ratio: np.ndarray
 
 
 class LoadModel:
@@ -209,6 +216,8 @@ def judge(win: ConnWindow, cfg: EngineConfig, load: LoadModel | None = None,
     slow = np.zeros(len(keys), dtype=bool)
     judged = np.zeros(len(keys), dtype=bool)
     ratio = np.ones(len(keys))
+    short = np.zeros(len(keys), dtype=bool)
+    cap_ratio = np.full(len(keys), np.nan)
     for s in np.unique(size):
         for weighed in (True, False):
             m = (size == s) & (modeled == weighed)
@@ -227,7 +236,34 @@ def judge(win: ConnWindow, cfg: EngineConfig, load: LoadModel | None = None,
             judged[m] = True
             slow[m] = (xs - mid > margin) & (ns - mid > margin)
             ratio[m] = np.exp(xs - mid)
-    return PeerVerdict(keys[judged], slow[judged], ratio[judged], routed[judged])
+            if weighed:
+                short[m], cap_ratio[m] = _short_of_capacity(xs, ns, mid, cap[m], s, margin,
+                                                            cfg)
+    return PeerVerdict(keys[judged], slow[judged], ratio[judged], routed[judged],
+                       short[judged], cap_ratio[judged])
+
+
+def _short_of_capacity(xs: np.ndarray, ns: np.ndarray, best: float, cap: np.ndarray,
+                       size: int, margin: float, cfg: EngineConfig
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Per connection of one transfer size: whether it falls short of what its fair share of
+    its path's capacity allows, when even the best of the size do (a component that every one
+    of them crosses, slow since the recording began: peers cannot tell), and by how much.
+    ``xs``, ``ns``: log time per byte (ns) at its fair share, baseline and now; ``best``: the
+    size's low quantile of it at the narrowest hop's capacity; ``cap``: that capacity (Gbit/s).
+
+    At its capacity a link moves a byte in 8 bits over its rate: log time per byte times rate
+    is log 8 then. Only transfers long enough for the link's rate, not the per-message
+    latency, to set their time are judged so."""
+    ideal = float(np.log(8.0))
+    none = np.zeros(len(xs), dtype=bool)
+    if float(np.median(2.0 ** size * 8.0 / cap)) < cfg.comm_cap_min_ns:
+        return none, np.full(len(xs), np.nan)
+    ratio = np.exp(xs - ideal)
+    margin = max(margin, float(np.log1p(cfg.comm_cap_excess)))
+    if best - ideal <= margin:
+        return none, ratio
+    return (xs - ideal > margin) & (ns - ideal > margin), ratio
 
 
 def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel,
