@@ -72,6 +72,32 @@ class CommFinding:
     placed: bool = True
 
 
+#: a connection with this share of its samples slow since a fault's onset is slow in part
+_SLOW_IN_PART = 0.15
+
+
+def split_at_onset(ring: np.ndarray, rt: np.ndarray, thr: float, res: ChangePoint,
+                   slow: np.ndarray, rec_thr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per key: when it turned slow (the latest time for those that did not), and whether
+    it stayed healthy since the earliest onset: most of its samples normal, and not slow
+    in part, two samples or ``_SLOW_IN_PART`` of them above ``rec_thr`` (per key: what
+    counts towards recurring). A connection slow on one iteration in three, too seldom to
+    shift its median and not yet judged recurring itself, is no evidence that what it
+    crosses is sound."""
+    rows = np.arange(len(ring))
+    onset = np.where(slow, rt[rows, np.maximum(res.start, 0)], np.iinfo(np.int64).max)
+    t0 = int(onset.min())
+    post = np.where((rt >= t0) & np.isfinite(ring), ring, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        post_med = row_quantile(post, 0.5)
+    n_post = np.isfinite(post).sum(axis=1)
+    n_rec = (post > rec_thr[:, None]).sum(axis=1)                  # (NaN compares False)
+    in_part = n_rec >= np.maximum(2, _SLOW_IN_PART * n_post)
+    healthy = ~slow & (n_post >= 2) & (post_med < thr) & ~in_part
+    return onset, healthy
+
+
 class Localizer:
     def __init__(self, arena: Arena, placement: Placement, paths: PathCache | None,
                  config: EngineConfig) -> None:
@@ -410,25 +436,13 @@ class Localizer:
                             "compared: the component they all cross, or link capacities in the "
                             "topology above what the fabric delivers)")]
 
-    def _split(self, ring: np.ndarray, rt: np.ndarray, thr: float, res: ChangePoint,
-               slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = np.arange(len(ring))
-        onset = np.where(slow, rt[rows, np.maximum(res.start, 0)], np.iinfo(np.int64).max)
-        t0 = int(onset.min())
-        post = np.where((rt >= t0) & np.isfinite(ring), ring, np.nan)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            post_med = row_quantile(post, 0.5)
-        healthy = ~slow & (np.isfinite(post).sum(axis=1) >= 2) & (post_med < thr)
-        return onset, healthy
-
     def _comm_slow_conns(self, win: ConnWindow, min_span: int) -> list[CommFinding]:
         keys = np.arange(min(len(win), len(win.bank)))
         ring, rt, thr, res, slow, rec = self._slow_series(win.bank, keys, min_span,
                                                           self.cfg.comm_min_before)
         if not slow.any():
             return []
-        onset, healthy = self._split(ring, rt, thr, res, slow)
+        onset, healthy = split_at_onset(ring, rt, thr, res, slow, rec[2])
         slow_idx = np.flatnonzero(slow)
         sets = [self.key_sets(win, int(k)) for k in slow_idx]
         ok = [i for i, (may, _) in enumerate(sets) if may]
@@ -516,7 +530,7 @@ class Localizer:
                                                           self.cfg.comm_rec_min_excess_calls)
         if not slow.any():
             return []
-        onset, healthy = self._split(ring, rt, thr, res, slow)
+        onset, healthy = split_at_onset(ring, rt, thr, res, slow, rec[2])
         groups = np.asarray(key_group[:K], dtype=np.int64)
         # a communicator is slow if any of its operations is, healthy if all judged ones are
         slow_g = sorted({int(g) for g in groups[slow] if self.group_sets(int(g))[0]})

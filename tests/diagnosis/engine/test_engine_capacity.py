@@ -74,3 +74,4 @@ def test_one_slow_cable_is_named_against_its_peers_not_the_switch(tmp_path):
     assert {(s.type, s.id) for s in r.suspects[:2]} == {("nic", nic(3)),
                                                         ("link", f"{nic(3)}~switch0")}
     assert "than their peers" in r.summary
+

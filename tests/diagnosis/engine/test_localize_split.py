@@ -1,0 +1,41 @@
+"""Which connections count as healthy since a slowdown's onset, and so clear what they cross."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnosis.engine.localize import split_at_onset
+from diagnosis.engine.series import ChangePoint
+
+N = 30
+THR, REC_THR = 0.05, 0.15
+
+
+def split(rows: list[np.ndarray], slow: list[bool], start: list[int]):
+    ring = np.array(rows)
+    rt = np.tile(np.arange(N, dtype=np.int64) * 1_000_000_000, (len(rows), 1))
+    n = len(rows)
+    res = ChangePoint(np.array(start), *(np.zeros(n) for _ in range(7)))
+    return split_at_onset(ring, rt, THR, res, np.array(slow), np.full(n, REC_THR))
+
+
+def test_a_connection_slow_on_one_iteration_in_three_is_not_healthy():
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.01, (4, N))
+    faulty = noise[0] + np.where(np.arange(N) >= 10, 1.5, 0.0)
+    now_and_then = noise[1] + np.where((np.arange(N) >= 10) & (np.arange(N) % 3 == 0), 1.5, 0)
+    # two samples just over the noise threshold, far below a recurring episode's
+    grazing = noise[2] + np.where(np.isin(np.arange(N), (14, 20)), 0.07, 0.0)
+    onset, healthy = split([faulty, now_and_then, grazing, noise[3]],
+                           [True, False, False, False], [10, -1, -1, -1])
+    assert onset[0] == 10_000_000_000
+    assert (onset[1:] == np.iinfo(np.int64).max).all()
+    assert healthy.tolist() == [False, False, True, True]
+
+
+def test_samples_before_the_onset_do_not_count():
+    # slow only long before the onset: healthy since
+    early = np.where(np.arange(N) < 5, 1.5, 0.0)
+    late = np.where(np.arange(N) >= 20, 1.5, 0.0)
+    _, healthy = split([late, early], [True, False], [20, -1])
+    assert healthy.tolist() == [False, True]
