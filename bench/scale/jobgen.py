@@ -11,7 +11,7 @@ second the stream holds what a sidecar ships in reduced mode:
 - at each window's end (plus the sidecar's watermark lag), ``progress`` per rank and
   communicator (per direction and peer for send/recv) and ``linkstat`` per socket: both ends of
   each ring connection (tp intra-node with the peer named, dp and pp across nodes keyed by
-  endpoints for the daemon to pair);
+  endpoints for the daemon to pair), busy 3% more or less than usual at random;
 - the collectors' counters (``CollectorColumns``: calls recorded, a heartbeat) every second;
 - a port record per node at the start and every 30 s.
 
@@ -143,6 +143,7 @@ class JobGen:
         self._last_progress = [np.full(len(k["rank"]), -2, np.int64) for k in self._progress]
         self.sent_ops = 0
         self.sent_records = 0
+        self._rng = np.random.default_rng(0)
 
     # -- layout ------------------------------------------------------------------------------
     def stream_of(self, rank: np.ndarray) -> np.ndarray:
@@ -365,13 +366,20 @@ class JobGen:
         rows = {"src": keys["src"], "dst": keys["dst"], "local": keys["local"],
                 "remote": keys["remote"], "pg": np.full(m, -1), "t_ns": np.full(m, t_ns),
                 "window_ns": np.full(m, window_ns), "transfers": transfers,
-                "bytes": transfers << 20, "busy_ns": transfers * 200_000,
+                "bytes": transfers << 20, "busy_ns": self._busy_ns(transfers),
                 "max_ns": np.full(m, 300_000), "open": np.zeros(m, np.int64),
                 "open_since_ns": np.full(m, -1), "retrans": np.zeros(m, np.int64)}
         if self.fault is not None:
             live = (keys["src"] != self.fault.rank)
             rows = {k: v[live] for k, v in rows.items()}
         return Columns({k: np.asarray(rows[k]) for k in LINKSTAT_COLUMNS}, strings)
+
+    def _busy_ns(self, transfers: np.ndarray) -> np.ndarray:
+        """A window's busy time: 200 us per 1 MiB transfer, give or take 3% (a window's mean
+        of many transfers; the detectors judge every connection against the noise, and a
+        noiseless series would leave all but the faulty ones unread)."""
+        jitter = np.exp(self._rng.normal(0.0, 0.03, len(transfers)))
+        return np.round(transfers * 200_000 * jitter).astype(np.int64)
 
     # -- ports and counters ------------------------------------------------------------------
     def ports(self, stream: int, t_ns: int) -> Columns:

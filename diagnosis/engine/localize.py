@@ -74,6 +74,50 @@ class CommFinding:
 
 #: a connection with this share of its samples slow since a fault's onset is slow in part
 _SLOW_IN_PART = 0.15
+#: past this many series, the fleet's rates are taken over an even spread of this many (see
+#: ``Localizer._slow_series``)
+_POOL = 1 << 17
+
+
+@dataclass
+class SlowSeries:
+    """What ``Localizer._slow_series`` found of ``n`` keys. Per row (the keys it judged, at
+    positions ``rows`` of its keys): the samples oldest first and their times, the change
+    points, whether slow, and for those slow again and again the fraction of their samples
+    since their first episode and the episodes (``duty`` NaN when not recurring)."""
+
+    n: int
+    rows: np.ndarray
+    ring: np.ndarray
+    rt: np.ndarray
+    thr: float
+    res: ChangePoint
+    slow: np.ndarray
+    duty: np.ndarray
+    episodes: np.ndarray
+    rec_thr: float       # a sample above it counts towards an episode
+    unit: float          # how many samples a benign episode lasts
+    pool_ring: np.ndarray    # the rings the fleet's rates came from
+    pool_rt: np.ndarray
+
+    def full(self, values: np.ndarray, fill: object) -> np.ndarray:
+        """Per-row ``values`` spread over all ``n`` keys, ``fill`` at the keys not judged."""
+        out = np.full(self.n, fill, dtype=values.dtype)
+        out[self.rows] = values
+        return out
+
+    def split(self, bank: SeriesBank, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`split_at_onset` over all ``keys`` (the same ones, in the same order): a key
+        not judged had fewer than two samples above the noise, and is healthy when most of
+        its samples since the onset are normal, two at least."""
+        onset, healthy = split_at_onset(self.ring, self.rt, self.thr, self.res, self.slow,
+                                        np.full(len(self.rows), self.rec_thr))
+        if len(self.rows) == self.n:
+            return onset, healthy
+        n_post, n_above = bank.counts(keys, self.thr, since=int(onset.min()))
+        all_healthy = (n_post >= 2) & (2 * (n_post - n_above) > n_post)
+        all_healthy[self.rows] = healthy
+        return self.full(onset, np.iinfo(np.int64).max), all_healthy
 
 
 def split_at_onset(ring: np.ndarray, rt: np.ndarray, thr: float, res: ChangePoint,
@@ -191,51 +235,66 @@ class Localizer:
 
     # ----- slow ------------------------------------------------------------------------------
     def _slow_series(self, bank: SeriesBank, keys: np.ndarray, min_span: int, min_before: int,
-                     rec_excess: float | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, float, ChangePoint, np.ndarray,
-                                tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
+                     rec_excess: float | None = None) -> SlowSeries:
         """Which keys turned slow: a binomial change point on samples above the noise, against
-        the base rate of such samples over every key."""
+        the base rate of such samples over every key; or slow again and again (see
+        ``_recurring``). Past ``_POOL`` keys the rates are taken over an even spread of that
+        many, and only the keys that could be slow are read in time order and judged: those
+        with ``CHANGE_LEAST`` samples above the noise (the fewest a change point starts on,
+        and fewer than recurring needs above its higher threshold), and those judged slow
+        before (at a million connections, reading every ring in order took seconds a pass)."""
         cfg = self.cfg
-        ring, rt = bank.ordered(keys)
-        valid = np.isfinite(ring)
+        n = len(keys)
+        pool = keys if n <= _POOL else keys[np.unique(np.linspace(0, n - 1, _POOL)
+                                                      .astype(np.int64))]
+        p_ring, p_rt = bank.ordered(pool)
+        p_valid = np.isfinite(p_ring)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            sigma = float(np.nan_to_num(excess_sigma(ring[valid]), nan=0.0))
+            sigma = float(np.nan_to_num(excess_sigma(p_ring[p_valid]), nan=0.0))
         thr = max(cfg.comm_min_excess / 2, cfg.comm_noise_k * sigma)
+        pooled = float((p_ring > thr).sum() / max(int(p_valid.sum()), 1))
+        least = cfg.comm_rec_min_excess if rec_excess is None else rec_excess
+        rec_thr = max(least, cfg.comm_rec_noise_k * sigma)
+        if n <= _POOL:
+            rows, ring, rt = np.arange(n), p_ring, p_rt
+        else:
+            _, n_above = bank.counts(keys, thr)
+            rows = np.flatnonzero((n_above >= CHANGE_LEAST) | (bank.slow_since[keys] >= 0))
+            ring, rt = bank.ordered(keys[rows])
+        valid = np.isfinite(ring)
         high = ring > thr                                   # (NaN compares False)
         n_high = high.sum(axis=1)
-        pooled = float(n_high.sum() / max(int(valid.sum()), 1))
-        p0 = np.full(len(keys), pooled)
+        p0 = np.full(len(rows), pooled)
         # each key is judged against its own healthy rate when its oldest third of samples
         # tells it: a fault that slows (nearly) every connection (the one switch of a small
         # fabric) raises the pooled rate, and a transfer that often shares its NIC with other
         # traffic (a pipeline send beside the data-parallel all-reduce) is slow in a good share
         # of its samples all along (only rows with two slow samples or more, the least a
         # change point starts on, need it)
-        rows = np.flatnonzero(n_high >= 2)
-        if len(rows):
-            v, h = valid[rows], high[rows]
+        own_rows = np.flatnonzero(n_high >= 2)
+        if len(own_rows):
+            v, h = valid[own_rows], high[own_rows]
             seen = np.cumsum(v, axis=1)
             early = v & (seen <= np.maximum(seen[:, -1] // 3, 1)[:, None])
             n_early = early.sum(axis=1)
             own = (h & early).sum(axis=1) / np.maximum(n_early, 1)
-            p0[rows] = np.where(n_early >= cfg.comm_min_samples, own, pooled)
+            p0[own_rows] = np.where(n_early >= cfg.comm_min_samples, own, pooled)
         p0 = np.clip(p0, cfg.slow_base_rate, 0.5)
-        res = on_slow_rows(change_point, CHANGE_LEAST, ring, np.full(len(keys), thr), p0,
-                               cfg.comm_min_samples)
+        res = on_slow_rows(change_point, CHANGE_LEAST, ring, np.full(len(rows), thr), p0,
+                           cfg.comm_min_samples)
         slow = (res.start >= 0) & (res.logp < np.log(cfg.comm_alpha)) \
             & (res.frac - res.pre_frac >= cfg.comm_min_frac) \
             & (res.median >= cfg.comm_min_excess) & (res.effect >= cfg.comm_min_excess)
-        lasting = self._lasting(bank, keys, ring, rt, high, thr, res, slow, min_span,
+        lasting = self._lasting(bank, keys[rows], ring, rt, high, thr, res, slow, min_span,
                                 min_before)
-        least = cfg.comm_rec_min_excess if rec_excess is None else rec_excess
-        rec_thr = np.full(len(keys), max(least, cfg.comm_rec_noise_k * sigma))
-        res, lasting, duty, episodes, unit = self._recurring(ring, rt, rec_thr, res, lasting)
-        return ring, rt, thr, res, lasting, (duty, episodes, rec_thr, unit)
+        res, lasting, duty, episodes, unit = self._recurring(ring, rt, rec_thr, res, lasting,
+                                                             p_ring, p_rt)
+        return SlowSeries(n, rows, ring, rt, thr, res, lasting, duty, episodes, rec_thr, unit,
+                          p_ring, p_rt)
 
-    def _recurring(self, ring: np.ndarray, rt: np.ndarray, thr: np.ndarray, res: ChangePoint,
-                   lasting: np.ndarray
+    def _recurring(self, ring: np.ndarray, rt: np.ndarray, thr: float, res: ChangePoint,
+                   lasting: np.ndarray, p_ring: np.ndarray, p_rt: np.ndarray
                    ) -> tuple[ChangePoint, np.ndarray, np.ndarray, np.ndarray, float]:
         """Keys slow again and again with healthy stretches between (a flapping port, pause
         frames, a marginal cable: slow on one iteration in three, or at random): at least
@@ -244,18 +303,21 @@ class Localizer:
         strikes one path three times). Returns the change points with those keys' segments
         (from their first counted episode), the slow keys, and per key the fraction of its
         samples that were slow since then (NaN: not recurring) and its episodes, and how
-        many samples a benign episode lasts (see ``episode_length``)."""
+        many samples a benign episode lasts (see ``episode_length``). The fleet's rates come
+        from the pool's rings, ``p_ring`` and ``p_rt`` (see ``_slow_series``)."""
         cfg = self.cfg
         duty = np.full(len(ring), np.nan)
         episodes = np.zeros(len(ring), dtype=np.int64)
         if not len(ring):
             return res, lasting, duty, episodes, 0.0
-        common = self._job_wide(ring, rt, thr)
-        marks = episode_marks(ring, thr)
-        p0 = episode_rate(ring, thr, cfg.comm_rec_base_rate, common=common, marks=marks)
-        unit = episode_length(ring, thr, marks=marks)
-        rec = on_slow_rows(recurrence, recurrence_least(cfg.comm_rec_episodes), ring, thr,
-                           np.full(len(ring), p0), cfg.comm_rec_episodes, unit)
+        p_thr = np.full(len(p_ring), thr)
+        common = self._job_wide(p_ring, p_rt, p_thr)
+        marks = episode_marks(p_ring, p_thr)
+        p0 = episode_rate(p_ring, p_thr, cfg.comm_rec_base_rate, common=common, marks=marks)
+        unit = episode_length(p_ring, p_thr, marks=marks)
+        rec = on_slow_rows(recurrence, recurrence_least(cfg.comm_rec_episodes), ring,
+                           np.full(len(ring), thr), np.full(len(ring), p0),
+                           cfg.comm_rec_episodes, unit)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
         # slow from a change point on and recurring, most samples since normal: described as
         # recurring (its slow samples are episodes, not a new level)
@@ -438,28 +500,30 @@ class Localizer:
 
     def _comm_slow_conns(self, win: ConnWindow, min_span: int) -> list[CommFinding]:
         keys = np.arange(min(len(win), len(win.bank)))
-        ring, rt, thr, res, slow, rec = self._slow_series(win.bank, keys, min_span,
-                                                          self.cfg.comm_min_before)
-        if not slow.any():
+        ss = self._slow_series(win.bank, keys, min_span, self.cfg.comm_min_before)
+        if not ss.slow.any():
             return []
-        onset, healthy = split_at_onset(ring, rt, thr, res, slow, rec[2])
-        slow_idx = np.flatnonzero(slow)
+        onset, healthy = ss.split(win.bank, keys)
+        duty, episodes = ss.full(ss.duty, np.nan), ss.full(ss.episodes, 0)
+        slow_idx = ss.rows[ss.slow]
         sets = [self.key_sets(win, int(k)) for k in slow_idx]
         ok = [i for i, (may, _) in enumerate(sets) if may]
         slow_idx = slow_idx[ok]
         sets = [sets[i] for i in ok]
         found, _ = explain([may for may, _ in sets], [], self.cfg.comm_purity,
                            clearing=self.clearing(win, healthy))
-        found = [e for e in found if self._recurs_together(e, slow_idx, ring, rt, rec)]
+        found = [e for e in found
+                 if self._recurs_together(e, slow_idx, win.bank, keys, ss, duty)]
         names = [f"{win.src[k]}>{win.dst[k]}" for k in slow_idx]
         ends = [frozenset((int(win.src[k]), int(win.dst[k]))) for k in slow_idx]
-        return [self._finding(e, slow_idx, names, onset, res.median, int(healthy.sum()),
-                              "connections", ends, [must for _, must in sets], rec[:2])
+        median = ss.full(ss.res.median, np.nan)
+        return [self._finding(e, slow_idx, names, onset, median, int(healthy.sum()),
+                              "connections", ends, [must for _, must in sets],
+                              (duty, episodes))
                 for e in found]
 
-    def _recurs_together(self, e: Explanation, slow_idx: np.ndarray, ring: np.ndarray,
-                         rt: np.ndarray, rec: tuple[np.ndarray, np.ndarray, np.ndarray, float]
-                         ) -> bool:
+    def _recurs_together(self, e: Explanation, slow_idx: np.ndarray, bank: SeriesBank,
+                         keys: np.ndarray, ss: SlowSeries, duty: np.ndarray) -> bool:
         """Whether an explanation of connections that are slow again and again holds at each
         episode: a faulty component slows (nearly) every connection across it each time,
         while transient congestion of different links along one connection's path makes that
@@ -467,18 +531,17 @@ class Localizer:
         the component's episodes (slow samples of its connections, clustered in time a round
         apart), keeping those where at least ``comm_purity`` of its connections with a sample
         then were slow, and wants ``comm_rec_episodes`` of them. Explanations of connections
-        slow all along pass."""
-        duty, _, thr, unit = rec
+        slow all along pass. ``keys``: the connection keys judged (all of them, in order);
+        ``duty`` per key."""
+        thr, unit = ss.rec_thr, ss.unit
         explained = slow_idx[e.explained]
         if not np.isfinite(duty[explained]).sum() * 2 > len(explained):
             return True
         ks = set(explained.tolist())
         for c in e.components:
-            ks |= {k for k in self._index.get(c, ()) if k < len(ring)}
-        keys = np.fromiter(sorted(ks), dtype=np.int64)
-        r, t = ring[keys], rt[keys]
-        thr_all = np.asarray(thr)[:, None]
-        thr = thr_all[keys]
+            ks |= {k for k in self._index.get(c, ()) if k < len(keys)}
+        mine = np.fromiter(sorted(ks), dtype=np.int64)
+        r, t = bank.ordered(keys[mine])
         valid = np.isfinite(r)
         width = self._round_ns(r, t)
         if width <= 0:
@@ -486,8 +549,8 @@ class Localizer:
         # an episode in which most of the job was slow counts only for a component that most
         # of the job's connections cross (the one switch of a small fabric): else it was an
         # event of the whole job, which no component of a few explains
-        judged = np.isfinite(ring).any(axis=1)
-        wide_ok = len(keys) >= 0.5 * max(int(judged.sum()), 1)
+        judged = int((bank.pos[keys] > 0).sum())
+        wide_ok = len(mine) >= 0.5 * max(judged, 1)
         hk, hc = np.nonzero(valid & (r > thr))
         if not len(hk):
             return False
@@ -505,9 +568,11 @@ class Localizer:
             if not seen.sum() or slow.sum() < self.cfg.comm_purity * seen.sum():
                 continue
             if not wide_ok:
-                every = np.isfinite(ring) & (rt >= a) & (rt <= b)
+                # (over the pool the fleet's rates came from: all keys, or an even spread)
+                p_ring, p_rt = ss.pool_ring, ss.pool_rt
+                every = np.isfinite(p_ring) & (p_rt >= a) & (p_rt <= b)
                 n_seen = int(every.any(axis=1).sum())
-                n_slow = int((every & (ring > thr_all)).any(axis=1).sum())
+                n_slow = int((every & (p_ring > thr)).any(axis=1).sum())
                 if n_seen >= self.cfg.comm_peer_min and n_slow >= 0.5 * n_seen:
                     continue
             # an episode several times as long as a benign one weighs as many
@@ -525,12 +590,15 @@ class Localizer:
             return []
         # a communicator's transfer time, from its members' calls on their own clocks, moves
         # by their offsets whenever another member enters last: only gross episodes count
-        ring, rt, thr, res, slow, rec = self._slow_series(bank, np.arange(K), min_span,
-                                                          self.cfg.comm_min_samples,
-                                                          self.cfg.comm_rec_min_excess_calls)
-        if not slow.any():
+        keys = np.arange(K)
+        ss = self._slow_series(bank, keys, min_span, self.cfg.comm_min_samples,
+                               self.cfg.comm_rec_min_excess_calls)
+        if not ss.slow.any():
             return []
-        onset, healthy = split_at_onset(ring, rt, thr, res, slow, rec[2])
+        onset, healthy = ss.split(bank, keys)
+        slow = ss.full(ss.slow, False)
+        median = ss.full(ss.res.median, np.nan)
+        duty, episodes = ss.full(ss.duty, np.nan), ss.full(ss.episodes, 0)
         groups = np.asarray(key_group[:K], dtype=np.int64)
         # a communicator is slow if any of its operations is, healthy if all judged ones are
         slow_g = sorted({int(g) for g in groups[slow] if self.group_sets(int(g))[0]})
@@ -547,9 +615,8 @@ class Localizer:
         found, _ = explain(obs, clear, self.cfg.comm_purity, exclusive=True)
         idx = np.arange(len(slow_g))
         g_onset = np.array([first[g] for g in slow_g], dtype=np.int64)
-        g_med = np.array([float(np.nanmax(res.median[groups == g])) for g in slow_g])
+        g_med = np.array([float(np.nanmax(median[groups == g])) for g in slow_g])
         # a communicator recurs when its slow operations do (the most slow of them)
-        duty, episodes = rec[0], rec[1]
         on = slow & np.isfinite(duty)
         g_duty = np.array([float(np.max(duty[on & (groups == g)], initial=np.nan))
                            if (on & (groups == g)).any() else np.nan for g in slow_g])

@@ -81,6 +81,10 @@ def excess_sigma(excess: np.ndarray, least: int = 20) -> float:
     return min(pooled, MAD_SIGMA * float(np.median(low)))
 
 
+#: keys read at once where every key's ring is scanned
+_BLOCK = 1 << 16
+
+
 class SeriesBank:
     """Per key: a baseline learnt from its own first samples (after ``skip``), then a ring of
     ``value / baseline - 1`` (the excess) with the sample times."""
@@ -147,6 +151,26 @@ class SeriesBank:
             self.ring_t[k, col] = tt
             self.pos[k] = np.maximum(self.pos[k], 0)
             np.maximum.at(self.pos, k, j + 1)
+
+    def counts(self, keys: np.ndarray, thr: float, since: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Per key: its samples (at ``since`` or later, when given) and how many of them are
+        above ``thr``, whatever their order; read a block of keys at a time (at a million
+        keys a copy of the rings is gigabytes)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        n_all = np.zeros(len(keys), dtype=np.int64)
+        n_above = np.zeros(len(keys), dtype=np.int64)
+        for lo in range(0, len(keys), _BLOCK):
+            k = keys[lo: lo + _BLOCK]
+            block = slice(int(k[0]), int(k[-1]) + 1)
+            contiguous = len(k) and block.stop - block.start == len(k)
+            ring = self.ring[block] if contiguous else self.ring[k]
+            ok = np.isfinite(ring)
+            if since is not None:
+                ok &= (self.ring_t[block] if contiguous else self.ring_t[k]) >= since
+            n_all[lo: lo + len(k)] = ok.sum(axis=1)
+            n_above[lo: lo + len(k)] = (ok & (ring > thr)).sum(axis=1)
+        return n_all, n_above
 
     def ordered(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rings of ``keys`` oldest first (NaN where empty) and their times (arrays of the

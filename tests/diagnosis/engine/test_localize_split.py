@@ -39,3 +39,39 @@ def test_samples_before_the_onset_do_not_count():
     late = np.where(np.arange(N) >= 20, 1.5, 0.0)
     _, healthy = split([late, early], [True, False], [20, -1])
     assert healthy.tolist() == [False, True]
+
+
+def test_past_the_pool_only_the_suspect_series_are_read_in_order(tmp_path, monkeypatch):
+    """A job with more connections than ``_POOL`` takes the fleet's rates over an even spread
+    of them and reads in time order only those that could be slow: the verdict is the same."""
+    from diagnosis.engine import localize
+    from diagnosis.engine.series import SeriesBank
+    from tests.diagnosis.engine.test_engine_slow_paths import diagnose
+
+    def named(reports):
+        return [(r.kind, [(s.type, s.id) for s in r.suspects[:2]]) for r in reports]
+    spines = {1: "spine00", 3: "spine00", 5: "spine01"}
+    (tmp_path / "all").mkdir()
+    whole = named(diagnose(tmp_path / "all", spines, "leaf00r0~spine00"))
+    assert whole and whole[0][0] == "comm_slow"
+    read: list[int] = []
+    judging = [False]
+    ordered, judge = SeriesBank.ordered, localize.Localizer._comm_slow_conns
+
+    def counting(self, keys):
+        if judging[0]:
+            read.append(len(keys))
+        return ordered(self, keys)
+
+    def judged(self, *args):
+        judging[0] = True
+        try:
+            return judge(self, *args)
+        finally:
+            judging[0] = False
+    monkeypatch.setattr(localize, "_POOL", 3)
+    monkeypatch.setattr(SeriesBank, "ordered", counting)
+    monkeypatch.setattr(localize.Localizer, "_comm_slow_conns", judged)
+    (tmp_path / "pool").mkdir()
+    assert named(diagnose(tmp_path / "pool", spines, "leaf00r0~spine00")) == whole
+    assert read and max(read) <= 3      # of the six connections
