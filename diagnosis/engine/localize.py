@@ -77,6 +77,8 @@ _SLOW_IN_PART = 0.15
 #: past this many series, the fleet's rates are taken over an even spread of this many (see
 #: ``Localizer._slow_series``)
 _POOL = 1 << 17
+#: connections new or rerouted indexed at each judgement of the connections (about 10 us each)
+_SYNC_PER_PASS = 1 << 16
 
 
 @dataclass
@@ -196,18 +198,20 @@ class Localizer:
             must |= b
         return frozenset(may), frozenset(must)
 
-    def _sync(self, win: ConnWindow) -> None:
-        """Keep the inverted index component -> connection keys surely crossing it."""
+    def _sync(self, win: ConnWindow, most: int | None = None) -> None:
+        """Keep the inverted index component -> connection keys surely crossing it: every
+        key new or rerouted since, or the ``most`` first of them (see ``comm_slow``)."""
         if not win.changed:
             return
-        for k in dict.fromkeys(win.changed):
+        todo = win.changed if most is None else win.changed[:most]
+        for k in dict.fromkeys(todo):
             old = self._key_cache.get(k)
             if old is not None:
                 for c in old[1][1]:
                     self._index.get(c, set()).discard(k)
             for c in self.key_sets(win, k)[1]:
                 self._index.setdefault(c, set()).add(k)
-        win.changed.clear()
+        del win.changed[:len(todo)]
         self._index_arrays.clear()
 
     def clearing(self, win: ConnWindow, healthy: np.ndarray) -> Callable[[Component], int]:
@@ -423,6 +427,10 @@ class Localizer:
             state = (win.total, win.path_version, len(win), len(win.bank), id(self.paths),
                      self.placement.version)
             if self._conns_judged is None or self._conns_judged[0] != state:
+                # the index of what each connection crosses is read only once one is slow,
+                # but built as connections come, a share at each judgement: at half a million
+                # connections building it at once stalled the detectors for seconds
+                self._sync(win, _SYNC_PER_PASS)
                 self._conns_judged = (state, self._comm_slow_conns(win, min_span)
                                       + self._comm_slow_peers(win))
             return list(self._conns_judged[1])

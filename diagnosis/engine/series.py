@@ -295,25 +295,30 @@ def episode_marks(a: np.ndarray, thr: np.ndarray) -> Marks:
 
 
 def strong_runs(a: np.ndarray, high: np.ndarray, begins: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Per sample, the episode it belongs to (a running count per row, 0 before the first),
     and per row and episode (indexed by that count) how many of its samples are at least half
-    as slow as the row's median slow sample (an episode's edge, a sample whose span only grazes
-    it, does not count)."""
+    as slow as the row's median slow sample (see :func:`strong_counts`)."""
+    return np.cumsum(begins, axis=1), strong_counts(a, high, begins)
+
+
+def strong_counts(a: np.ndarray, high: np.ndarray, begins: np.ndarray) -> np.ndarray:
+    """Per row and episode (indexed by its running count, 0 before the first), how many of
+    its samples are at least half as slow as the row's median slow sample (an episode's edge,
+    a sample whose span only grazes it, does not count)."""
     rows, K = a.shape
-    ep = np.cumsum(begins, axis=1)
     n = np.zeros((rows, K + 1))
     # only rows with a slow sample have strong ones (most rows, in a healthy job, have none)
     some = np.flatnonzero(high.any(axis=1))
     if not len(some):
-        return ep, n
+        return n
     ah, hh = a[some], high[some]
+    ep = np.cumsum(begins[some], axis=1)
     typical = row_quantile(np.where(hh, ah, np.nan), 0.5)
     strong = hh & (ah >= 0.5 * np.nan_to_num(typical)[:, None])     # (NaN compares False)
     r, c = np.nonzero(strong)
-    r = some[r]
-    np.add.at(n, (r, ep[r, c]), 1.0)
-    return ep, n
+    np.add.at(n, (some[r], ep[r, c]), 1.0)
+    return n
 
 
 def episode_length(a: np.ndarray, thr: np.ndarray, default: float = 2.0,
@@ -329,7 +334,7 @@ def episode_length(a: np.ndarray, thr: np.ndarray, default: float = 2.0,
     quiet = begins.sum(axis=1) == 1
     if not quiet.any():
         return default
-    _, n = strong_runs(a[quiet], high[quiet], begins[quiet])
+    n = strong_counts(a[quiet], high[quiet], begins[quiet])
     lengths = n[:, 1:][n[:, 1:] > 0]
     if len(lengths) < least:
         return default

@@ -35,7 +35,7 @@ from diagnosis.engine.series import (
     recurrence,
     recurrence_least,
     robust_sigma,
-    strong_runs,
+    strong_counts,
 )
 
 # calls of a communicator whose lateness is remembered: a signature recurring further apart
@@ -44,6 +44,8 @@ _LATE = 64
 # calls remembered per stream (communicator and signature), and the longest period learnt
 _RING = 32
 _MAX_PERIOD = 8
+# the episode lengths of a group none of whose members that do not recur had an episode
+_NO_LENGTHS = np.zeros(0)
 
 
 @dataclass
@@ -577,12 +579,16 @@ def _recurring(cls: Rings, rows: np.ndarray, series: np.ndarray, sigma: np.ndarr
     # every group at once: the runs are counted row by row
     runs = np.zeros((len(series), series.shape[1] + 1))
     if quiet.any():
-        runs[quiet] = strong_runs(series[quiet], high[quiet], begins[quiet])[1]
-    # each group's lengths, its members in order (one split instead of a step per group)
+        runs[quiet] = strong_counts(series[quiet], high[quiet], begins[quiet])
+    # each group's lengths, its members in order (one split instead of a step per group,
+    # over the groups that have any: most, in a healthy job, have none)
     on = quiet[:, None] & (runs[:, 1:] > 0)
     per_group = on.sum(axis=1).reshape(len(rows), n).sum(axis=1)
-    parts = np.split(runs[:, 1:][on], np.cumsum(per_group)[:-1])
-    lengths = dict(zip(rows.tolist(), parts, strict=True))
+    lengths = dict.fromkeys(rows.tolist(), _NO_LENGTHS)
+    has = np.flatnonzero(per_group)
+    if len(has):
+        parts = np.split(runs[:, 1:][on], np.cumsum(per_group[has])[:-1])
+        lengths.update(zip(rows[has].tolist(), parts, strict=True))
     stats.update(rows, begins.sum(axis=1).reshape(len(rows), n),
                  valid.sum(axis=1).reshape(len(rows), n), lengths)
     p0 = stats.rate(cfg.slow_rec_base_rate)

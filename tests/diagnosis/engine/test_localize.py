@@ -1,11 +1,16 @@
-"""Which connections count as healthy since a slowdown's onset, and so clear what they cross."""
+"""Localizing slow connections: which count as healthy since a slowdown's onset (and so clear
+what they cross), and the shortcuts taken for a large fleet of them."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
+from diagnosis.engine import localize
 from diagnosis.engine.localize import split_at_onset
-from diagnosis.engine.series import ChangePoint
+from diagnosis.engine.series import ChangePoint, SeriesBank
+from tests.diagnosis.engine.test_engine_slow_paths import diagnose
 
 N = 30
 THR, REC_THR = 0.05, 0.15
@@ -44,16 +49,7 @@ def test_samples_before_the_onset_do_not_count():
 def test_past_the_pool_only_the_suspect_series_are_read_in_order(tmp_path, monkeypatch):
     """A job with more connections than ``_POOL`` takes the fleet's rates over an even spread
     of them and reads in time order only those that could be slow: the verdict is the same."""
-    from diagnosis.engine import localize
-    from diagnosis.engine.series import SeriesBank
-    from tests.diagnosis.engine.test_engine_slow_paths import diagnose
-
-    def named(reports):
-        return [(r.kind, [(s.type, s.id) for s in r.suspects[:2]]) for r in reports]
-    spines = {1: "spine00", 3: "spine00", 5: "spine01"}
-    (tmp_path / "all").mkdir()
-    whole = named(diagnose(tmp_path / "all", spines, "leaf00r0~spine00"))
-    assert whole and whole[0][0] == "comm_slow"
+    whole = slow_uplink(tmp_path / "all")
     read: list[int] = []
     judging = [False]
     ordered, judge = SeriesBank.ordered, localize.Localizer._comm_slow_conns
@@ -72,6 +68,35 @@ def test_past_the_pool_only_the_suspect_series_are_read_in_order(tmp_path, monke
     monkeypatch.setattr(localize, "_POOL", 3)
     monkeypatch.setattr(SeriesBank, "ordered", counting)
     monkeypatch.setattr(localize.Localizer, "_comm_slow_conns", judged)
-    (tmp_path / "pool").mkdir()
-    assert named(diagnose(tmp_path / "pool", spines, "leaf00r0~spine00")) == whole
+    assert slow_uplink(tmp_path / "pool") == whole
     assert read and max(read) <= 3      # of the six connections
+
+
+def test_the_index_of_what_connections_cross_is_built_a_share_at_a_time(tmp_path,
+                                                                         monkeypatch):
+    """Each judgement indexes a share of the new connections; the rest when one is slow."""
+    whole = slow_uplink(tmp_path / "all")
+    pending: list[tuple[int | None, int]] = []
+    sync = localize.Localizer._sync
+
+    def counting(self, win, most=None):
+        pending.append((most, len(win.changed)))
+        return sync(self, win, most)
+    monkeypatch.setattr(localize, "_SYNC_PER_PASS", 2)
+    monkeypatch.setattr(localize.Localizer, "_sync", counting)
+    assert slow_uplink(tmp_path / "share") == whole
+    shares = [n for most, n in pending if most == 2]
+    # (a connection is listed when new and when its path is set) two at each judgement
+    assert len(shares) >= 3 and shares[0] >= 6
+    assert [a - b for a, b in itertools.pairwise(shares[:3])] == [2, 2]
+
+
+def slow_uplink(tmp_path) -> list[tuple[str, list[tuple[str, str]]]]:
+    """What is named of ``test_engine_slow_paths``' uplink of leaf00r0 to spine00 slow from
+    iteration 20 on (one flow crosses it)."""
+    tmp_path.mkdir()
+    reports = diagnose(tmp_path, {1: "spine00", 3: "spine00", 5: "spine01"},
+                       "leaf00r0~spine00")
+    named = [(r.kind, [(s.type, s.id) for s in r.suspects[:2]]) for r in reports]
+    assert named and named[0][0] == "comm_slow"
+    return named
