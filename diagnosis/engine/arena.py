@@ -90,6 +90,7 @@ class Arena:
         self._by_pg: dict[int, int] = {}
         self._channels: dict[int, int] = {}
         self._member_keys: list[np.ndarray] = []
+        self._member_pos: list[np.ndarray] = []     # each member's position, in the same order
         self._mkeys = np.zeros(0, dtype=np.int64)
         self._mpos = np.zeros(0, dtype=np.int64)
         self._mdirty = False
@@ -182,6 +183,9 @@ class Arena:
             self.c_rank[start:self.cells] = np.concatenate([np.tile(m, self.W) for m in new])
         gids = np.arange(g0, len(self.names), dtype=np.int64)
         self._member_keys.append((np.repeat(gids, sizes) << _RANK_BITS) | np.concatenate(new))
+        # (one array per registration: hundreds of thousands of channels, two members each)
+        self._member_pos.append(np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes,
+                                                                         sizes))
         self._mdirty = True
         return g0
 
@@ -213,7 +217,7 @@ class Arena:
         """Each rank's position in its communicator, -1 when it is not a member."""
         if self._mdirty:
             keys = np.concatenate(self._member_keys) if self._member_keys else np.zeros(0, int)
-            pos = np.concatenate([np.arange(len(m)) for m in self.members]) if self.members \
+            pos = np.concatenate(self._member_pos) if self._member_pos \
                 else np.zeros(0, int)
             order = np.argsort(keys, kind="stable")
             self._mkeys, self._mpos = keys[order], pos[order]
