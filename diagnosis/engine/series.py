@@ -163,7 +163,7 @@ class SeriesBank:
         for lo in range(0, len(keys), _BLOCK):
             k = keys[lo: lo + _BLOCK]
             block = slice(int(k[0]), int(k[-1]) + 1)
-            contiguous = len(k) and block.stop - block.start == len(k)
+            contiguous = block.stop - block.start == len(k) and bool((np.diff(k) == 1).all())
             ring = self.ring[block] if contiguous else self.ring[k]
             ok = np.isfinite(ring)
             if since is not None:
