@@ -56,6 +56,7 @@ class SlowReports:
         self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
         self._hosts: set[str] = set()       # noncomm_slow host findings of the last pass
         self._sample = 1     # the stream's sampling factor as of the last pass
+        self._filed: dict[int, SlowRank] = {}   # rank -> the finding of its last rank report
 
     def noncomm(self, found: list[SlowRank], now: int, sample: int = 1,
                 confirm: bool = True) -> None:
@@ -75,6 +76,7 @@ class SlowReports:
         by_host: dict[str | None, list[int]] = {}
         for r in best:
             by_host.setdefault(self.placement.host(r), []).append(r)
+        self._add_reported_mates(by_host, best)
         for host, ranks in by_host.items():
             # a slow host slows its GPUs alike; a GPU many times slower than its host-mates
             # found beside it is the fault, and their small excess its side effect (it takes
@@ -101,6 +103,24 @@ class SlowReports:
         if confirm:
             self._hosts = hosts
             self._withdraw_unconfirmed(filed, now)
+
+    def _add_reported_mates(self, by_host: dict[str | None, list[int]],
+                            best: dict[int, SlowRank]) -> None:
+        """Add to each host found now its GPUs reported slow at earlier passes and still open
+        (with the finding that filed them). A slow host's GPUs cross the threshold one pass
+        apart as often as together (in the lab, CPU contention on a host of two: one GPU's
+        report, then its host-mate's, never both at one pass); the host is what they share."""
+        for host, ranks in by_host.items():
+            if host is None:
+                continue
+            for r in self.placement.ranks_of_host(host):
+                s = self._filed.get(r)
+                if r in best or s is None:
+                    continue
+                cur = self.reporter.get(f"noncomm_slow:rank:{r}")
+                if cur is not None and cur.state == "open":
+                    best[r] = s
+                    ranks.append(r)
 
     def _confirmed(self, fid: str) -> bool:
         """Whether a host finding whose evidence is thin once counted right (``_evidence``) is
@@ -158,6 +178,7 @@ class SlowReports:
             summary, pg=self.pg_names[self.arena.pg_of[s.group]],
             evidence=self._slow_evidence(s), ranks=(s.rank,), recurring=s.duty is not None),
             now)
+        self._filed[s.rank] = s
         return fid
 
     def _slow_host(self, host: str, ranks: list[int], best: dict[int, SlowRank],

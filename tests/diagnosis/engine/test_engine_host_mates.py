@@ -44,3 +44,32 @@ def test_host_mates_slowed_alike_name_the_host(mate):
     eng = engine()
     eng.slow_reports.noncomm(found(eng, {5: 1.0, 4: mate}), now=T0)
     assert _open(eng) == ["noncomm_slow:host:node002"]
+
+
+def test_host_mates_found_one_pass_apart_name_the_host():
+    # the lab's CPU contention on a host of two: one GPU's report, then its host-mate's, both
+    # open and alike (42% and 53%), never found at one pass
+    eng = engine()
+    eng.slow_reports.noncomm(found(eng, {4: 0.42}), now=T0)
+    assert _open(eng) == ["noncomm_slow:rank:4"]
+    eng.slow_reports.noncomm(found(eng, {5: 0.53}), now=T0 + 3 * 10**9)
+    assert _open(eng) == ["noncomm_slow:host:node002"]
+    assert eng.reporter.get("noncomm_slow:rank:4").state != "open"
+
+
+def test_a_host_mate_found_after_a_gpu_many_times_slower_is_its_side_effect():
+    eng = engine()
+    eng.slow_reports.noncomm(found(eng, {5: 1.0}), now=T0)
+    eng.slow_reports.noncomm(found(eng, {4: 0.1}), now=T0 + 3 * 10**9)
+    assert _open(eng) == ["noncomm_slow:rank:5"]
+
+
+def test_a_gpu_whose_report_was_withdrawn_does_not_join_its_host_mate():
+    eng = engine()
+    eng.slow_reports.noncomm(found(eng, {4: 0.5}), now=T0)
+    passes = eng.cfg.slow_unconfirmed_passes
+    for i in range(1, passes + 1):
+        eng.slow_reports.noncomm([], now=T0 + i * 3 * 10**9)
+    assert _open(eng) == []
+    eng.slow_reports.noncomm(found(eng, {5: 0.5}), now=T0 + (passes + 1) * 3 * 10**9)
+    assert _open(eng) == ["noncomm_slow:rank:5"]
