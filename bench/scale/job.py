@@ -205,6 +205,25 @@ def _metric(url: str, name: str) -> float | None:
     return None
 
 
+def _gc(url: str) -> dict[str, float]:
+    """The daemon's time in Python's garbage collector: total (every generation) and the
+    longest collection, in s; objects frozen."""
+    try:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+    except OSError:
+        return {}
+    out = {"total": 0.0, "longest": 0.0, "frozen": 0.0}
+    for line in text.splitlines():
+        name, _, v = line.rpartition(" ")
+        if name.startswith("c4_daemon_gc_seconds_total{"):
+            out["total"] += float(v)
+        elif name == "c4_daemon_gc_longest_pause_seconds":
+            out["longest"] = float(v)
+        elif name == "c4_daemon_gc_frozen_objects":
+            out["frozen"] = float(v)
+    return out
+
+
 def _guard(daemon, limit_gib: float) -> None:
     """Stop the daemon and the bench once the daemon holds ``limit_gib``: the generator may
     be blocked on a stream the daemon no longer drains, so this watches from its own thread."""
@@ -347,6 +366,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     with DaemonClient(address, timeout=60) as c:
         stored_ops = sum(j.ops for j in c.jobs() if j.job == shape.job)
         faults = c.faults(shape.job)
+    gc_s = _gc(f"http://127.0.0.1:{mport}/metrics")
     daemon.stop()
     found = [(t, r) for t, r in reports if fault is not None and r.state == "open" and
              any(s.rank == fault.rank or s.id == str(fault.rank) for s in r.suspects)]
@@ -355,7 +375,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             "stored_ops": stored_ops, "schedules": schedules, "t_start": t_start,
             "fault": fault, "fault_latency": (found[0][0] - fault_mono) if found else None,
             "report": found[0][1] if found else None, "faults": faults,
-            "others": _others(reports, fault),
+            "others": _others(reports, fault), "gc": gc_s,
             "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending}
 
 
@@ -437,6 +457,10 @@ def _print(args: argparse.Namespace, res: dict) -> None:
           f"second half {slope:+.1f} MiB/min")
     print(f"daemon CPU {100 * res['daemon_cpu']:.0f}% of a core, generator "
           f"{100 * res['gen_cpu']:.0f}%")
+    if res["gc"]:
+        g = res["gc"]
+        print(f"daemon in Python's garbage collector: {g['total']:.1f} s in all, longest "
+              f"{g['longest']:.2f} s; {g['frozen']:,.0f} objects frozen at the end")
     print(f"records lost: {lost} (sent minus acknowledged); op rows stored "
           f"{res['stored_ops']:,} of {sent['ops']:,} sent; requests rejected {counts.rejected}"
           + (f" ({counts.errors[:3]})" if counts.errors else ""))

@@ -41,6 +41,7 @@ from diagnosis.daemon.budget import BudgetConfig, JobBudget
 from diagnosis.daemon.channels import Channels
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.heap import HeapKeeper
 from diagnosis.daemon.heartbeats import Heartbeats
 from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.links import ConnResolver
@@ -175,8 +176,10 @@ class LiveView:
                  gone_after_s: float = 300.0,
                  budget: BudgetConfig | None = None, control: ControlHub | None = None,
                  max_job_names: int = MAX_JOB_NAMES, hosts: HostBook | None = None,
-                 topology_source: str = "", interval_s: float = 1.0) -> None:
+                 topology_source: str = "", interval_s: float = 1.0,
+                 heap: HeapKeeper | None = None) -> None:
         self._hub = hub
+        self._heap = heap      # frozen and thawed between passes (see diagnosis/daemon/heap)
         self._engine_config = EngineConfig.analysed_every(interval_s)
         self.max_job_names = max_job_names
         self._hosts = hosts     # the hosts' discovered internals: each job's topology
@@ -319,6 +322,8 @@ class LiveView:
                 if time.monotonic() >= next_at:
                     self.analyze()
                     self._evict_idle()
+                    if self._heap is not None:
+                        self._heap.maintain()
                     # a pass longer than the interval (a job of 100k+ ranks) leaves as long
                     # again for applying what arrives: the detectors never starve ingest
                     next_at = time.monotonic() + max(interval_s, self.last_analysis_s)
@@ -436,6 +441,8 @@ class LiveView:
                     self._evicted.popitem(last=False)
                 log.info("job %s attempt %d silent for %.0f s: it leaves the live view", *key,
                          self._idle_s)
+                if self._heap is not None:
+                    self._heap.thaw()
                 if not any(j == key[0] for j, _ in self._jobs):
                     self.health.forget(key[0])
 
@@ -450,6 +457,8 @@ class LiveView:
             for key in [k for k in self._evicted if k[0] == job]:
                 del self._evicted[key]
         self.health.forget(job)
+        if keys and self._heap is not None:
+            self._heap.thaw()
         return len(keys)
 
     @staticmethod

@@ -32,6 +32,7 @@ from diagnosis.daemon.decoding import SafeDecode
 from diagnosis.daemon.detail import DetailPuller
 from diagnosis.daemon.fault_metrics import OpenFaults
 from diagnosis.daemon.faults import FaultHub
+from diagnosis.daemon.heap import HeapCollector, HeapKeeper
 from diagnosis.daemon.hosts import HostBook
 from diagnosis.daemon.ingest import IngestService
 from diagnosis.daemon.inspection import ProcessInspector
@@ -73,13 +74,14 @@ class Daemon:
         self.hub = FaultHub(self.store)
         self.control = ControlHub()
         self.hosts = HostBook(self.store)
+        self.heap = HeapKeeper()
         self.live = LiveView(self.hub, topology=topology, store=self.store,
                              hosts=self.hosts, topology_source=topology_source,
                              max_backlog_records=config.live_backlog_records,
                              idle_s=config.jobs.idle_s,
                              gone_after_s=config.jobs.gone_after_s,
                              budget=config.budget, control=self.control,
-                             interval_s=config.analyze_interval_s)
+                             interval_s=config.analyze_interval_s, heap=self.heap)
         self.detail = DetailPuller(self.hub, self.control, self.store.ranks,
                                    self.live.job_reduced, config.detail)
         self.inspector = ProcessInspector(self.hub, self.store.ranks, config.inspect,
@@ -116,7 +118,8 @@ class Daemon:
         self.faults = FaultsService(self.store, self.hub, max_watches=config.max_watches)
         self.denials = AuthDenials(self.registry)
         for collector in (WriterCollector(self.writer), IngestCollector(self.ingest),
-                          LiveCollector(self.live), self.open_faults, self.job_series):
+                          LiveCollector(self.live), self.open_faults, self.job_series,
+                          HeapCollector(self.heap)):
             self.registry.register(collector)
         self.metrics_server: MetricsServer | None = None
         self.started_ns = time.time_ns()
@@ -239,6 +242,7 @@ class Daemon:
         self.store.close()
         if self.metrics_server is not None:
             self.metrics_server.close()
+        self.heap.close()
         log.info("c4 daemon stopped")
 
     def wait(self) -> None:

@@ -3,6 +3,7 @@ telemetry flows, and several instances in one process keep separate registries."
 
 from __future__ import annotations
 
+import gc
 import urllib.request
 
 import pytest
@@ -82,6 +83,13 @@ def test_daemon_metrics_move(daemon):
     assert value(after, "c4_daemon_store_write_seconds_sum") > 0
     assert value(after, "c4_daemon_jobs") == 1 and value(after, "c4_daemon_sidecars") == 1
     assert value(after, "c4_daemon_unacked_requests") == 0
+    # Python's collector runs all along (every thread stands still meanwhile)
+    gc.collect()
+    done = scrape(port)
+    assert value(done, "c4_daemon_gc_collections_total", generation="2") \
+        > value(before, "c4_daemon_gc_collections_total", generation="2")
+    assert value(done, "c4_daemon_gc_seconds_total", generation="2") > 0
+    assert ("c4_daemon_gc_frozen_objects", ()) in done
 
 
 def test_two_daemons_keep_separate_registries(daemon):
