@@ -110,8 +110,9 @@ class SlowSeries:
 
     def split(self, bank: SeriesBank, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:func:`split_at_onset` over all ``keys`` (the same ones, in the same order): a key
-        not judged had fewer than two samples above the noise, and is healthy when most of
-        its samples since the onset are normal, two at least."""
+        not judged could not be slow, nor slow in part (fewer than two samples above the
+        recurrence threshold), and is healthy when most of its samples since the onset are
+        normal, two at least."""
         onset, healthy = split_at_onset(self.ring, self.rt, self.thr, self.res, self.slow,
                                         np.full(len(self.rows), self.rec_thr))
         if len(self.rows) == self.n:
@@ -244,9 +245,11 @@ class Localizer:
         the base rate of such samples over every key; or slow again and again (see
         ``_recurring``). Past ``_POOL`` keys the rates are taken over an even spread of that
         many, and only the keys that could be slow are read in time order and judged: those
-        with ``CHANGE_LEAST`` samples above the noise (the fewest a change point starts on,
-        and fewer than recurring needs above its higher threshold), and those judged slow
-        before (at a million connections, reading every ring in order took seconds a pass)."""
+        with as many samples above the noise as a change point is judged slow on (see
+        ``_change_least``), with two above the recurrence threshold (what recurring and
+        "slow in part" count), and those judged slow before (at a million connections,
+        reading every ring in order took seconds a pass; and as rings fill, two samples
+        above the noise in 64 became common by chance: 47k of 524k connections)."""
         cfg = self.cfg
         n = len(keys)
         pool = keys if n <= _POOL else keys[np.unique(np.linspace(0, n - 1, _POOL)
@@ -264,7 +267,9 @@ class Localizer:
             rows, ring, rt = np.arange(n), p_ring, p_rt
         else:
             _, n_above = bank.counts(keys, thr)
-            rows = np.flatnonzero((n_above >= CHANGE_LEAST) | (bank.slow_since[keys] >= 0))
+            _, n_rec = bank.counts(keys, rec_thr)
+            rows = np.flatnonzero((n_above >= self._change_least()) | (n_rec >= 2)
+                                  | (bank.slow_since[keys] >= 0))
             ring, rt = bank.ordered(keys[rows])
         valid = np.isfinite(ring)
         high = ring > thr                                   # (NaN compares False)
@@ -296,6 +301,12 @@ class Localizer:
                                                              p_ring, p_rt)
         return SlowSeries(n, rows, ring, rt, thr, res, lasting, duty, episodes, rec_thr, unit,
                           p_ring, p_rt)
+
+    def _change_least(self) -> int:
+        """The fewest samples above the noise a key judged slow from a change point has: its
+        segment is ``comm_min_samples`` long at least, ``comm_min_frac`` of it above."""
+        cfg = self.cfg
+        return max(CHANGE_LEAST, math.ceil(cfg.comm_min_frac * cfg.comm_min_samples - 1e-9))
 
     def _recurring(self, ring: np.ndarray, rt: np.ndarray, thr: float, res: ChangePoint,
                    lasting: np.ndarray, p_ring: np.ndarray, p_rt: np.ndarray

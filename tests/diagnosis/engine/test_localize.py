@@ -72,6 +72,34 @@ def test_past_the_pool_only_the_suspect_series_are_read_in_order(tmp_path, monke
     assert read and max(read) <= 3      # of the six connections
 
 
+def test_past_the_pool_a_series_is_read_only_when_it_could_be_found_slow(monkeypatch):
+    """Of a fleet past ``_POOL``, two samples above the noise in a full ring are chance (and
+    common, with 64 samples a ring): a change point is judged slow on three at least
+    (``comm_min_samples`` long, ``comm_min_frac`` of it above). Two samples far above, what
+    recurring and slow in part count, are read."""
+    from diagnosis.engine.arena import Arena
+    from diagnosis.engine.config import EngineConfig
+    from diagnosis.engine.placement import Placement
+
+    cfg = EngineConfig()
+    monkeypatch.setattr(localize, "_POOL", 16)
+    rng = np.random.default_rng(1)
+    n, K = 64, 64
+    x = rng.normal(0.0, 0.01, (n, K))
+    x[1, [10, 40]] = 0.08        # two just above the noise threshold: chance
+    x[2, [10, 40, 50]] = 0.08    # three: could be a change point
+    x[3, [10, 40]] = 0.5         # two far above: could be recurring, or slow in part
+    bank = SeriesBank(K, 0, 1)
+    keys = np.arange(n)
+    bank.add(keys, np.ones(n), np.zeros(n, dtype=np.int64))      # the baselines: 1
+    for j in range(K):
+        bank.add(keys, 1.0 + x[:, j], np.full(n, (j + 1) * 10**9, dtype=np.int64))
+    loc = localize.Localizer(Arena(cfg.window), Placement(), None, cfg)
+    ss = loc._slow_series(bank, keys, 10**10, cfg.comm_min_before)
+    assert ss.thr < 0.08 and ss.rec_thr == cfg.comm_rec_min_excess
+    assert set(ss.rows.tolist()) == {2, 3}
+
+
 def test_the_index_of_what_connections_cross_is_built_a_share_at_a_time(tmp_path,
                                                                          monkeypatch):
     """Each judgement indexes a share of the new connections; the rest when one is slow."""
