@@ -25,6 +25,7 @@ from diagnosis.engine.series import (
     episode_length,
     episode_marks,
     episode_rate,
+    even_spread,
     excess_sigma,
     on_slow_rows,
     recurrence,
@@ -252,8 +253,7 @@ class Localizer:
         above the noise in 64 became common by chance: 47k of 524k connections)."""
         cfg = self.cfg
         n = len(keys)
-        pool = keys if n <= _POOL else keys[np.unique(np.linspace(0, n - 1, _POOL)
-                                                      .astype(np.int64))]
+        pool = even_spread(keys, _POOL)
         p_ring, p_rt = bank.ordered(pool)
         p_valid = np.isfinite(p_ring)
         with warnings.catch_warnings():

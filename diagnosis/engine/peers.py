@@ -37,10 +37,13 @@ from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.conns import ConnWindow
 from diagnosis.engine.distinct import distinct_inverse
 from diagnosis.engine.medians import median_of_valid
-from diagnosis.engine.series import robust_sigma, row_quantile
+from diagnosis.engine.series import even_spread, robust_sigma, row_quantile
 from diagnosis.engine.tomography import Component, Explanation, explain
 
 KeySets = Callable[[ConnWindow, int], tuple[frozenset[Component], frozenset[Component]]]
+
+#: the connections whose samples give the noise of one sample (about a million samples)
+_SIGMA_KEYS = 1 << 14
 
 
 @dataclass
@@ -191,9 +194,10 @@ def judge(win: ConnWindow, cfg: EngineConfig, load: LoadModel | None = None,
         recent = row_quantile(bank.ring[keys[:, None], cols], 0.5)
         keep = recent > -cfg.comm_min_excess
         keys, recent = keys[keep], recent[keep]
-        ring = bank.ring[keys]
         # the noise of one sample against its key's baseline (a baseline is a median of
-        # several, so its own noise is smaller)
+        # several, so its own noise is smaller), over an even spread of the keys (every
+        # ring of half a million connections is tens of millions of samples)
+        ring = bank.ring[even_spread(keys, _SIGMA_KEYS)]
         sigma = float(np.nan_to_num(robust_sigma(ring[np.isfinite(ring)]), nan=0.0)) \
             if np.isfinite(ring).any() else 0.0
     x = np.log(base[keys])

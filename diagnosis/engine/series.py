@@ -45,6 +45,15 @@ def binom_logsf(k: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
         return m + np.log(np.exp(term - m[:, None]).sum(axis=1))
 
 
+def even_spread(keys: np.ndarray, most: int) -> np.ndarray:
+    """``keys``, or ``most`` of them evenly spread over it when there are more: the fleet's
+    rates and noise, read over a few hundred thousand series, are those of them all."""
+    n = len(keys)
+    if n <= most:
+        return keys
+    return keys[np.unique(np.linspace(0, n - 1, most).astype(np.int64))]
+
+
 def robust_sigma(values: np.ndarray, axis: tuple[int, ...] | int | None = None) -> np.ndarray:
     """1.4826 x median absolute deviation, ignoring NaN; ``axis`` None or the trailing axes."""
     if axis is None:

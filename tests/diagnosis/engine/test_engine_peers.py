@@ -114,3 +114,18 @@ def test_a_partner_too_new_to_judge_still_counts_for_the_load(tmp_path):
     # is still two flows
     flows = [*RING, (2, 5)]
     assert diagnose(tmp_path, "none", 1.0, flows=flows, iterations=11, late={(2, 5)}) == []
+
+
+def test_the_noise_of_a_large_fleet_is_read_over_a_spread_of_its_connections(tmp_path,
+                                                                             monkeypatch):
+    # past _SIGMA_KEYS connections, one sample's noise comes from an even spread of them (at
+    # half a million connections every ring was tens of millions of samples): the verdicts
+    # are the same
+    from diagnosis.engine import peers
+
+    whole = diagnose(tmp_path, f"{leaf(3)}~{nic(3)}", 1.6)
+    monkeypatch.setattr(peers, "_SIGMA_KEYS", 3)
+    spread = diagnose(tmp_path, f"{leaf(3)}~{nic(3)}", 1.6)
+    assert [(r.kind, r.suspects[0].id, r.evidence["slow"]) for r in spread] == \
+        [(r.kind, r.suspects[0].id, r.evidence["slow"]) for r in whole]
+    assert diagnose(tmp_path, "none", 1.0, flows=[*RING, (2, 5)]) == []
