@@ -24,7 +24,8 @@ def collector_off():
     # no automatic collection between a test's steps: each collection is the test's own
     was = gc.isenabled()
     gc.disable()
-    yield
+    gc.collect()    # the garbage earlier tests in this process left (a collection freeing it
+    yield           # would freeze nothing)
     gc.unfreeze()
     if was:
         gc.enable()
