@@ -93,6 +93,7 @@ class Engine:
         self._unknown_count = 0
         self._unmatched: set[str] = set()   # groups whose send/recv rows carry no peer
         self._detected_records = -1
+        self._links_owed = False    # the connections' judgement put off by one pass
         self.records = 0
         self.dropped = 0
         self.inverted = 0   # op rows that ended before they were entered
@@ -545,7 +546,18 @@ class Engine:
                 and self.records != self._detected_records:
             self._last_detect = now
             self._detected_records = self.records
-            self._slow(now)
+            conns = self.conns if self.conns.total else None
+            if self._detect_every > self.cfg.detect_every_ns \
+                    and self.localizer.conns_stale(conns):
+                # a lengthened window (a job of 100k+ ranks): judging the ranks and a window
+                # of half a million connections in one pass held every record that arrived
+                # meanwhile for both; the connections are judged at the next pass
+                self._slow_ranks(now)
+                self._links_owed = True
+            else:
+                self._slow(now)
+        elif self._links_owed:
+            self._slow_links(now)
         return self.reporter.changed()
 
     def finish(self, end_ns: int | None = None) -> list[FaultReport]:
@@ -584,8 +596,15 @@ class Engine:
         return min(cfg.comm_min_span_ns, max(rounds, cfg.comm_min_span_low_ns))
 
     def _slow(self, now: int) -> None:
+        self._slow_ranks(now)
+        self._slow_links(now)
+
+    def _slow_ranks(self, now: int) -> None:
         self.slow_reports.noncomm(self.slow.judge() if self.sample == 1
                                   else self.stragglers.judge(), now, self.sample)
+
+    def _slow_links(self, now: int) -> None:
+        self._links_owed = False
         findings = self.localizer.comm_slow(self.conns if self.conns.total else None,
                                             self.timing.xfer, self.timing.xkey_group,
                                             self._comm_min_span())

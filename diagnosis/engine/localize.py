@@ -435,8 +435,7 @@ class Localizer:
             # 16 s, and the slow detectors run twice per window; at 1M connections one
             # judgement takes seconds). ``min_span`` follows the job's iteration time, a
             # moving median: a change of it alone waits for the next samples.
-            state = (win.total, win.path_version, len(win), len(win.bank), id(self.paths),
-                     self.placement.version)
+            state = self._conns_state(win)
             if self._conns_judged is None or self._conns_judged[0] != state:
                 # the index of what each connection crosses is read only once one is slow,
                 # but built as connections come, a share at each judgement: at half a million
@@ -446,6 +445,17 @@ class Localizer:
                                       + self._comm_slow_peers(win))
             return list(self._conns_judged[1])
         return self._comm_slow_groups(timing_bank, key_group, min_span)
+
+    def conns_stale(self, win: ConnWindow | None) -> bool:
+        """Whether ``comm_slow`` would judge the connections afresh (their samples, paths or
+        the ranks' places changed since it last did)."""
+        if win is None or not len(win) or not len(win.bank):
+            return False
+        return self._conns_judged is None or self._conns_judged[0] != self._conns_state(win)
+
+    def _conns_state(self, win: ConnWindow) -> tuple[int, ...]:
+        return (win.total, win.path_version, len(win), len(win.bank), id(self.paths),
+                self.placement.version)
 
     def _comm_slow_peers(self, win: ConnWindow) -> list[CommFinding]:
         """Components whose connections were slow from their first transfer on, against their

@@ -48,6 +48,9 @@ _EXPLAINS = 0.15
 # which more are off the median is an event of the job or of its network (see
 # ``slow._crowded``), no member's evidence
 _FAULTS_AT_ONCE = 2
+# the per-group arrays of ``_Rings`` and what a new group's row holds
+_RING_FILLS = {"x": np.nan, "a": np.nan, "scale": np.nan, "t": 0, "pos": 0, "acc_x": 0.0,
+               "acc_scale": 0.0, "acc_n": 0, "acc_b": -1, "acc_t": 0, "bucket": 0}
 
 
 class _Rings:
@@ -72,6 +75,7 @@ class _Rings:
         self.acc_b = np.zeros(0, dtype=np.int64)
         self.acc_t = np.zeros(0, dtype=np.int64)
         self.bucket = np.zeros(0, dtype=np.int64)     # per group, its bucket length (0: unset)
+        self._spare = {name: getattr(self, name) for name in _RING_FILLS}
 
     def add(self, li: np.ndarray, x: np.ndarray, scale: np.ndarray, t: np.ndarray,
             bucket_ns: np.ndarray) -> None:
@@ -155,21 +159,23 @@ class _Rings:
                 li = self.local[gs[i]] = len(self.groups)
                 self.groups.append(gs[i])
             out[i] = li
-        grow = len(self.groups) - len(self.pos)
-        if grow > 0:
-            n, K = self.n, self.K
-            self.x = np.concatenate([self.x, np.full((grow, K, n), np.nan, np.float32)])
-            self.a = np.concatenate([self.a, np.full((grow, K, n), np.nan, np.float32)])
-            self.scale = np.vstack([self.scale, np.full((grow, K), np.nan)])
-            self.t = np.vstack([self.t, np.zeros((grow, K), dtype=np.int64)])
-            self.pos = np.r_[self.pos, np.zeros(grow, dtype=np.int64)]
-            self.acc_x = np.concatenate([self.acc_x, np.zeros((grow, n))])
-            self.acc_scale = np.r_[self.acc_scale, np.zeros(grow)]
-            self.acc_n = np.r_[self.acc_n, np.zeros(grow, dtype=np.int64)]
-            self.acc_b = np.r_[self.acc_b, np.full(grow, -1, dtype=np.int64)]
-            self.acc_t = np.r_[self.acc_t, np.zeros(grow, dtype=np.int64)]
-            self.bucket = np.r_[self.bucket, np.zeros(grow, dtype=np.int64)]
+        if len(self.groups) > len(self.pos):
+            self._grow(len(self.groups))
         return out
+
+    def _grow(self, size: int) -> None:
+        """Rows for ``size`` groups. The arrays are views of ones with room to spare, grown
+        by doubling: growing them at each new group copied every ring once per batch of new
+        groups (quadratic; a second and more while a 131,072-rank job's groups appear)."""
+        if size > len(self._spare["pos"]):
+            cap = max(size, 2 * len(self._spare["pos"]), 64)
+            for name, fill in _RING_FILLS.items():
+                old = self._spare[name]
+                arr = np.full((cap, *old.shape[1:]), fill, dtype=old.dtype)
+                arr[:len(old)] = old
+                self._spare[name] = arr
+        for name in _RING_FILLS:
+            setattr(self, name, self._spare[name][:size])
 
 
 class SampledStragglers:

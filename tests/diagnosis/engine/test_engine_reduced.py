@@ -133,30 +133,48 @@ def test_ports_name_a_dead_nic_that_timing_leaves_tied(tmp_path):
 
 def test_lengthened_windows_space_the_slow_detectors_and_the_fault_is_still_named(tmp_path):
     """A job whose windows the daemon lengthened to 4 s: its slow detectors judge at most
-    every 2 s (half a window) however often the engine is advanced, and the slow GPU is
-    named no more than that later than when they judge at every advance."""
+    every 2 s (half a window) however often the engine is advanced, the ranks and a fresh
+    window of connections never in the same pass (at 100k+ ranks each takes a second), and
+    the slow GPU is named no more than that later than when they judge at every advance."""
     res = simulate(sim_config(BASE, ("slow_gpu:auto@10,slow=2",), sample=16), tmp_path)
     truth = json.loads(res.truth.read_text())["faults"][0]
 
-    def first_named(window_ns: int) -> tuple[int, list[int]]:
+    def first_named(window_ns: int) -> tuple[int, list[int], list[int], list[int]]:
         # (as the daemon's engines, advanced every 0.25 s: judged at every advance)
         eng = Engine(Topology.load(res.topology), config=EngineConfig.analysed_every(0.25))
         eng.set_window(window_ns)
         judged: list[int] = []
-        slow = eng._slow
+        passes: list[int] = []
+        conns_passes: list[int] = []
+        slow, conns, advance = eng._slow_ranks, eng.localizer._comm_slow_conns, eng.advance
+
+        def spy_advance(now: int, *a, **k):
+            passes.append(now)
+            return advance(now, *a, **k)
 
         def spy(now: int) -> None:
             judged.append(now)
             slow(now)
-        eng._slow = spy  # type: ignore[method-assign]
+
+        def spy_conns(*a, **k):
+            conns_passes.append(passes[-1])
+            return conns(*a, **k)
+        eng.advance = spy_advance  # type: ignore[method-assign]
+        eng._slow_ranks = spy  # type: ignore[method-assign]
+        eng.localizer._comm_slow_conns = spy_conns  # type: ignore[method-assign]
         reports = replay_live(eng, res.trace, tail_s=5.0)
         # (a report's first emission is the one seen last earliest)
-        return min(r.last_seen_ns for r in reports if named([r], truth)), judged
+        return (min(r.last_seen_ns for r in reports if named([r], truth)), judged,
+                conns_passes, passes)
 
-    at_every, judged_every = first_named(0)
-    at_long, judged_long = first_named(4_000_000_000)
+    at_every, judged_every, conns_every, _ = first_named(0)
+    at_long, judged_long, conns_long, passes = first_named(4_000_000_000)
     def gap(times: list[int]) -> int:
         return min(b - a for a, b in itertools.pairwise(times))
 
     assert gap(judged_long) >= 2_000_000_000 > gap(judged_every)
+    assert conns_long and not set(conns_long) & set(judged_long)
+    # put off by one pass
+    assert all(passes[passes.index(t) - 1] in judged_long for t in conns_long)
+    assert set(conns_every) & set(judged_every)
     assert at_long - at_every <= 2_000_000_000

@@ -5,6 +5,7 @@ sampling schedule."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from c4.proto.sampling import is_sampled
 from c4.report import Suspect
@@ -196,16 +197,24 @@ class _OneBucketAtATime:
             self.acc[g] = (ax + x[i], asc + scale[i], an + 1, ab, at)
 
 
-def test_straggler_rings_fold_buckets_as_one_bucket_at_a_time_would():
+@pytest.mark.parametrize("groups", [5, 150])
+def test_straggler_rings_fold_buckets_as_one_bucket_at_a_time_would(groups):
+    """With 150 groups, they appear a few at a time, as a large job's do: the rings grow
+    (their arrays have room to spare) and keep what the groups had."""
     rng = np.random.default_rng(3)
-    groups, n, K = 5, 4, 6
+    n, K = 4, 6
     rings, ref = _Rings(n, K), _OneBucketAtATime(groups, n, K)
-    rings.index(np.arange(groups))
-    bucket = np.array([10, 10, 25, 7, 40])
+    known = min(groups, 5)
+    rings.index(np.arange(known))
+    bucket = rng.choice([7, 10, 25, 40], groups)
     now = 0
     for _ in range(40):
+        if known < groups:
+            known = min(groups, known + int(rng.integers(1, 9)))
+            ids = np.r_[np.arange(known), known - 1]   # (a group twice in one batch)
+            assert rings.index(ids).tolist() == ids.tolist()
         m = int(rng.integers(1, 30))
-        li = rng.integers(0, groups, m)
+        li = rng.integers(0, known, m)
         # mostly forward in time, now and then a call of a bucket already written, and now
         # and then a jump past more than K buckets at once
         t = now + rng.integers(-30, 60, m) + (400 if rng.random() < 0.1 else 0)
@@ -215,11 +224,12 @@ def test_straggler_rings_fold_buckets_as_one_bucket_at_a_time_would():
         scale = rng.uniform(1, 2, m)
         rings.add(li, x, scale, t, bucket[li])
         ref.add(li, x, scale, t, bucket[li])
-        np.testing.assert_array_equal(rings.pos, ref.pos)
-        np.testing.assert_allclose(rings.x, ref.x.astype(np.float32), rtol=1e-6)
-        np.testing.assert_allclose(rings.scale, ref.scale, rtol=1e-12)
-        np.testing.assert_array_equal(rings.t, ref.t)
-    assert rings.pos.min() > K          # the rings went round
+        np.testing.assert_array_equal(rings.pos, ref.pos[:known])
+        np.testing.assert_allclose(rings.x, ref.x[:known].astype(np.float32), rtol=1e-6)
+        np.testing.assert_allclose(rings.scale, ref.scale[:known], rtol=1e-12)
+        np.testing.assert_array_equal(rings.t[:known], ref.t[:known])
+    assert len(rings.pos) == groups
+    assert rings.pos.max() > K          # the rings went round
 
 
 def test_open_slots_follow_every_write_to_the_arena():
