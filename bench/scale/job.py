@@ -3,6 +3,7 @@ calls/s per rank into one `c4 daemon` on this machine.
 
     python -m bench.scale.job [--ranks 16384] [--minutes 10] [--store sqlite|clickhouse]
                               [--streams 16] [--budget 200000] [--fault-at-s S]
+                              [--fabric rail|tor|three_tier|...]
 
 ``bench.scale.jobgen`` builds, second by second, what the job's sidecars ship in reduced mode
 (sampled op rows, progress and linkstat per window, port records, the collectors' counters),
@@ -10,7 +11,9 @@ following the daemon's schedule as sidecars do: the factor it starts the job wit
 size), per-communicator steps, longer windows. ``--streams`` gRPC ingest streams carry it
 (each stands for the sidecars of ``nodes / streams`` nodes, with the outbox's window of 64
 requests in flight). One rank stops at ``--fault-at-s`` (default: two minutes before the end):
-the daemon must report it.
+the daemon must report it. With ``--fabric`` the daemon localizes on that fabric (built for
+the job's nodes, 8 GPUs each, GPU i on rail i), as a daemon given the cluster's topology does:
+the connections' paths, the index of what each crosses, the peers' load model.
 
 Printed: the schedule the daemon chose; per minute the records acknowledged per second by
 kind, the ingest lag (request made -> acknowledged once stored: the time it waited in the
@@ -52,6 +55,7 @@ import numpy as np
 
 from bench.scale.jobgen import NS, JobGen, JobShape, encode
 from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.topology.fabrics import FABRICS
 
 INFLIGHT = 64
 # requests a stream holds before the generator waits: a sidecar's outbox keeps a bounded number
@@ -251,9 +255,15 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     shape = JobShape(ranks=args.ranks, streams=args.streams)
     port, mport = free_port(), free_port()
     store = args.store_url
+    topology: list[str] = []
+    if args.fabric:
+        from c4.topology.fabrics import build_fabric
+
+        build_fabric(args.fabric, shape.nodes, shape.per_node).save(work / "fabric.json")
+        topology = ["--topology", str(work / "fabric.json")]
     daemon = start_daemon(work, port, store=store, extra=[
         "--job-records-per-s", str(args.budget), "--max-requests-per-second", "0",
-        "--metrics", str(mport), "--analyze-interval", "1"])
+        "--metrics", str(mport), "--analyze-interval", "1", *topology])
     # stopped however the bench ends (main turns SIGTERM into an exit): a daemon left behind
     # holds gigabytes at this size
     atexit.register(daemon.stop)
@@ -394,6 +404,7 @@ def _print(args: argparse.Namespace, res: dict) -> None:
     shape, counts = res["shape"], res["counts"]
     print(f"\none daemon, a whole job: {shape.ranks:,} ranks x {shape.calls_per_rank:g} calls/s "
           f"({shape.ranks * shape.calls_per_rank / 1e6:.2f}M calls/s), store {args.store}, "
+          f"fabric {args.fabric or 'none'}, "
           f"budget {args.budget:,.0f} records/s, {shape.streams} streams, "
           f"{res['sending'] / 60:.1f} min")
     print(f"registration of {shape.ranks:,} ranks and their groups: {res['registered_s']:.1f} s;"
@@ -501,6 +512,8 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--budget", type=float, default=200_000.0)
     ap.add_argument("--fault-at-s", type=float, default=None)
+    ap.add_argument("--fabric", choices=FABRICS, default=None,
+                    help="give the daemon this fabric's topology (default: none)")
     ap.add_argument("--max-daemon-rss-gib", type=float, default=12.0,
                     help="stop the run (and say so) once the daemon holds this much")
     args = ap.parse_args()

@@ -42,6 +42,7 @@ from c4.proto.codec import (
     encode_progress,
 )
 from c4.proto.sampling import prefix_state, sampled_after
+from c4.topology.builders import host_name
 
 NS = 1_000_000_000
 NEVER = np.iinfo(np.int64).max
@@ -162,13 +163,20 @@ class JobGen:
                                      ranks=list(range(j, s.ranks, p))) for j in range(p)]
         return out
 
+    def host(self, node: int) -> str:
+        """Node ``node``'s host id, as the topology builders name it (``--fabric``)."""
+        return host_name(node, self.shape.nodes)
+
     def rank_infos(self, stream: int) -> list[c4_pb2.RankInfo]:
+        """Each rank on its node's GPU of its local rank, and the NIC of that GPU's rail."""
         s = self.shape
-        return [c4_pb2.RankInfo(job=s.job, rank=int(r), world_size=s.ranks,
-                                host=f"node{r // s.per_node}", local_rank=int(r % s.per_node),
-                                nic=f"node{r // s.per_node}/nic0", gpu=f"node{r // s.per_node}/"
-                                f"gpu{r % s.per_node}", backend="nccl", t_ns=self.t0)
-                for r in self.ranks_of(stream).tolist()]
+        out = []
+        for r in self.ranks_of(stream).tolist():
+            h, loc = self.host(r // s.per_node), r % s.per_node
+            out.append(c4_pb2.RankInfo(job=s.job, rank=int(r), world_size=s.ranks, host=h,
+                                       local_rank=int(loc), nic=f"{h}/nic{loc}",
+                                       gpu=f"{h}/gpu{loc}", backend="nccl", t_ns=self.t0))
+        return out
 
     # -- seqs --------------------------------------------------------------------------------
     def _seq_at(self, rate: float, t_ns: int) -> int:
@@ -384,9 +392,12 @@ class JobGen:
     # -- ports and counters ------------------------------------------------------------------
     def ports(self, stream: int, t_ns: int) -> Columns:
         nodes = np.unique(self.ranks_of(stream) // self.shape.per_node)
-        m = len(nodes)
-        strings = [f"node{x}" for x in nodes.tolist()] + [f"node{x}/nic0" for x in nodes.tolist()]
-        c = {"host": np.arange(m), "nic": np.arange(m, 2 * m), "t_ns": np.full(m, t_ns),
+        hosts = [self.host(x) for x in nodes.tolist()]
+        nics = [f"{h}/nic{i}" for h in hosts for i in range(self.shape.per_node)]
+        m = len(nics)
+        strings = hosts + nics
+        c = {"host": np.repeat(np.arange(len(hosts)), self.shape.per_node),
+             "nic": np.arange(len(hosts), len(hosts) + m), "t_ns": np.full(m, t_ns),
              "up": np.ones(m, np.uint8)}
         for k in PORT_COLUMNS:
             c.setdefault(k, np.zeros(m, np.int64))

@@ -15,9 +15,13 @@ import networkx as nx
 from c4.topology.model import Topology, TopologyError
 
 
+def host_name(i: int, hosts: int) -> str:
+    """The id the builders give host ``i`` of ``hosts`` (zero-padded to sort in order)."""
+    return f"node{i:0{max(3, len(str(hosts - 1)))}d}"
+
+
 def _host_ids(hosts: int) -> list[str]:
-    width = max(3, len(str(hosts - 1)))
-    return [f"node{i:0{width}d}" for i in range(hosts)]
+    return [host_name(i, hosts) for i in range(hosts)]
 
 
 def _width(n: int) -> int:

@@ -44,6 +44,11 @@ KeySets = Callable[[ConnWindow, int], tuple[frozenset[Component], frozenset[Comp
 
 #: the connections whose samples give the noise of one sample (about a million samples)
 _SIGMA_KEYS = 1 << 14
+# past this many judged connections, how many they move at once is read from each one's
+# newest ``_MOVING_SAMPLES`` samples, not its whole ring (at half a million connections the
+# whole rings, put in order, took two seconds a judgement)
+_MOVING_KEYS = 1 << 16
+_MOVING_SAMPLES = 16
 
 
 @dataclass
@@ -73,9 +78,8 @@ class LoadModel:
         self._key: dict[int, tuple[object, np.ndarray, bool]] = {}
         self._nic_cap: dict[str, float] = {}
         self._link_cap: dict[str, float | None] = {}
-        # the last hop table: the same keys while no path changed have the same hops
-        self._table: tuple[tuple[int, int], np.ndarray,
-                           tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        # every key's hops (flat, counts per key, routed) while no path or key changes
+        self._table: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
         # per key: its transfer size (log2) when first judged, the size its baseline was
         # learnt on (a ring that stalls ends with short transfers, which must not move its
         # connections to another size and leave their partners on a hop seemingly alone)
@@ -117,17 +121,22 @@ class LoadModel:
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The hops of ``keys`` one after another, how many each key has, and whether each
         key's come from its recorded path (see ``hops``)."""
+        # the table of every key, made again only when a path or key changes (the keys
+        # judged change from one judgement to the next; a Python step per key of half a
+        # million cost a second)
         stamp = (win.path_version, len(win))
-        if self._table is not None and self._table[0] == stamp \
-                and np.array_equal(self._table[1], keys):
-            return self._table[2]
-        hop_list = [self.hops(win, int(k), nic_of) for k in keys.tolist()]
-        routed = np.array([r for _, r in hop_list], dtype=bool)
-        counts = np.array([len(h) for h, _ in hop_list], dtype=np.int64)
-        flat = np.concatenate([h for h, _ in hop_list]) if hop_list \
-            else np.zeros(0, dtype=np.int64)
-        self._table = (stamp, keys.copy(), (flat, counts, routed))
-        return flat, counts, routed
+        if self._table is None or self._table[0] != stamp:
+            hop_list = [self.hops(win, k, nic_of) for k in range(len(win))]
+            routed = np.array([r for _, r in hop_list], dtype=bool)
+            counts = np.array([len(h) for h, _ in hop_list], dtype=np.int64)
+            flat = np.concatenate([h for h, _ in hop_list]) if hop_list \
+                else np.zeros(0, dtype=np.int64)
+            self._table = (stamp, flat, counts, routed)
+        _, flat_all, counts_all, routed_all = self._table
+        counts = counts_all[keys]
+        starts = (np.cumsum(counts_all) - counts_all)[keys]
+        at = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
+        return flat_all[at], counts, routed_all[keys]
 
     def _link_capacity(self, a: str, b: str) -> float | None:
         """The capacity of the link between nodes ``a`` and ``b`` (None: the topology lacks
@@ -290,7 +299,9 @@ def _shares(win: ConnWindow, keys: np.ndarray, size: np.ndarray, load: LoadModel
         return share, narrow, routed
     owner = np.repeat(np.arange(len(keys)), counts)
     caps = load.caps()
-    moving = _moving(win, keys)         # read once for both ends
+    # read once for both ends
+    moving = _moving(win, keys, win.bank.newest(keys, _MOVING_SAMPLES)
+                     if len(keys) > _MOVING_KEYS else None)
     cell = size[owner].astype(np.int64) * len(caps) + hops
 
     def count(rank: np.ndarray) -> np.ndarray:

@@ -181,6 +181,15 @@ class SeriesBank:
             n_above[lo: lo + len(k)] = (ok & (ring > thr)).sum(axis=1)
         return n_all, n_above
 
+    def newest(self, keys: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """The newest ``m`` samples of ``keys``' rings, oldest first, and their times (as
+        ``ordered``, its last ``m`` columns, without reading the rest)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        m = min(int(m), self.K)
+        idx = (self.pos[keys][:, None] + np.arange(self.K - m, self.K)[None, :]) % self.K
+        idx += (keys * self.K)[:, None]
+        return np.take(self.ring, idx), np.take(self.ring_t, idx)
+
     def ordered(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rings of ``keys`` oldest first (NaN where empty) and their times (arrays of the
         caller's own)."""

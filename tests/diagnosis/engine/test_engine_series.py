@@ -8,6 +8,7 @@ import numpy as np
 
 from diagnosis.engine.series import (
     CHANGE_LEAST,
+    SeriesBank,
     binom_logsf,
     change_point,
     excess_sigma,
@@ -155,3 +156,19 @@ def test_a_faults_first_episode_does_not_set_the_length_of_a_benign_one():
     # before the switch's rows came back, their one episode was a benign one as far as
     # anything could tell
     assert episode_length(rows[:, :50], thr) == 8.0
+
+
+def test_the_newest_samples_are_the_last_of_the_rings_in_order():
+    rng = np.random.default_rng(2)
+    bank = SeriesBank(8, 0, 1)
+    # keys with fewer samples than a ring holds, with a ring gone round, and with none
+    for key, n in ((0, 3), (1, 8), (2, 21), (4, 1)):
+        t = np.arange(n, dtype=np.int64) * 10 + key
+        bank.add(np.full(n, key), rng.uniform(1, 2, n), t)
+    keys = np.array([2, 0, 1, 3, 4])
+    ring, ring_t = bank.ordered(keys)
+    for m in (1, 5, 8, 12):
+        new, new_t = bank.newest(keys, m)
+        np.testing.assert_array_equal(new, ring[:, -min(m, 8):])
+        np.testing.assert_array_equal(new_t, ring_t[:, -min(m, 8):])
+    assert bank.newest(keys, 3)[1][0].tolist() == [182, 192, 202]
