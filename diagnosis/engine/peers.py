@@ -80,6 +80,7 @@ class LoadModel:
         self._link_cap: dict[str, float | None] = {}
         # every key's hops (flat, counts per key, routed) while no path or key changes
         self._table: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._unplaced: list[int] = []     # keys of the table with a rank not placed then
         # per key: its transfer size (log2) when first judged, the size its baseline was
         # learnt on (a ring that stalls ends with short transfers, which must not move its
         # connections to another size and leave their partners on a hop seemingly alone)
@@ -125,8 +126,13 @@ class LoadModel:
         # judged change from one judgement to the next; a Python step per key of half a
         # million cost a second)
         stamp = (win.path_version, len(win))
+        if self._table is not None and self._unplaced and any(
+                k not in self._key and nic_of(int(win.src[k])) is not None
+                and nic_of(int(win.dst[k])) is not None for k in self._unplaced):
+            self._table = None      # a rank placed since: its connections have hops now
         if self._table is None or self._table[0] != stamp:
             hop_list = [self.hops(win, k, nic_of) for k in range(len(win))]
+            self._unplaced = [k for k in range(len(win)) if k not in self._key]
             routed = np.array([r for _, r in hop_list], dtype=bool)
             counts = np.array([len(h) for h, _ in hop_list], dtype=np.int64)
             flat = np.concatenate([h for h, _ in hop_list]) if hop_list \
@@ -167,7 +173,10 @@ class LoadModel:
                     out.append(self._hop(a, b, cap))
         else:
             src, dst = nic_of(int(win.src[k])), nic_of(int(win.dst[k]))
-            if src is not None and dst is not None and src != dst:
+            if src is None or dst is None:
+                # a rank not placed yet (the table holds keys not judged yet): asked again
+                return np.zeros(0, dtype=np.int64), routed
+            if src != dst:
                 out = [self._hop(src, ">", self.nic_capacity(src)),
                        self._hop(">", dst, self.nic_capacity(dst))]
         arr = np.asarray(out, dtype=np.int64)

@@ -170,3 +170,23 @@ def test_the_hops_of_any_keys_are_read_from_the_table_of_every_key(tmp_path):
         assert counts.tolist() == [len(h) for h, _ in each]
         assert flat.tolist() == [int(v) for h, _ in each for v in h]
         assert routed.tolist() == [r for _, r in each]
+
+
+def test_a_connection_whose_rank_is_placed_later_gets_its_hops(tmp_path):
+    from diagnosis.engine.peers import LoadModel
+
+    engines: list[Engine] = []
+    diagnose(tmp_path, "none", 1.0, flows=[*RING, (2, 5)], engines=engines, paths=False)
+    eng = engines[0]
+    win, load = eng.conns, LoadModel(eng.topology)
+    placed = {r for r in range(HOSTS) if r != 2}
+
+    def nic_of(rank: int) -> str | None:
+        return eng.placement.nic(rank) if rank in placed else None
+    keys = np.arange(len(win))
+    touching = [k for k in keys.tolist() if 2 in (int(win.src[k]), int(win.dst[k]))]
+    _, counts, _ = load.hop_table(win, keys, nic_of)
+    assert touching and (counts[touching] == 0).all() and (np.delete(counts, touching) > 0).all()
+    placed.add(2)
+    _, counts, _ = load.hop_table(win, keys, nic_of)
+    assert (counts > 0).all()
