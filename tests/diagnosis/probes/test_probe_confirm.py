@@ -46,6 +46,9 @@ def _controller(tmp_path, confirm, policy: Policy | None = None) -> Controller:
                       placement=lambda job: placement, confirm=confirm)
 
 
+# serial: beside another test on the two cores, the healthy node's loopback probe came out at
+# a sixth of its peers' rate and was confirmed slow (1 run in 3 on one day)
+@pytest.mark.serial
 def test_isolates_only_what_the_probe_confirms(tmp_path):
     # the machine is shared and loopback timings swing 2-3x; a dead node is unambiguous
     confirmer = ProbeConfirmer(GlooProber(GlooConfig(size_bytes=1 << 20, iters=5,
