@@ -191,8 +191,11 @@ class JobBudget:
         self._windows: dict[str, dict[int, tuple[int, int]]] = {}
         self._now_ns = 0
         #: the share of the budget the daemon can give now (``LiveView`` lowers it while its
-        #: detectors fall behind)
+        #: detectors or its store fall behind)
         self.scale = 1.0
+        #: the share it could follow: a lower K or shorter windows only within it
+        #: (``scheduling.Governor.room``)
+        self.room = 1.0
 
     # -- what the job sends -----------------------------------------------------------------
     def observe(self, kind: str, n: int, now: float) -> None:
@@ -343,11 +346,13 @@ class JobBudget:
         budget = cfg.records_per_s
         if budget <= 0:         # a fixed factor, set as the default: nothing more to decide
             return None
+        # sending more (a lower K, shorter windows) only into what the daemon can follow
+        grow = budget * min(self.scale, self.room)
         budget *= self.scale
         r = self.rates(now)
         other = r["progress"] + r["linkstat"] + r["port"] + r["conns"]
         if self._settled():
-            window_ns, why_w = self._window(budget, other, r["full"])
+            window_ns, why_w = self._window(budget, other, r["full"], grow)
         else:
             # not measured at this window yet (a daemon behind its stream applies them late,
             # and what arrived meanwhile was sent at the window before): only longer, on what
@@ -357,7 +362,8 @@ class JobBudget:
         # the other kinds at the new window
         other_at = other * self.window_ns / window_ns
         for_ops = max(budget - other_at, cfg.ops_floor * budget)
-        sample, why_k = self._factor(r["full"], for_ops)
+        sample, why_k = self._factor(r["full"], for_ops,
+                                     max(grow - other_at, cfg.ops_floor * grow))
         if held:                        # what sends less only
             if sample < self.sample:
                 sample, why_k = self.sample, ""
@@ -412,7 +418,8 @@ class JobBudget:
                 window_ns *= 2
         return window_ns
 
-    def _window(self, budget: float, other: float, full: float) -> tuple[int, str]:
+    def _window(self, budget: float, other: float, full: float, grow: float
+                ) -> tuple[int, str]:
         cfg = self.cfg
         w = self.window_ns
         longest = int(cfg.max_window_s * NS)
@@ -431,12 +438,14 @@ class JobBudget:
                 at = min(2 * at, longest)
             return at, f"progress and linkstat at {other:,.0f}/s: windows to {at / NS:g} s"
         shortest = int(cfg.window_s * NS)
-        if w > shortest and 2 * other < 0.25 * budget and not (
-                self.sample >= cfg.max_sample and 2 * other + ops_at_cap > budget):
+        if w > shortest and 2 * other < 0.25 * grow and not (
+                self.sample >= cfg.max_sample and 2 * other + ops_at_cap > grow):
             return max(w // 2, shortest), f"windows back to {max(w // 2, shortest) / NS:g} s"
         return w, ""
 
-    def _factor(self, full: float, for_ops: float) -> tuple[int, str]:
+    def _factor(self, full: float, for_ops: float, grow_ops: float) -> tuple[int, str]:
+        """K for ``full`` calls/s: up at once to what ``for_ops`` holds; down one step when
+        the rate at half K fits ``grow_ops`` (what the daemon can follow) with margin."""
         cfg = self.cfg
         if cfg.fixed_sample:
             return cfg.fixed_sample, f"a fixed factor K={cfg.fixed_sample}"
@@ -444,7 +453,7 @@ class JobBudget:
         need = min(need, cfg.max_sample)
         if need > self.sample:
             return need, f"{full:,.0f} calls/s over {for_ops:,.0f}/s left for them: K={need}"
-        if need < self.sample and full / (self.sample // 2) <= cfg.lower_at * for_ops:
+        if need < self.sample and full / (self.sample // 2) <= cfg.lower_at * grow_ops:
             k = self.sample // 2
             return k, f"{full:,.0f} calls/s fit at K={k}"
         return self.sample, ""

@@ -189,6 +189,8 @@ class LiveView:
         self.governor = Governor()
         #: records received and not yet stored (the writer's queue), for the governor
         self.upstream: Callable[[], int] | None = None
+        #: rows the store committed and the seconds it took (the writer's), for the governor
+        self.stored: Callable[[], tuple[int, float]] | None = None
         self.schedules = Schedules(store, control)
         self._topology = topology
         self._store = store
@@ -564,10 +566,13 @@ class LiveView:
                 except Exception:
                     self._problem(st.job, "budget")
         queued = self.backlog() + (self.upstream() if self.upstream is not None else 0)
+        stored, store_s = self.stored() if self.stored is not None else (0, 0.0)
         scale = self.governor.govern(now, Load(self.records_applied, self.apply_s,
-                                               self.analysis_s, queued, demand, budgets))
+                                               self.analysis_s, queued, demand, budgets,
+                                               stored, store_s))
+        room = self.governor.room(budgets)
         for st in self._jobs.values():
-            st.budget.scale = scale
+            st.budget.scale, st.budget.room = scale, room
             try:
                 decision = st.budget.decide(now, now_ns)
                 if decision is not None:

@@ -39,15 +39,20 @@ class Load:
     queued: int       # records received and not yet applied (the writer's and the detectors')
     demand: float     # records/s the live jobs send at their current schedules
     budgets: float    # records/s the live jobs may send at most (their budgets together)
+    stored: int = 0   # rows the store committed so far (a counter)
+    store_s: float = 0.0  # seconds its commits took so far
 
 
 class Governor:
     """How much of every job's budget the daemon can follow. The budget flag is what a job
     may send at most; a daemon on a busy or small machine follows less.
 
-    The daemon's capacity is the records it applies per second of applying, times the share
-    of its detectors' thread the passes leave (measured over ``MEASURE_S``: a large job's
-    passes take much of it). When the jobs send more than ``OVER`` of it, or more than
+    The daemon's capacity is the lesser of two stages', measured over ``MEASURE_S``: the
+    detectors' (the records they apply per second of applying, times the share of their thread
+    the passes leave: a large job's passes take much of it) and the store's (the rows it
+    commits per second of committing: SQLite on a busy machine took ~100k op rows/s, and a
+    1,024-rank job at K = 4 sent as much, so every acknowledgement waited seconds on the
+    writer while the detectors were idle). When the jobs send more than ``OVER`` of it, or more than
     ``2 * LAG_TARGET_S`` of its work waits, they are allowed at once only what fills
     ``HEADROOM`` of it, less what works the queue off within ``DRAIN_S``; every budget gets
     the same share. Halving every budget every 30 s instead took minutes to get there, then
@@ -56,10 +61,15 @@ class Governor:
     than ``LAG_TARGET_S / 2`` of work waited, the allowance goes back up to ``HEADROOM`` of
     the capacity, or by half if that is more (the capacity may have grown: a job left).
     Windowed records come in bursts (every node closes a window on the same boundary): the
-    rules look at rates and at long queues, not at the moment's queue."""
+    rules look at rates and at long queues, not at the moment's queue.
+
+    ``room`` is what the jobs may grow into (a lower K, shorter windows): ``HEADROOM`` of the
+    capacity, so that a budget larger than the daemon can follow does not step a job down
+    into an overload the governor must then cut."""
 
     def __init__(self) -> None:
         self.capacity: float | None = None     # records/s
+        self.bound_by = ""                     # the stage that sets it: "detectors", "store"
         self.allowed: float | None = None      # records/s for every job together; None: all
         self._seen: deque[tuple[float, Load]] = deque()
         self._changed_at = -RAISE_EVERY_S
@@ -72,6 +82,12 @@ class Governor:
             return 1.0
         return min(1.0, max(MIN_SCALE, self.allowed / load.budgets))
 
+    def room(self, budgets: float) -> float:
+        """The share of their budgets the jobs may grow into (1: all, or not measured)."""
+        if self.capacity is None or budgets <= 0:
+            return 1.0
+        return min(1.0, max(MIN_SCALE, HEADROOM * self.capacity / budgets))
+
     def _measure(self, now: float, load: Load) -> None:
         seen = self._seen
         seen.append((now, load))
@@ -82,7 +98,14 @@ class Governor:
         if now - t0 < MEASURE_S / 2 or applying <= 0 or load.applied - old.applied < 1000:
             return                              # not measured yet, or nothing to measure by
         free = max(0.1, 1.0 - (load.analysis_s - old.analysis_s) / (now - t0))
-        cap = self.capacity = (load.applied - old.applied) / applying * free
+        cap = (load.applied - old.applied) / applying * free
+        self.bound_by = "detectors"
+        committing, rows = load.store_s - old.store_s, load.stored - old.stored
+        if committing > 0 and rows >= 1000 and rows / committing < cap:
+            # a writer that idles between commits measures at least what it would take; one
+            # that commits all the time measures what it takes
+            cap, self.bound_by = rows / committing, "store"
+        self.capacity = cap
         demand = load.demand
         delay = load.queued / cap
         calm = demand < HEADROOM * cap and delay < LAG_TARGET_S / 2
@@ -93,9 +116,11 @@ class Governor:
             if self.allowed is not None and allowed >= self.allowed:
                 return                          # already cut: wait for it to reach the jobs
             self.allowed, self._changed_at = allowed, now
-            log.warning("the daemon follows %.0f records/s and %.1f s of its work waits, with "
-                        "%.0f/s sent: the jobs may send %.0f/s together (give the daemon more "
-                        "CPU or lower --job-records-per-s)", cap, delay, demand, allowed)
+            log.warning("the daemon follows %.0f records/s (its %s) and %.1f s of its work "
+                        "waits, with %.0f/s sent: the jobs may send %.0f/s together (give the "
+                        "daemon more CPU%s, or lower --job-records-per-s)", cap, self.bound_by,
+                        delay, demand, allowed,
+                        " or a faster store" if self.bound_by == "store" else "")
         elif self.allowed is not None and self._calm_since is not None \
                 and now - max(self._calm_since, self._changed_at) >= RAISE_EVERY_S:
             self.allowed = max(HEADROOM * cap, 1.5 * self.allowed)

@@ -95,6 +95,7 @@ class Daemon:
                              max_pending=config.max_pending_requests,
                              max_pending_records=config.max_pending_records)
         self.live.upstream = self.writer.pending_records
+        self.live.stored = self.writer.throughput
         # the jobs stored before, with when each was last written to: the live ones count
         # against --max-jobs at once
         self.jobs = JobBook(config.jobs)

@@ -65,6 +65,10 @@ class Writer:
         # requests submitted, and processed (stored or found stored), since the start
         self._submitted = 0
         self._processed = 0
+        # rows committed, and the seconds their commits took: the store's throughput while it
+        # works (the governor compares it with what the jobs send)
+        self.rows_stored = 0
+        self.store_s = 0.0
         #: why the last store write failed, while it keeps failing ("" once one succeeds)
         self.store_error = ""
         #: every commit's duration (served by ``component_metrics.WriterCollector``)
@@ -109,6 +113,11 @@ class Writer:
     def pending_records(self) -> int:
         with self._cond:
             return self._records
+
+    def throughput(self) -> tuple[int, float]:
+        """Rows committed since the start, and the seconds their commits took."""
+        with self._cond:
+            return self.rows_stored, self.store_s
 
     def stop(self, timeout: float = 30.0) -> None:
         """Store everything submitted so far, then stop."""
@@ -160,7 +169,11 @@ class Writer:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
             backoff = 0.2
-            self.commit_seconds.observe(time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            self.commit_seconds.observe(took)
+            with self._cond:
+                self.rows_stored += sum(it.records for it in items)
+                self.store_s += took
             self.store_error = ""
             fresh = [it.write for it, dup in zip(items, dups) if not dup]
             self.stored += len(fresh)

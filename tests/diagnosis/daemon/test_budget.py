@@ -65,6 +65,21 @@ def test_k_comes_down_with_hysteresis_and_nests():
     assert b.sample in (4, 8) and 40_000 / b.sample <= 10_000
 
 
+def test_k_does_not_come_down_into_more_than_the_daemon_can_follow():
+    b = JobBudget(BudgetConfig(records_per_s=10_000, hold_s=10, measure_s=5))
+    _run(b, 12, calls=100_000)
+    assert b.sample == 16
+    # the job slows to 20k calls/s: K = 4 fits its budget with margin (5k <= 0.6 x 10k), but
+    # the daemon follows only 6k/s (its store), 60% of the budget
+    b.room = 0.6
+    _run(b, 60, calls=20_000, t0=12, seq0=10**6)
+    # 20k/4 = 5k > 0.6 x 6k: K stays at 8, the last step whose rate fits with margin
+    assert b.sample == 8
+    b.room = 1.0
+    _run(b, 60, calls=20_000, t0=72, seq0=2 * 10**6)
+    assert b.sample == 4, "once the daemon follows the whole budget, K comes down to it"
+
+
 def test_windows_lengthen_when_progress_and_linkstat_are_over_and_k_is_capped():
     cfg = BudgetConfig(records_per_s=10_000, max_sample=64, hold_s=5, max_window_s=8)
     b = JobBudget(cfg)

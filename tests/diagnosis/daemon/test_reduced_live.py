@@ -170,3 +170,41 @@ def test_the_governor_cuts_budgets_to_what_the_daemon_can_follow_at_once():
 
 
 
+
+
+def test_the_governor_cuts_budgets_to_what_the_store_commits():
+    from diagnosis.daemon.scheduling import HEADROOM, Governor, Load
+
+    gov = Governor()
+    budget = 200_000.0
+    # the detectors apply 500k records per second of applying; the store commits 100k rows
+    # per second of committing (a 1,024-rank job at K = 4 sent as much into SQLite)
+    state = {"applied": 0, "apply_s": 0.0, "stored": 0, "store_s": 0.0}
+
+    def load(t: float, n: int, queued: int, demand: float) -> Load:
+        state["applied"] += n
+        state["apply_s"] += n / 500_000
+        state["stored"] += n
+        state["store_s"] += n / 100_000
+        return Load(state["applied"], state["apply_s"], 0.0, queued, demand, budget,
+                    state["stored"], state["store_s"])
+
+    for t in range(10):                       # 50k records/s: the writer commits half the time
+        assert gov.govern(float(t), load(t, 50_000, 5_000, 50_000.0)) == 1.0
+    assert gov.capacity == pytest.approx(100_000, rel=0.01) and gov.bound_by == "store"
+    assert gov.room(budget) == pytest.approx(HEADROOM * 100_000 / budget, rel=0.01), \
+        "the job may grow only into what the store commits"
+    # the job steps down to 110k/s: the writer commits all the time and its queue grows
+    queued = 0
+    for t in range(10, 30):
+        queued += 10_000
+        scale = gov.govern(float(t), load(t, 100_000, queued, 110_000.0))
+        if scale < 1.0:
+            break
+    assert gov.allowed == pytest.approx(HEADROOM * 100_000 - queued / 20, rel=0.01)
+    assert scale == pytest.approx(gov.allowed / budget)
+    # without the store's counters the same daemon is judged by its detectors alone
+    blind = Governor()
+    for t in range(10):
+        blind.govern(float(t), Load(t * 100_000, t * 0.2, 0.0, 0, 110_000.0, budget))
+    assert blind.bound_by == "detectors" and blind.capacity == pytest.approx(500_000)

@@ -49,3 +49,6 @@ def test_commits_are_bounded_in_rows():
     assert acked == list(range(1, len(sizes) + 1))
     assert max(c for c in rec.commits if c != 600) <= 250 and 600 in rec.commits
     assert rec.store.count_ops("w") == sum(sizes)
+    rows, seconds = writer.throughput()
+    assert rows == sum(rec.commits) == sum(sizes) and seconds > 0, \
+        "the governor reads the store's throughput from every commit"
