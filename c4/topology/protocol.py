@@ -67,7 +67,10 @@ class TopologyLike(Protocol):
     def links_of(self, node: str) -> list[str]: ...
 
     def paths(self, src_nic: str, dst_nic: str) -> list[list[str]]:
-        """The candidate (ECMP) paths from one NIC to another, as node ids."""
+        """The candidate (ECMP) paths from one NIC to another, as node ids, crossing switches
+        only: between two NICs each cabled to one switch, the paths differ from those between
+        any other two NICs on the same two switches only in their ends (the localizer walks
+        each pair of switches once)."""
         ...
 
     def paths_avoiding(self, src_nic: str, dst_nic: str,

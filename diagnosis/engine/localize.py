@@ -4,6 +4,7 @@ components (NIC, link, switch; ranks when no topology is known) explain them."""
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -80,6 +81,10 @@ _SLOW_IN_PART = 0.15
 _POOL = 1 << 17
 #: connections new or rerouted indexed at each judgement of the connections (about 10 us each)
 _SYNC_PER_PASS = 1 << 16
+#: ... and at most about this long: a large fabric's first connections each walk the paths of
+#: a new pair of switches (a share took 1-4 s at 524,288 connections on a rail fabric). Not
+#: less: a slow connection makes the localizer index every one left at once
+_SYNC_SECONDS = 1.0
 
 
 @dataclass
@@ -200,20 +205,30 @@ class Localizer:
             must |= b
         return frozenset(may), frozenset(must)
 
-    def _sync(self, win: ConnWindow, most: int | None = None) -> None:
+    def _sync(self, win: ConnWindow, most: int | None = None,
+              seconds: float | None = None) -> None:
         """Keep the inverted index component -> connection keys surely crossing it: every
-        key new or rerouted since, or the ``most`` first of them (see ``comm_slow``)."""
+        key new or rerouted since, or the ``most`` first of them, as many as ``seconds``
+        allow (see ``comm_slow``)."""
         if not win.changed:
             return
         todo = win.changed if most is None else win.changed[:most]
-        for k in dict.fromkeys(todo):
+        deadline = None if seconds is None else time.perf_counter() + seconds
+        seen: set[int] = set()
+        n = 0
+        for n, k in enumerate(todo, 1):
+            if k in seen:
+                continue
+            seen.add(k)
             old = self._key_cache.get(k)
             if old is not None:
                 for c in old[1][1]:
                     self._index.get(c, set()).discard(k)
             for c in self.key_sets(win, k)[1]:
                 self._index.setdefault(c, set()).add(k)
-        del win.changed[:len(todo)]
+            if deadline is not None and not n % 1024 and time.perf_counter() > deadline:
+                break
+        del win.changed[:n]
         self._index_arrays.clear()
 
     def clearing(self, win: ConnWindow, healthy: np.ndarray) -> Callable[[Component], int]:
@@ -440,7 +455,7 @@ class Localizer:
                 # the index of what each connection crosses is read only once one is slow,
                 # but built as connections come, a share at each judgement: at half a million
                 # connections building it at once stalled the detectors for seconds
-                self._sync(win, _SYNC_PER_PASS)
+                self._sync(win, _SYNC_PER_PASS, _SYNC_SECONDS)
                 self._conns_judged = (state, self._comm_slow_conns(win, min_span)
                                       + self._comm_slow_peers(win))
             return list(self._conns_judged[1])

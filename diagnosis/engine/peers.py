@@ -79,8 +79,9 @@ class LoadModel:
         self._nic_cap: dict[str, float] = {}
         self._link_cap: dict[str, float | None] = {}
         # every key's hops (flat, counts per key, routed) while no path or key changes
-        self._table: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._unplaced: list[int] = []     # keys of the table with a rank not placed then
+        # (path version, flat, counts per key, routed)
+        self._table: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._unplaced: set[int] = set()   # ranks of the table's keys not placed then
         # per key: its transfer size (log2) when first judged, the size its baseline was
         # learnt on (a ring that stalls ends with short transfers, which must not move its
         # connections to another size and leave their partners on a hop seemingly alone)
@@ -110,10 +111,11 @@ class LoadModel:
         cap = self._nic_cap.get(nic)
         if cap is None:
             cap = 0.0
-            if nic in self.topo:
-                for lk in self.topo.links_of(nic):
-                    if any(self.topo.kind(n) == "switch" for n in lk.split("~")):
-                        cap += self.topo.capacity(lk)
+            topo = self.topo
+            if nic in topo:
+                for n in topo.neighbors(nic):
+                    if topo.kind(n) == "switch":
+                        cap += sum(map(topo.capacity, topo.path_links([nic, n])))
             cap = self._nic_cap[nic] = cap if cap > 0 and np.isfinite(cap) else 1.0
         return cap
 
@@ -122,27 +124,62 @@ class LoadModel:
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The hops of ``keys`` one after another, how many each key has, and whether each
         key's come from its recorded path (see ``hops``)."""
-        # the table of every key, made again only when a path or key changes (the keys
-        # judged change from one judgement to the next; a Python step per key of half a
-        # million cost a second)
-        stamp = (win.path_version, len(win))
-        if self._table is not None and self._unplaced and any(
-                k not in self._key and nic_of(int(win.src[k])) is not None
-                and nic_of(int(win.dst[k])) is not None for k in self._unplaced):
-            self._table = None      # a rank placed since: its connections have hops now
-        if self._table is None or self._table[0] != stamp:
-            hop_list = [self.hops(win, k, nic_of) for k in range(len(win))]
-            self._unplaced = [k for k in range(len(win)) if k not in self._key]
-            routed = np.array([r for _, r in hop_list], dtype=bool)
-            counts = np.array([len(h) for h, _ in hop_list], dtype=np.int64)
-            flat = np.concatenate([h for h, _ in hop_list]) if hop_list \
-                else np.zeros(0, dtype=np.int64)
-            self._table = (stamp, flat, counts, routed)
+        # the table of every key, made again only when a path changes or a rank without a
+        # NIC is placed, and extended by the keys that appear (the keys judged change from
+        # one judgement to the next; a Python step per key of half a million cost a second,
+        # three the first time)
+        if self._table is not None and (
+                self._table[0] != win.path_version
+                or any(nic_of(r) is not None for r in self._unplaced)):
+            self._table = None
+        if self._table is None:
+            self._unplaced = set()
+            self._table = (win.path_version, *self._rows(win, 0, nic_of))
+        elif len(self._table[2]) < len(win):
+            version, flat, counts, routed = self._table
+            f, c, r = self._rows(win, len(counts), nic_of)
+            self._table = (version, np.r_[flat, f], np.r_[counts, c], np.r_[routed, r])
         _, flat_all, counts_all, routed_all = self._table
         counts = counts_all[keys]
         starts = (np.cumsum(counts_all) - counts_all)[keys]
         at = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
         return flat_all[at], counts, routed_all[keys]
+
+    def _rows(self, win: ConnWindow, lo: int, nic_of: Callable[[int], str | None]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(flat hops, counts, routed) of keys ``lo`` on: those with a recorded path one by
+        one (``hops``), the others, most of a large job, at once from their ranks' NICs."""
+        n = len(win)
+        routed = np.fromiter(map(bool, win.path[lo:n]), dtype=bool, count=n - lo)
+        counts = np.zeros(n - lo, dtype=np.int64)
+        bare = np.flatnonzero(~routed) + lo
+        ranks, inv = np.unique(np.r_[win.src[bare], win.dst[bare]], return_inverse=True)
+        nics = [nic_of(int(r)) for r in ranks.tolist()]
+        self._unplaced.update(int(r) for r, nic in zip(ranks.tolist(), nics, strict=True)
+                              if nic is None)
+        names = sorted({nic for nic in nics if nic is not None})
+        index = {nic: i for i, nic in enumerate(names)}
+        of_rank = np.array([-1 if nic is None else index[nic] for nic in nics], dtype=np.int64)
+        out_hop = np.array([self._hop(nic, ">", self.nic_capacity(nic)) for nic in names],
+                           dtype=np.int64)
+        in_hop = np.array([self._hop(">", nic, self.nic_capacity(nic)) for nic in names],
+                          dtype=np.int64)
+        src, dst = of_rank[inv[:len(bare)]], of_rank[inv[len(bare):]]
+        # a rank not placed yet has no hops until it is (the table is made again then); two
+        # ranks behind one NIC cross no link
+        two = (src >= 0) & (dst >= 0) & (src != dst)
+        counts[bare - lo] = np.where(two, 2, 0)
+        walked = {k: self.hops(win, k, nic_of)[0]
+                  for k in (np.flatnonzero(routed) + lo).tolist()}
+        for k, h in walked.items():
+            counts[k - lo] = len(h)
+        starts = np.cumsum(counts) - counts
+        flat = np.empty(int(counts.sum()), dtype=np.int64)
+        at = starts[bare[two] - lo]
+        flat[at], flat[at + 1] = out_hop[src[two]], in_hop[dst[two]]
+        for k, h in walked.items():
+            flat[starts[k - lo]:starts[k - lo] + len(h)] = h
+        return flat, counts, routed
 
     def _link_capacity(self, a: str, b: str) -> float | None:
         """The capacity of the link between nodes ``a`` and ``b`` (None: the topology lacks

@@ -12,6 +12,7 @@ come out as one equivalence class and are named together.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from c4.topology.protocol import TopologyError, TopologyLike
 log = logging.getLogger(__name__)
 
 KIND_ORDER = {"nic": 0, "link": 1, "switch": 2}
+_NONE: tuple[frozenset, frozenset] = (frozenset(), frozenset())
 
 
 class Component(NamedTuple):
@@ -46,6 +48,14 @@ class PathCache:
         self.topo = topology
         self._cache: dict[tuple[str, str], tuple[frozenset[Component], frozenset[Component]]] = {}
         self._recorded: dict[tuple[str, ...], frozenset[Component]] = {}
+        self._uplinks: dict[str, str | None] = {}
+        self._ends: dict[str, frozenset[Component]] = {}
+        # the component of a node (None: not a NIC or switch) and of a hop (two nodes, sorted)
+        self._of_node: dict[str, Component | None] = {}
+        self._of_hop: dict[tuple[str, ...], Component] = {}
+        # (switch, switch) -> (may, must) between them (None: no path)
+        self._middle: dict[tuple[str, str], tuple[frozenset[Component],
+                                                  frozenset[Component]] | None] = {}
 
     def _components(self, path: Sequence[str]) -> frozenset[Component]:
         out: set[Component] = set()
@@ -71,22 +81,76 @@ class PathCache:
         key = (src_nic, dst_nic)
         found = self._cache.get(key)
         if found is None:
-            if src_nic == dst_nic:
-                found = (frozenset(), frozenset())
-            else:
-                try:
-                    paths = self.topo.paths(src_nic, dst_nic)
-                except TopologyError as exc:   # an end the topology lacks, or not a NIC
-                    log.debug("no paths %s -> %s: %s", src_nic, dst_nic, exc)
-                    paths = []
-                sets = [self._components(p) for p in paths]
-                if sets:
-                    found = (frozenset().union(*sets), frozenset.intersection(*sets))
-                else:
-                    found = (frozenset(), frozenset())
-            self._cache[key] = found
+            found = self._cache[key] = self._between(src_nic, dst_nic)
         return found
 
+    def _between(self, a: str, b: str) -> tuple[frozenset[Component], frozenset[Component]]:
+        if a == b:
+            return _NONE
+        up_a, up_b = self._uplink(a), self._uplink(b)
+        if up_a is None or up_b is None:
+            return self._walk(a, b)
+        # Two NICs cabled to one switch each: every path leaves the one through its switch
+        # and enters the other from its switch, and what lies between depends on the two
+        # switches alone (the topology's paths cross switches only). So the sets between two
+        # switches are walked once, for the first pair of NICs on them, not once per pair: a
+        # job of 131,072 ranks has half a million pairs and a few thousand switch pairs.
+        ends = self._end(a, up_a) | self._end(b, up_b)
+        middle = self._middle.get((up_a, up_b))
+        if middle is None:
+            may, must = self._walk(a, b)
+            middle = self._middle[(up_a, up_b)] = \
+                (may - ends, must - ends) if may else None
+        return (middle[0] | ends, middle[1] | ends) if middle is not None else _NONE
+
+    def _walk(self, a: str, b: str) -> tuple[frozenset[Component], frozenset[Component]]:
+        """The sets from every candidate path between two NICs."""
+        try:
+            paths = self.topo.paths(a, b)
+        except TopologyError as exc:   # an end the topology lacks, or not a NIC
+            log.debug("no paths %s -> %s: %s", a, b, exc)
+            paths = []
+        if not paths:
+            return _NONE
+        # nodes and links on any path and on every one, in C over the sets of each path (a
+        # leaf pair of a large rail fabric has a path per spine: a set of components built per
+        # path took most of the time of indexing half a million connections)
+        nodes = [set(p) for p in paths]
+        hops = [set(map(tuple, map(sorted, itertools.pairwise(p)))) for p in paths]
+        return (self._named(set().union(*nodes), set().union(*hops)),
+                self._named(set.intersection(*nodes), set.intersection(*hops)))
+
+    def _named(self, nodes: set[str], hops: set[tuple[str, ...]]) -> frozenset[Component]:
+        """The NICs and switches among ``nodes`` and the links of ``hops`` (node pairs)."""
+        of_node, of_hop = self._of_node, self._of_hop
+        comps = [of_node[n] if n in of_node else self._node(n) for n in nodes]
+        return frozenset([*(c for c in comps if c is not None),
+                          *(of_hop[h] if h in of_hop else self._hop(h) for h in hops)])
+
+    def _node(self, node: str) -> Component | None:
+        kind = self.topo.kind(node) if node in self.topo else ""
+        found = self._of_node[node] = Component(kind, node) if kind in ("nic", "switch") \
+            else None
+        return found
+
+    def _hop(self, hop: tuple[str, ...]) -> Component:
+        found = self._of_hop[hop] = Component("link", self.topo.path_links(list(hop))[0])
+        return found
+
+    def _uplink(self, nic: str) -> str | None:
+        """The one switch a NIC is cabled to (None: several, none, or not a NIC)."""
+        if nic not in self._uplinks:
+            ups = [n for n in self.topo.neighbors(nic) if self.topo.kind(n) == "switch"] \
+                if nic in self.topo and self.topo.kind(nic) == "nic" else []
+            self._uplinks[nic] = ups[0] if len(ups) == 1 else None
+        return self._uplinks[nic]
+
+    def _end(self, nic: str, switch: str) -> frozenset[Component]:
+        """A NIC and its cable to its switch."""
+        found = self._ends.get(nic)
+        if found is None:
+            found = self._ends[nic] = self._named({nic}, {(nic, switch)})
+        return found
 
     def on_one_path(self, src_nic: str, dst_nic: str, comps: frozenset[Component]) -> bool:
         """Whether one candidate path from one NIC to another crosses every one of ``comps``

@@ -190,3 +190,38 @@ def test_a_connection_whose_rank_is_placed_later_gets_its_hops(tmp_path):
     placed.add(2)
     _, counts, _ = load.hop_table(win, keys, nic_of)
     assert (counts > 0).all()
+
+
+def test_the_table_follows_new_keys_and_recorded_paths(tmp_path):
+    from diagnosis.engine.peers import LoadModel
+
+    engines: list[Engine] = []
+    diagnose(tmp_path, "none", 1.0, flows=[*RING, (2, 5)], engines=engines, paths=False)
+    eng = engines[0]
+    win, load = eng.conns, LoadModel(eng.topology)
+
+    def nic_of(rank: int) -> str | None:
+        return eng.placement.nic(rank)
+
+    def matches_each_key() -> None:
+        keys = np.arange(len(win))[::-1]
+        flat, counts, routed = load.hop_table(win, keys, nic_of)
+        each = [load.hops(win, int(x), nic_of) for x in keys]
+        assert counts.tolist() == [len(h) for h, _ in each]
+        assert flat.tolist() == [int(v) for h, _ in each for v in h]
+        assert routed.tolist() == [r for _, r in each]
+
+    matches_each_key()                      # every key from its NICs, at once
+    n = len(win)
+    # a second communicator's connections appear, one of them between two ranks of a host
+    # (no link crossed)
+    win.keys_of(np.array([0, 6, 3]), np.array([4, 2, 3]), np.array([5, 5, 5]))
+    assert len(win) == n + 3
+    matches_each_key()
+    # a path is recorded for one: its hops are then the links of its path
+    k = 2
+    win.set_paths(np.array([k]), [hops_of(int(win.src[k]), int(win.dst[k]))])
+    matches_each_key()
+    _, counts, routed = load.hop_table(win, np.array([k]), nic_of)
+    assert routed.tolist() == [True]
+    assert counts[0] == len(hops_of(int(win.src[k]), int(win.dst[k]))) - 1

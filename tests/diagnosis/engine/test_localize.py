@@ -107,9 +107,9 @@ def test_the_index_of_what_connections_cross_is_built_a_share_at_a_time(tmp_path
     pending: list[tuple[int | None, int]] = []
     sync = localize.Localizer._sync
 
-    def counting(self, win, most=None):
+    def counting(self, win, most=None, seconds=None):
         pending.append((most, len(win.changed)))
-        return sync(self, win, most)
+        return sync(self, win, most, seconds)
     monkeypatch.setattr(localize, "_SYNC_PER_PASS", 2)
     monkeypatch.setattr(localize.Localizer, "_sync", counting)
     assert slow_uplink(tmp_path / "share") == whole
@@ -128,3 +128,26 @@ def slow_uplink(tmp_path) -> list[tuple[str, list[tuple[str, str]]]]:
     named = [(r.kind, [(s.type, s.id) for s in r.suspects[:2]]) for r in reports]
     assert named and named[0][0] == "comm_slow"
     return named
+
+
+def test_a_share_of_the_index_stops_when_its_time_is_up():
+    from diagnosis.engine.arena import Arena
+    from diagnosis.engine.config import EngineConfig
+    from diagnosis.engine.conns import ConnWindow
+    from diagnosis.engine.placement import Placement
+
+    cfg = EngineConfig()
+    arena = Arena(cfg.window)
+    loc = localize.Localizer(arena, Placement(), None, cfg)
+    win = ConnWindow(arena, cfg)
+    n = 4000
+    win.keys_of(np.arange(n), np.arange(n) + 1, np.zeros(n, dtype=np.int64))
+    assert len(win.changed) == n
+    loc._sync(win, None, 0.0)           # out of time: stops at its first look at the clock
+    assert len(win.changed) == n - 1024
+    loc._sync(win, 2000, 60.0)          # time enough: the share
+    assert len(win.changed) == n - 1024 - 2000
+    loc._sync(win)
+    assert not win.changed
+    rank = localize.Component("rank", "3999")
+    assert loc._index[rank] == {3998, 3999}, "every key indexed once, whatever the shares"
