@@ -78,8 +78,7 @@ class LoadModel:
         self._key: dict[int, tuple[object, np.ndarray, bool]] = {}
         self._nic_cap: dict[str, float] = {}
         self._link_cap: dict[str, float | None] = {}
-        # every key's hops (flat, counts per key, routed) while no path or key changes
-        # (path version, flat, counts per key, routed)
+        # every key's hops while no path changes: (path version, flat, counts per key, routed)
         self._table: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._unplaced: set[int] = set()   # ranks of the table's keys not placed then
         # per key: its transfer size (log2) when first judged, the size its baseline was
