@@ -26,6 +26,11 @@ KIND_ORDER = {"nic": 0, "link": 1, "switch": 2}
 _NONE: tuple[frozenset, frozenset] = (frozenset(), frozenset())
 
 
+def _hops(path: Sequence[str]) -> set[tuple[str, ...]]:
+    """The node pairs of a path, each sorted (a link's two ends in either direction)."""
+    return set(map(tuple, map(sorted, itertools.pairwise(path))))
+
+
 class Component(NamedTuple):
     """A network component (hashed in C: explaining sets hashes it a great many times)."""
 
@@ -57,22 +62,10 @@ class PathCache:
         self._middle: dict[tuple[str, str], tuple[frozenset[Component],
                                                   frozenset[Component]] | None] = {}
 
-    def _components(self, path: Sequence[str]) -> frozenset[Component]:
-        out: set[Component] = set()
-        for node in path:
-            if node not in self.topo:   # a recorded hop the topology does not have
-                continue
-            kind = self.topo.kind(node)
-            if kind in ("nic", "switch"):
-                out.add(Component(kind, node))
-        for lk in self.topo.path_links(list(path)):
-            out.add(Component("link", lk))
-        return frozenset(out)
-
     def recorded(self, path: tuple[str, ...]) -> frozenset[Component]:
         found = self._recorded.get(path)
         if found is None:
-            found = self._recorded[path] = self._components(path)
+            found = self._recorded[path] = self._named(set(path), _hops(path))
         return found
 
     def between(self, src_nic: str, dst_nic: str) -> tuple[frozenset[Component],
@@ -116,12 +109,13 @@ class PathCache:
         # leaf pair of a large rail fabric has a path per spine: a set of components built per
         # path took most of the time of indexing half a million connections)
         nodes = [set(p) for p in paths]
-        hops = [set(map(tuple, map(sorted, itertools.pairwise(p)))) for p in paths]
+        hops = [_hops(p) for p in paths]
         return (self._named(set().union(*nodes), set().union(*hops)),
                 self._named(set.intersection(*nodes), set.intersection(*hops)))
 
     def _named(self, nodes: set[str], hops: set[tuple[str, ...]]) -> frozenset[Component]:
-        """The NICs and switches among ``nodes`` and the links of ``hops`` (node pairs)."""
+        """The NICs and switches among ``nodes`` (a recorded hop the topology lacks is none)
+        and the links of ``hops`` (node pairs)."""
         of_node, of_hop = self._of_node, self._of_hop
         comps = [of_node[n] if n in of_node else self._node(n) for n in nodes]
         return frozenset([*(c for c in comps if c is not None),
