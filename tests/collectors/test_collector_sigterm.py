@@ -109,10 +109,6 @@ def test_programs_own_handler_runs_and_decides_the_exit_status(job, sink):
     assert sorted(r["seq"] for r in _rows(sink, 0)) == list(range(CALLS))
 
 
-# serial: beside other tests on the two cores, the rank's exit through its handler's sys.exit
-# (its gloo group still up) aborted in torch's teardown ("terminate called without an active
-# exception") in 2 CI runs of one day; alone it passes
-@pytest.mark.serial
 def test_blocked_rank_with_its_own_handler_ships_the_open_call_and_keeps_running(
         job, sink, tmp_path):
     (r0, r1), (out0, out1) = job("blocked-handler", 2)
