@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "collectors.cli": ("run",),
     "collectors.health.cli": ("health",),
     "diagnosis.daemon.cli": ("daemon",),
+    "diagnosis.relay.cli": ("relay",),
     "diagnosis.probes.cli": ("probe",),
     "diagnosis.query_cli": ("status", "ops", "export", "faults", "jobs"),
     "c4.cli.report": ("report",),

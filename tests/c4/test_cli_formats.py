@@ -45,7 +45,8 @@ def test_nodes_list_formats(tmp_path):
 # follow a job), each with why; any other command must take --format.
 NO_FORMAT = {
     "demo": "a story told to a person",
-    "sidecar": "a service", "daemon": "a service", "run": "runs the job",
+    "sidecar": "a service", "daemon": "a service", "relay": "a service",
+    "run": "runs the job",
     "report": "writes the HTML page named by --html",
     "sim": "writes its run into --out",
     "recover": "a service (its decisions: c4 recoveries --format)",
