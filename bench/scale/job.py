@@ -3,7 +3,7 @@ calls/s per rank into one `c4 daemon` on this machine.
 
     python -m bench.scale.job [--ranks 16384] [--minutes 10] [--store sqlite|clickhouse]
                               [--streams 16] [--budget 200000] [--fault-at-s S]
-                              [--fabric rail|tor|three_tier|...]
+                              [--fabric rail|tor|three_tier|...] [--relays R]
 
 ``bench.scale.jobgen`` builds, second by second, what the job's sidecars ship in reduced mode
 (sampled op rows, progress and linkstat per window, port records, the collectors' counters),
@@ -13,7 +13,10 @@ size), per-communicator steps, longer windows. ``--streams`` gRPC ingest streams
 requests in flight). One rank stops at ``--fault-at-s`` (default: two minutes before the end):
 the daemon must report it. With ``--fabric`` the daemon localizes on that fabric (built for
 the job's nodes, 8 GPUs each, GPU i on rail i), as a daemon given the cluster's topology does:
-the connections' paths, the index of what each crosses, the peers' load model.
+the connections' paths, the index of what each crosses, the peers' load model. With
+``--relays R`` the streams go to R ``c4 relay`` processes (round robin), which carry them to the
+daemon over ``--relay-upstreams`` streams each: with ``--streams`` at one per node, the tier
+that lets one daemon take more sidecars than its 480 stream threads.
 
 Printed: the schedule the daemon chose; per minute the records acknowledged per second by
 kind, the ingest lag (request made -> acknowledged once stored: the time it waited in the
@@ -49,6 +52,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -187,8 +191,8 @@ def _slices(cols, rows: int):
     for a in range(0, len(cols), rows):
         part = {k: v[a:a + rows] for k, v in cols.columns.items()}
         named = [k for k in part if k in STRING_COLUMNS and len(table)]
-        used = np.unique(np.concatenate([part[k][part[k] >= 0] for k in named])) \
-            if named else np.zeros(0, np.int64)
+        used = np.unique(np.concatenate([part[k][part[k] >= 0] for k in named])
+                         ).astype(np.int64) if named else np.zeros(0, np.int64)
         remap = np.full(len(table), -1, np.int64)
         remap[used] = np.arange(len(used))
         for k in named:
@@ -269,6 +273,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     atexit.register(daemon.stop)
     _guard(daemon, args.max_daemon_rss_gib)
     address = f"127.0.0.1:{port}"
+    relays = _start_relays(args, work, address)
+    entries = [f"127.0.0.1:{p}" for _, p in relays] or [address]
     counts, lock = Counts(), threading.Lock()
     gen = JobGen(shape, time.time_ns() + int(60 * NS))   # t0 set when the calls start
     schedules: list[tuple[float, c4_pb2.SampleSchedule]] = []
@@ -279,7 +285,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 if gen.sampling.apply(ctl.schedule):
                     schedules.append((time.monotonic(), ctl.schedule))
 
-    streams = [Stream(address, f"gen{i}", counts, lock, on_control)
+    streams = [Stream(entries[i % len(entries)], f"gen{i}", counts, lock, on_control)
                for i in range(shape.streams)]
     reports: list[tuple[float, object]] = []
     watcher_stop = threading.Event()
@@ -313,6 +319,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     samples: list[dict] = []
     next_sample = t_start
     d0, g0 = _cpu(daemon.proc.pid), time.process_time()
+    r0 = sum(_cpu(r.proc.pid) for r, _ in relays)
     sec = 0
     window_next = None
     port_next = t_start
@@ -365,6 +372,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                             "dcpu": _cpu(daemon.proc.pid), "gcpu": time.process_time()})
     sending = time.monotonic() - t_start
     d1, g1 = _cpu(daemon.proc.pid), time.process_time()
+    r1 = sum(_cpu(r.proc.pid) for r, _ in relays)
+    relay_rss = [_rss_mib(r.proc.pid) for r, _ in relays]
     drain = time.monotonic()
     while sum(s.pending() for s in streams) and time.monotonic() - drain < 300:
         time.sleep(0.2)
@@ -376,6 +385,9 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     with DaemonClient(address, timeout=60) as c:
         stored_ops = sum(j.ops for j in c.jobs() if j.job == shape.job)
         faults = c.faults(shape.job)
+        daemon_streams = c.status().ingest_streams
+    for r, _ in relays:
+        r.stop()
     gc_s = _gc(f"http://127.0.0.1:{mport}/metrics")
     daemon.stop()
     found = [(t, r) for t, r in reports if fault is not None and r.state == "open" and
@@ -386,7 +398,28 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             "fault": fault, "fault_latency": (found[0][0] - fault_mono) if found else None,
             "report": found[0][1] if found else None, "faults": faults,
             "others": _others(reports, fault), "gc": gc_s,
-            "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending}
+            "daemon_cpu": (d1 - d0) / sending, "gen_cpu": (g1 - g0) / sending,
+            "relays": len(relays), "relay_cpu": (r1 - r0) / sending, "relay_rss": relay_rss,
+            "daemon_streams": daemon_streams}
+
+
+def _start_relays(args: argparse.Namespace, work: Path, daemon: str) -> list[tuple[Any, int]]:
+    """``--relays`` relay processes in front of the daemon: (service, port) each."""
+    from c4.processes import Service, c4_command, free_port, wait_for
+
+    per = -(-args.streams // args.relays) if args.relays else 0
+    relays = []
+    for i in range(args.relays):
+        port = free_port()
+        svc = Service(c4_command("relay", "--listen", f"127.0.0.1:{port}", "--daemon", daemon,
+                                 "--upstreams", str(args.relay_upstreams),
+                                 "--max-streams", str(per + 8), "--workers", str(per + 16)),
+                      work / f"relay{i}.log").start()
+        atexit.register(svc.stop)
+        wait_for(lambda svc=svc: "c4 relay listening" in svc.output(), 60,
+                 what=f"relay {i} to listen")
+        relays.append((svc, port))
+    return relays
 
 
 def _others(reports: list[tuple[float, object]], fault) -> dict[str, tuple[str, str]]:
@@ -468,6 +501,14 @@ def _print(args: argparse.Namespace, res: dict) -> None:
           f"second half {slope:+.1f} MiB/min")
     print(f"daemon CPU {100 * res['daemon_cpu']:.0f}% of a core, generator "
           f"{100 * res['gen_cpu']:.0f}%")
+    if res["relays"]:
+        rps = len(lat) / res["sending"]
+        print(f"relays: {res['relays']}, each carrying {shape.streams / res['relays']:.0f} "
+              f"streams to the daemon over {args.relay_upstreams}; {rps:,.0f} requests/s "
+              f"relayed; CPU {100 * res['relay_cpu']:.0f}% of a core in all "
+              f"({1e3 * res['relay_cpu'] / max(rps, 1):.2f} ms a request); RSS "
+              f"{', '.join(f'{r:,.0f}' for r in res['relay_rss'])} MiB; the daemon held "
+              f"{res['daemon_streams']} ingest streams")
     if res["gc"]:
         g = res["gc"]
         print(f"daemon in Python's garbage collector: {g['total']:.1f} s in all, longest "
@@ -514,6 +555,10 @@ def main() -> None:
     ap.add_argument("--fault-at-s", type=float, default=None)
     ap.add_argument("--fabric", choices=FABRICS, default=None,
                     help="give the daemon this fabric's topology (default: none)")
+    ap.add_argument("--relays", type=int, default=0,
+                    help="send through this many `c4 relay` processes (default: straight in)")
+    ap.add_argument("--relay-upstreams", type=int, default=4,
+                    help="streams from each relay to the daemon")
     ap.add_argument("--max-daemon-rss-gib", type=float, default=12.0,
                     help="stop the run (and say so) once the daemon holds this much")
     args = ap.parse_args()

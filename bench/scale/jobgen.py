@@ -362,7 +362,9 @@ class JobGen:
             out["local"].append(ep(r[ok], peer[ok], kind))
             out["remote"].append(ep(peer[ok], r[ok], kind))
             out["rate"].append(np.full(int(ok.sum()), rate))
-        keys = {k: np.concatenate([np.asarray(x) for x in v]) for k, v in out.items()}
+        # typed: a node with no next stage has empty lists, which numpy would make floats
+        keys = {k: np.concatenate([np.asarray(x, np.float64 if k == "rate" else np.int64)
+                                   for x in v]) for k, v in out.items()}
         return keys, list(table)
 
     def linkstat(self, stream: int, t_ns: int, window_ns: int) -> Columns | None:

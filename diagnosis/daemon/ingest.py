@@ -291,8 +291,8 @@ class IngestService(c4_pb2_grpc.IngestServicer):
         if not self.slots.take():
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"the daemon already serves {self.slots.limit} ingest streams (its "
-                          "--max-streams, one per sidecar): retry later with backoff; shard "
-                          "the sidecars over several daemons, or raise --workers and "
+                          "--max-streams, one per sidecar): retry later with backoff; put a "
+                          "`c4 relay` per rack in front of it, or raise --workers and "
                           "--max-streams")
         try:
             yield from self._stream(request_iterator, context)
