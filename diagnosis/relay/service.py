@@ -186,10 +186,10 @@ class RelayService(c4_pb2_grpc.IngestServicer):
                     ack = down.acks.get(timeout=0.5)
                 except queue.Empty:
                     ack = None
-                if down.lost:
-                    context.abort(grpc.StatusCode.UNAVAILABLE, down.lost)
                 if ack is not None:
                     yield ack
+                if down.lost and down.acks.empty():   # the answers it got go out first
+                    context.abort(grpc.StatusCode.UNAVAILABLE, down.lost)
                 if down.done and down.acks.empty():
                     if down.bad:
                         context.abort(grpc.StatusCode.INVALID_ARGUMENT, down.bad)

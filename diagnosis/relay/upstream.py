@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -27,6 +28,9 @@ OnControl = Callable[[c4_pb2.Control], None]
 #: (link, generation lost, why)
 OnLost = Callable[["Upstream", int, str], None]
 _FIRST_BACKOFF_S = 0.1
+# a connection that lasted this long resets the backoff
+_STEADY_S = 10.0
+_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 
 
 class Upstream:
@@ -80,9 +84,12 @@ class Upstream:
                     log.warning("relay: the daemon at %s is not reachable; retrying",
                                 self.address)
                     continue
-                reason = self._carry(stub, stop)
+                began = time.monotonic()
+                reason, throttled = self._carry(stub, stop)
                 if stop.is_set():
                     break
+                if not throttled and time.monotonic() - began > _STEADY_S:
+                    backoff = _FIRST_BACKOFF_S
                 log.warning("relay: stream %d to the daemon ended (%s); the sidecars it "
                             "carried resend through a new one", self.index, reason)
                 stop.wait(backoff)
@@ -90,7 +97,9 @@ class Upstream:
         finally:
             channel.close()
 
-    def _carry(self, stub: c4_pb2_grpc.IngestStub, stop: threading.Event) -> str:
+    def _carry(self, stub: c4_pb2_grpc.IngestStub, stop: threading.Event
+               ) -> tuple[str, bool]:
+        """Carry one connection until it ends: (why, whether the daemon throttled it)."""
         q: queue.Queue[c4_pb2.IngestRequest | None] = queue.Queue(self._queue_max)
         ended = threading.Event()
         with self._lock:
@@ -99,13 +108,21 @@ class Upstream:
             self._queue = q
             self._up = True
         call = stub.Stream(self._requests(q, ended, stop))
-        reason = "the daemon ended it"
+        reason, throttled = "the daemon ended it", False
         try:
             for ack in call:
                 if ack.seq == 0 and ack.HasField("control"):
                     self._on_control(ack.control)
-                else:
-                    self._on_ack(ack)
+                    continue
+                self._on_ack(ack)
+                if ack.code == _EXHAUSTED and not ack.parked_job:
+                    # the daemon refuses everything after this on the stream: start afresh
+                    # after the backoff, as a sidecar would (its sidecars resend meanwhile)
+                    reason = ("the daemon asked the relay to slow down: raise its "
+                              "--max-requests-per-second to about 4 per node behind relays, "
+                              "or 0")
+                    throttled = True
+                    break
         except grpc.RpcError as exc:
             reason = f"{exc.code().name}: {exc.details()}"
         finally:
@@ -114,7 +131,7 @@ class Upstream:
             ended.set()
             call.cancel()
             self._on_lost(self, generation, reason)
-        return reason
+        return reason, throttled
 
     def _requests(self, q: queue.Queue[c4_pb2.IngestRequest | None], ended: threading.Event,
                   stop: threading.Event) -> Iterator[c4_pb2.IngestRequest]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import grpc
 import pytest
@@ -156,6 +157,39 @@ def test_a_broken_daemon_stream_ends_the_sidecar_streams_it_carried(relayed):
     wait_for(lambda: a.error is not None, 20, what="the sidecar's stream ended")
     assert a.error.code() == grpc.StatusCode.UNAVAILABLE
     assert "resend what is unacknowledged" in a.error.details()
+
+
+def test_a_relay_the_daemon_throttles_starts_afresh_instead_of_being_refused_for_ever():
+    """The daemon refuses everything on a stream after a request over the sender's limit; the
+    relay must not keep carrying its sidecars into that stream."""
+    d = Daemon(DaemonConfig(listen="127.0.0.1:0", store="memory://", analyze_interval_s=0.2,
+                            max_requests_per_second=5))
+    d.start()
+    r = Relay(RelayConfig(listen="127.0.0.1:0", daemon=f"127.0.0.1:{d.port}", upstreams=1,
+                          workers=8, max_streams=4))
+    r.start()
+    cars: list[Car] = []
+    try:
+        wait_for(lambda: r.service.links[0].state()[0], 20, what="the relay's stream")
+        cars.append(Car(r.port, "burst"))
+        cars[0].send(*(rank_info("t", i, 40, "h") for i in range(40)))
+        wait_for(lambda: cars[0].error is not None, 20, what="the throttled stream ended")
+        assert any(a.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0] for a in cars[0].acks)
+        assert cars[0].error.code() == grpc.StatusCode.UNAVAILABLE
+        assert "--max-requests-per-second" in cars[0].error.details()
+        # once the limit's bucket has refilled, a sidecar is served again through the relay
+        # (a stream the daemon throttled would refuse it however long it waited)
+        time.sleep(1.5)
+        wait_for(lambda: r.service.links[0].state()[0], 20, what="a fresh stream")
+        cars.append(Car(r.port, "later"))
+        cars[1].send(rank_info("t", 0, 40, "h"))
+        wait_for(lambda: cars[1].acks, 20, what="an answer")
+        assert [a.code for a in cars[1].acks] == [0]
+    finally:
+        for c in cars:
+            c.close()
+        r.stop(grace_s=0.5)
+        d.stop(grace=1)
 
 
 @pytest.mark.parametrize("kwargs, words", [
