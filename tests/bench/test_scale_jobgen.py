@@ -95,3 +95,14 @@ def test_a_stream_s_batches_carry_only_the_names_they_use():
     joined = concat(parts)
     for col in ("local", "remote"):
         assert joined.names(col).tolist() == ls.names(col).tolist()
+
+
+def test_a_stream_of_one_node_ships_linkstat_with_integer_endpoints():
+    """One stream per node (bench.scale.job --relays): the last node has no next stage, and its
+    endpoint columns must stay integers for the batches to be cut."""
+    g = JobGen(JobShape(ranks=32, streams=4), T0)
+    for s in range(4):
+        cols = g.linkstat(s, T0 + NS, NS)
+        assert cols is not None and len(cols)
+        for k in ("src", "dst", "local", "remote"):
+            assert cols[k].dtype.kind == "i", (s, k, cols[k].dtype)
