@@ -17,9 +17,16 @@ class RelayConfig:
                           help="HOST:PORT the sidecars stream to (loopback unless told "
                                "otherwise).")
     daemon: str = setting("127.0.0.1:7444", flag="--daemon", env="C4_DAEMON",
-                          help="The diagnosis daemon, HOST:PORT, reached as any client reaches it "
-                               "(C4_TLS_CA, C4_TLS_CERT, C4_TLS_KEY, C4_TLS_SERVER_NAME; "
-                               "C4_TOKEN: an ingest token).")
+                          help="The diagnosis daemon, HOST:PORT.")
+    # Reaching the daemon, as a sidecar does: TLS files, and an ingest token from the
+    # environment (on the command line every local user could read it).
+    daemon_tls_ca: str = setting("", flag="--daemon-tls-ca", env="C4_TLS_CA",
+                                 help="Reach the daemon over TLS, trusting this CA (PEM).")
+    daemon_tls_cert: str = setting("", flag="--daemon-tls-cert", env="C4_TLS_CERT",
+                                   help="Client certificate (PEM) for a mutual-TLS daemon.")
+    daemon_tls_key: str = setting("", flag="--daemon-tls-key", env="C4_TLS_KEY",
+                                  help="Private key of --daemon-tls-cert.")
+    token: str = setting("", flag="--token", env="C4_TOKEN", hidden=True)
     upstreams: int = setting(4, flag="--upstreams", env="C4_RELAY_UPSTREAMS",
                              check=at_least(1),
                              help="Streams to the daemon; each sidecar stream rides one of "

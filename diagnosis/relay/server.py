@@ -13,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from c4.proto import c4_pb2_grpc
+from c4.security.channel import ClientSecurity
 from c4.security.server import AuthInterceptor, ServerTls, check_listen
 from c4.security.tokens import TokenTable
 from diagnosis.daemon.decoding import SafeDecode
@@ -33,12 +34,16 @@ class Relay:
         self.tokens = TokenTable.load(config.tokens_file or None)
         self._stop = threading.Event()
         self.service = RelayService(config.max_streams, self._stop)
+        security = ClientSecurity.from_env(tls_ca=config.daemon_tls_ca,
+                                           tls_cert=config.daemon_tls_cert,
+                                           tls_key=config.daemon_tls_key, token=config.token)
         sizes = [("grpc.max_receive_message_length", config.max_message_bytes),
                  ("grpc.max_send_message_length", config.max_message_bytes)]
         self.service.links = [
             Upstream(i, config.daemon, on_ack=self.service.on_ack,
                      on_control=self.service.on_control, on_lost=self.service.on_lost,
                      queue_max=config.queue_requests, reconnect_max_s=config.reconnect_max_s,
+                     security=security,
                      # one channel (connection) per link: gRPC would otherwise share one
                      # connection among equal channels
                      options=[*sizes, ("grpc.use_local_subchannel_pool", 1)])

@@ -148,9 +148,11 @@ class RelayService(c4_pb2_grpc.IngestServicer):
                 context: grpc.ServicerContext) -> Iterator[c4_pb2.IngestAck]:
         picked = self._pick()
         if picked is None:
+            why = sorted({link.last_lost for link in self.links if link.last_lost})
             context.abort(grpc.StatusCode.UNAVAILABLE,
-                          "the relay has no stream to the daemon at the moment: retry with "
-                          "backoff")
+                          "the relay has no stream to the daemon at the moment"
+                          + (f" (the last ended: {'; '.join(why)})" if why else "")
+                          + ": retry with backoff")
             return
         down = _Down(*picked)
         with self._lock:

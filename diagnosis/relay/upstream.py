@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from c4.proto import c4_pb2, c4_pb2_grpc
-from c4.security.channel import open_channel
+from c4.security.channel import ClientSecurity, open_channel
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ _EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 class Upstream:
     def __init__(self, index: int, address: str, *, on_ack: OnAck, on_control: OnControl,
                  on_lost: OnLost, queue_max: int, reconnect_max_s: float,
+                 security: ClientSecurity | None = None,
                  options: list[tuple[str, Any]] | None = None) -> None:
         self.index = index
         self.address = address
@@ -45,11 +46,14 @@ class Upstream:
         self._queue_max = queue_max
         self._reconnect_max_s = reconnect_max_s
         self._options = options or []
+        self._security = security
         self._lock = threading.Lock()
         self._queue: queue.Queue[c4_pb2.IngestRequest | None] = queue.Queue(queue_max)
         self._generation = 0
         self._up = False
         self.sent = 0
+        #: why the last connection ended ("" before any did)
+        self.last_lost = ""
 
     def state(self) -> tuple[bool, int]:
         """(connected, generation)."""
@@ -73,7 +77,7 @@ class Upstream:
 
     def run(self, stop: threading.Event) -> None:
         """Connect, carry, and reconnect (backing off) until ``stop`` is set."""
-        channel = open_channel(self.address, options=self._options)
+        channel = open_channel(self.address, self._security, options=self._options)
         stub = c4_pb2_grpc.IngestStub(channel)
         backoff = _FIRST_BACKOFF_S
         try:
@@ -130,6 +134,7 @@ class Upstream:
                 self._up = False
             ended.set()
             call.cancel()
+            self.last_lost = reason
             self._on_lost(self, generation, reason)
         return reason, throttled
 
