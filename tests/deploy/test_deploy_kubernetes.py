@@ -228,3 +228,39 @@ def test_pod_network_component_adds_sys_admin_to_the_sidecar(tmp_path: Path) -> 
     validate(ds)
     caps = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]
     assert set(caps["add"]) == {"SYS_PTRACE", "DAC_READ_SEARCH", "SYS_ADMIN"}
+
+
+def test_relays_component_puts_relays_between_the_sidecars_and_the_daemon(tmp_path: Path) -> None:
+    overlay = tmp_path / "with-relays"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "namespace": "c4",
+        "resources": [os.path.relpath(K8S / "base", overlay)],
+        "components": [os.path.relpath(K8S / "components" / "relays", overlay)]}))
+    docs = _kustomize(overlay)
+    for doc in docs:
+        validate(doc)
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs
+                  if d["kind"] == "ConfigMap"}
+    relay = by[("Deployment", "c4-relay")]["spec"]["template"]
+    (ctr,) = relay["spec"]["containers"]
+    cmd, env = _c4_container_env(ctr, configmaps)
+    assert cmd == "relay" and env <= command("relay").envvars | ROOT_ENVVARS
+    (relay_env,) = [configmaps[s["configMapRef"]["name"]] for s in ctr["envFrom"]]
+    port = int(relay_env["C4_RELAY_LISTEN"].rsplit(":", 1)[1])
+    assert {p["containerPort"] for p in ctr["ports"]} == {port}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert ctr[probe]["grpc"]["port"] == port, probe
+    assert relay_env["C4_INSECURE"] == "1"   # the plaintext gRPC probe, off loopback
+    svc = by[("Service", "c4-relay")]["spec"]
+    assert svc["selector"].items() <= relay["metadata"]["labels"].items()
+    daemon_svc = by[("Service", "c4-daemon")]["spec"]["ports"][0]["port"]
+    assert relay_env["C4_DAEMON"] == f"c4-daemon.c4.svc:{daemon_svc}"
+    # the sidecars go to the relays, and the daemon does not throttle a relay as one sender
+    (car,) = by[("DaemonSet", "c4-sidecar")]["spec"]["template"]["spec"]["containers"]
+    (car_env,) = [configmaps[s["configMapRef"]["name"]] for s in car["envFrom"]]
+    assert car_env["C4_DAEMON"] == f"c4-relay.c4.svc:{svc['ports'][0]['port']}"
+    (dmn,) = by[("Deployment", "c4-daemon")]["spec"]["template"]["spec"]["containers"]
+    (daemon_env,) = [configmaps[s["configMapRef"]["name"]] for s in dmn["envFrom"]]
+    assert daemon_env["C4_MAX_RPS"] == "0"
