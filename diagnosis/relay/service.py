@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from c4.proto import c4_pb2, c4_pb2_grpc
+from c4.proto.codec import BatchError, collector_counts
 from diagnosis.daemon.control import ControlHub
 from diagnosis.daemon.decoding import Undecodable
 from diagnosis.daemon.slots import Slots
@@ -26,8 +27,8 @@ from diagnosis.relay.upstream import Upstream
 
 log = logging.getLogger(__name__)
 
-#: (job, attempt, rank) -> host, from the RankInfo requests that passed: where detail requests
-#: go. Bounded; the oldest ranks are forgotten first.
+#: (job, attempt, rank) -> host, from the RankInfo and statistics that passed: where detail
+#: requests go. Bounded; the ranks not heard of longest are forgotten first.
 MAX_RANKS = 1 << 20
 
 
@@ -54,7 +55,6 @@ class RelayService(c4_pb2_grpc.IngestServicer):
         self._owners: dict[str, _Down] = {}
         self._downs: set[_Down] = set()
         self._hosts: OrderedDict[tuple[str, int, int], str] = OrderedDict()
-        self.unrouted = 0
 
     # -- from the daemon (a link's thread) ------------------------------------------------
     def on_ack(self, ack: c4_pb2.IngestAck) -> None:
@@ -62,8 +62,6 @@ class RelayService(c4_pb2_grpc.IngestServicer):
             down = self._owners.get(ack.sidecar)
             if down is not None:
                 down.outstanding -= 1
-            else:
-                self.unrouted += 1
         if down is not None:
             down.acks.put(ack)
         else:   # its sidecar left; it resends what it lacks an acknowledgement for
@@ -134,15 +132,28 @@ class RelayService(c4_pb2_grpc.IngestServicer):
         return best
 
     def _note(self, req: c4_pb2.IngestRequest, down: _Down) -> None:
+        kind = req.WhichOneof("body")
+        keys: list[tuple[str, int, int]] = []
+        host = ""
+        if kind == "rank" and req.rank.host:
+            keys, host = [(req.rank.job, req.rank.attempt, req.rank.rank)], req.rank.host
+        elif kind == "stats" and req.stats.host:
+            # every second, each rank's counters name its host: a relay started after its
+            # ranks registered learns where they are from these
+            host = req.stats.host
+            try:
+                keys = [(job, attempt, r) for job, attempt, cols in collector_counts(req.stats)
+                        for r in cols["rank"].tolist()]
+            except BatchError:   # the daemon says what is wrong with it
+                keys = []
         with self._lock:
             self._owners[req.sidecar] = down
             down.outstanding += 1
-            if req.WhichOneof("body") == "rank" and req.rank.host:
-                key = (req.rank.job, req.rank.attempt, req.rank.rank)
-                self._hosts[key] = req.rank.host
+            for key in keys:
+                self._hosts[key] = host
                 self._hosts.move_to_end(key)
-                while len(self._hosts) > MAX_RANKS:
-                    self._hosts.popitem(last=False)
+            while len(self._hosts) > MAX_RANKS:
+                self._hosts.popitem(last=False)
 
     def _stream(self, request_iterator: Iterator[c4_pb2.IngestRequest],
                 context: grpc.ServicerContext) -> Iterator[c4_pb2.IngestAck]:

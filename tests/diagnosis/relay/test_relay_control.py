@@ -68,7 +68,7 @@ def relayed():
                             max_requests_per_second=0))
     d.start()
     r = Relay(RelayConfig(listen="127.0.0.1:0", daemon=f"127.0.0.1:{d.port}", upstreams=2,
-                          max_streams=4, workers=8))
+                          max_streams=5, workers=8))
     r.start()
     wait_for(lambda: all(link.state()[0] for link in r.service.links), 20,
              what="the relay's streams to the daemon")
@@ -125,6 +125,16 @@ def test_schedules_details_and_inspections_reach_their_sidecars(relayed):
     c.send(rank_info("j", 4, 5, "hostC"))
     wait_for(lambda: "schedule" in c.kinds(), 10, what="the late sidecar's schedule")
     assert c.controls[0].schedule.version == 3
+    # a sidecar whose ranks registered before this relay ran: its statistics name their host
+    late = car("car-d")
+    late.send(group_info("j", "0", list(range(4))),
+              c4_pb2.IngestRequest(stats=c4_pb2.SidecarStats(host="hostD", collectors=[
+                  c4_pb2.CollectorStats(job="j", rank=6, t_ns=1)])))
+    wait_for(lambda: late.acked() == [1, 2], 10, what="car-d's requests acknowledged")
+    assert d.control.request_detail(c4_pb2.DetailRequest(job="j", request=9, ranks=[6]),
+                                    {"hostD"}) == {"hostD"}
+    wait_for(lambda: "detail" in late.kinds(), 10, what="the detail request at hostD")
+    assert [x.detail.request for x in b.controls if x.HasField("detail")] == [7]
     # a sidecar of another job never gets this one's
     other = car("car-o")
     _join(other, "other", [0], "hostO", 1)
@@ -133,13 +143,13 @@ def test_schedules_details_and_inspections_reach_their_sidecars(relayed):
 
 def test_the_relay_refuses_streams_past_its_limit_and_single_requests(relayed):
     _, r, car = relayed
-    cars = [car(f"car-{i}") for i in range(4)]
+    cars = [car(f"car-{i}") for i in range(5)]
     for i, c in enumerate(cars):
-        c.send(rank_info("k", i, 4, f"h{i}"))
-    wait_for(lambda: all(c.acked() == [1] for c in cars), 20, what="four streams served")
+        c.send(rank_info("k", i, 5, f"h{i}"))
+    wait_for(lambda: all(c.acked() == [1] for c in cars), 20, what="five streams served")
     extra = car("car-x")
     extra.send(rank_info("k", 9, 10, "hx"))
-    wait_for(lambda: extra.error is not None, 10, what="the fifth stream refused")
+    wait_for(lambda: extra.error is not None, 10, what="the sixth stream refused")
     assert extra.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "--max-streams" in extra.error.details()
     with grpc.insecure_channel(f"127.0.0.1:{r.port}") as ch, \

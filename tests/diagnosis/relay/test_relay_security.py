@@ -49,7 +49,7 @@ def secured(tmp_path):
     d.start()
     relays: list[Relay] = []
 
-    def relay(token: str) -> Relay:
+    def relay(token: str, ready: bool = True) -> Relay:
         r = Relay(RelayConfig(
             listen="127.0.0.1:0", daemon=f"127.0.0.1:{d.port}", upstreams=1, workers=8,
             max_streams=4, tls_cert=str(pki.server_cert), tls_key=str(pki.server_key),
@@ -58,7 +58,8 @@ def secured(tmp_path):
             token=token))
         r.start()
         relays.append(r)
-        wait_for(lambda: r.service.links[0].state()[0], 20, what="the relay's TLS stream")
+        if ready:
+            wait_for(lambda: r.service.links[0].state()[0], 20, what="the relay's TLS stream")
         return r
 
     try:
@@ -82,7 +83,8 @@ def test_a_sidecar_with_the_relays_token_reaches_a_tls_daemon(secured):
 
 def test_a_relay_whose_token_may_not_ingest_says_why(secured):
     pki, relay = secured
-    r = relay(RELAY_READ)
+    r = relay(RELAY_READ, ready=False)   # the daemon refuses its streams as they open
+    wait_for(lambda: r.service.links[0].last_lost, 20, what="the daemon's refusal")
     ended = _send(r.port, pki, SIDECAR)
     assert isinstance(ended, grpc.RpcError)
     assert ended.code() == grpc.StatusCode.UNAVAILABLE
