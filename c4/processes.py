@@ -5,6 +5,7 @@ services (a daemon, a sidecar) is `c4.demo.services`, which needs the daemon's c
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import signal
@@ -13,10 +14,13 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: The folder that holds c4's top-level packages (c4, collectors, recovery, ...): the checkout
 #: when c4 runs from source, an interpreter's site-packages when it is installed.
@@ -72,6 +76,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGTERM and SIGINT set (their handlers installed now: main thread only)."""
+    stop = threading.Event()
+
+    def _signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: shutting down", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _signal)
+    signal.signal(signal.SIGINT, _signal)
+    return stop
+
+
+def wait_until(stop: threading.Event) -> None:
+    """Block until ``stop`` is set. In slices: the kernel may deliver SIGTERM to another
+    thread, and Python runs the handler only when the main thread next runs Python bytecode;
+    an untimed wait would never return."""
+    while not stop.wait(0.5):
+        pass
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05,

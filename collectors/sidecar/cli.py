@@ -39,17 +39,13 @@ def config_from_options(options: dict[str, Any]) -> SidecarConfig:
 
 def run_sidecar(**options: Any) -> None:
     """Run the per-node sidecar: take the local ranks' records and ship them to the daemon."""
-    import signal
-    import threading
-
+    from c4.processes import stop_on_signals, wait_until
     from collectors.sidecar.errors import SidecarError
     from collectors.sidecar.sidecar import Sidecar
 
     # Handlers first: a SIGTERM while the sidecar starts (its socket already exists) must stop
     # it cleanly, not kill it.
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         config = config_from_options(options)
         car = Sidecar(config)
@@ -58,10 +54,7 @@ def run_sidecar(**options: Any) -> None:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"c4 sidecar {car.id} listening on {config.socket_path}, daemon {config.daemon}")
-    # In slices: the kernel may deliver SIGTERM to another thread, and Python runs the handler
-    # only when the main thread next runs Python; an untimed wait would never return.
-    while not stop.wait(0.5):
-        pass
+    wait_until(stop)
     car.stop()
     s = car.stats()
     typer.echo(f"c4 sidecar stopped: received {s.received} records, shipped {s.shipped} "

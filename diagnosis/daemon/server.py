@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -16,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 import c4
 from c4.metrics import MetricsServer, parse_listen
+from c4.processes import stop_on_signals, wait_until
 from c4.proto import c4_pb2, c4_pb2_grpc
 from c4.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
 from c4.security.tokens import TokenTable
@@ -258,16 +258,5 @@ def serve(config: DaemonConfig, *, topology: Topology | None = None,
     daemon.start()
     if on_ready is not None:
         on_ready(daemon)
-    stop = threading.Event()
-
-    def _signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _signal)
-    signal.signal(signal.SIGINT, _signal)
-    # In slices: the kernel may deliver SIGTERM to another thread, and Python runs the handler
-    # only when the main thread next runs Python bytecode; an untimed wait would never return.
-    while not stop.wait(0.5):
-        pass
+    wait_until(stop_on_signals())
     daemon.stop()

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from c4.processes import stop_on_signals, wait_until
 from c4.proto import c4_pb2_grpc
 from c4.security.channel import ClientSecurity
 from c4.security.server import AuthInterceptor, ServerTls, check_listen
@@ -95,14 +94,5 @@ def serve(config: RelayConfig, on_ready: Callable[[Relay], None] | None = None) 
     relay.start()
     if on_ready is not None:
         on_ready(relay)
-    stop = threading.Event()
-
-    def _signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _signal)
-    signal.signal(signal.SIGINT, _signal)
-    while not stop.wait(0.5):   # in slices, as the daemon's: see diagnosis.daemon.server
-        pass
+    wait_until(stop_on_signals())
     relay.stop()
