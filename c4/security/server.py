@@ -46,6 +46,17 @@ class ServerTls:
                                            require_client_auth=ca is not None)
 
 
+def add_port(server: grpc.Server, listen: str, tls: ServerTls | None) -> int:
+    """Bind ``server`` to ``listen`` (over TLS when given); the port bound, 0 when the address
+    is in use or not this machine's."""
+    try:
+        if tls is not None:
+            return server.add_secure_port(listen, tls.credentials())
+        return server.add_insecure_port(listen)
+    except RuntimeError:
+        return 0
+
+
 def is_loopback(listen: str) -> bool:
     host = listen.rsplit(":", 1)[0].strip("[]")
     if host == "localhost":

@@ -17,7 +17,7 @@ import c4
 from c4.metrics import MetricsServer, parse_listen
 from c4.processes import stop_on_signals, wait_until
 from c4.proto import c4_pb2, c4_pb2_grpc
-from c4.security.server import AuthInterceptor, ServerTls, check_listen, is_loopback
+from c4.security.server import AuthInterceptor, ServerTls, add_port, check_listen, is_loopback
 from c4.security.tokens import TokenTable
 from diagnosis.daemon.admin import AdminService, JobRemover, Retention
 from diagnosis.daemon.component_metrics import (
@@ -150,13 +150,7 @@ class Daemon:
             TopologyService(self.store, self.live, self.hosts, topology, topology_source),
             self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        try:
-            if tls is not None:
-                self.port = self._server.add_secure_port(config.listen, tls.credentials())
-            else:
-                self.port = self._server.add_insecure_port(config.listen)
-        except RuntimeError:
-            self.port = 0
+        self.port = add_port(self._server, config.listen, tls)
         if self.port == 0:
             self.store.close()
             raise DiagnosisError(f"cannot listen on {config.listen}: the address is in use or "

@@ -13,7 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from c4.processes import stop_on_signals, wait_until
 from c4.proto import c4_pb2_grpc
 from c4.security.channel import ClientSecurity
-from c4.security.server import AuthInterceptor, ServerTls, check_listen
+from c4.security.server import AuthInterceptor, ServerTls, add_port, check_listen
 from c4.security.tokens import TokenTable
 from diagnosis.daemon.decoding import SafeDecode
 from diagnosis.errors import DiagnosisError
@@ -58,13 +58,7 @@ class Relay:
         c4_pb2_grpc.add_IngestServicer_to_server(self.service, self._server)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        try:
-            if tls is not None:
-                self.port = self._server.add_secure_port(config.listen, tls.credentials())
-            else:
-                self.port = self._server.add_insecure_port(config.listen)
-        except RuntimeError:
-            self.port = 0
+        self.port = add_port(self._server, config.listen, tls)
         if self.port == 0:
             raise DiagnosisError(f"cannot listen on {config.listen}: the address is in use or "
                                  "not this machine's; pick another --listen")

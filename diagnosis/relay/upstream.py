@@ -48,10 +48,9 @@ class Upstream:
         self._options = options or []
         self._security = security
         self._lock = threading.Lock()
-        self._queue: queue.Queue[c4_pb2.IngestRequest | None] = queue.Queue(queue_max)
+        self._queue: queue.Queue[c4_pb2.IngestRequest] = queue.Queue(queue_max)
         self._generation = 0
         self._up = False
-        self.sent = 0
         #: why the last connection ended ("" before any did)
         self.last_lost = ""
 
@@ -104,7 +103,7 @@ class Upstream:
     def _carry(self, stub: c4_pb2_grpc.IngestStub, stop: threading.Event
                ) -> tuple[str, bool]:
         """Carry one connection until it ends: (why, whether the daemon throttled it)."""
-        q: queue.Queue[c4_pb2.IngestRequest | None] = queue.Queue(self._queue_max)
+        q: queue.Queue[c4_pb2.IngestRequest] = queue.Queue(self._queue_max)
         ended = threading.Event()
         with self._lock:
             self._generation += 1
@@ -138,14 +137,11 @@ class Upstream:
             self._on_lost(self, generation, reason)
         return reason, throttled
 
-    def _requests(self, q: queue.Queue[c4_pb2.IngestRequest | None], ended: threading.Event,
+    def _requests(self, q: queue.Queue[c4_pb2.IngestRequest], ended: threading.Event,
                   stop: threading.Event) -> Iterator[c4_pb2.IngestRequest]:
         while not (ended.is_set() or stop.is_set()):
             try:
                 req = q.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if req is None:
-                return
-            self.sent += 1
             yield req
