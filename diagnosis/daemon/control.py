@@ -6,6 +6,9 @@ Requests accepted on a stream tell which jobs it carries and for which hosts (``
 now and whenever a stream first carries it (a sidecar that reconnects, or a node that joins);
 a detail request goes to the streams of the hosts it names. A detail answer is accepted only
 for a request sent lately (so a sender cannot fill the store with detail nobody asked for).
+The schedules of jobs no open stream carries are kept for when their sidecars come back, the
+newest ``MAX_IDLE_SCHEDULES`` of them: a relay, which never hears that a job left, would
+otherwise keep one for every job it ever carried.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ log = logging.getLogger(__name__)
 Push = Callable[[c4_pb2.IngestAck], None]
 JobKey = tuple[str, int]
 MAX_REQUESTS = 4096   # detail requests remembered for their answers
+MAX_IDLE_SCHEDULES = 1024
 
 
 @dataclass
@@ -54,6 +58,8 @@ class ControlHub:
         self._streams: dict[int, _Stream] = {}
         self._ids = itertools.count(1)
         self._schedules: dict[JobKey, c4_pb2.SampleSchedule] = {}
+        # jobs with a schedule that no open stream carries, the longest idle first
+        self._idle: OrderedDict[JobKey, None] = OrderedDict()
         # detail request id -> hosts asked (oldest requests forgotten past MAX_REQUESTS)
         self._expected: OrderedDict[int, set[str]] = OrderedDict()
         self.sent = 0
@@ -67,7 +73,12 @@ class ControlHub:
 
     def close(self, sid: int) -> None:
         with self._lock:
-            self._streams.pop(sid, None)
+            st = self._streams.pop(sid, None)
+            if st is None:
+                return
+            carried = set().union(*(o.jobs for o in self._streams.values()))
+            for job in st.jobs - carried:
+                self._idle_now(job)
 
     def seen(self, sid: int, req: c4_pb2.IngestRequest) -> None:
         """A request accepted on stream ``sid``: note its job and host; a job new to the stream
@@ -87,6 +98,7 @@ class ControlHub:
             if job is None or job in st.jobs:
                 return
             st.jobs.add(job)
+            self._idle.pop(job, None)
             schedule = self._schedules.get(job)
         if schedule is not None:
             self._send(st.push, c4_pb2.Control(schedule=schedule))
@@ -119,9 +131,23 @@ class ControlHub:
     def publish(self, schedule: c4_pb2.SampleSchedule) -> int:
         """Make ``schedule`` the job's and send it down every stream carrying the job; returns
         how many streams got it."""
+        job = (schedule.job, schedule.attempt)
         with self._lock:
-            self._schedules[(schedule.job, schedule.attempt)] = schedule
+            self._schedules[job] = schedule
+            if not any(job in st.jobs for st in self._streams.values()):
+                self._idle_now(job)
         return self.to_job(schedule.job, schedule.attempt, c4_pb2.Control(schedule=schedule))
+
+    def _idle_now(self, job: JobKey) -> None:
+        """(Under the lock) no open stream carries ``job`` now: its schedule is kept among
+        the newest ``MAX_IDLE_SCHEDULES`` of such jobs'."""
+        if job not in self._schedules:
+            return
+        self._idle[job] = None
+        self._idle.move_to_end(job)
+        while len(self._idle) > MAX_IDLE_SCHEDULES:
+            old, _ = self._idle.popitem(last=False)
+            self._schedules.pop(old, None)
 
     def schedule(self, job: str, attempt: int) -> c4_pb2.SampleSchedule | None:
         with self._lock:
@@ -130,6 +156,7 @@ class ControlHub:
     def forget(self, job: str, attempt: int) -> None:
         with self._lock:
             self._schedules.pop((job, attempt), None)
+            self._idle.pop((job, attempt), None)
 
     # -- detail -----------------------------------------------------------------------------
     def request_detail(self, req: c4_pb2.DetailRequest, hosts: Iterable[str]) -> set[str]:
