@@ -72,6 +72,7 @@ class LossyLinks:
         # the window's samples as the batches brought them: appending a batch must not copy
         # the window, which at 100k+ ranks holds millions of samples
         self._chunks: list[_Samples] = []
+        self._ends: list[int] = []           # per batch, its oldest sample's end
         self._joined: _Samples | None = None
         self._sets: list[tuple[frozenset[Component], frozenset[Component]] | None] = []
         self._latest = -1
@@ -95,15 +96,26 @@ class LossyLinks:
         batch, span = _Samples.spanned(_Samples(self._key_ids(uniq)[inv], start, end, retrans))
         self._chunks.append(batch)
         self._spans.append(span)
+        self._ends.append(int(end.min()))
         self._joined = None
         self._latest = max(self._latest, int(end.max()))
-        cutoff = self._latest - self.window_ns
-        # (batches come in about time order, not exactly: every one is looked at)
-        if min(int(c.end.min()) for c in self._chunks) <= cutoff:
-            kept = [(c, span) if (keep := c.end > cutoff).all() else _Samples.spanned(c.where(keep))
-                    for c, span in zip(self._chunks, self._spans, strict=True)]
+        # samples past the window are dropped a quarter of a window late, all at once: one
+        # batch per node and window, pruned on every batch, cost a pass over every batch of
+        # the window each time (a Python loop over thousands of batches, per batch); the
+        # window itself (``_window``) holds only the samples of the window
+        cutoff = self._cutoff() - self.window_ns // 4
+        if min(self._ends) <= cutoff:
+            # (batches come in about time order, not exactly: every one is looked at)
+            kept = [(c, span) if first > cutoff else _Samples.spanned(c.where(c.end > cutoff))
+                    for c, span, first in zip(self._chunks, self._spans, self._ends,
+                                              strict=True)]
             kept = [(c, span) for c, span in kept if len(c.key)]
             self._chunks, self._spans = [c for c, _ in kept], [span for _, span in kept]
+            self._ends = [int(c.end.min()) for c in self._chunks]
+
+    def _cutoff(self) -> int:
+        """The end of the oldest sample the window no longer holds."""
+        return self._latest - self.window_ns
 
     @property
     def window_ns(self) -> int:
@@ -115,9 +127,16 @@ class LossyLinks:
 
     def _window(self) -> _Samples:
         if self._joined is None:
-            self._joined = _Samples.join(self._chunks)
-            self._spans = [max(self._spans)] if len(self._joined.key) else []
-            self._chunks = [self._joined] if len(self._joined.key) else []
+            joined = _Samples.join(self._chunks)
+            keep = joined.end > self._cutoff()
+            if keep.all():
+                span = max(self._spans, default=0)
+            else:
+                joined, span = _Samples.spanned(joined.where(keep))
+            self._joined = joined
+            self._spans = [span] if len(joined.key) else []
+            self._chunks = [joined] if len(joined.key) else []
+            self._ends = [int(joined.end.min())] if len(joined.key) else []
         return self._joined
 
     def _key_ids(self, codes: np.ndarray) -> np.ndarray:

@@ -142,3 +142,28 @@ def test_rows_without_retransmission_counts_are_ignored():
                                         [T0 + t * S + 1000] * 2))
         eng.advance(T0 + t * S)
     assert len(eng.lossy.src) == 0 and not eng.reports()
+
+
+def test_the_window_holds_its_samples_only_though_old_batches_are_dropped_late():
+    """One batch per host and second, as each node's sidecar sends them, with no analysis pass
+    between: the batches past the window are dropped in bulk, a while late, yet what is judged
+    is exactly the samples of the last ``lossy_window_ns``."""
+    eng = Engine(rail_optimized(6, 1, hosts_per_leaf=2, spines=2))
+    for r in range(6):
+        eng.add_rank(r, f"node00{r}", f"node00{r}/gpu0", f"node00{r}/nic0")
+    seconds = 45
+    for t in range(1, seconds + 1):
+        end = T0 + t * S
+        for src in range(6):
+            dst = np.array([d for d in range(6) if d != src])
+            eng.add_conns(ConnRecords.build(np.full(5, src), dst, np.full(5, 40 << 20),
+                                            np.full(5, end - S // 2), np.full(5, end),
+                                            retrans=np.ones(5, dtype=np.int64)))
+    window_s = eng.cfg.lossy_window_ns // S
+    # batches older than the window are still held ...
+    assert len(eng.lossy._chunks) > 6 * window_s
+    # ... but the window judged holds the last window_s seconds' samples, every one of them
+    win = eng.lossy._window()
+    assert sorted(set(((win.end - T0) // S).tolist())) == \
+        list(range(seconds - window_s + 1, seconds + 1))
+    assert len(win.key) == 30 * window_s
