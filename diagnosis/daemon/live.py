@@ -33,6 +33,7 @@ import numpy as np
 from prometheus_client import Histogram
 
 from c4.proto import c4_pb2
+from c4.proto.codec import concat
 from c4.proto.health import HealthRecord
 from c4.ratelog import RateLimitedLog
 from c4.report import FaultReport
@@ -69,6 +70,8 @@ log = logging.getLogger(__name__)
 # Records applied between two checks of the analysis clock, so a deep backlog cannot postpone
 # an analysis pass by more than a moment.
 APPLY_CHUNK = 200_000
+# stored commits applied to the engines at once, at most
+_APPLY_COMMITS = 64
 # Evicted jobs remembered, so that a job speaking again is rebuilt from the store.
 MAX_EVICTED = 4096
 
@@ -112,6 +115,23 @@ def _all_left(st: JobState) -> bool:
         return False
     world = max(r.world_size for r in st.ranks.values())
     return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
+
+
+def _runs(writes: list[Write]) -> list[list[Write]]:
+    """The writes the engines analyse, in order: each job attempt's op batches that come one
+    after the other as one run (its engine takes them as one batch: each batch costs it a
+    fixed share of work whatever its size, which a job of a thousand nodes, a batch per node
+    and request, would otherwise pay a thousand times a second), every other write alone.
+    Detail records are left out: stored for the reports, not analysed again."""
+    runs: list[list[Write]] = []
+    for w in writes:
+        body = w.body
+        if isinstance(body, OpRows) and runs and isinstance(runs[-1][0].body, OpRows) \
+                and (runs[-1][0].body.job, runs[-1][0].body.attempt) == (body.job, body.attempt):
+            runs[-1].append(w)
+        elif isinstance(body, RankRecord | GroupRecord | OpRows | ConnRows | BatchRows):
+            runs.append([w])
+    return runs
 
 
 def _newest(body: object) -> int:
@@ -338,20 +358,28 @@ class LiveView:
         records applied."""
         done = 0
         while not max_records or done < max_records:
+            # several stored commits at once: their op batches reach the engines together
+            # (see ``_runs``)
             with self._cond:
                 if not self._backlog:
                     break
-                stored_at, writes, n = self._backlog[0]
+                take, n = [], 0
+                for entry in self._backlog:
+                    take.append(entry)
+                    n += entry[2]
+                    if len(take) >= _APPLY_COMMITS or n >= (max_records or APPLY_CHUNK):
+                        break
             t0 = time.perf_counter()
             with self._lock:
-                self._apply_now(writes)
+                self._apply_now([w for _, writes, _ in take for w in writes])
             self.apply_s += time.perf_counter() - t0
             with self._cond:
-                self._backlog.popleft()
+                for _ in take:
+                    self._backlog.popleft()
                 self._backlog_records -= n
                 self.records_applied += n
                 if self._unjudged_since is None:
-                    self._unjudged_since = stored_at
+                    self._unjudged_since = take[0][0]
                 self._cond.notify_all()
             done += n
         return done
@@ -478,16 +506,39 @@ class LiveView:
 
     def _apply_now(self, writes: list[Write]) -> None:
         now = time.monotonic()
-        for w in writes:
-            body = w.body
-            if not isinstance(body, RankRecord | GroupRecord | OpRows | ConnRows | BatchRows):
-                continue   # detail records: stored for the reports, not analysed again
+        for run in _runs(writes):
+            body = run[0].body
             try:
-                self._apply_one(w, now)
+                if isinstance(body, OpRows):
+                    self._apply_ops(run, now)
+                else:
+                    self._apply_one(run[0], now)
             except _TooManyNames:
                 self._problem(body.job, "names")
             except Exception:   # this job's records stay stored; the other jobs go on
                 self._problem(body.job, "apply")
+
+    def _apply_ops(self, run: list[Write], now: float) -> None:
+        """Op batches of one job attempt, one after the other in arrival order."""
+        st = self._job(run[0].body.job, run[0].body.attempt, run[0])
+        if st is None:
+            return
+        parts = []
+        for w in run:
+            body = w.body
+            assert isinstance(body, OpRows)
+            st.channels.carried(w.sidecar, _newest(body))
+            n = len(body.cols)
+            st.records += n
+            if n:
+                st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
+                st.budget.observe("ops", n, now)
+                st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
+                                                body.cols.strings), now)
+                parts.append(body.cols)
+        self._check_names(st)
+        if parts:
+            st.engine.add_ops(concat(parts))
 
     def _apply_one(self, w: Write, now: float) -> None:
         body = w.body
@@ -500,16 +551,6 @@ class LiveView:
             self._add_rank(st, body)
         elif isinstance(body, GroupRecord):
             self._add_group(st, body)
-        elif isinstance(body, OpRows):
-            n = len(body.cols)
-            st.records += n
-            if n:
-                st.last_ns = max(st.last_ns, int(np.max(body.cols["t_enter_ns"])))
-                st.budget.observe("ops", n, now)
-                st.budget.observe_seqs(top_seqs(body.cols["pg"], body.cols["seq"],
-                                                body.cols.strings), now)
-            self._check_names(st)
-            st.engine.add_ops(body.cols)
         elif isinstance(body, ConnRows):
             st.budget.observe("conns", len(body.cols), now)
             names = np.asarray(body.cols.strings, dtype=object)

@@ -187,3 +187,26 @@ def test_a_sidecar_refused_for_the_stream_limit_backs_off_then_delivers(tmp_path
         runner.join(10)
         c.close()
         d.stop(grace=1)
+
+
+def test_a_jobs_op_batches_in_a_row_reach_its_engine_as_one_batch():
+    """One op batch per node and request, a thousand a second for a job of a thousand nodes:
+    those queued one after the other go to the job's engine together (each batch costs the
+    engine a share of work whatever its size); other writes, and another job's, keep their
+    place in the order."""
+    live = LiveView(FaultHub(open_store("memory://")))
+    live.apply(_register("j") + _register("k"))
+    live.drain()
+    engines = {job: live._jobs[(job, 0)].engine for job in ("j", "k")}
+    batches: dict[str, list[int]] = {"j": [], "k": []}
+    for job, eng in engines.items():
+        add = eng.add_ops
+        eng.add_ops = lambda cols, job=job, add=add: (batches[job].append(len(cols)), add(cols))
+    for seq in range(10, 20):              # ten commits of one batch each
+        live.apply([_ops(seq)])
+    live.apply([_ops(20, job="k"), _ops(21), Write("s", 22, GroupRecord("j", 0, "1", (0, 1))),
+                _ops(23), _ops(24)])
+    live.drain()
+    assert batches == {"j": [600, 60, 120], "k": [60]}
+    assert live._jobs[("j", 0)].records == 780 and live.backlog() == 0
+    assert engines["j"].records == 780
