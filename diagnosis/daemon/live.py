@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -117,20 +117,34 @@ def _all_left(st: JobState) -> bool:
     return len(st.ranks) >= world and set(st.ranks) <= st.engine.leaving
 
 
+def _run_key(body: object) -> tuple | None:
+    """What a write shares with those it may be applied together with (None: nothing)."""
+    if isinstance(body, OpRows):
+        return ("ops", body.job, body.attempt)
+    if isinstance(body, BatchRows) and body.cols is not None \
+            and body.kind in ("progress", "linkstat"):
+        return (body.kind, body.job, body.attempt, body.completed_only)
+    return None
+
+
 def _runs(writes: list[Write]) -> list[list[Write]]:
     """The writes the engines analyse, in order: each job attempt's op batches that come one
-    after the other as one run (its engine takes them as one batch: each batch costs it a
-    fixed share of work whatever its size, which a job of a thousand nodes, a batch per node
-    and request, would otherwise pay a thousand times a second), every other write alone.
-    Detail records are left out: stored for the reports, not analysed again."""
+    after the other as one run, and likewise its progress and its linkstat batches (its
+    engine takes each run as one batch: each batch costs it a fixed share of work whatever its
+    size, which a job of a thousand nodes, a batch per node and request, would otherwise pay
+    a thousand times a second), every other write alone. Detail records are left out: stored
+    for the reports, not analysed again."""
     runs: list[list[Write]] = []
+    last: tuple | None = None
     for w in writes:
-        body = w.body
-        if isinstance(body, OpRows) and runs and isinstance(runs[-1][0].body, OpRows) \
-                and (runs[-1][0].body.job, runs[-1][0].body.attempt) == (body.job, body.attempt):
+        if not isinstance(w.body, RankRecord | GroupRecord | OpRows | ConnRows | BatchRows):
+            continue
+        key = _run_key(w.body)
+        if key is not None and key == last:
             runs[-1].append(w)
-        elif isinstance(body, RankRecord | GroupRecord | OpRows | ConnRows | BatchRows):
+        else:
             runs.append([w])
+        last = key
     return runs
 
 
@@ -511,6 +525,8 @@ class LiveView:
             try:
                 if isinstance(body, OpRows):
                     self._apply_ops(run, now)
+                elif len(run) > 1:
+                    self._apply_batches(run, now)
                 else:
                     self._apply_one(run[0], now)
             except _TooManyNames:
@@ -539,6 +555,23 @@ class LiveView:
         self._check_names(st)
         if parts:
             st.engine.add_ops(concat(parts))
+
+    def _apply_batches(self, run: list[Write], now: float) -> None:
+        """Progress (or linkstat) batches of one job attempt, one after the other, as one."""
+        first = run[0].body
+        assert isinstance(first, BatchRows) and first.cols is not None
+        st = self._job(first.job, first.attempt, run[0])
+        if st is None:
+            return
+        bodies = []
+        for w in run:
+            assert isinstance(w.body, BatchRows) and w.body.cols is not None
+            st.channels.carried(w.sidecar, _newest(w.body))
+            bodies.append(w.body)
+        joined = replace(first, count=sum(b.count for b in bodies),
+                         t_lo=min(b.t_lo for b in bodies), t_hi=max(b.t_hi for b in bodies),
+                         payload=b"", cols=concat([b.cols for b in bodies if b.cols is not None]))
+        self._apply_batch(st, joined, now)
 
     def _apply_one(self, w: Write, now: float) -> None:
         body = w.body

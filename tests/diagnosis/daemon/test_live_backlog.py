@@ -9,18 +9,19 @@ import threading
 import time
 
 import grpc
+import numpy as np
 import pytest
 
 from c4.proto import c4_pb2, c4_pb2_grpc
-from c4.proto.codec import decode_ops
+from c4.proto.codec import PROGRESS_COLUMNS, Columns, decode_ops
 from c4.security.channel import ClientSecurity
 from diagnosis.client import DaemonClient
 from diagnosis.daemon.config import DaemonConfig
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.live import LiveView
 from diagnosis.daemon.server import Daemon
-from diagnosis.store import GroupRecord, OpRows, RankRecord, Write, open_store
-from tests.support.frames import group_info, op_batch, rank_info
+from diagnosis.store import BatchRows, GroupRecord, OpRows, RankRecord, Write, open_store
+from tests.support.frames import T0, group_info, op_batch, rank_info
 from tests.support.services import wait_for
 
 
@@ -210,3 +211,36 @@ def test_a_jobs_op_batches_in_a_row_reach_its_engine_as_one_batch():
     assert batches == {"j": [600, 60, 120], "k": [60]}
     assert live._jobs[("j", 0)].records == 780 and live.backlog() == 0
     assert engines["j"].records == 780
+
+
+def _progress(rank: int, t_s: int, name: str) -> Write:
+    """One node's progress at the end of window ``t_s``: rank ``rank`` on communicator
+    ``name`` (each batch with its own string table, as each sidecar sends them)."""
+    cols = {k: np.zeros(1, dtype=dt) for k, dt in PROGRESS_COLUMNS.items()}
+    cols["rank"][0], cols["pg"][0], cols["op"][0], cols["peer"][0] = rank, 1, -1, -1
+    cols["t_ns"][0] = T0 + t_s * 1_000_000_000
+    cols["entered"][0] = cols["completed"][0] = 10 * t_s
+    t = int(cols["t_ns"][0])
+    return Write(f"s{rank}", t_s, BatchRows("j", 0, "progress", 1, t, t, b"",
+                                            Columns(cols, ["unused", name])))
+
+
+def test_a_jobs_progress_batches_in_a_row_reach_its_engine_as_one_batch():
+    live = LiveView(FaultHub(open_store("memory://")))
+    live.apply(_register("j"))
+    live.drain()
+    eng = live._jobs[("j", 0)].engine
+    got: list[tuple[list[int], list[str]]] = []
+    add = eng.add_progress
+
+    def spy(recs, fill_open=False):
+        got.append((recs.rank.tolist(), [recs.strings[p] for p in recs.pg.tolist()]))
+        add(recs, fill_open)
+    eng.add_progress = spy
+    for t in (1, 2):                        # each node's batch its own commit
+        live.apply([_progress(0, t, "0")])
+        live.apply([_progress(1, t, "0")])
+    live.drain()
+    # one batch, each row's communicator named from its own batch's string table
+    assert got == [([0, 1, 0, 1], ["0"] * 4)]
+    assert live.backlog() == 0
