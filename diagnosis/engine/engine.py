@@ -432,7 +432,7 @@ class Engine:
         self.sample = max([self._default_sample]
                           + [steps[-1][1] for steps in self._sample_at.values() if steps])
         self.timing.max_gap = 8 * self.sample
-        self.stragglers.sample = self.sample
+        self.stragglers.sample = self.stragglers.pace.sample = self.sample
 
     def _prefix(self, g: int) -> int:
         """The crc32 prefix state of communicator or channel ``g``'s name (cached)."""

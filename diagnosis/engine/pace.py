@@ -18,7 +18,10 @@ iteration before or after), else a stretch of time. A group without replicas is 
 its time per call. A host slow only now and then (one iteration in three) is behind in some
 buckets only: that is judged as episodes of its fastest span per bucket, beside the replicas
 of its stage, in buckets where no more groups are behind than a fault or two explain
-(``GroupPace._recurring``).
+(``GroupPace._recurring``). With one call in 32 to 256 kept, a group's kept calls lie too far
+apart for spans of a few dozen calls: spans then run over up to 2K calls, the replicas' time
+over them is read off their kept calls pooled (``replicas.pooled_time``), and a bucket's value
+is the median of the spans in which the replicas computed throughout (``GroupPace._calm``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from diagnosis.engine.arena import Arena, Finished
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.cycle import Cycle, learn_cycle
 from diagnosis.engine.medians import nanmedian
-from diagnosis.engine.replicas import KeptCalls, Replicas, replica_time
+from diagnosis.engine.replicas import KeptCalls, Replicas, pooled_time, replica_time
 from diagnosis.engine.series import (
     CHANGE_LEAST,
     binom_logsf,
@@ -49,6 +52,12 @@ from diagnosis.engine.series import (
 # that spans which include a wait (a bubble, the others' lateness) do not count
 _Q = 0.2
 _MIN_PERIODS = 4      # periods a group needs in a bucket to have a value there
+_MIN_CALM = 3         # calm spans it needs there, with kept calls K apart (``_calm``)
+# samples after a change that make it, with kept calls K apart: each bucket then spans several
+# iterations and its value is already the median of several spans
+_WIDE_MIN_SAMPLES = 4
+# ... and the share of them behind, at about one level (``_MIN_FRAC`` otherwise)
+_WIDE_FRAC = 0.8
 # the share of a group's buckets after the change that must be slow: a quantile of a few
 # periods is noisy, and a slow host's pace is behind in nearly every bucket
 _MIN_FRAC = 0.6
@@ -61,6 +70,19 @@ _LEARN = 64           # spacings of kept calls seen before the bucket length is 
 # others, spans are cut by time)
 _LEARN_NS = 10_000_000_000
 _MAX_SPAN = 32        # the most calls between two kept calls whose period counts
+# from this sampling factor on, a group's kept calls are mostly more than ``_MAX_SPAN`` apart:
+# spans reach ``_WIDE_SPANS`` times K, its replicas' time is read off their kept calls pooled
+# (``replicas.pooled_time``), and a bucket's value is the median of its calm spans (see
+# ``GroupPace._close``)
+_WIDE_AT = 32
+_WIDE_SPANS = 2
+# ... up to this factor: past it a group keeps a call every few seconds, a bucket of eight
+# spans tens of seconds, and taking them up cost a 16,384-rank job (at K = 1024) 3.5 s more
+# detector lag in its first minute (bench.scale.job)
+_WIDE_MAX = 256
+# a span whose replicas took at most this many times their least time per call in the bucket
+# is calm: they computed throughout, waiting for no one
+_CALM = 2.0
 # the most buckets a bucket waits for late periods (see ``GroupPace._lag``): a rank whose
 # records come very late must not hold every bucket open
 _MAX_LAG = 16
@@ -139,6 +161,18 @@ def _level_share(x: np.ndarray, start: np.ndarray, median: np.ndarray) -> np.nda
     return strong.sum(axis=1) / np.maximum(after.sum(axis=1), 1)
 
 
+def _reached(x: np.ndarray, start: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """Per row, its first sample from ``start`` on that reaches half of ``median`` (the level
+    it was behind at after the change): the split of the change-point test may fall on
+    buckets with no value, or before a sample or two just above the noise, well before the
+    change."""
+    col = np.arange(x.shape[1])[None, :]
+    with np.errstate(invalid="ignore"):
+        strong = (col >= start[:, None]) & (x >= 0.5 * median[:, None])
+    first = np.argmax(strong, axis=1)
+    return np.where(strong.any(axis=1), first, np.maximum(start, 0))
+
+
 class GroupPace:
     def __init__(self, arena: Arena, config: EngineConfig) -> None:
         self.arena, self.cfg = arena, config
@@ -167,6 +201,11 @@ class GroupPace:
         self.replicas = Replicas(arena)
         self.calls = KeptCalls()
         self.sizes: dict[int, _Size] = {}
+        self.sample = 1           # the stream's sampling factor (``Engine.set_sample``)
+
+    @property
+    def _wide(self) -> bool:
+        return _WIDE_AT <= self.sample <= _WIDE_MAX
 
     def update(self, fin: Finished) -> None:
         """Take finished kept collectives (per group in seq order; the groups of a batch may
@@ -191,7 +230,8 @@ class GroupPace:
         self.calls.add(g, sq, t)
         # (a span of many calls includes the waits of the group's victims too: their pace
         # would seem to fall behind as much as the culprit's)
-        ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t) & (sq - prev_s <= _MAX_SPAN)
+        most = _WIDE_SPANS * self.sample if self._wide else _MAX_SPAN
+        ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t) & (sq - prev_s <= most)
         self._pend = [np.r_[a, b] for a, b in zip(
             self._pend, (g[ok], t[ok], t[ok] - prev_t[ok], prev_t[ok], prev_s[ok], sq[ok]),
             strict=True)]
@@ -288,7 +328,8 @@ class GroupPace:
         """Per span, its pace and whether that is against its replicas: its time over theirs
         over the same calls (the same work, see ``replicas``); a group without replicas, its
         time per call. nan: its replicas' time there is not known. And its replicas' time."""
-        peer, count = replica_time(self.replicas, self.calls, g, s1, s2)
+        peer, count = pooled_time(self.replicas, self.calls, g, s1, s2, self.sample) \
+            if self._wide else replica_time(self.replicas, self.calls, g, s1, s2)
         by_work = count > 0
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = dt / peer
@@ -339,6 +380,8 @@ class GroupPace:
         fastest = np.where(first_in < np.r_[head[1:], len(b)],
                            per[np.minimum(first_in, len(b) - 1)], np.nan)
         hl = fastest[enough]
+        if self._wide:
+            hv, hl = self._calm(per, per_call, head, count, enough, hv, hl)
         # a bucket's time: its first span's start (an iteration's), or its own
         first_t = np.minimum.reduceat(start, head)[enough]
         # groups judged against their replicas and groups judged by time per call are
@@ -352,9 +395,38 @@ class GroupPace:
                     continue        # nothing to compare with
                 self._write(int(n), t, hg[sel], hv[sel], hl[sel])
 
+    def _calm(self, per: np.ndarray, per_call: np.ndarray, head: np.ndarray,
+              count: np.ndarray, enough: np.ndarray, value: np.ndarray, fastest: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """With kept calls K apart (``_wide``), per bucket and group (``head``: their first
+        span, spans sorted by pace within each): the median pace of its calm spans, both as
+        its value and as its fastest. A span of a few K calls nearly always holds a wait of
+        somebody's (a bubble of the pipeline, a stage behind), so a low quantile of the spans
+        picks those in which the group waited least, which for a slow host are those in which
+        its replicas waited for it: its own slowness cancels. In the spans in which its
+        replicas computed throughout, a slow host's spans take longer than theirs, each of
+        them; its victims' take as long (they wait only in the other spans). Groups judged
+        by time per call (no replicas) keep their values."""
+        seg = np.repeat(np.arange(len(head)), count)
+        known = np.isfinite(per_call)
+        least = np.minimum.reduceat(np.where(known, per_call, np.inf), head)
+        calm = known & (per_call <= _CALM * least[seg])
+        n_calm = np.add.reduceat(calm.astype(np.int64), head)
+        # (spans are sorted by pace within a bucket and group: the lower median of the calm)
+        before = np.cumsum(calm) - calm - np.repeat(np.cumsum(n_calm) - n_calm, count)
+        pick = calm & (before == (n_calm[seg] - 1) // 2)
+        med = np.full(len(head), np.nan)
+        med[seg[pick]] = per[pick]
+        med = np.where(n_calm >= _MIN_CALM, med, np.nan)[enough]
+        by_work = np.isfinite(least)[enough]
+        return np.where(by_work, med, value), np.where(by_work, med, fastest)
+
     def _write(self, n: int, t: int, groups: np.ndarray, values: np.ndarray,
                fastest: np.ndarray) -> None:
-        med = float(np.median(values))
+        if not np.isfinite(values).any():
+            return
+        # (a group with too few calm spans in the bucket has none: ``_calm``)
+        med = float(nanmedian(values))
         if med <= 0:
             return
         low = float(np.median(fastest[np.isfinite(fastest)])) if np.isfinite(fastest).any() \
@@ -396,18 +468,25 @@ class GroupPace:
             valid = ~np.isnan(x)
             rate = float(np.median(high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)))
             p0 = np.full(len(x), min(max(rate, cfg.slow_base_rate), 0.5))
+            # (with kept calls K apart, a bucket's calm spans are few: a group whose own
+            # transfers are slow waits in some of them, a host behind computes slower in each)
+            least_frac = _WIDE_FRAC if self._wide else _MIN_FRAC
             res = on_slow_rows(change_point, CHANGE_LEAST, x, np.full(len(x), thr), p0,
-                                   cfg.slow_min_samples)
+                                   _WIDE_MIN_SAMPLES if self._wide else cfg.slow_min_samples)
             ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
                 & (res.pre_count >= _MIN_BEFORE) \
-                & (res.frac - res.pre_frac >= cfg.slow_min_frac) & (res.frac >= _MIN_FRAC) \
+                & (res.frac - res.pre_frac >= cfg.slow_min_frac) & (res.frac >= least_frac) \
                 & (res.median >= 2 * cfg.straggle_min_excess) \
-                & (_level_share(x, res.start, res.median) >= _MIN_FRAC)
+                & (_level_share(x, res.start, res.median) >= least_frac)
+            onset = _reached(x, res.start, res.median)
             for i in np.flatnonzero(ok).tolist():
-                out.append(SlowGroup(size.groups[i], int(t[res.start[i]]),
+                out.append(SlowGroup(size.groups[i], int(t[onset[i]]),
                                      float(res.median[i]), int(res.count[i]),
                                      float(res.frac[i]), float(res.logp[i])))
-            rec = self._recurring(size, self._beside_role(size, size.low[order].T), t, ok)
+            # (with kept calls K apart a bucket spans several iterations: a host slow in one
+            # of a few blurs into them, and a noisy bucket is no episode)
+            rec = [] if self._wide else \
+                self._recurring(size, self._beside_role(size, size.low[order].T), t, ok)
             out.extend(rec)
             taken = ok.copy()
             taken[[size.col[f.group] for f in rec]] = True
@@ -534,8 +613,12 @@ class GroupPace:
             k = int((y[ok] > thr).sum())
             logp = float(binom_logsf(np.array([k]), np.array([m]), np.array([p0]))[0])
             med = float(np.median(y[ok]))
+            # (and at about one level throughout, its first bucket too, as a host slow all
+            # along is: a group that turned slow a few buckets after its first, a sample or
+            # two just above the noise before, is judged by its change)
             if k < _MIN_FRAC * m or logp >= np.log(cfg.slow_alpha_member) \
-                    or med < 2 * cfg.straggle_min_excess:
+                    or med < 2 * cfg.straggle_min_excess \
+                    or (y[ok] >= 0.5 * med).sum() < _MIN_FRAC * m or y[ok][0] < 0.5 * med:
                 continue
             first = int(np.flatnonzero(ok)[0])
             out.append(SlowGroup(g, int(t[first]), med, m, k / m, logp))

@@ -225,9 +225,9 @@ class KeptCalls:
             self.g, self.s, self.t = self.g[o], self.s[o], self.t[o]
             self._sorted = True
 
-    def at(self, g: np.ndarray, s: np.ndarray) -> np.ndarray:
+    def at(self, g: np.ndarray, s: np.ndarray, max_gap: int = _MAX_GAP) -> np.ndarray:
         """When group ``g`` reached seq ``s`` (its time there, interpolated between its kept
-        calls around it; nan where it has none on either side close enough)."""
+        calls around it; nan where it has none on either side within ``max_gap`` calls)."""
         self._sort()
         if not len(self.g) or not len(g):
             return np.full(len(g), np.nan)
@@ -239,7 +239,7 @@ class KeptCalls:
         exact = (i >= 0) & (keys[ic] == q)
         gap = self.s[j] - self.s[ic]
         inside = (i >= 0) & (j > ic) & (self.g[ic] == g) & (self.g[j] == g) & (gap > 0) \
-            & (gap <= _MAX_GAP)
+            & (gap <= max_gap)
         frac = (s - self.s[ic]) / np.maximum(gap, 1)
         t = self.t[ic] + frac * (self.t[j] - self.t[ic])
         return np.where(exact, self.t[ic].astype(float), np.where(inside, t, np.nan))
@@ -267,4 +267,99 @@ def replica_time(replicas: Replicas, calls: KeptCalls, g: np.ndarray, s1: np.nda
     has &= known > 0
     # (the lower of the two middle values: no interpolation needed here)
     out[has] = d[start[has] + (known[has] - 1) // 2]
+    return out, cnt
+
+
+def _lower_medians(key: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
+    """Per key in ``range(size)``, the lower median of its values (nan: none)."""
+    o = np.lexsort((v, key))
+    k, vv = key[o], v[o]
+    cnt = np.bincount(k, minlength=size)
+    start = np.cumsum(cnt) - cnt
+    out = np.full(size, np.nan)
+    has = cnt > 0
+    out[has] = vv[start[has] + (cnt[has] - 1) // 2]
+    return out
+
+
+def _in_step(who: np.ndarray, pair: np.ndarray, s: np.ndarray, t: np.ndarray,
+             owner: np.ndarray, groups: int) -> np.ndarray:
+    """Per kept call pooled for a group (``who``) from one of its replicas (``pair``, an
+    index into ``owner``, the group of each pair): whether that replica keeps step with the
+    group's other replicas. One far behind (on a slow host's pipeline, or that slow host
+    itself) would put its own lateness into the pooled time: a span that starts at another
+    replica's call and ends at its call seems long, the other way short. Each call is
+    compared with the pooled calls on either side of it; a replica whose mean lateness so
+    is off the median of the group's replicas by more than four times their spread, and by
+    more than one call's time, is left out."""
+    keep = np.ones(len(who), dtype=bool)
+    if len(who) < 3:
+        return keep
+    o = np.argsort((who << _SEQ_BITS) | s, kind="stable")
+    w, ss, tt = who[o], s[o].astype(float), t[o].astype(float)
+    inner = np.zeros(len(o), dtype=bool)
+    inner[1:-1] = (w[:-2] == w[1:-1]) & (w[2:] == w[1:-1]) & (ss[2:] > ss[:-2])
+    frac = (ss[1:-1] - ss[:-2]) / np.maximum(ss[2:] - ss[:-2], 1)
+    late = np.zeros(len(o))
+    late[1:-1] = np.where(inner[1:-1], tt[1:-1] - (tt[:-2] + frac * (tt[2:] - tt[:-2])), 0.0)
+    # one call's time per group: over its pooled calls from first to last
+    head = np.flatnonzero(np.r_[True, w[1:] != w[:-1]])
+    tail = np.r_[head[1:], len(w)] - 1
+    one = np.zeros(groups)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        one[w[head]] = np.nan_to_num((tt[tail] - tt[head]) / (ss[tail] - ss[head]))
+    n_inner = np.bincount(pair[o], inner, minlength=len(owner))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pm = np.bincount(pair[o], late, minlength=len(owner)) / n_inner
+    known = n_inner > 0
+    gm = _lower_medians(owner[known], pm[known], groups)
+    dev = np.abs(pm - gm[owner])
+    spread = _lower_medians(owner[known], dev[known], groups)
+    with np.errstate(invalid="ignore"):
+        off = known & (dev > np.maximum(4 * np.nan_to_num(spread), one)[owner])
+    return ~off[pair]
+
+
+def pooled_time(replicas: Replicas, calls: KeptCalls, g: np.ndarray, s1: np.ndarray,
+                s2: np.ndarray, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per span (group ``g`` from seq ``s1`` to ``s2``): the time its replicas took over the
+    same calls, read off their kept calls pooled (nan where unknown), and how many replicas
+    it has. With one call in K kept, each replica's own kept calls lie about K apart, too far
+    to read a time at a sequence number off them (a span of K calls holds work of different
+    cost); pooled, the replicas of a group keep about one call in K / (their number), and
+    healthy replicas reach the same call at nearly the same time (the data-parallel
+    all-reduce of each iteration keeps them together). ``max_gap``: the most calls between
+    the two pooled kept calls a time is interpolated over."""
+    ug, inv = np.unique(g, return_inverse=True)
+    inv = inv.ravel()
+    cnt_u, flat = replicas.of(ug)
+    out = np.full(len(g), np.nan)
+    cnt = cnt_u[inv]
+    if not len(flat) or not len(calls.g):
+        return out, cnt
+    calls._sort()
+    # per (group, replica): the replica's kept calls over the seqs the group's spans need
+    owner = np.repeat(np.arange(len(ug)), cnt_u)
+    p = replicas.idx[flat]
+    lo_s = np.full(len(ug), np.iinfo(np.int64).max)
+    hi_s = np.full(len(ug), -1)
+    np.minimum.at(lo_s, inv, s1)
+    np.maximum.at(hi_s, inv, s2)
+    keys = (calls.g << _SEQ_BITS) | calls.s
+    lo = np.searchsorted(keys, (p << _SEQ_BITS) | np.maximum(lo_s[owner] - max_gap, 0))
+    hi = np.searchsorted(keys, (p << _SEQ_BITS) | (hi_s[owner] + max_gap), side="right")
+    n = np.maximum(hi - lo, 0)
+    rows = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+    who = np.repeat(owner, n)
+    keep = _in_step(who, np.repeat(np.arange(len(p)), n), calls.s[rows], calls.t[rows],
+                    owner, len(ug))
+    rows, who = rows[keep], who[keep]
+    # one point per (group, seq): replicas that kept the same call, their mean time
+    key, at = np.unique((who << _SEQ_BITS) | calls.s[rows], return_inverse=True)
+    pooled = KeptCalls()
+    pooled.add(key >> _SEQ_BITS, key & ((1 << _SEQ_BITS) - 1),
+               (np.bincount(at, calls.t[rows].astype(float)) / np.bincount(at)).astype(np.int64))
+    d = pooled.at(inv, s2, max_gap) - pooled.at(inv, s1, max_gap)
+    ok = np.isfinite(d) & (d > 0) & (cnt >= 2)
+    out[ok] = d[ok]
     return out, cnt

@@ -44,6 +44,9 @@ from diagnosis.engine.waits import WaitBoard, Waited
 # of sc+m, its group behind by (s-1)c over c+m: a ratio of (c+m)/(sc+m), at least 1/s (above
 # this up to 6x); a member a little late now and then beside a pace far behind is no slow GPU
 _EXPLAINS = 0.15
+# a group behind its replicas by this many times another group of its pipeline's excess
+# (both from a change point on) holds that one back (see ``_held_back``)
+_DWARFS = 4.0
 # members that faults of their own make late in one sample (a slow GPU, or two): a sample in
 # which more are off the median is an event of the job or of its network (see
 # ``slow._crowded``), no member's evidence
@@ -269,17 +272,24 @@ class SampledStragglers:
         that stage's victim. A group behind all along is judged on its own."""
         lasting = {sg.group for sg in paced if sg.duty is None} \
             | {f.group for f in found if f.duty is None and not self.arena.p2p[f.group]}
-        if not lasting or not any(sg.duty is not None for sg in paced):
-            return set()
         chain = self._chains()
-        if not chain:
+        if not lasting or not chain:
             return set()
 
         def chains_of(g: int) -> set[int]:
             return {chain[r] for r in self.arena.members[g].tolist() if r in chain}
         slow_chains = set().union(*(chains_of(g) for g in lasting))
-        return {sg.group for sg in paced if sg.duty is not None and sg.group not in lasting
+        held = {sg.group for sg in paced if sg.duty is not None and sg.group not in lasting
                 and chains_of(sg.group) & slow_chains}
+        # a stage far behind slows its neighbours' passes a little as well (they wait for it
+        # at other moments than their replicas do), from the same onset: a group behind from
+        # a change point far less than another of its pipeline is that one's victim
+        steady = [sg for sg in paced if sg.duty is None]
+        for sg in steady:
+            if any(o.excess >= _DWARFS * sg.excess and chains_of(o.group) & chains_of(sg.group)
+                   for o in steady if o is not sg):
+                held.add(sg.group)
+        return held
 
     def _on_one_host(self, g: int) -> bool:
         """Whether every member of group ``g`` is on one known host."""
@@ -360,21 +370,30 @@ class SampledStragglers:
         # found late again and again (episodes)
         lasting: dict[int, float] = {}
         late_by: dict[int, float] = {}
+        # the same of members late inside their groups' calls, which alone explain a group's
+        # pace: peers waiting for a member at snapshots (``waits``) is what a group behind
+        # shows too
+        inside_by: dict[int, float] = {}
+        inside_lasting: dict[int, float] = {}
         for f in found:
             late_by[f.rank] = max(late_by.get(f.rank, 0.0), f.excess)
             if f.duty is None:
                 lasting[f.rank] = max(lasting.get(f.rank, 0.0), f.excess)
+            if f.waits is None:
+                inside_by[f.rank] = max(inside_by.get(f.rank, 0.0), f.excess)
+                if f.duty is None:
+                    inside_lasting[f.rank] = max(inside_lasting.get(f.rank, 0.0), f.excess)
         unexplained: set[int] = set()
         behind: list[SlowRank] = []
         held = self._held_back(paced, found)
         for sg in paced:
-            if sg.duty is not None and sg.group in held:
+            if sg.group in held:
                 continue        # a victim of its pipeline's slow stage (see _held_back)
             members = self.arena.members[sg.group].tolist()
             # a member late inside it explains its pace (a slow GPU) unless far too little; a
             # pace behind from a change point on is held back all along, which a member late
             # only now and then (a few pauses) does not explain
-            mine = late_by if sg.duty is not None else lasting
+            mine = inside_by if sg.duty is not None else inside_lasting
             late = max([mine.get(r, 0.0) for r in members]
                        + [self._late_by(sg.group, sg.onset_ns)])
             if late >= max(self.cfg.straggle_min_excess, _EXPLAINS * sg.excess):

@@ -197,17 +197,21 @@ ITERATIONS = 24
 
 
 def lockstep(kept: list[np.ndarray], slow: dict[int, np.ndarray],
-             rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+             rng: np.random.Generator, iterations: int = ITERATIONS,
+             passes: tuple[int, int] = (FORWARD, BACKWARD)
+             ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per replica, its kept calls (seq, time): ``kept[k]`` marks the calls of an iteration it
-    keeps, ``slow[k]`` per iteration its compute factor (a slow host); every replica starts an
-    iteration when the slowest ended the one before."""
-    per_call = np.r_[np.full(FORWARD, 10.0), np.full(BACKWARD, 20.0)] * MS
-    calls = FORWARD + BACKWARD
+    keeps (or, two-dimensional, of each iteration), ``slow[k]`` per iteration its compute
+    factor (a slow host); every replica starts an iteration when the slowest ended the one
+    before."""
+    per_call = np.r_[np.full(passes[0], 10.0), np.full(passes[1], 20.0)] * MS
+    calls = sum(passes)
     out: list[tuple[list[int], list[int]]] = [([], []) for _ in kept]
     start = 0.0
-    for it in range(ITERATIONS):
+    for it in range(iterations):
         ends = []
-        for k, keep in enumerate(kept):
+        for k, marks in enumerate(kept):
+            keep = marks[it] if marks.ndim == 2 else marks
             factor = slow[k][it] if k in slow else 1.0
             step = per_call * factor * rng.normal(1.0, 0.01, calls)
             t = start + np.r_[0.0, np.cumsum(step)[:-1]]
@@ -219,10 +223,13 @@ def lockstep(kept: list[np.ndarray], slow: dict[int, np.ndarray],
     return [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in out]
 
 
-def judge_lockstep(kept: list[np.ndarray], slow: dict[int, np.ndarray] | None = None) -> list:
+def judge_lockstep(kept: list[np.ndarray], slow: dict[int, np.ndarray] | None = None,
+                   iterations: int = ITERATIONS, sample: int = 1,
+                   passes: tuple[int, int] = (FORWARD, BACKWARD)) -> list:
     arena, tp = replicas()
     pace = GroupPace(arena, EngineConfig())
-    series = lockstep(kept, slow or {}, np.random.default_rng(5))
+    pace.sample = sample
+    series = lockstep(kept, slow or {}, np.random.default_rng(5), iterations, passes)
     end = max(int(t[-1]) for _, t in series)
     for lo in range(0, end + CHUNK_S * 10**9, CHUNK_S * 10**9):
         for g, (seq, t) in zip(tp, series, strict=True):
@@ -263,3 +270,51 @@ def test_a_slow_host_among_groups_keeping_other_calls_is_found():
     found = judge_lockstep(kept, {2: factor})
     assert [f.group for f in found] == [2]
     assert found[0].duty is not None and found[0].episodes >= 3
+
+
+# ---- one call in K kept, K too large for spans of a few dozen calls ---------------------------
+# iterations of 320 calls (4.8 s): a group keeps about five calls of each
+K = 64
+LONG = 48
+PASSES = (160, 160)
+ONSET = 20
+
+
+def one_in_k(seed: int) -> list[np.ndarray]:
+    """Per replica, the calls of each iteration it keeps: one in ``K`` at random, as the
+    sampling rule's hash of its name and the sequence number picks them."""
+    rng = np.random.default_rng(seed)
+    return [rng.random((LONG, sum(PASSES))) < 1 / K for _ in range(REPLICAS)]
+
+
+def slow_from(onset: int, factor: float) -> np.ndarray:
+    out = np.ones(LONG)
+    out[onset:] = factor
+    return out
+
+
+def test_with_one_call_in_64_healthy_replicas_are_not_found():
+    for seed in (1, 2):
+        assert judge_lockstep(one_in_k(seed), iterations=LONG, sample=K, passes=PASSES) == []
+
+
+def test_with_one_call_in_64_a_host_slow_from_some_iteration_on_is_found_then():
+    """A host 15% slower from iteration 20 on. Its spans between kept calls run over dozens
+    of calls, through the others' waits, and each replica's own kept calls are too far apart
+    to read its time at a sequence number off them. Its replicas pooled are not; and the slow
+    host, which the pooled time of the others' replicas leaves out once it falls behind them,
+    is not found among those."""
+    for seed in (1, 2):
+        found = judge_lockstep(one_in_k(seed), {3: slow_from(ONSET, 1.15)}, iterations=LONG,
+                               sample=K, passes=PASSES)
+        assert [f.group for f in found] == [3], seed
+        assert found[0].duty is None and 0.08 < found[0].excess < 0.25
+        # its onset: within a few buckets after the change
+        assert ONSET * 4.8e9 <= found[0].onset_ns <= (ONSET + 6) * 4.8e9
+
+
+def test_with_one_call_in_64_the_rule_for_short_spans_sees_nothing():
+    """What the rule for spans of a few dozen calls at most makes of the same job (a stream
+    it takes to keep every call in a few)."""
+    assert judge_lockstep(one_in_k(1), {3: slow_from(ONSET, 1.15)}, iterations=LONG,
+                          sample=1, passes=PASSES) == []

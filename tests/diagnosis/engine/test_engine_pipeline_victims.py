@@ -9,6 +9,8 @@ buckets, reported as a second slow host)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,31 @@ def test_without_a_stage_slow_all_along_a_stage_behind_now_and_then_is_found(mon
     st = stragglers(monkeypatch, [now_and_then(tp_group(0, 2))])
     late = TP * tp_group(0, 2)
     assert ranks_of(st.judge()) == list(range(late, late + TP))
+
+
+def test_a_stage_behind_far_less_than_another_of_its_pipeline_is_its_victim(monkeypatch):
+    """A stage 2x slow from a change point on, and its neighbour behind 7% from a little
+    later (it waits for the slow one at other moments than its replicas do), as
+    bench.accuracy.run's slow_host-512-0 at K = 64 showed it: one host, not two."""
+    victim = SlowGroup(tp_group(0, 1), T0 + 4 * 10**9, 0.07, 8, 0.9, -11.0)
+    st = stragglers(monkeypatch, [SlowGroup(tp_group(0, 0), T0, 0.89, 8, 1.0, -24.0), victim])
+    assert ranks_of(st.judge()) == list(range(TP))
+    # the same in another pipeline is a second fault
+    other = replace(victim, group=tp_group(1, 1))
+    st = stragglers(monkeypatch, [SlowGroup(tp_group(0, 0), T0, 0.89, 8, 1.0, -24.0), other])
+    first = TP * tp_group(1, 1)
+    assert ranks_of(st.judge()) == list(range(TP)) + list(range(first, first + TP))
+
+
+def test_its_peers_waiting_for_a_member_does_not_explain_a_group_behind(monkeypatch):
+    """A group behind its replicas whose member its peers wait for at progress snapshots
+    (``waits``): the snapshots show the same slowness, no member late inside the group, so
+    the group's pace, with its onset, makes the finding."""
+    g = tp_group(0, 0)
+    st = stragglers(monkeypatch, [SlowGroup(g, T0 + 5 * 10**9, 0.89, 8, 1.0, -24.0)])
+    waited = SlowRank(0, g, T0 - 10**9, 0.7, 0.7e6, 17, 0.4, 0.0, -12.0, waits=(7, 17, 17))
+    monkeypatch.setattr(st, "_waited", lambda *a: [waited])
+    found = st.judge()
+    assert ranks_of(found) == list(range(TP))
+    assert {f.onset_ns for f in found} == {T0 + 5 * 10**9}
+    assert all(f.whole_group for f in found)
