@@ -53,10 +53,8 @@ from diagnosis.engine.series import (
 _Q = 0.2
 _MIN_PERIODS = 4      # periods a group needs in a bucket to have a value there
 _MIN_CALM = 3         # calm spans it needs there, with kept calls K apart (``_calm``)
-# samples after a change that make it, with kept calls K apart: each bucket then spans several
-# iterations and its value is already the median of several spans
-_WIDE_MIN_SAMPLES = 4
-# ... and the share of them behind, at about one level (``_MIN_FRAC`` otherwise)
+# the share of the buckets after a change that must be behind, at about one level, with kept
+# calls K apart (``_MIN_FRAC`` otherwise)
 _WIDE_FRAC = 0.8
 # the share of a group's buckets after the change that must be slow: a quantile of a few
 # periods is noisy, and a slow host's pace is behind in nearly every bucket
@@ -472,7 +470,7 @@ class GroupPace:
             # transfers are slow waits in some of them, a host behind computes slower in each)
             least_frac = _WIDE_FRAC if self._wide else _MIN_FRAC
             res = on_slow_rows(change_point, CHANGE_LEAST, x, np.full(len(x), thr), p0,
-                                   _WIDE_MIN_SAMPLES if self._wide else cfg.slow_min_samples)
+                                   cfg.slow_min_samples)
             ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
                 & (res.pre_count >= _MIN_BEFORE) \
                 & (res.frac - res.pre_frac >= cfg.slow_min_frac) & (res.frac >= least_frac) \
