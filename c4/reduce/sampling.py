@@ -34,8 +34,9 @@ def kept_rows(ops: Columns, k: int) -> np.ndarray:
 
 
 def take(ops: Columns, mask: np.ndarray) -> Columns:
-    """The rows of ``ops`` under ``mask``, same string table; error texts follow their rows."""
-    rows = np.flatnonzero(mask)
+    """The rows of ``ops`` under ``mask`` (a boolean mask, or row indices in the order
+    wanted), same string table; error texts follow their rows."""
+    rows = np.flatnonzero(mask) if mask.dtype == bool else mask
     new = {int(old): i for i, old in enumerate(rows.tolist())} if ops.error_text else {}
     return Columns({k: v[rows] for k, v in ops.columns.items()}, ops.strings,
                    {new[r]: t for r, t in ops.error_text.items() if r in new})

@@ -3,11 +3,13 @@ stopped on purpose, and their silence must not be diagnosed."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from c4.proto.codec import OP_COLUMNS, Columns
 from diagnosis.daemon.faults import FaultHub
 from diagnosis.daemon.live import LiveView
-from diagnosis.store import RankRecord, Write, open_store
+from diagnosis.store import OpRows, RankRecord, Write, open_store
 from diagnosis.store.api import GroupRecord
 
 
@@ -80,3 +82,30 @@ def test_a_jobs_slow_detectors_run_at_every_pass_of_the_views_interval():
         cfg = live._jobs[("job", 0)].engine.cfg
         assert cfg == EngineConfig.analysed_every(interval_s)
         assert 0.5 * interval_s * 1e9 < cfg.detect_every_ns < interval_s * 1e9
+
+
+def _calls_of(rank: int, calls: int) -> Columns:
+    """Rank ``rank``'s rows of ``calls`` all-reduces of group "g", 10 ms apart."""
+    seq = np.arange(calls)
+    t = 1_800_000_000_000_000_000 + seq * 10_000_000 + rank * 1_000
+    cols = {"rank": np.full(calls, rank), "pg": np.zeros(calls), "seq": seq,
+            "op": np.ones(calls), "nbytes": np.full(calls, 1024), "dtype": np.full(calls, 2),
+            "t_enter_ns": t, "t_start_ns": np.full(calls, -1), "t_end_ns": t + 5_000_000,
+            "status": np.zeros(calls), "peer": np.full(calls, -1)}
+    return Columns({k: np.asarray(v, dtype=OP_COLUMNS[k]) for k, v in cols.items()},
+                   ["g", "all_reduce", ""])
+
+
+def test_many_sidecars_batches_are_applied_in_time_order():
+    """Two nodes' batches of the same 150 calls, applied as one run: in arrival order the
+    engine took the first node's calls 64 on into the slots of its calls 0-63 before the
+    second node's rows of them came, and those calls were lost."""
+    live = LiveView(FaultHub(open_store("memory://")))
+    live.apply([_rank(0, 0), _rank(0, 1), Write("s", 50, GroupRecord("job", 0, "g", (0, 1)))])
+    live.drain()
+    live.apply([Write(f"node{r}", 60 + r, OpRows("job", 0, _calls_of(r, 150)))
+                for r in (0, 1)])
+    live.drain()
+    engine = live._jobs[("job", 0)].engine
+    assert engine.arena.stale_rows == 0
+    assert int(engine.timing.count.sum()) == 150
