@@ -15,7 +15,7 @@ from c4.proto.codec import OP_COLUMNS, Columns, concat, decode_ops, empty_column
 from c4.report import FaultReport
 from c4.report_proto import from_proto
 from c4.security.channel import ClientSecurity, default_security, open_channel
-from diagnosis.daemon.config import daemon_address
+from diagnosis.daemon.config import MAX_MESSAGE_BYTES, daemon_address
 from diagnosis.errors import DiagnosisError
 
 
@@ -63,7 +63,11 @@ class DaemonClient:
         self.timeout = timeout
         try:
             self.security = security if security is not None else default_security()
-            self._channel = open_channel(self.address, self.security)
+            # an answer as large as the daemon sends: the status of a 131,072-rank job (its
+            # sidecars' counters of every rank) is past gRPC's default 4 MiB
+            self._channel = open_channel(
+                self.address, self.security,
+                [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         except ValueError as exc:
             raise DaemonError(f"cannot set up the connection to {self.address}: {exc}") from None
         self._faults = c4_pb2_grpc.FaultsStub(self._channel)

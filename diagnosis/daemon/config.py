@@ -25,6 +25,9 @@ from diagnosis.daemon.inspection import InspectConfig
 from diagnosis.daemon.jobs import JobLimits
 from diagnosis.errors import ConfigError
 
+#: the largest request the daemon reads and answer it sends (its clients read answers this large)
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
 DEFAULT_ADDRESS = "127.0.0.1:7444"
 
 
@@ -56,7 +59,7 @@ class DaemonConfig:
     # reading (backpressure).
     max_pending_requests: int = setting(512, check=at_least(1))
     max_pending_records: int = setting(1_000_000, check=at_least(1))
-    max_message_bytes: int = setting(64 * 1024 * 1024, check=at_least(1))
+    max_message_bytes: int = setting(MAX_MESSAGE_BYTES, check=at_least(1))
     max_records_per_batch: int = setting(1_000_000, check=at_least(1))
     # How often the live detectors look at every job; stored rows waiting for them (past it
     # the writer waits).

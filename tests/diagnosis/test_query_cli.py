@@ -153,3 +153,27 @@ def test_status_marks_sidecars_that_drop(daemon):
         client.send(c4_pb2.IngestRequest(sidecar="car-9", seq=1, stats=stats))
     row = next(line for line in c4(daemon, "status").splitlines() if "car-9" in line)
     assert "dropping" in row and "421" in row
+
+
+def test_status_of_a_very_large_job_is_read():
+    """A sidecar's statistics carry every rank's counters: 16 relayed streams of a
+    131,072-rank job made an answer of 4.9 MB, past gRPC's default 4 MiB a client reads, and
+    `c4 status` failed on the jobs it matters most for."""
+    from c4.proto.codec import collector_columns
+    from diagnosis.client import DaemonClient
+
+    d = Daemon(DaemonConfig(listen=f"127.0.0.1:{free_port()}", store="memory://"))
+    d.start()
+    try:
+        ranks = 160_000
+        stats = c4_pb2.SidecarStats(host="relay0", collector_columns=collector_columns(
+            c4_pb2.CollectorStats(job="big", rank=r, recorded=1_000_000 + r,
+                                  t_ns=1_800_000_000_000_000_000 + r) for r in range(ranks)))
+        assert stats.ByteSize() > 4 << 20
+        with DaemonClient(f"127.0.0.1:{d.port}") as client:
+            client.send(c4_pb2.IngestRequest(sidecar="car-big", seq=1, stats=stats))
+            s = client.status()
+        assert [sc.sidecar for sc in s.sidecars] == ["car-big"]
+        assert "car-big" in c4(d, "status")
+    finally:
+        d.stop(grace=0.5)
