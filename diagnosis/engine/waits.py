@@ -32,7 +32,7 @@ import numpy as np
 from diagnosis.engine.arena import Arena
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.distinct import distinct
-from diagnosis.engine.series import CHANGE_LEAST, change_point, on_slow_rows
+from diagnosis.engine.series import CHANGE_LEAST, binom_logsf, change_point, on_slow_rows
 
 # snapshots a member needs before a change: one slow from the first on is judged by the other
 # detectors (its peers' waits are its role there, as far as this test can tell)
@@ -44,6 +44,11 @@ _PEERS_INSIDE = 0.5
 # and then by what it depends on (a slow transfer of its host's, a pipeline stage it follows)
 # was found missing at half of them or fewer
 _MIN_FRAC = 0.7
+# ... and more than half beyond chance (a one-sided binomial test at this level): windows that
+# fall at about the same point of every iteration catch a communicator met once an iteration
+# inside its call only now and then, and at those few the slowest of healthy replicas is the
+# one outside at five of seven
+_MORE_THAN_HALF = 0.05
 
 
 @dataclass(frozen=True)
@@ -262,6 +267,12 @@ class WaitBoard:
             ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
                 & (before >= _MIN_BEFORE) & (res.frac >= _MIN_FRAC) \
                 & (res.frac - res.pre_frac >= cfg.slow_min_frac)
+            cand = np.flatnonzero(ok)
+            if len(cand):
+                n_after = res.count[cand]
+                hits = np.rint(res.frac[cand] * n_after).astype(np.int64)
+                ok[cand] = binom_logsf(hits, n_after, np.full(len(cand), 0.5)) \
+                    < np.log(_MORE_THAN_HALF)
             for i in np.flatnonzero(ok).tolist():
                 gi, pos = divmod(i, size)
                 s = int(res.start[i])

@@ -55,6 +55,34 @@ def test_anyone_last_now_and_then_is_nobody():
     assert board.judge() == []
 
 
+def _sparse(last_after: list[int]) -> list:
+    """60 windows of a communicator met once an iteration, whose windows catch it inside its
+    call only now and then (they fall at about the same point of every iteration): before
+    window 30, at five windows, a different member last each time; from window 30 on, at
+    seven, the member ``last_after`` names."""
+    _, board, g, _ = _board()
+    before = dict(zip((3, 9, 15, 21, 27), (0, 5, 1, 6, 2), strict=True))
+    after = dict(zip((30, 31, 36, 42, 43, 48, 54), last_after, strict=True))
+    for w in range(60):
+        last = before.get(w, after.get(w))
+        inside = [last is not None] * 8
+        if last is not None:
+            inside[last] = False
+        _window(board, g, (w + 1) * W, inside, w)
+    return board.judge()
+
+
+def test_a_member_last_at_every_one_of_a_few_snapshots_is_found():
+    found = _sparse([3] * 7)
+    assert [(f.rank, f.hits, f.count) for f in found] == [(3, 7, 7)]
+
+
+def test_a_member_last_at_five_of_seven_snapshots_is_nobody():
+    """The slowest of healthy replicas is the one outside at most of the few snapshots that
+    catch its communicator inside a call: five of seven is no evidence of more than that."""
+    assert _sparse([3, 3, 5, 3, 3, 1, 3]) == []
+
+
 def test_a_node_whose_rows_come_late_is_not_waited_for():
     """From window 30 on, rank 3's sidecar delivers each window's rows with the others' rows of
     the window after next (it fell behind). Every member is inside the barrier at odd windows
