@@ -62,11 +62,14 @@ def fake_rank(st: dict[str, Any], host: str, local_rank: int, rank: int
     proc = subprocess.Popen(["ip", "netns", "exec", st["hosts"][host]["ns"], sys.executable,
                              "-c", "while True: pass"], env=env)
     try:
-        # until `ip netns exec` became python (seconds on a loaded machine)
+        # until `ip netns exec` became python (seconds on a loaded machine). `ip`'s own
+        # arguments hold the script too, and its environment reads empty while it execs, so
+        # wait for python's argv[0].
         deadline = time.monotonic() + 30
         while True:
             with contextlib.suppress(OSError):
-                if b"while True" in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+                argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+                if argv[0] == sys.executable.encode():
                     break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the fake rank {rank} did not start in 30 s")
