@@ -74,6 +74,11 @@ _MAX_SPAN = 32        # the most calls between two kept calls whose period count
 # ``GroupPace._close``)
 _WIDE_AT = 32
 _WIDE_SPANS = 2
+# ... and the fewest buckets after a change it is judged on (``slow_min_samples`` otherwise):
+# a bucket then spans two iterations or more, its value the median of calm spans each against
+# a dozen replicas pooled, and some buckets after a slow host's onset have none (its replicas
+# waited for it throughout), so six take a quarter of a run of forty iterations
+_WIDE_MIN_SAMPLES = 4
 # ... up to this factor: past it a group keeps a call every few seconds, a bucket of eight
 # spans tens of seconds, and taking them up cost a 16,384-rank job (at K = 1024) 3.5 s more
 # detector lag in its first minute (bench.scale.job)
@@ -469,8 +474,9 @@ class GroupPace:
             # (with kept calls K apart, a bucket's calm spans are few: a group whose own
             # transfers are slow waits in some of them, a host behind computes slower in each)
             least_frac = _WIDE_FRAC if self._wide else _MIN_FRAC
+            least_n = _WIDE_MIN_SAMPLES if self._wide else cfg.slow_min_samples
             res = on_slow_rows(change_point, CHANGE_LEAST, x, np.full(len(x), thr), p0,
-                                   cfg.slow_min_samples)
+                               least_n)
             ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
                 & (res.pre_count >= _MIN_BEFORE) \
                 & (res.frac - res.pre_frac >= cfg.slow_min_frac) & (res.frac >= least_frac) \

@@ -223,6 +223,17 @@ class ChangePoint:
     pre_count: np.ndarray
 
 
+def _next_valid(flag: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per row and column, ``flag`` at the first valid column at or after it (False where none
+    is left)."""
+    rows, K = flag.shape
+    col = np.where(valid, np.arange(K)[None, :], K)
+    # (the least valid column from each one on, scanning from the right)
+    first = np.minimum.accumulate(col[:, ::-1], axis=1)[:, ::-1]
+    padded = np.concatenate([flag, np.zeros((rows, 1), dtype=bool)], axis=1)
+    return np.take_along_axis(padded, first, axis=1)
+
+
 def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
                  min_samples: int) -> ChangePoint:
     """Per row of ``a`` (oldest first, NaN = none): the split after which late samples
@@ -233,9 +244,10 @@ def change_point(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     high = a > thr[:, None]                   # (NaN compares False)
     above = np.cumsum(high[:, ::-1], axis=1)[:, ::-1]
     length = np.cumsum(valid[:, ::-1], axis=1)[:, ::-1]
+    # the next valid sample after each one is late too (no onset on a lone outlier); buckets
+    # without a value between them do not part them
     nxt = np.zeros_like(high)
-    # the next valid sample after each one is late too (no onset on a lone outlier)
-    nxt[:, :-1] = high[:, 1:]
+    nxt[:, :-1] = _next_valid(high, valid)[:, 1:]
     cand = high & nxt & (length >= min_samples)
     logp = np.full((rows, K), 0.0)
     if cand.any():

@@ -313,6 +313,18 @@ def test_with_one_call_in_64_a_host_slow_from_some_iteration_on_is_found_then():
         assert ONSET * 4.8e9 <= found[0].onset_ns <= (ONSET + 6) * 4.8e9
 
 
+def test_with_one_call_in_64_a_host_slow_for_the_last_ten_iterations_is_found():
+    """The same host slow from iteration 38 of 48: its group has a value in five buckets after
+    the change, two of them followed by a bucket without one. Five buckets of about two
+    iterations, each the median of a few calm spans against the pooled replicas, are enough,
+    and the empty buckets do not cut the change into pieces; its onset is its first bucket."""
+    found = judge_lockstep(one_in_k(1), {3: slow_from(38, 1.15)}, iterations=LONG,
+                           sample=K, passes=PASSES)
+    assert [f.group for f in found] == [3]
+    assert found[0].samples == 5 and 0.1 < found[0].excess < 0.2
+    assert 38 * 4.8e9 <= found[0].onset_ns <= 39 * 4.8e9
+
+
 def test_with_one_call_in_64_the_rule_for_short_spans_sees_nothing():
     """What the rule for spans of a few dozen calls at most makes of the same job (a stream
     it takes to keep every call in a few)."""

@@ -172,3 +172,16 @@ def test_the_newest_samples_are_the_last_of_the_rings_in_order():
         np.testing.assert_array_equal(new, ring[:, -min(m, 8):])
         np.testing.assert_array_equal(new_t, ring_t[:, -min(m, 8):])
     assert bank.newest(keys, 3)[1][0].tolist() == [182, 192, 202]
+
+
+def test_buckets_without_a_value_do_not_part_a_late_sample_from_the_next():
+    """A change point starts on a late sample followed by another late one: the next with a
+    value, however many buckets without one lie between (with one call in 64 kept, a slow
+    host's group has no value in some buckets after its onset). Four late samples after the
+    change, the first followed by two empty buckets, make a split of four."""
+    row = np.array([0.0, 0.01, -0.01, 0.0, 0.01, 0.14, np.nan, np.nan, 0.08, 0.14, 0.15])
+    res = change_point(row[None, :], np.array([0.03]), np.array([0.03]), 4)
+    assert res.start[0] == 5 and res.count[0] == 4 and res.frac[0] == 1.0
+    # a lone late sample whose next valid one is on time starts nothing
+    row[8:] = 0.0
+    assert change_point(row[None, :], np.array([0.03]), np.array([0.03]), 2).start[0] == -1
