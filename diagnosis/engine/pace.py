@@ -75,9 +75,9 @@ _MAX_SPAN = 32        # the most calls between two kept calls whose period count
 _WIDE_AT = 32
 _WIDE_SPANS = 2
 # ... and the fewest buckets after a change it is judged on (``slow_min_samples`` otherwise):
-# a bucket then spans two iterations or more, its value the median of calm spans each against
-# a dozen replicas pooled, and some buckets after a slow host's onset have none (its replicas
-# waited for it throughout), so six take a quarter of a run of forty iterations
+# a bucket's value is then the median of several calm spans, each against a dozen replicas
+# pooled, and some buckets after a slow host's onset have none (its replicas waited for it in
+# most spans), so six took about a third of a run of forty iterations
 _WIDE_MIN_SAMPLES = 4
 # ... up to this factor: past it a group keeps a call every few seconds, a bucket of eight
 # spans tens of seconds, and taking them up cost a 16,384-rank job (at K = 1024) 3.5 s more

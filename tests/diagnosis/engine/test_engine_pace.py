@@ -315,9 +315,9 @@ def test_with_one_call_in_64_a_host_slow_from_some_iteration_on_is_found_then():
 
 def test_with_one_call_in_64_a_host_slow_for_the_last_ten_iterations_is_found():
     """The same host slow from iteration 38 of 48: its group has a value in five buckets after
-    the change, two of them followed by a bucket without one. Five buckets of about two
-    iterations, each the median of a few calm spans against the pooled replicas, are enough,
-    and the empty buckets do not cut the change into pieces; its onset is its first bucket."""
+    the change, two of them followed by a bucket without one. Five buckets, each the median
+    of a few calm spans against the pooled replicas, are enough, and the empty buckets do not
+    cut the change into pieces; its onset is its first bucket."""
     found = judge_lockstep(one_in_k(1), {3: slow_from(38, 1.15)}, iterations=LONG,
                            sample=K, passes=PASSES)
     assert [f.group for f in found] == [3]
