@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=1,
                     help="transformer layers per stage (c4 sim --layers): 1, one TP "
                     "all-reduce per pass; 16, a few hundred calls/s per rank")
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="iterations per run (default 40; 30 past 1,024 GPUs or --quick); "
+                         "onsets are drawn over the middle of the run")
     ap.add_argument("--sample", default="1", metavar="K,...",
                     help="sampling factors: each scenario runs once per K on the same seed; "
                     "K=1 the full trace, K>1 the reduced version 2 trace (c4 sim --sample); in "
@@ -206,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--as nccl-*: every call, trace mode, no --drop (NCCL writes what it writes)")
     if args.layers < 1:
         ap.error("--layers must be at least 1")
+    if args.iterations is not None and args.iterations < 10:
+        ap.error("--iterations must be at least 10 (a fault needs iterations before it)")
     logging.basicConfig(level=logging.WARNING)
     sizes = [512] if args.quick else [int(x) for x in args.gpus.split(",") if x]
     seeds = 1 if args.quick else args.seeds
@@ -217,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = scenarios(sizes, seeds, args.quick, conns=not args.no_conns, kinds=kinds,
                      fabric=args.fabric, nics_per_host=args.nics_per_host,
                      paths=not args.no_paths, shape=_shape(args.shape), layers=args.layers,
+                     iterations=args.iterations,
                      topology=None if args.topology is None else str(args.topology.resolve()))
     todo = with_samples(todo, samples, args.window_ms)
     runs = [(sc, f) for f in formats for sc in todo]
@@ -251,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\naccuracy: {len(done)} runs, fabric {fabric}{nics}, mode {args.mode}, "
           f"conns {'off' if args.no_conns else 'on'}"
           f"{'' if args.no_conns or not args.no_paths else ' (no paths)'}, {wall:.0f} s")
-    print(f"job: {args.layers} layer{'s' if args.layers > 1 else ''} per stage, {rate} calls/s "
+    print(f"job: {args.layers} layer{'s' if args.layers > 1 else ''} per stage, "
+          f"{todo[0].cfg.iterations if todo else '?'} iterations, {rate} calls/s "
           "per rank (measured from the generated calls, median over runs)")
     for k in samples:
         print(f"\n{_caption(k, done, args.mode)}\n")

@@ -38,8 +38,11 @@ class JobShape:
 def base_config(gpus: int, quick: bool, conns: bool, fabric: str = "rail",
                 nics_per_host: int | None = None, paths: bool = True,
                 shape: JobShape = JobShape(), layers: int = 1,
-                topology: str | None = None) -> SimConfig:
-    iterations = 30 if quick or gpus > 1024 else 40
+                topology: str | None = None, iterations: int | None = None) -> SimConfig:
+    """``iterations``: the run's length (default 40, 30 past 1,024 GPUs or quick); onsets are
+    drawn over its middle."""
+    if iterations is None:
+        iterations = 30 if quick or gpus > 1024 else 40
     return SimConfig(gpus=gpus, gpus_per_host=shape.gpus_per_host, tp=shape.tp, pp=shape.pp,
                      iterations=iterations, microbatches=shape.microbatches, conns=conns,
                      job=f"bench{gpus}", fabric=fabric, topology=topology,
@@ -88,12 +91,13 @@ def scenarios(sizes: list[int], seeds: int, quick: bool, conns: bool = True,
               kinds: list[str] | None = None, fabric: str = "rail",
               nics_per_host: int | None = None, paths: bool = True,
               shape: JobShape = JobShape(), layers: int = 1,
-              topology: str | None = None) -> list[Scenario]:
+              topology: str | None = None, iterations: int | None = None
+              ) -> list[Scenario]:
     out: list[Scenario] = []
     kinds = kinds or list(FAULT_KINDS)
     for gpus in sizes:
         base = base_config(gpus, quick, conns, fabric, nics_per_host, paths, shape, layers,
-                           topology)
+                           topology, iterations)
         for kind in [*kinds, "multi"]:
             for k in range(seeds):
                 seed = zlib.crc32(f"{kind}/{gpus}/{k}".encode())

@@ -21,7 +21,9 @@ of its stage, in buckets where no more groups are behind than a fault or two exp
 (``GroupPace._recurring``). With one call in 32 to 256 kept, a group's kept calls lie too far
 apart for spans of a few dozen calls: spans then run over up to 2K calls, the replicas' time
 over them is read off their kept calls pooled (``replicas.pooled_time``), and a bucket's value
-is the median of the spans in which the replicas computed throughout (``GroupPace._calm``).
+is the median of the spans in which the replicas computed throughout (``GroupPace._calm``),
+and an episode must be half again as slow as the replicas (a bucket of a few calm spans is
+noisy).
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ _WIDE_MIN_SAMPLES = 4
 # spans tens of seconds, and taking them up cost a 16,384-rank job (at K = 1024) 3.5 s more
 # detector lag in its first minute (bench.scale.job)
 _WIDE_MAX = 256
+# the least excess of an episode with kept calls K apart: a bucket's value is then the median of
+# a few calm spans, and where a link is slow, healthy groups reached 0.1-0.3 in three buckets of
+# a run of 80 iterations (bench.accuracy), which made them hosts slow again and again
+_WIDE_REC_LEAST = 0.5
 # a span whose replicas took at most this many times their least time per call in the bucket
 # is calm: they computed throughout, waiting for no one
 _CALM = 2.0
@@ -207,7 +213,9 @@ class GroupPace:
         self.sample = 1           # the stream's sampling factor (``Engine.set_sample``)
 
     @property
-    def _wide(self) -> bool:
+    def wide(self) -> bool:
+        """Kept calls lie 32 to 256 calls apart: spans run over up to 2K calls, and a bucket
+        spans several iterations."""
         return _WIDE_AT <= self.sample <= _WIDE_MAX
 
     def update(self, fin: Finished) -> None:
@@ -233,7 +241,7 @@ class GroupPace:
         self.calls.add(g, sq, t)
         # (a span of many calls includes the waits of the group's victims too: their pace
         # would seem to fall behind as much as the culprit's)
-        most = _WIDE_SPANS * self.sample if self._wide else _MAX_SPAN
+        most = _WIDE_SPANS * self.sample if self.wide else _MAX_SPAN
         ok = (prev_s >= 0) & (sq > prev_s) & (t > prev_t) & (sq - prev_s <= most)
         self._pend = [np.r_[a, b] for a, b in zip(
             self._pend, (g[ok], t[ok], t[ok] - prev_t[ok], prev_t[ok], prev_s[ok], sq[ok]),
@@ -332,7 +340,7 @@ class GroupPace:
         over the same calls (the same work, see ``replicas``); a group without replicas, its
         time per call. nan: its replicas' time there is not known. And its replicas' time."""
         peer, count = pooled_time(self.replicas, self.calls, g, s1, s2, self.sample) \
-            if self._wide else replica_time(self.replicas, self.calls, g, s1, s2)
+            if self.wide else replica_time(self.replicas, self.calls, g, s1, s2)
         by_work = count > 0
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = dt / peer
@@ -383,7 +391,7 @@ class GroupPace:
         fastest = np.where(first_in < np.r_[head[1:], len(b)],
                            per[np.minimum(first_in, len(b) - 1)], np.nan)
         hl = fastest[enough]
-        if self._wide:
+        if self.wide:
             hv, hl = self._calm(per, per_call, head, count, enough, hv, hl)
         # a bucket's time: its first span's start (an iteration's), or its own
         first_t = np.minimum.reduceat(start, head)[enough]
@@ -401,7 +409,7 @@ class GroupPace:
     def _calm(self, per: np.ndarray, per_call: np.ndarray, head: np.ndarray,
               count: np.ndarray, enough: np.ndarray, value: np.ndarray, fastest: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
-        """With kept calls K apart (``_wide``), per bucket and group (``head``: their first
+        """With kept calls K apart (``wide``), per bucket and group (``head``: their first
         span, spans sorted by pace within each): the median pace of its calm spans, both as
         its value and as its fastest. A span of a few K calls nearly always holds a wait of
         somebody's (a bubble of the pipeline, a stage behind), so a low quantile of the spans
@@ -473,8 +481,8 @@ class GroupPace:
             p0 = np.full(len(x), min(max(rate, cfg.slow_base_rate), 0.5))
             # (with kept calls K apart, a bucket's calm spans are few: a group whose own
             # transfers are slow waits in some of them, a host behind computes slower in each)
-            least_frac = _WIDE_FRAC if self._wide else _MIN_FRAC
-            least_n = _WIDE_MIN_SAMPLES if self._wide else cfg.slow_min_samples
+            least_frac = _WIDE_FRAC if self.wide else _MIN_FRAC
+            least_n = _WIDE_MIN_SAMPLES if self.wide else cfg.slow_min_samples
             res = on_slow_rows(change_point, CHANGE_LEAST, x, np.full(len(x), thr), p0,
                                least_n)
             ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
@@ -487,10 +495,10 @@ class GroupPace:
                 out.append(SlowGroup(size.groups[i], int(t[onset[i]]),
                                      float(res.median[i]), int(res.count[i]),
                                      float(res.frac[i]), float(res.logp[i])))
-            # (with kept calls K apart a bucket spans several iterations: a host slow in one
-            # of a few blurs into them, and a noisy bucket is no episode)
-            rec = [] if self._wide else \
-                self._recurring(size, self._beside_role(size, size.low[order].T), t, ok)
+            # (with kept calls K apart a bucket spans several iterations: a host slow one
+            # iteration in a few is behind in the buckets holding more of its slow iterations
+            # than of its others, and there an episode must be far behind, ``_WIDE_REC_LEAST``)
+            rec = self._recurring(size, self._beside_role(size, size.low[order].T), t, ok)
             out.extend(rec)
             taken = ok.copy()
             taken[[size.col[f.group] for f in rec]] = True
@@ -518,7 +526,8 @@ class GroupPace:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             sigma = float(np.nan_to_num(robust_sigma(x), nan=0.0))
-        least = cfg.slow_rec_min_excess * cfg.straggle_min_excess / cfg.slow_min_excess
+        least = _WIDE_REC_LEAST if self.wide else \
+            cfg.slow_rec_min_excess * cfg.straggle_min_excess / cfg.slow_min_excess
         thr = np.full(len(x), max(least, cfg.slow_rec_noise_k * sigma))
         # a bucket in which more groups are behind than a fault or two explain (each slows
         # its own group) is an event of the job or of the network (congestion makes every

@@ -371,6 +371,28 @@ def episode_length(a: np.ndarray, thr: np.ndarray, default: float = 2.0,
     return float(max(np.percentile(lengths, 90), 1.0))
 
 
+def _first_strong(begins: np.ndarray, strong: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per row, where its recurrence began: the first episode from ``start`` on with a strong
+    sample, or a weak one before it in the episodes' rhythm (at most twice their usual spacing
+    from the next). The binomial tail may take in an episode of noise just above the threshold
+    (a sample of the first iterations) well before the first slow one, and the onset with it;
+    a fault's first episode may be weak too (its sample only grazes the slow iteration)."""
+    ep = np.cumsum(begins, axis=1)
+    first = ep[np.arange(len(ep)), np.argmax(strong, axis=1)]
+    moved = np.where(strong.any(axis=1),
+                     np.argmax(begins & (ep == first[:, None]), axis=1), start)
+    out = moved.copy()
+    for i in np.flatnonzero(moved > start).tolist():    # (few rows: a weak episode first)
+        at = np.flatnonzero(begins[i])
+        spacing = np.diff(at[at >= moved[i]])
+        most = 2 * float(np.median(spacing)) if len(spacing) else 0.0
+        for b in at[(at >= start[i]) & (at < moved[i])][::-1].tolist():
+            if out[i] - b > most:
+                break
+            out[i] = b
+    return out
+
+
 def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
                min_episodes: int, unit: float = 0.0) -> Recurrence:
     """Per row of ``a`` (oldest first, NaN = none): slowness that comes back. An episode is a
@@ -384,7 +406,9 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
     slow, none before). Episodes, not slow samples, are the independent events: a congestion
     that lasts two iterations, or strikes every microbatch of one, is one. With ``unit`` (the
     length of a benign episode, :func:`episode_length`), an episode of several times that
-    length weighs as many: slow for five iterations in a row is more than one congestion."""
+    length weighs as many: slow for five iterations in a row is more than one congestion.
+    The start told (and the samples and episodes counted from it) is that one's first strong
+    episode (``_first_strong``); the p-value stays the tail's."""
     rows, K = a.shape
     valid, high, begins = episode_marks(a, thr)
     col = np.arange(K)[None, :]
@@ -420,6 +444,8 @@ def recurrence(a: np.ndarray, thr: np.ndarray, p0: np.ndarray,
         strong = after & (a[h] >= 0.5 * typical[:, None])     # (NaN compares False)
         med[h] = row_quantile(np.where(strong, a[h], np.nan), 0.5)
         hits[h] = strong.sum(axis=1)
+        start[h] = _first_strong(begins[h], strong, start[h])
+        s0 = np.maximum(start, 0)
     return Recurrence(start, best, hits, np.where(has, length[rix, s0], 0),
                       np.where(has, eps[rix, s0], 0), med)
 

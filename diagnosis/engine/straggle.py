@@ -392,8 +392,10 @@ class SampledStragglers:
             members = self.arena.members[sg.group].tolist()
             # a member late inside it explains its pace (a slow GPU) unless far too little; a
             # pace behind from a change point on is held back all along, which a member late
-            # only now and then (a few pauses) does not explain
-            mine = inside_by if sg.duty is not None else inside_lasting
+            # only now and then (a few pauses) does not explain, unless each of the pace's
+            # buckets spans several iterations (kept calls K apart): a GPU slow in one
+            # iteration of two or three then holds back every bucket
+            mine = inside_by if sg.duty is not None or self.pace.wide else inside_lasting
             late = max([mine.get(r, 0.0) for r in members]
                        + [self._late_by(sg.group, sg.onset_ns)])
             if late >= max(self.cfg.straggle_min_excess, _EXPLAINS * sg.excess):

@@ -102,6 +102,7 @@ def test_bench_prints_a_row_group_per_factor_and_the_call_rate(tmp_path, capsys)
     text = capsys.readouterr().out
     assert "K=1: full trace" in text and "K=8: reduced trace" in text
     assert "calls/s per rank" in text and "the same scenarios and seeds" in text
+    assert "1 layer per stage, 40 iterations," in text
     assert "Δlat s: latency at K minus latency at K=1" in text
     res = json.loads(out.read_text())
     assert res["samples"] == [1, 8] and set(res["rows_by_sample"]) == {"1", "8"}
@@ -123,3 +124,11 @@ def test_an_unknown_kind_is_refused_with_the_kinds_there_are(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "--kinds healthy: choose from slow_gpu" in err and "always included" in err
+
+
+def test_runs_too_short_for_a_fault_are_refused(capsys):
+    import pytest
+    with pytest.raises(SystemExit) as e:
+        main(["--iterations", "6", "--gpus", "64"])
+    assert e.value.code == 2
+    assert "--iterations must be at least 10" in capsys.readouterr().err

@@ -61,6 +61,27 @@ def test_recurrence_counts_episodes_not_slow_samples():
     assert np.isclose(episode_rate(rows, thr, 1e-6, trim=0.0), (12 + 1 + 1) / (3 * 64))
 
 
+def test_a_recurrence_begins_at_its_first_strong_episode():
+    """Slow 1.5x one sample in three from sample 30, and one sample just above the threshold
+    at 20 (noise): the binomial tail is lowest from sample 20 (one episode more for ten
+    samples more), but the recurrence began at 30, where its onset is told. A weak episode in
+    the rhythm of the slow ones (its sample grazed the first slow iteration) is its first."""
+    from diagnosis.engine.series import recurrence
+
+    row = np.full((1, 64), 0.01)
+    row[0, 30::3] = 1.5
+    row[0, 20] = 0.2
+    res = recurrence(row, np.array([0.15]), np.array([0.0005]), 3)
+    assert res.start[0] == 30 and res.count[0] == 34
+    assert res.episodes[0] == 12 and res.hits[0] == 12
+    # (the test's p-value stays the tail's, from sample 20)
+    expected = float(binom_logsf(np.array([13]), np.array([44]), np.array([0.0005]))[0])
+    assert np.isclose(res.logp[0], expected)
+    row[0, 27] = 0.2
+    res = recurrence(row, np.array([0.15]), np.array([0.0005]), 3)
+    assert res.start[0] == 27 and res.episodes[0] == 13
+
+
 def test_missing_samples_neither_break_nor_extend_an_episode():
     from diagnosis.engine.series import recurrence
 

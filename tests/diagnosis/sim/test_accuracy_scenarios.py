@@ -46,3 +46,15 @@ def test_every_scenario_resolves_its_faults(fabric):
         assert sc.cfg.fabric == fabric and sc.cfg.nics_per_host == 4
         sim = Simulation(sc.cfg)
         assert len(sim.faults) == len(sc.cfg.faults)
+
+
+def test_longer_runs_draw_their_onsets_over_their_middle():
+    """``--iterations 80``: every run that long, onsets between 35 and 60% of it, the same
+    seeds as the runs of the default length."""
+    default = scenarios([512], 2, False, kinds=["slow_host", "slow_link"])
+    long = scenarios([512], 2, False, kinds=["slow_host", "slow_link"], iterations=80)
+    assert {s.cfg.iterations for s in default} == {40}
+    assert {s.cfg.iterations for s in long} == {80}
+    assert [s.cfg.seed for s in long] == [s.cfg.seed for s in default]
+    onsets = [f.onset for s in long for f in s.cfg.faults]
+    assert onsets and all(28 <= o <= 48 for o in onsets)
