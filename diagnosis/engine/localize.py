@@ -87,6 +87,15 @@ _SYNC_PER_PASS = 1 << 16
 _SYNC_SECONDS = 1.0
 
 
+def _share_above(ring: np.ndarray, start: np.ndarray, thr: float) -> np.ndarray:
+    """Per row, the share of its samples from ``start`` on (none before it: -1) above ``thr``."""
+    col = np.arange(ring.shape[1])[None, :]
+    since = (col >= start[:, None]) & (start[:, None] >= 0) & np.isfinite(ring)
+    with np.errstate(invalid="ignore"):
+        above = (since & (ring > thr)).sum(axis=1)
+    return above / np.maximum(since.sum(axis=1), 1)
+
+
 @dataclass
 class SlowSeries:
     """What ``Localizer._slow_series`` found of ``n`` keys. Per row (the keys it judged, at
@@ -313,7 +322,7 @@ class Localizer:
         lasting = self._lasting(bank, keys[rows], ring, rt, high, thr, res, slow, min_span,
                                 min_before)
         res, lasting, duty, episodes, unit = self._recurring(ring, rt, rec_thr, res, lasting,
-                                                             p_ring, p_rt)
+                                                             p_ring, p_rt, thr)
         return SlowSeries(n, rows, ring, rt, thr, res, lasting, duty, episodes, rec_thr, unit,
                           p_ring, p_rt)
 
@@ -324,7 +333,8 @@ class Localizer:
         return max(CHANGE_LEAST, math.ceil(cfg.comm_min_frac * cfg.comm_min_samples - 1e-9))
 
     def _recurring(self, ring: np.ndarray, rt: np.ndarray, thr: float, res: ChangePoint,
-                   lasting: np.ndarray, p_ring: np.ndarray, p_rt: np.ndarray
+                   lasting: np.ndarray, p_ring: np.ndarray, p_rt: np.ndarray,
+                   change_thr: float
                    ) -> tuple[ChangePoint, np.ndarray, np.ndarray, np.ndarray, float]:
         """Keys slow again and again with healthy stretches between (a flapping port, pause
         frames, a marginal cable: slow on one iteration in three, or at random): at least
@@ -334,7 +344,9 @@ class Localizer:
         (from their first counted episode), the slow keys, and per key the fraction of its
         samples that were slow since then (NaN: not recurring) and its episodes, and how
         many samples a benign episode lasts (see ``episode_length``). The fleet's rates come
-        from the pool's rings, ``p_ring`` and ``p_rt`` (see ``_slow_series``)."""
+        from the pool's rings, ``p_ring`` and ``p_rt`` (see ``_slow_series``);
+        ``change_thr``: the change-point test's threshold, above which a sample is not
+        normal."""
         cfg = self.cfg
         duty = np.full(len(ring), np.nan)
         episodes = np.zeros(len(ring), dtype=np.int64)
@@ -350,8 +362,11 @@ class Localizer:
                            cfg.comm_rec_episodes, unit)
         recurs = (rec.start >= 0) & (rec.logp < np.log(cfg.comm_alpha))
         # slow from a change point on and recurring, most samples since normal: described as
-        # recurring (its slow samples are episodes, not a new level)
-        again = recurs & lasting & (rec.hits < cfg.comm_rec_duty * np.maximum(rec.count, 1))
+        # recurring (its slow samples are episodes, not a new level). Normal is below the
+        # change point's threshold: a connection slowed by a seventh all along has samples
+        # on both sides of the (higher) recurrence threshold, episodes of nothing
+        again = recurs & lasting & (rec.hits < cfg.comm_rec_duty * np.maximum(rec.count, 1)) \
+            & (_share_above(ring, rec.start, change_thr) < cfg.comm_rec_duty)
         duty[again] = rec.hits[again] / np.maximum(rec.count[again], 1)
         episodes[again] = rec.episodes[again]
         new = recurs & ~lasting

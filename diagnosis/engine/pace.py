@@ -98,6 +98,8 @@ _MAX_LAG = 16
 # groups of a size that faults of their own put behind in one bucket: beyond, a bucket is an
 # event of the whole job or of its network (see ``GroupPace._recurring``)
 _FAULTS_AT_ONCE = 2
+# the fewest groups with a value in a bucket for their spread there to be its noise
+_SPREAD_GROUPS = 8
 # the least time over the same calls, against its replicas', that a span of a group counts with:
 # no group computes the same work twice as fast as its replicas; where it seems to, they
 # waited for it (a slow host's replicas, at the data-parallel all-reduce of each iteration)
@@ -153,6 +155,22 @@ class _Size:
             self.x = np.hstack([self.x, np.full((self.K, 1), np.nan)])
             self.low = np.hstack([self.low, np.full((self.K, 1), np.nan)])
         return c
+
+
+def _above_own_noise(x: np.ndarray, spread: np.ndarray, thr: float, k: float) -> np.ndarray:
+    """``x`` (groups, buckets) with each value that is above ``thr`` but within ``k`` times
+    its bucket's ``spread`` (the groups' robust sigma there) lowered to ``thr``: not behind.
+    Some buckets are far noisier than the ring's usual one (the partial bucket a job's last
+    records leave, the stretch in which a slow link or switch makes the groups on its paths
+    wait in their calm spans), and a group a little above the usual threshold for the few
+    buckets a change needs, there, is within their noise. A bucket of too few groups for a
+    spread keeps the usual threshold."""
+    with np.errstate(invalid="ignore"):
+        n = (~np.isnan(x)).sum(axis=0)
+        bar = np.where((n >= _SPREAD_GROUPS) & np.isfinite(spread),
+                       np.maximum(thr, k * np.nan_to_num(spread, nan=0.0)), thr)
+        within = (x > thr) & (x <= bar[None, :])
+    return np.where(within, thr, x)
 
 
 def _level_share(x: np.ndarray, start: np.ndarray, median: np.ndarray) -> np.ndarray:
@@ -472,9 +490,11 @@ class GroupPace:
                 # (pooled over the ring, calm stretches such as the first iterations, whose
                 # buckets are cut by time, hide how far apart the groups are later)
                 pooled = float(np.nan_to_num(robust_sigma(x), nan=0.0))
-                spread = float(np.nan_to_num(nanmedian(robust_sigma(x.T, axis=1)), nan=0.0))
+                at = robust_sigma(x.T, axis=1)
+                spread = float(np.nan_to_num(nanmedian(at), nan=0.0))
                 sigma = max(pooled, spread)
             thr = max(cfg.straggle_min_excess, cfg.slow_noise_k * sigma)
+            x = _above_own_noise(x, at, thr, cfg.slow_noise_k)
             high = x > thr
             valid = ~np.isnan(x)
             rate = float(np.median(high.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)))

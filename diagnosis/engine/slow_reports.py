@@ -3,7 +3,8 @@ communicators whose transfers slowed, localized to network components (``comm_sl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,18 @@ from diagnosis.engine.wording import group_words, ms
 #: host-mates found slow beside a GPU with over this many times their excess are its
 #: side effect (see ``SlowReports.noncomm``)
 _ALIKE = 0.25
+#: how much earlier than a slow component's report a group may seem to fall behind and still
+#: be its symptom: a pace's bucket spans a few iterations, and its onset is the bucket's start
+_ONSET_SLACK_NS = 4_000_000_000
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A component (or a connection's end) that open ``comm_slow`` reports name: how much they
+    slowed its traffic at most, and since when."""
+
+    slowdown: float
+    onset_ns: int
 
 
 def _evidence(found: Iterable[SlowRank]) -> float:
@@ -54,7 +67,9 @@ class SlowReports:
         self.reporter, self.pg_names, self.error_ranks = reporter, state.pg_names, blamed
         self._pending: set[str] = set()    # thin comm_slow findings seen in the last pass
         self._unseen: dict[str, int] = {}   # open noncomm_slow id -> passes since last found
-        self._hosts: set[str] = set()       # noncomm_slow host findings of the last pass
+        # noncomm_slow host findings of the last pass, with the most samples one of their
+        # ranks' findings rested on
+        self._hosts: dict[str, int] = {}
         self._sample = 1     # the stream's sampling factor as of the last pass
         self._filed: dict[int, SlowRank] = {}   # rank -> the finding of its last rank report
 
@@ -66,7 +81,7 @@ class SlowReports:
         overflows, only adds)."""
         self._sample = sample
         best: dict[int, SlowRank] = {}
-        named = self._network_named() if self._sample > 1 else set()
+        named = self._network_named() if self._sample > 1 else {}
         for s in found:
             if s.rank in self.error_ranks or self._symptom(s, named) is not None:
                 continue
@@ -85,16 +100,18 @@ class SlowReports:
             by_host[host] = [r for r in ranks if best[r].excess >= _ALIKE * top]
         strong = np.log(self.cfg.slow_alpha)
         filed: set[str] = set()
-        hosts: set[str] = set()
+        hosts: dict[str, int] = {}
         for host, ranks in by_host.items():
             members = self.placement.ranks_of_host(host) if host else []
             pooled = sum(best[r].logp for r in ranks)
             if host and len(ranks) >= 2 and len(members) >= 2 and pooled < strong and \
                     len(ranks) >= self.cfg.host_fraction * len(members):
                 fid = f"noncomm_slow:host:{host}"
-                hosts.add(fid)
-                if _evidence(best[r] for r in ranks) >= strong and not self._confirmed(fid):
-                    continue        # thin: wait a pass (see _confirmed)
+                hosts[fid] = max(best[r].samples for r in ranks)
+                lasting = all(best[r].duty is None for r in ranks)
+                if _evidence(best[r] for r in ranks) >= strong \
+                        and not self._confirmed(fid, hosts[fid] if lasting else None):
+                    continue        # thin: wait for more samples (see _confirmed)
                 filed.add(self._slow_host(host, sorted(ranks), best, now))
             else:
                 for r in ranks:
@@ -122,14 +139,22 @@ class SlowReports:
                     best[r] = s
                     ranks.append(r)
 
-    def _confirmed(self, fid: str) -> bool:
+    def _confirmed(self, fid: str, samples: int | None) -> bool:
         """Whether a host finding whose evidence is thin once counted right (``_evidence``) is
         confirmed: found at the last pass too, or already reported. One test of a group's pace
-        stands for all its members: a chance split of its buckets (the mix of work that its few
-        kept calls happen to span) is as strong as a real slowdown for one pass and gone at the
-        next; a slow host is found again, as thin comm_slow observations are (``comm``)."""
+        stands for all its members: a chance split of its buckets (the mix of work that its
+        few kept calls happen to span) is as strong as a real slowdown for one bucket and gone
+        at the next; a slow host is found again, as thin comm_slow observations are
+        (``comm``). A change point (``samples``: the buckets since it) is found again only on
+        more of them: a pass that saw no new bucket (such as the one that ends a trace, which
+        writes the buckets still open) judges the same ones. (Episodes are counted from the
+        first strong one, which a new bucket may move.)"""
         cur = self.reporter.get(fid)
-        return fid in self._hosts or (cur is not None and cur.state == "open")
+        if cur is not None and cur.state == "open":
+            return True
+        if fid not in self._hosts:
+            return False
+        return samples is None or self._hosts[fid] < samples
 
     def _withdraw_unconfirmed(self, filed: set[str], now: int) -> None:
         """A slow rank or host that later passes, judging more samples, no longer find: its
@@ -238,23 +263,31 @@ class SlowReports:
             out.update(f.ranks)
         return out
 
-    def _network_named(self) -> set[str]:
-        """Ids of the components that open ``comm_slow`` reports name first (with their top
-        score), and ``rank:R`` for the ends of the connections they list as slow."""
-        named: set[str] = set()
+    def _network_named(self) -> dict[str, _Named]:
+        """The components that open ``comm_slow`` reports name first (with their top score),
+        and ``rank:R`` for the ends of the connections they list as slow: per id, the most a
+        report naming it slowed its traffic, and the earliest onset."""
+        named: dict[str, _Named] = {}
+
+        def add(key: str, slowdown: float, onset: int) -> None:
+            cur = named.get(key)
+            named[key] = _Named(slowdown, onset) if cur is None else \
+                _Named(max(cur.slowdown, slowdown), min(cur.onset_ns, onset))
         for _, f in self.reporter.open_findings("comm_slow"):
             top = f.suspects[0].score if f.suspects else 0
-            named.update(x.id for x in f.suspects if x.score >= top)
+            slowdown = float(f.evidence.get("slowdown", 1.0))
+            keys = [x.id for x in f.suspects if x.score >= top]
             if f.via == "connections":
-                for name in f.connections:
-                    named.update(f"rank:{r}" for r in name.split(">"))
+                keys += [f"rank:{r}" for name in f.connections for r in name.split(">")]
+            for key in keys:
+                add(key, slowdown, f.onset_ns)
         return named
 
-    def _behind(self, rank: int, named: set[str]) -> str | None:
+    def _behind(self, rank: int, named: Mapping[str, _Named]) -> str | None:
         """The named component that is the rank's NIC, its cable or its leaf, or one of the
-        slow connections it is an end of, if any."""
+        slow connections it is an end of, if any (its id in ``named``)."""
         if f"rank:{rank}" in named:
-            return f"its connection to or from rank {rank}"
+            return f"rank:{rank}"
         nic = self.placement.nic(int(rank))
         if nic is None or not named:
             return None
@@ -264,18 +297,32 @@ class SlowReports:
             for lk in topo.links_of(nic):
                 edge.add(lk)
                 edge.update(lk.split("~"))
-        hit = sorted(edge & named)
+        hit = sorted(edge & named.keys())
         return hit[0] if hit else None
 
-    def _symptom(self, s: SlowRank, named: set[str]) -> str | None:
+    def _symptom(self, s: SlowRank, named: Mapping[str, _Named]) -> str | None:
         """With sampled calls a rank's lateness includes its own transfers (its own time
         outside calls is lost): a rank behind a slow NIC or leaf arrives late now and then, at
         the calls that follow its slow sends. A rank found slow only again and again whose NIC,
         its cable or its leaf is named slow, or whose connections are, is that fault's
-        symptom: the component."""
-        if self._sample == 1 or s.duty is None:
+        symptom: the component. So is a group found behind its replicas from a change point
+        on (``whole_group``) with a member behind such a component, from its onset on, by no
+        more than that component slowed its traffic: the group's spans between kept calls run
+        over its own transfers too (with one call in 64 kept, over a few hundred calls), so
+        they lengthen by up to that much where its transfers slow, and a host computing
+        slower by more is no symptom."""
+        if self._sample == 1:
             return None
-        return self._behind(s.rank, named)
+        if s.duty is not None:
+            return self._behind(s.rank, named)
+        if not s.whole_group:
+            return None
+        for r in self.arena.members[s.group].tolist():
+            hit = self._behind(r, named)
+            if hit is not None and s.excess <= named[hit].slowdown - 1.0 \
+                    and s.onset_ns >= named[hit].onset_ns - _ONSET_SLACK_NS:
+                return hit
+        return None
 
     def _symptoms(self, now: int) -> None:
         """Withdraw the recurring slow ranks that the comm reports now explain (see
@@ -289,8 +336,10 @@ class SlowReports:
             for r in f.ranks:
                 hit = self._behind(int(r), named)
                 if hit is not None:
+                    where = f"its connection to or from rank {r}" if hit.startswith("rank:") \
+                        else hit
                     self.reporter.resolve(fid, now, f"its lateness follows its transfers: "
-                                          f"{hit} is slow")
+                                          f"{where} is slow")
                     break
 
     def comm(self, findings: list[CommFinding], now: int) -> None:

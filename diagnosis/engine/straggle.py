@@ -396,9 +396,13 @@ class SampledStragglers:
             # buckets spans several iterations (kept calls K apart): a GPU slow in one
             # iteration of two or three then holds back every bucket
             mine = inside_by if sg.duty is not None or self.pace.wide else inside_lasting
-            late = max([mine.get(r, 0.0) for r in members]
-                       + [self._late_by(sg.group, sg.onset_ns)])
-            if late >= max(self.cfg.straggle_min_excess, _EXPLAINS * sg.excess):
+            # (a member its own test found late explains it by its lateness alone; one not
+            # found must be late by more than the test's least excess: once a ring holds no
+            # sample from before the onset, a GPU a tenth slower is found late by less)
+            found_by = max((mine.get(r, 0.0) for r in members), default=0.0)
+            seen_by = self._late_by(sg.group, sg.onset_ns)
+            if found_by >= _EXPLAINS * sg.excess > 0 \
+                    or seen_by >= max(self.cfg.straggle_min_excess, _EXPLAINS * sg.excess):
                 continue
             unexplained.add(sg.group)
             pace = float(self._pace(np.asarray([sg.group]))[0])

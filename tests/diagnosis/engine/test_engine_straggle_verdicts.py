@@ -55,6 +55,19 @@ def test_a_gpu_late_all_along_explains_its_group_falling_behind(monkeypatch):
     assert [f.rank for f in st.judge()] == [1]
 
 
+def test_a_gpu_found_late_by_less_than_the_least_excess_still_explains_its_group(monkeypatch):
+    """A GPU an eighth slower whose ring holds no sample from before its onset any more (a run
+    longer than the ring): its test finds it late by 2.6%, under ``straggle_min_excess``, and
+    its group behind by 8%. Found late, it explains its group's pace, and its host is not
+    named. Not found, the same lateness in its ring alone would not."""
+    behind = [SlowGroup(TP0, T0, 0.08, 20, 0.95, -30.0)]
+    st = stragglers(monkeypatch, [rank_late(1, 0, 0.026, None)], behind)
+    assert [f.rank for f in st.judge()] == [1]
+    st = stragglers(monkeypatch, [], behind)
+    monkeypatch.setattr(st, "_late_by", lambda g, since: 0.026)
+    assert sorted(f.rank for f in st.judge()) == [0, 1, 2, 3]
+
+
 def test_a_gpu_late_now_and_then_explains_its_group_behind_now_and_then(monkeypatch):
     st = stragglers(monkeypatch, [rank_late(1, 0, 0.6, 0.3)],
                         [SlowGroup(TP0, T0, 0.9, 20, 0.3, -30.0, duty=0.3, episodes=5)])
