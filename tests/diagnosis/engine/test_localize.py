@@ -8,7 +8,10 @@ import itertools
 import numpy as np
 
 from diagnosis.engine import localize
+from diagnosis.engine.arena import Arena
+from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.localize import split_at_onset
+from diagnosis.engine.placement import Placement
 from diagnosis.engine.series import ChangePoint, SeriesBank
 from tests.diagnosis.engine.test_engine_slow_paths import diagnose
 
@@ -72,31 +75,33 @@ def test_past_the_pool_only_the_suspect_series_are_read_in_order(tmp_path, monke
     assert read and max(read) <= 3      # of the six connections
 
 
-def test_past_the_pool_a_series_is_read_only_when_it_could_be_found_slow(monkeypatch):
-    """Of a fleet past ``_POOL``, two samples above the noise in a full ring are chance (and
-    common, with 64 samples a ring): a change point is judged slow on three at least
-    (``comm_min_samples`` long, ``comm_min_frac`` of it above). Two samples far above, what
-    recurring and slow in part count, are read."""
-    from diagnosis.engine.arena import Arena
-    from diagnosis.engine.config import EngineConfig
-    from diagnosis.engine.placement import Placement
-
+def slow_series(x: np.ndarray) -> localize.SlowSeries:
+    """``Localizer._slow_series`` of a fleet whose excess samples are ``x`` (keys, samples),
+    one a second, with baselines of 1."""
     cfg = EngineConfig()
-    monkeypatch.setattr(localize, "_POOL", 16)
-    rng = np.random.default_rng(1)
-    n, K = 64, 64
-    x = rng.normal(0.0, 0.01, (n, K))
-    x[1, [10, 40]] = 0.08        # two just above the noise threshold: chance
-    x[2, [10, 40, 50]] = 0.08    # three: could be a change point
-    x[3, [10, 40]] = 0.5         # two far above: could be recurring, or slow in part
+    n, K = x.shape
     bank = SeriesBank(K, 0, 1)
     keys = np.arange(n)
     bank.add(keys, np.ones(n), np.zeros(n, dtype=np.int64))      # the baselines: 1
     for j in range(K):
         bank.add(keys, 1.0 + x[:, j], np.full(n, (j + 1) * 10**9, dtype=np.int64))
     loc = localize.Localizer(Arena(cfg.window), Placement(), None, cfg)
-    ss = loc._slow_series(bank, keys, 10**10, cfg.comm_min_before)
-    assert ss.thr < 0.08 and ss.rec_thr == cfg.comm_rec_min_excess
+    return loc._slow_series(bank, keys, 10**10, cfg.comm_min_before)
+
+
+def test_past_the_pool_a_series_is_read_only_when_it_could_be_found_slow(monkeypatch):
+    """Of a fleet past ``_POOL``, two samples above the noise in a full ring are chance (and
+    common, with 64 samples a ring): a change point is judged slow on three at least
+    (``comm_min_samples`` long, ``comm_min_frac`` of it above). Two samples far above, what
+    recurring and slow in part count, are read."""
+    monkeypatch.setattr(localize, "_POOL", 16)
+    rng = np.random.default_rng(1)
+    x = rng.normal(0.0, 0.01, (64, 64))
+    x[1, [10, 40]] = 0.08        # two just above the noise threshold: chance
+    x[2, [10, 40, 50]] = 0.08    # three: could be a change point
+    x[3, [10, 40]] = 0.5         # two far above: could be recurring, or slow in part
+    ss = slow_series(x)
+    assert ss.thr < 0.08 and ss.rec_thr == EngineConfig().comm_rec_min_excess
     assert set(ss.rows.tolist()) == {2, 3}
 
 
@@ -153,25 +158,6 @@ def test_a_share_of_the_index_stops_when_its_time_is_up():
     assert loc._index[rank] == {3998, 3999}, "every key indexed once, whatever the shares"
 
 
-def _series(x: np.ndarray):
-    """Per key of a fleet whose excess samples are ``x`` (keys, samples), one a second, with
-    baselines of 1: whether ``Localizer._slow_series`` finds it slow, and its duty."""
-    from diagnosis.engine.arena import Arena
-    from diagnosis.engine.config import EngineConfig
-    from diagnosis.engine.placement import Placement
-
-    cfg = EngineConfig()
-    n, K = x.shape
-    bank = SeriesBank(K, 0, 1)
-    keys = np.arange(n)
-    bank.add(keys, np.ones(n), np.zeros(n, dtype=np.int64))
-    for j in range(K):
-        bank.add(keys, 1.0 + x[:, j], np.full(n, (j + 1) * 10**9, dtype=np.int64))
-    loc = localize.Localizer(Arena(cfg.window), Placement(), None, cfg)
-    ss = loc._slow_series(bank, keys, 10**10, cfg.comm_min_before)
-    return ss.full(ss.slow, False), ss.full(ss.duty, np.nan)
-
-
 def test_a_connection_slowed_by_a_seventh_all_along_is_not_slow_again_and_again():
     """A leaf 14.6% slower from sample 20 on (bench.accuracy.run's three-tier
     slow_switch-512-3 at one call in 64): its connections' samples lie at 0.12-0.17, on both
@@ -183,6 +169,7 @@ def test_a_connection_slowed_by_a_seventh_all_along_is_not_slow_again_and_again(
     x = rng.normal(0.0, 0.01, (40, 64))
     x[0, 20:] = rng.uniform(0.12, 0.17, 44)
     x[1, 20::2] = 0.6
-    slow, duty = _series(x)
+    ss = slow_series(x)
+    slow, duty = ss.full(ss.slow, False), ss.full(ss.duty, np.nan)
     assert slow[0] and np.isnan(duty[0])
     assert slow[1] and 0.3 < duty[1] < 0.7
