@@ -79,7 +79,10 @@ def timeline(journal: Journal, rec: Recovery) -> Timeline:
     if stopping is None or first is None:
         return out
     resumed = first.step
-    ckpt = _checkpoint_before(events, resumed, stopping.t_ns)
+    # (the checkpoint it resumed from may have been committed after the stop began: a save
+    # in flight finishes during the grace before SIGKILL; the relaunch read it, so it was
+    # committed before the first step of the new attempt)
+    ckpt = _checkpoint_before(events, resumed, first.t_ns)
     last = stopping.step
     lost_steps = (last + 1 - resumed) if last is not None and resumed is not None else None
     lost_s = (stopping.t_ns - ckpt.data["saved_ns"]) / 1e9 if ckpt is not None else None
