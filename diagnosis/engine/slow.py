@@ -29,6 +29,8 @@ from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.medians import median_of_valid
 from diagnosis.engine.series import (
     CHANGE_LEAST,
+    ChangePoint,
+    binom_logsf,
     change_point,
     episode_marks,
     on_slow_rows,
@@ -44,6 +46,9 @@ _LATE = 64
 # calls remembered per stream (communicator and signature), and the longest period learnt
 _RING = 32
 _MAX_PERIOD = 8
+# the samples at the communicator's rate of late samples that a member's own rate before a
+# change is weighed against (see ``_against_own_past``)
+_PRIOR_SAMPLES = 16
 # the episode lengths of a group none of whose members that do not recur had an episode
 _NO_LENGTHS = np.zeros(0)
 
@@ -451,6 +456,7 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
     series = a.transpose(0, 2, 1).reshape(G * n, K)
     res = on_slow_rows(change_point, CHANGE_LEAST, series, np.repeat(thr, n), np.repeat(p0, n),
                            cfg.slow_min_samples)
+    res = _against_own_past(res, np.repeat(p0, n))
     # a change, not a persistent trait: late more often and by more than before the
     # split; without enough samples before it, the excess must be beyond natural spread
     need = np.where(res.pre_count >= cfg.slow_min_samples, shift, unseen)
@@ -472,6 +478,25 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
     _still_slow(cls, rows, before, series, thr, t, ok, level_start, arena, cfg, shift)
     _recurring(cls, rows, series, sigma, rec_thr, scale, t, level_start, arena, cfg, least,
                thr)
+
+
+def _against_own_past(res: ChangePoint, p0: np.ndarray) -> ChangePoint:
+    """``res`` with each member's significance taken against its own rate of late samples
+    before the split where that is above the communicator's: a noisier GPU late in a sixth
+    of its samples all along, late in seven of its last nine, is no change as unlikely as the
+    communicator's rate (a thirtieth) makes it (a healthy job's member 2 % late passed
+    ``slow_alpha`` so). Its own rate is known from its ``pre_count`` samples, weighed against
+    ``_PRIOR_SAMPLES`` at the communicator's: a GPU late at three of its eight samples before
+    a fault (its warm-up) is not taken to be late two times in five."""
+    pre = res.pre_frac * res.pre_count
+    own = np.maximum(p0, (pre + _PRIOR_SAMPLES * p0) / (res.pre_count + _PRIOR_SAMPLES))
+    rows = np.flatnonzero((res.start >= 0) & (own > p0))
+    if not len(rows):
+        return res
+    logp = res.logp.copy()
+    hits = np.rint(res.frac[rows] * res.count[rows]).astype(np.int64)
+    logp[rows] = np.maximum(logp[rows], binom_logsf(hits, res.count[rows], own[rows]))
+    return replace(res, logp=logp)
 
 
 def _still_slow(cls: Rings, rows: np.ndarray, before: dict[int, list[SlowRank]],
