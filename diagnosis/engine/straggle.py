@@ -53,7 +53,8 @@ _DWARFS = 4.0
 _FAULTS_AT_ONCE = 2
 # the per-group arrays of ``_Rings`` and what a new group's row holds
 _RING_FILLS = {"x": np.nan, "a": np.nan, "scale": np.nan, "t": 0, "pos": 0, "acc_x": 0.0,
-               "acc_scale": 0.0, "acc_n": 0, "acc_b": -1, "acc_t": 0, "bucket": 0}
+               "acc_scale": 0.0, "acc_n": 0, "acc_b": -1, "acc_t": 0, "bucket": 0,
+               "guessed": False}
 
 
 class _Rings:
@@ -78,6 +79,7 @@ class _Rings:
         self.acc_b = np.zeros(0, dtype=np.int64)
         self.acc_t = np.zeros(0, dtype=np.int64)
         self.bucket = np.zeros(0, dtype=np.int64)     # per group, its bucket length (0: unset)
+        self.guessed = np.zeros(0, dtype=bool)        # ... chosen before its pace was known
         self._spare = {name: getattr(self, name) for name in _RING_FILLS}
 
     def add(self, li: np.ndarray, x: np.ndarray, scale: np.ndarray, t: np.ndarray,
@@ -86,9 +88,21 @@ class _Rings:
         sample per group and time bucket: a group kept many times a second would otherwise fill
         its ring within seconds, before any change shows against a past; its mean over a
         bucket is also steadier than one call (calls right after another are entered at once).
-        ``bucket_ns``: per row, its group's bucket length (fixed once chosen)."""
-        unset = self.bucket[li] <= 0
-        self.bucket[li[unset]] = bucket_ns[unset]
+        ``bucket_ns``: per row, its group's bucket length (fixed once chosen), negative where
+        its pace is not known yet (a guess, chosen again once it is)."""
+        guess = bucket_ns < 0
+        # a group first seen before its pace was known (the job's first second, before any
+        # progress window closed) would keep that guess, 1 s: four times what four kept calls
+        # of a tensor-parallel group span at K = 16, so four times as long for as many
+        # samples. The bucket it is filling then becomes the one of its first call.
+        redo = (self.bucket[li] <= 0) | (self.guessed[li] & ~guess)
+        if redo.any():
+            gr = li[redo]
+            again = gr[self.bucket[gr] > 0]
+            self.bucket[gr] = np.abs(bucket_ns[redo])
+            self.guessed[gr] = guess[redo]
+            self.acc_b[again] = np.where(self.acc_n[again] > 0,
+                                         self.acc_t[again] // self.bucket[again], -1)
         b = t // self.bucket[li]
         o = np.lexsort((t, b, li))
         li, x, scale, t, b = li[o], x[o], scale[o], t[o], b[o]
@@ -224,11 +238,12 @@ class SampledStragglers:
 
     def _bucket(self, pace: np.ndarray) -> np.ndarray:
         """The bucket length for groups of this pace: about four kept calls, within a quarter
-        of and twice ``straggle_bucket_ns`` (1 s while the pace is unknown)."""
+        of and twice ``straggle_bucket_ns``; while the pace is unknown, that length negated (a
+        guess: see ``_Rings.add``)."""
         base = self.cfg.straggle_bucket_ns
         known = pace > self.cfg.min_compute_ns
         want = 4.0 * pace * self.sample
-        return np.where(known, np.clip(want, base // 4, 2 * base), base).astype(np.int64)
+        return np.where(known, np.clip(want, base // 4, 2 * base), -base).astype(np.int64)
 
     def _pace(self, groups: np.ndarray) -> np.ndarray:
         """Mean time between calls of each group: from progress, else from the kept calls."""
