@@ -121,11 +121,18 @@ class SlowGroup:
     frac: float
     logp: float
     # behind again and again rather than from a change point on: the fraction of its buckets
-    # behind since its first episode (None: a change point), its episodes, and the usual time
-    # between its buckets
+    # behind since its first episode (None: a change point), its episodes
     duty: float | None = None
     episodes: int = 0
+    # the usual time between its buckets since its onset, those with a value (behind again
+    # and again) or all (a change point: a bucket's span; 0: unknown)
     every_ns: float = 0.0
+
+
+def _spacing(t: np.ndarray) -> float:
+    """The usual time between the bucket times ``t`` (0: fewer than two written)."""
+    t = t[t > 0]
+    return float(np.median(np.diff(t))) if len(t) > 1 else 0.0
 
 
 def _no_spans(fields: int) -> list[np.ndarray]:
@@ -514,7 +521,8 @@ class GroupPace:
             for i in np.flatnonzero(ok).tolist():
                 out.append(SlowGroup(size.groups[i], int(t[onset[i]]),
                                      float(res.median[i]), int(res.count[i]),
-                                     float(res.frac[i]), float(res.logp[i])))
+                                     float(res.frac[i]), float(res.logp[i]),
+                                     every_ns=_spacing(t[onset[i]:])))
             # (with kept calls K apart a bucket spans several iterations: a host slow one
             # iteration in a few is behind in the buckets holding more of its slow iterations
             # than of its others, and there an episode must be far behind, ``_WIDE_REC_LEAST``)
@@ -565,8 +573,7 @@ class GroupPace:
         for i in np.flatnonzero(ok).tolist():
             s = int(rec.start[i])
             frac = float(rec.hits[i] / max(int(rec.count[i]), 1))
-            ts = t[s:][np.isfinite(x[i, s:])]
-            every = float(np.median(np.diff(ts))) if len(ts) > 1 else 0.0
+            every = _spacing(t[s:][np.isfinite(x[i, s:])])
             out.append(SlowGroup(size.groups[i], int(t[s]), float(rec.median[i]),
                                  int(rec.count[i]), frac, float(rec.logp[i]),
                                  duty=frac if frac < cfg.slow_rec_duty else None,

@@ -22,6 +22,7 @@ from diagnosis.engine.wording import group_words, ms
 _ALIKE = 0.25
 #: how much earlier than a slow component's report a group may seem to fall behind and still
 #: be its symptom: a pace's bucket spans a few iterations, and its onset is the bucket's start
+#: (at least this; a bucket's span where that is longer: seconds at K = 64, tens at K = 256)
 _ONSET_SLACK_NS = 4_000_000_000
 
 
@@ -320,7 +321,7 @@ class SlowReports:
         for r in self.arena.members[s.group].tolist():
             hit = self._behind(r, named)
             if hit is not None and s.excess <= named[hit].slowdown - 1.0 \
-                    and s.onset_ns >= named[hit].onset_ns - _ONSET_SLACK_NS:
+                    and s.onset_ns >= named[hit].onset_ns - max(_ONSET_SLACK_NS, s.every_ns):
                 return hit
         return None
 

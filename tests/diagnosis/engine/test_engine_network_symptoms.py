@@ -39,11 +39,13 @@ def slow_leaf(eng: Engine, slowdown: float = 2.6, conns: tuple[str, ...] = ("1>7
     assert eng.reporter.open_ids("comm_slow") == ["comm_slow:switch:leaf03"]
 
 
-def group_behind(eng: Engine, host: int, excess: float, onset_ns: int) -> list[SlowRank]:
-    """Host ``host``'s tensor-parallel group behind its replicas from a change point on."""
+def group_behind(eng: Engine, host: int, excess: float, onset_ns: int,
+                 every_ns: float = 0.0) -> list[SlowRank]:
+    """Host ``host``'s tensor-parallel group behind its replicas from a change point on (its
+    pace's buckets ``every_ns`` apart)."""
     g = eng.arena.names.index(f"tp.{host}")
     return [SlowRank(r, g, onset_ns, excess, excess * 4e6, 20, 0.9, 0.01, -30.0,
-                     whole_group=True) for r in (2 * host, 2 * host + 1)]
+                     every_ns=every_ns, whole_group=True) for r in (2 * host, 2 * host + 1)]
 
 
 def hosts_reported(eng: Engine) -> list[str]:
@@ -71,6 +73,21 @@ def test_a_host_behind_from_before_the_network_slowed_is_reported():
     slow_leaf(eng)
     eng.slow_reports.noncomm(group_behind(eng, 0, 0.09, T0 - 20 * SECOND), T0 + 8 * SECOND,
                              sample=64)
+    assert hosts_reported(eng) == ["noncomm_slow:host:node000"]
+
+
+def test_a_group_whose_buckets_span_longer_than_its_seeming_lead_is_a_symptom():
+    """At K = 256 a group's pace buckets are 12 s apart: its onset, a bucket's start, may come
+    8 s before the slow leaf's; with 2 s buckets that lead is the host's own."""
+    eng = engine()
+    slow_leaf(eng)
+    eng.slow_reports.noncomm(group_behind(eng, 0, 0.09, T0 - 8 * SECOND, every_ns=12 * SECOND),
+                             T0 + 8 * SECOND, sample=256)
+    assert hosts_reported(eng) == []
+    eng = engine()
+    slow_leaf(eng)
+    eng.slow_reports.noncomm(group_behind(eng, 0, 0.09, T0 - 8 * SECOND, every_ns=2 * SECOND),
+                             T0 + 8 * SECOND, sample=64)
     assert hosts_reported(eng) == ["noncomm_slow:host:node000"]
 
 

@@ -328,6 +328,8 @@ def test_with_one_call_in_64_a_host_slow_from_some_iteration_on_is_found_then():
         assert found[0].duty is None and 0.08 < found[0].excess < 0.25
         # its onset: within a few buckets after the change
         assert ONSET * 4.8e9 <= found[0].onset_ns <= (ONSET + 6) * 4.8e9
+        # and its buckets' span, which that onset may precede the change by: seconds
+        assert 1e9 <= found[0].every_ns <= 16e9
 
 
 def test_with_one_call_in_64_a_host_slow_for_the_last_ten_iterations_is_found():
