@@ -5,7 +5,10 @@ Read every window: ``/sys/class/net/<if>/operstate`` and ``statistics/``, and
 named ``<if>`` (netdev) or ``<dev>/<n>`` (InfiniBand port) and mapped to the topology NIC id the
 daemon knows: through the sidecar's ``--nic-map`` (``eth0=node3/nic0,mlx5_0/1=node3/nic1``),
 the ids the ranks announce (``C4_NIC``) and the topology uses; with ``--ports all`` the
-unmapped ones as ``<host>/<port name>``. With a map, only the mapped ports are read.
+unmapped ones as ``<host>/<port name>``. With a map, only the mapped ports are read. The ports
+of a NIC cabled to several switches map to its one id (``mlx5_0/1=node3/nic1,mlx5_0/2=node3/nic1``)
+and make one record: ``up`` while any of them is, counters summed (its InfiniBand ports only,
+where it has them: an interface is one of them seen again).
 
 A record goes out when a port's state or one of its error counters changed, and every
 ``heartbeat_s`` otherwise (with the byte counters), so the daemon knows the port is still
@@ -153,6 +156,19 @@ def read_net(root: Path, *, skip_loopback: bool = True) -> list[PortReading]:
     return out
 
 
+def _one_nic(ports: list[PortReading]) -> PortReading:
+    """The ports mapped to one NIC (a NIC cabled to two switches) as one reading: up while
+    any port is, each counter summed over the ports that have it; so a port lost while the
+    other carries on shows as ``link_downed`` climbing on a NIC still up."""
+    if len(ports) == 1:
+        return ports[0]
+    counters: dict[str, int] = {}
+    for r in ports:
+        for k, v in r.counters.items():
+            counters[k] = counters.get(k, 0) + v
+    return PortReading("+".join(r.port for r in ports), any(r.up for r in ports), counters)
+
+
 class PortWatch:
     """Reads the node's ports and says which changed; one per sidecar (``poll`` from one
     thread)."""
@@ -183,12 +199,15 @@ class PortWatch:
         """The node's ports now, by NIC id."""
         found = read_infiniband(self.root / "class" / "infiniband") + \
             read_net(self.root / "class" / "net")
-        out: dict[str, PortReading] = {}
+        ports: dict[str, list[PortReading]] = {}
         for r in found:
             nic = self.nic_id(r.port)
-            if nic is not None and nic not in out:
-                out[nic] = r
-        return out
+            if nic is not None:
+                ports.setdefault(nic, []).append(r)
+        # (an InfiniBand port and its interface are one port seen twice: where a NIC has
+        # InfiniBand ports, its interfaces are left out, so nothing is counted twice)
+        return {nic: _one_nic([r for r in rs if "/" in r.port] or rs)
+                for nic, rs in ports.items()}
 
     def poll(self) -> Columns:
         """Rows for the ports whose state or error counters changed since their last row, or

@@ -6,6 +6,12 @@ more: a port that went down names its NIC and cable; one whose error counters cl
 one that stays up and clean, reported by its node all along, is probably not what stopped the
 traffic (a stalled sender is then likelier). The weights below reorder a hang's suspects by that
 evidence; without port records nothing changes.
+
+A NIC with several ports (cabled to several switches) reports as one: ``down`` once every port
+is, and ``link_downed`` counting each port that went down. All of them down at once is the NIC
+(its cables failing together is far less likely); one lost while the NIC stays up is that port's
+cable, or the switch at its other end where that took other NICs' ports down with it: the NIC
+still passes traffic on the others.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ ERROR_COUNTERS = ("link_downed", "symbol_errors", "rcv_errors", "xmit_discards")
 # same. One up and clean all along is all but cleared: at window granularity its odds against
 # a stalled sender are otherwise only how long it had been quiet, which says little.
 DOWN, ERRORS, CLEAN = 4.0, 2.0, 0.02
+# ... and what one failure takes several ports down with (a NIC with several ports, every one
+# of them down; a switch with ports of several NICs down): it comes before each cable
+DOWN_ALL = 8.0
 
 
 class PortBoard:
@@ -38,6 +47,7 @@ class PortBoard:
         self.t_seen: dict[str, int] = {}
         self._first: dict[str, dict[str, int]] = {}
         self._last: dict[str, dict[str, int]] = {}
+        self._ports: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.up)
@@ -67,13 +77,37 @@ class PortBoard:
         first, last = self._first.get(nic, {}), self._last.get(nic, {})
         return any(last[k] > first[k] for k in last)
 
+    def ports(self, nic: str) -> int:
+        """How many ports NIC ``nic`` has: its cables to switches in the topology (1 where
+        the topology does not say)."""
+        if nic not in self._ports:
+            topo = self.topology
+            n = sum(1 for lk in topo.links_of(nic) if "switch" in {
+                topo.kind(e) for e in topo.endpoints(lk) if e != nic}) \
+                if topo is not None and nic in topo else 0
+            self._ports[nic] = max(n, 1)
+        return self._ports[nic]
+
+    def lost_port(self, nic: str) -> bool:
+        """Whether NIC ``nic``, of several ports, lost one and stayed up."""
+        first, last = self._first.get(nic, {}), self._last.get(nic, {})
+        return bool(self.up.get(nic)) and self.ports(nic) > 1 \
+            and last.get("link_downed", 0) > first.get("link_downed", 0)
+
     def evidence(self, nic: str) -> float:
         """The factor a NIC's port evidence puts on its odds (1: nothing known)."""
         if nic not in self.up:
             return 1.0
         if not self.up[nic]:
-            return DOWN
+            return DOWN_ALL if self.ports(nic) > 1 else DOWN
         return ERRORS if self.errors_grew(nic) else CLEAN
+
+    def _cable(self, nic: str) -> float:
+        """The factor on a cable at NIC ``nic``: a port that went down takes its cable's
+        signal with it, whether the NIC lost every port or this one."""
+        if nic in self.up and (not self.up[nic] or self.lost_port(nic)):
+            return DOWN
+        return self.evidence(nic)
 
     def _factor(self, s: Suspect) -> float:
         topo = self.topology
@@ -81,10 +115,12 @@ class PortBoard:
             return self.evidence(s.id)
         if s.type == "link" and "~" in s.id:
             ends = [n for n in s.id.split("~") if n in self.up]
-            return max((self.evidence(n) for n in ends), default=1.0)
+            return max((self._cable(n) for n in ends), default=1.0)
         if s.type == "switch" and topo is not None and s.id in topo:
-            down = sum(1 for n in topo.neighbors(s.id) if self.up.get(n) is False)
-            return DOWN if down >= 2 else 1.0
+            # several ports cabled to it down at once: the switch (before each cable)
+            down = sum(1 for n in topo.neighbors(s.id)
+                       if self.up.get(n) is False or self.lost_port(n))
+            return DOWN_ALL if down >= 2 else 1.0
         return 1.0
 
     def weigh(self, suspects: list[Suspect]) -> tuple[list[Suspect], str]:
@@ -96,20 +132,32 @@ class PortBoard:
         if all(f == 1.0 for f in factors):
             return suspects, ""
         raw = [s.score * f for s, f in zip(suspects, factors, strict=True)]
-        if DOWN in factors:
-            # a port that went down is no likelihood: what it touches comes first, in its own
-            # order, and everything else after
-            best = max(max(s.score for s, f in zip(suspects, factors, strict=True)
-                           if f == DOWN), 1e-12)
+        tiers = sorted({f for f in factors if f >= DOWN}, reverse=True)
+        if tiers:
+            # a port that went down is no likelihood: what it touches comes first (a NIC that
+            # lost every port before its cables), each tier in its own order, and everything
+            # else after, within half the top score
             rest = max(max(raw), 1e-12)
-            raw = [(max(s.score / best, 0.51) if f == DOWN else 0.5 * r / rest)
-                   for s, f, r in zip(suspects, factors, raw, strict=True)]
+            width = 0.49 / len(tiers)
+            for i, tier in enumerate(tiers):
+                best = max(max(s.score for s, f in zip(suspects, factors, strict=True)
+                               if f == tier), 1e-12)
+                low = 1.0 - (i + 1) * width
+                # (apart from the next tier's even where its best scored 0 here)
+                raw = [(low + width * (0.02 + 0.96 * max(s.score / best, 0.0))
+                        if f == tier else r)
+                       for s, f, r in zip(suspects, factors, raw, strict=True)]
+            raw = [r if f >= DOWN else 0.5 * r / rest
+                   for f, r in zip(factors, raw, strict=True)]
         top = max(raw) or 1.0
         out = [replace(s, score=round(min(r / top, 1.0), 4))
                for s, r in zip(suspects, raw, strict=True)]
         order = sorted(range(len(out)), key=lambda i: (-out[i].score, i))
         out = [out[i] for i in order]
         down = [n for n in self.down()][:4]
-        note = (f"port down: {', '.join(down)}" if down
-                else "the ports on the stuck paths stayed up")
+        lost = [n for n in sorted(self.up) if self.lost_port(n)][:4]
+        note = "; ".join(filter(None, (
+            f"port down: {', '.join(down)}" if down else "",
+            f"one port of several down: {', '.join(lost)}" if lost else ""))) \
+            or "the ports on the stuck paths stayed up"
         return out, note

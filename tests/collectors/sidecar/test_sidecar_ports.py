@@ -102,6 +102,32 @@ def test_watch_sends_changes_only_and_maps_nics(tmp_path):
     assert len(watch.current()) == 2
 
 
+def test_the_ports_of_a_nic_cabled_to_two_switches_make_one_record(tmp_path):
+    root = _fake_sys(tmp_path)
+    ports = root / "class/infiniband/mlx5_0/ports"
+    shutil.copytree(ports / "1", ports / "2")
+    clock = [100 * S]
+    # (and its interface, as discovery maps it: the same port again, not counted twice)
+    watch = PortWatch("node3", sysfs_root=root, clock=lambda: clock[0],
+                      nic_map=parse_nic_map("mlx5_0/1=node3/nic1,mlx5_0/2=node3/nic1,"
+                                            "eth0=node3/nic1"))
+    first = watch.poll()
+    assert [first.strings[i] for i in first["nic"].tolist()] == ["node3/nic1"]
+    assert first["up"].tolist() == [1] and first["retrans"].tolist() == [6]
+    # one port lost: the NIC stays up, and says so by its counter
+    clock[0] += S
+    (ports / "2/state").write_text("1: DOWN\n")
+    (ports / "2/counters/link_downed").write_text("1\n")
+    lost = watch.poll()
+    assert lost["up"].tolist() == [1] and lost["link_downed"].tolist() == [1]
+    # both lost: the NIC is down
+    clock[0] += S
+    (ports / "1/state").write_text("1: DOWN\n")
+    (ports / "1/counters/link_downed").write_text("1\n")
+    down = watch.poll()
+    assert down["up"].tolist() == [0] and down["link_downed"].tolist() == [2]
+
+
 def test_unmapped_ports_are_named_after_the_host(tmp_path):
     root = _fake_sys(tmp_path)
     assert len(PortWatch("node9", sysfs_root=root).poll()) == 0, "nothing maps to the topology"
