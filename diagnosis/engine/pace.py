@@ -92,6 +92,14 @@ _WIDE_REC_LEAST = 0.5
 # a span whose replicas took at most this many times their least time per call in the bucket
 # is calm: they computed throughout, waiting for no one
 _CALM = 2.0
+# ... or, in a bucket with fewer than ``_MIN_CALM`` such spans, this many: a backward pass
+# computes about twice as long per call as a forward one (the least is mostly a forward
+# span's), so the spans of backward calls fall about the bound above, and a slow host's
+# buckets kept too few for a value (bench.accuracy at K = 64); spans that hold a wait took
+# three times the least or more there. Where enough spans are within the bound above, the
+# wider one is not used: it takes in spans that hold a little wait, which pull a host a tenth
+# slower back toward its replicas
+_CALM_WIDER = 2.5
 # the most buckets a bucket waits for late periods (see ``GroupPace._lag``): a rank whose
 # records come very late must not hold every bucket open
 _MAX_LAG = 16
@@ -447,6 +455,9 @@ class GroupPace:
         known = np.isfinite(per_call)
         least = np.minimum.reduceat(np.where(known, per_call, np.inf), head)
         calm = known & (per_call <= _CALM * least[seg])
+        n_calm = np.add.reduceat(calm.astype(np.int64), head)
+        wider = known & (per_call <= _CALM_WIDER * least[seg])
+        calm = np.where((n_calm < _MIN_CALM)[seg], wider, calm)
         n_calm = np.add.reduceat(calm.astype(np.int64), head)
         # (spans are sorted by pace within a bucket and group: the lower median of the calm)
         before = np.cumsum(calm) - calm - np.repeat(np.cumsum(n_calm) - n_calm, count)

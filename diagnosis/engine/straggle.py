@@ -47,6 +47,9 @@ _EXPLAINS = 0.15
 # a group behind its replicas by this many times another group of its pipeline's excess
 # (both from a change point on) holds that one back (see ``_held_back``)
 _DWARFS = 4.0
+# ... where that other one is behind from a change point on, or in this share of its buckets
+# since its first episode at least
+_MOSTLY = 0.5
 # members that faults of their own make late in one sample (a slow GPU, or two): a sample in
 # which more are off the median is an event of the job or of its network (see
 # ``slow._crowded``), no member's evidence
@@ -285,26 +288,29 @@ class SampledStragglers:
         others (their waits, and their slower passes, fall at other times than their peers'),
         which is no fault of their own: a group behind only again and again in such a chain is
         that stage's victim. A group behind all along is judged on its own."""
-        lasting = {sg.group for sg in paced if sg.duty is None} \
-            | {f.group for f in found if f.duty is None and not self.arena.p2p[f.group]}
         chain = self._chains()
-        if not lasting or not chain:
+        if not chain:
             return set()
 
         def chains_of(g: int) -> set[int]:
             return {chain[r] for r in self.arena.members[g].tolist() if r in chain}
-        slow_chains = set().union(*(chains_of(g) for g in lasting))
-        held = {sg.group for sg in paced if sg.duty is not None and sg.group not in lasting
-                and chains_of(sg.group) & slow_chains}
         # a stage far behind slows its neighbours' passes a little as well (they wait for it
         # at other moments than their replicas do), from the same onset: a group behind from
-        # a change point far less than another of its pipeline is that one's victim
+        # a change point far less than another of its pipeline is that one's victim. That one
+        # may be behind in most of its buckets rather than from a change point (a host slow
+        # from the first iteration: no change, and the buckets where it seems on time are
+        # those its replicas waited for it in most spans)
         steady = [sg for sg in paced if sg.duty is None]
-        for sg in steady:
-            if any(o.excess >= _DWARFS * sg.excess and chains_of(o.group) & chains_of(sg.group)
-                   for o in steady if o is not sg):
-                held.add(sg.group)
-        return held
+        mostly = [sg for sg in paced if sg.duty is None or sg.duty >= _MOSTLY]
+        dwarfed = {sg.group for sg in steady if any(
+            o.excess >= _DWARFS * sg.excess and chains_of(o.group) & chains_of(sg.group)
+            for o in mostly if o is not sg)}
+        # (a victim so found holds no one back)
+        lasting = {sg.group for sg in steady if sg.group not in dwarfed} \
+            | {f.group for f in found if f.duty is None and not self.arena.p2p[f.group]}
+        slow_chains = set().union(*(chains_of(g) for g in lasting))
+        return dwarfed | {sg.group for sg in paced if sg.duty is not None
+                          and sg.group not in lasting and chains_of(sg.group) & slow_chains}
 
     def _on_one_host(self, g: int) -> bool:
         """Whether every member of group ``g`` is on one known host."""

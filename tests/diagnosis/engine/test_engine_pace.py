@@ -332,15 +332,30 @@ def test_with_one_call_in_64_a_host_slow_from_some_iteration_on_is_found_then():
         assert 1e9 <= found[0].every_ns <= 16e9
 
 
+def test_with_one_call_in_64_the_backward_spans_of_a_host_behind_count():
+    """A host 30% slower from iteration 20 on, five seeds of the kept calls. Its replicas
+    computed throughout in spans of backward calls as well, at twice their forward time per
+    call: a calm bound at twice the bucket's least (mostly a forward span's) kept only some
+    of them, and many of the host's buckets kept too few calm spans for a value: found with
+    two seeds of five. Where a bucket has too few, the wider bound takes them in."""
+    found = [judge_lockstep(one_in_k(seed), {3: slow_from(ONSET, 1.3)}, iterations=LONG,
+                            sample=K, passes=PASSES) for seed in range(1, 6)]
+    assert all([f.group for f in one] in ([], [3]) for one in found)
+    hits = [one[0] for one in found if one]
+    assert len(hits) >= 4
+    assert all(f.duty is None and 0.2 < f.excess < 0.4 for f in hits)
+
+
 def test_with_one_call_in_64_a_host_slow_for_the_last_ten_iterations_is_found():
-    """The same host slow from iteration 38 of 48: its group has a value in five buckets after
-    the change, two of them followed by a bucket without one. Five buckets, each the median
-    of a few calm spans against the pooled replicas, are enough, and the empty buckets do not
-    cut the change into pieces; its onset is its first bucket."""
+    """The same host slow from iteration 38 of 48: its group has a value in six buckets after
+    the change (five where only spans of forward calls were calm), some with none between.
+    So few buckets, each the median of a few calm spans against the pooled replicas, are
+    enough, and the empty buckets do not cut the change into pieces; its onset is its first
+    bucket."""
     found = judge_lockstep(one_in_k(1), {3: slow_from(38, 1.15)}, iterations=LONG,
                            sample=K, passes=PASSES)
     assert [f.group for f in found] == [3]
-    assert found[0].samples == 5 and 0.1 < found[0].excess < 0.2
+    assert found[0].samples == 6 and 0.1 < found[0].excess < 0.2
     assert 38 * 4.8e9 <= found[0].onset_ns <= 39 * 4.8e9
 
 

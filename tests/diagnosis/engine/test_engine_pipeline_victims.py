@@ -116,6 +116,22 @@ def test_a_stage_behind_far_less_than_another_of_its_pipeline_is_its_victim(monk
     assert ranks_of(st.judge()) == list(range(TP)) + list(range(first, first + TP))
 
 
+def test_a_stage_behind_far_less_than_one_slow_from_the_start_is_its_victim(monkeypatch):
+    """The same beside a stage slow from the first iteration, 1.8x (bench.accuracy.hard's
+    start-slow_host-512-0 at K = 64): no change point, it is behind in 73% of its buckets
+    since its first episode; its neighbour two stages up, 6% behind from mid-run, is its
+    victim, not a second slow host."""
+    slow = SlowGroup(tp_group(0, 2), T0, 0.74, 11, 0.73, -32.0, duty=0.73, episodes=3,
+                     every_ns=2e9)
+    victim = SlowGroup(tp_group(0, 0), T0 + 8 * 10**9, 0.06, 5, 1.0, -17.5)
+    st = stragglers(monkeypatch, [slow, victim])
+    first = TP * tp_group(0, 2)
+    assert ranks_of(st.judge()) == list(range(first, first + TP))
+    # one behind in a third of its buckets does not make it one
+    seldom = replace(slow, duty=0.3)
+    assert set(range(TP)) <= set(ranks_of(stragglers(monkeypatch, [seldom, victim]).judge()))
+
+
 def test_its_peers_waiting_for_a_member_does_not_explain_a_group_behind(monkeypatch):
     """A group behind its replicas whose member its peers wait for at progress snapshots
     (``waits``): the snapshots show the same slowness, no member late inside the group, so
