@@ -45,7 +45,7 @@ from diagnosis.engine.waits import WaitBoard, Waited
 # this up to 6x); a member a little late now and then beside a pace far behind is no slow GPU
 _EXPLAINS = 0.15
 # a group behind its replicas by this many times another group of its pipeline's excess
-# (both from a change point on) holds that one back (see ``_held_back``)
+# (that one from a change point on) holds that one back (see ``_held_back``)
 _DWARFS = 4.0
 # ... where that other one is behind from a change point on, or in this share of its buckets
 # since its first episode at least
