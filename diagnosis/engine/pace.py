@@ -23,7 +23,9 @@ apart for spans of a few dozen calls: spans then run over up to 2K calls, the re
 over them is read off their kept calls pooled (``replicas.pooled_time``), and a bucket's value
 is the median of the spans in which the replicas computed throughout (``GroupPace._calm``),
 and an episode must be half again as slow as the replicas (a bucket of a few calm spans is
-noisy).
+noisy). Such a bucket holds a few iterations, and its median keeps the pace of the normal ones
+of a host slow one iteration in a few: its episodes are judged per window of about four kept
+calls as well (``GroupPace._write_windows``).
 """
 
 from __future__ import annotations
@@ -100,6 +102,15 @@ _CALM = 2.0
 # wider one is not used: it takes in spans that hold a little wait, which pull a host a tenth
 # slower back toward its replicas
 _CALM_WIDER = 2.5
+# with kept calls K apart, the windows of the recurrence test (``GroupPace._write_windows``),
+# whole iterations of the cycle: about this many kept calls of a group each
+_WINDOW_KEPT = 4
+# ... the calm spans a group needs in one for a value there: a one-off pause (a garbage
+# collection) or a wait of its own at a point of its pipeline's schedule slows one span, which
+# the lower median of two leaves out
+_WINDOW_SPANS = 2
+# ... and their rows kept per row of buckets (``_Size.windows``)
+_WINDOW_ROWS = 4
 # the most buckets a bucket waits for late periods (see ``GroupPace._lag``): a rank whose
 # records come very late must not hold every bucket open
 _MAX_LAG = 16
@@ -154,21 +165,44 @@ class _Size:
         self.K = K
         self.col: dict[int, int] = {}
         self.groups: list[int] = []
-        self.x = np.zeros((K, 0))
-        self.low = np.zeros((K, 0))      # the same from each bucket's fastest period
+        # (room for more columns than groups: a job's thousands of groups come a few at a
+        # time, and growing by one column copied every series each time)
+        self._x = np.full((K, 0), np.nan)
+        self._low = np.full((K, 0), np.nan)  # the same from each bucket's fastest period
+        # with kept calls K apart and iterations known: per window of a few iterations,
+        # each group's calm spans over the size's median (``GroupPace._write_windows``)
+        self.KW = K * _WINDOW_ROWS
+        self._windows = np.full((self.KW, 0), np.nan)
+        self.wt = np.zeros(self.KW, dtype=np.int64)
+        self.wpos = 0
         # per column, its peers of the same role, and the (groups, communicators) known then
         self.role_peers: list[list[int]] = []
         self.role_known = (0, 0)
         self.t = np.zeros(K, dtype=np.int64)
         self.pos = 0
 
+    @property
+    def x(self) -> np.ndarray:
+        return self._x[:, : len(self.groups)]
+
+    @property
+    def low(self) -> np.ndarray:
+        return self._low[:, : len(self.groups)]
+
+    @property
+    def windows(self) -> np.ndarray:
+        return self._windows[:, : len(self.groups)]
+
     def column(self, g: int) -> int:
         c = self.col.get(g)
         if c is None:
             c = self.col[g] = len(self.groups)
             self.groups.append(g)
-            self.x = np.hstack([self.x, np.full((self.K, 1), np.nan)])
-            self.low = np.hstack([self.low, np.full((self.K, 1), np.nan)])
+            if c == self._x.shape[1]:
+                more = max(c, 8)
+                self._x, self._low, self._windows = (
+                    np.hstack([a, np.full((len(a), more), np.nan)])
+                    for a in (self._x, self._low, self._windows))
         return c
 
 
@@ -395,9 +429,10 @@ class GroupPace:
         peer = np.where(by_work, peer[known], np.nan)
         if not len(b):
             return
+        s1 = s1[known]
         o = np.lexsort((per, g, b))
-        b, g, per, start, by_work, s2, calls, peer = (
-            a[o] for a in (b, g, per, start, by_work, s2, calls, peer))
+        b, g, per, start, by_work, s1, s2, calls, peer = (
+            a[o] for a in (b, g, per, start, by_work, s1, s2, calls, peer))
         head = np.flatnonzero(np.r_[True, (b[1:] != b[:-1]) | (g[1:] != g[:-1])])
         count = np.diff(np.r_[head, len(b)])
         # (the lower of the two values around the quantile: no interpolation needed here)
@@ -424,8 +459,9 @@ class GroupPace:
         fastest = np.where(first_in < np.r_[head[1:], len(b)],
                            per[np.minimum(first_in, len(b) - 1)], np.nan)
         hl = fastest[enough]
+        calm = None
         if self.wide:
-            hv, hl = self._calm(per, per_call, head, count, enough, hv, hl)
+            hv, hl, calm = self._calm(per, per_call, head, count, enough, hv, hl)
         # a bucket's time: its first span's start (an iteration's), or its own
         first_t = np.minimum.reduceat(start, head)[enough]
         # groups judged against their replicas and groups judged by time per call are
@@ -438,10 +474,12 @@ class GroupPace:
                 if sel.sum() < 3:
                     continue        # nothing to compare with
                 self._write(int(n), t, hg[sel], hv[sel], hl[sel])
+        if calm is not None and key:
+            self._write_windows(key, g[calm], per[calm], start[calm], s1[calm], s2[calm])
 
     def _calm(self, per: np.ndarray, per_call: np.ndarray, head: np.ndarray,
               count: np.ndarray, enough: np.ndarray, value: np.ndarray, fastest: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """With kept calls K apart (``wide``), per bucket and group (``head``: their first
         span, spans sorted by pace within each): the median pace of its calm spans, both as
         its value and as its fastest. A span of a few K calls nearly always holds a wait of
@@ -450,7 +488,7 @@ class GroupPace:
         its replicas waited for it: its own slowness cancels. In the spans in which its
         replicas computed throughout, a slow host's spans take longer than theirs, each of
         them; its victims' take as long (they wait only in the other spans). Groups judged
-        by time per call (no replicas) keep their values."""
+        by time per call (no replicas) keep their values. And which spans are calm."""
         seg = np.repeat(np.arange(len(head)), count)
         known = np.isfinite(per_call)
         least = np.minimum.reduceat(np.where(known, per_call, np.inf), head)
@@ -466,7 +504,51 @@ class GroupPace:
         med[seg[pick]] = per[pick]
         med = np.where(n_calm >= _MIN_CALM, med, np.nan)[enough]
         by_work = np.isfinite(least)[enough]
-        return np.where(by_work, med, value), np.where(by_work, med, fastest)
+        return np.where(by_work, med, value), np.where(by_work, med, fastest), calm
+
+    def _write_windows(self, key: int, g: np.ndarray, per: np.ndarray, start: np.ndarray,
+                       s1: np.ndarray, s2: np.ndarray) -> None:
+        """Write the windows of the cycle's iterations (of groups of size ``key``) that the
+        calm spans ``g``, ``per``, ``start``, ``s1``, ``s2`` of a bucket begin in: per group,
+        the lower median of its calm spans there over the size's median. A bucket holds a few
+        iterations, and a host slow in one iteration in a few is slow in as few of its calm
+        spans: the bucket's median keeps the pace of the others. A window holds about four
+        kept calls of a group (``_WINDOW_KEPT``), an iteration or so. Only the spans inside one
+        iteration count: one that holds the cycle's wait holds its own share of that wait,
+        however calm its replicas were there."""
+        if not len(g):
+            return
+        cycle = self.cycles[key]
+        inside = (s2 - cycle.phase) // cycle.period == (s1 - cycle.phase) // cycle.period
+        per_window = max(int(np.ceil(_WINDOW_KEPT * self.sample / cycle.period)), 1)
+        w = (s1 - cycle.phase) // (cycle.period * per_window)
+        g, per, start, w = g[inside], per[inside], start[inside], w[inside]
+        if not len(g):
+            return
+        o = np.lexsort((per, g, w))
+        w, g, per, start = w[o], g[o], per[o], start[o]
+        head = np.flatnonzero(np.r_[True, (w[1:] != w[:-1]) | (g[1:] != g[:-1])])
+        count = np.diff(np.r_[head, len(w)])
+        enough = count >= _WINDOW_SPANS
+        value = per[head + (count - 1) // 2][enough]
+        hw, hg = w[head][enough], g[head][enough]
+        first_t = np.minimum.reduceat(start, head)[enough]
+        size = self.sizes.get(key)
+        if size is None:
+            size = self.sizes[key] = _Size(self.cfg.history)
+        for window in np.unique(hw).tolist():
+            sel = hw == window
+            if sel.sum() < 3:
+                continue
+            med = float(np.median(value[sel]))
+            if med <= 0:
+                continue
+            cols = [size.column(x) for x in hg[sel].tolist()]
+            row = size.wpos % size.KW
+            size.windows[row, :] = np.nan
+            size.windows[row, cols] = value[sel] / med - 1.0
+            size.wt[row] = int(first_t[sel].min())
+            size.wpos += 1
 
     def _write(self, n: int, t: int, groups: np.ndarray, values: np.ndarray,
                fastest: np.ndarray) -> None:
@@ -538,9 +620,17 @@ class GroupPace:
             # iteration in a few is behind in the buckets holding more of its slow iterations
             # than of its others, and there an episode must be far behind, ``_WIDE_REC_LEAST``)
             rec = self._recurring(size, self._beside_role(size, size.low[order].T), t, ok)
-            out.extend(rec)
             taken = ok.copy()
             taken[[size.col[f.group] for f in rec]] = True
+            if size.wpos:
+                # (and per window of a few iterations, with kept calls K apart: see
+                # ``_write_windows``)
+                wo = (size.wpos + np.arange(size.KW)) % size.KW
+                more = self._recurring(size, self._beside_role(size, size.windows[wo].T),
+                                       size.wt[wo], taken)
+                rec += more
+                taken[[size.col[f.group] for f in more]] = True
+            out.extend(rec)
             # no healthy past to change from: slow from the first bucket on
             unjudged = (res.start < 0) | (res.pre_count < _MIN_BEFORE)
             out.extend(self._behind_peers(size, x, t, thr, p0[0], unjudged & ~taken))
@@ -552,15 +642,17 @@ class GroupPace:
         slowed one iteration in three by what else it runs, a flapping power cap): the
         change-point test wants most buckets behind after the change, so an intermittent slow
         host shows as episodes instead, the buckets of its slow iterations. ``x``: per group
-        and bucket, its *fastest* period over the size's median of those. A slow host computes
-        every span between kept calls slower, its fastest too; its victims wait now and then,
-        and when the network is slow (or a neighbour) nearly every span of theirs holds a wait,
-        which moves a low quantile of their periods again and again, but some span between
-        waits stays at their pace. Judged as ``slow.judge_rings`` judges members
-        (``slow_rec_*``): at least ``slow_rec_episodes`` episodes well above the noise, too
-        many for the rate at which episodes start over the groups of this size (each bucket is
-        relative to their median, so a checkpoint or a slower iteration of the whole job is no
-        episode of any). ``found``: groups already slow from a change point on."""
+        and bucket, its *fastest* period over the size's median of those (with kept calls K
+        apart: its calm spans' median, or per window their lower median, ``_write_windows``).
+        A slow host computes every span between kept calls slower, its fastest too; its
+        victims wait now and then, and when the network is slow (or a neighbour) nearly every
+        span of theirs holds a wait, which moves a low quantile of their periods again and
+        again, but some span between waits stays at their pace. Judged as
+        ``slow.judge_rings`` judges members (``slow_rec_*``): at least ``slow_rec_episodes``
+        episodes well above the noise, too many for the rate at which episodes start over the
+        groups of this size (each bucket is relative to their median, so a checkpoint or a
+        slower iteration of the whole job is no episode of any). ``found``: groups already
+        slow from a change point on."""
         cfg = self.cfg
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
