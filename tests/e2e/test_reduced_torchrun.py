@@ -31,8 +31,12 @@ REPO = Path(__file__).resolve().parents[2]
 HANGS = ("noncomm_hang", "comm_hang", "error")
 
 
+def _schedules(client: DaemonClient, job: str) -> list:
+    return [c.schedule for c in client.reduced(job) if c.WhichOneof("body") == "schedule"]
+
+
 def _schedule(client: DaemonClient, job: str):
-    scheds = [c.schedule for c in client.reduced(job) if c.WhichOneof("body") == "schedule"]
+    scheds = _schedules(client, job)
     return scheds[-1] if scheds and any(s.sample > 1 for s in scheds[-1].steps) else None
 
 
@@ -77,7 +81,8 @@ def test_real_job_sampled_by_budget_and_hang_found_from_progress(tmp_path):
             assert any(s.rank == 2 and s.score == report.suspects[0].score
                        for s in report.suspects), report
             ops = client.ops("steady")
-        _check_switch(ops, steps)
+            plans = _plans(_schedules(client, "steady"))
+        _check_switch(ops, plans)
     finally:
         job.kill()
         # torchrun's workers run in sessions of their own: they go by pid
@@ -88,23 +93,42 @@ def test_real_job_sampled_by_budget_and_hang_found_from_progress(tmp_path):
         daemon.stop()
 
 
-def _check_switch(ops, steps: dict) -> None:
+def _plans(schedules: list) -> dict[str, list[tuple[int, int]]]:
+    """Per communicator, every step (first call, factor) the schedules announced, in order:
+    the budget may move K again after the first step, and a schedule drops the steps already
+    replaced; a step announced for a call at or after a later announcement's is void."""
+    plans: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for sched in schedules:
+        for s in sched.steps:
+            plan = plans[s.pg]
+            if (s.from_seq, s.sample) not in plan:
+                plan[:] = [p for p in plan if p[0] < s.from_seq] + [(s.from_seq, s.sample)]
+    return plans
+
+
+def _check_switch(ops, plans: dict[str, list[tuple[int, int]]]) -> None:
     names = np.asarray(ops.strings, dtype=object)
     members: dict[tuple[str, int], set[int]] = defaultdict(set)
     done = ops["t_end_ns"] >= 0
     for pg, seq, rank in zip(names[ops["pg"][done]].tolist(), ops["seq"][done].tolist(),
                              ops["rank"][done].tolist(), strict=True):
         members[(pg, seq)].add(rank)
-    assert {pg for pg, _ in members} == set(steps), "every communicator got a step"
-    for pg, (start, k) in steps.items():
-        assert k > 1
+    assert {pg for pg, _ in members} == set(plans), "every communicator got a step"
+    for pg, plan in plans.items():
+        plan = sorted(plan)
+        assert any(k > 1 for _, k in plan)
+        start = plan[0][0]
+
+        def k_at(seq: int, plan: list[tuple[int, int]] = plan) -> int:
+            return [k for s, k in plan if s <= seq][-1]
         seqs = sorted(s for p, s in members if p == pg)
         size = max(len(m) for (p, _), m in members.items() if p == pg)
-        # up to the stop, every sampled call has every member; nothing unsampled after S
+        # up to the stop, every sampled call has every member; from the first step S on,
+        # only the calls sampled at the factor in force
         last = max(s for s in seqs if len(members[(pg, s)]) == size)
         after = [s for s in seqs if start <= s <= last]
-        want = [s for s in range(start, last + 1) if is_sampled(pg, s, k)]
-        assert after == want, f"{pg}: from seq {start} on only the calls sampled at K={k}"
+        want = [s for s in range(start, last + 1) if is_sampled(pg, s, k_at(s))]
+        assert after == want, f"{pg}: from seq {start} on only the calls sampled at {plan}"
         assert [s for s in seqs if s < start] == list(range(start)), "every call before S"
         short = [s for s in seqs if s <= last and len(members[(pg, s)]) != size]
         assert not short, f"{pg}: sampled calls missing a member: {short[:5]}"
