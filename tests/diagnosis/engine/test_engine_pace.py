@@ -307,11 +307,12 @@ PASSES = (160, 160)
 ONSET = 20
 
 
-def one_in_k(seed: int) -> list[np.ndarray]:
+def one_in_k(seed: int, replicas: int = REPLICAS, iterations: int = LONG,
+             passes: tuple[int, int] = PASSES) -> list[np.ndarray]:
     """Per replica, the calls of each iteration it keeps: one in ``K`` at random, as the
     sampling rule's hash of its name and the sequence number picks them."""
     rng = np.random.default_rng(seed)
-    return [rng.random((LONG, sum(PASSES))) < 1 / K for _ in range(REPLICAS)]
+    return [rng.random((iterations, sum(passes))) < 1 / K for _ in range(replicas)]
 
 
 def slow_from(onset: int, factor: float) -> np.ndarray:
@@ -387,8 +388,7 @@ SHORT = (128, 128)
 
 
 def one_in_k_of(seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.random((TURNS, sum(SHORT))) < 1 / K for _ in range(MANY)]
+    return one_in_k(seed, MANY, TURNS, SHORT)
 
 
 def judge_turns(seed: int, slow: dict[int, np.ndarray] | None = None,
