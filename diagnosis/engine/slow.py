@@ -51,6 +51,8 @@ _MAX_PERIOD = 8
 _PRIOR_SAMPLES = 16
 # the episode lengths of a group none of whose members that do not recur had an episode
 _NO_LENGTHS = np.zeros(0)
+# the samples, in rings, that a member's past beyond its ring stands for (``LatePast``)
+_PAST_RINGS = 4
 
 
 @dataclass
@@ -75,6 +77,63 @@ class SlowRank:
     # found by who its peers wait for at progress snapshots (``waits``): the informative
     # snapshots since onset in which it was waited for, those snapshots, and all snapshots
     waits: tuple[int, int, int] | None = None
+    # from a change point on: its rate of late samples before the onset (in its ring and
+    # beyond), which its samples since are judged against while it stays slow (``_still_slow``)
+    base: float = 0.0
+
+
+class LatePast:
+    """Per group of a size class, each member's samples that its ring has let go, and how
+    many of them were late: its past beyond the ring (about ``_PAST_RINGS`` rings of it,
+    older samples weighing less), against which a change point inside the ring is judged
+    (``_own_rate``). At real call rates a ring of full telemetry spans a third of a
+    second: a GPU a few percent slower than its peers all along, late in a third of its
+    samples, now and then is late in none of a ring's first few and in nearly half of the rest
+    by chance, which the ring alone takes for a change. Whether a sample was late is told by
+    its group's bound when it was last judged."""
+
+    def __init__(self, n: int, K: int) -> None:
+        self.keep = _PAST_RINGS * K
+        self.thr = np.zeros(0)                  # per group: the late bound last judged by
+        self.count = np.zeros((0, n))
+        self.late = np.zeros((0, n))
+
+    def _grow(self, size: int) -> None:
+        if size <= len(self.thr):
+            return
+        add = max(size, 2 * len(self.thr), 64) - len(self.thr)
+        n = self.count.shape[1]
+        self.thr = np.r_[self.thr, np.full(add, np.nan)]
+        self.count = np.vstack([self.count, np.zeros((add, n))])
+        self.late = np.vstack([self.late, np.zeros((add, n))])
+
+    def let_go(self, g: np.ndarray, a: np.ndarray) -> None:
+        """Count the samples ``a`` (a row of members per entry of ``g``, their groups) that a
+        write is about to overwrite."""
+        if not len(g):
+            return
+        self._grow(int(g.max()) + 1)
+        thr = self.thr[g][:, None]
+        valid = ~np.isnan(a) & ~np.isnan(thr)
+        np.add.at(self.count, g, valid)
+        np.add.at(self.late, g, valid & (a > thr))
+        rows = np.unique(g)
+        most = self.count[rows].max(axis=1)
+        over = most > self.keep
+        if over.any():
+            f = (self.keep / most[over])[:, None]
+            self.count[rows[over]] *= f
+            self.late[rows[over]] *= f
+
+    def judged(self, rows: np.ndarray, thr: np.ndarray) -> None:
+        self._grow(int(rows.max()) + 1)
+        self.thr[rows] = thr
+
+    def counts(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per member of the groups ``rows`` (flat, group-major): its late samples and all its
+        samples in the past."""
+        self._grow(int(rows.max()) + 1)
+        return self.late[rows].ravel(), self.count[rows].ravel()
 
 
 class _SizeClass:
@@ -100,6 +159,7 @@ class _SizeClass:
         self.scale = np.zeros((0, K))
         self.t = np.zeros((0, K), dtype=np.int64)
         self.pos = np.zeros(0, dtype=np.int64)
+        self.past = LatePast(n, K)
         self.span_end = np.zeros(0, dtype=np.int64)   # seq ending each group's last sample
         # what ``judge_rings`` last found per group, and at which write position
         self.judged = np.zeros(0, dtype=np.int64)
@@ -326,6 +386,7 @@ class NoncommSlow:
         first = np.flatnonzero(start)
         occ = np.arange(len(li)) - np.repeat(first, np.diff(np.r_[first, len(li)]))
         col = (cls.pos[li] + occ) % cls.K
+        cls.past.let_go(li, cls.a[li, col])
         cls.x[li, col] = x
         cls.a[li, col] = a
         cls.scale[li, col] = scale[:, 0]
@@ -368,6 +429,7 @@ class Rings(Protocol):
     judged: np.ndarray
     found: dict[int, list[SlowRank]]
     rec_stats: RecStats | None
+    past: LatePast
 
 
 def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
@@ -454,14 +516,21 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
         rate = np.sort(per_member, axis=1)[:, (n - 1) // 2]
     p0 = np.clip(np.nan_to_num(rate, nan=0.0), cfg.slow_base_rate, 0.5)
     series = a.transpose(0, 2, 1).reshape(G * n, K)
-    res = on_slow_rows(change_point, CHANGE_LEAST, series, np.repeat(thr, n), np.repeat(p0, n),
+    p0_rows = np.repeat(p0, n)
+    res = on_slow_rows(change_point, CHANGE_LEAST, series, np.repeat(thr, n), p0_rows,
                            cfg.slow_min_samples)
-    res = _against_own_past(res, np.repeat(p0, n))
-    # a change, not a persistent trait: late more often and by more than before the
-    # split; without enough samples before it, the excess must be beyond natural spread
+    past_late, past_count = cls.past.counts(rows)
+    cls.past.judged(rows, thr)
+    own = _own_rate(res, p0_rows, past_late, past_count)
+    res = _against_own_past(res, own, p0_rows)
+    # a change, not a persistent trait: late more often and by more than before the split
+    # (in the ring and beyond it); without enough samples before it in the ring, the excess
+    # must be beyond natural spread
+    frac_before = (res.pre_frac * res.pre_count + past_late) \
+        / np.maximum(res.pre_count + past_count, 1)
     need = np.where(res.pre_count >= cfg.slow_min_samples, shift, unseen)
     ok = (res.start >= 0) & (res.logp < np.log(cfg.slow_alpha_member)) \
-        & (res.frac - res.pre_frac >= cfg.slow_min_frac) \
+        & (res.frac - frac_before >= cfg.slow_min_frac) \
         & (res.median >= shift) & (res.effect >= need)
     for h in np.flatnonzero(ok).tolist():
         gi, pos = divmod(h, n)
@@ -473,23 +542,31 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
         cls.found.setdefault(int(rows[gi]), []).append(
             SlowRank(int(arena.members[g][pos]), g, int(t[gi, s]), float(res.median[h]),
                      excess_ns, int(res.count[h]), float(res.frac[h]), float(sigma[gi]),
-                     float(res.logp[h])))
+                     float(res.logp[h]), base=float(own[h])))
     level_start = np.where(ok, res.start, -1)
     _still_slow(cls, rows, before, series, thr, t, ok, level_start, arena, cfg, shift)
     _recurring(cls, rows, series, sigma, rec_thr, scale, t, level_start, arena, cfg, least,
                thr)
 
 
-def _against_own_past(res: ChangePoint, p0: np.ndarray) -> ChangePoint:
-    """``res`` with each member's significance taken against its own rate of late samples
-    before the split where that is above the communicator's: a noisier GPU late in a sixth
-    of its samples all along, late in seven of its last nine, is no change as unlikely as the
-    communicator's rate (a thirtieth) makes it (a healthy job's member 2 % late passed
-    ``slow_alpha`` so). Its own rate is known from its ``pre_count`` samples, weighed against
-    ``_PRIOR_SAMPLES`` at the communicator's: a GPU late at three of its eight samples before
-    a fault (its warm-up) is not taken to be late two times in five."""
-    pre = res.pre_frac * res.pre_count
-    own = np.maximum(p0, (pre + _PRIOR_SAMPLES * p0) / (res.pre_count + _PRIOR_SAMPLES))
+def _own_rate(res: ChangePoint, p0: np.ndarray, past_late: np.ndarray,
+              past_count: np.ndarray) -> np.ndarray:
+    """Each member's own rate of late samples before the split, where that is above the
+    communicator's ``p0``: a noisier GPU late in a sixth of its samples all along, late in
+    seven of its last nine, is no change as unlikely as the communicator's rate (a thirtieth)
+    makes it (a healthy job's member 2 % late passed ``slow_alpha`` so). It is known from its
+    ``pre_count`` samples and the ``past_count`` its ring let go (``LatePast``; ``past_late``
+    of them late), weighed against ``_PRIOR_SAMPLES`` at the communicator's: a GPU late at
+    three of its eight samples before a fault (its warm-up) is not taken to be late two times
+    in five."""
+    pre = res.pre_frac * res.pre_count + past_late
+    return np.maximum(p0, (pre + _PRIOR_SAMPLES * p0)
+                      / (res.pre_count + past_count + _PRIOR_SAMPLES))
+
+
+def _against_own_past(res: ChangePoint, own: np.ndarray, p0: np.ndarray) -> ChangePoint:
+    """``res`` with each member's significance taken against its ``own`` rate of late samples
+    where that is above the communicator's ``p0`` (``_own_rate``)."""
     rows = np.flatnonzero((res.start >= 0) & (own > p0))
     if not len(rows):
         return res
@@ -508,7 +585,10 @@ def _still_slow(cls: Rings, rows: np.ndarray, before: dict[int, list[SlowRank]],
     that lasts longer than the ring), the split the test prefers moves among samples that are
     all slow, and a small excess is as strong as noise there. Tested at the onset it was
     found at: since then late in most samples (more often than before it, by the rise the
-    test asks), by at least ``shift`` in the median. ``ok`` (per member row): found now, and
+    test asks), by at least ``shift`` in the median. Its evidence is the stronger of what
+    found it and its late samples since the onset against its rate before (``base``): a GPU
+    late in two samples in five all along, then slower, is found at a split with few samples
+    after it, weakly, and confirmed as they come. ``ok`` (per member row): found now, and
     ``level_start`` its first sample since the onset, updated."""
     n = cls.n
     at = {int(gi): i for i, gi in enumerate(rows.tolist())}
@@ -534,8 +614,11 @@ def _still_slow(cls: Rings, rows: np.ndarray, before: dict[int, list[SlowRank]],
             if frac >= 0.5 and frac - pre_frac >= cfg.slow_min_frac and median >= shift:
                 ok[h] = True
                 level_start[h] = int(np.argmax(t[i] >= f.onset_ns))
+                count = int(since.sum())
+                now = float(binom_logsf(np.array([round(frac * count)]), np.array([count]),
+                                        np.array([max(f.base, cfg.slow_base_rate)]))[0])
                 cls.found.setdefault(gi, []).append(replace(
-                    f, excess=median, samples=int(since.sum()), frac=frac))
+                    f, excess=median, samples=count, frac=frac, logp=min(f.logp, now)))
 
 
 class RecStats:

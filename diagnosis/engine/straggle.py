@@ -35,7 +35,7 @@ from diagnosis.engine.colate import CoLateness
 from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.pace import GroupPace, SlowGroup
 from diagnosis.engine.placement import Placement
-from diagnosis.engine.slow import RecStats, SlowRank, judge_rings
+from diagnosis.engine.slow import LatePast, RecStats, SlowRank, judge_rings
 from diagnosis.engine.timing import GroupTiming
 from diagnosis.engine.waits import WaitBoard, Waited
 
@@ -75,6 +75,7 @@ class _Rings:
         self.judged = np.zeros(0, dtype=np.int64)       # (see slow.judge_rings)
         self.found: dict[int, list[SlowRank]] = {}
         self.rec_stats: RecStats | None = None      # (see slow.judge_rings)
+        self.past = LatePast(n, K)
         # the bucket being filled, per group: sums of lateness and pace, calls, bucket, start
         self.acc_x = np.zeros((0, n))
         self.acc_scale = np.zeros(0)
@@ -165,6 +166,7 @@ class _Rings:
         # a group given more than K samples at once keeps its newest K (one write per slot)
         keep = rank >= total - self.K
         g, col = g[keep], col[keep]
+        self.past.let_go(g, self.a[g, col])
         self.x[g, col] = x[keep]
         self.a[g, col] = np.clip(x[keep], 0.0, None)
         self.scale[g, col] = scale[keep]
