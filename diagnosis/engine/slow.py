@@ -434,7 +434,7 @@ class Rings(Protocol):
 
 def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
                 min_excess: float | None = None, crowd: int | None = None,
-                min_shift: float | None = None) -> list[SlowRank]:
+                min_shift: float | None = None, episodes_from_ns: int = 0) -> list[SlowRank]:
     """The slow members of every group of ``rings`` (objects holding, per size class, each
     group's ring of ``K`` samples per member: ``x`` the excess, ``a`` the excess that counts,
     ``scale`` (ns per unit), ``t`` sample times, ``pos`` write positions, ``groups``), at the
@@ -445,7 +445,8 @@ def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
     late) counts for none of them (see ``_crowded``); None: every sample counts.
     ``min_shift`` (default ``min_excess``): the smallest excess worth a report when it comes as a
     lasting change of level against the member's own past, which every later sample confirms
-    (episodes, and members without enough past, need ``min_excess``)."""
+    (episodes, and members without enough past, need ``min_excess``). ``episodes_from_ns``:
+    samples before this time are no episodes (a job's warm-up; see ``_recurring``)."""
     least = cfg.slow_min_excess if min_excess is None else min_excess
     unseen = cfg.slow_min_excess_unseen * least / cfg.slow_min_excess
     shift = least if min_shift is None else min_shift
@@ -461,7 +462,8 @@ def judge_rings(rings: Sequence[Rings], arena: Arena, cfg: EngineConfig,
         cls.judged[rows] = cls.pos[rows]
         before = {gi: cls.found.pop(gi) for gi in rows.tolist() if gi in cls.found}
         if len(rows):
-            _judge_rows(cls, rows, arena, cfg, least, unseen, crowd, shift, before)
+            _judge_rows(cls, rows, arena, cfg, least, unseen, crowd, shift, before,
+                        episodes_from_ns)
         for found in cls.found.values():
             out.extend(found)
     return out
@@ -482,10 +484,10 @@ def _crowded(x: np.ndarray, thr: np.ndarray, crowd: int) -> np.ndarray:
 
 def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, least: float,
                 unseen: float, crowd: int | None, shift: float,
-                before: dict[int, list[SlowRank]]) -> None:
+                before: dict[int, list[SlowRank]], episodes_from_ns: int = 0) -> None:
     """Judge the groups ``rows`` of ``cls``, keeping what each is found in ``cls.found``
-    (``crowd``, ``shift``: see ``judge_rings``; ``before``: per row of ``cls``, what it was
-    found in when last judged)."""
+    (``crowd``, ``shift``, ``episodes_from_ns``: see ``judge_rings``; ``before``: per row of
+    ``cls``, what it was found in when last judged)."""
     G = len(rows)
     K, n = cls.K, cls.n
     # the rings oldest first, each gathered at once from the flat (group, slot) rows
@@ -545,6 +547,9 @@ def _judge_rows(cls: Rings, rows: np.ndarray, arena: Arena, cfg: EngineConfig, l
                      float(res.logp[h]), base=float(own[h])))
     level_start = np.where(ok, res.start, -1)
     _still_slow(cls, rows, before, series, thr, t, ok, level_start, arena, cfg, shift)
+    if episodes_from_ns > 0:
+        # the warm-up's lateness neither makes episodes nor sets the class's rate of them
+        series = np.where(np.repeat(t, n, axis=0) >= episodes_from_ns, series, np.nan)
     _recurring(cls, rows, series, sigma, rec_thr, scale, t, level_start, arena, cfg, least,
                thr)
 

@@ -54,6 +54,11 @@ _MOSTLY = 0.5
 # which more are off the median is an event of the job or of its network (see
 # ``slow._crowded``), no member's evidence
 _FAULTS_AT_ONCE = 2
+# the job's first seconds, in which a member's lateness makes no episodes (``judge``): ranks
+# start, warm their caches and settle, and a group's pace is learnt from its first kept calls
+# (it moved between 1.7 and 3.8 ms in a 512-GPU job's first 5 s at K = 64); a GPU late by
+# 5-10 % of it in four buckets of those seconds, never after, was filed as slow again and again
+_WARM_NS = 5_000_000_000
 # the per-group arrays of ``_Rings`` and what a new group's row holds
 _RING_FILLS = {"x": np.nan, "a": np.nan, "scale": np.nan, "t": 0, "pos": 0, "acc_x": 0.0,
                "acc_scale": 0.0, "acc_n": 0, "acc_b": -1, "acc_t": 0, "bucket": 0,
@@ -212,6 +217,7 @@ class SampledStragglers:
         self.colate = CoLateness(arena)
         self._chain: dict[int, int] = {}     # (see _chains)
         self._chain_known = -1
+        self._first_ns: int | None = None     # the first kept call's entry (see ``_WARM_NS``)
 
     def update(self, fin: Finished) -> None:
         """Take finished kept calls (collectives and send/recv channels alike)."""
@@ -225,6 +231,9 @@ class SampledStragglers:
         late = fin.enter - np.median(fin.enter, axis=1, keepdims=True)
         scale = np.maximum(self._pace(fin.group), float(self.cfg.min_compute_ns))
         t = fin.enter.min(axis=1)
+        first = int(t.min())
+        if self._first_ns is None or first < self._first_ns:
+            self._first_ns = first
         ring.add(li, late / scale[:, None], scale, t, self._bucket(scale))
         coll = ~self.arena.p2p[fin.group]
         self.colate.add(fin.group[coll], fin.seq[coll], late[coll] / scale[coll, None])
@@ -363,9 +372,10 @@ class SampledStragglers:
     def judge(self) -> list[SlowRank]:
         """The late members, and the members of groups whose pace fell behind with none of
         them late (a slow host), without those that are only victims of another."""
+        warm = 0 if self._first_ns is None else self._first_ns + _WARM_NS
         found = judge_rings(list(self.rings.values()), self.arena, self.cfg,
                             self.cfg.straggle_min_excess, crowd=_FAULTS_AT_ONCE,
-                            min_shift=self.cfg.straggle_min_shift)
+                            min_shift=self.cfg.straggle_min_shift, episodes_from_ns=warm)
         # a send/recv channel's kept transfers fall at different points of the pipeline's
         # schedule (filling it, its steady state, draining it), where either side may wait for
         # the other: which side enters later, and by how much, changes from one kept transfer
