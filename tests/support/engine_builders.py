@@ -1,7 +1,8 @@
 """Builders the engine's tests share: op rows and columns handed to ``Engine.add_ops``, one
 collective written for every rank of a lock-step job, the NIC names of single-rank hosts, and
-a trace written by a test's scenario then diagnosed from the file, and a simulated or synthetic
-job written and diagnosed on its own topology."""
+a trace written by a test's scenario then diagnosed from the file, a simulated or synthetic
+job written and diagnosed on its own topology, and the sampled-call stragglers of hosts'
+tensor-parallel groups fed kept calls directly."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from c4.proto.codec import OP_COLUMNS, Columns
 from c4.report import FaultReport
 from c4.topology import Topology
 from diagnosis.engine import Engine
+from diagnosis.engine.arena import Arena, Finished
+from diagnosis.engine.config import EngineConfig
+from diagnosis.engine.straggle import SampledStragglers
+from diagnosis.engine.timing import GroupTiming
 from diagnosis.sim.config import FaultSpec, SimConfig
 from diagnosis.sim.run import simulate
 from diagnosis.trace import TraceWriter
@@ -115,3 +120,29 @@ def synth_and_diagnose(path: Path, job: SynthJob, *, topology: bool = True, **fe
     job.write(path, topo)
     reports, _ = feed_trace(Engine(topo if topology else None), path, **feed)
     return reports
+
+
+def sampled_stragglers(hosts: int, n: int, k: int, pace_ns: int) -> SampledStragglers:
+    """The sampled-call stragglers of ``hosts`` groups of ``n`` ranks (``tp.0``, ...: host
+    ``h`` holds ranks ``n * h`` on) at one call in ``k``, each group's pace ``pace_ns`` as
+    progress would tell it."""
+    arena = Arena(16)
+    for h in range(hosts):
+        arena.add_group(h, f"tp.{h}", np.arange(n * h, n * h + n))
+    cfg = EngineConfig()
+    timing = GroupTiming(arena, cfg)
+    timing.pace = lambda groups, min_periods=1: np.full(len(groups), float(pace_ns))
+    st = SampledStragglers(arena, timing, cfg)
+    st.sample = k
+    return st
+
+
+def feed_kept_calls(st: SampledStragglers, enter: np.ndarray, first: int) -> None:
+    """Kept calls to ``st``: ``enter`` (groups, calls, members) their entries (ns), the calls
+    numbered from ``first`` (seq ``first * K`` on, K the stragglers' factor), each 1 ms long."""
+    groups, calls, n = enter.shape
+    rows = enter.astype(np.int64).reshape(-1, n)
+    seq = np.tile((first + np.arange(calls)) * st.sample, groups)
+    g = np.repeat(np.arange(groups), calls)
+    st.update(Finished(seq, g, seq, rows, rows + 1_000_000, np.full_like(rows, -1),
+                       np.zeros(rows.shape, np.int8)))

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnosis.engine.arena import Arena, Finished
-from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.straggle import SampledStragglers
-from diagnosis.engine.timing import GroupTiming
+from tests.support.engine_builders import feed_kept_calls, sampled_stragglers
 
 MS = 1_000_000
 T0 = 10_000_000_000
@@ -34,15 +32,7 @@ SLOW = 5                     # the slow member of the first host's group
 
 
 def _stragglers() -> SampledStragglers:
-    arena = Arena(16)
-    for h in range(HOSTS):
-        arena.add_group(h, f"tp.{h}", np.arange(N * h, N * h + N))
-    cfg = EngineConfig()
-    timing = GroupTiming(arena, cfg)
-    timing.pace = lambda groups, min_periods=1: np.full(len(groups), float(PACE_NS))
-    st = SampledStragglers(arena, timing, cfg)
-    st.sample = K
-    return st
+    return sampled_stragglers(HOSTS, N, K, PACE_NS)
 
 
 def _second(st: SampledStragglers, s: int, rng: np.random.Generator,
@@ -58,11 +48,7 @@ def _second(st: SampledStragglers, s: int, rng: np.random.Generator,
         enter[0, :, SLOW] += 0.025 * PACE_NS
         spike = rng.random(per_s) < 0.05
         enter[0, spike, SLOW] += 0.1 * PACE_NS
-    enter = enter.astype(np.int64).reshape(-1, N)
-    seq = np.tile((s * per_s + np.arange(per_s)) * K, HOSTS)
-    g = np.repeat(np.arange(HOSTS), per_s)
-    st.update(Finished(seq, g, seq, enter, enter + MS, np.full_like(enter, -1),
-                       np.zeros(enter.shape, np.int8)))
+    feed_kept_calls(st, enter, s * per_s)
 
 
 def test_a_gpu_a_little_late_from_a_change_point_is_found_and_stays_a_level():
@@ -90,12 +76,8 @@ def test_a_gpu_as_noisy_as_its_peers_is_not_found():
     for s in range(70):
         per_s = int(1e9 // KEPT_NS)
         t = T0 + (s * per_s + np.arange(per_s)) * KEPT_NS
-        enter = (t[None, :, None] + rng.normal(0, 0.02 * MS, (HOSTS, per_s, N))).astype(np.int64)
-        enter = enter.reshape(-1, N)
-        seq = np.tile((s * per_s + np.arange(per_s)) * K, HOSTS)
-        g = np.repeat(np.arange(HOSTS), per_s)
-        st.update(Finished(seq, g, seq, enter, enter + MS, np.full_like(enter, -1),
-                           np.zeros(enter.shape, np.int8)))
+        feed_kept_calls(st, t[None, :, None] + rng.normal(0, 0.02 * MS, (HOSTS, per_s, N)),
+                        s * per_s)
         if s % 10 == 9:
             assert st.judge() == []
 

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnosis.engine.arena import Arena, Finished
-from diagnosis.engine.config import EngineConfig
 from diagnosis.engine.slow import SlowRank
-from diagnosis.engine.straggle import SampledStragglers
-from diagnosis.engine.timing import GroupTiming
+from tests.support.engine_builders import feed_kept_calls, sampled_stragglers
 
 MS = 1_000_000
 T0 = 10_000_000_000
@@ -31,23 +28,11 @@ KEPT_NS = K * PACE_NS
 SLOW = 5
 
 
-def _stragglers() -> SampledStragglers:
-    arena = Arena(16)
-    for h in range(HOSTS):
-        arena.add_group(h, f"tp.{h}", np.arange(N * h, N * h + N))
-    cfg = EngineConfig()
-    timing = GroupTiming(arena, cfg)
-    timing.pace = lambda groups, min_periods=1: np.full(len(groups), float(PACE_NS))
-    st = SampledStragglers(arena, timing, cfg)
-    st.sample = K
-    return st
-
-
 def _run(late_seconds: set[int], seconds: int = 25, seed: int = 3) -> list[list[SlowRank]]:
     """The findings naming the slow member strongly enough to be reported, at each pass (one
     every 2 s, as the engine judges), over ``seconds`` of kept calls, the member late at the
     first third of the kept calls (about a bucket) of the seconds ``late_seconds``."""
-    st = _stragglers()
+    st = sampled_stragglers(HOSTS, N, K, PACE_NS)
     strong = np.log(st.cfg.slow_alpha)
     rng = np.random.default_rng(seed)
     per_s = int(1e9 // KEPT_NS)
@@ -57,11 +42,7 @@ def _run(late_seconds: set[int], seconds: int = 25, seed: int = 3) -> list[list[
         enter = t[None, :, None] + rng.normal(0, 0.02 * MS, (HOSTS, per_s, N))
         if s in late_seconds:
             enter[0, : per_s // 3, SLOW] += 0.1 * PACE_NS
-        enter = enter.astype(np.int64).reshape(-1, N)
-        seq = np.tile((s * per_s + np.arange(per_s)) * K, HOSTS)
-        g = np.repeat(np.arange(HOSTS), per_s)
-        st.update(Finished(seq, g, seq, enter, enter + MS, np.full_like(enter, -1),
-                           np.zeros(enter.shape, np.int8)))
+        feed_kept_calls(st, enter, s * per_s)
         if s % 2 == 1:
             passes.append([f for f in st.judge() if f.rank == SLOW and f.logp < strong])
     return passes
